@@ -1,0 +1,138 @@
+// Config: every key of DESIGN.md's [model] [data] [parallel] [train]
+// [runtime] [output] [topology] tables, typed, with its default.
+//
+// load_config() reads TOML (TOML++), applies `--set section.key=value`
+// overrides, and rejects unknown keys (suggesting the nearest known one),
+// wrong types and out-of-range values. validate() adds the rules that relate
+// keys to each other and to the world size. Every error is an InputError with
+// one line: "FILE:LINE: key: rule" (or "--set key=value: rule").
+// share/trident/config-reference.md documents every key.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace trident {
+
+struct ModelConfig {
+  int vocab_size = 64;
+  int d_model = 64;
+  int n_layers = 4;
+  int n_heads = 4;
+  int n_kv_heads = 4;        // < n_heads: grouped-query attention
+  int ffn_hidden = 128;
+  int n_experts = 8;         // 0: dense FFN
+  int top_k = 2;
+  int moe_every = 1;         // every k-th layer is an MoE layer
+  std::string router = "softmax";  // "softmax" | "sigmoid_bias"
+  double capacity_factor = 0.0;    // 0: dropless
+  double aux_loss_coef = 0.01;
+  double rope_theta = 10000.0;
+  // additions (keys may be added):
+  bool norm_topk = true;           // renormalise the chosen k weights to sum 1
+  double z_loss_coef = 0.0;        // router z-loss coefficient (0: off)
+  double router_bias_rate = 1e-3;  // sigmoid_bias: bias update rate per step
+  double init_std = 0.02;
+
+  int head_dim() const { return d_model / n_heads; }
+  bool is_moe_layer(int layer) const {
+    return n_experts > 0 && (layer % moe_every) == (moe_every - 1);
+  }
+};
+
+struct DataConfig {
+  std::string task = "recall";  // "recall" | "copy" | "tokens"
+  int seq_len = 256;
+  int micro_batch_size = 2;
+  int num_microbatches = 4;
+  uint64_t seed = 1234;
+  std::string token_file;          // task = "tokens": flat binary token ids
+  std::string token_dtype = "uint16";  // "uint16" | "uint32"
+};
+
+struct ParallelConfig {
+  int pp = 1;
+  int vpp = 1;                  // model chunks per pipeline rank
+  int cp = 1;
+  std::string cp_layout = "zigzag";  // "zigzag" | "contiguous"
+  int ep = 1;
+  std::string schedule = "1f1b";     // "afab" | "1f1b" | "interleaved" | "zb-h1"
+  // dp = world_size / (pp * cp)
+};
+
+struct TrainConfig {
+  int steps = 100;
+  double lr = 3e-3;
+  int warmup_steps = 10;
+  double weight_decay = 0.0;
+  double grad_clip = 1.0;       // 0: no clipping
+  // additions:
+  double min_lr_ratio = 0.1;    // cosine decays to lr * min_lr_ratio
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+};
+
+struct RuntimeConfig {
+  std::string backend = "auto";  // "cpu" | "cuda" | "auto"
+  std::string comm = "auto";     // "mpi" | "nccl" | "auto"
+  double timeout_s = 300;        // watchdog deadline for any single wait
+};
+
+struct OutputConfig {
+  std::string file = "trident-%j.h5";  // %j: Slurm job id, or "local-<timestamp>"
+  int checkpoint_every = 0;            // steps; 0: only on signal and at the end
+  std::string checkpoint_dir = "checkpoints";
+  std::vector<int> activation_steps;   // steps at which activations are captured
+  std::vector<int> activation_layers = {0};
+  std::vector<int> activation_samples = {0};
+  std::vector<std::string> activations = {"q", "k", "v", "attn_out", "router_logits"};
+  bool timeline = true;
+};
+
+// [topology]: optional; replaces detection (CPU machines, tests, demos).
+struct TopologyOverride {
+  int nodes = 0;
+  int devices_per_node = 0;
+  int nvlink_domain = 0;  // 0: = devices_per_node
+};
+
+struct Config {
+  ModelConfig model;
+  DataConfig data;
+  ParallelConfig parallel;
+  TrainConfig train;
+  RuntimeConfig runtime;
+  OutputConfig output;
+  std::optional<TopologyOverride> topology;
+
+  std::string source;  // file the config came from ("<defaults>" if none)
+
+  // The global batch: micro_batch_size * num_microbatches * dp sequences.
+};
+
+// Parse FILE (empty path: defaults only) and apply overrides "section.key=value".
+// Throws InputError on the first problem.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// Parse TOML text (used by tests and by checkpoints that carry their config).
+Config parse_config_text(const std::string& toml_text, const std::string& source_name,
+                         const std::vector<std::string>& overrides = {});
+
+// Cross-key rules, and those that need the world size (world_size <= 0: skip
+// those). Throws InputError naming the key(s) and the rule.
+void validate_config(const Config& cfg, int world_size);
+
+// The resolved config (all defaults filled) as TOML text; parse_config_text()
+// of it gives back an equal Config.
+std::string to_toml(const Config& cfg);
+
+// Hash of what determines the model's parameters ([model] table): a
+// checkpoint from another model is refused by comparing it.
+std::string model_hash(const Config& cfg);
+
+// Minimum micro-batches the schedule needs for pp (and vpp).
+int min_microbatches(const std::string& schedule, int pp, int vpp);
+
+}  // namespace trident

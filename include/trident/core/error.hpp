@@ -1,0 +1,38 @@
+// Errors and the checks that raise them.
+//
+// trident reports failures by exception up to one place (the CLI's main),
+// which prints one line and exits: InputError -> exit 2 (bad command line,
+// config, checkpoint or mesh request), anything else -> exit 1. Library code
+// never calls exit().
+#pragma once
+#include <stdexcept>
+#include <string>
+
+namespace trident {
+
+// Any failure that is not the user's input: exit code 1.
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Bad input (config key, flag, file, impossible mesh): exit code 2.
+// The message is one line naming the file/key/flag and the rule it breaks.
+struct InputError : Error {
+  using Error::Error;
+};
+
+// A blocking wait passed its deadline (runtime.timeout_s). The message names
+// the rank, the operation and the peer.
+struct TimeoutError : Error {
+  using Error::Error;
+};
+
+[[noreturn]] void throw_error(const char* file, int line, const std::string& msg);
+
+}  // namespace trident
+
+// Internal invariant check: throws trident::Error with file:line.
+#define TRIDENT_CHECK(cond, msg)                                        \
+  do {                                                                  \
+    if (!(cond)) ::trident::throw_error(__FILE__, __LINE__, (msg));     \
+  } while (0)

@@ -1,0 +1,91 @@
+// RunFile: the HDF5 file of one run (format "trident-run", version 1), written
+// with parallel HDF5 by all ranks. Layout: share/trident/hdf5-layout.md.
+//
+// Every method is collective over the world communicator unless it says
+// otherwise. Metrics rows are appended and the file is flushed every step, so
+// a killed run leaves a readable file holding every completed step.
+#pragma once
+#include <hdf5.h>
+#include <mpi.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trident/core/config.hpp"
+#include "trident/topo/topology.hpp"
+
+namespace trident {
+
+struct StepMetrics {
+  int64_t step = 0;
+  double loss = 0, aux_loss = 0, lr = 0, grad_norm = 0;
+  double step_time_s = 0, tokens_per_s = 0, bubble_fraction = 0;
+};
+
+struct TimelineEvent {
+  int32_t rank = 0;
+  int64_t step = 0;
+  std::string kind;  // "F","B","W","SEND_F","RECV_F","SEND_B","RECV_B", "ATTN", ...
+  int32_t stage = 0, chunk = 0, microbatch = 0;
+  double t_begin_s = 0, t_end_s = 0;  // one clock for all ranks (now_s())
+};
+
+// Per-rank scalar summary written once at the end (/ranks/summary).
+struct RankSummary {
+  int32_t rank = 0;
+  double peak_rss_bytes = 0, peak_device_bytes = 0;
+  double compute_s = 0, comm_wait_s[4] = {0, 0, 0, 0};
+};
+
+class RunFile {
+ public:
+  // Creates path (collective) and writes the root attributes and /topology.
+  // Callers create it only after every input has been validated, so bad input
+  // never leaves a file behind; a killed run leaves it readable up to the last
+  // flushed step.
+  RunFile(const std::string& path, MPI_Comm world, const Config& cfg, const Communicators& comms,
+          const std::string& slurm_job_id);
+  ~RunFile();
+  RunFile(const RunFile&) = delete;
+  RunFile& operator=(const RunFile&) = delete;
+
+  const std::string& path() const { return path_; }
+
+  // Rank 0's values are written; collective (dataset extension).
+  void append_step(const StepMetrics& m, const std::array<double, 4>& comm_bytes_all_ranks,
+                   const std::vector<std::vector<int64_t>>& expert_tokens /* [moe_layer][expert] */);
+  // Each rank passes its own events; collective.
+  void append_events(const std::vector<TimelineEvent>& mine);
+  // Activation capture: each rank passes its shard `local` of shape
+  // [S, local_seq, rest...] and the global sequence position of each of its
+  // local_seq rows; the dataset [S, seq, rest...] is in global order.
+  // Ranks that hold no part pass local_seq = 0 (still collective).
+  void write_activation(int step, int layer, const std::string& name,
+                        const std::vector<int64_t>& global_shape, const std::vector<int>& sample_ids,
+                        const float* local, const std::vector<int64_t>& global_positions);
+  // Per-rank summary at the end; collective.
+  void write_rank_summaries(const RankSummary& mine);
+  // Free-form attribute on the root group (rank 0's value); collective.
+  void set_root_attr(const std::string& name, const std::string& value);
+  void flush();
+  // Marks the run complete (root attribute completed = 1) and closes (collective).
+  void close();
+
+ private:
+  std::string path_;
+  MPI_Comm world_;
+  int rank_ = 0, size_ = 1;
+  hid_t file_ = -1;
+  int64_t steps_ = 0, events_ = 0;
+  int moe_layers_ = 0, n_experts_ = 0;
+  bool closed_ = false;
+};
+
+// Resolve output.file: %j -> job id or "local-<UTC timestamp>" (same on all
+// ranks: rank 0's is broadcast).
+std::string resolve_output_name(const std::string& pattern, MPI_Comm world);
+
+}  // namespace trident

@@ -1,0 +1,20 @@
+// GEMM: C = alpha * op(A) * op(B) + beta * C, row-major float32.
+//
+// OpenBLAS's cblas_sgemm where it was found at build time, otherwise a plain
+// blocked loop (so the CPU reference kernels build with nothing but a C++
+// compiler, e.g. on the GPU machine). All layers call GEMMs through here.
+#pragma once
+#include <cstdint>
+
+namespace trident::kernels {
+
+// op(A) is M x K, op(B) is K x N, C is M x N; lda/ldb/ldc are row strides.
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+           int64_t ldc);
+
+// Number of threads the BLAS uses (1 keeps ranks from fighting over cores).
+void set_blas_threads(int n);
+bool have_blas();
+
+}  // namespace trident::kernels

@@ -1,0 +1,18 @@
+// `trident bench comm`: placeholder until its issue lands; owned by that issue.
+#include "commands.hpp"
+#include "trident/core/error.hpp"
+
+namespace trident::cli {
+namespace {
+class Pending : public Command {
+ public:
+  bool needs_mpi() const override { return true; }
+  int run() override { throw Error("'trident bench comm' is not implemented yet"); }
+};
+}  // namespace
+
+std::unique_ptr<Command> add_bench_comm(CLI::App& parent) {
+  parent.add_subcommand("comm", "Collective and point-to-point bandwidth per communicator (mpirun)");
+  return std::make_unique<Pending>();
+}
+}  // namespace trident::cli

@@ -1,0 +1,18 @@
+// `trident bench schedule`: placeholder until its issue lands; owned by that issue.
+#include "commands.hpp"
+#include "trident/core/error.hpp"
+
+namespace trident::cli {
+namespace {
+class Pending : public Command {
+ public:
+  bool needs_mpi() const override { return true; }
+  int run() override { throw Error("'trident bench schedule' is not implemented yet"); }
+};
+}  // namespace
+
+std::unique_ptr<Command> add_bench_schedule(CLI::App& parent) {
+  parent.add_subcommand("schedule", "Pipeline executor: measured vs simulated bubble (mpirun)");
+  return std::make_unique<Pending>();
+}
+}  // namespace trident::cli

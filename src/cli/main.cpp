@@ -1,0 +1,150 @@
+// trident: entry point. Parses the command line, initialises MPI for the
+// commands that need it, runs the command, and turns errors into one line
+// and an exit code: 0 success, 2 invalid input, 1 anything else.
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "commands.hpp"
+#include "trident/core/error.hpp"
+
+namespace trident::cli {
+
+static std::string g_command_line;
+const std::string& command_line() { return g_command_line; }
+
+int launcher_rank() {
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    if (const char* s = std::getenv(v)) return std::atoi(s);
+  }
+  return 0;
+}
+
+namespace {
+
+// All ranks reached the error (the usual case: every rank validates the same
+// input)? Then finalise cleanly so the exit code is ours. Otherwise abort.
+bool all_ranks_agree_within(double seconds) {
+  MPI_Request req;
+  MPI_Ibarrier(MPI_COMM_WORLD, &req);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  int done = 0;
+  while (!done) {
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (done) break;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+int finish_with_error(bool mpi_on, int code, const std::string& msg, bool symmetric) {
+  int rank = launcher_rank();
+  if (mpi_on) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (!mpi_on) {
+    if (rank == 0) std::fprintf(stderr, "trident: error: %s\n", msg.c_str());
+    return code;
+  }
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (symmetric && all_ranks_agree_within(10.0)) {
+    if (rank == 0) std::fprintf(stderr, "trident: error: %s\n", msg.c_str());
+    std::fflush(stderr);
+    MPI_Finalize();
+    return code;
+  }
+  std::fprintf(stderr, "trident: error: rank %d: %s\n", rank, msg.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, code);
+  return code;
+}
+
+}  // namespace
+}  // namespace trident::cli
+
+int main(int argc, char** argv) {
+  using namespace trident;
+  using namespace trident::cli;
+  for (int i = 0; i < argc; ++i) g_command_line += (i ? " " : "") + std::string(argv[i]);
+
+  CLI::App app{"trident: long-context MoE training across a cluster (CP x PP x EP)", "trident"};
+  app.set_version_flag("--version", std::string("trident ") + TRIDENT_VERSION);
+  app.require_subcommand(1);
+  std::vector<std::unique_ptr<Command>> cmds;
+  cmds.push_back(add_run_command(app));
+  cmds.push_back(add_topo_command(app));
+  cmds.push_back(add_plan_command(app));
+  cmds.push_back(add_schedule_command(app));
+  auto* bench = app.add_subcommand("bench", "Benchmarks: attention | ring | schedule | moe | comm");
+  bench->require_subcommand(1);
+  cmds.push_back(add_bench_attention(*bench));
+  cmds.push_back(add_bench_ring(*bench));
+  cmds.push_back(add_bench_schedule(*bench));
+  cmds.push_back(add_bench_moe(*bench));
+  cmds.push_back(add_bench_comm(*bench));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    if (launcher_rank() == 0) return app.exit(e);
+    return 0;
+  } catch (const CLI::CallForAllHelp& e) {
+    if (launcher_rank() == 0) return app.exit(e);
+    return 0;
+  } catch (const CLI::CallForVersion& e) {
+    if (launcher_rank() == 0) return app.exit(e);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    if (launcher_rank() == 0) std::fprintf(stderr, "trident: error: %s\n", e.what());
+    return 2;
+  }
+
+  // The chosen command is the one whose subcommand was parsed; each Command
+  // remembers its CLI::App and reports selection through run() only when
+  // chosen, so find it by asking the parser.
+  Command* chosen = nullptr;
+  {
+    std::vector<CLI::App*> path;
+    for (CLI::App* a = &app; a;) {
+      auto subs = a->get_subcommands();
+      if (subs.empty()) break;
+      a = subs.front();
+      path.push_back(a);
+    }
+    const std::string leaf = path.empty() ? "" : path.back()->get_name();
+    const bool under_bench = path.size() == 2 && path.front()->get_name() == "bench";
+    static const char* top_names[] = {"run", "topo", "plan", "schedule"};
+    static const char* bench_names[] = {"attention", "ring", "schedule", "moe", "comm"};
+    if (under_bench) {
+      for (int i = 0; i < 5; ++i)
+        if (leaf == bench_names[i]) chosen = cmds[4 + i].get();
+    } else {
+      for (int i = 0; i < 4; ++i)
+        if (leaf == top_names[i]) chosen = cmds[i].get();
+    }
+  }
+  if (!chosen) {
+    std::fprintf(stderr, "trident: error: no command chosen (see trident --help)\n");
+    return 2;
+  }
+
+  bool mpi_on = false;
+  try {
+    if (chosen->needs_mpi()) {
+      int provided = 0;
+      MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+      MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+      mpi_on = true;
+    }
+    int rc = chosen->run();
+    if (mpi_on) MPI_Finalize();
+    return rc;
+  } catch (const InputError& e) {
+    return finish_with_error(mpi_on, 2, e.what(), true);
+  } catch (const std::exception& e) {
+    return finish_with_error(mpi_on, 1, e.what(), false);
+  }
+}
