@@ -1,0 +1,116 @@
+"""`trident-analyze summary`: what a run did and where its time went."""
+from __future__ import annotations
+
+import numpy as np
+
+from .runfile import COMM_KINDS, RunFile, decode
+
+BUSY_KINDS = {"F", "B", "W"}
+
+
+def event_kinds(ev) -> np.ndarray:
+    return np.array([decode(k) for k in ev["kind"]])
+
+
+def busy_per_rank_step(ev) -> dict:
+    """{(rank, step): seconds spent in F/B/W actions}."""
+    kinds = event_kinds(ev)
+    busy: dict = {}
+    for i in np.nonzero(np.isin(kinds, list(BUSY_KINDS)))[0]:
+        key = (int(ev["rank"][i]), int(ev["step"][i]))
+        busy[key] = busy.get(key, 0.0) + float(ev["t_end_s"][i] - ev["t_begin_s"][i])
+    return busy
+
+
+def summarize(rf: RunFile) -> dict:
+    out: dict = {"file": rf.path, "completed": rf.completed}
+    out["trident_version"] = rf.attr("trident_version", default="")
+    out["slurm_job_id"] = rf.attr("slurm_job_id", default="")
+    out["world_size"] = rf.attr("world_size", default=None)
+    topo = {}
+    for k in ("nodes", "ranks_per_node", "nvlink_domain", "source", "pp", "dp", "cp", "ep", "vpp"):
+        topo[k] = rf.attr(k, obj="/topology", default=None)
+    out["topology"] = topo
+    cfg = rf.config()
+    out["config"] = {s: cfg.get(s, {}) for s in ("model", "data", "parallel", "train")} if cfg else {}
+
+    steps = rf.steps()
+    n = len(steps)
+    out["steps"] = n
+    if n == 0:
+        out["note"] = "no completed steps"
+        return out
+    loss = np.asarray(steps["loss"], dtype=np.float64)
+    best = int(np.argmin(loss))
+    out["first_loss"] = float(loss[0])
+    out["final_loss"] = float(loss[-1])
+    out["best_loss"] = float(loss[best])
+    out["best_step"] = int(steps["step"][best])
+    st = np.asarray(steps["step_time_s"], dtype=np.float64)
+    tps = np.asarray(steps["tokens_per_s"], dtype=np.float64)
+    steady = slice(1, None) if n > 1 else slice(0, None)  # step 0 includes warm-up
+    out["tokens_per_s"] = float(np.mean(tps[steady]))
+    out["step_time_s"] = float(np.mean(st[steady]))
+    total_time = float(np.sum(st))
+    bubble = float(np.mean(np.asarray(steps["bubble_fraction"], dtype=np.float64)))
+
+    split = {"bubble": bubble}
+    if rf.has("/timeline/events"):
+        ev = rf.events()
+        busy = busy_per_rank_step(ev)
+        ranks = sorted({r for r, _ in busy})
+        if ranks and total_time > 0:
+            split["compute"] = float(np.mean([sum(v for (r, _), v in busy.items() if r == rk) for rk in ranks]) / total_time)
+    rs = rf.rank_summary()
+    if rs is not None and total_time > 0 and "comm_wait_s" in rs.dtype.names:
+        waits = np.asarray(rs["comm_wait_s"], dtype=np.float64).reshape(len(rs), -1)
+        for i, k in enumerate(COMM_KINDS[: waits.shape[1]]):
+            split[f"comm_wait_{k}"] = float(np.mean(waits[:, i]) / total_time)
+        if "peak_rss_bytes" in rs.dtype.names:
+            out["peak_rss_mb_max"] = float(np.max(rs["peak_rss_bytes"]) / 2**20)
+    out["time_split"] = split
+
+    cb = rf.comm_bytes()
+    if cb is not None and cb.size:
+        out["comm_mb_per_step"] = {k: float(np.mean(cb[:, i]) / 2**20) for i, k in enumerate(COMM_KINDS)}
+        out["comm_mb_total"] = {k: float(np.sum(cb[:, i]) / 2**20) for i, k in enumerate(COMM_KINDS)}
+    et = rf.expert_tokens()
+    if et is not None and et.size:
+        mean = et.mean(axis=2)
+        imb = np.where(mean > 0, et.max(axis=2) / np.maximum(mean, 1e-12), 1.0)
+        out["expert_imbalance"] = {"mean": float(imb.mean()), "last_step": [float(x) for x in imb[-1]]}
+        out["expert_tokens_per_step"] = int(et[-1].sum())
+    return out
+
+
+def format_text(s: dict) -> str:
+    L = []
+    L.append(f"run file      {s['file']}{'' if s['completed'] else '   (INCOMPLETE: run did not finish)'}")
+    if s.get("slurm_job_id"):
+        L.append(f"slurm job     {s['slurm_job_id']}")
+    t = s["topology"]
+    L.append(f"topology      {t.get('nodes')} nodes x {t.get('ranks_per_node')} ranks (nvlink domain {t.get('nvlink_domain')}, {t.get('source')})")
+    L.append(f"mesh          pp={t.get('pp')} dp={t.get('dp')} cp={t.get('cp')} ep={t.get('ep')} vpp={t.get('vpp')}  world={s.get('world_size')}")
+    m = s.get("config", {}).get("model", {})
+    if m:
+        L.append(f"model         d_model={m.get('d_model')} layers={m.get('n_layers')} heads={m.get('n_heads')}/{m.get('n_kv_heads')} experts={m.get('n_experts')} top_k={m.get('top_k')}")
+    p = s.get("config", {}).get("parallel", {})
+    d = s.get("config", {}).get("data", {})
+    if p or d:
+        L.append(f"schedule      {p.get('schedule')}  cp_layout={p.get('cp_layout')}  seq_len={d.get('seq_len')}  microbatches={d.get('num_microbatches')}")
+    L.append(f"steps         {s['steps']}")
+    if s["steps"]:
+        L.append(f"loss          first {s['first_loss']:.4f}  final {s['final_loss']:.4f}  best {s['best_loss']:.4f} (step {s['best_step']})")
+        L.append(f"throughput    {s['tokens_per_s']:.0f} tokens/s, {s['step_time_s'] * 1e3:.1f} ms/step (mean after the first step)")
+        split = s.get("time_split", {})
+        parts = "  ".join(f"{k} {100 * v:.1f}%" for k, v in split.items())
+        L.append(f"time split    {parts}")
+        if "comm_mb_per_step" in s:
+            L.append("comm / step   " + "  ".join(f"{k} {v:.2f} MB" for k, v in s["comm_mb_per_step"].items()))
+        if "expert_imbalance" in s:
+            ei = s["expert_imbalance"]
+            L.append(f"experts       imbalance max/mean {ei['mean']:.3f} (mean over steps and layers); last step per layer "
+                     + ", ".join(f"{x:.2f}" for x in ei["last_step"]))
+        if "peak_rss_mb_max" in s:
+            L.append(f"memory        peak RSS {s['peak_rss_mb_max']:.0f} MB (max over ranks)")
+    return "\n".join(L)

@@ -1,0 +1,184 @@
+"""trident-analyze against run files produced here by real trident runs.
+
+Two small runs of one model: on 4 ranks (pp=2, cp=2, ep=2: timeline, ring
+attention, experts, activation capture) and on 1 rank; the 1-rank run twice.
+Needs TRIDENT_BIN and TRIDENT_MPIRUN (set by ctest) and the analysis package
+(installed into .venv by scripts/install-deps.sh).
+"""
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+BIN = os.environ.get("TRIDENT_BIN")
+MPIRUN = shlex.split(os.environ.get("TRIDENT_MPIRUN", ""))
+
+COMMON = [
+    "model.vocab_size=32", "model.d_model=32", "model.n_layers=2", "model.n_heads=4", "model.n_kv_heads=2",
+    "model.ffn_hidden=32", "model.n_experts=4", "model.top_k=2",
+    "data.seq_len=32", "data.micro_batch_size=1", "data.num_microbatches=4",
+    "train.steps=3", "train.warmup_steps=1",
+    "output.activation_steps=[1]", "output.activation_layers=[0,1]", "output.activation_samples=[0,2]",
+]
+
+
+def trident_run(tmp, name, np_, extra):
+    if not BIN or not MPIRUN:
+        pytest.fail("TRIDENT_BIN and TRIDENT_MPIRUN must be set (run through ctest)")
+    out = os.path.join(tmp, f"{name}.h5")
+    sets = []
+    for kv in COMMON + extra + [f"output.checkpoint_dir={os.path.join(tmp, name + '-ckpt')}"]:
+        sets += ["--set", kv]
+    cmd = MPIRUN + ["-np", str(np_), BIN, "run"] + sets + ["--output", out]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"{' '.join(cmd)}\nstdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}"
+    assert os.path.exists(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = str(tmp_path_factory.mktemp("runs"))
+    par = trident_run(tmp, "par4", 4, ["parallel.pp=2", "parallel.cp=2", "parallel.ep=2",
+                                       "parallel.cp_layout=zigzag"])
+    ser = trident_run(tmp, "ser1", 1, [])
+    ser2 = trident_run(tmp, "ser1b", 1, [])
+    return {"tmp": tmp, "par": par, "ser": ser, "ser2": ser2}
+
+
+def analyze(*args):
+    return subprocess.run([sys.executable, "-m", "trident_analyze", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_summary_text_and_json(runs):
+    r = analyze("summary", runs["par"])
+    assert r.returncode == 0, r.stderr
+    assert "pp=2" in r.stdout and "cp=2" in r.stdout and "steps         3" in r.stdout
+    r = analyze("summary", runs["par"], "--json")
+    assert r.returncode == 0, r.stderr
+    import json
+    s = json.loads(r.stdout)
+    assert s["steps"] == 3
+    assert s["topology"]["pp"] == 2 and s["topology"]["cp"] == 2
+    assert s["comm_mb_total"]["cp"] > 0 and s["comm_mb_total"]["pp"] > 0 and s["comm_mb_total"]["ep"] > 0
+    assert 0.0 <= s["time_split"]["bubble"] < 1.0
+    # dropless: every token goes to top_k experts
+    tokens = 32 * 1 * 4  # seq_len * micro_batch_size * num_microbatches (dp = 1)
+    assert s["expert_tokens_per_step"] == tokens * 2 * 2  # top_k = 2, two MoE layers
+
+
+def test_expert_tokens_sum_dropless(runs):
+    with h5py.File(runs["par"], "r") as f:
+        et = f["/metrics/expert_tokens"][()]
+    tokens = 32 * 1 * 4
+    assert et.shape[0] == 3 and et.shape[2] == 4
+    for step in range(3):
+        for layer in range(et.shape[1]):
+            assert et[step, layer].sum() == tokens * 2
+
+
+def test_plot_all_figures(runs, tmp_path):
+    out = tmp_path / "fig"
+    r = analyze("plot", runs["par"], "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    for name in ["loss", "pipeline", "cp_balance", "experts", "comm"]:
+        p = out / f"{name}.png"
+        assert p.exists(), f"{name}.png missing; stderr: {r.stderr}"
+        assert p.stat().st_size > 5000, f"{name}.png looks empty"
+        with open(p, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_trace(runs, tmp_path):
+    out = tmp_path / "trace.json"
+    r = analyze("trace", runs["par"], "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    import json
+    tr = json.loads(out.read_text())
+    xs = [e for e in tr["traceEvents"] if e["ph"] == "X"]
+    names = {e["name"][0] for e in xs}
+    assert {"F", "B"} <= names
+    assert {e["pid"] for e in xs} == {0, 1, 2, 3}
+    assert all(e["dur"] >= 0 for e in xs)
+
+
+def test_compare_identical_runs_is_zero(runs):
+    r = analyze("compare", runs["ser"], runs["ser2"], "--tolerance", "0", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    import json
+    res = json.loads(r.stdout.split("\nPASS")[0])
+    assert res["metrics"]["loss"]["max_rel"] == 0.0
+
+
+def test_compare_parity_run_below_1e4(runs):
+    r = analyze("compare", runs["par"], runs["ser"], "--tolerance", "1e-4")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "PASS" in r.stdout
+
+
+def test_attention_check_passes_on_real_capture(runs):
+    for layer in (0, 1):
+        r = analyze("attention", runs["par"], "--step", "1", "--layer", str(layer))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "PASS" in r.stdout
+
+
+def test_attention_check_fails_on_tampered_capture(runs, tmp_path):
+    bad = tmp_path / "tampered.h5"
+    shutil.copy(runs["par"], bad)
+    with h5py.File(bad, "r+") as f:
+        ds = f["/activations/step_1/layer_0/attn_out"]
+        a = ds[()]
+        a[0, a.shape[1] // 2, 0, :] += 0.5  # one token, one head
+        ds[...] = a
+    r = analyze("attention", str(bad), "--step", "1", "--layer", "0")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "FAIL" in r.stdout
+
+
+def test_truncated_file_gives_clear_message(runs, tmp_path):
+    bad = tmp_path / "truncated.h5"
+    data = open(runs["par"], "rb").read()
+    bad.write_bytes(data[: len(data) // 3])
+    r = analyze("summary", str(bad))
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert "truncated" in r.stderr and str(bad) in r.stderr
+
+
+def test_missing_parts_are_named(runs):
+    r = analyze("attention", runs["par"], "--step", "2", "--layer", "0")
+    assert r.returncode == 2
+    assert "has no /activations/step_2/layer_0/q" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_killed_run_is_readable(runs, tmp_path):
+    """A run killed after some steps: completed steps readable, summary says incomplete."""
+    out = str(tmp_path / "killed.h5")
+    sets = []
+    for kv in COMMON + ["train.steps=1000", f"output.checkpoint_dir={tmp_path / 'ck'}"]:
+        sets += ["--set", kv]
+    p = subprocess.Popen(MPIRUN + ["-np", "1", BIN, "run"] + sets + ["--output", out],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    import time
+    deadline = time.time() + 120
+    seen = 0
+    for line in p.stdout:
+        if line.lstrip().startswith("step"):
+            seen += 1
+        if seen >= 4 or time.time() > deadline:
+            break
+    subprocess.run(["pkill", "-KILL", "-f", out])
+    p.kill()
+    p.wait(timeout=30)
+    r = analyze("summary", out, "--json")
+    assert r.returncode == 0, r.stderr
+    import json
+    s = json.loads(r.stdout)
+    assert s["completed"] is False
+    assert s["steps"] >= 3
