@@ -7,8 +7,13 @@
 // keys to each other and to the world size. Every error is an InputError with
 // one line: "FILE:LINE: key: rule" (or "--set key=value: rule").
 // share/trident/config-reference.md documents every key.
+//
+// load_config() also runs validate_config(cfg, 0) (the rules that do not need
+// the world size); parse_config_text() only parses, so that tests and
+// checkpoints can hold a config that a particular world would reject.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,6 +44,8 @@ struct ModelConfig {
   bool is_moe_layer(int layer) const {
     return n_experts > 0 && (layer % moe_every) == (moe_every - 1);
   }
+
+  bool operator==(const ModelConfig&) const = default;
 };
 
 struct DataConfig {
@@ -49,6 +56,8 @@ struct DataConfig {
   uint64_t seed = 1234;
   std::string token_file;          // task = "tokens": flat binary token ids
   std::string token_dtype = "uint16";  // "uint16" | "uint32"
+
+  bool operator==(const DataConfig&) const = default;
 };
 
 struct ParallelConfig {
@@ -59,6 +68,8 @@ struct ParallelConfig {
   int ep = 1;
   std::string schedule = "1f1b";     // "afab" | "1f1b" | "interleaved" | "zb-h1"
   // dp = world_size / (pp * cp)
+
+  bool operator==(const ParallelConfig&) const = default;
 };
 
 struct TrainConfig {
@@ -72,12 +83,16 @@ struct TrainConfig {
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
+
+  bool operator==(const TrainConfig&) const = default;
 };
 
 struct RuntimeConfig {
   std::string backend = "auto";  // "cpu" | "cuda" | "auto"
   std::string comm = "auto";     // "mpi" | "nccl" | "auto"
   double timeout_s = 300;        // watchdog deadline for any single wait
+
+  bool operator==(const RuntimeConfig&) const = default;
 };
 
 struct OutputConfig {
@@ -89,6 +104,8 @@ struct OutputConfig {
   std::vector<int> activation_samples = {0};
   std::vector<std::string> activations = {"q", "k", "v", "attn_out", "router_logits"};
   bool timeline = true;
+
+  bool operator==(const OutputConfig&) const = default;
 };
 
 // [topology]: optional; replaces detection (CPU machines, tests, demos).
@@ -96,6 +113,8 @@ struct TopologyOverride {
   int nodes = 0;
   int devices_per_node = 0;
   int nvlink_domain = 0;  // 0: = devices_per_node
+
+  bool operator==(const TopologyOverride&) const = default;
 };
 
 struct Config {
@@ -110,6 +129,17 @@ struct Config {
   std::string source;  // file the config came from ("<defaults>" if none)
 
   // The global batch: micro_batch_size * num_microbatches * dp sequences.
+
+  // Where each explicitly given key came from, "section.key" -> "FILE:LINE"
+  // or "--set section.key=value", so that validate_config() can point at the
+  // line of a key involved in a cross-key rule. Not part of equality.
+  std::map<std::string, std::string> key_origin;
+
+  // Equal resolved values (source and key_origin are not compared).
+  bool operator==(const Config& o) const {
+    return model == o.model && data == o.data && parallel == o.parallel && train == o.train &&
+           runtime == o.runtime && output == o.output && topology == o.topology;
+  }
 };
 
 // Parse FILE (empty path: defaults only) and apply overrides "section.key=value".
@@ -132,7 +162,12 @@ std::string to_toml(const Config& cfg);
 // checkpoint from another model is refused by comparing it.
 std::string model_hash(const Config& cfg);
 
-// Minimum micro-batches the schedule needs for pp (and vpp).
+// Minimum micro-batches the schedule needs for pp (and vpp): 1 for "afab",
+// "1f1b" and "zb-h1"; pp for "interleaved", which also needs
+// num_microbatches % pp == 0 (Megatron's rule; checked by validate_config).
 int min_microbatches(const std::string& schedule, int pp, int vpp);
+
+// Every key as "section.key", in the order of to_toml() (reference, tests).
+std::vector<std::string> config_keys();
 
 }  // namespace trident

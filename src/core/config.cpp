@@ -1,0 +1,771 @@
+// Config loading: TOML text -> Config, `--set` overrides, the per-key and
+// cross-key rules, and the resolved config back to TOML.
+//
+// Every key is described once in key_table() (type, where it lives in Config,
+// its allowed range); parsing, overrides, to_toml() and config_keys() all walk
+// that table, so a key added there is parsed, checked and written back.
+#include "trident/core/config.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <limits>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "trident/core/error.hpp"
+
+namespace trident {
+namespace {
+
+enum class Kind { Int, UInt64, Float, Bool, String, IntList, StringList };
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct KeyDef {
+  KeyDef(std::string sec, std::string nm, Kind kd, std::function<void*(Config&)> r)
+      : section(std::move(sec)), name(std::move(nm)), kind(kd), ref(std::move(r)) {}
+
+  std::string section, name;
+  Kind kind;
+  std::function<void*(Config&)> ref;
+  // Numeric range (Int, UInt64, Float, and the elements of IntList).
+  double lo = -kInf, hi = kInf;
+  bool lo_open = false, hi_open = false;
+  // Allowed strings (String and the elements of StringList); empty: any.
+  std::vector<std::string> choices;
+  bool nonempty = false;  // String: must not be ""
+  bool unique = false;    // lists: no element twice
+
+  std::string full() const { return section + "." + name; }
+};
+
+// Small builders so that the table below reads as a schema.
+KeyDef int_key(const char* sec, const char* name, std::function<void*(Config&)> ref,
+               double lo, double hi = kInf) {
+  KeyDef k{sec, name, Kind::Int, std::move(ref)};
+  k.lo = lo;
+  k.hi = hi;
+  return k;
+}
+KeyDef float_key(const char* sec, const char* name, std::function<void*(Config&)> ref, double lo,
+                 bool lo_open, double hi = kInf, bool hi_open = false) {
+  KeyDef k{sec, name, Kind::Float, std::move(ref)};
+  k.lo = lo;
+  k.lo_open = lo_open;
+  k.hi = hi;
+  k.hi_open = hi_open;
+  return k;
+}
+KeyDef enum_key(const char* sec, const char* name, std::function<void*(Config&)> ref,
+                std::vector<std::string> choices) {
+  KeyDef k{sec, name, Kind::String, std::move(ref)};
+  k.choices = std::move(choices);
+  return k;
+}
+KeyDef string_key(const char* sec, const char* name, std::function<void*(Config&)> ref,
+                  bool nonempty) {
+  KeyDef k{sec, name, Kind::String, std::move(ref)};
+  k.nonempty = nonempty;
+  return k;
+}
+
+TopologyOverride& topo_of(Config& c) {
+  if (!c.topology) c.topology.emplace();
+  return *c.topology;
+}
+
+const std::vector<std::string> kSections = {"model",   "data",   "parallel", "train",
+                                            "runtime", "output", "topology"};
+
+const std::vector<KeyDef>& key_table() {
+  static const std::vector<KeyDef> table = [] {
+    std::vector<KeyDef> t;
+    // [model]
+    t.push_back(int_key("model", "vocab_size", [](Config& c) { return &c.model.vocab_size; }, 2));
+    t.push_back(int_key("model", "d_model", [](Config& c) { return &c.model.d_model; }, 1));
+    t.push_back(int_key("model", "n_layers", [](Config& c) { return &c.model.n_layers; }, 1));
+    t.push_back(int_key("model", "n_heads", [](Config& c) { return &c.model.n_heads; }, 1));
+    t.push_back(int_key("model", "n_kv_heads", [](Config& c) { return &c.model.n_kv_heads; }, 1));
+    t.push_back(int_key("model", "ffn_hidden", [](Config& c) { return &c.model.ffn_hidden; }, 1));
+    t.push_back(int_key("model", "n_experts", [](Config& c) { return &c.model.n_experts; }, 0));
+    t.push_back(int_key("model", "top_k", [](Config& c) { return &c.model.top_k; }, 1));
+    t.push_back(int_key("model", "moe_every", [](Config& c) { return &c.model.moe_every; }, 1));
+    t.push_back(enum_key("model", "router", [](Config& c) { return &c.model.router; },
+                         {"softmax", "sigmoid_bias"}));
+    t.push_back(float_key("model", "capacity_factor",
+                          [](Config& c) { return &c.model.capacity_factor; }, 0, false));
+    t.push_back(float_key("model", "aux_loss_coef", [](Config& c) { return &c.model.aux_loss_coef; },
+                          0, false));
+    t.push_back(
+        float_key("model", "rope_theta", [](Config& c) { return &c.model.rope_theta; }, 0, true));
+    t.push_back({"model", "norm_topk", Kind::Bool, [](Config& c) { return &c.model.norm_topk; }});
+    t.push_back(
+        float_key("model", "z_loss_coef", [](Config& c) { return &c.model.z_loss_coef; }, 0, false));
+    t.push_back(float_key("model", "router_bias_rate",
+                          [](Config& c) { return &c.model.router_bias_rate; }, 0, false));
+    t.push_back(
+        float_key("model", "init_std", [](Config& c) { return &c.model.init_std; }, 0, true));
+    // [data]
+    t.push_back(enum_key("data", "task", [](Config& c) { return &c.data.task; },
+                         {"recall", "copy", "tokens"}));
+    t.push_back(int_key("data", "seq_len", [](Config& c) { return &c.data.seq_len; }, 1));
+    t.push_back(
+        int_key("data", "micro_batch_size", [](Config& c) { return &c.data.micro_batch_size; }, 1));
+    t.push_back(
+        int_key("data", "num_microbatches", [](Config& c) { return &c.data.num_microbatches; }, 1));
+    {
+      KeyDef k{"data", "seed", Kind::UInt64, [](Config& c) { return &c.data.seed; }};
+      k.lo = 0;
+      t.push_back(k);
+    }
+    t.push_back(string_key("data", "token_file", [](Config& c) { return &c.data.token_file; },
+                           false));
+    t.push_back(enum_key("data", "token_dtype", [](Config& c) { return &c.data.token_dtype; },
+                         {"uint16", "uint32"}));
+    // [parallel]
+    t.push_back(int_key("parallel", "pp", [](Config& c) { return &c.parallel.pp; }, 1));
+    t.push_back(int_key("parallel", "vpp", [](Config& c) { return &c.parallel.vpp; }, 1));
+    t.push_back(int_key("parallel", "cp", [](Config& c) { return &c.parallel.cp; }, 1));
+    t.push_back(enum_key("parallel", "cp_layout", [](Config& c) { return &c.parallel.cp_layout; },
+                         {"zigzag", "contiguous"}));
+    t.push_back(int_key("parallel", "ep", [](Config& c) { return &c.parallel.ep; }, 1));
+    t.push_back(enum_key("parallel", "schedule", [](Config& c) { return &c.parallel.schedule; },
+                         {"afab", "1f1b", "interleaved", "zb-h1"}));
+    // [train]
+    t.push_back(int_key("train", "steps", [](Config& c) { return &c.train.steps; }, 1));
+    t.push_back(float_key("train", "lr", [](Config& c) { return &c.train.lr; }, 0, true));
+    t.push_back(int_key("train", "warmup_steps", [](Config& c) { return &c.train.warmup_steps; }, 0));
+    t.push_back(
+        float_key("train", "weight_decay", [](Config& c) { return &c.train.weight_decay; }, 0, false));
+    t.push_back(
+        float_key("train", "grad_clip", [](Config& c) { return &c.train.grad_clip; }, 0, false));
+    t.push_back(float_key("train", "min_lr_ratio", [](Config& c) { return &c.train.min_lr_ratio; },
+                          0, false, 1, false));
+    t.push_back(
+        float_key("train", "beta1", [](Config& c) { return &c.train.beta1; }, 0, false, 1, true));
+    t.push_back(
+        float_key("train", "beta2", [](Config& c) { return &c.train.beta2; }, 0, false, 1, true));
+    t.push_back(float_key("train", "eps", [](Config& c) { return &c.train.eps; }, 0, true));
+    // [runtime]
+    t.push_back(enum_key("runtime", "backend", [](Config& c) { return &c.runtime.backend; },
+                         {"cpu", "cuda", "auto"}));
+    t.push_back(enum_key("runtime", "comm", [](Config& c) { return &c.runtime.comm; },
+                         {"mpi", "nccl", "auto"}));
+    t.push_back(
+        float_key("runtime", "timeout_s", [](Config& c) { return &c.runtime.timeout_s; }, 0, true));
+    // [output]
+    t.push_back(string_key("output", "file", [](Config& c) { return &c.output.file; }, true));
+    t.push_back(int_key("output", "checkpoint_every",
+                        [](Config& c) { return &c.output.checkpoint_every; }, 0));
+    t.push_back(string_key("output", "checkpoint_dir",
+                           [](Config& c) { return &c.output.checkpoint_dir; }, true));
+    for (const char* list : {"activation_steps", "activation_layers", "activation_samples"}) {
+      std::string n = list;
+      KeyDef k{"output", list, Kind::IntList, [n](Config& c) -> void* {
+                 if (n == "activation_steps") return &c.output.activation_steps;
+                 if (n == "activation_layers") return &c.output.activation_layers;
+                 return &c.output.activation_samples;
+               }};
+      k.lo = 0;
+      k.unique = true;
+      t.push_back(k);
+    }
+    {
+      KeyDef k{"output", "activations", Kind::StringList,
+               [](Config& c) { return &c.output.activations; }};
+      k.choices = {"q", "k", "v", "attn_out", "router_logits"};
+      k.unique = true;
+      t.push_back(k);
+    }
+    t.push_back({"output", "timeline", Kind::Bool, [](Config& c) { return &c.output.timeline; }});
+    // [topology]
+    t.push_back(int_key("topology", "nodes", [](Config& c) { return &topo_of(c).nodes; }, 1));
+    t.push_back(int_key("topology", "devices_per_node",
+                        [](Config& c) { return &topo_of(c).devices_per_node; }, 1));
+    t.push_back(int_key("topology", "nvlink_domain",
+                        [](Config& c) { return &topo_of(c).nvlink_domain; }, 0));
+    return t;
+  }();
+  return table;
+}
+
+const KeyDef* find_key(const std::string& section, const std::string& name) {
+  for (const auto& k : key_table())
+    if (k.section == section && k.name == name) return &k;
+  return nullptr;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// The known key nearest to section.name: a typo in the name, or the right
+// name in the wrong table. Empty if nothing is close.
+std::string suggest_key(const std::string& section, const std::string& name) {
+  const std::string given = section + "." + name;
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (const auto& k : key_table()) {
+    size_t d = edit_distance(given, k.full());
+    if (k.section != section) d = std::min(d, edit_distance(name, k.name) + 1);
+    if (d < best_d) {
+      best_d = d;
+      best = k.full();
+    }
+  }
+  const size_t limit = std::max<size_t>(2, name.size() / 3);
+  return best_d <= limit ? best : std::string();
+}
+
+std::string suggest_section(const std::string& name) {
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (const auto& s : kSections) {
+    size_t d = edit_distance(name, s);
+    if (d < best_d) {
+      best_d = d;
+      best = s;
+    }
+  }
+  return best_d <= std::max<size_t>(2, name.size() / 3) ? best : std::string();
+}
+
+// One line, whatever the TOML library's message held.
+std::string one_line(std::string s) {
+  for (char& ch : s)
+    if (ch == '\n' || ch == '\r') ch = ' ';
+  return s;
+}
+
+[[noreturn]] void fail(const std::string& origin, const std::string& key, const std::string& rule) {
+  // A --set origin already names the key.
+  if (origin.rfind("--set ", 0) == 0) throw InputError(one_line(origin + ": " + rule));
+  throw InputError(one_line(origin + ": " + key + ": " + rule));
+}
+
+std::string format_double(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof buf, v);  // shortest text that reads back exactly
+  std::string s(buf, res.ptr);
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char ch : s) {
+    switch (ch) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (ch < 0x20 || ch == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+          out += buf;
+        } else {
+          out += static_cast<char>(ch);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+const char* type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::table: return "a table";
+    case toml::node_type::date: return "a date";
+    case toml::node_type::time: return "a time";
+    case toml::node_type::date_time: return "a date-time";
+    default: return "nothing";
+  }
+}
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::Int: return "an integer";
+    case Kind::UInt64: return "a non-negative integer";
+    case Kind::Float: return "a number";
+    case Kind::Bool: return "a boolean (true or false)";
+    case Kind::String: return "a string";
+    case Kind::IntList: return "an array of integers";
+    case Kind::StringList: return "an array of strings";
+  }
+  return "?";
+}
+
+std::string range_text(const KeyDef& k) {
+  auto num = [&](double v) {
+    return k.kind == Kind::Float ? format_double(v) : std::to_string(static_cast<long long>(v));
+  };
+  const bool has_lo = k.lo != -kInf, has_hi = k.hi != kInf;
+  if (has_lo && has_hi)
+    return std::string("in ") + (k.lo_open ? "(" : "[") + num(k.lo) + ", " + num(k.hi) +
+           (k.hi_open ? ")" : "]");
+  if (has_lo) return std::string(k.lo_open ? "> " : ">= ") + num(k.lo);
+  if (has_hi) return std::string(k.hi_open ? "< " : "<= ") + num(k.hi);
+  return "finite";
+}
+
+bool in_range(const KeyDef& k, double v) {
+  if (!std::isfinite(v)) return false;
+  if (k.lo_open ? !(v > k.lo) : !(v >= k.lo)) return false;
+  if (k.hi_open ? !(v < k.hi) : !(v <= k.hi)) return false;
+  return true;
+}
+
+std::string choices_text(const KeyDef& k) {
+  std::string s;
+  for (size_t i = 0; i < k.choices.size(); ++i) s += (i ? ", " : "") + quote(k.choices[i]);
+  return s;
+}
+
+bool is_choice(const KeyDef& k, const std::string& v) {
+  return k.choices.empty() || std::find(k.choices.begin(), k.choices.end(), v) != k.choices.end();
+}
+
+// Reads a TOML integer into an int, checking the key's range.
+long long checked_int(const KeyDef& k, const toml::node& n, const std::string& origin,
+                      const std::string& what) {
+  auto v = n.value_exact<int64_t>();
+  if (!v) fail(origin, k.full(), "expected " + what + ", got " + type_name(n));
+  if (!in_range(k, static_cast<double>(*v)))
+    fail(origin, k.full(), "must be " + range_text(k) + " (got " + std::to_string(*v) + ")");
+  if (k.kind != Kind::UInt64 && (*v > INT_MAX || *v < INT_MIN))
+    fail(origin, k.full(), "must fit a 32-bit integer (got " + std::to_string(*v) + ")");
+  return *v;
+}
+
+// Sets key k of cfg from TOML node n; origin names where n came from.
+void apply(Config& cfg, const KeyDef& k, const toml::node& n, const std::string& origin) {
+  void* field = k.ref(cfg);
+  switch (k.kind) {
+    case Kind::Int:
+      *static_cast<int*>(field) = static_cast<int>(checked_int(k, n, origin, "an integer"));
+      break;
+    case Kind::UInt64:
+      *static_cast<uint64_t*>(field) =
+          static_cast<uint64_t>(checked_int(k, n, origin, "a non-negative integer"));
+      break;
+    case Kind::Float: {
+      std::optional<double> v;
+      if (n.is_floating_point()) v = n.value_exact<double>();
+      else if (n.is_integer()) v = static_cast<double>(*n.value_exact<int64_t>());
+      if (!v) fail(origin, k.full(), std::string("expected a number, got ") + type_name(n));
+      if (!in_range(k, *v))
+        fail(origin, k.full(), "must be " + range_text(k) + " (got " + format_double(*v) + ")");
+      *static_cast<double*>(field) = *v;
+      break;
+    }
+    case Kind::Bool: {
+      auto v = n.value_exact<bool>();
+      if (!v) fail(origin, k.full(), std::string("expected true or false, got ") + type_name(n));
+      *static_cast<bool*>(field) = *v;
+      break;
+    }
+    case Kind::String: {
+      auto v = n.value_exact<std::string>();
+      if (!v) fail(origin, k.full(), std::string("expected a string, got ") + type_name(n));
+      if (!is_choice(k, *v))
+        fail(origin, k.full(), "must be one of " + choices_text(k) + " (got " + quote(*v) + ")");
+      if (k.nonempty && v->empty()) fail(origin, k.full(), "must not be empty");
+      *static_cast<std::string*>(field) = *v;
+      break;
+    }
+    case Kind::IntList: {
+      const toml::array* arr = n.as_array();
+      if (!arr) fail(origin, k.full(), std::string("expected an array of integers, got ") + type_name(n));
+      std::vector<int> out;
+      for (const toml::node& e : *arr) {
+        auto v = e.value_exact<int64_t>();
+        if (!v)
+          fail(origin, k.full(), std::string("expected an array of integers, found ") + type_name(e));
+        if (!in_range(k, static_cast<double>(*v)) || *v > INT_MAX)
+          fail(origin, k.full(),
+               "every element must be " + range_text(k) + " (got " + std::to_string(*v) + ")");
+        if (k.unique && std::find(out.begin(), out.end(), static_cast<int>(*v)) != out.end())
+          fail(origin, k.full(), "element " + std::to_string(*v) + " is listed twice");
+        out.push_back(static_cast<int>(*v));
+      }
+      *static_cast<std::vector<int>*>(field) = std::move(out);
+      break;
+    }
+    case Kind::StringList: {
+      const toml::array* arr = n.as_array();
+      if (!arr) fail(origin, k.full(), std::string("expected an array of strings, got ") + type_name(n));
+      std::vector<std::string> out;
+      for (const toml::node& e : *arr) {
+        auto v = e.value_exact<std::string>();
+        if (!v)
+          fail(origin, k.full(), std::string("expected an array of strings, found ") + type_name(e));
+        if (!is_choice(k, *v))
+          fail(origin, k.full(),
+               "every element must be one of " + choices_text(k) + " (got " + quote(*v) + ")");
+        if (k.unique && std::find(out.begin(), out.end(), *v) != out.end())
+          fail(origin, k.full(), "element " + quote(*v) + " is listed twice");
+        out.push_back(*v);
+      }
+      *static_cast<std::vector<std::string>*>(field) = std::move(out);
+      break;
+    }
+  }
+}
+
+std::string where(const std::string& source, const toml::node& n) {
+  const auto line = n.source().begin.line;
+  return line ? source + ":" + std::to_string(line) : source;
+}
+
+// Entries of a table in file order (TOML++ keeps them sorted by name).
+template <typename Table>
+std::vector<std::pair<std::string, const toml::node*>> in_file_order(const Table& t) {
+  std::vector<std::pair<std::string, const toml::node*>> out;
+  for (const auto& [key, node] : t) out.emplace_back(std::string(key.str()), &node);
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return a.second->source().begin.line < b.second->source().begin.line;
+  });
+  return out;
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+void apply_override(Config& cfg, const std::string& text) {
+  const std::string origin = "--set " + text;
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos) fail(origin, "", "expected section.key=value");
+  const std::string key = trim(text.substr(0, eq)), value = trim(text.substr(eq + 1));
+  const size_t dot = key.find('.');
+  if (dot == std::string::npos) {
+    std::string hint;
+    for (const auto& k : key_table())
+      if (k.name == key) hint = "; did you mean '" + k.full() + "'?";
+    fail(origin, key, "expected section.key=value" + hint);
+  }
+  const std::string section = key.substr(0, dot), name = key.substr(dot + 1);
+  const KeyDef* k = find_key(section, name);
+  if (!k) {
+    std::string s = suggest_key(section, name);
+    fail(origin, key, "unknown key '" + key + "'" + (s.empty() ? "" : "; did you mean '" + s + "'?"));
+  }
+  if (value.empty()) fail(origin, key, "missing value");
+  toml::table parsed;
+  bool ok = true;
+  try {
+    parsed = toml::parse("v = " + value, std::string_view("--set"));
+  } catch (const toml::parse_error&) {
+    ok = false;
+  }
+  const toml::node* node = ok ? parsed.get("v") : nullptr;
+  // Bare strings are accepted (--set parallel.schedule=zb-h1): for a string key
+  // anything that is not a quoted TOML string is taken literally.
+  toml::value<std::string> bare(value);
+  if (k->kind == Kind::String && (!node || !node->is_string())) node = &bare;
+  if (!node) fail(origin, key, std::string("expected ") + kind_name(k->kind) + ", got '" + value + "'");
+  apply(cfg, *k, *node, origin);
+  cfg.key_origin[k->full()] = origin;
+}
+
+// --- cross-key rules -------------------------------------------------------
+
+struct Checker {
+  const Config& cfg;
+
+  // Points at the first of `keys` that was given explicitly; the rule text
+  // names every key involved, so the message is clear whichever is chosen.
+  [[noreturn]] void fail_keys(std::initializer_list<const char*> keys, const std::string& rule) const {
+    for (const char* k : keys) {
+      auto it = cfg.key_origin.find(k);
+      if (it != cfg.key_origin.end()) fail(it->second, k, rule);
+    }
+    fail(cfg.source, *keys.begin(), rule);
+  }
+};
+
+std::string s(long long v) { return std::to_string(v); }
+
+}  // namespace
+
+std::vector<std::string> config_keys() {
+  std::vector<std::string> out;
+  for (const auto& k : key_table()) out.push_back(k.full());
+  return out;
+}
+
+Config parse_config_text(const std::string& toml_text, const std::string& source_name,
+                         const std::vector<std::string>& overrides) {
+  Config cfg;
+  cfg.source = source_name.empty() ? "<defaults>" : source_name;
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, std::string_view(cfg.source));
+  } catch (const toml::parse_error& e) {
+    const auto line = e.source().begin.line;
+    throw InputError(one_line(cfg.source + (line ? ":" + std::to_string(line) : std::string()) +
+                              ": TOML syntax error: " + std::string(e.description())));
+  }
+  for (const auto& [section, node] : in_file_order(root)) {
+    const std::string at = where(cfg.source, *node);
+    if (std::find(kSections.begin(), kSections.end(), section) == kSections.end()) {
+      std::string sug = suggest_section(section);
+      if (!node->is_table()) {
+        // A key outside any table, e.g. `lr = 1` at the top: name its table.
+        std::string k = suggest_key("", section);
+        if (!k.empty()) sug = k;
+      }
+      fail(at, section,
+           "unknown table or key '" + section + "'" +
+               (sug.empty() ? "; tables are [model] [data] [parallel] [train] [runtime] [output] "
+                              "[topology]"
+                            : "; did you mean '" + sug + "'?"));
+    }
+    const toml::table* tbl = node->as_table();
+    if (!tbl) fail(at, section, std::string("expected a table [") + section + "], got " + type_name(*node));
+    if (section == "topology") {
+      cfg.topology.emplace();
+      cfg.key_origin["topology"] = at;
+    }
+    for (const auto& [name, value] : in_file_order(*tbl)) {
+      const std::string vat = where(cfg.source, *value);
+      const KeyDef* k = find_key(section, name);
+      if (!k) {
+        std::string sug = suggest_key(section, name);
+        fail(vat, section + "." + name,
+             "unknown key" + (sug.empty() ? std::string() : "; did you mean '" + sug + "'?"));
+      }
+      apply(cfg, *k, *value, vat);
+      cfg.key_origin[k->full()] = vat;
+    }
+  }
+  for (const auto& o : overrides) apply_override(cfg, o);
+  if (cfg.topology) {
+    // [topology] replaces detection, so it must say what the cluster is.
+    const std::string at = cfg.key_origin.count("topology") ? cfg.key_origin["topology"] : cfg.source;
+    if (cfg.topology->nodes <= 0)
+      fail(at, "topology.nodes", "required when [topology] is given (>= 1)");
+    if (cfg.topology->devices_per_node <= 0)
+      fail(at, "topology.devices_per_node", "required when [topology] is given (>= 1)");
+  }
+  return cfg;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::string text;
+  if (!path.empty()) {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) throw InputError(path + ": cannot open the config file");
+    char buf[65536];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+    const bool bad = std::ferror(f);
+    std::fclose(f);
+    if (bad) throw InputError(path + ": cannot read the config file");
+  }
+  Config cfg = parse_config_text(text, path, overrides);
+  validate_config(cfg, 0);
+  return cfg;
+}
+
+int min_microbatches(const std::string& schedule, int pp, int vpp) {
+  if (schedule == "afab" || schedule == "1f1b" || schedule == "zb-h1") return 1;
+  if (schedule == "interleaved") return std::max(pp, 1);
+  throw InputError("schedule '" + schedule + "': must be one of afab, 1f1b, interleaved, zb-h1");
+}
+
+void validate_config(const Config& cfg, int world_size) {
+  const Checker c{cfg};
+  const ModelConfig& m = cfg.model;
+  const DataConfig& d = cfg.data;
+  const ParallelConfig& p = cfg.parallel;
+
+  // Attention shapes.
+  if (m.n_kv_heads > m.n_heads || m.n_heads % m.n_kv_heads != 0)
+    c.fail_keys({"model.n_kv_heads", "model.n_heads"},
+                "model.n_heads=" + s(m.n_heads) + " must be a multiple of model.n_kv_heads=" +
+                    s(m.n_kv_heads) + " (grouped-query attention)");
+  if (m.d_model % m.n_heads != 0)
+    c.fail_keys({"model.d_model", "model.n_heads"},
+                "model.d_model=" + s(m.d_model) + " must be divisible by model.n_heads=" +
+                    s(m.n_heads));
+  if (m.head_dim() % 2 != 0)
+    c.fail_keys({"model.d_model", "model.n_heads"},
+                "head_dim = model.d_model/model.n_heads = " + s(m.head_dim()) +
+                    " must be even (RoPE rotates pairs)");
+  // Experts.
+  if (m.n_experts > 0) {
+    if (m.top_k > m.n_experts)
+      c.fail_keys({"model.top_k", "model.n_experts"},
+                  "model.top_k=" + s(m.top_k) + " must be <= model.n_experts=" + s(m.n_experts));
+    if (m.n_experts % p.ep != 0)
+      c.fail_keys({"parallel.ep", "model.n_experts"},
+                  "model.n_experts=" + s(m.n_experts) + " must be divisible by parallel.ep=" +
+                      s(p.ep));
+    if (m.moe_every > m.n_layers)
+      c.fail_keys({"model.moe_every", "model.n_layers"},
+                  "model.moe_every=" + s(m.moe_every) + " must be <= model.n_layers=" +
+                      s(m.n_layers) + " (otherwise no layer is an MoE layer)");
+  } else if (p.ep > 1) {
+    c.fail_keys({"parallel.ep", "model.n_experts"},
+                "parallel.ep=" + s(p.ep) + " needs an MoE model (model.n_experts > 0)");
+  }
+  // Context parallelism splits the sequence.
+  if (p.cp_layout == "zigzag" && d.seq_len % (2 * p.cp) != 0)
+    c.fail_keys({"data.seq_len", "parallel.cp", "parallel.cp_layout"},
+                "data.seq_len=" + s(d.seq_len) + " must be divisible by 2*parallel.cp=" +
+                    s(2 * p.cp) + " (zigzag layout: 2*cp chunks)");
+  if (p.cp_layout == "contiguous" && d.seq_len % p.cp != 0)
+    c.fail_keys({"data.seq_len", "parallel.cp", "parallel.cp_layout"},
+                "data.seq_len=" + s(d.seq_len) + " must be divisible by parallel.cp=" + s(p.cp) +
+                    " (contiguous layout)");
+  // Pipeline.
+  if (p.vpp > 1 && p.schedule != "interleaved")
+    c.fail_keys({"parallel.vpp", "parallel.schedule"},
+                "parallel.vpp=" + s(p.vpp) +
+                    " > 1 needs parallel.schedule = \"interleaved\" (got \"" + p.schedule + "\")");
+  if (p.schedule == "interleaved" && p.vpp < 2)
+    c.fail_keys({"parallel.schedule", "parallel.vpp"},
+                "parallel.schedule = \"interleaved\" needs parallel.vpp >= 2 (got " + s(p.vpp) + ")");
+  if (m.n_layers % (p.pp * p.vpp) != 0)
+    c.fail_keys({"model.n_layers", "parallel.pp", "parallel.vpp"},
+                "model.n_layers=" + s(m.n_layers) + " must be divisible by parallel.pp*parallel.vpp=" +
+                    s(p.pp * p.vpp) + " (every model chunk gets the same number of layers)");
+  const int min_m = min_microbatches(p.schedule, p.pp, p.vpp);
+  if (d.num_microbatches < min_m)
+    c.fail_keys({"data.num_microbatches", "parallel.schedule", "parallel.pp"},
+                "data.num_microbatches=" + s(d.num_microbatches) + " must be >= " + s(min_m) +
+                    " for schedule \"" + p.schedule + "\" with parallel.pp=" + s(p.pp));
+  if (p.schedule == "interleaved" && d.num_microbatches % p.pp != 0)
+    c.fail_keys({"data.num_microbatches", "parallel.schedule", "parallel.pp"},
+                "data.num_microbatches=" + s(d.num_microbatches) +
+                    " must be a multiple of parallel.pp=" + s(p.pp) + " for schedule \"interleaved\"");
+  // Data.
+  if (d.task == "tokens" && d.token_file.empty())
+    c.fail_keys({"data.task", "data.token_file"},
+                "data.task = \"tokens\" needs data.token_file (a flat binary file of token ids)");
+  if (d.task != "tokens" && !d.token_file.empty())
+    c.fail_keys({"data.token_file", "data.task"},
+                "data.token_file is only read with data.task = \"tokens\" (got \"" + d.task + "\")");
+  // Output.
+  for (int l : cfg.output.activation_layers)
+    if (l >= m.n_layers)
+      c.fail_keys({"output.activation_layers", "model.n_layers"},
+                  "layer " + s(l) + " is outside [0, model.n_layers=" + s(m.n_layers) + ")");
+  for (int st : cfg.output.activation_steps)
+    if (st > cfg.train.steps)
+      c.fail_keys({"output.activation_steps", "train.steps"},
+                  "step " + s(st) + " is after the last step (train.steps=" + s(cfg.train.steps) + ")");
+  // Topology override.
+  if (cfg.topology) {
+    const TopologyOverride& t = *cfg.topology;
+    if (t.nvlink_domain > 0 && t.devices_per_node % t.nvlink_domain != 0)
+      c.fail_keys({"topology.nvlink_domain", "topology.devices_per_node"},
+                  "topology.nvlink_domain=" + s(t.nvlink_domain) +
+                      " must divide topology.devices_per_node=" + s(t.devices_per_node));
+    if (world_size > 0 && static_cast<long long>(t.nodes) * t.devices_per_node != world_size)
+      c.fail_keys({"topology.nodes", "topology.devices_per_node"},
+                  "topology.nodes*topology.devices_per_node = " + s(t.nodes) + "*" +
+                      s(t.devices_per_node) + " must equal the world size " + s(world_size));
+  }
+  if (world_size <= 0) return;
+  // Mesh sizes against the world.
+  if (world_size % (p.pp * p.cp) != 0)
+    c.fail_keys({"parallel.pp", "parallel.cp"},
+                "world size " + s(world_size) + " must be divisible by parallel.pp*parallel.cp = " +
+                    s(p.pp) + "*" + s(p.cp) + " = " + s(static_cast<long long>(p.pp) * p.cp));
+  const int dp = world_size / (p.pp * p.cp);
+  if ((dp * p.cp) % p.ep != 0)
+    c.fail_keys({"parallel.ep", "parallel.cp"},
+                "parallel.ep=" + s(p.ep) + " must divide dp*cp = " + s(dp) + "*" + s(p.cp) + " = " +
+                    s(dp * p.cp) + " (the ranks of one pipeline stage; world size " +
+                    s(world_size) + ")");
+  const long long global_batch = static_cast<long long>(d.micro_batch_size) * d.num_microbatches * dp;
+  for (int smp : cfg.output.activation_samples)
+    if (smp >= global_batch)
+      c.fail_keys({"output.activation_samples", "data.micro_batch_size", "data.num_microbatches"},
+                  "sample " + s(smp) + " is outside the global batch [0, " + s(global_batch) +
+                      ") = data.micro_batch_size*data.num_microbatches*dp = " +
+                      s(d.micro_batch_size) + "*" + s(d.num_microbatches) + "*" + s(dp));
+}
+
+std::string to_toml(const Config& cfg) {
+  Config c = cfg;  // the field accessors take a mutable Config
+  std::ostringstream out;
+  out << "# trident resolved config (every key, defaults filled in)\n";
+  std::string section;
+  for (const auto& k : key_table()) {
+    if (k.section == "topology" && !cfg.topology) continue;
+    if (k.section != section) {
+      out << (section.empty() ? "" : "\n") << "[" << k.section << "]\n";
+      section = k.section;
+    }
+    void* f = k.ref(c);
+    out << k.name << " = ";
+    switch (k.kind) {
+      case Kind::Int: out << *static_cast<int*>(f); break;
+      case Kind::UInt64: out << *static_cast<uint64_t*>(f); break;
+      case Kind::Float: out << format_double(*static_cast<double*>(f)); break;
+      case Kind::Bool: out << (*static_cast<bool*>(f) ? "true" : "false"); break;
+      case Kind::String: out << quote(*static_cast<std::string*>(f)); break;
+      case Kind::IntList: {
+        const auto& v = *static_cast<std::vector<int>*>(f);
+        out << "[";
+        for (size_t i = 0; i < v.size(); ++i) out << (i ? ", " : "") << v[i];
+        out << "]";
+        break;
+      }
+      case Kind::StringList: {
+        const auto& v = *static_cast<std::vector<std::string>*>(f);
+        out << "[";
+        for (size_t i = 0; i < v.size(); ++i) out << (i ? ", " : "") << quote(v[i]);
+        out << "]";
+        break;
+      }
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
+std::string model_hash(const Config& cfg) {
+  // FNV-1a over the [model] lines of to_toml(): stable across machines,
+  // because the text (shortest round-trip doubles) is.
+  const std::string text = to_toml(cfg);
+  const size_t b = text.find("[model]\n");
+  const size_t e = text.find("\n[", b + 1);
+  const std::string model = text.substr(b, e == std::string::npos ? std::string::npos : e - b);
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char ch : model) {
+    h ^= ch;
+    h *= 1099511628211ULL;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+}  // namespace trident
