@@ -1,0 +1,103 @@
+// MoELayer: router + experts (SwiGLU MLPs) with expert parallelism.
+//
+// Forward: logits = x·W_router -> Router (top-k, aux/z losses, capacity) ->
+// TokenDispatcher (count exchange, expert-major permutation, all-to-all-v)
+// -> each local expert runs its SwiGLU on the rows it received -> reverse
+// all-to-all-v -> weighted un-permute in token order. Backward runs the same
+// steps in reverse. The residual is the caller's.
+//
+// Parameters: "layers.<L>.moe.router" [d, E] (GradReduce::dense) and, for
+// each local expert g, "layers.<L>.moe.experts.<g>.w_gate|w_up" [d, f] and
+// ".w_down" [f, d] (GradReduce::expert). All are initialised from the
+// counter RNG by name, so any ep holds the values ep = 1 has. The
+// sigmoid_bias router's bias is state, not a parameter: buffers() gives it
+// (as a Param with GradReduce::none) for checkpoints.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "trident/comm/comm.hpp"
+#include "trident/core/config.hpp"
+#include "trident/core/param.hpp"
+#include "trident/parallel/ep/router.hpp"
+#include "trident/parallel/ep/token_dispatcher.hpp"
+
+namespace trident::ep {
+
+// One forward of one MoE layer on this rank.
+struct MoEStats {
+  double aux_loss_sum = 0;  // this rank's share of sum over samples of L_s (see Router)
+  double z_loss_sum = 0;    // same for the z-loss
+  std::vector<int64_t> tokens_per_expert;  // [E] global expert ids: copies of this rank's tokens kept
+  int64_t dropped = 0;                     // copies dropped by capacity
+  double a2a_bytes = 0, a2a_s = 0;         // forward all-to-alls of this rank
+  DispatchTimes times;                     // count exchange, permute, a2a, expert, combine
+
+  // max/mean of tokens_per_expert (1 = balanced; 0 when nothing was routed).
+  double imbalance() const;
+};
+
+// Where an expert's SwiGLU goes for each row block it receives: the default
+// is kernels::swiglu_*; tests put identity experts here.
+struct ExpertBlockFn {
+  virtual ~ExpertBlockFn() = default;
+  virtual void forward(int local_expert, const float* x, int64_t rows, float* y, float* gate,
+                       float* up) = 0;
+  virtual void backward(int local_expert, const float* x, const float* gate, const float* up,
+                        const float* dy, int64_t rows, float* dx) = 0;
+};
+
+class MoELayer {
+ public:
+  // ep: nullptr or size 1 keeps every expert local. cp: shares the samples
+  // for the aux statistics; nullptr when every sample is whole on this rank.
+  MoELayer(const ModelConfig& cfg, int layer_index, Communicator* ep, Communicator* cp);
+  ~MoELayer();
+
+  std::vector<Param*> params();   // router, then local experts (gate, up, down each)
+  std::vector<Param*> buffers();  // router bias (sigmoid_bias only), GradReduce::none
+
+  struct Cache {
+    int n_samples = 0;
+    std::vector<float> x;  // [T, d]
+    Routing routing;       // routing.logits: router_logits [T, E] for activation capture
+    DispatchPlan plan;
+    std::vector<float> expert_in, gate, up;  // expert side: [R, d], [R, f], [R, f]
+    std::vector<float> returned;             // [S, d] expert outputs back on this rank
+    const std::vector<float>& router_logits() const { return routing.logits; }
+  };
+
+  // x, y: [T, d]; sample_of_token [T] in [0, n_samples). y is overwritten
+  // with the expert mixture.
+  void forward(const float* x, int64_t T, const std::vector<int>& sample_of_token, int n_samples,
+               float* y, Cache& cache, MoEStats& stats);
+  // dy [T, d] -> dx [T, d] (overwritten); gradients ACCUMULATE into the
+  // params. daux_scale: d(total loss) / d(aux_loss_sum + z_loss_sum).
+  void backward(const float* dy, float* dx, Cache& cache, float daux_scale);
+  // sigmoid_bias only: load = copies per expert over the global batch.
+  void update_bias(const std::vector<int64_t>& global_load);
+
+  int n_experts() const { return E_; }
+  int local_experts() const { return L_; }
+  int first_local_expert() const { return first_; }
+  Router& router() { return router_; }
+  Param& router_weight() { return router_w_; }
+  Param& expert_param(int local_expert, int which);  // which: 0 gate, 1 up, 2 down
+  // Replaces the SwiGLU experts (nullptr: back to SwiGLU). Not owned.
+  void set_expert_fn(ExpertBlockFn* fn) { custom_ = fn; }
+
+ private:
+  void run_experts_forward(Cache& c, std::vector<float>& out, DispatchTimes& times);
+
+  int d_, f_, E_, k_, L_, first_;
+  Router router_;
+  TokenDispatcher dispatcher_;
+  Communicator* cp_;
+  Param router_w_;
+  Param bias_;
+  std::vector<Param> experts_;  // [L * 3]
+  ExpertBlockFn* custom_ = nullptr;
+};
+
+}  // namespace trident::ep

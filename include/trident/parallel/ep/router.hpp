@@ -1,0 +1,89 @@
+// Router of an MoE layer: from fp32 logits [T, E] to the k experts of each
+// token and their weights, the load-balancing losses, and capacity drops.
+//
+// Scoring:
+//   softmax       p = softmax(logits); top-k of p; weights p (renormalised
+//                 over the chosen k when norm_topk).
+//   sigmoid_bias  s = sigmoid(logits); top-k of s + bias, the bias only
+//                 selects; weights s (renormalised when norm_topk). The bias
+//                 moves by rate * sign(mean load - load) after each step
+//                 (auxiliary-loss-free balancing).
+// Aux loss (Switch): per sequence s, L_s = coef * E * sum_i f_i * P_i with
+//   f_i = copies routed to i / (T_s * k) and P_i = mean probability of i
+//   (softmax p, or s normalised to sum 1 for sigmoid_bias). f and T_s are
+//   summed over the CP ranks that hold the sequence. P_i is a sum over
+//   tokens, so each rank returns its own tokens' part and the parts over all
+//   ranks add up to sum_s L_s. z-loss: z_coef * mean over the sequence of
+//   logsumexp(logits)^2, split the same way.
+// Capacity (capacity_factor > 0): each expert keeps at most
+//   ceil(cf * T * k / E) of this call's T tokens' copies, the highest routing
+//   weights first (ties: lower token, then lower slot); a dropped copy adds
+//   nothing and the token keeps its residual.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trident/comm/comm.hpp"
+
+namespace trident::ep {
+
+enum class RouterScoring { softmax, sigmoid_bias };
+RouterScoring parse_router_scoring(const std::string& name);  // InputError on unknown
+
+struct RouterOptions {
+  int n_experts = 8;
+  int top_k = 2;
+  RouterScoring scoring = RouterScoring::softmax;
+  bool norm_topk = true;
+  double aux_loss_coef = 0.0;
+  double z_loss_coef = 0.0;
+  double capacity_factor = 0.0;  // 0: dropless
+  double bias_rate = 1e-3;
+};
+
+// One forward's routing, kept for backward.
+struct Routing {
+  int64_t T = 0;
+  std::vector<float> logits;  // [T, E] as given
+  std::vector<float> probs;   // [T, E] softmax p or sigmoid s
+  std::vector<float> lse;     // [T] logsumexp of logits (z-loss)
+  std::vector<int> chosen;    // [T*k] top-k experts, best first
+  std::vector<int> expert;    // [T*k] chosen, or -1 where capacity dropped the copy
+  std::vector<float> weight;  // [T*k] routing weights of the chosen copies
+  std::vector<int> sample;    // [T] sample of each token
+  std::vector<double> f;      // [n_samples * E] f_i of each sample (CP-global)
+  std::vector<double> inv_tokens;  // [n_samples] 1 / T_s (CP-global; 0 for an empty sample)
+  double aux_share = 0, z_share = 0;
+  int64_t dropped = 0;
+  int64_t capacity = 0;  // per expert; 0 when dropless
+};
+
+class Router {
+ public:
+  explicit Router(const RouterOptions& o);
+
+  // sample_of_token [T] in [0, n_samples). cp: nullptr or the CP group that
+  // shares the sequences (aux/z statistics are summed over it).
+  void route(const float* logits, int64_t T, const std::vector<int>& sample_of_token,
+             int n_samples, Communicator* cp, Routing& r) const;
+
+  // dweight [T*k] (gradient of the loss w.r.t. the weights; 0 for dropped
+  // copies) and daux_scale (gradient w.r.t. the returned aux + z shares)
+  // -> dlogits [T, E], overwritten.
+  void backward(const Routing& r, const float* dweight, float daux_scale, float* dlogits) const;
+
+  // sigmoid_bias: bias_i += rate * sign(mean(load) - load_i); load = copies
+  // per expert summed over the whole global batch. No-op for softmax.
+  void update_bias(const std::vector<int64_t>& load);
+
+  const RouterOptions& options() const { return o_; }
+  std::vector<float>& bias() { return bias_; }
+  const std::vector<float>& bias() const { return bias_; }
+
+ private:
+  RouterOptions o_;
+  std::vector<float> bias_;  // [E], sigmoid_bias only
+};
+
+}  // namespace trident::ep

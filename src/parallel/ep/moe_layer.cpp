@@ -1,0 +1,195 @@
+// MoELayer: forward and backward of router + dispatch + experts + combine.
+#include "trident/parallel/ep/moe_layer.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "trident/core/error.hpp"
+#include "trident/kernels/gemm.hpp"
+#include "trident/kernels/moe.hpp"
+#include "trident/kernels/swiglu.hpp"
+
+namespace trident::ep {
+
+double MoEStats::imbalance() const {
+  int64_t mx = 0, sum = 0;
+  for (auto v : tokens_per_expert) {
+    mx = std::max(mx, v);
+    sum += v;
+  }
+  if (sum == 0 || tokens_per_expert.empty()) return 0.0;
+  return double(mx) / (double(sum) / double(tokens_per_expert.size()));
+}
+
+namespace {
+RouterOptions router_options(const ModelConfig& cfg) {
+  RouterOptions o;
+  o.n_experts = cfg.n_experts;
+  o.top_k = cfg.top_k;
+  o.scoring = parse_router_scoring(cfg.router);
+  o.norm_topk = cfg.norm_topk;
+  o.aux_loss_coef = cfg.aux_loss_coef;
+  o.z_loss_coef = cfg.z_loss_coef;
+  o.capacity_factor = cfg.capacity_factor;
+  o.bias_rate = cfg.router_bias_rate;
+  return o;
+}
+int ep_size_of(Communicator* ep) { return ep ? ep->size() : 1; }
+int ep_rank_of(Communicator* ep) { return ep ? ep->rank() : 0; }
+}  // namespace
+
+MoELayer::MoELayer(const ModelConfig& cfg, int layer_index, Communicator* ep, Communicator* cp)
+    : d_(cfg.d_model),
+      f_(cfg.ffn_hidden),
+      E_(cfg.n_experts),
+      k_(cfg.top_k),
+      L_(cfg.n_experts / std::max(1, ep_size_of(ep))),
+      first_(ep_rank_of(ep) * L_),
+      router_(router_options(cfg)),
+      dispatcher_(ep, cfg.n_experts),
+      cp_(cp) {
+  const std::string base = "layers." + std::to_string(layer_index) + ".moe.";
+  router_w_ = Param(base + "router", {d_, E_}, GradReduce::dense);
+  router_w_.init_normal(static_cast<float>(cfg.init_std));
+  bias_ = Param(base + "router_bias", {E_}, GradReduce::none);
+  bias_.decay = false;
+  static const char* kNames[3] = {"w_gate", "w_up", "w_down"};
+  experts_.reserve(static_cast<size_t>(L_) * 3);
+  for (int e = 0; e < L_; ++e) {
+    for (int w = 0; w < 3; ++w) {
+      std::vector<int64_t> shape = w < 2 ? std::vector<int64_t>{d_, f_} : std::vector<int64_t>{f_, d_};
+      experts_.emplace_back(base + "experts." + std::to_string(first_ + e) + "." + kNames[w], shape,
+                            GradReduce::expert);
+      experts_.back().init_normal(static_cast<float>(cfg.init_std));
+    }
+  }
+}
+
+MoELayer::~MoELayer() = default;
+
+std::vector<Param*> MoELayer::params() {
+  std::vector<Param*> out{&router_w_};
+  for (auto& p : experts_) out.push_back(&p);
+  return out;
+}
+
+std::vector<Param*> MoELayer::buffers() {
+  if (router_.options().scoring != RouterScoring::sigmoid_bias) return {};
+  // The bias lives in the router; mirror it so a checkpoint sees current values.
+  std::copy(router_.bias().begin(), router_.bias().end(), bias_.value.data.begin());
+  return {&bias_};
+}
+
+Param& MoELayer::expert_param(int local_expert, int which) {
+  return experts_.at(static_cast<size_t>(local_expert) * 3 + which);
+}
+
+void MoELayer::run_experts_forward(Cache& c, std::vector<float>& out, DispatchTimes& times) {
+  const double t0 = now_s();
+  const DispatchPlan& p = c.plan;
+  for (int e = 0; e < L_; ++e) {
+    for (int r = 0; r < p.ep_size; ++r) {
+      const int64_t rows = p.chunk_rows[r * L_ + e], off = p.chunk_offset[r * L_ + e];
+      if (rows == 0) continue;
+      float* y = out.data() + off * d_;
+      float* gate = c.gate.data() + off * f_;
+      float* up = c.up.data() + off * f_;
+      const float* x = c.expert_in.data() + off * d_;
+      if (custom_) {
+        custom_->forward(e, x, rows, y, gate, up);
+      } else {
+        kernels::swiglu_forward(x, rows, d_, f_, expert_param(e, 0).value.ptr(),
+                                expert_param(e, 1).value.ptr(), expert_param(e, 2).value.ptr(), y,
+                                gate, up);
+      }
+    }
+  }
+  times.expert += now_s() - t0;
+}
+
+void MoELayer::forward(const float* x, int64_t T, const std::vector<int>& sample_of_token,
+                       int n_samples, float* y, Cache& c, MoEStats& stats) {
+  DispatchTimes times;
+  c.n_samples = n_samples;
+  c.x.assign(x, x + T * d_);
+  std::vector<float> logits(static_cast<size_t>(T * E_));
+  kernels::sgemm(false, false, T, E_, d_, 1.0f, x, d_, router_w_.value.ptr(), E_, 0.0f,
+                 logits.data(), E_);
+  router_.route(logits.data(), T, sample_of_token, n_samples, cp_, c.routing);
+
+  c.plan = dispatcher_.plan(c.routing.expert.data(), T, k_, &times);
+  const int64_t S = c.plan.sent(), R = c.plan.received();
+  double t0 = now_s();
+  std::vector<float> send(static_cast<size_t>(S * d_));
+  kernels::gather_rows(x, d_, c.plan.send_token.data(), S, send.data());
+  times.permute += now_s() - t0;
+
+  c.expert_in.assign(static_cast<size_t>(R * d_), 0.0f);
+  dispatcher_.to_experts(c.plan, send.data(), c.expert_in.data(), d_, &times);
+  c.gate.assign(static_cast<size_t>(R * f_), 0.0f);
+  c.up.assign(static_cast<size_t>(R * f_), 0.0f);
+  std::vector<float> out(static_cast<size_t>(R * d_));
+  run_experts_forward(c, out, times);
+  c.returned.assign(static_cast<size_t>(S * d_), 0.0f);
+  dispatcher_.to_sources(c.plan, out.data(), c.returned.data(), d_, &times);
+
+  t0 = now_s();
+  kernels::combine_rows(c.returned.data(), d_, c.plan.row_of.data(), c.routing.weight.data(), T,
+                        k_, y);
+  times.combine += now_s() - t0;
+
+  stats.aux_loss_sum = c.routing.aux_share;
+  stats.z_loss_sum = c.routing.z_share;
+  stats.tokens_per_expert = c.plan.tokens_per_expert;
+  stats.dropped = c.routing.dropped;
+  stats.a2a_bytes = times.a2a_bytes;
+  stats.a2a_s = times.a2a;
+  stats.times = times;
+}
+
+void MoELayer::backward(const float* dy, float* dx, Cache& c, float daux_scale) {
+  const DispatchPlan& p = c.plan;
+  const int64_t T = p.T, S = p.sent(), R = p.received();
+  std::vector<float> drows(static_cast<size_t>(S * d_));
+  std::vector<float> dweight(static_cast<size_t>(T * k_));
+  kernels::combine_rows_backward(c.returned.data(), dy, d_, p.row_of.data(),
+                                 c.routing.weight.data(), T, k_, drows.data(), dweight.data());
+  std::vector<float> dout(static_cast<size_t>(R * d_));
+  dispatcher_.to_experts(p, drows.data(), dout.data(), d_);
+
+  std::vector<float> din(static_cast<size_t>(R * d_), 0.0f);
+  for (int e = 0; e < L_; ++e) {
+    for (int r = 0; r < p.ep_size; ++r) {
+      const int64_t rows = p.chunk_rows[r * L_ + e], off = p.chunk_offset[r * L_ + e];
+      if (rows == 0) continue;
+      const float* xin = c.expert_in.data() + off * d_;
+      const float* gate = c.gate.data() + off * f_;
+      const float* up = c.up.data() + off * f_;
+      if (custom_) {
+        custom_->backward(e, xin, gate, up, dout.data() + off * d_, rows, din.data() + off * d_);
+      } else {
+        Param &wg = expert_param(e, 0), &wu = expert_param(e, 1), &wd = expert_param(e, 2);
+        kernels::swiglu_backward(xin, gate, up, dout.data() + off * d_, rows, d_, f_,
+                                 wg.value.ptr(), wu.value.ptr(), wd.value.ptr(),
+                                 din.data() + off * d_, wg.grad.ptr(), wu.grad.ptr(),
+                                 wd.grad.ptr());
+      }
+    }
+  }
+  std::vector<float> dback(static_cast<size_t>(S * d_));
+  dispatcher_.to_sources(p, din.data(), dback.data(), d_);
+  kernels::scatter_add_rows(dback.data(), d_, p.row_of.data(), T, k_, dx);
+
+  std::vector<float> dlogits(static_cast<size_t>(T * E_));
+  router_.backward(c.routing, dweight.data(), daux_scale, dlogits.data());
+  kernels::sgemm(true, false, d_, E_, T, 1.0f, c.x.data(), d_, dlogits.data(), E_, 1.0f,
+                 router_w_.grad.ptr(), E_);
+  kernels::sgemm(false, true, T, d_, E_, 1.0f, dlogits.data(), E_, router_w_.value.ptr(), E_,
+                 1.0f, dx, d_);
+}
+
+void MoELayer::update_bias(const std::vector<int64_t>& global_load) {
+  router_.update_bias(global_load);
+}
+
+}  // namespace trident::ep
