@@ -24,7 +24,17 @@ struct BenchTable {
 // Writes the tables into FILE (created or truncated) from the calling
 // process only (serial HDF5; call it on rank 0). Root attributes:
 // format = "trident-bench", format_version = 1, created_utc, command.
+// One dataset per column, named by bench_dataset_name(column); each group
+// has attributes title, notes, columns (the headers in order) and rows.
+// Integer-only columns are int64, other numeric columns float64, string
+// columns variable-length UTF-8. Written to PATH.tmp and renamed when
+// complete. An unwritable PATH is an InputError naming --output.
 void write_bench_file(const std::string& path, const std::vector<BenchTable>& tables,
                       const std::string& command_line);
+
+// The HDF5 dataset name of a column header: '/' -> "_per_", ' ' -> '_'
+// ("algbw_GB/s" -> "algbw_GB_per_s"); the header itself is the dataset's
+// attribute `column`.
+std::string bench_dataset_name(const std::string& column);
 
 }  // namespace trident

@@ -53,16 +53,25 @@ class RunFile {
   RunFile& operator=(const RunFile&) = delete;
 
   const std::string& path() const { return path_; }
+  int64_t steps_written() const { return steps_; }
+  int64_t events_written() const { return events_; }
+  // The open file, for a layer that adds its own group (every rank must make
+  // the same metadata calls in the same order: parallel HDF5's rule).
+  hid_t h5_file() const { return file_; }
 
-  // Rank 0's values are written; collective (dataset extension).
+  // Rank 0's values are written; collective (dataset extension). Flushes the
+  // file, so the row survives a crash that follows.
   void append_step(const StepMetrics& m, const std::array<double, 4>& comm_bytes_all_ranks,
                    const std::vector<std::vector<int64_t>>& expert_tokens /* [moe_layer][expert] */);
-  // Each rank passes its own events; collective.
+  // Each rank passes its own events; collective. One call appends every
+  // rank's events, rank 0's first. kind has at most 15 characters.
   void append_events(const std::vector<TimelineEvent>& mine);
   // Activation capture: each rank passes its shard `local` of shape
   // [S, local_seq, rest...] and the global sequence position of each of its
   // local_seq rows; the dataset [S, seq, rest...] is in global order.
-  // Ranks that hold no part pass local_seq = 0 (still collective).
+  // Ranks that hold no part pass local_seq = 0 (still collective). Every rank
+  // passes the same step, layer, name, global_shape and sample_ids; exactly
+  // one rank writes each position (unwritten positions read as NaN).
   void write_activation(int step, int layer, const std::string& name,
                         const std::vector<int64_t>& global_shape, const std::vector<int>& sample_ids,
                         const float* local, const std::vector<int64_t>& global_positions);

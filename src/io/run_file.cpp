@@ -1,0 +1,659 @@
+// RunFile: the run's HDF5 file, written by all ranks through parallel HDF5
+// (MPI-IO driver). Layout: share/trident/hdf5-layout.md.
+//
+// Parallel HDF5's rule shapes this file: every call that changes metadata
+// (create, extend, attribute) is made by every rank with the same arguments,
+// so arguments are checked to agree across ranks *before* the first such
+// call, and every rank throws the same error when they do not. Raw data is
+// written by the ranks that own it.
+#include "trident/io/run_file.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <exception>
+#include <limits>
+#include <numeric>
+
+#include "trident/core/error.hpp"
+#include "trident/io/h5util.hpp"
+
+namespace trident {
+
+namespace {
+
+using h5::Handle;
+
+constexpr size_t kKindBytes = 16;      // timeline event kind, NUL included
+constexpr size_t kHostnameBytes = 64;  // /topology/ranks hostname, NUL included
+constexpr hsize_t kStepChunk = 256;
+constexpr hsize_t kEventChunk = 1024;
+const std::vector<std::string> kCommColumns = {"cp", "pp", "ep", "dp"};
+
+// One row of /topology/ranks.
+struct RankRow {
+  int32_t rank, logical, node, local_rank, device, pp, dp, cp, ep, ep_group;
+  char hostname[kHostnameBytes];
+};
+
+// One row of /timeline/events.
+struct EventRow {
+  int32_t rank;
+  int64_t step;
+  char kind[kKindBytes];
+  int32_t stage, chunk, microbatch;
+  double t_begin_s, t_end_s;
+};
+
+// The file keeps a packed copy of the memory layout (no padding bytes).
+Handle packed(const Handle& mem) {
+  Handle t = TRIDENT_H5_TYPE(H5Tcopy(mem), "copy compound type");
+  TRIDENT_H5(H5Tpack(t), "pack compound type");
+  return t;
+}
+
+Handle compound(size_t size) {
+  return TRIDENT_H5_TYPE(H5Tcreate(H5T_COMPOUND, size), "create compound type");
+}
+
+void member(hid_t t, const char* name, size_t offset, hid_t type) {
+  TRIDENT_H5(H5Tinsert(t, name, offset, type), std::string("compound member ") + name);
+}
+
+Handle step_type() {
+  Handle t = compound(sizeof(StepMetrics));
+  member(t, "step", offsetof(StepMetrics, step), H5T_NATIVE_INT64);
+  member(t, "loss", offsetof(StepMetrics, loss), H5T_NATIVE_DOUBLE);
+  member(t, "aux_loss", offsetof(StepMetrics, aux_loss), H5T_NATIVE_DOUBLE);
+  member(t, "lr", offsetof(StepMetrics, lr), H5T_NATIVE_DOUBLE);
+  member(t, "grad_norm", offsetof(StepMetrics, grad_norm), H5T_NATIVE_DOUBLE);
+  member(t, "step_time_s", offsetof(StepMetrics, step_time_s), H5T_NATIVE_DOUBLE);
+  member(t, "tokens_per_s", offsetof(StepMetrics, tokens_per_s), H5T_NATIVE_DOUBLE);
+  member(t, "bubble_fraction", offsetof(StepMetrics, bubble_fraction), H5T_NATIVE_DOUBLE);
+  return t;
+}
+
+Handle rank_row_type() {
+  Handle t = compound(sizeof(RankRow));
+  member(t, "rank", offsetof(RankRow, rank), H5T_NATIVE_INT32);
+  member(t, "logical", offsetof(RankRow, logical), H5T_NATIVE_INT32);
+  member(t, "node", offsetof(RankRow, node), H5T_NATIVE_INT32);
+  member(t, "local_rank", offsetof(RankRow, local_rank), H5T_NATIVE_INT32);
+  member(t, "device", offsetof(RankRow, device), H5T_NATIVE_INT32);
+  member(t, "pp", offsetof(RankRow, pp), H5T_NATIVE_INT32);
+  member(t, "dp", offsetof(RankRow, dp), H5T_NATIVE_INT32);
+  member(t, "cp", offsetof(RankRow, cp), H5T_NATIVE_INT32);
+  member(t, "ep", offsetof(RankRow, ep), H5T_NATIVE_INT32);
+  member(t, "ep_group", offsetof(RankRow, ep_group), H5T_NATIVE_INT32);
+  Handle s = h5::fixed_string_type(kHostnameBytes);
+  member(t, "hostname", offsetof(RankRow, hostname), s);
+  return t;
+}
+
+Handle event_type() {
+  Handle t = compound(sizeof(EventRow));
+  member(t, "rank", offsetof(EventRow, rank), H5T_NATIVE_INT32);
+  member(t, "step", offsetof(EventRow, step), H5T_NATIVE_INT64);
+  Handle s = h5::fixed_string_type(kKindBytes);
+  member(t, "kind", offsetof(EventRow, kind), s);
+  member(t, "stage", offsetof(EventRow, stage), H5T_NATIVE_INT32);
+  member(t, "chunk", offsetof(EventRow, chunk), H5T_NATIVE_INT32);
+  member(t, "microbatch", offsetof(EventRow, microbatch), H5T_NATIVE_INT32);
+  member(t, "t_begin_s", offsetof(EventRow, t_begin_s), H5T_NATIVE_DOUBLE);
+  member(t, "t_end_s", offsetof(EventRow, t_end_s), H5T_NATIVE_DOUBLE);
+  return t;
+}
+
+Handle summary_type() {
+  Handle t = compound(sizeof(RankSummary));
+  member(t, "rank", offsetof(RankSummary, rank), H5T_NATIVE_INT32);
+  member(t, "peak_rss_bytes", offsetof(RankSummary, peak_rss_bytes), H5T_NATIVE_DOUBLE);
+  member(t, "peak_device_bytes", offsetof(RankSummary, peak_device_bytes), H5T_NATIVE_DOUBLE);
+  member(t, "compute_s", offsetof(RankSummary, compute_s), H5T_NATIVE_DOUBLE);
+  hsize_t four[1] = {4};
+  Handle arr = TRIDENT_H5_TYPE(H5Tarray_create2(H5T_NATIVE_DOUBLE, 1, four), "array type");
+  member(t, "comm_wait_s", offsetof(RankSummary, comm_wait_s), arr);
+  return t;
+}
+
+Handle simple_space(const std::vector<hsize_t>& dims, const std::vector<hsize_t>& maxdims = {}) {
+  return TRIDENT_H5_SPACE(
+      H5Screate_simple(static_cast<int>(dims.size()), dims.data(),
+                       maxdims.empty() ? nullptr : maxdims.data()),
+      "create dataspace");
+}
+
+Handle collective_xfer() {
+  Handle p = TRIDENT_H5_PLIST(H5Pcreate(H5P_DATASET_XFER), "transfer property list");
+  TRIDENT_H5(H5Pset_dxpl_mpio(p, H5FD_MPIO_COLLECTIVE), "collective transfer");
+  return p;
+}
+
+// An extendible dataset whose leading dimension starts at 0 and grows by rows.
+Handle create_extendible(hid_t loc, const std::string& name, hid_t file_type,
+                         const std::vector<hsize_t>& row_dims, hsize_t chunk_rows) {
+  std::vector<hsize_t> dims = {0}, maxdims = {H5S_UNLIMITED}, chunk = {chunk_rows};
+  for (hsize_t d : row_dims) {
+    dims.push_back(d);
+    maxdims.push_back(d);
+    chunk.push_back(std::max<hsize_t>(d, 1));
+  }
+  Handle space = simple_space(dims, maxdims);
+  Handle dcpl = TRIDENT_H5_PLIST(H5Pcreate(H5P_DATASET_CREATE), "dataset creation list");
+  TRIDENT_H5(H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data()), "chunk " + name);
+  // Parallel HDF5 allocates space collectively; early allocation keeps
+  // rank 0's independent row writes away from allocation.
+  TRIDENT_H5(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), "allocation time " + name);
+  return TRIDENT_H5_DSET(
+      H5Dcreate2(loc, name.c_str(), file_type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+      "create dataset " + name);
+}
+
+Handle open_dataset(hid_t loc, const std::string& name) {
+  return TRIDENT_H5_DSET(H5Dopen2(loc, name.c_str(), H5P_DEFAULT), "open dataset " + name);
+}
+
+// Grows the leading dimension of an extendible dataset to `rows` (collective).
+void extend_rows(hid_t dset, hsize_t rows) {
+  Handle space = TRIDENT_H5_SPACE(H5Dget_space(dset), "dataset space");
+  int nd = TRIDENT_H5(H5Sget_simple_extent_ndims(space), "dataset rank");
+  std::vector<hsize_t> dims(static_cast<size_t>(nd));
+  TRIDENT_H5(H5Sget_simple_extent_dims(space, dims.data(), nullptr), "dataset dims");
+  dims[0] = rows;
+  TRIDENT_H5(H5Dset_extent(dset, dims.data()), "extend dataset");
+}
+
+// A file-space selection of rows [first, first+count) of a dataset.
+Handle select_rows(hid_t dset, hsize_t first, hsize_t count) {
+  Handle space = TRIDENT_H5_SPACE(H5Dget_space(dset), "dataset space");
+  int nd = TRIDENT_H5(H5Sget_simple_extent_ndims(space), "dataset rank");
+  std::vector<hsize_t> dims(static_cast<size_t>(nd));
+  TRIDENT_H5(H5Sget_simple_extent_dims(space, dims.data(), nullptr), "dataset dims");
+  if (count == 0) {
+    TRIDENT_H5(H5Sselect_none(space), "select none");
+    return space;
+  }
+  std::vector<hsize_t> start(dims.size(), 0), cnt = dims;
+  start[0] = first;
+  cnt[0] = count;
+  TRIDENT_H5(H5Sselect_hyperslab(space, H5S_SELECT_SET, start.data(), nullptr, cnt.data(), nullptr),
+             "select rows");
+  return space;
+}
+
+// A memory space of `count` rows shaped like the dataset's rows (none if 0).
+Handle memory_rows(hid_t dset, hsize_t count) {
+  Handle space = TRIDENT_H5_SPACE(H5Dget_space(dset), "dataset space");
+  int nd = TRIDENT_H5(H5Sget_simple_extent_ndims(space), "dataset rank");
+  std::vector<hsize_t> dims(static_cast<size_t>(nd));
+  TRIDENT_H5(H5Sget_simple_extent_dims(space, dims.data(), nullptr), "dataset dims");
+  dims[0] = std::max<hsize_t>(count, 1);
+  Handle mem = simple_space(dims);
+  if (count == 0) TRIDENT_H5(H5Sselect_none(mem), "select none");
+  return mem;
+}
+
+// Root's string on every rank (attribute values must be identical).
+std::string bcast_from(int root, const std::string& s, MPI_Comm comm) {
+  int64_t n = static_cast<int64_t>(s.size());
+  MPI_Bcast(&n, 1, MPI_INT64_T, root, comm);
+  std::string out = s;
+  out.resize(static_cast<size_t>(n));
+  if (n > 0) MPI_Bcast(out.data(), static_cast<int>(n), MPI_CHAR, root, comm);
+  return out;
+}
+
+// Every rank learns whether all ranks passed their checks, and all throw the
+// first failing rank's message; no rank enters a collective HDF5 call that
+// another rank will never reach.
+void agree_or_throw(bool ok, const std::string& my_msg, MPI_Comm comm,
+                    bool input_error = false) {
+  int mine = ok ? 1 : 0, all = 1;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm);
+  if (all) return;
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  int first_bad = ok ? size : rank, root = 0;
+  MPI_Allreduce(&first_bad, &root, 1, MPI_INT, MPI_MIN, comm);
+  std::string msg = bcast_from(root, my_msg, comm);
+  if (input_error) throw InputError(msg);
+  throw Error("run file: rank " + std::to_string(root) + ": " + msg);
+}
+
+}  // namespace
+
+namespace {
+
+// True on every rank iff every rank passed the same vector.
+bool same_on_all_ranks(const std::vector<int64_t>& v, MPI_Comm comm) {
+  int64_t n[2] = {static_cast<int64_t>(v.size()), -static_cast<int64_t>(v.size())};
+  int64_t r[2];
+  MPI_Allreduce(n, r, 2, MPI_INT64_T, MPI_MAX, comm);
+  if (r[0] != -r[1]) return false;
+  std::vector<int64_t> lo(v), hi(v), mn(v.size()), mx(v.size());
+  MPI_Allreduce(lo.data(), mn.data(), static_cast<int>(v.size()), MPI_INT64_T, MPI_MIN, comm);
+  MPI_Allreduce(hi.data(), mx.data(), static_cast<int>(v.size()), MPI_INT64_T, MPI_MAX, comm);
+  return mn == mx;
+}
+
+// Stable 63-bit hash of a name, so names can join same_on_all_ranks().
+int64_t name_key(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return static_cast<int64_t>(h >> 1);
+}
+
+void copy_cstr(char* dst, size_t cap, const std::string& src) {
+  std::memset(dst, 0, cap);
+  std::memcpy(dst, src.data(), std::min(src.size(), cap - 1));
+}
+
+}  // namespace
+
+RunFile::RunFile(const std::string& path, MPI_Comm world, const Config& cfg,
+                 const Communicators& comms, const std::string& slurm_job_id)
+    : path_(path), world_(world) {
+  MPI_Comm_rank(world_, &rank_);
+  MPI_Comm_size(world_, &size_);
+  h5::QuietErrors quiet;
+
+  const bool has_topo_row = static_cast<int>(comms.topo.ranks.size()) > rank_;
+  agree_or_throw(has_topo_row,
+                 "topology lists " + std::to_string(comms.topo.ranks.size()) +
+                     " ranks, fewer than the world's " + std::to_string(size_),
+                 world_);
+
+  std::vector<int64_t> moe_ids;
+  for (int l = 0; l < cfg.model.n_layers; ++l)
+    if (cfg.model.is_moe_layer(l)) moe_ids.push_back(l);
+  moe_layers_ = static_cast<int>(moe_ids.size());
+  n_experts_ = moe_layers_ > 0 ? cfg.model.n_experts : 0;
+
+  Handle fapl = TRIDENT_H5_PLIST(H5Pcreate(H5P_FILE_ACCESS), "file access list");
+  TRIDENT_H5(H5Pset_fapl_mpio(fapl, world_, MPI_INFO_NULL), "MPI-IO driver");
+  TRIDENT_H5(H5Pset_all_coll_metadata_ops(fapl, true), "collective metadata reads");
+  TRIDENT_H5(H5Pset_coll_metadata_write(fapl, true), "collective metadata writes");
+  hid_t f = H5Fcreate(path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  agree_or_throw(f >= 0,
+                 "output file " + path_ + ": cannot create it (" + h5::error_text() +
+                     "); the directory must exist and be writable",
+                 world_, true);
+  file_ = f;
+  H5Eclear2(H5E_DEFAULT);
+
+  // Root attributes: values that differ between ranks (clock, environment)
+  // are rank 0's.
+  const std::string created = bcast_from(0, h5::utc_iso8601_now(), world_);
+  const std::string job = bcast_from(0, slurm_job_id, world_);
+  const std::string toml = bcast_from(0, to_toml(cfg), world_);
+  h5::write_attr(file_, "format", "trident-run");
+  h5::write_attr(file_, "format_version", int64_t{1});
+  h5::write_attr(file_, "trident_version", TRIDENT_VERSION);
+  h5::write_attr(file_, "config_toml", toml);
+  h5::write_attr(file_, "created_utc", created);
+  h5::write_attr(file_, "world_size", int64_t{size_});
+  h5::write_attr(file_, "slurm_job_id", job);
+  h5::write_attr(file_, "completed", int64_t{0});
+
+  {
+    Handle topo = h5::open_or_create_group(file_, "topology");
+    const ClusterShape& shape = comms.topo.shape;
+    h5::write_attr(topo, "nodes", int64_t{shape.nodes});
+    h5::write_attr(topo, "ranks_per_node", int64_t{shape.devices_per_node});
+    h5::write_attr(topo, "nvlink_domain", int64_t{shape.nvlink_domain});
+    h5::write_attr(topo, "source", bcast_from(0, comms.topo.source, world_));
+    h5::write_attr(topo, "pp", int64_t{comms.mesh.pp});
+    h5::write_attr(topo, "dp", int64_t{comms.mesh.dp});
+    h5::write_attr(topo, "cp", int64_t{comms.mesh.cp});
+    h5::write_attr(topo, "ep", int64_t{comms.mesh.ep});
+    h5::write_attr(topo, "vpp", int64_t{cfg.parallel.vpp});
+
+    // Each rank writes its own row: a rank knows its coordinates without
+    // recomputing the mesh for everyone.
+    Handle mtype = rank_row_type();
+    Handle ftype = packed(mtype);
+    Handle space = simple_space({static_cast<hsize_t>(size_)});
+    Handle dset = TRIDENT_H5_DSET(
+        H5Dcreate2(topo, "ranks", ftype, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+        "create /topology/ranks");
+    const RankInfo& info = comms.topo.ranks[static_cast<size_t>(rank_)];
+    RankRow row{};
+    row.rank = rank_;
+    row.logical = info.logical;
+    row.node = info.node;
+    row.local_rank = info.local_rank;
+    row.device = info.device;
+    row.pp = comms.me.pp;
+    row.dp = comms.me.dp;
+    row.cp = comms.me.cp;
+    row.ep = comms.me.ep;
+    row.ep_group = comms.me.ep_group;
+    copy_cstr(row.hostname, sizeof row.hostname, info.hostname);
+    Handle fsel = select_rows(dset, static_cast<hsize_t>(rank_), 1);
+    Handle mem = memory_rows(dset, 1);
+    Handle xfer = collective_xfer();
+    TRIDENT_H5(H5Dwrite(dset, mtype, mem, fsel, xfer, &row), "write /topology/ranks");
+  }
+
+  {
+    Handle metrics = h5::open_or_create_group(file_, "metrics");
+    Handle st = step_type();
+    Handle st_file = packed(st);
+    create_extendible(metrics, "steps", st_file, {}, kStepChunk);
+    Handle cb = create_extendible(metrics, "comm_bytes", H5T_IEEE_F64LE, {4}, kStepChunk);
+    h5::write_attr(cb, "columns", kCommColumns);
+    h5::write_attr(cb, "units", "bytes");
+    if (moe_layers_ > 0) {
+      Handle et = create_extendible(
+          metrics, "expert_tokens", H5T_STD_I64LE,
+          {static_cast<hsize_t>(moe_layers_), static_cast<hsize_t>(n_experts_)}, 16);
+      h5::write_attr(et, "moe_layer_ids", moe_ids);
+    }
+  }
+  {
+    Handle timeline = h5::open_or_create_group(file_, "timeline");
+    Handle et = event_type();
+    Handle et_file = packed(et);
+    Handle ev = create_extendible(timeline, "events", et_file, {}, kEventChunk);
+    h5::write_attr(ev, "clock", "seconds, one clock for all ranks (trident::now_s)");
+  }
+  h5::open_or_create_group(file_, "activations");
+  flush();
+}
+
+RunFile::~RunFile() {
+  if (closed_ || file_ < 0) return;
+  // H5Fclose is collective. While an exception unwinds, other ranks may be
+  // elsewhere, so the file is left as last flushed (completed = 0); HDF5
+  // closes it at MPI_Finalize or the process simply ends.
+  if (std::uncaught_exceptions() > 0) return;
+  h5::QuietErrors quiet;
+  H5Fclose(file_);
+  file_ = -1;
+}
+
+void RunFile::append_step(const StepMetrics& m, const std::array<double, 4>& comm_bytes,
+                          const std::vector<std::vector<int64_t>>& expert_tokens) {
+  TRIDENT_CHECK(!closed_, "run file " + path_ + ": append_step after close");
+  h5::QuietErrors quiet;
+  bool ok = true;
+  std::string msg;
+  if (rank_ == 0) {
+    ok = static_cast<int>(expert_tokens.size()) == moe_layers_;
+    for (const auto& layer : expert_tokens)
+      ok = ok && static_cast<int>(layer.size()) == n_experts_;
+    if (!ok)
+      msg = "expert_tokens must be [" + std::to_string(moe_layers_) + " moe layers][" +
+            std::to_string(n_experts_) + " experts]";
+  }
+  agree_or_throw(ok, msg, world_);
+
+  const hsize_t row = static_cast<hsize_t>(steps_);
+  Handle metrics = TRIDENT_H5_GROUP(H5Gopen2(file_, "metrics", H5P_DEFAULT), "open /metrics");
+  Handle steps = open_dataset(metrics, "steps");
+  Handle cb = open_dataset(metrics, "comm_bytes");
+  Handle et;
+  extend_rows(steps, row + 1);
+  extend_rows(cb, row + 1);
+  if (moe_layers_ > 0) {
+    et = open_dataset(metrics, "expert_tokens");
+    extend_rows(et, row + 1);
+  }
+  if (rank_ == 0) {
+    Handle st = step_type();
+    Handle fsel = select_rows(steps, row, 1);
+    Handle mem = memory_rows(steps, 1);
+    TRIDENT_H5(H5Dwrite(steps, st, mem, fsel, H5P_DEFAULT, &m), "write /metrics/steps");
+    Handle cbsel = select_rows(cb, row, 1);
+    Handle cbmem = memory_rows(cb, 1);
+    TRIDENT_H5(H5Dwrite(cb, H5T_NATIVE_DOUBLE, cbmem, cbsel, H5P_DEFAULT, comm_bytes.data()),
+               "write /metrics/comm_bytes");
+    if (moe_layers_ > 0) {
+      std::vector<int64_t> flat;
+      for (const auto& layer : expert_tokens) flat.insert(flat.end(), layer.begin(), layer.end());
+      Handle esel = select_rows(et, row, 1);
+      Handle emem = memory_rows(et, 1);
+      TRIDENT_H5(H5Dwrite(et, H5T_NATIVE_INT64, emem, esel, H5P_DEFAULT, flat.data()),
+                 "write /metrics/expert_tokens");
+    }
+  }
+  steps_ += 1;
+  flush();
+}
+
+void RunFile::append_events(const std::vector<TimelineEvent>& mine) {
+  TRIDENT_CHECK(!closed_, "run file " + path_ + ": append_events after close");
+  h5::QuietErrors quiet;
+  std::vector<EventRow> rows(mine.size());
+  bool ok = true;
+  std::string msg;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const TimelineEvent& e = mine[i];
+    if (e.kind.empty() || e.kind.size() >= kKindBytes) {
+      ok = false;
+      msg = "timeline event kind '" + e.kind + "' must have 1 to " +
+            std::to_string(kKindBytes - 1) + " characters";
+      break;
+    }
+    EventRow& r = rows[i];
+    r.rank = e.rank;
+    r.step = e.step;
+    copy_cstr(r.kind, sizeof r.kind, e.kind);
+    r.stage = e.stage;
+    r.chunk = e.chunk;
+    r.microbatch = e.microbatch;
+    r.t_begin_s = e.t_begin_s;
+    r.t_end_s = e.t_end_s;
+  }
+  agree_or_throw(ok, msg, world_);
+
+  int64_t n = static_cast<int64_t>(rows.size());
+  std::vector<int64_t> counts(static_cast<size_t>(size_));
+  MPI_Allgather(&n, 1, MPI_INT64_T, counts.data(), 1, MPI_INT64_T, world_);
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  if (total == 0) return;
+  const int64_t offset =
+      events_ + std::accumulate(counts.begin(), counts.begin() + rank_, int64_t{0});
+
+  Handle ev = TRIDENT_H5_DSET(H5Dopen2(file_, "timeline/events", H5P_DEFAULT),
+                              "open /timeline/events");
+  extend_rows(ev, static_cast<hsize_t>(events_ + total));
+  Handle mtype = event_type();
+  Handle fsel = select_rows(ev, static_cast<hsize_t>(offset), static_cast<hsize_t>(n));
+  Handle mem = memory_rows(ev, static_cast<hsize_t>(n));
+  Handle xfer = collective_xfer();
+  TRIDENT_H5(H5Dwrite(ev, mtype, mem, fsel, xfer, rows.empty() ? nullptr : rows.data()),
+             "write /timeline/events");
+  events_ += total;
+}
+
+void RunFile::write_activation(int step, int layer, const std::string& name,
+                               const std::vector<int64_t>& global_shape,
+                               const std::vector<int>& sample_ids, const float* local,
+                               const std::vector<int64_t>& global_positions) {
+  TRIDENT_CHECK(!closed_, "run file " + path_ + ": write_activation after close");
+  h5::QuietErrors quiet;
+  const std::string where = "/activations/step_" + std::to_string(step) + "/layer_" +
+                            std::to_string(layer) + "/" + name;
+
+  // Every rank must create the same dataset: compare what defines it.
+  std::vector<int64_t> key = {step, layer, name_key(name),
+                              static_cast<int64_t>(global_shape.size())};
+  key.insert(key.end(), global_shape.begin(), global_shape.end());
+  key.insert(key.end(), sample_ids.begin(), sample_ids.end());
+  agree_or_throw(same_on_all_ranks(key, world_),
+                 where + ": ranks passed different names, shapes or sample_ids", world_);
+
+  bool ok = true;
+  std::string msg;
+  auto bad = [&](const std::string& m) {
+    if (ok) msg = where + ": " + m;
+    ok = false;
+  };
+  if (name.empty() || name.find('/') != std::string::npos) bad("name must be non-empty, no '/'");
+  if (global_shape.size() < 2) bad("global_shape must be [S, seq, ...]");
+  for (int64_t d : global_shape)
+    if (d <= 0) bad("every dimension of global_shape must be positive");
+  if (ok && global_shape[0] != static_cast<int64_t>(sample_ids.size()))
+    bad("global_shape[0] must equal the number of sample_ids");
+  const int64_t seq = ok ? global_shape[1] : 0;
+  std::vector<size_t> order(global_positions.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return global_positions[a] < global_positions[b]; });
+  for (size_t i = 0; ok && i < order.size(); ++i) {
+    int64_t p = global_positions[order[i]];
+    if (p < 0 || p >= seq) bad("position " + std::to_string(p) + " outside [0, seq)");
+    else if (i > 0 && global_positions[order[i - 1]] == p)
+      bad("position " + std::to_string(p) + " given twice");
+  }
+  if (!global_positions.empty() && local == nullptr) bad("local data is null");
+  agree_or_throw(ok, msg, world_);
+
+  Handle steps_group = h5::open_or_create_group(file_, "activations/step_" + std::to_string(step));
+  Handle layer_group = h5::open_or_create_group(steps_group, "layer_" + std::to_string(layer));
+  htri_t exists = TRIDENT_H5(H5Lexists(layer_group, name.c_str(), H5P_DEFAULT), "look up " + where);
+  agree_or_throw(exists == 0, where + " was already written", world_);
+
+  std::vector<hsize_t> dims(global_shape.begin(), global_shape.end());
+  Handle fspace = simple_space(dims);
+  Handle dcpl = TRIDENT_H5_PLIST(H5Pcreate(H5P_DATASET_CREATE), "dataset creation list");
+  // NaN marks positions no rank wrote, so a gap is visible instead of zeros.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  TRIDENT_H5(H5Pset_fill_value(dcpl, H5T_NATIVE_FLOAT, &nan), "fill value");
+  TRIDENT_H5(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), "allocation time");
+  TRIDENT_H5(H5Pset_fill_time(dcpl, H5D_FILL_TIME_ALLOC), "fill time");
+  Handle dset = TRIDENT_H5_DSET(H5Dcreate2(layer_group, name.c_str(), H5T_IEEE_F32LE, fspace,
+                                           H5P_DEFAULT, dcpl, H5P_DEFAULT),
+                                "create " + where);
+  h5::write_attr(dset, "sample_ids", std::vector<int64_t>(sample_ids.begin(), sample_ids.end()));
+
+  // Rows sorted by global position make the memory order match the file
+  // order of the selection (HDF5 pairs elements in row-major order of each).
+  const int64_t S = global_shape[0];
+  const int64_t local_seq = static_cast<int64_t>(global_positions.size());
+  int64_t row_elems = 1;
+  for (size_t d = 2; d < global_shape.size(); ++d) row_elems *= global_shape[d];
+  std::vector<float> sorted;
+  const float* src = local;
+  if (!std::is_sorted(global_positions.begin(), global_positions.end())) {
+    sorted.resize(static_cast<size_t>(S * local_seq * row_elems));
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t i = 0; i < local_seq; ++i)
+        std::memcpy(&sorted[static_cast<size_t>((s * local_seq + i) * row_elems)],
+                    local + (s * local_seq + static_cast<int64_t>(order[static_cast<size_t>(i)])) *
+                                row_elems,
+                    static_cast<size_t>(row_elems) * sizeof(float));
+    src = sorted.data();
+  }
+
+  Handle fsel = TRIDENT_H5_SPACE(H5Dget_space(dset), "dataset space");
+  TRIDENT_H5(H5Sselect_none(fsel), "select none");
+  // One block [S, run, rest...] per run of consecutive positions.
+  for (size_t i = 0; i < order.size();) {
+    size_t j = i + 1;
+    while (j < order.size() &&
+           global_positions[order[j]] == global_positions[order[j - 1]] + 1)
+      ++j;
+    std::vector<hsize_t> start(dims.size(), 0), count = dims;
+    start[1] = static_cast<hsize_t>(global_positions[order[i]]);
+    count[1] = static_cast<hsize_t>(j - i);
+    TRIDENT_H5(H5Sselect_hyperslab(fsel, H5S_SELECT_OR, start.data(), nullptr, count.data(),
+                                   nullptr),
+               "select positions of " + where);
+    i = j;
+  }
+  std::vector<hsize_t> mdims = dims;
+  mdims[1] = static_cast<hsize_t>(std::max<int64_t>(local_seq, 1));
+  Handle mem = simple_space(mdims);
+  if (local_seq == 0) TRIDENT_H5(H5Sselect_none(mem), "select none");
+  Handle xfer = collective_xfer();
+  TRIDENT_H5(H5Dwrite(dset, H5T_NATIVE_FLOAT, mem, fsel, xfer, local_seq ? src : nullptr),
+             "write " + where);
+}
+
+void RunFile::write_rank_summaries(const RankSummary& mine) {
+  TRIDENT_CHECK(!closed_, "run file " + path_ + ": write_rank_summaries after close");
+  h5::QuietErrors quiet;
+  Handle ranks = h5::open_or_create_group(file_, "ranks");
+  Handle mtype = summary_type();
+  htri_t exists = TRIDENT_H5(H5Lexists(ranks, "summary", H5P_DEFAULT), "look up /ranks/summary");
+  Handle dset;
+  if (exists > 0) {
+    dset = open_dataset(ranks, "summary");
+  } else {
+    Handle ftype = packed(mtype);
+    Handle space = simple_space({static_cast<hsize_t>(size_)});
+    dset = TRIDENT_H5_DSET(
+        H5Dcreate2(ranks, "summary", ftype, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+        "create /ranks/summary");
+    h5::write_attr(dset, "comm_wait_columns", kCommColumns);
+  }
+  RankSummary row = mine;
+  row.rank = rank_;
+  Handle fsel = select_rows(dset, static_cast<hsize_t>(rank_), 1);
+  Handle mem = memory_rows(dset, 1);
+  Handle xfer = collective_xfer();
+  TRIDENT_H5(H5Dwrite(dset, mtype, mem, fsel, xfer, &row), "write /ranks/summary");
+}
+
+void RunFile::set_root_attr(const std::string& name, const std::string& value) {
+  TRIDENT_CHECK(!closed_, "run file " + path_ + ": set_root_attr after close");
+  h5::QuietErrors quiet;
+  const std::string v = bcast_from(0, value, world_);
+  agree_or_throw(same_on_all_ranks({name_key(name)}, world_),
+                 "set_root_attr: ranks passed different names", world_);
+  h5::write_attr(file_, name, v);
+}
+
+void RunFile::flush() {
+  TRIDENT_CHECK(!closed_, "run file " + path_ + ": flush after close");
+  h5::QuietErrors quiet;
+  TRIDENT_H5(H5Fflush(file_, H5F_SCOPE_GLOBAL), "flush " + path_);
+}
+
+void RunFile::close() {
+  if (closed_) return;
+  h5::QuietErrors quiet;
+  h5::write_attr(file_, "completed", int64_t{1});
+  TRIDENT_H5(H5Fflush(file_, H5F_SCOPE_GLOBAL), "flush " + path_);
+  herr_t rc = H5Fclose(file_);
+  file_ = -1;
+  closed_ = true;
+  if (rc < 0) h5::fail(__FILE__, __LINE__, "close " + path_);
+}
+
+std::string resolve_output_name(const std::string& pattern, MPI_Comm world) {
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  std::string id;
+  if (rank == 0) {
+    const char* job = std::getenv("SLURM_JOB_ID");
+    if (job && *job) {
+      id = job;
+    } else {
+      std::time_t t = std::time(nullptr);
+      std::tm tm{};
+      gmtime_r(&t, &tm);
+      char buf[32];
+      std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
+      id = std::string("local-") + buf;
+    }
+  }
+  id = bcast_from(0, id, world);
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '%' && i + 1 < pattern.size() && pattern[i + 1] == 'j') {
+      out += id;
+      ++i;
+    } else {
+      out += pattern[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace trident
