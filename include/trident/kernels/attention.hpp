@@ -1,0 +1,83 @@
+// Blocked (flash-style) scaled dot-product attention on the CPU: the
+// reference that ring attention builds on and that the CUDA kernels are
+// checked against.
+//
+// The seq x seq score matrix is never materialised: queries are taken in
+// blocks of kQueryBlock rows and keys in blocks of kKeyBlock, and only one
+// kQueryBlock x kKeyBlock tile of scores exists at a time. Softmax is computed
+// online (running row max and row sum); the row log-sum-exp (LSE) is returned
+// so that partial results over disjoint key sets can be merged exactly
+// (merge_partial_attention) and so that the backward pass can recompute the
+// probabilities without storing them.
+//
+// Layouts (row-major float32, token-major):
+//   q, out, dq, dout : [Tq, H,   D]
+//   k, v, dk, dv     : [Tk, Hkv, D]      H % Hkv == 0 (grouped-query attention:
+//                      query head h reads kv head h / (H / Hkv); K/V are
+//                      addressed with a row stride, never copied per head)
+//   lse              : [Tq, H] float32, natural log; -inf for a row that sees
+//                      no key (its output row is then 0, and no NaN appears).
+//
+// Masking: with causal, query i may see key j iff k_pos0 + j <= q_pos0 + i
+// (global sequence positions; the local tokens passed in one call are one
+// contiguous run of positions). Per tile the mask is full, diagonal (checked
+// element by element) or the tile is skipped without any arithmetic.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace trident::kernels {
+
+struct AttnShape {
+  int64_t Tq = 0, Tk = 0;  // query and key tokens in this call
+  int H = 1, Hkv = 1, D = 1;
+  float scale = 1.0f;  // usually 1/sqrt(D)
+  bool causal = false;
+  int64_t q_pos0 = 0, k_pos0 = 0;  // global position of the first query / key
+};
+
+// Tile sizes (rows of queries, rows of keys). Not a tuning knob for callers;
+// exposed so tests can pick sequence lengths with odd remainders.
+inline constexpr int64_t kQueryBlock = 64;
+inline constexpr int64_t kKeyBlock = 256;
+
+// Throws trident::Error if the shape is inconsistent (H % Hkv, sizes < 0).
+void check_attn_shape(const AttnShape& s);
+
+// out [Tq,H,D] and lse [Tq,H] are overwritten.
+void attention_forward(const AttnShape& s, const float* q, const float* k, const float* v,
+                       float* out, float* lse);
+
+// Gradients of the attention whose (possibly merged over several calls)
+// output is `out` with log-sum-exp `lse`. ACCUMULATES: dq += ..., dk += ...,
+// dv += ... (callers zero them first), so one output's gradient can be
+// gathered from several key blocks and one key block's gradient from several
+// query blocks. The probabilities are recomputed as exp(score - lse), so with
+// the merged lse of a ring the result is the exact global gradient.
+void attention_backward(const AttnShape& s, const float* q, const float* k, const float* v,
+                        const float* out, const float* lse, const float* dout, float* dq, float* dk,
+                        float* dv);
+
+// Merges the partial attention (out_b, lse_b) of one key set into the running
+// (out, lse) of the keys seen so far, over n_rows rows of width D (one row =
+// one query token and head; lse has one entry per row):
+//   out <- out - sigmoid(lse_b - lse) * (out - out_b)
+//   lse <- lse - log sigmoid(lse - lse_b)        (= logaddexp(lse, lse_b))
+// in fp32, with lse = -inf rows (no key seen yet / in this block) handled
+// without NaN.
+void merge_partial_attention(int64_t n_rows, int D, float* out, float* lse, const float* out_b,
+                             const float* lse_b);
+
+// Number of (query, key) pairs the mask lets through, summed over heads.
+int64_t attention_visible_pairs(const AttnShape& s);
+
+// FLOPs of the useful work (masked-out pairs not counted): forward 4*D per
+// visible pair (QK^T and PV); backward 10*D per pair (recomputing QK^T, dP =
+// dO V^T, dV, dQ, dK), the usual flash-attention accounting.
+double attention_flops(const AttnShape& s, bool backward);
+
+// Bytes of scratch memory one call allocates (tiles and row statistics); it
+// depends on D and H, not on the sequence length.
+size_t attention_workspace_bytes(const AttnShape& s, bool backward);
+
+}  // namespace trident::kernels

@@ -1,0 +1,285 @@
+// CPU flash-style attention, forward and backward (see kernels/attention.hpp).
+//
+// One (head, query block) at a time: scores for one key tile come from one
+// sgemm, the online softmax updates the running row max m and row sum l, and
+// the tile's P·V is added by a second sgemm. Backward recomputes each tile's
+// probabilities from the given lse and issues the four gradient GEMMs. Query
+// head h reads kv head h / (H / Hkv) through the row stride Hkv * D, so GQA
+// needs no copy.
+#include "trident/kernels/attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "trident/core/error.hpp"
+#include "trident/kernels/gemm.hpp"
+
+// The softmax loops are a sizeable share of the forward's time next to the
+// GEMMs; on x86 build them a second time for AVX2/FMA and let the loader pick
+// (the baseline build is SSE2 only).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TRIDENT_VECTOR_CLONES __attribute__((target_clones("avx2,fma", "default")))
+#else
+#define TRIDENT_VECTOR_CLONES
+#endif
+
+namespace trident::kernels {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+enum class TileMask { skip, full, diagonal };
+
+// Visible keys of a tile row: with the causal diagonal, query position qp
+// sees key columns [0, qp - kp + 1) of a tile whose first key is at kp.
+TileMask classify(const AttnShape& s, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
+  if (!s.causal) return TileMask::full;
+  const int64_t q_first = s.q_pos0 + i0, q_last = q_first + rows - 1;
+  const int64_t k_first = s.k_pos0 + j0, k_last = k_first + cols - 1;
+  if (k_first > q_last) return TileMask::skip;
+  if (k_last <= q_first) return TileMask::full;
+  return TileMask::diagonal;
+}
+
+int64_t visible_cols(const AttnShape& s, TileMask mask, int64_t i, int64_t j0, int64_t cols) {
+  if (mask == TileMask::full) return cols;
+  return std::clamp<int64_t>(s.q_pos0 + i - (s.k_pos0 + j0) + 1, 0, cols);
+}
+
+// exp(x) in fp32 to about one ulp, written so the compiler vectorises the
+// loops that call it (std::exp is an opaque call): x = n ln2 + r with
+// |r| <= ln2/2, e^r by its degree-7 Taylor polynomial (truncation error
+// < 1e-8 relative), 2^n built in the exponent bits. Below -87 (including
+// -inf for masked scores) the result is 0.
+inline float fast_exp(float x) {
+  const float xc = std::min(std::max(x, -87.0f), 88.0f);
+  // Adding and removing 1.5 * 2^23 rounds to the nearest integer in the FPU
+  // (no call to nearbyint, which would stop vectorisation).
+  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  // ln2 split in a part exact in fp32 and the rest, so r keeps its bits.
+  const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return x < -87.0f ? 0.0f : p * scale;
+}
+
+// Eight independent lanes so the reductions vectorise without -ffast-math.
+TRIDENT_VECTOR_CLONES float row_max(const float* x, int64_t n) {
+  float lane[8];
+  for (float& v : lane) v = kNegInf;
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int u = 0; u < 8; ++u) lane[u] = lane[u] > x[j + u] ? lane[u] : x[j + u];
+  float m = kNegInf;
+  for (float v : lane) m = std::max(m, v);
+  for (; j < n; ++j) m = std::max(m, x[j]);
+  return m;
+}
+
+// x[j] <- exp(x[j] - m) for j < n, returns the sum.
+TRIDENT_VECTOR_CLONES float exp_shift_sum(float* x, int64_t n, float m) {
+  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int u = 0; u < 8; ++u) {
+      x[j + u] = fast_exp(x[j + u] - m);
+      lane[u] += x[j + u];
+    }
+  float sum = 0.0f;
+  for (float v : lane) sum += v;
+  for (; j < n; ++j) {
+    x[j] = fast_exp(x[j] - m);
+    sum += x[j];
+  }
+  return sum;
+}
+
+TRIDENT_VECTOR_CLONES void scale_row(float* x, int64_t n, float a) {
+  for (int64_t j = 0; j < n; ++j) x[j] *= a;
+}
+
+// dS = P * (dP - delta), in place in dp.
+TRIDENT_VECTOR_CLONES void softmax_grad_row(const float* p, float* dp, int64_t n, float delta) {
+  for (int64_t j = 0; j < n; ++j) dp[j] = p[j] * (dp[j] - delta);
+}
+
+struct Strides {
+  int64_t q, kv;  // row strides of [T, H, D] and [T, Hkv, D]
+};
+
+}  // namespace
+
+void check_attn_shape(const AttnShape& s) {
+  TRIDENT_CHECK(s.Tq >= 0 && s.Tk >= 0, "attention: negative token count");
+  TRIDENT_CHECK(s.H > 0 && s.Hkv > 0 && s.D > 0, "attention: H, Hkv and D must be positive");
+  TRIDENT_CHECK(s.H % s.Hkv == 0, "attention: n_heads (" + std::to_string(s.H) +
+                                      ") must be a multiple of n_kv_heads (" +
+                                      std::to_string(s.Hkv) + ")");
+}
+
+void attention_forward(const AttnShape& s, const float* q, const float* k, const float* v,
+                       float* out, float* lse) {
+  check_attn_shape(s);
+  const Strides ld{int64_t(s.H) * s.D, int64_t(s.Hkv) * s.D};
+  const int group = s.H / s.Hkv;
+  const int64_t D = s.D;
+  std::vector<float> scores(size_t(kQueryBlock * kKeyBlock));
+  std::vector<float> acc(size_t(kQueryBlock * D));  // running P·V of the query block
+  std::vector<float> m(kQueryBlock), l(kQueryBlock);
+
+  for (int h = 0; h < s.H; ++h) {
+    const int g = h / group;
+    for (int64_t i0 = 0; i0 < s.Tq; i0 += kQueryBlock) {
+      const int64_t rows = std::min(kQueryBlock, s.Tq - i0);
+      const float* qb = q + i0 * ld.q + int64_t(h) * D;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      std::fill(m.begin(), m.end(), kNegInf);
+      std::fill(l.begin(), l.end(), 0.0f);
+
+      for (int64_t j0 = 0; j0 < s.Tk; j0 += kKeyBlock) {
+        const int64_t cols = std::min(kKeyBlock, s.Tk - j0);
+        const TileMask mask = classify(s, i0, rows, j0, cols);
+        if (mask == TileMask::skip) break;  // later key tiles lie further in the future
+        const float* kb = k + j0 * ld.kv + int64_t(g) * D;
+        const float* vb = v + j0 * ld.kv + int64_t(g) * D;
+        sgemm(false, true, rows, cols, D, s.scale, qb, ld.q, kb, ld.kv, 0.0f, scores.data(), cols);
+        for (int64_t i = 0; i < rows; ++i) {
+          float* srow = scores.data() + i * cols;
+          const int64_t n = visible_cols(s, mask, i0 + i, j0, cols);
+          const float m_new = std::max(m[i], row_max(srow, n));
+          if (m_new == kNegInf) {  // nothing visible yet: the row stays empty
+            std::fill(srow, srow + cols, 0.0f);
+            continue;
+          }
+          const float alpha = fast_exp(m[i] - m_new);
+          l[i] = l[i] * alpha + exp_shift_sum(srow, n, m_new);
+          std::fill(srow + n, srow + cols, 0.0f);
+          if (alpha != 1.0f) scale_row(acc.data() + i * D, D, alpha);
+          m[i] = m_new;
+        }
+        sgemm(false, false, rows, D, cols, 1.0f, scores.data(), cols, vb, ld.kv, 1.0f, acc.data(),
+              D);
+      }
+
+      for (int64_t i = 0; i < rows; ++i) {
+        float* orow = out + (i0 + i) * ld.q + int64_t(h) * D;
+        float& lrow = lse[(i0 + i) * s.H + h];
+        if (l[i] > 0.0f) {
+          const float inv = 1.0f / l[i];
+          for (int64_t d = 0; d < D; ++d) orow[d] = acc[i * D + d] * inv;
+          lrow = m[i] + std::log(l[i]);
+        } else {  // fully masked row: defined as zero output, LSE -inf
+          std::fill(orow, orow + D, 0.0f);
+          lrow = kNegInf;
+        }
+      }
+    }
+  }
+}
+
+void attention_backward(const AttnShape& s, const float* q, const float* k, const float* v,
+                        const float* out, const float* lse, const float* dout, float* dq, float* dk,
+                        float* dv) {
+  check_attn_shape(s);
+  const Strides ld{int64_t(s.H) * s.D, int64_t(s.Hkv) * s.D};
+  const int group = s.H / s.Hkv;
+  const int64_t D = s.D;
+  std::vector<float> p(size_t(kQueryBlock * kKeyBlock)), dp(size_t(kQueryBlock * kKeyBlock));
+  std::vector<float> delta(kQueryBlock);  // rowsum(dO * O): softmax's Jacobian term
+
+  for (int h = 0; h < s.H; ++h) {
+    const int g = h / group;
+    for (int64_t i0 = 0; i0 < s.Tq; i0 += kQueryBlock) {
+      const int64_t rows = std::min(kQueryBlock, s.Tq - i0);
+      const int64_t off = i0 * ld.q + int64_t(h) * D;
+      const float *qb = q + off, *dob = dout + off;
+      float* dqb = dq + off;
+      for (int64_t i = 0; i < rows; ++i) {
+        double acc = 0.0;
+        for (int64_t d = 0; d < D; ++d) acc += double(dob[i * ld.q + d]) * out[off + i * ld.q + d];
+        delta[i] = float(acc);
+      }
+
+      for (int64_t j0 = 0; j0 < s.Tk; j0 += kKeyBlock) {
+        const int64_t cols = std::min(kKeyBlock, s.Tk - j0);
+        const TileMask mask = classify(s, i0, rows, j0, cols);
+        if (mask == TileMask::skip) break;
+        const int64_t koff = j0 * ld.kv + int64_t(g) * D;
+        sgemm(false, true, rows, cols, D, s.scale, qb, ld.q, k + koff, ld.kv, 0.0f, p.data(), cols);
+        for (int64_t i = 0; i < rows; ++i) {
+          float* prow = p.data() + i * cols;
+          const int64_t n = visible_cols(s, mask, i0 + i, j0, cols);
+          const float row_lse = lse[(i0 + i) * s.H + h];
+          if (row_lse == kNegInf) {
+            std::fill(prow, prow + cols, 0.0f);
+            continue;
+          }
+          exp_shift_sum(prow, n, row_lse);
+          std::fill(prow + n, prow + cols, 0.0f);
+        }
+        // dV += P^T dO ; dP = dO V^T ; dS = P (dP - delta) ; dQ += s dS K ; dK += s dS^T Q
+        sgemm(true, false, cols, D, rows, 1.0f, p.data(), cols, dob, ld.q, 1.0f, dv + koff, ld.kv);
+        sgemm(false, true, rows, cols, D, 1.0f, dob, ld.q, v + koff, ld.kv, 0.0f, dp.data(), cols);
+        for (int64_t i = 0; i < rows; ++i)
+          softmax_grad_row(p.data() + i * cols, dp.data() + i * cols, cols, delta[i]);
+        sgemm(false, false, rows, D, cols, s.scale, dp.data(), cols, k + koff, ld.kv, 1.0f, dqb,
+              ld.q);
+        sgemm(true, false, cols, D, rows, s.scale, dp.data(), cols, qb, ld.q, 1.0f, dk + koff,
+              ld.kv);
+      }
+    }
+  }
+}
+
+void merge_partial_attention(int64_t n_rows, int D, float* out, float* lse, const float* out_b,
+                             const float* lse_b) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float a = lse[r], b = lse_b[r];
+    if (b == kNegInf) continue;  // the block saw nothing for this row
+    float* o = out + r * D;
+    const float* ob = out_b + r * D;
+    if (a == kNegInf) {  // first block that sees anything for this row
+      std::copy(ob, ob + D, o);
+      lse[r] = b;
+      continue;
+    }
+    // sigmoid(b - a) is the block's share of the combined softmax mass.
+    const float w = 1.0f / (1.0f + std::exp(a - b));
+    for (int d = 0; d < D; ++d) o[d] -= w * (o[d] - ob[d]);
+    // lse - log sigmoid(lse - lse_b) = max + log1p(exp(-|a - b|)), stable.
+    lse[r] = std::max(a, b) + std::log1p(std::exp(-std::fabs(a - b)));
+  }
+}
+
+int64_t attention_visible_pairs(const AttnShape& s) {
+  if (!s.causal) return s.Tq * s.Tk * s.H;
+  int64_t pairs = 0;
+  for (int64_t i = 0; i < s.Tq; ++i)
+    pairs += std::clamp<int64_t>(s.q_pos0 + i - s.k_pos0 + 1, 0, s.Tk);
+  return pairs * s.H;
+}
+
+double attention_flops(const AttnShape& s, bool backward) {
+  return (backward ? 10.0 : 4.0) * double(s.D) * double(attention_visible_pairs(s));
+}
+
+size_t attention_workspace_bytes(const AttnShape& s, bool backward) {
+  const size_t tile = size_t(kQueryBlock * kKeyBlock);
+  if (backward) return sizeof(float) * (2 * tile + size_t(kQueryBlock));
+  return sizeof(float) * (tile + size_t(kQueryBlock) * size_t(s.D) + 2 * size_t(kQueryBlock));
+}
+
+}  // namespace trident::kernels

@@ -1,0 +1,256 @@
+// CPU flash attention (kernels/cpu/attention.cpp) against a naive O(seq^2)
+// reference that builds the whole score matrix and accumulates in fp64.
+// Outputs, LSE and all three gradients; causal and not, GQA, tile
+// remainders, offset positions and fully masked rows.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "trident/core/rng.hpp"
+#include "trident/core/tensor.hpp"
+#include "trident/kernels/attention.hpp"
+
+using trident::kernels::AttnShape;
+
+namespace {
+
+std::vector<float> random_vec(int64_t n, const char* name, float scale = 1.0f) {
+  std::vector<float> x(static_cast<size_t>(n));
+  trident::rng::fill_normal(x.data(), n, trident::rng::hash_name(name), 0, scale);
+  return x;
+}
+
+// The reference: full [Tq, Tk] matrices per head, in double.
+struct Reference {
+  std::vector<double> out, lse, dq, dk, dv;
+};
+
+bool visible(const AttnShape& s, int64_t i, int64_t j) {
+  return !s.causal || s.k_pos0 + j <= s.q_pos0 + i;
+}
+
+Reference naive_attention(const AttnShape& s, const std::vector<float>& q,
+                          const std::vector<float>& k, const std::vector<float>& v,
+                          const std::vector<float>& dout) {
+  const int64_t D = s.D, Tq = s.Tq, Tk = s.Tk;
+  const int group = s.H / s.Hkv;
+  Reference r;
+  r.out.assign(size_t(Tq * s.H * D), 0.0);
+  r.lse.assign(size_t(Tq * s.H), 0.0);
+  r.dq.assign(r.out.size(), 0.0);
+  r.dk.assign(size_t(Tk * s.Hkv * D), 0.0);
+  r.dv.assign(r.dk.size(), 0.0);
+  auto qi = [&](int64_t t, int h) { return (t * s.H + h) * D; };
+  auto ki = [&](int64_t t, int g) { return (t * s.Hkv + g) * D; };
+  for (int h = 0; h < s.H; ++h) {
+    const int g = h / group;
+    for (int64_t i = 0; i < Tq; ++i) {
+      std::vector<double> p(size_t(Tk), 0.0);
+      double mx = -INFINITY;
+      for (int64_t j = 0; j < Tk; ++j) {
+        if (!visible(s, i, j)) continue;
+        double dot = 0.0;
+        for (int64_t d = 0; d < D; ++d) dot += double(q[qi(i, h) + d]) * k[ki(j, g) + d];
+        p[j] = dot * s.scale;
+        mx = std::max(mx, p[j]);
+      }
+      if (mx == -INFINITY) {  // no visible key
+        r.lse[i * s.H + h] = -INFINITY;
+        continue;
+      }
+      double sum = 0.0;
+      for (int64_t j = 0; j < Tk; ++j) {
+        p[j] = visible(s, i, j) ? std::exp(p[j] - mx) : 0.0;
+        sum += p[j];
+      }
+      r.lse[i * s.H + h] = mx + std::log(sum);
+      for (int64_t j = 0; j < Tk; ++j) p[j] /= sum;
+      for (int64_t j = 0; j < Tk; ++j)
+        for (int64_t d = 0; d < D; ++d) r.out[qi(i, h) + d] += p[j] * v[ki(j, g) + d];
+      // Backward of softmax(qK^T s) V for this row.
+      std::vector<double> dp(size_t(Tk), 0.0);
+      double delta = 0.0;
+      for (int64_t j = 0; j < Tk; ++j) {
+        for (int64_t d = 0; d < D; ++d) dp[j] += double(dout[qi(i, h) + d]) * v[ki(j, g) + d];
+        delta += p[j] * dp[j];
+      }
+      for (int64_t j = 0; j < Tk; ++j) {
+        const double ds = p[j] * (dp[j] - delta) * s.scale;
+        for (int64_t d = 0; d < D; ++d) {
+          r.dv[ki(j, g) + d] += p[j] * dout[qi(i, h) + d];
+          r.dq[qi(i, h) + d] += ds * k[ki(j, g) + d];
+          r.dk[ki(j, g) + d] += ds * q[qi(i, h) + d];
+        }
+      }
+    }
+  }
+  return r;
+}
+
+double rel_l2(const std::vector<float>& a, const std::vector<double>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isinf(b[i])) continue;  // compared separately
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  if (std::isnan(num)) return INFINITY;
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+bool all_finite(const std::vector<float>& x) {
+  for (float f : x)
+    if (!std::isfinite(f)) return false;
+  return true;
+}
+
+void check_against_reference(const AttnShape& s) {
+  const int64_t nq = s.Tq * s.H * s.D, nk = s.Tk * s.Hkv * s.D;
+  auto q = random_vec(nq, "q"), k = random_vec(nk, "k"), v = random_vec(nk, "v");
+  auto dout = random_vec(nq, "dout");
+  std::vector<float> out(static_cast<size_t>(nq)), lse(static_cast<size_t>(s.Tq * s.H));
+  trident::kernels::attention_forward(s, q.data(), k.data(), v.data(), out.data(), lse.data());
+  // Gradients accumulate: start from a random value and subtract it after.
+  auto dq0 = random_vec(nq, "dq0"), dk0 = random_vec(nk, "dk0"), dv0 = random_vec(nk, "dv0");
+  auto dq = dq0, dk = dk0, dv = dv0;
+  trident::kernels::attention_backward(s, q.data(), k.data(), v.data(), out.data(), lse.data(),
+                                       dout.data(), dq.data(), dk.data(), dv.data());
+  for (size_t i = 0; i < dq.size(); ++i) dq[i] -= dq0[i];
+  for (size_t i = 0; i < dk.size(); ++i) dk[i] -= dk0[i], dv[i] -= dv0[i];
+
+  const Reference ref = naive_attention(s, q, k, v, dout);
+  CHECK(all_finite(out));
+  CHECK(all_finite(dq));
+  CHECK(all_finite(dk));
+  CHECK(all_finite(dv));
+  for (size_t i = 0; i < lse.size(); ++i) {
+    if (std::isinf(ref.lse[i])) {
+      REQUIRE(lse[i] == -std::numeric_limits<float>::infinity());
+      for (int d = 0; d < s.D; ++d) REQUIRE(out[i * s.D + d] == 0.0f);
+    } else {
+      REQUIRE(std::isfinite(lse[i]));
+    }
+  }
+  CHECK(rel_l2(out, ref.out) <= 1e-5);
+  CHECK(rel_l2(lse, ref.lse) <= 1e-5);
+  CHECK(rel_l2(dq, ref.dq) <= 1e-5);
+  CHECK(rel_l2(dk, ref.dk) <= 1e-5);
+  CHECK(rel_l2(dv, ref.dv) <= 1e-5);
+}
+
+AttnShape shape(int64_t Tq, int64_t Tk, int H, int Hkv, int D, bool causal, int64_t qp = 0,
+                int64_t kp = 0) {
+  AttnShape s;
+  s.Tq = Tq, s.Tk = Tk, s.H = H, s.Hkv = Hkv, s.D = D;
+  s.scale = 1.0f / std::sqrt(float(D));
+  s.causal = causal, s.q_pos0 = qp, s.k_pos0 = kp;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("attention matches the naive reference, non-causal, tile remainders") {
+  // 300 = 4 query tiles + 44 rows, 1 key tile + 44 columns.
+  check_against_reference(shape(300, 300, 3, 3, 64, false));
+}
+
+TEST_CASE("attention matches the naive reference, causal") {
+  check_against_reference(shape(300, 300, 2, 2, 64, true));
+  check_against_reference(shape(517, 517, 1, 1, 32, true));
+}
+
+TEST_CASE("attention matches the naive reference, grouped-query heads") {
+  check_against_reference(shape(200, 200, 8, 2, 32, true));
+  check_against_reference(shape(130, 270, 6, 3, 16, false));
+  check_against_reference(shape(97, 97, 4, 1, 24, true));
+}
+
+TEST_CASE("attention with offset positions (a later query run against an earlier key run)") {
+  // Queries at 400..529 against keys 0..516: the diagonal cuts the key range.
+  check_against_reference(shape(130, 517, 2, 1, 20, true, 400, 0));
+  // Keys entirely in the past: every tile is full.
+  check_against_reference(shape(70, 300, 2, 2, 32, true, 1000, 0));
+}
+
+TEST_CASE("fully masked rows give zero output, LSE -inf, zero gradients, no NaN") {
+  // Keys start at position 50: queries 0..49 see nothing.
+  check_against_reference(shape(120, 90, 2, 1, 16, true, 0, 50));
+  // No query sees anything at all.
+  const AttnShape s = shape(40, 40, 2, 2, 8, true, 0, 100);
+  auto q = random_vec(40 * 2 * 8, "q"), k = random_vec(40 * 2 * 8, "k"), v = random_vec(640, "v");
+  auto dout = random_vec(640, "dout");
+  std::vector<float> out(640, 1.0f), lse(80, 1.0f), dq(640, 0.0f), dk(640, 0.0f), dv(640, 0.0f);
+  trident::kernels::attention_forward(s, q.data(), k.data(), v.data(), out.data(), lse.data());
+  for (float x : out) REQUIRE(x == 0.0f);
+  for (float x : lse) REQUIRE(x == -std::numeric_limits<float>::infinity());
+  trident::kernels::attention_backward(s, q.data(), k.data(), v.data(), out.data(), lse.data(),
+                                       dout.data(), dq.data(), dk.data(), dv.data());
+  for (size_t i = 0; i < 640; ++i) REQUIRE((dq[i] == 0.0f && dk[i] == 0.0f && dv[i] == 0.0f));
+  CHECK(trident::kernels::attention_visible_pairs(s) == 0);
+}
+
+TEST_CASE("partial results over key halves merge to the full attention") {
+  const AttnShape full = shape(150, 400, 4, 2, 32, true, 250, 0);
+  auto q = random_vec(150 * 4 * 32, "q"), k = random_vec(400 * 2 * 32, "k");
+  auto v = random_vec(400 * 2 * 32, "v");
+  std::vector<float> out(q.size()), lse(150 * 4);
+  trident::kernels::attention_forward(full, q.data(), k.data(), v.data(), out.data(), lse.data());
+
+  // Keys 0..299 and 300..399 (the second half is partly in the future of the
+  // early queries, so some rows see nothing in it).
+  AttnShape a = full, b = full;
+  a.Tk = 300;
+  b.Tk = 100, b.k_pos0 = 300;
+  std::vector<float> out_a(q.size()), lse_a(lse.size()), out_b(q.size()), lse_b(lse.size());
+  trident::kernels::attention_forward(a, q.data(), k.data(), v.data(), out_a.data(), lse_a.data());
+  trident::kernels::attention_forward(b, q.data(), k.data() + 300 * 64, v.data() + 300 * 64,
+                                      out_b.data(), lse_b.data());
+  int64_t empty_rows = 0;
+  for (float x : lse_b) empty_rows += std::isinf(x);
+  REQUIRE(empty_rows > 0);  // the -inf path of the merge is exercised
+  // Merge in the order b then a, starting from "nothing seen".
+  std::vector<float> m_out(q.size(), 0.0f), m_lse(lse.size(), -INFINITY);
+  trident::kernels::merge_partial_attention(150 * 4, 32, m_out.data(), m_lse.data(), out_b.data(),
+                                            lse_b.data());
+  trident::kernels::merge_partial_attention(150 * 4, 32, m_out.data(), m_lse.data(), out_a.data(),
+                                            lse_a.data());
+  CHECK(trident::rel_l2_diff(m_out.data(), out.data(), int64_t(out.size())) <= 1e-5);
+  CHECK(trident::rel_l2_diff(m_lse.data(), lse.data(), int64_t(lse.size())) <= 1e-5);
+}
+
+TEST_CASE("the reference's gradient agrees with finite differences") {
+  // Guards the reference itself: loss = sum(dout * out), perturb q, k, v.
+  const AttnShape s = shape(9, 11, 2, 1, 4, true, 3, 0);
+  auto q = random_vec(9 * 2 * 4, "q"), k = random_vec(11 * 4, "k"), v = random_vec(11 * 4, "v");
+  auto dout = random_vec(9 * 2 * 4, "dout");
+  const Reference r = naive_attention(s, q, k, v, dout);
+  auto loss = [&](const std::vector<float>& qq, const std::vector<float>& kk,
+                  const std::vector<float>& vv) {
+    const Reference x = naive_attention(s, qq, kk, vv, dout);
+    double l = 0;
+    for (size_t i = 0; i < x.out.size(); ++i) l += x.out[i] * dout[i];
+    return l;
+  };
+  const float h = 1e-2f;
+  auto fd = [&](std::vector<float>& x, size_t i) {
+    const float keep = x[i];
+    x[i] = keep + h;
+    double up = loss(q, k, v);
+    x[i] = keep - h;
+    double down = loss(q, k, v);
+    x[i] = keep;
+    return (up - down) / (2.0 * h);
+  };
+  for (size_t i = 0; i < q.size(); i += 5) CHECK(std::fabs(fd(q, i) - r.dq[i]) < 1e-3);
+  for (size_t i = 0; i < k.size(); i += 3) CHECK(std::fabs(fd(k, i) - r.dk[i]) < 1e-3);
+  for (size_t i = 0; i < v.size(); i += 3) CHECK(std::fabs(fd(v, i) - r.dv[i]) < 1e-3);
+}
+
+TEST_CASE("visible pairs and flops follow the causal mask") {
+  CHECK(trident::kernels::attention_visible_pairs(shape(10, 10, 2, 2, 8, false)) == 200);
+  CHECK(trident::kernels::attention_visible_pairs(shape(10, 10, 2, 2, 8, true)) == 110);
+  CHECK(trident::kernels::attention_visible_pairs(shape(4, 10, 1, 1, 8, true, 20, 0)) == 40);
+  CHECK(trident::kernels::attention_flops(shape(10, 10, 1, 1, 8, false), false) == 4.0 * 8 * 100);
+  CHECK_THROWS(trident::kernels::check_attn_shape(shape(10, 10, 3, 2, 8, false)));
+}
