@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Configures and builds trident with Ninja in build/ (or $TRIDENT_BUILD_DIR):
+# optimised with debug info, warnings as errors, tests included. Extra
+# arguments go to cmake's configure step (e.g. -DTRIDENT_CUDA=OFF).
+#
+#   scripts/build.sh [-DOPTION=VALUE ...]
+# Environment: TRIDENT_BUILD_DIR, TRIDENT_BUILD_TYPE (default RelWithDebInfo),
+# TRIDENT_JOBS (parallel compile jobs, default: the number of cores).
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${TRIDENT_BUILD_DIR:-$repo/build}
+jobs=${TRIDENT_JOBS:-$(nproc)}
+
+cmake -S "$repo" -B "$build" -G Ninja \
+  -DCMAKE_BUILD_TYPE="${TRIDENT_BUILD_TYPE:-RelWithDebInfo}" \
+  -DTRIDENT_WERROR=ON "$@"
+cmake --build "$build" -j "$jobs"
+echo "build.sh: built $build/trident" >&2

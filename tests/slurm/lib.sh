@@ -1,0 +1,129 @@
+# Shared by the slurm tests (sourced): finds the local cluster and fails when
+# it is not up, makes a clean work folder per test, submits and waits for jobs
+# with a deadline, and cancels on exit whatever the test left running.
+# ctest passes TRIDENT_BIN, TRIDENT_SOURCE_DIR, TRIDENT_PYTHON, TRIDENT_BUILD_DIR.
+set -uo pipefail
+
+: "${TRIDENT_BIN:?run under ctest (TRIDENT_BIN is not set)}"
+: "${TRIDENT_SOURCE_DIR:?run under ctest (TRIDENT_SOURCE_DIR is not set)}"
+TRIDENT_PYTHON=${TRIDENT_PYTHON:-$TRIDENT_SOURCE_DIR/.venv/bin/python3}
+export SLURM_CONF=${SLURM_CONF:-${TRIDENT_SLURM_DIR:-/tmp/trident-slurm}/slurm.conf}
+SBATCH_TEMPLATE=$TRIDENT_SOURCE_DIR/slurm/trident.sbatch
+CHECK_MAPPING=$TRIDENT_SOURCE_DIR/slurm/check_mapping.py
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+note() { echo "-- $*"; }
+
+# The cluster must be up: a missing cluster is a failure, never a skip.
+require_cluster() {
+  local idle
+  if ! idle=$(timeout 15 sinfo -h -N -o '%N %T' 2>/dev/null); then
+    fail "needs the local Slurm cluster: slurm/cluster/start.sh (no answer from slurmctld with SLURM_CONF=$SLURM_CONF)"
+  fi
+  local n
+  n=$(awk '$2 ~ /^(idle|mixed|allocated)/ {print $1}' <<<"$idle" | sort -u | wc -l)
+  [[ $n -ge 2 ]] || fail "needs the local Slurm cluster: slurm/cluster/start.sh (2 usable nodes wanted, sinfo says: $(echo $idle))"
+}
+
+require_h5py() {
+  "$TRIDENT_PYTHON" -c 'import h5py, numpy' 2>/dev/null ||
+    fail "$TRIDENT_PYTHON cannot import h5py and numpy: run scripts/install-deps.sh"
+}
+
+# A clean folder for this test's jobs (logs, run files, checkpoints).
+make_workdir() {
+  WORK=${TRIDENT_BUILD_DIR:-/tmp}/tests/slurm/work/$1
+  rm -rf "$WORK"
+  mkdir -p "$WORK"
+}
+
+SUBMITTED=()
+cancel_leftovers() {
+  local j state
+  for j in "${SUBMITTED[@]}"; do
+    state=$(job_field "$j" JobState)
+    case $state in
+      PENDING | RUNNING | REQUEUED | CONFIGURING | COMPLETING | SUSPENDED) scancel "$j" 2>/dev/null ;;
+    esac
+  done
+}
+trap cancel_leftovers EXIT
+
+# submit ARGS...: sbatch with the template's environment; sets JOB to the id.
+submit() {
+  local out
+  out=$(sbatch --parsable --chdir="$WORK" --export=ALL,TRIDENT_BIN="$TRIDENT_BIN" "$@") ||
+    fail "sbatch $* was refused"
+  JOB=${out%%;*}
+  SUBMITTED+=("$JOB")
+}
+
+# job_field JOBID FIELD: one field of `scontrol show job` (e.g. JobState, ExitCode).
+job_field() {
+  timeout 15 scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1
+}
+
+# wait_job JOBID SECONDS: waits for a final state and sets STATE to it;
+# fails at the deadline.
+wait_job() {
+  local jid=$1 end=$((SECONDS + $2)) state
+  while :; do
+    state=$(job_field "$jid" JobState)
+    case $state in
+      COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE | PREEMPTED)
+        STATE=$state
+        return 0
+        ;;
+    esac
+    if [[ $SECONDS -ge $end ]]; then
+      scancel "$jid" 2>/dev/null
+      [[ -f $WORK/trident-$jid.out ]] && tail -n 40 "$WORK/trident-$jid.out" >&2
+      fail "job $jid still $state after $2 s; cancelled"
+    fi
+    sleep 1
+  done
+}
+
+show_log() {
+  echo "---- $1 ----"
+  cat "$1" 2>/dev/null || echo "(no log)"
+  echo "----"
+}
+
+# The small model every slurm test trains: 8 ranks as pp=2 x cp=2 x dp=2,
+# ep=2, a few steps. Extra TOML lines (a [train] override, ...) may follow.
+write_tiny_config() {
+  local path=$1 steps=${2:-3}
+  cat >"$path" <<EOF
+# slurm tests: tiny MoE model on 2 nodes x 4 ranks (pp=2, cp=2, dp=2, ep=2)
+[model]
+vocab_size = 32
+d_model = 32
+n_layers = 2
+n_heads = 2
+n_kv_heads = 2
+ffn_hidden = 64
+n_experts = 4
+top_k = 2
+
+[data]
+seq_len = 32
+micro_batch_size = 1
+num_microbatches = 2
+
+[parallel]
+pp = 2
+cp = 2
+ep = 2
+
+[train]
+steps = $steps
+warmup_steps = 1
+
+[runtime]
+timeout_s = 60
+EOF
+}
