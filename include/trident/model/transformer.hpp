@@ -1,0 +1,135 @@
+// The decoder-only MoE transformer, cut into pipeline chunks.
+//
+//   tokens -> embedding -> n_layers x [ RMSNorm -> attention (QKV, RoPE at
+//   global positions, causal attention over the whole sequence through the
+//   CP ring, output projection) -> residual -> RMSNorm -> FFN (MoE on every
+//   moe_every-th layer, dense SwiGLU otherwise) -> residual ] -> RMSNorm ->
+//   LM head -> cross-entropy
+//
+// The layers are split over pp * vpp virtual stages (contiguous ranges, the
+// first stages take one more layer when it does not divide); virtual stage
+// c * pp + r is chunk c of pipeline rank r. A ModelStage holds this rank's
+// chunks and runs forward/backward of one (chunk, micro-batch) at a time, so
+// any pipeline schedule can drive it; it keeps one activation cache per
+// micro-batch in flight. Stage boundaries carry hidden states [tokens, d] and
+// their gradients.
+//
+// Loss: the last virtual stage returns nothing downstream; it adds the SUM of
+// its token losses to loss_sum() and seeds the backward with
+// loss_scale = 1 / (target tokens of the global batch), so that summing the
+// gradients over dp x cp gives the gradient of the global mean loss.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "trident/comm/comm.hpp"
+#include "trident/core/config.hpp"
+#include "trident/core/param.hpp"
+#include "trident/core/tensor.hpp"
+
+namespace trident::model {
+
+// One micro-batch as this rank sees it: micro_batch_size samples, each with
+// the rank's local tokens (seq_len / cp of them, at global `positions`).
+struct MicroBatch {
+  int64_t n_samples = 0;
+  int64_t local_seq = 0;
+  std::vector<int32_t> tokens;      // [n_samples * local_seq]
+  std::vector<int32_t> targets;     // same; -1: no loss
+  std::vector<int64_t> positions;   // [local_seq] global positions (same for every sample)
+  std::vector<int64_t> sample_ids;  // [n_samples] global sample index in the step's batch
+  int64_t tokens_total() const { return n_samples * local_seq; }
+};
+
+// Group communicators a stage needs (null: that parallelism is off, size 1).
+struct StageComms {
+  Communicator* cp = nullptr;
+  Communicator* ep = nullptr;
+};
+
+// Which activations to keep during this step's forward (output.activation_*).
+struct CaptureRequest {
+  std::set<int> layers;
+  std::set<int64_t> samples;
+  std::set<std::string> names;
+  bool active() const { return !layers.empty() && !samples.empty() && !names.empty(); }
+};
+
+// Captured rows of one (layer, name, sample): [local_seq, width] in local order.
+struct Capture {
+  int layer = 0;
+  std::string name;
+  int64_t sample = 0;
+  int64_t width = 0;  // floats per token (H*D, Hkv*D or n_experts)
+  std::vector<float> rows;
+};
+
+// Layer range [begin, end) of virtual stage vs out of n_virtual.
+std::pair<int, int> layer_range(int n_layers, int n_virtual, int vs);
+
+class Chunk;  // one virtual stage's layers (model/transformer.cpp)
+
+class ModelStage {
+ public:
+  // pp_rank/pp, vpp from the mesh and config. Builds and initialises the
+  // parameters of this rank's chunks (counter-RNG, same on every mesh).
+  ModelStage(const Config& cfg, int pp_rank, int pp, StageComms comms);
+  ~ModelStage();
+  ModelStage(const ModelStage&) = delete;
+  ModelStage& operator=(const ModelStage&) = delete;
+
+  int n_chunks() const;
+  bool is_first(int chunk) const;  // holds the embedding (virtual stage 0)
+  bool is_last(int chunk) const;   // holds the head and the loss
+  std::vector<Param*> params();
+
+  // Micro-batches of this step; loss_scale = 1/(global target tokens),
+  // aux_scale = aux_loss_coef / (sequences of the global batch).
+  void begin_step(std::vector<MicroBatch> mbs, float loss_scale, float aux_scale,
+                  const CaptureRequest* capture);
+  int n_microbatches() const { return static_cast<int>(mbs_.size()); }
+
+  // Floats crossing a stage boundary for micro-batch mb: tokens * d_model.
+  int64_t boundary_numel(int chunk, int mb) const;
+  // input: null for the first chunk (tokens come from the micro-batch);
+  // output: null for the last chunk (the loss is accumulated instead).
+  void forward(int chunk, int mb, const float* input, float* output);
+  // grad_output: null for the last chunk; grad_input: null for the first.
+  // weight_grad = false (zero-bubble B): only input gradients now; the
+  // linear layers' weight gradients are stashed for backward_weight().
+  void backward(int chunk, int mb, const float* grad_output, float* grad_input, bool weight_grad);
+  void backward_weight(int chunk, int mb);
+
+  // This step's sums on this rank: token losses (last stage only) and the
+  // MoE auxiliary loss (sum over sequences, unscaled).
+  double loss_sum() const { return loss_sum_; }
+  double aux_sum() const { return aux_sum_; }
+  // Tokens routed to each expert in this step by this rank, [moe layer][expert]
+  // over all MoE layers of the model (zeros for layers not held here).
+  const std::vector<std::vector<int64_t>>& expert_tokens() const { return expert_tokens_; }
+  std::vector<Capture> take_captures();
+  // Router bias update (sigmoid_bias) from the step's globally summed loads.
+  void update_router_bias(const std::vector<std::vector<int64_t>>& global_load);
+  // Extra state that is not a Param but belongs in a checkpoint (router
+  // biases), by global name.
+  std::vector<std::pair<std::string, Tensor*>> buffers();
+
+ private:
+  friend class Chunk;
+  Config cfg_;
+  int pp_rank_, pp_;
+  StageComms comms_;
+  std::vector<std::unique_ptr<Chunk>> chunks_;
+  std::vector<MicroBatch> mbs_;
+  float loss_scale_ = 1, aux_scale_ = 0;
+  const CaptureRequest* capture_ = nullptr;
+  double loss_sum_ = 0, aux_sum_ = 0;
+  std::vector<std::vector<int64_t>> expert_tokens_;
+  std::vector<Capture> captures_;
+};
+
+}  // namespace trident::model

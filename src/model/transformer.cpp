@@ -1,0 +1,478 @@
+// The transformer's chunks: forward and backward of the embedding, the
+// attention and FFN blocks, and the head with its loss, per micro-batch.
+//
+// Zero-bubble split (backward with weight_grad = false): the linear layers of
+// attention (Q, K, V, O) and the LM head stash (input, output-gradient) and
+// compute their weight gradients in backward_weight(). The RMSNorm scales,
+// the embedding, the dense SwiGLU FFN and the MoE layer compute their weight
+// gradients in B already: the SwiGLU and MoE backward kernels produce input
+// and weight gradients in one pass, and splitting them would recompute GEMMs.
+#include "trident/model/transformer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "trident/core/error.hpp"
+#include "trident/kernels/attention.hpp"
+#include "trident/kernels/ops.hpp"
+#include "trident/kernels/swiglu.hpp"
+#include "trident/model/blocks.hpp"
+
+namespace trident::model {
+
+std::pair<int, int> layer_range(int n_layers, int n_virtual, int vs) {
+  const int base = n_layers / n_virtual, extra = n_layers % n_virtual;
+  const int begin = vs * base + std::min(vs, extra);
+  return {begin, begin + base + (vs < extra ? 1 : 0)};
+}
+
+namespace {
+constexpr float kNormEps = 1e-5f;
+
+// dW[out,in] += dyᵀ x, now or later (zero-bubble W).
+struct WeightGradTask {
+  Param* p;
+  Tensor x, dy;
+};
+
+void run_task(WeightGradTask& t) {
+  const int64_t out = t.p->value.dim(0), in = t.p->value.dim(1);
+  kernels::linear_backward_weight(t.dy.ptr(), t.x.ptr(), t.x.numel() / in, in, out, t.p->grad.ptr());
+}
+
+}  // namespace
+
+// ---- attention block ----
+
+struct AttentionBlock {
+  int layer;
+  int64_t d, H, Hkv, D;
+  double theta;
+  Param norm, wq, wk, wv, wo;
+  std::unique_ptr<AttentionCore> core;
+
+  struct Cache {
+    Tensor x, h1, q, k, v, o, lse;
+    std::vector<float> rstd;
+  };
+
+  AttentionBlock(const ModelConfig& m, int l, std::unique_ptr<AttentionCore> c)
+      : layer(l), d(m.d_model), H(m.n_heads), Hkv(m.n_kv_heads), D(m.head_dim()),
+        theta(m.rope_theta), core(std::move(c)) {
+    const std::string p = "layers." + std::to_string(l) + ".attn.";
+    norm = Param(p + "norm", {d});
+    norm.init_constant(1.0f);
+    norm.decay = false;
+    wq = Param(p + "wq", {H * D, d});
+    wk = Param(p + "wk", {Hkv * D, d});
+    wv = Param(p + "wv", {Hkv * D, d});
+    wo = Param(p + "wo", {d, H * D});
+    const float s = float(m.init_std);
+    wq.init_normal(s);
+    wk.init_normal(s);
+    wv.init_normal(s);
+    // scaled so that the residual stream does not grow with depth
+    wo.init_normal(s / std::sqrt(2.0f * float(m.n_layers)));
+  }
+
+  std::vector<Param*> params() { return {&norm, &wq, &wk, &wv, &wo}; }
+
+  // x [T, d] -> y = x + attn(norm(x)) (y may not alias x).
+  void forward(const MicroBatch& mb, const float* x, float* y, Cache& c,
+               std::vector<Capture>* cap, const CaptureRequest* req) {
+    const int64_t T = mb.tokens_total(), Ls = mb.local_seq;
+    c.x = Tensor({T, d});
+    std::copy_n(x, T * d, c.x.ptr());
+    c.h1 = Tensor({T, d});
+    c.rstd.assign(size_t(T), 0.0f);
+    kernels::rmsnorm_forward(x, norm.value.ptr(), T, d, kNormEps, c.h1.ptr(), c.rstd.data());
+    c.q = Tensor({T, H * D});
+    c.k = Tensor({T, Hkv * D});
+    c.v = Tensor({T, Hkv * D});
+    kernels::linear_forward(c.h1.ptr(), wq.value.ptr(), T, d, H * D, c.q.ptr());
+    kernels::linear_forward(c.h1.ptr(), wk.value.ptr(), T, d, Hkv * D, c.k.ptr());
+    kernels::linear_forward(c.h1.ptr(), wv.value.ptr(), T, d, Hkv * D, c.v.ptr());
+    for (int64_t s = 0; s < mb.n_samples; ++s) {
+      kernels::rope_forward(c.q.ptr() + s * Ls * H * D, mb.positions.data(), Ls, H, D, theta);
+      kernels::rope_forward(c.k.ptr() + s * Ls * Hkv * D, mb.positions.data(), Ls, Hkv, D, theta);
+    }
+    c.o = Tensor({T, H * D});
+    c.lse = Tensor({T, H});
+    for (int64_t s = 0; s < mb.n_samples; ++s)
+      core->forward(c.q.ptr() + s * Ls * H * D, c.k.ptr() + s * Ls * Hkv * D,
+                    c.v.ptr() + s * Ls * Hkv * D, Ls, c.o.ptr() + s * Ls * H * D,
+                    c.lse.ptr() + s * Ls * H);
+    if (cap && req && req->layers.count(layer)) {
+      for (int64_t s = 0; s < mb.n_samples; ++s) {
+        if (!req->samples.count(mb.sample_ids[size_t(s)])) continue;
+        auto keep = [&](const char* name, const Tensor& t, int64_t width) {
+          if (!req->names.count(name)) return;
+          Capture k{layer, name, mb.sample_ids[size_t(s)], width, {}};
+          k.rows.assign(t.ptr() + s * Ls * width, t.ptr() + (s + 1) * Ls * width);
+          cap->push_back(std::move(k));
+        };
+        keep("q", c.q, H * D);
+        keep("k", c.k, Hkv * D);
+        keep("v", c.v, Hkv * D);
+        keep("attn_out", c.o, H * D);
+      }
+    }
+    kernels::linear_forward(c.o.ptr(), wo.value.ptr(), T, H * D, d, y);
+    kernels::add_inplace(y, x, T * d);
+  }
+
+  // dy [T, d] -> dx [T, d] (overwritten). Linear weight gradients go to
+  // `deferred` when it is given, else are computed now.
+  void backward(const MicroBatch& mb, const float* dy, float* dx, Cache& c,
+                std::vector<WeightGradTask>* deferred) {
+    const int64_t T = mb.tokens_total(), Ls = mb.local_seq;
+    Tensor dout({T, H * D});
+    kernels::linear_backward_input(dy, wo.value.ptr(), T, H * D, d, dout.ptr());
+    Tensor dq({T, H * D}), dk({T, Hkv * D}), dv({T, Hkv * D});
+    for (int64_t s = 0; s < mb.n_samples; ++s)
+      core->backward(c.q.ptr() + s * Ls * H * D, c.k.ptr() + s * Ls * Hkv * D,
+                     c.v.ptr() + s * Ls * Hkv * D, Ls, c.o.ptr() + s * Ls * H * D,
+                     c.lse.ptr() + s * Ls * H, dout.ptr() + s * Ls * H * D,
+                     dq.ptr() + s * Ls * H * D, dk.ptr() + s * Ls * Hkv * D,
+                     dv.ptr() + s * Ls * Hkv * D);
+    for (int64_t s = 0; s < mb.n_samples; ++s) {
+      kernels::rope_backward(dq.ptr() + s * Ls * H * D, mb.positions.data(), Ls, H, D, theta);
+      kernels::rope_backward(dk.ptr() + s * Ls * Hkv * D, mb.positions.data(), Ls, Hkv, D, theta);
+    }
+    Tensor dh1({T, d});
+    kernels::linear_backward_input(dq.ptr(), wq.value.ptr(), T, d, H * D, dh1.ptr());
+    kernels::linear_backward_input(dk.ptr(), wk.value.ptr(), T, d, Hkv * D, dh1.ptr(), 1.0f);
+    kernels::linear_backward_input(dv.ptr(), wv.value.ptr(), T, d, Hkv * D, dh1.ptr(), 1.0f);
+    kernels::rmsnorm_backward(dh1.ptr(), c.x.ptr(), norm.value.ptr(), c.rstd.data(), T, d, dx,
+                              norm.grad.ptr());
+    kernels::add_inplace(dx, dy, T * d);
+    std::vector<WeightGradTask> tasks;
+    tasks.push_back({&wo, std::move(c.o), Tensor(std::vector<int64_t>{T, d})});
+    std::copy_n(dy, T * d, tasks.back().dy.ptr());
+    tasks.push_back({&wq, c.h1, std::move(dq)});
+    tasks.push_back({&wk, c.h1, std::move(dk)});
+    tasks.push_back({&wv, std::move(c.h1), std::move(dv)});
+    for (auto& t : tasks) {
+      if (deferred) deferred->push_back(std::move(t));
+      else run_task(t);
+    }
+    c = Cache{};
+  }
+};
+
+// ---- FFN block: x -> x + ffn(norm(x)) ----
+
+struct FfnBlock {
+  int layer;
+  int64_t d;
+  Param norm;
+  std::unique_ptr<FeedForward> ffn;
+
+  struct Cache {
+    Tensor x, h;
+    std::vector<float> rstd;
+    FfnCache inner;
+  };
+
+  FfnBlock(const ModelConfig& m, int l, std::unique_ptr<FeedForward> f)
+      : layer(l), d(m.d_model), ffn(std::move(f)) {
+    norm = Param("layers." + std::to_string(l) + ".ffn_norm", {d});
+    norm.init_constant(1.0f);
+    norm.decay = false;
+  }
+
+  std::vector<Param*> params() {
+    std::vector<Param*> ps{&norm};
+    for (Param* p : ffn->params()) ps.push_back(p);
+    return ps;
+  }
+
+  void forward(const MicroBatch& mb, const float* x, float* y, Cache& c, FfnStats& stats) {
+    const int64_t T = mb.tokens_total();
+    c.x = Tensor({T, d});
+    std::copy_n(x, T * d, c.x.ptr());
+    c.h = Tensor({T, d});
+    c.rstd.assign(size_t(T), 0.0f);
+    kernels::rmsnorm_forward(x, norm.value.ptr(), T, d, kNormEps, c.h.ptr(), c.rstd.data());
+    ffn->forward(mb, c.h.ptr(), T, y, c.inner, stats);
+    kernels::add_inplace(y, x, T * d);
+  }
+
+  void backward(const MicroBatch& mb, const float* dy, float* dx, Cache& c, float aux_scale) {
+    const int64_t T = mb.tokens_total();
+    Tensor dh({T, d});
+    ffn->backward(dy, dh.ptr(), T, c.inner, aux_scale);
+    kernels::rmsnorm_backward(dh.ptr(), c.x.ptr(), norm.value.ptr(), c.rstd.data(), T, d, dx,
+                              norm.grad.ptr());
+    kernels::add_inplace(dx, dy, T * d);
+    c = Cache{};
+  }
+};
+
+// Dense SwiGLU FFN (the shared kernel; weights [d, f], [d, f], [f, d]).
+class DenseSwiGLU : public FeedForward {
+ public:
+  DenseSwiGLU(const ModelConfig& m, int l) : d_(m.d_model), f_(m.ffn_hidden) {
+    const std::string p = "layers." + std::to_string(l) + ".ffn.";
+    w_gate_ = Param(p + "w_gate", {d_, f_});
+    w_up_ = Param(p + "w_up", {d_, f_});
+    w_down_ = Param(p + "w_down", {f_, d_});
+    w_gate_.init_normal(float(m.init_std));
+    w_up_.init_normal(float(m.init_std));
+    w_down_.init_normal(float(m.init_std) / std::sqrt(2.0f * float(m.n_layers)));
+  }
+  std::vector<Param*> params() override { return {&w_gate_, &w_up_, &w_down_}; }
+  void forward(const MicroBatch&, const float* x, int64_t T, float* y, FfnCache& c,
+               FfnStats&) override {
+    c.x = x;
+    c.gate = Tensor({T, f_});
+    c.up = Tensor({T, f_});
+    kernels::swiglu_forward(x, T, d_, f_, w_gate_.value.ptr(), w_up_.value.ptr(),
+                            w_down_.value.ptr(), y, c.gate.ptr(), c.up.ptr());
+  }
+  void backward(const float* dy, float* dx, int64_t T, FfnCache& c, float) override {
+    kernels::swiglu_backward(c.x, c.gate.ptr(), c.up.ptr(), dy, T, d_, f_, w_gate_.value.ptr(),
+                             w_up_.value.ptr(), w_down_.value.ptr(), dx, w_gate_.grad.ptr(),
+                             w_up_.grad.ptr(), w_down_.grad.ptr());
+  }
+
+ private:
+  int64_t d_, f_;
+  Param w_gate_, w_up_, w_down_;
+};
+
+std::unique_ptr<FeedForward> make_dense_ffn(const ModelConfig& m, int layer) {
+  return std::make_unique<DenseSwiGLU>(m, layer);
+}
+
+// ---- one virtual stage ----
+
+class Chunk {
+ public:
+  Chunk(ModelStage& st, int vs, int n_virtual) : st_(st) {
+    const ModelConfig& m = st.cfg_.model;
+    d_ = m.d_model;
+    V_ = m.vocab_size;
+    first_ = vs == 0;
+    last_ = vs == n_virtual - 1;
+    auto [b, e] = layer_range(m.n_layers, n_virtual, vs);
+    for (int l = b; l < e; ++l) {
+      attn_.push_back(std::make_unique<AttentionBlock>(
+          m, l, make_attention_core(st.cfg_, st.comms_)));
+      ffn_.push_back(std::make_unique<FfnBlock>(
+          m, l, m.is_moe_layer(l) ? make_moe_ffn(st.cfg_, l, st.comms_) : make_dense_ffn(m, l)));
+    }
+    if (first_) {
+      embed_ = Param("embedding", {V_, d_});
+      embed_.init_normal(float(m.init_std));
+      embed_.decay = false;
+    }
+    if (last_) {
+      final_norm_ = Param("final_norm", {d_});
+      final_norm_.init_constant(1.0f);
+      final_norm_.decay = false;
+      head_ = Param("lm_head", {V_, d_});
+      head_.init_normal(float(m.init_std));
+    }
+  }
+
+  bool first() const { return first_; }
+  bool last() const { return last_; }
+
+  std::vector<Param*> params() {
+    std::vector<Param*> ps;
+    if (first_) ps.push_back(&embed_);
+    for (size_t i = 0; i < attn_.size(); ++i) {
+      for (Param* p : attn_[i]->params()) ps.push_back(p);
+      for (Param* p : ffn_[i]->params()) ps.push_back(p);
+    }
+    if (last_) {
+      ps.push_back(&final_norm_);
+      ps.push_back(&head_);
+    }
+    return ps;
+  }
+  std::vector<FeedForward*> ffns() {
+    std::vector<FeedForward*> fs;
+    for (auto& f : ffn_) fs.push_back(f->ffn.get());
+    return fs;
+  }
+
+  void forward(int mbi, const float* input, float* output) {
+    const MicroBatch& mb = st_.mbs_.at(size_t(mbi));
+    const int64_t T = mb.tokens_total();
+    Cache& c = cache_[mbi];
+    c = Cache{};
+    c.attn.resize(attn_.size());
+    c.ffn.resize(ffn_.size());
+    Tensor x({T, d_}), y({T, d_});
+    if (first_) kernels::embedding_forward(embed_.value.ptr(), mb.tokens.data(), T, d_, x.ptr());
+    else std::copy_n(input, T * d_, x.ptr());
+    const bool capturing = st_.capture_ && st_.capture_->active();
+    for (size_t i = 0; i < attn_.size(); ++i) {
+      attn_[i]->forward(mb, x.ptr(), y.ptr(), c.attn[i], capturing ? &st_.captures_ : nullptr,
+                        st_.capture_);
+      FfnStats stats;
+      if (capturing && st_.capture_->layers.count(ffn_[i]->layer) &&
+          st_.capture_->names.count("router_logits"))
+        stats.capture_router_logits = true;
+      ffn_[i]->forward(mb, y.ptr(), x.ptr(), c.ffn[i], stats);
+      st_.aux_sum_ += stats.aux_loss_sum;
+      if (stats.moe_index >= 0) {
+        auto& row = st_.expert_tokens_.at(size_t(stats.moe_index));
+        for (size_t e = 0; e < stats.tokens_per_expert.size(); ++e)
+          row[e] += stats.tokens_per_expert[e];
+      }
+      if (stats.capture_router_logits && !stats.router_logits.empty()) {
+        const int64_t E = int64_t(stats.router_logits.size()) / T;
+        for (int64_t s = 0; s < mb.n_samples; ++s) {
+          if (!st_.capture_->samples.count(mb.sample_ids[size_t(s)])) continue;
+          Capture k{ffn_[i]->layer, "router_logits", mb.sample_ids[size_t(s)], E, {}};
+          k.rows.assign(stats.router_logits.begin() + s * mb.local_seq * E,
+                        stats.router_logits.begin() + (s + 1) * mb.local_seq * E);
+          st_.captures_.push_back(std::move(k));
+        }
+      }
+    }
+    if (last_) {
+      c.x_final = std::move(x);
+      c.h_final = Tensor({T, d_});
+      c.rstd_final.assign(size_t(T), 0.0f);
+      kernels::rmsnorm_forward(c.x_final.ptr(), final_norm_.value.ptr(), T, d_, kNormEps,
+                               c.h_final.ptr(), c.rstd_final.data());
+      Tensor logits({T, V_});
+      kernels::linear_forward(c.h_final.ptr(), head_.value.ptr(), T, d_, V_, logits.ptr());
+      c.dlogits = Tensor({T, V_});
+      st_.loss_sum_ += kernels::cross_entropy(logits.ptr(), mb.targets.data(), T, V_,
+                                              st_.loss_scale_, c.dlogits.ptr());
+    } else {
+      std::copy_n(x.ptr(), T * d_, output);
+    }
+  }
+
+  void backward(int mbi, const float* grad_output, float* grad_input, bool weight_grad) {
+    const MicroBatch& mb = st_.mbs_.at(size_t(mbi));
+    const int64_t T = mb.tokens_total();
+    auto it = cache_.find(mbi);
+    TRIDENT_CHECK(it != cache_.end(), "backward of a micro-batch that has no forward cache");
+    Cache& c = it->second;
+    std::vector<WeightGradTask>* deferred = weight_grad ? nullptr : &stash_[mbi];
+    Tensor dx({T, d_}), dy({T, d_});
+    if (last_) {
+      Tensor dh({T, d_});
+      kernels::linear_backward_input(c.dlogits.ptr(), head_.value.ptr(), T, d_, V_, dh.ptr());
+      kernels::rmsnorm_backward(dh.ptr(), c.x_final.ptr(), final_norm_.value.ptr(),
+                                c.rstd_final.data(), T, d_, dy.ptr(), final_norm_.grad.ptr());
+      WeightGradTask t{&head_, std::move(c.h_final), std::move(c.dlogits)};
+      if (deferred) deferred->push_back(std::move(t));
+      else run_task(t);
+    } else {
+      std::copy_n(grad_output, T * d_, dy.ptr());
+    }
+    for (size_t i = attn_.size(); i-- > 0;) {
+      ffn_[i]->backward(mb, dy.ptr(), dx.ptr(), c.ffn[i], st_.aux_scale_);
+      attn_[i]->backward(mb, dx.ptr(), dy.ptr(), c.attn[i], deferred);
+    }
+    if (first_) kernels::embedding_backward(dy.ptr(), mb.tokens.data(), T, d_, embed_.grad.ptr());
+    else std::copy_n(dy.ptr(), T * d_, grad_input);
+    cache_.erase(it);
+  }
+
+  void backward_weight(int mbi) {
+    auto it = stash_.find(mbi);
+    if (it == stash_.end()) return;
+    for (auto& t : it->second) run_task(t);
+    stash_.erase(it);
+  }
+
+ private:
+  struct Cache {
+    std::vector<AttentionBlock::Cache> attn;
+    std::vector<FfnBlock::Cache> ffn;
+    Tensor x_final, h_final, dlogits;
+    std::vector<float> rstd_final;
+  };
+  ModelStage& st_;
+  int64_t d_ = 0, V_ = 0;
+  bool first_ = false, last_ = false;
+  std::vector<std::unique_ptr<AttentionBlock>> attn_;
+  std::vector<std::unique_ptr<FfnBlock>> ffn_;
+  Param embed_, final_norm_, head_;
+  std::map<int, Cache> cache_;
+  std::map<int, std::vector<WeightGradTask>> stash_;
+};
+
+// ---- ModelStage ----
+
+ModelStage::ModelStage(const Config& cfg, int pp_rank, int pp, StageComms comms)
+    : cfg_(cfg), pp_rank_(pp_rank), pp_(pp), comms_(comms) {
+  const int vpp = cfg.parallel.vpp;
+  const int n_virtual = pp * vpp;
+  if (cfg.model.n_layers < n_virtual)
+    throw InputError("model.n_layers: " + std::to_string(cfg.model.n_layers) +
+                     " layers cannot fill pp * vpp = " + std::to_string(n_virtual) +
+                     " pipeline stages (need at least one layer each)");
+  int moe_layers = 0;
+  for (int l = 0; l < cfg.model.n_layers; ++l) moe_layers += cfg.model.is_moe_layer(l) ? 1 : 0;
+  expert_tokens_.assign(size_t(moe_layers), std::vector<int64_t>(size_t(cfg.model.n_experts), 0));
+  for (int c = 0; c < vpp; ++c)
+    chunks_.push_back(std::make_unique<Chunk>(*this, c * pp + pp_rank, n_virtual));
+}
+
+ModelStage::~ModelStage() = default;
+
+int ModelStage::n_chunks() const { return static_cast<int>(chunks_.size()); }
+bool ModelStage::is_first(int c) const { return chunks_.at(size_t(c))->first(); }
+bool ModelStage::is_last(int c) const { return chunks_.at(size_t(c))->last(); }
+
+std::vector<Param*> ModelStage::params() {
+  std::vector<Param*> ps;
+  for (auto& c : chunks_)
+    for (Param* p : c->params()) ps.push_back(p);
+  return ps;
+}
+
+void ModelStage::begin_step(std::vector<MicroBatch> mbs, float loss_scale, float aux_scale,
+                            const CaptureRequest* capture) {
+  mbs_ = std::move(mbs);
+  loss_scale_ = loss_scale;
+  aux_scale_ = aux_scale;
+  capture_ = capture;
+  loss_sum_ = 0;
+  aux_sum_ = 0;
+  for (auto& row : expert_tokens_) std::fill(row.begin(), row.end(), 0);
+  captures_.clear();
+}
+
+int64_t ModelStage::boundary_numel(int, int mb) const {
+  return mbs_.at(size_t(mb)).tokens_total() * cfg_.model.d_model;
+}
+
+void ModelStage::forward(int chunk, int mb, const float* input, float* output) {
+  chunks_.at(size_t(chunk))->forward(mb, input, output);
+}
+
+void ModelStage::backward(int chunk, int mb, const float* grad_output, float* grad_input,
+                          bool weight_grad) {
+  chunks_.at(size_t(chunk))->backward(mb, grad_output, grad_input, weight_grad);
+}
+
+void ModelStage::backward_weight(int chunk, int mb) { chunks_.at(size_t(chunk))->backward_weight(mb); }
+
+std::vector<Capture> ModelStage::take_captures() { return std::move(captures_); }
+
+void ModelStage::update_router_bias(const std::vector<std::vector<int64_t>>& global_load) {
+  for (auto& c : chunks_)
+    for (FeedForward* f : c->ffns()) f->update_bias(global_load);
+}
+
+std::vector<std::pair<std::string, Tensor*>> ModelStage::buffers() {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  for (auto& c : chunks_)
+    for (FeedForward* f : c->ffns())
+      for (auto& b : f->buffers()) out.push_back(b);
+  return out;
+}
+
+}  // namespace trident::model
