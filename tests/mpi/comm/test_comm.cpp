@@ -1,0 +1,301 @@
+// Communicator tests: every collective and point-to-point path against the
+// result computed locally from all ranks' (regenerable) inputs, the byte
+// counters against what was handed over, and the deadline against a receive
+// that nobody matches.
+#include <catch2/catch.hpp>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "mpi_test_util.hpp"
+#include "trident/comm/comm.hpp"
+#include "trident/core/error.hpp"
+#include "trident/core/rng.hpp"
+
+using namespace trident;
+using trident::testing::world_rank;
+using trident::testing::world_size;
+
+namespace {
+
+// A fresh owned duplicate of world, so tests do not share message queues.
+std::unique_ptr<Communicator> dup_world(CommKind kind, double timeout_s = 30.0) {
+  MPI_Comm c;
+  MPI_Comm_dup(MPI_COMM_WORLD, &c);
+  return std::make_unique<Communicator>(c, kind, "test-" + std::string(comm_kind_name(kind)),
+                                        timeout_s, true);
+}
+
+// Input of rank r, element i: random, never zero, regenerable on any rank.
+float input(int r, size_t i, uint64_t key) {
+  return rng::uniform(rng::combine(key, uint64_t(r)), i) * 2.0f - 1.0f + 1e-3f;
+}
+
+}  // namespace
+
+TEST_CASE("allreduce_sum on float equals the serial sum", "[comm]") {
+  auto c = dup_world(CommKind::dp);
+  const int p = c->size(), me = c->rank();
+  for (size_t n : {size_t(1), size_t(7), size_t(1000), size_t(65537)}) {
+    const uint64_t key = rng::hash_name("allreduce-float") + n;
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = input(me, i, key);
+    c->allreduce_sum(x.data(), n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; ++i) {
+      double ref = 0;
+      double mag = 0;
+      for (int r = 0; r < p; ++r) {
+        ref += input(r, i, key);
+        mag += std::fabs(input(r, i, key));
+      }
+      // Relative to the sum of magnitudes: the reduction order is MPI's.
+      if (std::fabs(x[i] - ref) > 1e-5 * mag) ++bad;
+    }
+    CHECK(bad == 0);
+  }
+}
+
+TEST_CASE("allreduce on double, int64, max, min", "[comm]") {
+  auto c = dup_world(CommKind::cp);
+  const int p = c->size(), me = c->rank();
+  const size_t n = 513;
+  const uint64_t key = rng::hash_name("allreduce-double");
+  std::vector<double> s(n), mx(n), mn(n);
+  std::vector<int64_t> k(n);
+  std::vector<int> im(n);
+  for (size_t i = 0; i < n; ++i) {
+    s[i] = mx[i] = mn[i] = input(me, i, key);
+    k[i] = int64_t(rng::bits(key + uint64_t(me), i) >> 20);  // big, exact in int64 sums
+    im[i] = int(rng::below(key + 99 + uint64_t(me), i, 1000000));
+  }
+  c->allreduce_sum(s.data(), n);
+  c->allreduce_max(mx.data(), n);
+  c->allreduce_min(mn.data(), n);
+  c->allreduce_sum(k.data(), n);
+  c->allreduce_max(im.data(), n);
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    double rs = 0, rmx = -1e30, rmn = 1e30;
+    int64_t rk = 0;
+    int rim = -1;
+    for (int r = 0; r < p; ++r) {
+      const double v = input(r, i, key);
+      rs += v;
+      rmx = std::max(rmx, v);
+      rmn = std::min(rmn, v);
+      rk += int64_t(rng::bits(key + uint64_t(r), i) >> 20);
+      rim = std::max(rim, int(rng::below(key + 99 + uint64_t(r), i, 1000000)));
+    }
+    if (std::fabs(s[i] - rs) > 1e-12 * p) ++bad;
+    if (mx[i] != rmx || mn[i] != rmn || k[i] != rk || im[i] != rim) ++bad;
+  }
+  CHECK(bad == 0);
+}
+
+TEST_CASE("allgather and broadcast place every rank's bytes", "[comm]") {
+  auto c = dup_world(CommKind::ep);
+  const int p = c->size(), me = c->rank();
+  const size_t n = 301;  // floats per rank
+  const uint64_t key = rng::hash_name("allgather");
+  std::vector<float> mine(n), all(n * p, 0.0f);
+  for (size_t i = 0; i < n; ++i) mine[i] = input(me, i, key);
+  c->allgather(mine.data(), all.data(), n * sizeof(float));
+  size_t bad = 0;
+  for (int r = 0; r < p; ++r)
+    for (size_t i = 0; i < n; ++i)
+      if (all[r * n + i] != input(r, i, key)) ++bad;
+  CHECK(bad == 0);
+
+  for (int root = 0; root < p; ++root) {
+    std::vector<float> b(n);
+    for (size_t i = 0; i < n; ++i) b[i] = me == root ? input(root, i, key + 1) : -7.0f;
+    c->broadcast(b.data(), n * sizeof(float), root);
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (b[i] != input(root, i, key + 1)) ++wrong;
+    CHECK(wrong == 0);
+  }
+}
+
+TEST_CASE("alltoallv with uneven and zero counts, and gaps between blocks", "[comm]") {
+  auto c = dup_world(CommKind::ep);
+  const int p = c->size(), me = c->rank();
+  // Elements sent from s to d: 0..5, zero for several pairs (always for s = 0
+  // to the last rank, and for all of rank 1's sends when p > 2).
+  auto count = [&](int s, int d) -> int64_t {
+    if (s == 0 && d == p - 1) return 0;
+    if (p > 2 && s == 1) return 0;
+    return (s * 7 + d * 3 + 1) % 6;
+  };
+  // value sent s -> d at index j: encodes all three, exact in double.
+  auto value = [](int s, int d, int64_t j) { return double(s) * 1e6 + double(d) * 1e3 + double(j); };
+  // Elements of 3 doubles (24 B) so elem_bytes is not a power of two.
+  constexpr size_t kElem = 3;
+  std::vector<int64_t> sc(p), sd(p), rc(p), rd(p);
+  int64_t off = 0;
+  for (int d = 0; d < p; ++d) {
+    sc[d] = count(me, d);
+    sd[d] = off;
+    off += sc[d] + 1;  // one-element gap after each block
+  }
+  std::vector<double> send(size_t(off) * kElem);
+  for (int d = 0; d < p; ++d)
+    for (int64_t j = 0; j < sc[d]; ++j)
+      for (size_t e = 0; e < kElem; ++e) send[(sd[d] + j) * kElem + e] = value(me, d, j) + 0.25 * e;
+  int64_t roff = 0;
+  for (int s = 0; s < p; ++s) {
+    rc[s] = count(s, me);
+    rd[s] = roff;
+    roff += rc[s] + 2;
+  }
+  const double sentinel = -12345.0;
+  std::vector<double> recv(size_t(roff) * kElem, sentinel);
+
+  const CommCounters before = comm_counters();
+  c->alltoallv(send.data(), sc, sd, recv.data(), rc, rd, kElem * sizeof(double));
+  const CommCounters delta = comm_counters() - before;
+
+  size_t bad = 0;
+  for (int s = 0; s < p; ++s) {
+    for (int64_t j = 0; j < rc[s]; ++j)
+      for (size_t e = 0; e < kElem; ++e)
+        if (recv[(rd[s] + j) * kElem + e] != value(s, me, j) + 0.25 * e) ++bad;
+    // The gaps stay untouched.
+    for (int64_t g = rc[s]; g < rc[s] + 2; ++g)
+      for (size_t e = 0; e < kElem; ++e)
+        if (recv[(rd[s] + g) * kElem + e] != sentinel) ++bad;
+  }
+  CHECK(bad == 0);
+  double expect_bytes = 0;
+  for (int d = 0; d < p; ++d)
+    if (d != me) expect_bytes += double(sc[d]) * kElem * sizeof(double);
+  CHECK(delta.bytes_sent[int(CommKind::ep)] == expect_bytes);
+  CHECK(delta.calls[int(CommKind::ep)] == 1);
+}
+
+TEST_CASE("alltoall of int64 per peer", "[comm]") {
+  auto c = dup_world(CommKind::ep);
+  const int p = c->size(), me = c->rank();
+  const size_t per = 3;
+  std::vector<int64_t> s(per * p), r(per * p, -1);
+  for (int d = 0; d < p; ++d)
+    for (size_t j = 0; j < per; ++j) s[d * per + j] = int64_t(me) * 100000 + d * 100 + int64_t(j);
+  c->alltoall(s.data(), r.data(), per);
+  size_t bad = 0;
+  for (int src = 0; src < p; ++src)
+    for (size_t j = 0; j < per; ++j)
+      if (r[src * per + j] != int64_t(src) * 100000 + me * 100 + int64_t(j)) ++bad;
+  CHECK(bad == 0);
+}
+
+TEST_CASE("ring isend/irecv delivers and the counters equal the bytes sent", "[comm]") {
+  auto c = dup_world(CommKind::cp);
+  const int p = c->size(), me = c->rank();
+  const int next = (me + 1) % p, prev = (me + p - 1) % p;
+  const size_t n = 4099;
+  const uint64_t key = rng::hash_name("ring");
+  std::vector<float> out(n), in(n, 0.0f), out2(17), in2(17, 0.0f);
+  for (size_t i = 0; i < n; ++i) out[i] = input(me, i, key);
+  for (size_t i = 0; i < 17; ++i) out2[i] = input(me, i, key + 5);
+
+  const CommCounters before = comm_counters();
+  std::vector<Request> reqs;
+  reqs.push_back(c->irecv(in.data(), n * sizeof(float), prev, 1));
+  reqs.push_back(c->irecv(in2.data(), 17 * sizeof(float), prev, 2));
+  // Tag 2 goes first: tags separate the two streams whatever the order.
+  reqs.push_back(c->isend(out2.data(), 17 * sizeof(float), next, 2));
+  reqs.push_back(c->isend(out.data(), n * sizeof(float), next, 1));
+  // Poll one with test() until done, wait for the rest.
+  while (!c->test(reqs[0])) {
+  }
+  CHECK_FALSE(reqs[0].active());
+  c->wait_all(reqs);
+  for (auto& r : reqs) CHECK_FALSE(r.active());
+  const CommCounters delta = comm_counters() - before;
+
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (in[i] != input(prev, i, key)) ++bad;
+  for (size_t i = 0; i < 17; ++i)
+    if (in2[i] != input(prev, i, key + 5)) ++bad;
+  CHECK(bad == 0);
+  CHECK(delta.bytes_sent[int(CommKind::cp)] == double((n + 17) * sizeof(float)));
+  CHECK(delta.calls[int(CommKind::cp)] == 4);
+  for (int k : {int(CommKind::pp), int(CommKind::ep), int(CommKind::dp)})
+    CHECK(delta.bytes_sent[k] == 0.0);
+  CHECK(delta.wait_s[int(CommKind::cp)] >= 0.0);
+}
+
+TEST_CASE("collective byte counters: allreduce, allgather, broadcast", "[comm]") {
+  auto c = dup_world(CommKind::pp);
+  const int me = c->rank();
+  std::vector<double> x(100, 1.5);
+  std::vector<char> g(40), all(40 * size_t(c->size()));
+  const CommCounters before = comm_counters();
+  c->allreduce_sum(x.data(), x.size());
+  c->allgather(g.data(), all.data(), g.size());
+  c->broadcast(x.data(), 64, 0);
+  const CommCounters delta = comm_counters() - before;
+  const double expect = 100 * sizeof(double) + 40 + (me == 0 ? 64 : 0);
+  CHECK(delta.bytes_sent[int(CommKind::pp)] == expect);
+  CHECK(delta.calls[int(CommKind::pp)] == 3);
+}
+
+TEST_CASE("a receive nobody sends ends in a TimeoutError naming rank, op and peer", "[comm]") {
+  auto c = dup_world(CommKind::pp, 0.5);
+  const int p = c->size(), me = c->rank();
+  const int peer = (me + 1) % p;
+  float buf[4];
+  Request r = c->irecv(buf, sizeof buf, peer, 999);
+  const double t0 = MPI_Wtime();
+  std::string msg;
+  try {
+    c->wait(r);
+  } catch (const TimeoutError& e) {
+    msg = e.what();
+  }
+  const double waited = MPI_Wtime() - t0;
+  INFO(msg);
+  REQUIRE_FALSE(msg.empty());
+  CHECK(waited >= 0.5);
+  CHECK(msg.find("rank " + std::to_string(world_rank()) + ":") == 0);
+  CHECK(msg.find("recv of 16 B from rank " + std::to_string(peer)) != std::string::npos);
+  CHECK(msg.find("(pp)") != std::string::npos);
+  CHECK(msg.find("timed out after 0.5s") != std::string::npos);
+  // The abandoned receive is cancelled when the Request goes away; the
+  // communicator still works afterwards.
+  r = Request();
+  c->barrier();
+}
+
+TEST_CASE("world_rank_of maps group ranks back to world ranks", "[comm]") {
+  // Split world into even and odd ranks, reversed order within each.
+  MPI_Comm sub;
+  const int wr = world_rank(), ws = world_size();
+  MPI_Comm_split(MPI_COMM_WORLD, wr % 2, ws - wr, &sub);
+  Communicator c(sub, CommKind::dp, "parity", 30.0, true);
+  std::vector<int> expect;
+  for (int r = ws - 1; r >= 0; --r)
+    if (r % 2 == wr % 2) expect.push_back(r);
+  REQUIRE(c.size() == int(expect.size()));
+  for (int i = 0; i < c.size(); ++i) CHECK(c.world_rank_of(i) == expect[i]);
+}
+
+TEST_CASE("now_s is one clock: after sync, every rank's reading after a barrier is close",
+          "[comm]") {
+  sync_clock(MPI_COMM_WORLD);
+  auto c = dup_world(CommKind::world);
+  // Readings taken after a barrier by all ranks lie within the barrier's
+  // exit skew; a missing offset of seconds would show.
+  c->barrier();
+  double t = now_s();
+  double lo = t, hi = t;
+  c->allreduce_min(&lo, 1);
+  c->allreduce_max(&hi, 1);
+  CHECK(hi - lo < 1.0);
+  CHECK(now_s() >= t);
+}
