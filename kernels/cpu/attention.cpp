@@ -22,7 +22,7 @@
 // GEMMs; on x86 build them a second time for AVX2/FMA and let the loader pick
 // (the baseline build is SSE2 only).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TRIDENT_VECTOR_CLONES __attribute__((target_clones("avx2,fma", "default")))
+#define TRIDENT_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define TRIDENT_VECTOR_CLONES
 #endif
@@ -50,19 +50,48 @@ int64_t visible_cols(const AttnShape& s, TileMask mask, int64_t i, int64_t j0, i
   return std::clamp<int64_t>(s.q_pos0 + i - (s.k_pos0 + j0) + 1, 0, cols);
 }
 
-// exp(x) in fp32 to about one ulp, written so the compiler vectorises the
-// loops that call it (std::exp is an opaque call): x = n ln2 + r with
-// |r| <= ln2/2, e^r by its degree-7 Taylor polynomial (truncation error
-// < 1e-8 relative), 2^n built in the exponent bits. Below -87 (including
-// -inf for masked scores) the result is 0.
-inline float fast_exp(float x) {
-  const float xc = std::min(std::max(x, -87.0f), 88.0f);
-  // Adding and removing 1.5 * 2^23 rounds to the nearest integer in the FPU
-  // (no call to nearbyint, which would stop vectorisation).
-  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+// Eight floats processed together (GCC/Clang vector extensions): the loops
+// below are written on these so that they vectorise by construction, and
+// compile to AVX in the x86-64-v3 clone and to SSE pairs otherwise.
+// The helpers taking and returning f8 are internal and inlined, so the
+// warning that their ABI differs between SSE and AVX builds does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float f8 __attribute__((vector_size(32)));
+typedef int32_t i8 __attribute__((vector_size(32)));
+
+inline f8 splat(float x) { return f8{x, x, x, x, x, x, x, x}; }
+inline f8 load8(const float* p) {
+  f8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store8(float* p, const f8& v) { std::memcpy(p, &v, sizeof v); }
+// The first n (< 8) lanes from p, the others set to fill.
+inline f8 load_part(const float* p, int64_t n, float fill) {
+  alignas(32) float t[8];
+  for (int u = 0; u < 8; ++u) t[u] = u < n ? p[u] : fill;
+  return load8(t);
+}
+inline void store_part(float* p, int64_t n, const f8& v) {
+  alignas(32) float t[8];
+  store8(t, v);
+  for (int64_t u = 0; u < n; ++u) p[u] = t[u];
+}
+
+// exp(x) in fp32 to about one ulp (std::exp is an opaque call that stops
+// vectorisation): x = n ln2 + r with |r| <= ln2/2, e^r by its degree-7 Taylor
+// polynomial (truncation < 1e-8 relative), 2^n built in the exponent bits.
+// Below -87 (including -inf for masked scores) the result is 0.
+inline f8 exp8(const f8& x) {
+  const f8 lo = splat(-87.0f), hi = splat(88.0f);
+  f8 xc = x < lo ? lo : x;
+  xc = xc > hi ? hi : xc;
+  // Adding and removing 1.5 * 2^23 rounds to the nearest integer.
+  const f8 magic = splat(12582912.0f);
+  const f8 n = (xc * 1.44269504088896341f + magic) - magic;
   // ln2 split in a part exact in fp32 and the rest, so r keeps its bits.
-  const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
-  float p = 1.0f / 5040.0f;
+  const f8 r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
+  f8 p = splat(1.0f / 5040.0f);
   p = p * r + 1.0f / 720.0f;
   p = p * r + 1.0f / 120.0f;
   p = p * r + 1.0f / 24.0f;
@@ -70,41 +99,51 @@ inline float fast_exp(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return x < -87.0f ? 0.0f : p * scale;
+  const i8 bits = (__builtin_convertvector(n, i8) + 127) << 23;
+  const f8 y = p * (f8)bits;  // reinterprets the bits (same size)
+  return x < lo ? splat(0.0f) : y;
 }
 
-// Eight independent lanes so the reductions vectorise without -ffast-math.
-TRIDENT_VECTOR_CLONES float row_max(const float* x, int64_t n) {
-  float lane[8];
-  for (float& v : lane) v = kNegInf;
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8)
-    for (int u = 0; u < 8; ++u) lane[u] = lane[u] > x[j + u] ? lane[u] : x[j + u];
-  float m = kNegInf;
-  for (float v : lane) m = std::max(m, v);
-  for (; j < n; ++j) m = std::max(m, x[j]);
+inline float hmax(const f8& v) {
+  float m = v[0];
+  for (int u = 1; u < 8; ++u) m = std::max(m, v[u]);
   return m;
+}
+inline float hsum(const f8& v) {
+  float s = 0.0f;
+  for (int u = 0; u < 8; ++u) s += v[u];
+  return s;
+}
+
+TRIDENT_VECTOR_CLONES float row_max(const float* x, int64_t n) {
+  f8 m = splat(kNegInf);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const f8 v = load8(x + j);
+    m = v > m ? v : m;
+  }
+  if (j < n) {
+    const f8 v = load_part(x + j, n - j, kNegInf);
+    m = v > m ? v : m;
+  }
+  return hmax(m);
 }
 
 // x[j] <- exp(x[j] - m) for j < n, returns the sum.
 TRIDENT_VECTOR_CLONES float exp_shift_sum(float* x, int64_t n, float m) {
-  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  f8 sum = splat(0.0f);
   int64_t j = 0;
-  for (; j + 8 <= n; j += 8)
-    for (int u = 0; u < 8; ++u) {
-      x[j + u] = fast_exp(x[j + u] - m);
-      lane[u] += x[j + u];
-    }
-  float sum = 0.0f;
-  for (float v : lane) sum += v;
-  for (; j < n; ++j) {
-    x[j] = fast_exp(x[j] - m);
-    sum += x[j];
+  for (; j + 8 <= n; j += 8) {
+    const f8 e = exp8(load8(x + j) - m);
+    store8(x + j, e);
+    sum += e;
   }
-  return sum;
+  if (j < n) {
+    const f8 e = exp8(load_part(x + j, n - j, kNegInf) - m);
+    store_part(x + j, n - j, e);
+    sum += e;
+  }
+  return hsum(sum);
 }
 
 TRIDENT_VECTOR_CLONES void scale_row(float* x, int64_t n, float a) {
@@ -115,6 +154,9 @@ TRIDENT_VECTOR_CLONES void scale_row(float* x, int64_t n, float a) {
 TRIDENT_VECTOR_CLONES void softmax_grad_row(const float* p, float* dp, int64_t n, float delta) {
   for (int64_t j = 0; j < n; ++j) dp[j] = p[j] * (dp[j] - delta);
 }
+
+// One lane's exp, for the scalar places (alpha of the online softmax).
+inline float exp1(float x) { return exp8(splat(x))[0]; }
 
 struct Strides {
   int64_t q, kv;  // row strides of [T, H, D] and [T, Hkv, D]
@@ -164,7 +206,7 @@ void attention_forward(const AttnShape& s, const float* q, const float* k, const
             std::fill(srow, srow + cols, 0.0f);
             continue;
           }
-          const float alpha = fast_exp(m[i] - m_new);
+          const float alpha = exp1(m[i] - m_new);
           l[i] = l[i] * alpha + exp_shift_sum(srow, n, m_new);
           std::fill(srow + n, srow + cols, 0.0f);
           if (alpha != 1.0f) scale_row(acc.data() + i * D, D, alpha);

@@ -38,7 +38,7 @@ struct AttnShape {
 
 // Tile sizes (rows of queries, rows of keys). Not a tuning knob for callers;
 // exposed so tests can pick sequence lengths with odd remainders.
-inline constexpr int64_t kQueryBlock = 64;
+inline constexpr int64_t kQueryBlock = 128;
 inline constexpr int64_t kKeyBlock = 256;
 
 // Throws trident::Error if the shape is inconsistent (H % Hkv, sizes < 0).

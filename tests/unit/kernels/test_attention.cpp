@@ -151,7 +151,7 @@ AttnShape shape(int64_t Tq, int64_t Tk, int H, int Hkv, int D, bool causal, int6
 }  // namespace
 
 TEST_CASE("attention matches the naive reference, non-causal, tile remainders") {
-  // 300 = 4 query tiles + 44 rows, 1 key tile + 44 columns.
+  // 300 = 2 query tiles + 44 rows, 1 key tile + 44 columns.
   check_against_reference(shape(300, 300, 3, 3, 64, false));
 }
 
