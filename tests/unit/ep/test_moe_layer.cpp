@@ -1,0 +1,193 @@
+// MoELayer on one rank (all experts local): equals the dense SwiGLU with one
+// expert, gradients match finite differences, identity experts round-trip,
+// capacity drops leave the residual alone.
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "ep_test_util.hpp"
+#include "trident/core/tensor.hpp"
+#include "trident/kernels/swiglu.hpp"
+#include "trident/parallel/ep/moe_layer.hpp"
+
+using namespace trident;
+using namespace trident::ep;
+using trident::eptest::randn;
+
+namespace {
+ModelConfig small_cfg(int E, int k) {
+  ModelConfig c;
+  c.d_model = 6;
+  c.ffn_hidden = 10;
+  c.n_experts = E;
+  c.top_k = k;
+  c.aux_loss_coef = 0.1;
+  c.z_loss_coef = 0.01;
+  c.init_std = 0.5;
+  return c;
+}
+
+// Identity experts: y = x; backward dx = dy.
+struct IdentityExperts : ExpertBlockFn {
+  int64_t d;
+  explicit IdentityExperts(int64_t dd) : d(dd) {}
+  void forward(int, const float* x, int64_t rows, float* y, float*, float*) override {
+    std::copy(x, x + rows * d, y);
+  }
+  void backward(int, const float*, const float*, const float*, const float* dy, int64_t rows,
+                float* dx) override {
+    std::copy(dy, dy + rows * d, dx);
+  }
+};
+
+double layer_objective(MoELayer& layer, const std::vector<float>& x, int T,
+                       const std::vector<int>& sample, const std::vector<float>& g, double daux) {
+  std::vector<float> y(x.size());
+  MoELayer::Cache c;
+  MoEStats st;
+  layer.forward(x.data(), T, sample, 2, y.data(), c, st);
+  return eptest::dot(y, g) + daux * (st.aux_loss_sum + st.z_loss_sum);
+}
+}  // namespace
+
+TEST_CASE("one-expert top-1 MoE equals the dense SwiGLU MLP, forward and backward", "[moe]") {
+  auto cfg = small_cfg(1, 1);
+  cfg.z_loss_coef = 0.0;  // z-loss would give the router a gradient of its own
+  MoELayer layer(cfg, 0, nullptr, nullptr);
+  const int T = 9, d = cfg.d_model, f = cfg.ffn_hidden;
+  auto x = randn("dense_x", T * d), dy = randn("dense_dy", T * d);
+  std::vector<int> sample(T, 0);
+  std::vector<float> y(T * d), dx(T * d);
+  MoELayer::Cache c;
+  MoEStats st;
+  layer.forward(x.data(), T, sample, 1, y.data(), c, st);
+  layer.backward(dy.data(), dx.data(), c, 1.0f);
+
+  Param &wg = layer.expert_param(0, 0), &wu = layer.expert_param(0, 1), &wd = layer.expert_param(0, 2);
+  std::vector<float> yr(T * d), gate(T * f), up(T * f), dxr(T * d);
+  std::vector<float> dwg(d * f, 0.f), dwu(d * f, 0.f), dwd(f * d, 0.f);
+  kernels::swiglu_forward(x.data(), T, d, f, wg.value.ptr(), wu.value.ptr(), wd.value.ptr(),
+                          yr.data(), gate.data(), up.data());
+  kernels::swiglu_backward(x.data(), gate.data(), up.data(), dy.data(), T, d, f, wg.value.ptr(),
+                           wu.value.ptr(), wd.value.ptr(), dxr.data(), dwg.data(), dwu.data(),
+                           dwd.data());
+  CHECK(rel_l2_diff(y.data(), yr.data(), T * d) < 1e-6);
+  CHECK(rel_l2_diff(dx.data(), dxr.data(), T * d) < 1e-6);
+  CHECK(rel_l2_diff(wg.grad.ptr(), dwg.data(), d * f) < 1e-6);
+  CHECK(rel_l2_diff(wu.grad.ptr(), dwu.data(), d * f) < 1e-6);
+  CHECK(rel_l2_diff(wd.grad.ptr(), dwd.data(), f * d) < 1e-6);
+  // One expert takes everything with weight 1: the router gets no gradient.
+  for (float v : layer.router_weight().grad.data) CHECK(v == 0.0f);
+  CHECK(st.tokens_per_expert == std::vector<int64_t>{T});
+  CHECK(st.aux_loss_sum == Approx(cfg.aux_loss_coef).epsilon(1e-12));
+}
+
+TEST_CASE("MoE layer gradients match finite differences", "[moe]") {
+  for (std::string scoring : {"softmax", "sigmoid_bias"}) {
+    INFO(scoring);
+    auto cfg = small_cfg(4, 2);
+    cfg.router = scoring;
+    MoELayer layer(cfg, 3, nullptr, nullptr);
+    const int T = 6, d = cfg.d_model;
+    auto x = randn("fd_x", T * d), g = randn("fd_g", T * d);
+    std::vector<int> sample = {0, 0, 1, 1, 0, 1};
+    const double daux = 0.9;
+    std::vector<float> y(T * d), dx(T * d);
+    MoELayer::Cache c;
+    MoEStats st;
+    layer.forward(x.data(), T, sample, 2, y.data(), c, st);
+    layer.backward(g.data(), dx.data(), c, float(daux));
+    // Directional derivatives along random directions: fp32 forward, so a
+    // step of 1e-2 and a loose tolerance; a wrong term is off by O(1).
+    const float eps = 1e-2f;
+    auto directional = [&](std::vector<float>& v, const std::vector<float>& grad, const char* what) {
+      auto dir = randn(std::string("dir_") + what, int64_t(v.size()));
+      auto saved = v;
+      for (size_t i = 0; i < v.size(); ++i) v[i] = saved[i] + eps * dir[i];
+      double lp = layer_objective(layer, x, T, sample, g, daux);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = saved[i] - eps * dir[i];
+      double lm = layer_objective(layer, x, T, sample, g, daux);
+      v = saved;
+      double num = (lp - lm) / (2 * eps), ana = eptest::dot(grad, dir);
+      INFO(what << ": numeric " << num << " analytic " << ana);
+      CHECK(std::fabs(num - ana) <= 2e-3 * std::max(1.0, std::fabs(num)));
+    };
+    directional(x, dx, "x");
+    directional(layer.router_weight().value.data, layer.router_weight().grad.data, "router");
+    for (int e = 0; e < 4; ++e)
+      for (int w = 0; w < 3; ++w)
+        directional(layer.expert_param(e, w).value.data, layer.expert_param(e, w).grad.data,
+                    "expert");
+  }
+}
+
+TEST_CASE("identity experts with weights 1/k round-trip the input, forward and backward", "[moe]") {
+  auto cfg = small_cfg(8, 2);
+  cfg.router = "softmax";
+  MoELayer layer(cfg, 0, nullptr, nullptr);
+  // Zero router: p = 1/8, renormalised top-2 weights are exactly 1/2.
+  layer.router_weight().value.zero();
+  IdentityExperts id(cfg.d_model);
+  layer.set_expert_fn(&id);
+  const int T = 7, d = cfg.d_model;
+  auto x = randn("id_x", T * d), dy = randn("id_dy", T * d);
+  std::vector<int> sample(T, 0);
+  std::vector<float> y(T * d), dx(T * d);
+  MoELayer::Cache c;
+  MoEStats st;
+  layer.forward(x.data(), T, sample, 1, y.data(), c, st);
+  layer.backward(dy.data(), dx.data(), c, 0.0f);
+  CHECK(y == x);
+  // The router's part of dx is dlogits·Wᵀ with W = 0.
+  CHECK(dx == dy);
+  // Everything went to experts 0 and 1 (ties go low): the others got nothing.
+  CHECK(st.tokens_per_expert == std::vector<int64_t>{T, T, 0, 0, 0, 0, 0, 0});
+  CHECK(st.imbalance() == Approx(4.0));
+}
+
+TEST_CASE("capacity drops leave a zero expert output, dropless keeps T*k copies", "[moe]") {
+  auto cfg = small_cfg(4, 1);
+  cfg.capacity_factor = 0.5;  // ceil(0.5 * 8 * 1 / 4) = 1 per expert
+  MoELayer layer(cfg, 0, nullptr, nullptr);
+  layer.router_weight().value.zero();  // all tokens tie onto expert 0
+  const int T = 8, d = cfg.d_model;
+  auto x = randn("cap_x", T * d);
+  std::vector<int> sample(T, 0);
+  std::vector<float> y(T * d);
+  MoELayer::Cache c;
+  MoEStats st;
+  layer.forward(x.data(), T, sample, 1, y.data(), c, st);
+  CHECK(st.dropped == 7);
+  CHECK(st.tokens_per_expert == std::vector<int64_t>{1, 0, 0, 0});
+  for (int t = 1; t < T; ++t)
+    for (int i = 0; i < d; ++i) CHECK(y[t * d + i] == 0.0f);
+  double norm0 = 0;
+  for (int i = 0; i < d; ++i) norm0 += std::fabs(y[i]);
+  CHECK(norm0 > 0);
+
+  auto cfg2 = small_cfg(4, 2);
+  MoELayer dropless(cfg2, 0, nullptr, nullptr);
+  dropless.forward(x.data(), T, sample, 1, y.data(), c, st);
+  int64_t total = 0;
+  for (auto v : st.tokens_per_expert) total += v;
+  CHECK(total == T * 2);
+  CHECK(st.dropped == 0);
+}
+
+TEST_CASE("parameters are named, tagged and initialised independently of ep", "[moe]") {
+  auto cfg = small_cfg(8, 2);
+  MoELayer layer(cfg, 5, nullptr, nullptr);
+  auto ps = layer.params();
+  REQUIRE(ps.size() == 1 + 8 * 3);
+  CHECK(ps[0]->name == "layers.5.moe.router");
+  CHECK(ps[0]->reduce == GradReduce::dense);
+  CHECK(ps[1 + 3 * 6 + 2]->name == "layers.5.moe.experts.6.w_down");
+  CHECK(ps[1 + 3 * 6 + 2]->reduce == GradReduce::expert);
+  Param ref("layers.5.moe.experts.6.w_down", {cfg.ffn_hidden, cfg.d_model});
+  ref.init_normal(float(cfg.init_std));
+  CHECK(ref.value.data == ps[1 + 3 * 6 + 2]->value.data);
+  CHECK(layer.buffers().empty());
+  cfg.router = "sigmoid_bias";
+  MoELayer sig(cfg, 5, nullptr, nullptr);
+  REQUIRE(sig.buffers().size() == 1);
+  CHECK(sig.buffers()[0]->reduce == GradReduce::none);
+}
