@@ -30,6 +30,7 @@
 #include "trident/core/config.hpp"
 #include "trident/core/param.hpp"
 #include "trident/core/tensor.hpp"
+#include "trident/model/data.hpp"
 
 namespace trident::model {
 
@@ -44,6 +45,11 @@ struct MicroBatch {
   std::vector<int64_t> sample_ids;  // [n_samples] global sample index in the step's batch
   int64_t tokens_total() const { return n_samples * local_seq; }
 };
+
+// This rank's micro-batches of a step: dp rank dp_rank's slice of the global
+// batch, each sample cut to the tokens at `positions` (its cp share).
+std::vector<MicroBatch> make_microbatches(const DataSource& data, const DataConfig& d, int64_t step,
+                                          int dp_rank, const std::vector<int64_t>& positions);
 
 // Group communicators a stage needs (null: that parallelism is off, size 1).
 struct StageComms {
@@ -88,7 +94,8 @@ class ModelStage {
   std::vector<Param*> params();
 
   // Micro-batches of this step; loss_scale = 1/(global target tokens),
-  // aux_scale = aux_loss_coef / (sequences of the global batch).
+  // aux_scale = 1 / (sequences of the global batch) (the MoE layer applies
+  // aux_loss_coef itself).
   void begin_step(std::vector<MicroBatch> mbs, float loss_scale, float aux_scale,
                   const CaptureRequest* capture);
   int n_microbatches() const { return static_cast<int>(mbs_.size()); }
