@@ -7,6 +7,7 @@
 #include "trident/core/error.hpp"
 #include "trident/kernels/attention.hpp"
 #include "trident/model/blocks.hpp"
+#include "trident/parallel/cp/ring_attention.hpp"
 
 namespace trident::model {
 namespace {
@@ -40,20 +41,42 @@ class LocalAttention : public AttentionCore {
   int H_, Hkv_, D_;
 };
 
+// The sequence is split over the cp group: the ring passes K/V around it.
+class RingAttentionCore : public AttentionCore {
+ public:
+  RingAttentionCore(const Config& cfg, Communicator* cp)
+      : ring_(cp, cp::parse_layout(cfg.parallel.cp_layout), true, cfg.data.seq_len),
+        H_(cfg.model.n_heads), Hkv_(cfg.model.n_kv_heads), D_(cfg.model.head_dim()) {}
+  void forward(const float* q, const float* k, const float* v, int64_t, float* out,
+               float* lse) override {
+    ring_.forward(q, k, v, H_, Hkv_, D_, out, lse);
+  }
+  void backward(const float* q, const float* k, const float* v, int64_t, const float* out,
+                const float* lse, const float* dout, float* dq, float* dk, float* dv) override {
+    ring_.backward(q, k, v, out, lse, dout, H_, Hkv_, D_, dq, dk, dv);
+  }
+
+ private:
+  cp::RingAttention ring_;
+  int H_, Hkv_, D_;
+};
+
 }  // namespace
 
 std::unique_ptr<AttentionCore> make_attention_core(const Config& cfg, const StageComms& comms) {
   const auto& m = cfg.model;
   if (!comms.cp || comms.cp->size() == 1)
     return std::make_unique<LocalAttention>(m.n_heads, m.n_kv_heads, m.head_dim());
-  throw Error("context parallelism (cp > 1) needs cp::RingAttention, which is not built yet");
+  return std::make_unique<RingAttentionCore>(cfg, comms.cp);
 }
 
 std::vector<int64_t> local_positions(const Config& cfg, const StageComms& comms) {
   std::vector<int64_t> pos(size_t(cfg.data.seq_len));
   std::iota(pos.begin(), pos.end(), 0);
   if (!comms.cp || comms.cp->size() == 1) return pos;
-  throw Error("context parallelism (cp > 1) needs cp::local_positions, which is not built yet");
+  const auto layout = cp::parse_layout(cfg.parallel.cp_layout);
+  cp::check_layout(cfg.data.seq_len, comms.cp->size(), layout);
+  return cp::local_positions(cfg.data.seq_len, comms.cp->size(), comms.cp->rank(), layout);
 }
 
 }  // namespace trident::model

@@ -1,0 +1,123 @@
+// One training step (see train/trainer.hpp).
+#include "trident/train/trainer.hpp"
+
+#include <cmath>
+
+#include "trident/core/error.hpp"
+#include "trident/model/blocks.hpp"
+#include "trident/parallel/dp/grad_reduce.hpp"
+
+namespace trident::train {
+
+Trainer::Trainer(const Config& cfg, TrainComms comms) : cfg_(cfg), comms_(comms) {
+  data_ = model::make_data_source(cfg_, comms_.dp_size);
+  model::StageComms sc{comms_.cp, comms_.ep};
+  positions_ = model::local_positions(cfg_, sc);
+  stage_ = std::make_unique<model::ModelStage>(cfg_, comms_.pp_rank, comms_.pp_size, sc);
+  opt_ = std::make_unique<AdamW>(stage_->params(), cfg_.train);
+  if (comms_.pp_size > 1) init_pipeline();
+}
+
+Trainer::~Trainer() = default;
+
+int64_t Trainer::tokens_per_step() const {
+  return int64_t(cfg_.data.micro_batch_size) * cfg_.data.num_microbatches * comms_.dp_size *
+         cfg_.data.seq_len;
+}
+
+// pp = 1: each micro-batch runs forward through this rank's chunks and straight
+// back, so only one micro-batch's activations are alive at a time.
+void Trainer::run_microbatches(int64_t step, std::vector<TimelineEvent>& events,
+                               double& compute_s) {
+  if (comms_.pp_size > 1) {
+    run_pipeline(step, events, compute_s);
+    return;
+  }
+  model::ModelStage& st = *stage_;
+  const int rank = comms_.world ? comms_.world->rank() : 0;
+  const int nc = st.n_chunks();
+  auto timed = [&](const char* kind, int chunk, int mb, auto&& fn) {
+    const double t0 = now_s();
+    fn();
+    const double t1 = now_s();
+    compute_s += t1 - t0;
+    if (cfg_.output.timeline)
+      events.push_back(TimelineEvent{rank, step, kind, chunk, chunk, mb, t0, t1});
+  };
+  for (int m = 0; m < st.n_microbatches(); ++m) {
+    std::vector<std::vector<float>> acts(size_t(nc + 1));
+    for (int c = 0; c < nc; ++c) {
+      if (c + 1 < nc) acts[size_t(c + 1)].resize(size_t(st.boundary_numel(c, m)));
+      timed("F", c, m, [&] {
+        st.forward(c, m, c == 0 ? nullptr : acts[size_t(c)].data(),
+                   c + 1 < nc ? acts[size_t(c + 1)].data() : nullptr);
+      });
+    }
+    std::vector<float> g_out, g_in;
+    for (int c = nc; c-- > 0;) {
+      if (c > 0) g_in.assign(size_t(st.boundary_numel(c, m)), 0.0f);
+      timed("B", c, m, [&] {
+        st.backward(c, m, c + 1 < nc ? g_out.data() : nullptr, c > 0 ? g_in.data() : nullptr, true);
+      });
+      std::swap(g_out, g_in);
+    }
+  }
+}
+
+StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* capture) {
+  StepResult res;
+  const CommCounters before = comm_counters();
+  const double t_begin = now_s();
+  const auto& d = cfg_.data;
+  const int64_t n_seq = int64_t(d.micro_batch_size) * d.num_microbatches * comms_.dp_size;
+  const double n_targets = double(n_seq) * double(data_->targets_per_sample());
+  for (Param* p : stage_->params()) p->grad.zero();
+  stage_->begin_step(model::make_microbatches(*data_, d, step, comms_.dp_rank, positions_),
+                     float(1.0 / n_targets), float(1.0 / double(n_seq)), capture);
+  run_microbatches(step, res.events, res.compute_s);
+
+  dp::reduce_gradients(stage_->params(), comms_.dpcp, comms_.expert_replica);
+
+  double sums[2] = {stage_->loss_sum(), stage_->aux_sum()};
+  if (comms_.world && comms_.world->size() > 1) comms_.world->allreduce_sum(sums, 2);
+  res.expert_tokens = stage_->expert_tokens();
+  if (comms_.world && comms_.world->size() > 1)
+    for (auto& row : res.expert_tokens) comms_.world->allreduce_sum(row.data(), row.size());
+  stage_->update_router_bias(res.expert_tokens);
+
+  const double norm =
+      std::sqrt(dp::global_grad_sumsq(stage_->params(), comms_.dpcp, comms_.expert_replica, comms_.world));
+  const double clip = cfg_.train.grad_clip;
+  const float scale = clip > 0 && norm > clip ? float(clip / (norm + 1e-6)) : 1.0f;
+  const double lr = learning_rate(cfg_.train, step);
+  opt_->step(lr, scale);
+
+  const double t_end = now_s();
+  StepMetrics& m = res.metrics;
+  m.step = step;
+  m.loss = sums[0] / n_targets;
+  m.aux_loss = sums[1] / double(n_seq);
+  m.lr = lr;
+  m.grad_norm = norm;
+  // the step's makespan over all ranks, and each rank's idle share of it
+  double span[2] = {-t_begin, t_end};
+  double bubble = 0;
+  if (comms_.world && comms_.world->size() > 1) comms_.world->allreduce_max(span, 2);
+  const double makespan = span[0] + span[1];
+  bubble = makespan > 0 ? std::max(0.0, 1.0 - res.compute_s / makespan) : 0.0;
+  if (comms_.world && comms_.world->size() > 1) {
+    comms_.world->allreduce_sum(&bubble, 1);
+    bubble /= comms_.world->size();
+  }
+  m.step_time_s = makespan;
+  m.tokens_per_s = makespan > 0 ? double(tokens_per_step()) / makespan : 0.0;
+  m.bubble_fraction = bubble;
+  const CommCounters diff = comm_counters() - before;
+  for (int k = 0; k < kNumCommKinds; ++k) res.comm_bytes[size_t(k)] = diff.bytes_sent[size_t(k)];
+  if (comms_.world && comms_.world->size() > 1)
+    comms_.world->allreduce_sum(res.comm_bytes.data(), res.comm_bytes.size());
+  res.captures = stage_->take_captures();
+  return res;
+}
+
+}  // namespace trident::train
