@@ -85,7 +85,7 @@ Param& MoELayer::expert_param(int local_expert, int which) {
 }
 
 void MoELayer::run_experts_forward(Cache& c, std::vector<float>& out, DispatchTimes& times) {
-  const double t0 = now_s();
+  const double t0 = ep_clock_s();
   const DispatchPlan& p = c.plan;
   for (int e = 0; e < L_; ++e) {
     for (int r = 0; r < p.ep_size; ++r) {
@@ -104,7 +104,7 @@ void MoELayer::run_experts_forward(Cache& c, std::vector<float>& out, DispatchTi
       }
     }
   }
-  times.expert += now_s() - t0;
+  times.expert += ep_clock_s() - t0;
 }
 
 void MoELayer::forward(const float* x, int64_t T, const std::vector<int>& sample_of_token,
@@ -119,10 +119,10 @@ void MoELayer::forward(const float* x, int64_t T, const std::vector<int>& sample
 
   c.plan = dispatcher_.plan(c.routing.expert.data(), T, k_, &times);
   const int64_t S = c.plan.sent(), R = c.plan.received();
-  double t0 = now_s();
+  double t0 = ep_clock_s();
   std::vector<float> send(static_cast<size_t>(S * d_));
   kernels::gather_rows(x, d_, c.plan.send_token.data(), S, send.data());
-  times.permute += now_s() - t0;
+  times.permute += ep_clock_s() - t0;
 
   c.expert_in.assign(static_cast<size_t>(R * d_), 0.0f);
   dispatcher_.to_experts(c.plan, send.data(), c.expert_in.data(), d_, &times);
@@ -133,10 +133,10 @@ void MoELayer::forward(const float* x, int64_t T, const std::vector<int>& sample
   c.returned.assign(static_cast<size_t>(S * d_), 0.0f);
   dispatcher_.to_sources(c.plan, out.data(), c.returned.data(), d_, &times);
 
-  t0 = now_s();
+  t0 = ep_clock_s();
   kernels::combine_rows(c.returned.data(), d_, c.plan.row_of.data(), c.routing.weight.data(), T,
                         k_, y);
-  times.combine += now_s() - t0;
+  times.combine += ep_clock_s() - t0;
 
   stats.aux_loss_sum = c.routing.aux_share;
   stats.z_loss_sum = c.routing.z_share;

@@ -2,12 +2,18 @@
 // all-to-all-v transfers of token rows (see the header for the layout).
 #include "trident/parallel/ep/token_dispatcher.hpp"
 
+#include <chrono>
 #include <cstring>
 #include <string>
 
 #include "trident/core/error.hpp"
 
 namespace trident::ep {
+
+// Steady clock (not now_s): the layer also runs without MPI initialised.
+double ep_clock_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 int64_t DispatchPlan::received() const {
   int64_t n = 0;
@@ -27,7 +33,7 @@ TokenDispatcher::TokenDispatcher(Communicator* ep, int n_experts)
 
 DispatchPlan TokenDispatcher::plan(const int* expert, int64_t T, int k,
                                    DispatchTimes* times) const {
-  const double t0 = now_s();
+  const double t0 = ep_clock_s();
   DispatchPlan p;
   p.T = T;
   p.k = k;
@@ -81,13 +87,13 @@ DispatchPlan TokenDispatcher::plan(const int* expert, int64_t T, int k,
       p.recv_rows[r] += p.chunk_rows[r * L + e];
     }
   }
-  if (times) times->count_exchange += now_s() - t0;
+  if (times) times->count_exchange += ep_clock_s() - t0;
   return p;
 }
 
 void TokenDispatcher::to_experts(const DispatchPlan& p, const float* send, float* recv, int64_t d,
                                  DispatchTimes* times) const {
-  const double t0 = now_s();
+  const double t0 = ep_clock_s();
   if (ep_) {
     ep_->alltoallv(send, p.send_rows, p.send_displ, recv, p.recv_rows, p.recv_displ,
                    sizeof(float) * static_cast<size_t>(d));
@@ -95,14 +101,14 @@ void TokenDispatcher::to_experts(const DispatchPlan& p, const float* send, float
     std::memcpy(recv, send, sizeof(float) * static_cast<size_t>(p.sent() * d));
   }
   if (times) {
-    times->a2a += now_s() - t0;
+    times->a2a += ep_clock_s() - t0;
     if (ep_) times->a2a_bytes += double(p.sent()) * double(d) * sizeof(float);
   }
 }
 
 void TokenDispatcher::to_sources(const DispatchPlan& p, const float* expert_side, float* back,
                                  int64_t d, DispatchTimes* times) const {
-  const double t0 = now_s();
+  const double t0 = ep_clock_s();
   if (ep_) {
     ep_->alltoallv(expert_side, p.recv_rows, p.recv_displ, back, p.send_rows, p.send_displ,
                    sizeof(float) * static_cast<size_t>(d));
@@ -110,7 +116,7 @@ void TokenDispatcher::to_sources(const DispatchPlan& p, const float* expert_side
     std::memcpy(back, expert_side, sizeof(float) * static_cast<size_t>(p.sent() * d));
   }
   if (times) {
-    times->a2a += now_s() - t0;
+    times->a2a += ep_clock_s() - t0;
     if (ep_) times->a2a_bytes += double(p.received()) * double(d) * sizeof(float);
   }
 }

@@ -29,6 +29,9 @@ struct DispatchTimes {
   double a2a_bytes = 0;
 };
 
+// Seconds on a steady clock, for the times above.
+double ep_clock_s();
+
 struct DispatchPlan {
   int64_t T = 0;
   int k = 0;

@@ -1,0 +1,148 @@
+// MoE layer with ep in {1, 2, 4, 8} (those dividing the world) against the
+// one-rank computation of the same global tokens: outputs, dx, router and
+// expert gradients, aux and z losses, tokens per expert. Samples are split
+// over cp pairs, so the aux statistics must be reduced over cp to match.
+#include <catch2/catch.hpp>
+
+#include "../../unit/ep/ep_test_util.hpp"
+#include "ep_mesh.hpp"
+#include "trident/core/tensor.hpp"
+#include "trident/parallel/ep/moe_layer.hpp"
+
+using namespace trident;
+using namespace trident::ep;
+using trident::eptest::randn;
+
+namespace {
+
+struct Case {
+  const char* name;
+  std::string router = "softmax";
+  bool norm_topk = true;
+  int top_k = 2;
+  bool zero_router = false;  // every token ties onto experts 0..k-1
+  bool bias = false;         // sigmoid_bias with a non-zero bias
+};
+
+void run_case(const Case& cs, int ep) {
+  const int W = testing::world_size(), rank = testing::world_rank();
+  const int cp = W % 2 == 0 ? 2 : 1, dp = W / cp;
+  eptest::EpMesh mesh(ep, cp);
+  ModelConfig cfg;
+  cfg.d_model = 16;
+  cfg.ffn_hidden = 24;
+  cfg.n_experts = 8;
+  cfg.top_k = cs.top_k;
+  cfg.router = cs.router;
+  cfg.norm_topk = cs.norm_topk;
+  cfg.aux_loss_coef = 0.05;
+  cfg.z_loss_coef = 0.01;
+  cfg.init_std = 0.4;
+  const int d = cfg.d_model, E = cfg.n_experts, k = cfg.top_k;
+  // Each rank: 2 samples x 5 tokens (its cp slice of 2 samples of 5*cp tokens).
+  const int per_sample = 5, T = 2 * per_sample, Tg = T * W;
+  const float daux = 0.37f;
+
+  // The global token set, in rank order; sample ids global (dp group * 2 + s).
+  auto xg = randn("ep_parity_x", int64_t(Tg) * d);
+  auto dyg = randn("ep_parity_dy", int64_t(Tg) * d);
+  std::vector<int> sample_g(Tg);
+  for (int r = 0; r < W; ++r)
+    for (int t = 0; t < T; ++t) sample_g[r * T + t] = (r / cp) * 2 + t / per_sample;
+
+  auto prepare = [&](MoELayer& l) {
+    if (cs.zero_router) l.router_weight().value.zero();
+    if (cs.bias)
+      for (int e = 0; e < E; ++e) l.router().bias()[e] = 0.05f * float((e * 5) % 8) - 0.2f;
+  };
+  MoELayer ref(cfg, 2, nullptr, nullptr);
+  prepare(ref);
+  std::vector<float> yg(xg.size()), dxg(xg.size());
+  MoELayer::Cache rc;
+  MoEStats rs;
+  ref.forward(xg.data(), Tg, sample_g, 2 * dp, yg.data(), rc, rs);
+  ref.backward(dyg.data(), dxg.data(), rc, daux);
+
+  MoELayer layer(cfg, 2, mesh.ep_comm.get(), mesh.cp_comm.get());
+  prepare(layer);
+  REQUIRE(layer.local_experts() == E / ep);
+  std::vector<int> sample(T);
+  for (int t = 0; t < T; ++t) sample[t] = t / per_sample;
+  const int64_t off = int64_t(rank) * T * d;
+  std::vector<float> y(T * d), dx(T * d);
+  MoELayer::Cache c;
+  MoEStats st;
+  layer.forward(xg.data() + off, T, sample, 2, y.data(), c, st);
+  layer.backward(dyg.data() + off, dx.data(), c, daux);
+
+  INFO("case " << cs.name << " ep " << ep << " cp " << cp << " rank " << rank);
+  CHECK(rel_l2_diff(y.data(), yg.data() + off, T * d) < 1e-5);
+  CHECK(rel_l2_diff(dx.data(), dxg.data() + off, T * d) < 1e-5);
+  REQUIRE(c.router_logits().size() == size_t(T) * E);
+  CHECK(rel_l2_diff(c.router_logits().data(), rc.router_logits().data() + int64_t(rank) * T * E,
+                    T * E) < 1e-5);
+
+  double losses[2] = {st.aux_loss_sum, st.z_loss_sum};
+  mesh.world->allreduce_sum(losses, 2);
+  CHECK(losses[0] == Approx(rs.aux_loss_sum).epsilon(1e-5));
+  CHECK(losses[1] == Approx(rs.z_loss_sum).epsilon(1e-5));
+  CHECK(rs.aux_loss_sum > 0);
+
+  auto counts = st.tokens_per_expert;
+  mesh.world->allreduce_sum(counts.data(), counts.size());
+  CHECK(counts == rs.tokens_per_expert);
+  int64_t total = 0;
+  for (auto v : counts) total += v;
+  CHECK(total == int64_t(Tg) * k);
+
+  auto& rw = layer.router_weight().grad;
+  mesh.world->allreduce_sum(rw.ptr(), rw.data.size());
+  CHECK(rel_l2_diff(rw.ptr(), ref.router_weight().grad.ptr(), rw.numel()) < 1e-5);
+  for (int e = 0; e < layer.local_experts(); ++e) {
+    const int g = layer.first_local_expert() + e;
+    for (int w = 0; w < 3; ++w) {
+      Param& p = layer.expert_param(e, w);
+      Param& q = ref.expert_param(g, w);
+      REQUIRE(p.name == q.name);
+      CHECK(p.value.data == q.value.data);
+      mesh.replicas->allreduce_sum(p.grad.ptr(), p.grad.data.size());
+      if (rs.tokens_per_expert[g] == 0) {
+        for (float v : p.grad.data) CHECK(v == 0.0f);
+      } else {
+        CHECK(rel_l2_diff(p.grad.ptr(), q.grad.ptr(), p.grad.numel()) < 1e-5);
+      }
+    }
+  }
+}
+
+std::vector<int> ep_sizes() {
+  std::vector<int> out;
+  for (int ep : {1, 2, 4, 8})
+    if (testing::world_size() % ep == 0) out.push_back(ep);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("MoE layer with ep equals the one-rank layer (softmax, renormalised top-2)", "[ep]") {
+  for (int ep : ep_sizes()) run_case({"softmax"}, ep);
+}
+
+TEST_CASE("MoE layer with ep equals the one-rank layer (sigmoid_bias, top-3)", "[ep]") {
+  Case cs{"sigmoid_bias"};
+  cs.router = "sigmoid_bias";
+  cs.norm_topk = false;
+  cs.top_k = 3;
+  cs.bias = true;
+  for (int ep : ep_sizes()) run_case(cs, ep);
+}
+
+TEST_CASE("MoE layer with ep: all tokens on one expert, ranks that receive nothing", "[ep]") {
+  Case cs{"top-1 onto expert 0"};
+  cs.top_k = 1;
+  cs.zero_router = true;
+  for (int ep : ep_sizes()) run_case(cs, ep);
+  Case cs2{"top-2 onto experts 0 and 1"};
+  cs2.zero_router = true;
+  for (int ep : ep_sizes()) run_case(cs2, ep);
+}
