@@ -1,0 +1,117 @@
+// Context parallelism: attention over a sequence split across the ranks of a
+// CP group (ring attention).
+//
+// Each rank holds seq_len / cp tokens of q, k, v. K/V blocks travel around
+// the ring (rank r sends to r+1, receives from r-1) for cp steps; at each
+// step a rank attends its queries to the block it holds while the next block
+// is already in flight, and merges the partial result through its
+// log-sum-exp. Backward runs the same ring: dQ accumulates locally, dK/dV
+// accumulate in a buffer that travels with its K/V block and arrives back at
+// the block's owner after the last step.
+//
+// Layouts (which global positions a rank holds, in local order):
+//   contiguous: rank r holds chunk r of cp equal chunks.
+//   zigzag:     the sequence is cut into 2*cp chunks; rank r holds chunk r
+//               followed by chunk 2*cp-1-r. With a causal mask every rank then
+//               does the same work at every step (ZigZagLayout balance).
+// Positions are global, so RoPE and the causal mask use the token's place in
+// the whole sequence.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trident/comm/comm.hpp"
+
+namespace trident::cp {
+
+enum class Layout { contiguous, zigzag };
+
+// "contiguous" | "zigzag"; anything else is an InputError.
+Layout parse_layout(const std::string& name);
+const char* layout_name(Layout layout);
+
+// Throws InputError unless seq_len splits into the layout's chunks (seq_len %
+// cp for contiguous, seq_len % (2*cp) for zigzag) and cp >= 1.
+void check_layout(int64_t seq_len, int cp, Layout layout);
+
+// A run of consecutive global positions held by one rank: local rows
+// [local_offset, local_offset + length) hold positions [pos0, pos0 + length).
+struct TokenRun {
+  int64_t local_offset = 0;
+  int64_t pos0 = 0;
+  int64_t length = 0;
+};
+
+// The runs of `rank` (one for contiguous, two for zigzag), in local order.
+std::vector<TokenRun> local_runs(int64_t seq_len, int cp, int rank, Layout layout);
+
+// Global positions of the local tokens of `rank` (seq_len / cp of them), in
+// local order: what RoPE and RunFile::write_activation need.
+std::vector<int64_t> local_positions(int64_t seq_len, int cp, int rank, Layout layout);
+
+// Copies the rows of `rank` out of a global [seq_len, row_elems] array into
+// local order [seq_len / cp, row_elems] (e.g. to shard a sequence's inputs).
+void scatter_to_local(const float* global, float* local, int64_t row_elems, int64_t seq_len,
+                      int cp, int rank, Layout layout);
+// The inverse: writes the local rows of `rank` to their global rows.
+void gather_to_global(const float* local, float* global, int64_t row_elems, int64_t seq_len,
+                      int cp, int rank, Layout layout);
+
+// What the ring did since construction (or reset_counters()), for the bench
+// and the metrics. Times in seconds, work in FLOPs (attention_flops: masked
+// pairs not counted), bytes sent by this rank.
+struct RingCounters {
+  double flops = 0;           // attention FLOPs of this rank, forward and backward
+  double compute_s = 0;       // time in the attention kernels and merges
+  double wait_s = 0;          // time blocked waiting for ring transfers
+  double bytes_sent = 0;      // K/V (and dK/dV) bytes this rank sent
+  size_t peak_workspace_bytes = 0;  // largest scratch memory one call held
+  int64_t calls = 0;          // forward + backward calls
+};
+
+class RingAttention {
+ public:
+  // cp: the CP communicator, or nullptr / size 1 for plain local attention.
+  // Not owned; must outlive this object. Scale is 1/sqrt(head_dim).
+  RingAttention(Communicator* cp, Layout layout, bool causal, int64_t seq_len);
+
+  int cp_size() const { return cp_size_; }
+  int cp_rank() const { return cp_rank_; }
+  int64_t local_tokens() const { return local_tokens_; }
+  Layout layout() const { return layout_; }
+  bool causal() const { return causal_; }
+  // Global positions of this rank's tokens, in local order.
+  const std::vector<int64_t>& positions() const { return positions_; }
+
+  // One sequence: q [T_local, H, D], k/v [T_local, Hkv, D] (after RoPE),
+  // tokens in local order. out [T_local, H, D] and lse [T_local, H] are
+  // overwritten. Collective over the CP group.
+  void forward(const float* q, const float* k, const float* v, int H, int Hkv, int D, float* out,
+               float* lse);
+  // Gradients given the forward's out and lse. dq, dk, dv are OVERWRITTEN
+  // (unlike the kernel's, which accumulate). Collective over the CP group.
+  void backward(const float* q, const float* k, const float* v, const float* out,
+                const float* lse, const float* dout, int H, int Hkv, int D, float* dq, float* dk,
+                float* dv);
+
+  const RingCounters& counters() const { return counters_; }
+  void reset_counters() { counters_ = RingCounters{}; }
+
+ private:
+  int source_rank(int step) const { return (cp_rank_ - step + cp_size_) % cp_size_; }
+  void note_workspace(size_t bytes);
+
+  Communicator* comm_;
+  Layout layout_;
+  bool causal_;
+  int64_t seq_len_;
+  int cp_size_ = 1, cp_rank_ = 0;
+  int64_t local_tokens_ = 0;
+  std::vector<int64_t> positions_;
+  std::vector<std::vector<TokenRun>> runs_;  // runs of every rank of the ring
+  RingCounters counters_;
+};
+
+}  // namespace trident::cp

@@ -1,0 +1,255 @@
+// Ring attention over the CP communicator, forward and backward side by side
+// (see parallel/cp/ring_attention.hpp).
+//
+// Forward, step s = 0..cp-1: this rank holds the K/V block of rank r - s. It
+// posts the receive of the next block and the send of the current one, runs
+// the attention kernel for every (query run, key run) pair the mask does not
+// skip, merges the partial output through the LSE, and only then waits.
+//
+// Backward: same ring for K/V. The dK/dV of the block held at step s are
+// computed into a local partial buffer while the accumulated dK/dV of that
+// block (sent by the left neighbour at the end of its step s-1) is in
+// flight; after the compute the two are summed and sent on. After step cp-1
+// the buffer that arrives is this rank's own block's complete dK/dV.
+#include "trident/parallel/cp/ring_attention.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "trident/core/error.hpp"
+#include "trident/kernels/attention.hpp"
+
+namespace trident::cp {
+
+namespace {
+
+constexpr int kTagKv = 3101;   // K/V block moving forward along the ring
+constexpr int kTagDkv = 3102;  // dK/dV accumulator travelling with its block
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+Layout parse_layout(const std::string& name) {
+  if (name == "contiguous") return Layout::contiguous;
+  if (name == "zigzag") return Layout::zigzag;
+  throw InputError("cp layout '" + name + "': must be \"zigzag\" or \"contiguous\"");
+}
+
+const char* layout_name(Layout layout) {
+  return layout == Layout::zigzag ? "zigzag" : "contiguous";
+}
+
+void check_layout(int64_t seq_len, int cp, Layout layout) {
+  if (cp < 1) throw InputError("parallel.cp=" + std::to_string(cp) + ": must be >= 1");
+  const int64_t chunks = layout == Layout::zigzag ? 2 * int64_t(cp) : int64_t(cp);
+  if (seq_len <= 0 || seq_len % chunks != 0)
+    throw InputError("data.seq_len=" + std::to_string(seq_len) + " must be a positive multiple of " +
+                     (layout == Layout::zigzag ? "2*parallel.cp=" : "parallel.cp=") +
+                     std::to_string(chunks) + " (" + layout_name(layout) + " layout)");
+}
+
+std::vector<TokenRun> local_runs(int64_t seq_len, int cp, int rank, Layout layout) {
+  check_layout(seq_len, cp, layout);
+  TRIDENT_CHECK(rank >= 0 && rank < cp, "cp rank " + std::to_string(rank) + " outside cp=" +
+                                            std::to_string(cp));
+  if (layout == Layout::contiguous) {
+    const int64_t t = seq_len / cp;
+    return {TokenRun{0, rank * t, t}};
+  }
+  const int64_t c = seq_len / (2 * int64_t(cp));
+  return {TokenRun{0, rank * c, c}, TokenRun{c, (2 * int64_t(cp) - 1 - rank) * c, c}};
+}
+
+std::vector<int64_t> local_positions(int64_t seq_len, int cp, int rank, Layout layout) {
+  std::vector<int64_t> pos;
+  pos.reserve(size_t(seq_len / cp));
+  for (const TokenRun& r : local_runs(seq_len, cp, rank, layout))
+    for (int64_t i = 0; i < r.length; ++i) pos.push_back(r.pos0 + i);
+  return pos;
+}
+
+void scatter_to_local(const float* global, float* local, int64_t row_elems, int64_t seq_len,
+                      int cp, int rank, Layout layout) {
+  for (const TokenRun& r : local_runs(seq_len, cp, rank, layout))
+    std::copy(global + r.pos0 * row_elems, global + (r.pos0 + r.length) * row_elems,
+              local + r.local_offset * row_elems);
+}
+
+void gather_to_global(const float* local, float* global, int64_t row_elems, int64_t seq_len,
+                      int cp, int rank, Layout layout) {
+  for (const TokenRun& r : local_runs(seq_len, cp, rank, layout))
+    std::copy(local + r.local_offset * row_elems,
+              local + (r.local_offset + r.length) * row_elems, global + r.pos0 * row_elems);
+}
+
+RingAttention::RingAttention(Communicator* cp, Layout layout, bool causal, int64_t seq_len)
+    : comm_(cp), layout_(layout), causal_(causal), seq_len_(seq_len) {
+  if (comm_ && comm_->size() > 1) {
+    cp_size_ = comm_->size();
+    cp_rank_ = comm_->rank();
+  } else {
+    comm_ = nullptr;  // one rank: no ring, plain local attention
+  }
+  check_layout(seq_len, cp_size_, layout);
+  local_tokens_ = seq_len / cp_size_;
+  positions_ = local_positions(seq_len, cp_size_, cp_rank_, layout);
+  for (int r = 0; r < cp_size_; ++r) runs_.push_back(local_runs(seq_len, cp_size_, r, layout));
+}
+
+void RingAttention::note_workspace(size_t bytes) {
+  counters_.peak_workspace_bytes = std::max(counters_.peak_workspace_bytes, bytes);
+}
+
+namespace {
+
+// The kernel call for queries of run qr against keys of run kr; false when
+// the causal mask hides the whole pair (all keys after all queries).
+bool pair_shape(const TokenRun& qr, const TokenRun& kr, int H, int Hkv, int D, bool causal,
+                kernels::AttnShape* s) {
+  if (causal && kr.pos0 > qr.pos0 + qr.length - 1) return false;
+  s->Tq = qr.length;
+  s->Tk = kr.length;
+  s->H = H;
+  s->Hkv = Hkv;
+  s->D = D;
+  s->scale = 1.0f / std::sqrt(float(D));
+  s->causal = causal;
+  s->q_pos0 = qr.pos0;
+  s->k_pos0 = kr.pos0;
+  return true;
+}
+
+}  // namespace
+
+void RingAttention::forward(const float* q, const float* k, const float* v, int H, int Hkv, int D,
+                            float* out, float* lse) {
+  const int64_t T = local_tokens_;
+  const size_t nq = size_t(T) * H * D, nkv = size_t(T) * Hkv * D;
+  // Double buffer of [K | V]: one in compute, one arriving.
+  std::vector<float> cur(2 * nkv), nxt(comm_ ? 2 * nkv : 0);
+  std::vector<float> out_b(nq), lse_b(size_t(T) * H);
+  std::copy(k, k + nkv, cur.begin());
+  std::copy(v, v + nkv, cur.begin() + nkv);
+  std::fill(out, out + nq, 0.0f);
+  std::fill(lse, lse + size_t(T) * H, -std::numeric_limits<float>::infinity());
+  kernels::AttnShape probe{T, T, H, Hkv, D, 1.0f, causal_, 0, 0};
+  note_workspace(sizeof(float) * (cur.size() + nxt.size() + out_b.size() + lse_b.size()) +
+                 kernels::attention_workspace_bytes(probe, false));
+
+  const int next = (cp_rank_ + 1) % cp_size_, prev = (cp_rank_ - 1 + cp_size_) % cp_size_;
+  for (int step = 0; step < cp_size_; ++step) {
+    Request send, recv;
+    if (comm_ && step + 1 < cp_size_) {
+      recv = comm_->irecv(nxt.data(), nxt.size() * sizeof(float), prev, kTagKv);
+      send = comm_->isend(cur.data(), cur.size() * sizeof(float), next, kTagKv);
+      counters_.bytes_sent += double(cur.size() * sizeof(float));
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const TokenRun& qr : runs_[cp_rank_]) {
+      for (const TokenRun& kr : runs_[source_rank(step)]) {
+        kernels::AttnShape s;
+        if (!pair_shape(qr, kr, H, Hkv, D, causal_, &s)) continue;
+        const int64_t qo = qr.local_offset, ko = kr.local_offset;
+        kernels::attention_forward(s, q + qo * H * D, cur.data() + ko * Hkv * D,
+                                   cur.data() + nkv + ko * Hkv * D, out_b.data() + qo * H * D,
+                                   lse_b.data() + qo * H);
+        kernels::merge_partial_attention(qr.length * H, D, out + qo * H * D, lse + qo * H,
+                                         out_b.data() + qo * H * D, lse_b.data() + qo * H);
+        counters_.flops += kernels::attention_flops(s, false);
+      }
+    }
+    counters_.compute_s += seconds_since(t0);
+    if (comm_ && step + 1 < cp_size_) {
+      const auto w0 = std::chrono::steady_clock::now();
+      comm_->wait(recv);
+      comm_->wait(send);
+      counters_.wait_s += seconds_since(w0);
+      std::swap(cur, nxt);
+    }
+  }
+  counters_.calls += 1;
+}
+
+void RingAttention::backward(const float* q, const float* k, const float* v, const float* out,
+                             const float* lse, const float* dout, int H, int Hkv, int D, float* dq,
+                             float* dk, float* dv) {
+  const int64_t T = local_tokens_;
+  const size_t nq = size_t(T) * H * D, nkv = size_t(T) * Hkv * D;
+  std::vector<float> cur(2 * nkv), nxt(comm_ ? 2 * nkv : 0);
+  // [dK | dV]: the partial of the current step, the accumulator being sent
+  // on, and the one arriving.
+  std::vector<float> partial(2 * nkv), sending(comm_ ? 2 * nkv : 0), arriving(comm_ ? 2 * nkv : 0);
+  std::copy(k, k + nkv, cur.begin());
+  std::copy(v, v + nkv, cur.begin() + nkv);
+  std::fill(dq, dq + nq, 0.0f);
+  kernels::AttnShape probe{T, T, H, Hkv, D, 1.0f, causal_, 0, 0};
+  note_workspace(sizeof(float) * (cur.size() + nxt.size() + partial.size() + sending.size() +
+                                  arriving.size()) +
+                 kernels::attention_workspace_bytes(probe, true));
+
+  const int next = (cp_rank_ + 1) % cp_size_, prev = (cp_rank_ - 1 + cp_size_) % cp_size_;
+  Request dkv_send, dkv_recv;
+  auto timed_wait = [&](Request& r) {
+    const auto w0 = std::chrono::steady_clock::now();
+    comm_->wait(r);
+    counters_.wait_s += seconds_since(w0);
+  };
+  for (int step = 0; step < cp_size_; ++step) {
+    Request send, recv;
+    if (comm_ && step + 1 < cp_size_) {
+      recv = comm_->irecv(nxt.data(), nxt.size() * sizeof(float), prev, kTagKv);
+      send = comm_->isend(cur.data(), cur.size() * sizeof(float), next, kTagKv);
+      counters_.bytes_sent += double(cur.size() * sizeof(float));
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    std::fill(partial.begin(), partial.end(), 0.0f);
+    for (const TokenRun& qr : runs_[cp_rank_]) {
+      for (const TokenRun& kr : runs_[source_rank(step)]) {
+        kernels::AttnShape s;
+        if (!pair_shape(qr, kr, H, Hkv, D, causal_, &s)) continue;
+        const int64_t qo = qr.local_offset * H * D, ko = kr.local_offset * Hkv * D;
+        kernels::attention_backward(s, q + qo, cur.data() + ko, cur.data() + nkv + ko, out + qo,
+                                    lse + qr.local_offset * H, dout + qo, dq + qo,
+                                    partial.data() + ko, partial.data() + nkv + ko);
+        counters_.flops += kernels::attention_flops(s, true);
+      }
+    }
+    counters_.compute_s += seconds_since(t0);
+    if (comm_) {
+      if (step == 0) {
+        std::swap(sending, partial);  // this rank's own block starts its journey
+      } else {
+        timed_wait(dkv_recv);  // the block's accumulator from the left neighbour
+        timed_wait(dkv_send);  // the previous one has left: its buffer is free
+        t0 = std::chrono::steady_clock::now();
+        for (size_t i = 0; i < arriving.size(); ++i) arriving[i] += partial[i];
+        counters_.compute_s += seconds_since(t0);
+        std::swap(sending, arriving);
+      }
+      // After the last step this receive brings back this rank's own block.
+      dkv_recv = comm_->irecv(arriving.data(), arriving.size() * sizeof(float), prev, kTagDkv);
+      dkv_send = comm_->isend(sending.data(), sending.size() * sizeof(float), next, kTagDkv);
+      counters_.bytes_sent += double(sending.size() * sizeof(float));
+    }
+    if (comm_ && step + 1 < cp_size_) {
+      timed_wait(recv);
+      timed_wait(send);
+      std::swap(cur, nxt);
+    }
+  }
+  const std::vector<float>& own = comm_ ? arriving : partial;
+  if (comm_) {
+    timed_wait(dkv_recv);
+    timed_wait(dkv_send);
+  }
+  std::copy(own.begin(), own.begin() + nkv, dk);
+  std::copy(own.begin() + nkv, own.end(), dv);
+  counters_.calls += 1;
+}
+
+}  // namespace trident::cp

@@ -1,0 +1,190 @@
+// Ring attention (src/parallel/cp) against the one-rank computation: every
+// rank regenerates the whole sequence, computes full attention on its own,
+// and compares its shard of out, lse, dq, dk, dv with what the ring gave.
+// CP groups of 2, 4 and 8 ranks are split out of the world (as many as fit).
+#include <catch2/catch.hpp>
+#include <mpi.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mpi_test_util.hpp"
+#include "trident/comm/comm.hpp"
+#include "trident/core/error.hpp"
+#include "trident/core/rng.hpp"
+#include "trident/core/tensor.hpp"
+#include "trident/kernels/attention.hpp"
+#include "trident/parallel/cp/ring_attention.hpp"
+
+using namespace trident;
+using trident::testing::world_rank;
+using trident::testing::world_size;
+
+namespace {
+
+// A CP communicator of `cp` adjacent world ranks (mesh order: cp fastest).
+std::unique_ptr<Communicator> split_cp(int cp) {
+  MPI_Comm c;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank() / cp, world_rank() % cp, &c);
+  return std::make_unique<Communicator>(c, CommKind::cp, "cp", 60.0, true);
+}
+
+std::vector<float> random_tensor(int64_t n, const std::string& name) {
+  std::vector<float> x(static_cast<size_t>(n));
+  rng::fill_normal(x.data(), n, rng::hash_name(name), 0, 1.0f);
+  return x;
+}
+
+struct Case {
+  int64_t seq;
+  int H, Hkv, D;
+  bool causal;
+  cp::Layout layout;
+};
+
+std::string describe(const Case& c, int cp) {
+  return "cp=" + std::to_string(cp) + " seq=" + std::to_string(c.seq) + " H=" +
+         std::to_string(c.H) + " Hkv=" + std::to_string(c.Hkv) + " D=" + std::to_string(c.D) +
+         (c.causal ? " causal " : " full ") + cp::layout_name(c.layout);
+}
+
+// Runs one case on a CP group and checks every output against one rank.
+void check_ring_case(Communicator& comm, const Case& c) {
+  const int cp = comm.size(), rank = comm.rank();
+  INFO(describe(c, cp));
+  const int64_t qrow = int64_t(c.H) * c.D, kvrow = int64_t(c.Hkv) * c.D;
+  const std::string key = describe(c, cp);
+  // Same global inputs on every rank (counter-based RNG keyed by the case).
+  auto q = random_tensor(c.seq * qrow, key + "q"), k = random_tensor(c.seq * kvrow, key + "k");
+  auto v = random_tensor(c.seq * kvrow, key + "v"), dout = random_tensor(c.seq * qrow, key + "do");
+
+  // One rank: plain attention over the whole sequence.
+  cp::RingAttention serial(nullptr, c.layout, c.causal, c.seq);
+  std::vector<float> out(q.size()), lse(size_t(c.seq * c.H)), dq(q.size()), dk(k.size()),
+      dv(v.size());
+  serial.forward(q.data(), k.data(), v.data(), c.H, c.Hkv, c.D, out.data(), lse.data());
+  serial.backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), c.H, c.Hkv,
+                  c.D, dq.data(), dk.data(), dv.data());
+
+  // The ring, on this rank's shard.
+  cp::RingAttention ring(&comm, c.layout, c.causal, c.seq);
+  const int64_t T = ring.local_tokens();
+  REQUIRE(T == c.seq / cp);
+  auto shard = [&](const std::vector<float>& g, int64_t row) {
+    std::vector<float> l(static_cast<size_t>(T * row));
+    cp::scatter_to_local(g.data(), l.data(), row, c.seq, cp, rank, c.layout);
+    return l;
+  };
+  auto lq = shard(q, qrow), lk = shard(k, kvrow), lv = shard(v, kvrow), ldo = shard(dout, qrow);
+  // Outputs start as garbage: the ring must overwrite, not accumulate.
+  auto lout = random_tensor(T * qrow, "garbage"), llse = random_tensor(T * c.H, "garbage");
+  auto ldq = random_tensor(T * qrow, "garbage"), ldk = random_tensor(T * kvrow, "garbage");
+  auto ldv = random_tensor(T * kvrow, "garbage");
+  ring.forward(lq.data(), lk.data(), lv.data(), c.H, c.Hkv, c.D, lout.data(), llse.data());
+  ring.backward(lq.data(), lk.data(), lv.data(), lout.data(), llse.data(), ldo.data(), c.H, c.Hkv,
+                c.D, ldq.data(), ldk.data(), ldv.data());
+
+  auto eout = shard(out, qrow), elog = shard(lse, c.H), edq = shard(dq, qrow);
+  auto edk = shard(dk, kvrow), edv = shard(dv, kvrow);
+  const int64_t nq = T * qrow, nkv = T * kvrow;
+  CHECK(rel_l2_diff(lout.data(), eout.data(), nq) <= 1e-5);
+  CHECK(rel_l2_diff(llse.data(), elog.data(), T * c.H) <= 1e-5);
+  CHECK(rel_l2_diff(ldq.data(), edq.data(), nq) <= 1e-5);
+  CHECK(rel_l2_diff(ldk.data(), edk.data(), nkv) <= 1e-5);
+  CHECK(rel_l2_diff(ldv.data(), edv.data(), nkv) <= 1e-5);
+  CHECK(ring.counters().calls == 2);
+  // K/V moved cp-1 times forward and cp-1 times backward, dK/dV cp times;
+  // each is [T, Hkv, D] x 2 floats.
+  CHECK(ring.counters().bytes_sent == double((3 * cp - 2) * 2 * nkv * sizeof(float)));
+}
+
+std::vector<int> cp_sizes() {
+  std::vector<int> sizes;
+  for (int cp : {2, 4, 8})
+    if (world_size() % cp == 0) sizes.push_back(cp);
+  return sizes;
+}
+
+}  // namespace
+
+TEST_CASE("layout positions: contiguous chunks and zig-zag pairs", "[cp]") {
+  using cp::Layout;
+  CHECK(cp::local_positions(8, 2, 0, Layout::zigzag) == std::vector<int64_t>{0, 1, 6, 7});
+  CHECK(cp::local_positions(8, 2, 1, Layout::zigzag) == std::vector<int64_t>{2, 3, 4, 5});
+  CHECK(cp::local_positions(8, 2, 1, Layout::contiguous) == std::vector<int64_t>{4, 5, 6, 7});
+  CHECK(cp::local_positions(16, 4, 3, Layout::zigzag) == std::vector<int64_t>{6, 7, 8, 9});
+  // Every position is held exactly once, and scatter/gather are inverse.
+  for (Layout l : {Layout::contiguous, Layout::zigzag}) {
+    const int64_t seq = 48, row = 3;
+    auto g = random_tensor(seq * row, "layout");
+    std::vector<float> back(g.size(), 0.0f);
+    std::vector<int> seen(seq, 0);
+    for (int r = 0; r < 4; ++r) {
+      for (int64_t p : cp::local_positions(seq, 4, r, l)) seen[size_t(p)] += 1;
+      std::vector<float> local(size_t(seq / 4 * row));
+      cp::scatter_to_local(g.data(), local.data(), row, seq, 4, r, l);
+      cp::gather_to_global(local.data(), back.data(), row, seq, 4, r, l);
+    }
+    CHECK(back == g);
+    for (int s : seen) CHECK(s == 1);
+  }
+  CHECK(cp::parse_layout("zigzag") == Layout::zigzag);
+  CHECK_THROWS_AS(cp::parse_layout("zig-zag"), InputError);
+  CHECK_THROWS_AS(cp::check_layout(100, 4, Layout::zigzag), InputError);  // 100 % 8
+  CHECK_NOTHROW(cp::check_layout(100, 4, Layout::contiguous));
+  CHECK_THROWS_AS(cp::check_layout(100, 3, Layout::contiguous), InputError);
+  CHECK_THROWS_AS(cp::RingAttention(nullptr, Layout::zigzag, true, 7), InputError);
+}
+
+TEST_CASE("ring attention equals one-rank attention (forward and gradients)", "[cp]") {
+  for (int cp : cp_sizes()) {
+    auto comm = split_cp(cp);
+    for (cp::Layout layout : {cp::Layout::contiguous, cp::Layout::zigzag}) {
+      for (bool causal : {true, false}) {
+        // 40-token zig-zag chunks: the causal diagonal cuts inside a tile.
+        check_ring_case(*comm, Case{2 * cp * 40, 4, 4, 16, causal, layout});
+        // Grouped-query heads, odd head_dim.
+        check_ring_case(*comm, Case{2 * cp * 24, 6, 2, 12, causal, layout});
+      }
+    }
+  }
+}
+
+TEST_CASE("ring attention with chunks larger than a kernel tile", "[cp]") {
+  if (world_size() % 2 != 0) return;
+  auto comm = split_cp(2);
+  // 150-token zig-zag chunks (tiles of 128 queries and 256 keys: remainders).
+  for (cp::Layout layout : {cp::Layout::contiguous, cp::Layout::zigzag})
+    check_ring_case(*comm, Case{600, 2, 1, 32, true, layout});
+}
+
+TEST_CASE("zig-zag balances causal work; contiguous does not", "[cp]") {
+  for (int cp : cp_sizes()) {
+    auto comm = split_cp(cp);
+    const int64_t seq = 2 * cp * 16;
+    const int H = 2, D = 8;
+    const int64_t T = seq / cp;
+    for (cp::Layout layout : {cp::Layout::contiguous, cp::Layout::zigzag}) {
+      cp::RingAttention ring(comm.get(), layout, true, seq);
+      auto q = random_tensor(T * H * D, "bq"), k = random_tensor(T * H * D, "bk");
+      std::vector<float> out(q.size()), lse(size_t(T * H));
+      ring.forward(q.data(), k.data(), k.data(), H, H, D, out.data(), lse.data());
+      double most = ring.counters().flops, least = ring.counters().flops, total = most;
+      comm->allreduce_max(&most, 1);
+      comm->allreduce_min(&least, 1);
+      comm->allreduce_sum(&total, 1);
+      // All ranks together did exactly the causal attention of the sequence.
+      kernels::AttnShape full{seq, seq, H, H, D, 1.0f, true, 0, 0};
+      CHECK(total == kernels::attention_flops(full, false));
+      if (layout == cp::Layout::zigzag) {
+        CHECK(most == least);
+      } else {
+        // Last rank: cp-1 full blocks and a triangle; rank 0: the triangle.
+        const double tri = double(T * (T + 1) / 2), blk = double(T * T);
+        CHECK(most / least == Approx(((cp - 1) * blk + tri) / tri).epsilon(1e-12));
+      }
+    }
+  }
+}
