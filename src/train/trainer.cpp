@@ -25,6 +25,10 @@ int64_t Trainer::tokens_per_step() const {
          cfg_.data.seq_len;
 }
 
+int64_t Trainer::samples_per_step() const {
+  return int64_t(cfg_.data.micro_batch_size) * cfg_.data.num_microbatches * comms_.dp_size;
+}
+
 // pp = 1: each micro-batch runs forward through this rank's chunks and straight
 // back, so only one micro-batch's activations are alive at a time.
 void Trainer::run_microbatches(int64_t step, std::vector<TimelineEvent>& events,

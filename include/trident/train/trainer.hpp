@@ -53,6 +53,9 @@ class Trainer {
   const Config& config() const { return cfg_; }
   const TrainComms& comms() const { return comms_; }
   int64_t tokens_per_step() const;  // tokens of the global batch
+  int64_t samples_per_step() const;  // sequences of the global batch
+  // Global positions of this rank's tokens of a sequence (its cp share).
+  const std::vector<int64_t>& positions() const { return positions_; }
 
  private:
   void run_microbatches(int64_t step, std::vector<TimelineEvent>& events, double& compute_s);
@@ -71,5 +74,18 @@ class Trainer {
   };
   std::unique_ptr<Pipeline> pipe_;
 };
+
+// Writes this step's activation captures (every rank's) into the run file in
+// global order: captures travel to rank 0, which assembles whole sequences;
+// every rank then makes the same collective write_activation calls, for
+// output.activation_layers x output.activations (router_logits on MoE
+// layers only). Collective over world.
+void write_activations(RunFile& file, const Config& cfg, Communicator* world, int64_t step,
+                       const std::vector<int64_t>& positions,
+                       const std::vector<model::Capture>& mine);
+
+// Checks output.activation_* against the model and the global batch
+// (InputError naming the key).
+void validate_activation_request(const Config& cfg, int64_t global_batch);
 
 }  // namespace trident::train

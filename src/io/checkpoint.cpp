@@ -1,0 +1,258 @@
+// Checkpoint files: gather to rank 0, serial HDF5 write to a temporary name,
+// rename; per-rank reads with checksums (see io/checkpoint.hpp).
+#include "trident/io/checkpoint.hpp"
+
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "trident/core/error.hpp"
+#include "trident/io/h5util.hpp"
+
+namespace trident {
+namespace {
+
+uint64_t fnv1a(const void* p, size_t n) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  uint64_t h = 1469598103934665603ULL;
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ULL;
+  return h;
+}
+
+// name, ndim, dims, floats: one record per tensor.
+void pack(std::vector<char>& buf, const CheckpointTensor& t) {
+  auto put = [&](const void* p, size_t n) {
+    const char* c = static_cast<const char*>(p);
+    buf.insert(buf.end(), c, c + n);
+  };
+  const int64_t len = int64_t(t.name.size()), nd = int64_t(t.shape.size());
+  put(&len, 8);
+  put(t.name.data(), t.name.size());
+  put(&nd, 8);
+  put(t.shape.data(), t.shape.size() * 8);
+  int64_t n = 1;
+  for (int64_t d : t.shape) n *= d;
+  put(t.data, size_t(n) * sizeof(float));
+}
+
+struct Unpacked {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+
+std::vector<Unpacked> unpack(const std::vector<char>& buf) {
+  std::vector<Unpacked> out;
+  size_t off = 0;
+  auto get = [&](void* p, size_t n) {
+    TRIDENT_CHECK(off + n <= buf.size(), "checkpoint gather: truncated record");
+    std::memcpy(p, buf.data() + off, n);
+    off += n;
+  };
+  while (off < buf.size()) {
+    Unpacked u;
+    int64_t len = 0, nd = 0;
+    get(&len, 8);
+    u.name.resize(size_t(len));
+    get(u.name.data(), size_t(len));
+    get(&nd, 8);
+    u.shape.resize(size_t(nd));
+    get(u.shape.data(), size_t(nd) * 8);
+    int64_t n = 1;
+    for (int64_t d : u.shape) n *= d;
+    u.data.resize(size_t(n));
+    get(u.data.data(), size_t(n) * sizeof(float));
+    out.push_back(std::move(u));
+  }
+  return out;
+}
+
+void write_file(const std::string& tmp, const CheckpointMeta& meta, std::vector<Unpacked>& all) {
+  h5::QuietErrors quiet;
+  h5::Handle file(TRIDENT_H5(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+                             "create checkpoint " + tmp),
+                  H5Fclose);
+  h5::write_attr(file, "format", "trident-checkpoint");
+  h5::write_attr(file, "format_version", int64_t(1));
+  h5::write_attr(file, "step", meta.step);
+  h5::write_attr(file, "optimizer_steps", meta.optimizer_steps);
+  h5::write_attr(file, "model_hash", meta.model_hash);
+  h5::write_attr(file, "config_toml", meta.config_toml);
+  h5::write_attr(file, "world_size", meta.world_size);
+  h5::write_attr(file, "created_utc", h5::utc_iso8601_now());
+  h5::Handle g = h5::open_or_create_group(file, "tensors");
+  std::sort(all.begin(), all.end(), [](const Unpacked& a, const Unpacked& b) { return a.name < b.name; });
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Unpacked& u = all[i];
+    TRIDENT_CHECK(i == 0 || all[i - 1].name != u.name,
+                  "checkpoint: tensor " + u.name + " was given by two ranks");
+    std::vector<hsize_t> dims(u.shape.begin(), u.shape.end());
+    h5::Handle space = TRIDENT_H5_SPACE(H5Screate_simple(int(dims.size()), dims.data(), nullptr),
+                                        "dataspace of " + u.name);
+    // names hold '/' ("param/layers.0.wq"): let HDF5 make the intermediate groups
+    h5::Handle lcpl = TRIDENT_H5_PLIST(H5Pcreate(H5P_LINK_CREATE), "link creation list");
+    TRIDENT_H5(H5Pset_create_intermediate_group(lcpl, 1), "intermediate groups");
+    h5::Handle d = TRIDENT_H5_DSET(H5Dcreate2(g, u.name.c_str(), H5T_IEEE_F32LE, space, lcpl,
+                                              H5P_DEFAULT, H5P_DEFAULT),
+                                   "create " + u.name);
+    TRIDENT_H5(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, u.data.data()),
+               "write " + u.name);
+    h5::write_attr(d, "fnv1a64",
+                   std::to_string(fnv1a(u.data.data(), u.data.size() * sizeof(float))));
+  }
+  h5::write_attr(file, "tensor_count", int64_t(all.size()));
+  TRIDENT_H5(H5Fflush(file, H5F_SCOPE_GLOBAL), "flush checkpoint");
+}
+
+}  // namespace
+
+std::string checkpoint_path(const std::string& dir, int64_t step) {
+  char name[64];
+  std::snprintf(name, sizeof name, "ckpt_step_%08lld.h5", static_cast<long long>(step));
+  return (std::filesystem::path(dir) / name).string();
+}
+
+std::string write_checkpoint(const std::string& dir, Communicator* world, const CheckpointMeta& meta,
+                             const std::vector<CheckpointTensor>& mine) {
+  std::vector<char> buf;
+  for (const auto& t : mine) pack(buf, t);
+  const int size = world ? world->size() : 1;
+  const int rank = world ? world->rank() : 0;
+  std::vector<int64_t> sizes(size_t(size), 0);
+  const int64_t my = int64_t(buf.size());
+  if (world && size > 1) world->allgather(&my, sizes.data(), sizeof(int64_t));
+  else sizes[0] = my;
+  const std::string path = checkpoint_path(dir, meta.step);
+  std::string error;
+  if (rank == 0) {
+    std::vector<std::vector<char>> parts(static_cast<size_t>(size));
+    parts[0] = std::move(buf);
+    std::vector<Request> reqs;
+    for (int r = 1; r < size; ++r) {
+      parts[size_t(r)].resize(size_t(sizes[size_t(r)]));
+      if (sizes[size_t(r)] > 0)
+        reqs.push_back(world->irecv(parts[size_t(r)].data(), parts[size_t(r)].size(), r, 7301));
+    }
+    if (!reqs.empty()) world->wait_all(reqs);
+    std::vector<Unpacked> all;
+    for (auto& p : parts)
+      for (auto& u : unpack(p)) all.push_back(std::move(u));
+    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    try {
+      std::filesystem::create_directories(dir);
+      write_file(tmp, meta, all);
+      std::filesystem::rename(tmp, path);
+    } catch (const std::exception& e) {
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      error = std::string("checkpoint ") + path + ": " + e.what();
+    }
+  } else if (my > 0) {
+    Request r = world->isend(buf.data(), buf.size(), 0, 7301);
+    world->wait(r);
+  }
+  // everyone learns whether the file is complete before going on
+  int failed = error.empty() ? 0 : 1;
+  if (world && size > 1) world->allreduce_max(&failed, 1);
+  if (failed) throw Error(error.empty() ? "checkpoint " + path + ": rank 0 failed to write it" : error);
+  return path;
+}
+
+std::string latest_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return "";
+  std::string best;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("ckpt_step_", 0) == 0 && n.size() > 3 && n.substr(n.size() - 3) == ".h5" &&
+        n.find(".tmp") == std::string::npos && (best.empty() || n > std::filesystem::path(best).filename().string()))
+      best = e.path().string();
+  }
+  return best;
+}
+
+CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
+  h5::QuietErrors quiet;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw InputError("--resume: checkpoint '" + path + "' does not exist");
+  if (H5Fis_hdf5(path.c_str()) <= 0)
+    throw InputError("--resume: '" + path + "' is not a readable HDF5 file (corrupted or truncated checkpoint)");
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0)
+    throw InputError("--resume: cannot open checkpoint '" + path + "': " + h5::error_text());
+  file_ = f;
+  try {
+    if (h5::read_string_attr(f, "format") != "trident-checkpoint")
+      throw InputError("--resume: '" + path + "' is not a trident checkpoint (format attribute)");
+    meta_.step = h5::read_int_attr(f, "step");
+    meta_.optimizer_steps = h5::read_int_attr(f, "optimizer_steps");
+    meta_.model_hash = h5::read_string_attr(f, "model_hash");
+    meta_.config_toml = h5::read_string_attr(f, "config_toml");
+    meta_.world_size = h5::read_int_attr(f, "world_size");
+    h5::read_int_attr(f, "tensor_count");  // written last: its absence means an unfinished file
+  } catch (const InputError&) {
+    H5Fclose(f);
+    throw;
+  } catch (const std::exception& e) {
+    H5Fclose(f);
+    throw InputError("--resume: checkpoint '" + path + "' is damaged: " + e.what());
+  }
+}
+
+CheckpointReader::~CheckpointReader() {
+  if (file_ >= 0) H5Fclose(hid_t(file_));
+}
+
+bool CheckpointReader::has(const std::string& name) const {
+  h5::QuietErrors quiet;
+  const std::string full = "tensors/" + name;
+  // check each level: H5Lexists needs the intermediate groups to exist
+  size_t pos = 0;
+  while (true) {
+    pos = full.find('/', pos + 1);
+    const std::string part = full.substr(0, pos);
+    if (H5Lexists(hid_t(file_), part.c_str(), H5P_DEFAULT) <= 0) return false;
+    if (pos == std::string::npos) return true;
+  }
+}
+
+void CheckpointReader::read(const std::string& name, const std::vector<int64_t>& shape, float* out) const {
+  h5::QuietErrors quiet;
+  const std::string where = "--resume: checkpoint '" + path_ + "': tensor " + name;
+  if (!has(name)) throw InputError(where + " is missing (a checkpoint of another model?)");
+  hid_t d = H5Dopen2(hid_t(file_), ("tensors/" + name).c_str(), H5P_DEFAULT);
+  if (d < 0) throw InputError(where + " cannot be opened: " + h5::error_text());
+  h5::Handle dh(d, H5Dclose);
+  h5::Handle space(H5Dget_space(d), H5Sclose);
+  const int nd = H5Sget_simple_extent_ndims(space);
+  std::vector<hsize_t> dims(size_t(std::max(nd, 0)));
+  if (nd >= 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  std::vector<int64_t> got(dims.begin(), dims.end());
+  if (got != shape) {
+    auto str = [](const std::vector<int64_t>& s) {
+      std::string r = "[";
+      for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+      return r + "]";
+    };
+    throw InputError(where + " has shape " + str(got) + ", the model needs " + str(shape));
+  }
+  int64_t n = 1;
+  for (int64_t x : shape) n *= x;
+  if (H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)
+    throw InputError(where + " cannot be read (corrupted file): " + h5::error_text());
+  std::string want;
+  try {
+    want = h5::read_string_attr(d, "fnv1a64");
+  } catch (const std::exception&) {
+    throw InputError(where + " has no checksum (corrupted file)");
+  }
+  if (want != std::to_string(fnv1a(out, size_t(n) * sizeof(float))))
+    throw InputError(where + " fails its checksum (corrupted file)");
+}
+
+}  // namespace trident
