@@ -7,9 +7,22 @@
 // EP groups are contiguous runs of ep ranks among the dp*cp ranks of a stage.
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "trident/core/error.hpp"
+
 namespace trident {
+
+// What map_mesh throws: an InputError whose `key` is the config key of the
+// request that failed ("parallel.cp", "parallel.ep", "parallel.pp", or
+// "topology.*" for a malformed cluster shape), so that a caller holding the
+// Config can point at that key's line.
+struct MeshError : InputError {
+  MeshError(std::string config_key, const std::string& msg)
+      : InputError(msg), key(std::move(config_key)) {}
+  std::string key;
+};
 
 struct ClusterShape {
   int nodes = 1;
@@ -46,9 +59,29 @@ struct Mesh {
   std::vector<int> ep_group(int rank) const;    // ep contiguous ranks of a stage
   std::vector<int> expert_replica_group(int rank) const;  // same pp and ep index
 
-  // All groups of a kind, each once (for plan output and tests).
+  // All groups of a kind, each once (for plan output and tests). Kinds: "cp",
+  // "pp", "dp", "dpcp", "ep", "expert_replica".
   std::vector<std::vector<int>> all_groups(const std::string& kind) const;
+  // Number of groups of a kind, without listing them.
+  int group_count(const std::string& kind) const;
+
+  int stage_size() const { return dp * cp; }  // ranks per pipeline stage
+  int node_of(int rank) const { return rank / shape.devices_per_node; }
+  int nvlink_domain_of(int rank) const { return rank / shape.nvlink_domain; }
 };
+
+// Why (shape, req) cannot be mapped, with the config key at fault; empty
+// `rule` when it can. map_mesh() throws this as a MeshError plus a proposal.
+struct MeshCheck {
+  std::string key, rule;
+  bool ok() const { return rule.empty(); }
+};
+MeshCheck check_mesh(const ClusterShape& shape, const MeshRequest& req, int n_experts = 0);
+
+// The fitting request nearest to req (fewest and smallest changes of pp, cp,
+// ep), for error messages; pp=1 cp=1 ep=1 always fits a valid shape.
+MeshRequest nearest_fitting_request(const ClusterShape& shape, const MeshRequest& req,
+                                    int n_experts = 0);
 
 // Map a request onto a cluster, or throw InputError naming the constraint
 // that failed and proposing a mapping that fits (e.g. "cp=8 does not fit
