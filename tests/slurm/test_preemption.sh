@@ -77,15 +77,21 @@ grep -q "^trident.sbatch: checkpoint written; requeueing job $jid" "$log" ||
 grep -q "^trident.sbatch: job $jid restart 1:" "$log" || fail "no second start with SLURM_RESTART_COUNT=1"
 [[ $saw_ckpt -eq 1 ]] || fail "no checkpoint in $ckpt_dir while the job waited to be restarted"
 
-# Resumed, not started over: rank 0 prints one progress line (with the loss)
-# per step, so the second start prints fewer than `steps` of them.
-first=$(sed -n "1,/^trident.sbatch: checkpoint written; requeueing/p" "$log" | grep -v '^trident.sbatch:' | grep -ci 'loss')
-second=$(sed -n "/^trident.sbatch: job $jid restart 1:/,\$p" "$log" | grep -v '^trident.sbatch:' | grep -ci 'loss')
-note "progress lines: $first before the requeue, $second after it ($steps steps)"
+# Resumed, not started over: rank 0 prints "step N | loss ..." per step and,
+# on a resume, "resumed from CKPT at step K".
+first=$(sed -n "1,/^trident.sbatch: checkpoint written; requeueing/p" "$log" | grep -Ec '^step +[0-9]+ \|')
+second=$(sed -n "/^trident.sbatch: job $jid restart 1:/,\$p" "$log" | grep -Ec '^step +[0-9]+ \|')
+resumed=$(sed -n "/^trident.sbatch: job $jid restart 1:/,\$p" "$log" | grep -E '^resumed from .* at step [0-9]+' | head -n 1)
+note "progress lines: $first before the requeue, $second after it ($steps steps); '$resumed'"
 [[ $first -ge 2 ]] || fail "fewer than 2 progress lines before the requeue"
 [[ $first -lt $steps ]] || fail "the first start ran every step: USR1 did not stop it early"
-[[ $second -ge 1 && $second -lt $steps ]] ||
-  fail "the restarted job printed $second progress lines: it did not resume from the checkpoint"
+[[ -n $resumed ]] || fail "the restarted job did not say it resumed from a checkpoint"
+[[ $resumed == "resumed from $ckpt_dir/"* || $resumed == "resumed from checkpoints/$jid/"* ]] ||
+  fail "it resumed from a checkpoint outside this job's folder: $resumed"
+k=${resumed##* at step }
+[[ $k -ge 1 && $k -lt $steps ]] || fail "resumed at step $k, expected between 1 and $((steps - 1))"
+[[ $second -ge 1 && $second -le $((steps - k)) ]] ||
+  fail "the restarted job ran $second steps, expected at most the $((steps - k)) left after step $k"
 
 wait_job "$ref" 240
 state=$STATE
