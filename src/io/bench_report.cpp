@@ -25,11 +25,16 @@ std::string format_double(double v) {
   const double a = std::fabs(v);
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  if (a == 0) std::snprintf(buf, sizeof buf, "0");
-  else if (a >= 1e7 || a < 1e-3) std::snprintf(buf, sizeof buf, "%.3e", v);
-  else if (a >= 1000) std::snprintf(buf, sizeof buf, "%.1f", v);
-  else if (a >= 1) std::snprintf(buf, sizeof buf, "%.3f", v);
-  else std::snprintf(buf, sizeof buf, "%.5f", v);
+  if (a == 0)
+    std::snprintf(buf, sizeof buf, "0");
+  else if (a >= 1e7 || a < 1e-3)
+    std::snprintf(buf, sizeof buf, "%.3e", v);
+  else if (a >= 1000)
+    std::snprintf(buf, sizeof buf, "%.1f", v);
+  else if (a >= 1)
+    std::snprintf(buf, sizeof buf, "%.3f", v);
+  else
+    std::snprintf(buf, sizeof buf, "%.5f", v);
   return buf;
 }
 
@@ -50,9 +55,9 @@ ColumnKind column_kind(const BenchTable& t, size_t col) {
     any_int |= std::holds_alternative<long long>(row[col]);
     any_string |= std::holds_alternative<std::string>(row[col]);
   }
-  TRIDENT_CHECK(!(any_string && (any_double || any_int)),
-                "bench table '" + t.name + "': column '" + t.columns[col] +
-                    "' mixes strings and numbers");
+  TRIDENT_CHECK(
+      !(any_string && (any_double || any_int)),
+      "bench table '" + t.name + "': column '" + t.columns[col] + "' mixes strings and numbers");
   if (any_string) return ColumnKind::string;
   if (any_double) return ColumnKind::float64;
   if (any_int) return ColumnKind::int64;
@@ -74,11 +79,14 @@ void check_shape(const BenchTable& t) {
 std::string bench_dataset_name(const std::string& column) {
   std::string out;
   for (char c : column) {
-    if (c == '/') out += "_per_";
-    else if (c == ' ') out += '_';
-    else out += c;
+    if (c == '/')
+      out += "_per_";
+    else if (c == ' ')
+      out += '_';
+    else
+      out += c;
   }
-  if (out.empty() || out == "." ) out = "_";
+  if (out.empty() || out == ".") out = "_";
   return out;
 }
 
@@ -103,8 +111,10 @@ std::string BenchTable::format() const {
   std::ostringstream os;
   auto put = [&](size_t c, const std::string& s) {
     os << "  ";
-    if (left[c]) os << s << std::string(width[c] - s.size(), ' ');
-    else os << std::string(width[c] - s.size(), ' ') << s;
+    if (left[c])
+      os << s << std::string(width[c] - s.size(), ' ');
+    else
+      os << std::string(width[c] - s.size(), ' ') << s;
   };
   os << "# " << title << "\n#\n#";
   for (size_t c = 0; c < columns.size(); ++c) put(c, columns[c]);
@@ -168,9 +178,9 @@ void write_bench_file(const std::string& path, const std::vector<BenchTable>& ta
           type = h5::vlen_string_type();
           ftype = type;
         }
-        Handle d = TRIDENT_H5_DSET(H5Dcreate2(g, dname.c_str(), ftype, space, H5P_DEFAULT,
-                                              H5P_DEFAULT, H5P_DEFAULT),
-                                   "create /bench/" + t.name + "/" + dname);
+        Handle d = TRIDENT_H5_DSET(
+            H5Dcreate2(g, dname.c_str(), ftype, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+            "create /bench/" + t.name + "/" + dname);
         h5::write_attr(d, "column", t.columns[c]);
         if (t.rows.empty()) continue;
         if (kind == ColumnKind::string) {
@@ -186,8 +196,10 @@ void write_bench_file(const std::string& path, const std::vector<BenchTable>& ta
         } else {
           std::vector<double> v;
           for (const auto& row : t.rows) {
-            if (const auto* i = std::get_if<long long>(&row[c])) v.push_back(double(*i));
-            else v.push_back(std::get<double>(row[c]));
+            if (const auto* i = std::get_if<long long>(&row[c]))
+              v.push_back(double(*i));
+            else
+              v.push_back(std::get<double>(row[c]));
           }
           TRIDENT_H5(H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()),
                      "write /bench/" + t.name + "/" + dname);

@@ -78,12 +78,24 @@ static Handle checked(hid_t id, Handle::Closer close, const char* file, int line
   return Handle(id, close);
 }
 
-Handle group(hid_t id, const char* f, int l, const std::string& w) { return checked(id, H5Gclose, f, l, w); }
-Handle dataset(hid_t id, const char* f, int l, const std::string& w) { return checked(id, H5Dclose, f, l, w); }
-Handle dataspace(hid_t id, const char* f, int l, const std::string& w) { return checked(id, H5Sclose, f, l, w); }
-Handle datatype(hid_t id, const char* f, int l, const std::string& w) { return checked(id, H5Tclose, f, l, w); }
-Handle plist(hid_t id, const char* f, int l, const std::string& w) { return checked(id, H5Pclose, f, l, w); }
-Handle attribute(hid_t id, const char* f, int l, const std::string& w) { return checked(id, H5Aclose, f, l, w); }
+Handle group(hid_t id, const char* f, int l, const std::string& w) {
+  return checked(id, H5Gclose, f, l, w);
+}
+Handle dataset(hid_t id, const char* f, int l, const std::string& w) {
+  return checked(id, H5Dclose, f, l, w);
+}
+Handle dataspace(hid_t id, const char* f, int l, const std::string& w) {
+  return checked(id, H5Sclose, f, l, w);
+}
+Handle datatype(hid_t id, const char* f, int l, const std::string& w) {
+  return checked(id, H5Tclose, f, l, w);
+}
+Handle plist(hid_t id, const char* f, int l, const std::string& w) {
+  return checked(id, H5Pclose, f, l, w);
+}
+Handle attribute(hid_t id, const char* f, int l, const std::string& w) {
+  return checked(id, H5Aclose, f, l, w);
+}
 
 Handle vlen_string_type() {
   Handle t = TRIDENT_H5_TYPE(H5Tcopy(H5T_C_S1), "copy string type");
@@ -137,8 +149,7 @@ void write_attr(hid_t obj, const std::string& name, const std::vector<std::strin
   Handle a = create_attr(obj, name, type, space);
   std::vector<const char*> ptrs;
   for (const auto& v : values) ptrs.push_back(v.c_str());
-  if (!values.empty())
-    TRIDENT_H5(H5Awrite(a, type, ptrs.data()), "write attribute '" + name + "'");
+  if (!values.empty()) TRIDENT_H5(H5Awrite(a, type, ptrs.data()), "write attribute '" + name + "'");
 }
 
 void write_attr(hid_t obj, const std::string& name, const std::vector<int64_t>& values) {

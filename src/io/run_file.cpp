@@ -119,10 +119,9 @@ Handle summary_type() {
 }
 
 Handle simple_space(const std::vector<hsize_t>& dims, const std::vector<hsize_t>& maxdims = {}) {
-  return TRIDENT_H5_SPACE(
-      H5Screate_simple(static_cast<int>(dims.size()), dims.data(),
-                       maxdims.empty() ? nullptr : maxdims.data()),
-      "create dataspace");
+  return TRIDENT_H5_SPACE(H5Screate_simple(static_cast<int>(dims.size()), dims.data(),
+                                           maxdims.empty() ? nullptr : maxdims.data()),
+                          "create dataspace");
 }
 
 Handle collective_xfer() {
@@ -208,8 +207,7 @@ std::string bcast_from(int root, const std::string& s, MPI_Comm comm) {
 // Every rank learns whether all ranks passed their checks, and all throw the
 // first failing rank's message; no rank enters a collective HDF5 call that
 // another rank will never reach.
-void agree_or_throw(bool ok, const std::string& my_msg, MPI_Comm comm,
-                    bool input_error = false) {
+void agree_or_throw(bool ok, const std::string& my_msg, MPI_Comm comm, bool input_error = false) {
   int mine = ok ? 1 : 0, all = 1;
   MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm);
   if (all) return;
@@ -383,8 +381,7 @@ void RunFile::append_step(const StepMetrics& m, const std::array<double, 4>& com
   std::string msg;
   if (rank_ == 0) {
     ok = static_cast<int>(expert_tokens.size()) == moe_layers_;
-    for (const auto& layer : expert_tokens)
-      ok = ok && static_cast<int>(layer.size()) == n_experts_;
+    for (const auto& layer : expert_tokens) ok = ok && static_cast<int>(layer.size()) == n_experts_;
     if (!ok)
       msg = "expert_tokens must be [" + std::to_string(moe_layers_) + " moe layers][" +
             std::to_string(n_experts_) + " experts]";
@@ -458,8 +455,8 @@ void RunFile::append_events(const std::vector<TimelineEvent>& mine) {
   const int64_t offset =
       events_ + std::accumulate(counts.begin(), counts.begin() + rank_, int64_t{0});
 
-  Handle ev = TRIDENT_H5_DSET(H5Dopen2(file_, "timeline/events", H5P_DEFAULT),
-                              "open /timeline/events");
+  Handle ev =
+      TRIDENT_H5_DSET(H5Dopen2(file_, "timeline/events", H5P_DEFAULT), "open /timeline/events");
   extend_rows(ev, static_cast<hsize_t>(events_ + total));
   Handle mtype = event_type();
   Handle fsel = select_rows(ev, static_cast<hsize_t>(offset), static_cast<hsize_t>(n));
@@ -476,8 +473,8 @@ void RunFile::write_activation(int step, int layer, const std::string& name,
                                const std::vector<int64_t>& global_positions) {
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": write_activation after close");
   h5::QuietErrors quiet;
-  const std::string where = "/activations/step_" + std::to_string(step) + "/layer_" +
-                            std::to_string(layer) + "/" + name;
+  const std::string where =
+      "/activations/step_" + std::to_string(step) + "/layer_" + std::to_string(layer) + "/" + name;
 
   // Every rank must create the same dataset: compare what defines it.
   std::vector<int64_t> key = {step, layer, name_key(name),
@@ -506,7 +503,8 @@ void RunFile::write_activation(int step, int layer, const std::string& name,
             [&](size_t a, size_t b) { return global_positions[a] < global_positions[b]; });
   for (size_t i = 0; ok && i < order.size(); ++i) {
     int64_t p = global_positions[order[i]];
-    if (p < 0 || p >= seq) bad("position " + std::to_string(p) + " outside [0, seq)");
+    if (p < 0 || p >= seq)
+      bad("position " + std::to_string(p) + " outside [0, seq)");
     else if (i > 0 && global_positions[order[i - 1]] == p)
       bad("position " + std::to_string(p) + " given twice");
   }
@@ -526,9 +524,9 @@ void RunFile::write_activation(int step, int layer, const std::string& name,
   TRIDENT_H5(H5Pset_fill_value(dcpl, H5T_NATIVE_FLOAT, &nan), "fill value");
   TRIDENT_H5(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), "allocation time");
   TRIDENT_H5(H5Pset_fill_time(dcpl, H5D_FILL_TIME_ALLOC), "fill time");
-  Handle dset = TRIDENT_H5_DSET(H5Dcreate2(layer_group, name.c_str(), H5T_IEEE_F32LE, fspace,
-                                           H5P_DEFAULT, dcpl, H5P_DEFAULT),
-                                "create " + where);
+  Handle dset = TRIDENT_H5_DSET(
+      H5Dcreate2(layer_group, name.c_str(), H5T_IEEE_F32LE, fspace, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+      "create " + where);
   h5::write_attr(dset, "sample_ids", std::vector<int64_t>(sample_ids.begin(), sample_ids.end()));
 
   // Rows sorted by global position make the memory order match the file
@@ -555,15 +553,14 @@ void RunFile::write_activation(int step, int layer, const std::string& name,
   // One block [S, run, rest...] per run of consecutive positions.
   for (size_t i = 0; i < order.size();) {
     size_t j = i + 1;
-    while (j < order.size() &&
-           global_positions[order[j]] == global_positions[order[j - 1]] + 1)
+    while (j < order.size() && global_positions[order[j]] == global_positions[order[j - 1]] + 1)
       ++j;
     std::vector<hsize_t> start(dims.size(), 0), count = dims;
     start[1] = static_cast<hsize_t>(global_positions[order[i]]);
     count[1] = static_cast<hsize_t>(j - i);
-    TRIDENT_H5(H5Sselect_hyperslab(fsel, H5S_SELECT_OR, start.data(), nullptr, count.data(),
-                                   nullptr),
-               "select positions of " + where);
+    TRIDENT_H5(
+        H5Sselect_hyperslab(fsel, H5S_SELECT_OR, start.data(), nullptr, count.data(), nullptr),
+        "select positions of " + where);
     i = j;
   }
   std::vector<hsize_t> mdims = dims;

@@ -67,11 +67,11 @@ class Handle {
 [[noreturn]] void fail(const char* file, int line, const std::string& what);
 
 // Checks any HDF5 call that returns a negative value on failure.
-#define TRIDENT_H5(expr, what)                                        \
-  ([&]() {                                                            \
-    auto trident_h5_rc_ = (expr);                                     \
+#define TRIDENT_H5(expr, what)                                               \
+  ([&]() {                                                                   \
+    auto trident_h5_rc_ = (expr);                                            \
     if (trident_h5_rc_ < 0) ::trident::h5::fail(__FILE__, __LINE__, (what)); \
-    return trident_h5_rc_;                                            \
+    return trident_h5_rc_;                                                   \
   }())
 
 // Wrap a freshly created id into a Handle after checking it.

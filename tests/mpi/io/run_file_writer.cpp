@@ -86,7 +86,8 @@ int write_run(const std::string& path, int steps, int kill_after) {
   for (int k = 0; k < 4; ++k) sum.comm_wait_s[k] = 0.5 * k + rank;
   rf.write_rank_summaries(sum);
   rf.close();
-  if (rank == 0) std::printf("run_file_writer: wrote %s (%d steps, %d ranks)\n", path.c_str(), steps, size);
+  if (rank == 0)
+    std::printf("run_file_writer: wrote %s (%d steps, %d ranks)\n", path.c_str(), steps, size);
   return 0;
 }
 
@@ -120,13 +121,17 @@ int main(int argc, char** argv) {
     } else if (argc >= 2) {
       int steps = 5, kill_after = -1;
       for (int i = 2; i + 1 < argc; i += 2) {
-        if (std::strcmp(argv[i], "--steps") == 0) steps = std::atoi(argv[i + 1]);
-        else if (std::strcmp(argv[i], "--kill-after-steps") == 0) kill_after = std::atoi(argv[i + 1]);
-        else throw InputError(std::string("unknown flag ") + argv[i]);
+        if (std::strcmp(argv[i], "--steps") == 0)
+          steps = std::atoi(argv[i + 1]);
+        else if (std::strcmp(argv[i], "--kill-after-steps") == 0)
+          kill_after = std::atoi(argv[i + 1]);
+        else
+          throw InputError(std::string("unknown flag ") + argv[i]);
       }
       rc = write_run(argv[1], steps, kill_after);
     } else {
-      throw InputError("usage: run_file_writer OUT.h5 [--steps N] [--kill-after-steps K] | --bench OUT.h5");
+      throw InputError(
+          "usage: run_file_writer OUT.h5 [--steps N] [--kill-after-steps K] | --bench OUT.h5");
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "run_file_writer: error: %s\n", e.what());

@@ -2,9 +2,9 @@
 // collectively and read back through plain (serial) HDF5 on every rank, with
 // memory types defined here by member name, so a renamed or missing member
 // fails. Bad arguments must raise the same error on every rank, not hang.
-#include <catch2/catch.hpp>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -69,7 +69,8 @@ StepMetrics expected_step(int i) {
 std::array<double, 4> expected_comm(int i) {
   const uint64_t key = rng::hash_name("io-test-comm");
   std::array<double, 4> c{};
-  for (int k = 0; k < 4; ++k) c[k] = 1e6 * (1 + rng::uniform(key, static_cast<uint64_t>(i * 4 + k)));
+  for (int k = 0; k < 4; ++k)
+    c[k] = 1e6 * (1 + rng::uniform(key, static_cast<uint64_t>(i * 4 + k)));
   return c;
 }
 
@@ -78,8 +79,8 @@ std::vector<std::vector<int64_t>> expected_tokens(int i, int layers, int experts
   std::vector<std::vector<int64_t>> t(static_cast<size_t>(layers));
   for (int l = 0; l < layers; ++l)
     for (int e = 0; e < experts; ++e)
-      t[l].push_back(1 + static_cast<int64_t>(
-                             rng::below(key, static_cast<uint64_t>((i * layers + l) * experts + e), 1000)));
+      t[l].push_back(1 + static_cast<int64_t>(rng::below(
+                             key, static_cast<uint64_t>((i * layers + l) * experts + e), 1000)));
   return t;
 }
 
@@ -190,8 +191,10 @@ TEST_CASE("resolve_output_name: %j is the Slurm job id or one local timestamp fo
   setenv("SLURM_JOB_ID", world_rank() == 0 ? "4242" : "999", 1);
   CHECK(resolve_output_name("runs/%j/t-%j.h5", MPI_COMM_WORLD) == "runs/4242/t-4242.h5");
   CHECK(resolve_output_name("plain.h5", MPI_COMM_WORLD) == "plain.h5");
-  if (saved) setenv("SLURM_JOB_ID", saved_value.c_str(), 1);
-  else unsetenv("SLURM_JOB_ID");
+  if (saved)
+    setenv("SLURM_JOB_ID", saved_value.c_str(), 1);
+  else
+    unsetenv("SLURM_JOB_ID");
 }
 
 TEST_CASE("RunFile: every part written collectively reads back exactly") {

@@ -1,9 +1,9 @@
 // BenchTable: the printed table lines up, and the bench file holds every
 // column with its type, read back through plain HDF5.
-#include <catch2/catch.hpp>
 #include <hdf5.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <sstream>
 
