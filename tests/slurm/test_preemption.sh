@@ -9,7 +9,7 @@ require_cluster
 require_h5py
 make_workdir preemption
 
-steps=${TRIDENT_PREEMPT_STEPS:-40}
+steps=${TRIDENT_PREEMPT_STEPS:-20}
 write_tiny_config "$WORK/long.toml" "$steps"
 
 # Rows of /metrics/steps written so far (the file is flushed every step), or
