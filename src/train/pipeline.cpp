@@ -1,14 +1,51 @@
 // pp > 1: the step's micro-batches run under the configured schedule through
-// the pipeline executor; the model stage is the executor's unit of work.
+// the pipeline executor, with the model stage as the executor's unit of work.
 #include "trident/core/error.hpp"
+#include "trident/parallel/pp/executor.hpp"
+#include "trident/parallel/pp/generators.hpp"
 #include "trident/train/trainer.hpp"
 
 namespace trident::train {
+namespace {
+
+// The executor's view of this rank's chunks.
+class StageAdapter : public pp::PipelineStage {
+ public:
+  explicit StageAdapter(model::ModelStage& s) : s_(s) {}
+  int64_t boundary_numel(int chunk, int mb) override { return s_.boundary_numel(chunk, mb); }
+  void forward(int chunk, int mb, const float* in, float* out) override { s_.forward(chunk, mb, in, out); }
+  void backward(int chunk, int mb, const float* g_out, float* g_in, bool weight_grad) override {
+    s_.backward(chunk, mb, g_out, g_in, weight_grad);
+  }
+  void backward_weight(int chunk, int mb) override { s_.backward_weight(chunk, mb); }
+
+ private:
+  model::ModelStage& s_;
+};
+
+struct ExecutorPipeline : Trainer::Pipeline {
+  pp::Schedule lowered;
+  std::unique_ptr<StageAdapter> adapter;
+};
+
+}  // namespace
 
 void Trainer::init_pipeline() {
-  throw Error("pipeline parallelism (pp > 1) needs the pipeline executor, which is not built yet");
+  const auto& p = cfg_.parallel;
+  auto pipe = std::make_unique<ExecutorPipeline>();
+  pipe->lowered = pp::lower(pp::make_schedule(p.schedule, comms_.pp_size, cfg_.data.num_microbatches,
+                                              p.vpp));
+  pp::validate(pipe->lowered);
+  pipe->adapter = std::make_unique<StageAdapter>(*stage_);
+  pipe_ = std::move(pipe);
 }
 
-void Trainer::run_pipeline(int64_t, std::vector<TimelineEvent>&, double&) {}
+void Trainer::run_pipeline(int64_t step, std::vector<TimelineEvent>& events, double& compute_s) {
+  auto& pipe = static_cast<ExecutorPipeline&>(*pipe_);
+  TRIDENT_CHECK(comms_.pp, "pipeline parallelism without a pp communicator");
+  pp::ExecResult r = pp::execute(pipe.lowered, comms_.pp_rank, *pipe.adapter, *comms_.pp, int(step),
+                                 cfg_.output.timeline ? &events : nullptr);
+  compute_s += r.busy_s;
+}
 
 }  // namespace trident::train

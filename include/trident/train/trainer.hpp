@@ -42,6 +42,10 @@ struct StepResult {
 
 class Trainer {
  public:
+  // The lowered schedule and its executor (pp > 1; defined in train/pipeline.cpp).
+  struct Pipeline {
+    virtual ~Pipeline() = default;
+  };
   Trainer(const Config& cfg, TrainComms comms);
   ~Trainer();
 
@@ -68,10 +72,6 @@ class Trainer {
   std::unique_ptr<model::ModelStage> stage_;
   std::unique_ptr<AdamW> opt_;
   std::vector<int64_t> positions_;
-  // The lowered schedule and its executor (pp > 1; train/pipeline.cpp).
-  struct Pipeline {
-    virtual ~Pipeline() = default;
-  };
   std::unique_ptr<Pipeline> pipe_;
 };
 
