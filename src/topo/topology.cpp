@@ -305,7 +305,13 @@ std::unique_ptr<Communicators> build_communicators(MPI_Comm world, const Config&
   c->ep = split(c->mesh.ep_group(logical), CommKind::ep, "ep");
   c->expert_replica =
       split(c->mesh.expert_replica_group(logical), CommKind::dp, "expert_replica");
-  sync_clock(world);
+  // The common clock is measured at start-up, once per process: every rank
+  // builds its communicators the same number of times, so all agree to skip.
+  static bool clock_synced = false;
+  if (!clock_synced) {
+    sync_clock(world);
+    clock_synced = true;
+  }
   return c;
 }
 
