@@ -1,0 +1,81 @@
+// Pipeline executor: runs one rank's list of a lowered schedule on real stage
+// functions over the pp communicator.
+//
+// Receives are posted ahead (for the next `recv_lookahead` compute actions)
+// so data lands while the rank computes; sends are non-blocking and their
+// buffers are released when the send completes. A stage's input stays alive
+// until its last backward for that micro-batch (B, or W when split) has run,
+// then it is freed: that is the in-flight activation count. Weight gradients
+// accumulate across micro-batches inside the PipelineStage. Every action is
+// timed (one clock for all ranks, now_s()); bytes and wait time go to the pp
+// counters through Communicator.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "trident/comm/comm.hpp"
+#include "trident/io/run_file.hpp"
+#include "trident/parallel/pp/schedule.hpp"
+
+namespace trident::pp {
+
+// What the executor drives on one rank: the rank's vpp model chunks.
+class PipelineStage {
+ public:
+  virtual ~PipelineStage() = default;
+  // Floats of the activation `chunk` SENDS forward for `microbatch` (= the
+  // gradient it receives back). The receiver sizes its buffer by asking its
+  // own PipelineStage for the sending stage's chunk, so every rank must answer
+  // for every chunk index in [0, vpp) (in a transformer every boundary is
+  // micro_batch x seq x d_model).
+  virtual int64_t boundary_numel(int chunk, int microbatch) = 0;
+  // F. input: activation from the previous virtual stage (nullptr for virtual
+  // stage 0); it stays valid until the last backward of (chunk, microbatch)
+  // returns, so the stage may keep the pointer instead of a copy. output:
+  // buffer of boundary_numel(chunk, microbatch) floats to fill (nullptr for
+  // the last virtual stage, which computes the loss).
+  virtual void forward(int chunk, int microbatch, const float* input, float* output) = 0;
+  // B. grad_output: gradient from the next virtual stage (nullptr for the
+  // last: the loss starts it). grad_input: fill (nullptr for virtual stage 0).
+  // weight_grad == true: also accumulate the weight gradients (schedules
+  // without a B/W split); false: defer them to backward_weight.
+  virtual void backward(int chunk, int microbatch, const float* grad_output, float* grad_input,
+                        bool weight_grad) = 0;
+  virtual void backward_weight(int chunk, int microbatch) = 0;  // W of a split schedule
+};
+
+struct ActionTiming {
+  Action action;
+  double t_begin_s = 0, t_end_s = 0;  // now_s(); a RECV spans its wait
+};
+
+struct ExecResult {
+  double makespan_s = 0;        // first action begin to last action end over all pp ranks
+  double busy_s = 0;            // this rank's time in F, B, W
+  double bubble_fraction = 0;   // 1 - busy_s / makespan_s
+  int peak_inflight = 0;        // most (chunk, micro-batch) inputs alive at once
+  double elapsed_s = 0;         // this rank: entry to the last send completing
+  double recv_wait_s = 0;       // inside RECV actions (waiting for peers)
+  double send_s = 0;            // inside SEND actions and the final wait for sends
+  double overhead_s = 0;        // elapsed - busy - recv_wait - send: the executor's own cost
+  int64_t bytes_sent = 0;
+  std::vector<ActionTiming> actions;  // this rank's, in execution order
+};
+
+struct ExecOptions {
+  int recv_lookahead = 2;  // post receives needed by this many upcoming compute actions
+};
+
+// Runs rank `my_pp_rank`'s list of `lowered` (validate()d by the caller or
+// here). Collective over pp: ends with one allreduce for the makespan. Appends
+// one event per action to timeline if given (rank = world rank, kind = op
+// name). Throws TimeoutError through Communicator if a peer never delivers.
+ExecResult execute(const Schedule& lowered, int my_pp_rank, PipelineStage& stage,
+                   Communicator& pp, int step, std::vector<TimelineEvent>* timeline,
+                   const ExecOptions& options = {});
+
+// Tag of the message (sending stage, micro-batch, direction): distinct for
+// every message of one step.
+int message_tag(const Schedule& s, int sending_stage, int microbatch, bool backward);
+
+}  // namespace trident::pp

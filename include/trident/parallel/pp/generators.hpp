@@ -1,0 +1,58 @@
+// Schedule generators: AFAB (GPipe), 1F1B, interleaved 1F1B and ZB-H1, each a
+// compute-only Schedule (lower() adds the communication).
+//
+// Names accepted: "afab" (alias "gpipe"), "1f1b", "interleaved", "zb-h1".
+// Rules (checked by make_schedule, and by config validation through
+// min_microbatches):
+//  - pp >= 1, vpp >= 1, microbatches >= 1;
+//  - vpp > 1 only for "interleaved".
+// Interleaved accepts any micro-batch count, also below pp and not a multiple
+// of pp: micro-batches go through the chunks in groups of pp (Megatron's
+// order), and the remainder m % pp joins the FIRST group, whose size g then
+// sets the warm-up ((vpp-1) g + 2 (pp-1-rank) forwards). The alternatives
+// fail: a short group at the end deadlocks (pp=4 vpp=3 m=5: rank 0 waits for
+// rank 3's forward while rank 3 waits for rank 0's backward), and a long group
+// at the end makes a backward come due before its forward.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "trident/parallel/pp/schedule.hpp"
+
+namespace trident::pp {
+
+// Canonical schedule names, in the order the CLI lists them.
+const std::vector<std::string>& schedule_names();
+
+// The smallest micro-batch count the named schedule accepts for pp (and vpp):
+// 1 for every schedule here (see the rules above). InputError for an unknown
+// name.
+int min_microbatches(const std::string& name, int pp, int vpp);
+
+// The compute-only schedule. Throws InputError naming the flag/key that breaks
+// a rule above ("--vpp" / "--microbatches" / "--pp" / "schedule").
+Schedule make_schedule(const std::string& name, int pp, int microbatches, int vpp = 1);
+
+Schedule afab(int pp, int microbatches);
+Schedule one_f_one_b(int pp, int microbatches);
+Schedule interleaved_one_f_one_b(int pp, int microbatches, int vpp);
+Schedule zero_bubble_h1(int pp, int microbatches);
+
+// Closed-form bubble of the schedule, where one exists (else a negative value):
+// the classic ratio bubble time / ideal time ((p-1)/m for AFAB and 1F1B,
+// (p-1)/(v m) interleaved, (p-1)(tF+tB-tW)/(m(tF+tB+tW)) for ZB-H1), and the
+// same as a fraction of the makespan (ratio / (1 + ratio)), which is what the
+// simulator and the executor measure. Costs as in SimCosts (t_b is the input
+// gradient, t_w the weight gradient; non-split schedules run B = t_b + t_w).
+// Interleaved has its closed form only when microbatches % pp == 0; ZB-H1 only
+// when the pipeline fills (microbatches >= pp) and t_w <= t_f + t_b.
+struct ClosedForm {
+  double ratio = -1;     // bubble time / ideal time
+  double fraction = -1;  // 1 - busy / makespan
+  std::string formula;   // "(p-1)/m", ...
+  bool exists() const { return ratio >= 0; }
+};
+ClosedForm closed_form_bubble(const std::string& name, int pp, int microbatches, int vpp,
+                              double t_f, double t_b, double t_w);
+
+}  // namespace trident::pp

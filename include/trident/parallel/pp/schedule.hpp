@@ -1,0 +1,93 @@
+// Pipeline schedules as data: per-rank lists of small actions.
+//
+// A compute-only schedule holds F (forward), B (backward; the input gradient
+// only when the schedule splits backward) and W (weight gradient) actions.
+// lower() adds the communication: SEND_F/RECV_F carry a stage's output to the
+// next virtual stage, SEND_B/RECV_B carry the input gradient back. The same
+// lists are validated, simulated, executed, exported to CSV and imported from
+// hand-written CSV.
+//
+// Conventions (Megatron interleaving): virtual stage s = chunk * pp + rank, so
+// s lives on rank s % pp as chunk s / pp; stage 0 reads the data, the last
+// stage pp * vpp - 1 computes the loss. An action names the stage it runs on:
+// "1F3" is stage 1's forward of micro-batch 3, "0SEND_B2" is stage 0 sending
+// the input gradient of micro-batch 2 to stage -1 (never happens: stage 0 has
+// no predecessor), "2RECV_F5" is stage 2 receiving its input for micro-batch 5
+// from stage 1. Sends are non-blocking; a receive blocks until its data is in.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace trident::pp {
+
+enum class Op : uint8_t { F, B, W, SEND_F, RECV_F, SEND_B, RECV_B };
+
+const char* op_name(Op op);  // "F", ..., "RECV_B": the text form and the timeline kind
+inline bool is_compute(Op op) { return op == Op::F || op == Op::B || op == Op::W; }
+
+struct Action {
+  int stage = 0;  // virtual stage the action runs on (its rank is stage % pp)
+  Op op = Op::F;
+  int microbatch = 0;
+
+  std::string str() const;  // compact text form: "<stage><OP><microbatch>"
+  bool operator==(const Action&) const = default;
+};
+
+// Parses the compact text form; throws InputError naming `where` on bad text.
+Action parse_action(std::string_view text, const std::string& where);
+
+struct Schedule {
+  std::string name;  // "afab", "1f1b", "interleaved", "zb-h1", or the CSV's file name
+  int pp = 1;
+  int vpp = 1;
+  int microbatches = 1;
+  bool split_backward = false;  // true: B is the input gradient and W actions exist
+  std::vector<std::vector<Action>> ranks;  // ranks[r]: rank r's actions in execution order
+
+  int num_stages() const { return pp * vpp; }
+  int rank_of(int stage) const { return stage % pp; }
+  int chunk_of(int stage) const { return stage / pp; }
+  int stage_of(int rank, int chunk) const { return chunk * pp + rank; }
+  bool has_comm() const;  // lowered (any SEND/RECV present)
+  size_t num_actions() const;
+};
+
+// Adds SEND/RECV actions to a compute-only schedule. For every F (and B) whose
+// consumer stage lives on another rank the producer gets a SEND right after
+// the compute, and the consumer gets the matching RECV immediately before the
+// compute that needs it. Sends never block, so the lowered schedule waits only
+// where the compute order itself must wait: it deadlocks exactly when the
+// compute order is infeasible, which simulate() reports. Neighbouring stages
+// on the same rank (pp = 1) hand over in memory and get no actions.
+Schedule lower(const Schedule& compute_only);
+
+// Checks that the schedule is complete and locally consistent; throws
+// InputError with one line naming the first problem:
+//  - every action on the rank that owns its stage, stage and micro-batch in range;
+//  - each (stage, micro-batch) has exactly one F and one B, and one W iff
+//    split_backward (none otherwise);
+//  - on its rank, F comes after its input is there (RECV_F, or the previous
+//    stage's F on the same rank), B after F and after its output gradient is
+//    there, W after B, a SEND after the compute that produced its data;
+//  - (lowered schedules) every SEND has exactly one matching RECV on the peer
+//    and vice versa.
+// Deadlocks between ranks are found by simulate(), not here.
+void validate(const Schedule& s);
+
+// CSV: one line per rank, one action per cell ("0F0,0F1,0SEND_F0,..."), after
+// a comment line "# trident schedule NAME pp=P vpp=V microbatches=M". Import
+// reads lines that do not start with '#'; pp is the number of rows, vpp and
+// the micro-batch count come from the largest stage and micro-batch named,
+// split_backward from the presence of W. Import does not validate.
+std::string to_csv(const Schedule& s);
+Schedule from_csv(const std::string& text, const std::string& source_name);
+void write_csv_file(const Schedule& s, const std::string& path);  // InputError if unwritable
+Schedule read_csv_file(const std::string& path);                  // InputError if unreadable
+
+// Per-rank action lists as text, one line per rank ("rank 0: 0F0 0F1 ...").
+std::string format_actions(const Schedule& s);
+
+}  // namespace trident::pp

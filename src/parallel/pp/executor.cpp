@@ -1,0 +1,189 @@
+// Pipeline executor: walks one rank's lowered action list, moving activations
+// and gradients between virtual stages (over pp, or in memory when the
+// neighbour stage is on the same rank), and times every action.
+#include "trident/parallel/pp/executor.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "trident/core/error.hpp"
+
+namespace trident::pp {
+
+int message_tag(const Schedule& s, int sending_stage, int microbatch, bool backward) {
+  return (microbatch * s.num_stages() + sending_stage) * 2 + (backward ? 1 : 0);
+}
+
+namespace {
+
+void release(std::vector<float>& v) { std::vector<float>().swap(v); }
+
+int tag_upper_bound(MPI_Comm comm) {
+  int* ub = nullptr;
+  int flag = 0;
+  MPI_Comm_get_attr(comm, MPI_TAG_UB, &ub, &flag);
+  return (flag && ub) ? *ub : 32767;  // 32767 is the least the MPI standard promises
+}
+
+struct PendingSend {
+  Request req;
+  std::vector<float>* buffer;  // freed once the send has completed
+};
+
+}  // namespace
+
+ExecResult execute(const Schedule& s, int me, PipelineStage& stage, Communicator& pp, int step,
+                   std::vector<TimelineEvent>* timeline, const ExecOptions& options) {
+  const double t_entry = now_s();
+  TRIDENT_CHECK(pp.size() == s.pp, "execute: schedule '" + s.name + "' has pp=" +
+                                       std::to_string(s.pp) + " but the pp communicator has " +
+                                       std::to_string(pp.size()) + " ranks");
+  TRIDENT_CHECK(me == pp.rank(), "execute: my_pp_rank " + std::to_string(me) +
+                                     " is not this process's rank in pp (" +
+                                     std::to_string(pp.rank()) + ")");
+  const int S = s.num_stages(), M = s.microbatches, last = S - 1;
+  TRIDENT_CHECK(message_tag(s, last, M - 1, true) <= tag_upper_bound(pp.mpi()),
+                "execute: " + std::to_string(M) + " micro-batches x " + std::to_string(S) +
+                    " stages exceed the MPI tag range");
+  const bool split = s.split_backward;
+  const auto& row = s.ranks[me];
+  auto at = [M](int st, int mb) { return static_cast<size_t>(st) * M + mb; };
+  auto local = [&](int st) { return st >= 0 && st <= last && s.rank_of(st) == me; };
+
+  // Buffers per (stage, micro-batch); declared before the requests so that a
+  // request unwound by an exception is cancelled while its buffer still exists.
+  std::vector<std::vector<float>> input(static_cast<size_t>(S) * M), output(input.size()),
+      grad_output(input.size()), grad_input(input.size());
+  std::vector<Request> recv(row.size());
+  std::vector<PendingSend> sends;
+
+  std::vector<size_t> compute_at;  // positions of F/B/W in row
+  for (size_t i = 0; i < row.size(); ++i)
+    if (is_compute(row[i].op)) compute_at.push_back(i);
+  size_t posted = 0, computes_started = 0;
+  auto post_receives_until = [&](size_t limit) {
+    for (; posted < limit; ++posted) {
+      const Action& a = row[posted];
+      if (a.op == Op::RECV_F) {
+        auto& buf = input[at(a.stage, a.microbatch)];
+        buf.resize(static_cast<size_t>(stage.boundary_numel(s.chunk_of(a.stage - 1), a.microbatch)));
+        recv[posted] = pp.irecv(buf.data(), buf.size() * sizeof(float), s.rank_of(a.stage - 1),
+                                message_tag(s, a.stage - 1, a.microbatch, false));
+      } else if (a.op == Op::RECV_B) {
+        auto& buf = grad_output[at(a.stage, a.microbatch)];
+        buf.resize(static_cast<size_t>(stage.boundary_numel(s.chunk_of(a.stage), a.microbatch)));
+        recv[posted] = pp.irecv(buf.data(), buf.size() * sizeof(float), s.rank_of(a.stage + 1),
+                                message_tag(s, a.stage + 1, a.microbatch, true));
+      }
+    }
+  };
+  auto reap_sends = [&](bool block) {
+    for (auto it = sends.begin(); it != sends.end();) {
+      if (block) pp.wait(it->req);
+      if (block || pp.test(it->req)) {
+        release(*it->buffer);
+        it = sends.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  };
+
+  ExecResult res;
+  res.actions.reserve(row.size());
+  int live = 0;
+  for (size_t i = 0; i < row.size(); ++i) {
+    const Action& a = row[i];
+    const int st = a.stage, mb = a.microbatch, chunk = s.chunk_of(st);
+    const size_t k = at(st, mb);
+    const size_t ahead = computes_started + static_cast<size_t>(std::max(0, options.recv_lookahead));
+    post_receives_until(std::max(i + 1, ahead < compute_at.size() ? compute_at[ahead] : row.size()));
+
+    const double t0 = now_s();
+    switch (a.op) {
+      case Op::F: {
+        auto& out = output[k];
+        if (st < last) out.resize(static_cast<size_t>(stage.boundary_numel(chunk, mb)));
+        stage.forward(chunk, mb, st > 0 ? input[k].data() : nullptr, st < last ? out.data() : nullptr);
+        if (local(st + 1)) input[at(st + 1, mb)] = std::move(out);
+        res.peak_inflight = std::max(res.peak_inflight, ++live);
+        break;
+      }
+      case Op::B: {
+        auto& gin = grad_input[k];
+        if (st > 0) gin.resize(input[k].size());
+        stage.backward(chunk, mb, st < last ? grad_output[k].data() : nullptr,
+                       st > 0 ? gin.data() : nullptr, !split);
+        release(grad_output[k]);
+        if (local(st - 1)) grad_output[at(st - 1, mb)] = std::move(gin);
+        if (!split) {
+          release(input[k]);
+          --live;
+        }
+        break;
+      }
+      case Op::W:
+        stage.backward_weight(chunk, mb);
+        release(input[k]);
+        --live;
+        break;
+      case Op::SEND_F:
+        sends.push_back({pp.isend(output[k].data(), output[k].size() * sizeof(float),
+                                  s.rank_of(st + 1), message_tag(s, st, mb, false)),
+                         &output[k]});
+        res.bytes_sent += static_cast<int64_t>(output[k].size() * sizeof(float));
+        break;
+      case Op::SEND_B:
+        sends.push_back({pp.isend(grad_input[k].data(), grad_input[k].size() * sizeof(float),
+                                  s.rank_of(st - 1), message_tag(s, st, mb, true)),
+                         &grad_input[k]});
+        res.bytes_sent += static_cast<int64_t>(grad_input[k].size() * sizeof(float));
+        break;
+      case Op::RECV_F:
+      case Op::RECV_B:
+        pp.wait(recv[i]);
+        break;
+    }
+    const double t1 = now_s();
+    if (is_compute(a.op)) {
+      res.busy_s += t1 - t0;
+      ++computes_started;
+    } else if (a.op == Op::RECV_F || a.op == Op::RECV_B) {
+      res.recv_wait_s += t1 - t0;
+    } else {
+      res.send_s += t1 - t0;
+    }
+    res.actions.push_back({a, t0, t1});
+    if (!sends.empty()) reap_sends(false);
+  }
+  const double t_sends = now_s();
+  reap_sends(true);
+  const double t_done = now_s();
+  res.send_s += t_done - t_sends;
+  res.elapsed_s = t_done - t_entry;
+  res.overhead_s = res.elapsed_s - res.busy_s - res.recv_wait_s - res.send_s;
+
+  double span[2] = {t_done, -t_entry};
+  pp.allreduce_max(span, 2);
+  res.makespan_s = span[0] + span[1];
+  res.bubble_fraction = res.makespan_s > 0 ? 1.0 - res.busy_s / res.makespan_s : 0.0;
+
+  if (timeline) {
+    const int world_rank = pp.world_rank_of(me);
+    for (const auto& t : res.actions) {
+      TimelineEvent e;
+      e.rank = world_rank;
+      e.step = step;
+      e.kind = op_name(t.action.op);
+      e.stage = t.action.stage;
+      e.chunk = s.chunk_of(t.action.stage);
+      e.microbatch = t.action.microbatch;
+      e.t_begin_s = t.t_begin_s;
+      e.t_end_s = t.t_end_s;
+      timeline->push_back(std::move(e));
+    }
+  }
+  return res;
+}
+
+}  // namespace trident::pp

@@ -1,0 +1,271 @@
+// Schedule IR: text form of actions, the lowering pass that adds
+// communication, validation, and CSV export/import.
+#include "trident/parallel/pp/schedule.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+#include "trident/core/error.hpp"
+
+namespace trident::pp {
+
+namespace {
+
+constexpr Op kAllOps[] = {Op::F, Op::B, Op::W, Op::SEND_F, Op::RECV_F, Op::SEND_B, Op::RECV_B};
+
+std::string where_prefix(const std::string& name) { return name.empty() ? "" : name + ": "; }
+
+}  // namespace
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::F: return "F";
+    case Op::B: return "B";
+    case Op::W: return "W";
+    case Op::SEND_F: return "SEND_F";
+    case Op::RECV_F: return "RECV_F";
+    case Op::SEND_B: return "SEND_B";
+    case Op::RECV_B: return "RECV_B";
+  }
+  return "?";
+}
+
+std::string Action::str() const {
+  return std::to_string(stage) + op_name(op) + std::to_string(microbatch);
+}
+
+Action parse_action(std::string_view text, const std::string& where) {
+  auto bad = [&](const char* why) -> InputError {
+    return InputError(where + ": action '" + std::string(text) + "': " + why +
+                      " (expected <stage><F|B|W|SEND_F|RECV_F|SEND_B|RECV_B><microbatch>, "
+                      "e.g. 1F3)");
+  };
+  size_t i = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+  if (i == 0) throw bad("no stage number");
+  size_t j = text.size();
+  while (j > i && text[j - 1] >= '0' && text[j - 1] <= '9') --j;
+  if (j == text.size()) throw bad("no micro-batch number");
+  if (i > 6 || text.size() - j > 6) throw bad("number too large");
+  std::string_view op_text = text.substr(i, j - i);
+  Action a;
+  bool found = false;
+  for (Op op : kAllOps) {
+    if (op_text == op_name(op)) {
+      a.op = op;
+      found = true;
+    }
+  }
+  if (!found) throw bad("unknown op");
+  a.stage = std::stoi(std::string(text.substr(0, i)));
+  a.microbatch = std::stoi(std::string(text.substr(j)));
+  return a;
+}
+
+bool Schedule::has_comm() const {
+  for (const auto& row : ranks)
+    for (const auto& a : row)
+      if (!is_compute(a.op)) return true;
+  return false;
+}
+
+size_t Schedule::num_actions() const {
+  size_t n = 0;
+  for (const auto& row : ranks) n += row.size();
+  return n;
+}
+
+Schedule lower(const Schedule& in) {
+  TRIDENT_CHECK(!in.has_comm(), "lower(): schedule '" + in.name + "' already has communication");
+  Schedule out = in;
+  const int last = in.num_stages() - 1;
+  for (int r = 0; r < in.pp; ++r) {
+    std::vector<Action> row;
+    for (const Action& a : in.ranks[r]) {
+      const int s = a.stage, mb = a.microbatch;
+      if (a.op == Op::F) {
+        if (s > 0 && in.rank_of(s - 1) != r) row.push_back({s, Op::RECV_F, mb});
+        row.push_back(a);
+        if (s < last && in.rank_of(s + 1) != r) row.push_back({s, Op::SEND_F, mb});
+      } else if (a.op == Op::B) {
+        if (s < last && in.rank_of(s + 1) != r) row.push_back({s, Op::RECV_B, mb});
+        row.push_back(a);
+        if (s > 0 && in.rank_of(s - 1) != r) row.push_back({s, Op::SEND_B, mb});
+      } else {
+        row.push_back(a);
+      }
+    }
+    out.ranks[r] = std::move(row);
+  }
+  return out;
+}
+
+void validate(const Schedule& s) {
+  const std::string pre = where_prefix(s.name);
+  if (s.pp < 1 || s.vpp < 1 || s.microbatches < 1)
+    throw InputError(pre + "pp, vpp and micro-batches must be >= 1");
+  if (static_cast<int>(s.ranks.size()) != s.pp)
+    throw InputError(pre + "schedule has " + std::to_string(s.ranks.size()) +
+                     " rank rows but pp = " + std::to_string(s.pp));
+  const int S = s.num_stages(), M = s.microbatches, last = S - 1;
+  // Position of each action on its rank, -1 if absent; duplicates are errors.
+  auto key = [&](int stage, Op op, int mb) { return (static_cast<size_t>(op) * S + stage) * M + mb; };
+  std::vector<int> pos(7 * static_cast<size_t>(S) * M, -1);
+  for (int r = 0; r < s.pp; ++r) {
+    for (size_t i = 0; i < s.ranks[r].size(); ++i) {
+      const Action& a = s.ranks[r][i];
+      if (a.stage < 0 || a.stage >= S)
+        throw InputError(pre + "rank " + std::to_string(r) + ": " + a.str() + ": stage out of range [0, " +
+                         std::to_string(S) + ")");
+      if (a.microbatch < 0 || a.microbatch >= M)
+        throw InputError(pre + "rank " + std::to_string(r) + ": " + a.str() +
+                         ": micro-batch out of range [0, " + std::to_string(M) + ")");
+      if (s.rank_of(a.stage) != r)
+        throw InputError(pre + "rank " + std::to_string(r) + ": " + a.str() + ": stage " +
+                         std::to_string(a.stage) + " belongs to rank " +
+                         std::to_string(s.rank_of(a.stage)) + " (stage = chunk * pp + rank)");
+      if (a.op == Op::W && !s.split_backward)
+        throw InputError(pre + a.str() + ": W in a schedule without a B/W split");
+      int& p = pos[key(a.stage, a.op, a.microbatch)];
+      if (p >= 0) throw InputError(pre + "rank " + std::to_string(r) + ": " + a.str() + " appears twice");
+      p = static_cast<int>(i);
+    }
+  }
+  auto at = [&](int stage, Op op, int mb) { return pos[key(stage, op, mb)]; };
+  auto name = [](int stage, Op op, int mb) { return Action{stage, op, mb}.str(); };
+  const bool lowered = s.has_comm();
+  for (int st = 0; st < S; ++st) {
+    const int r = s.rank_of(st);
+    const std::string on = " (rank " + std::to_string(r) + ")";
+    const bool prev_remote = st > 0 && s.rank_of(st - 1) != r;
+    const bool next_remote = st < last && s.rank_of(st + 1) != r;
+    for (int mb = 0; mb < M; ++mb) {
+      const int f = at(st, Op::F, mb), b = at(st, Op::B, mb), w = at(st, Op::W, mb);
+      if (f < 0) throw InputError(pre + "incomplete schedule: " + name(st, Op::F, mb) + " is missing" + on);
+      if (b < 0) throw InputError(pre + "incomplete schedule: " + name(st, Op::B, mb) + " is missing" + on);
+      if (s.split_backward && w < 0)
+        throw InputError(pre + "incomplete schedule: " + name(st, Op::W, mb) + " is missing" + on);
+      if (b < f) throw InputError(pre + name(st, Op::B, mb) + " runs before " + name(st, Op::F, mb) + on);
+      if (s.split_backward && w < b)
+        throw InputError(pre + name(st, Op::W, mb) + " runs before " + name(st, Op::B, mb) + on);
+      // Where F's input and B's output gradient come from.
+      if (st > 0) {
+        if (prev_remote) {
+          const int rf = at(st, Op::RECV_F, mb);
+          if (lowered && rf < 0)
+            throw InputError(pre + "incomplete schedule: " + name(st, Op::RECV_F, mb) + " is missing" + on);
+          if (lowered && rf > f)
+            throw InputError(pre + name(st, Op::F, mb) + " runs before its input arrives (" +
+                             name(st, Op::RECV_F, mb) + ")" + on);
+        } else if (at(st - 1, Op::F, mb) > f) {
+          throw InputError(pre + name(st, Op::F, mb) + " runs before " + name(st - 1, Op::F, mb) + on);
+        }
+      }
+      if (st < last) {
+        if (next_remote) {
+          const int rb = at(st, Op::RECV_B, mb);
+          if (lowered && rb < 0)
+            throw InputError(pre + "incomplete schedule: " + name(st, Op::RECV_B, mb) + " is missing" + on);
+          if (lowered && rb > b)
+            throw InputError(pre + name(st, Op::B, mb) + " runs before its output gradient arrives (" +
+                             name(st, Op::RECV_B, mb) + ")" + on);
+        } else if (at(st + 1, Op::B, mb) > b) {
+          throw InputError(pre + name(st, Op::B, mb) + " runs before " + name(st + 1, Op::B, mb) + on);
+        }
+      }
+      if (!lowered) continue;
+      // Sends after the compute that produced the data, each matched by the peer.
+      const int sf = at(st, Op::SEND_F, mb), sb = at(st, Op::SEND_B, mb);
+      if (next_remote) {
+        if (sf < 0)
+          throw InputError(pre + "incomplete schedule: " + name(st, Op::SEND_F, mb) + " is missing" + on);
+        if (sf < f) throw InputError(pre + name(st, Op::SEND_F, mb) + " before " + name(st, Op::F, mb) + on);
+      } else if (sf >= 0 || at(st, Op::RECV_B, mb) >= 0) {
+        throw InputError(pre + name(st, sf >= 0 ? Op::SEND_F : Op::RECV_B, mb) +
+                         ": no peer rank (next stage is on the same rank or does not exist)" + on);
+      }
+      if (prev_remote) {
+        if (sb < 0)
+          throw InputError(pre + "incomplete schedule: " + name(st, Op::SEND_B, mb) + " is missing" + on);
+        if (sb < b) throw InputError(pre + name(st, Op::SEND_B, mb) + " before " + name(st, Op::B, mb) + on);
+      } else if (sb >= 0 || at(st, Op::RECV_F, mb) >= 0) {
+        throw InputError(pre + name(st, sb >= 0 ? Op::SEND_B : Op::RECV_F, mb) +
+                         ": no peer rank (previous stage is on the same rank or does not exist)" + on);
+      }
+    }
+  }
+}
+
+std::string to_csv(const Schedule& s) {
+  std::ostringstream o;
+  o << "# trident schedule " << s.name << " pp=" << s.pp << " vpp=" << s.vpp
+    << " microbatches=" << s.microbatches << "\n";
+  for (const auto& row : s.ranks) {
+    for (size_t i = 0; i < row.size(); ++i) o << (i ? "," : "") << row[i].str();
+    o << "\n";
+  }
+  return o.str();
+}
+
+Schedule from_csv(const std::string& text, const std::string& source_name) {
+  Schedule s;
+  s.name = source_name;
+  std::istringstream in(text);
+  std::string line;
+  int line_no = 0, max_stage = -1, max_mb = -1;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const auto first = line.find_first_not_of(" \t");
+    if (first == std::string::npos || line[first] == '#') continue;
+    std::vector<Action> row;
+    std::istringstream cells(line);
+    std::string cell;
+    while (std::getline(cells, cell, ',')) {
+      const auto b = cell.find_first_not_of(" \t"), e = cell.find_last_not_of(" \t");
+      if (b == std::string::npos) continue;  // empty cell: padding
+      Action a = parse_action(std::string_view(cell).substr(b, e - b + 1),
+                              source_name + ":" + std::to_string(line_no));
+      max_stage = std::max(max_stage, a.stage);
+      max_mb = std::max(max_mb, a.microbatch);
+      if (a.op == Op::W) s.split_backward = true;
+      row.push_back(a);
+    }
+    s.ranks.push_back(std::move(row));
+  }
+  if (s.ranks.empty()) throw InputError(source_name + ": no schedule rows (one line per rank)");
+  s.pp = static_cast<int>(s.ranks.size());
+  s.vpp = std::max(1, (max_stage + s.pp) / s.pp);
+  s.microbatches = std::max(1, max_mb + 1);
+  return s;
+}
+
+void write_csv_file(const Schedule& s, const std::string& path) {
+  std::ofstream f(path);
+  if (!f) throw InputError("--export " + path + ": cannot open for writing");
+  f << to_csv(s);
+  if (!f) throw InputError("--export " + path + ": write failed");
+}
+
+Schedule read_csv_file(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw InputError("--import " + path + ": cannot open for reading");
+  std::stringstream buf;
+  buf << f.rdbuf();
+  return from_csv(buf.str(), path);
+}
+
+std::string format_actions(const Schedule& s) {
+  std::ostringstream o;
+  for (int r = 0; r < s.pp; ++r) {
+    o << "rank " << r << ":";
+    for (const Action& a : s.ranks[r]) o << " " << a.str();
+    o << "\n";
+  }
+  return o.str();
+}
+
+}  // namespace trident::pp

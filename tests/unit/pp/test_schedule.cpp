@@ -1,0 +1,257 @@
+// Pipeline schedule tests: every generator over a sweep of (p, m, v) lowers to
+// a schedule the simulator runs without deadlock, with each compute exactly
+// once in dependency order, the closed-form bubble where one exists, and the
+// expected activation memory; CSV round trips; broken hand-written schedules
+// are refused with messages naming the actions.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "trident/core/error.hpp"
+#include "trident/parallel/pp/generators.hpp"
+#include "trident/parallel/pp/schedule.hpp"
+#include "trident/parallel/pp/simulator.hpp"
+
+using namespace trident;
+using namespace trident::pp;
+
+namespace {
+
+struct Case {
+  std::string name;
+  int p, m, v;
+};
+
+// At least 30 combinations, odd p and m included, m below, equal to and above p.
+std::vector<Case> sweep() {
+  std::vector<Case> cases;
+  for (const std::string name : {"afab", "1f1b", "zb-h1"})
+    for (int p : {1, 2, 3, 4, 5, 8})
+      for (int m : {1, 2, 3, 4, 5, 7, 8, 13, 16}) cases.push_back({name, p, m, 1});
+  for (int p : {1, 2, 3, 4, 5, 8})
+    for (int v : {2, 3, 4})
+      for (int m = 1; m <= 2 * p + 3; ++m) cases.push_back({"interleaved", p, m, v});
+  for (int m : {24, 29, 32}) cases.push_back({"interleaved", 8, m, 2});
+  return cases;
+}
+
+std::string describe(const Case& c) {
+  return c.name + " p=" + std::to_string(c.p) + " m=" + std::to_string(c.m) + " v=" + std::to_string(c.v);
+}
+
+// Independent check of the compute content: per rank, each (stage, mb) of the
+// rank's chunks has F, B (and W when split) exactly once, in that order.
+void check_each_compute_once(const Schedule& s) {
+  for (int r = 0; r < s.pp; ++r) {
+    std::map<std::tuple<int, int, int>, std::vector<size_t>> where;  // (stage, mb, op) -> positions
+    for (size_t i = 0; i < s.ranks[r].size(); ++i) {
+      const Action& a = s.ranks[r][i];
+      if (!is_compute(a.op)) continue;
+      REQUIRE(a.stage % s.pp == r);
+      where[{a.stage, a.microbatch, static_cast<int>(a.op)}].push_back(i);
+    }
+    for (int c = 0; c < s.vpp; ++c) {
+      const int st = c * s.pp + r;
+      for (int mb = 0; mb < s.microbatches; ++mb) {
+        const auto& f = where[{st, mb, int(Op::F)}];
+        const auto& b = where[{st, mb, int(Op::B)}];
+        const auto& w = where[{st, mb, int(Op::W)}];
+        REQUIRE(f.size() == 1);
+        REQUIRE(b.size() == 1);
+        REQUIRE(w.size() == (s.split_backward ? 1u : 0u));
+        REQUIRE(f[0] < b[0]);
+        if (s.split_backward) REQUIRE(b[0] < w[0]);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("action text form round-trips and bad text is refused", "[pp]") {
+  for (Op op : {Op::F, Op::B, Op::W, Op::SEND_F, Op::RECV_F, Op::SEND_B, Op::RECV_B}) {
+    Action a{12, op, 307};
+    CHECK(parse_action(a.str(), "t") == a);
+  }
+  CHECK(Action{1, Op::F, 3}.str() == "1F3");
+  CHECK(Action{0, Op::SEND_B, 2}.str() == "0SEND_B2");
+  CHECK_THROWS_AS(parse_action("F3", "t"), InputError);
+  CHECK_THROWS_AS(parse_action("1X3", "t"), InputError);
+  CHECK_THROWS_AS(parse_action("1F", "t"), InputError);
+  CHECK_THROWS_WITH(parse_action("1SEND3", "f.csv:2"), Catch::Contains("f.csv:2") && Catch::Contains("1SEND3"));
+}
+
+TEST_CASE("sweep: every schedule lowers and simulates without deadlock", "[pp]") {
+  const auto cases = sweep();
+  REQUIRE(cases.size() >= 30);
+  const SimCosts unit{1, 2, 1, 0};
+  const SimCosts odd{1, 1.5, 0.75, 0};  // non-integer costs; tW < tF + tB
+  int closed_checked = 0;
+  for (const Case& c : cases) {
+    INFO(describe(c));
+    const Schedule compute = make_schedule(c.name, c.p, c.m, c.v);
+    REQUIRE(!compute.has_comm());
+    check_each_compute_once(compute);
+    const Schedule low = lower(compute);
+    check_each_compute_once(low);
+    REQUIRE_NOTHROW(validate(low));
+    // Every SEND is matched by exactly one RECV on the peer rank.
+    int sends = 0, recvs = 0;
+    for (const auto& row : low.ranks)
+      for (const auto& a : row) {
+        sends += a.op == Op::SEND_F || a.op == Op::SEND_B;
+        recvs += a.op == Op::RECV_F || a.op == Op::RECV_B;
+      }
+    const int boundaries = c.p > 1 ? c.p * c.v - 1 : 0;  // stage pairs on different ranks
+    CHECK(sends == 2 * boundaries * c.m);
+    CHECK(recvs == sends);
+
+    for (const SimCosts& costs : {unit, odd}) {
+      SimResult sim;
+      REQUIRE_NOTHROW(sim = simulate(low, costs));
+      // Busy time is fixed by the work; the makespan cannot beat it.
+      const double work = c.m * c.v * (costs.t_f + costs.t_b + costs.t_w);
+      for (const auto& rr : sim.ranks) {
+        CHECK(rr.busy == Approx(work).epsilon(1e-12));
+        CHECK(sim.makespan >= work - 1e-9);
+      }
+      const ClosedForm cf = closed_form_bubble(c.name, c.p, c.m, c.v, costs.t_f, costs.t_b, costs.t_w);
+      if (cf.exists()) {
+        ++closed_checked;
+        // Every rank idles the same amount in these schedules.
+        for (const auto& rr : sim.ranks) CHECK(rr.bubble_fraction == Approx(cf.fraction).margin(1e-12));
+      }
+    }
+  }
+  CHECK(closed_checked > 100);
+}
+
+TEST_CASE("closed forms exist where the literature gives one", "[pp]") {
+  CHECK(closed_form_bubble("1f1b", 4, 8, 1, 1, 2, 1).ratio == Approx(3.0 / 8));
+  CHECK(closed_form_bubble("afab", 4, 8, 1, 1, 2, 1).fraction == Approx(3.0 / 11));
+  CHECK(closed_form_bubble("interleaved", 4, 8, 2, 1, 2, 1).ratio == Approx(3.0 / 16));
+  CHECK_FALSE(closed_form_bubble("interleaved", 4, 9, 2, 1, 2, 1).exists());
+  // ZB-H1 with tF = tB = tW: a third of 1F1B's bubble time.
+  CHECK(closed_form_bubble("zb-h1", 4, 8, 1, 1, 1, 1).ratio ==
+        Approx(closed_form_bubble("1f1b", 4, 8, 1, 1, 1, 1).ratio / 3));
+}
+
+TEST_CASE("peak in-flight activations: AFAB holds m, 1F1B and ZB-H1 at most p", "[pp]") {
+  for (int p : {2, 3, 4, 8})
+    for (int m : {1, 3, 4, 8, 13}) {
+      INFO("p=" << p << " m=" << m);
+      const auto a = simulate(lower(afab(p, m)), {});
+      const auto o = simulate(lower(one_f_one_b(p, m)), {});
+      const auto z = simulate(lower(zero_bubble_h1(p, m)), {});
+      for (int r = 0; r < p; ++r) {
+        CHECK(a.ranks[r].peak_inflight == m);
+        CHECK(o.ranks[r].peak_inflight == std::min(p - r, m));
+        CHECK(z.ranks[r].peak_inflight <= std::min(p, m));
+      }
+      CHECK(z.max_peak_inflight() == std::min(p, m));
+    }
+}
+
+TEST_CASE("interleaved beats 1F1B's bubble and ZB-H1 beats 1F1B", "[pp]") {
+  const SimCosts c{1, 1, 1, 0};
+  for (int m : {4, 5, 8, 11, 16}) {
+    INFO("m=" << m);
+    const double one = simulate(lower(one_f_one_b(4, m)), c).mean_bubble();
+    CHECK(simulate(lower(zero_bubble_h1(4, m)), c).mean_bubble() < one);
+    // Same total work per rank when each chunk costs half as much.
+    const SimCosts half{0.5, 0.5, 0.5, 0};
+    CHECK(simulate(lower(interleaved_one_f_one_b(4, m, 2)), half).mean_bubble() < one);
+  }
+}
+
+TEST_CASE("latency adds two hops per pipeline boundary to AFAB's makespan", "[pp]") {
+  const SimCosts c{1, 2, 1, 0.25};
+  for (int p : {2, 3, 5})
+    for (int m : {1, 4, 7}) {
+      const auto sim = simulate(lower(afab(p, m)), c);
+      const double tfb = c.t_f + c.t_b + c.t_w;
+      CHECK(sim.makespan == Approx(m * tfb + (p - 1) * (tfb + 2 * c.latency)));
+    }
+}
+
+TEST_CASE("rules: bad parameters are InputErrors naming the flag", "[pp]") {
+  CHECK_THROWS_WITH(make_schedule("interleaved", 4, 0, 2), Catch::Contains("--microbatches"));
+  CHECK_THROWS_WITH(make_schedule("1f1b", 4, 8, 2), Catch::Contains("--vpp"));
+  CHECK_THROWS_WITH(make_schedule("zb-h1", 4, 8, 2), Catch::Contains("--vpp"));
+  CHECK_THROWS_WITH(make_schedule("zb-h3", 4, 8, 1), Catch::Contains("zb-h3"));
+  CHECK_THROWS_WITH(make_schedule("1f1b", 0, 8, 1), Catch::Contains("--pp"));
+  CHECK_THROWS_WITH(make_schedule("afab", 2, 0, 1), Catch::Contains("--microbatches"));
+  // Interleaved takes any count, also below pp (the sweep simulates them all).
+  CHECK(min_microbatches("interleaved", 4, 2) == 1);
+  CHECK_NOTHROW(make_schedule("interleaved", 4, 3, 2));
+  CHECK(min_microbatches("1f1b", 8, 1) == 1);
+  CHECK_THROWS_AS(min_microbatches("nope", 4, 1), InputError);
+}
+
+TEST_CASE("CSV export and import round-trip every generated schedule", "[pp]") {
+  for (const Case& c : sweep()) {
+    INFO(describe(c));
+    const Schedule low = lower(make_schedule(c.name, c.p, c.m, c.v));
+    const Schedule back = from_csv(to_csv(low), "x.csv");
+    CHECK(back.pp == low.pp);
+    CHECK(back.vpp == low.vpp);
+    CHECK(back.microbatches == low.microbatches);
+    CHECK(back.split_backward == low.split_backward);
+    CHECK(back.ranks == low.ranks);
+  }
+}
+
+TEST_CASE("a hand-written deadlocking schedule is refused naming the waiting actions", "[pp]") {
+  // Rank 0 wants micro-batch 0's gradient before it sends micro-batch 1
+  // forward; rank 1 wants micro-batch 1's input before it runs that backward.
+  const std::string csv =
+      "# two ranks waiting on each other\n"
+      "0F0,0B0,0F1,0B1\n"
+      "1F0,1F1,1B0,1B1\n";
+  const Schedule low = lower(from_csv(csv, "dead.csv"));
+  REQUIRE_NOTHROW(validate(low));  // locally consistent: only the simulator can see it
+  CHECK_THROWS_WITH(simulate(low, {}),
+                    Catch::Contains("deadlock") && Catch::Contains("0RECV_B0") &&
+                        Catch::Contains("1SEND_B0") && Catch::Contains("1RECV_F1") &&
+                        Catch::Contains("0SEND_F1"));
+}
+
+TEST_CASE("incomplete or inconsistent hand-written schedules are refused", "[pp]") {
+  // A missing B.
+  CHECK_THROWS_WITH(validate(from_csv("0F0,0F1,0B0\n1F0,1B0,1F1,1B1\n", "m.csv")),
+                    Catch::Contains("0B1") && Catch::Contains("missing"));
+  // A missing W in a split schedule.
+  CHECK_THROWS_WITH(validate(from_csv("0F0,0B0,0W0,0F1,0B1\n1F0,1B0,1W0,1F1,1B1,1W1\n", "w.csv")),
+                    Catch::Contains("0W1"));
+  // B before F on a rank.
+  CHECK_THROWS_WITH(validate(from_csv("0B0,0F0\n1F0,1B0\n", "o.csv")), Catch::Contains("before"));
+  // A stage on the wrong rank.
+  CHECK_THROWS_WITH(validate(from_csv("0F0,0B0,1F0,1B0\n1F0,1B0\n", "r.csv")), Catch::Contains("belongs to rank"));
+  // Duplicates.
+  CHECK_THROWS_WITH(validate(from_csv("0F0,0F0,0B0\n1F0,1B0\n", "d.csv")), Catch::Contains("twice"));
+  // A lowered schedule whose receive has no send.
+  Schedule low = lower(one_f_one_b(2, 2));
+  auto& row0 = low.ranks[0];
+  row0.erase(std::find(row0.begin(), row0.end(), Action{0, Op::SEND_F, 1}));
+  CHECK_THROWS_WITH(validate(low), Catch::Contains("0SEND_F1"));
+  // A lowered schedule whose F runs before its receive.
+  Schedule early = lower(one_f_one_b(2, 2));
+  auto& row1 = early.ranks[1];
+  std::swap(row1[0], row1[1]);
+  CHECK_THROWS_WITH(validate(early), Catch::Contains("1RECV_F0"));
+}
+
+TEST_CASE("ASCII timeline draws one row per rank, one cell per time unit", "[pp]") {
+  const Schedule s = lower(one_f_one_b(4, 8));
+  const auto sim = simulate(s, {1, 2, 1, 0});
+  const std::string t = format_timeline(s, sim);
+  CHECK(sim.makespan == Approx((8 + 3) * 4));
+  // Rank 0 idles from 4 to 13 while micro-batch 0 goes down and its gradient comes back.
+  std::string idle;
+  for (int i = 0; i < 9; ++i) idle += ".  ";
+  CHECK(t.find("rank 0 |F0 F1 F2 F3 " + idle + "B0 B0 B0 F4") != std::string::npos);
+  CHECK(t.find("rank 3 |.  .  .  F0 B0 B0 B0 F1") != std::string::npos);
+}
