@@ -1,18 +1,297 @@
-// `trident bench comm`: placeholder until its issue lands; owned by that issue.
+// `trident bench comm`: bandwidth of allreduce, allgather, alltoall(v) and a
+// send/recv ring through trident::Communicator, over doubling sizes, as an
+// nccl-tests-style table. Each rank's data is derived from its rank so the
+// exact result is known; mismatches are counted in #wrong and make the exit
+// code 1, so CI can use the benchmark as a check too. With a config and
+// --group, every group of that kind (e.g. all EP groups) runs at once.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <sstream>
+
 #include "commands.hpp"
+#include "trident/core/config.hpp"
 #include "trident/core/error.hpp"
+#include "trident/io/bench_report.hpp"
+#include "trident/topo/topology.hpp"
 
 namespace trident::cli {
 namespace {
-class Pending : public Command {
- public:
-  bool needs_mpi() const override { return true; }
-  int run() override { throw Error("'trident bench comm' is not implemented yet"); }
+
+// Values exact in fp32 (integers below 2^24), distinct per rank and index.
+float own_value(int rank, size_t i) { return float((int64_t(rank) * 4096 + int64_t(i % 4096)) % (1 << 24)); }
+float pair_value(int src, int dst, int p, size_t j) {
+  return float(((int64_t(src) * p + dst) * 1024 + int64_t(j % 1024)) % (1 << 24));
+}
+float sum_value(int rank, size_t i) { return float(1 + (int64_t(rank) * 131 + int64_t(i) * 7) % 1021); }
+
+// One collective under test: fill inputs for a size, run it once, count the
+// elements that differ from the known result. busbw is algbw times factor(p).
+struct CommOp {
+  const char* name;
+  const char* what;  // what "size" measures
+  std::function<double(int p)> bus_factor;
+  // Elements of float per rank (or per peer) for a size in bytes (0: too small),
+  // and how many of those make up the size (1, or p for gather/all-to-all).
+  std::function<size_t(size_t bytes, int p)> count;
+  std::function<size_t(int p)> scale;
+  std::function<void(Communicator&, size_t n)> prepare;
+  std::function<void(Communicator&, size_t n)> run;
+  std::function<int64_t(Communicator&, size_t n)> wrong;
 };
+
+struct Buffers {
+  std::vector<float> a, b;
+  std::vector<Request> reqs;
+  std::vector<int64_t> sc, sd, rc, rd;
+};
+
+std::vector<CommOp> make_ops(Buffers& buf) {
+  std::vector<CommOp> ops;
+  ops.push_back({"allreduce", "bytes reduced per rank",
+                 [](int p) { return 2.0 * (p - 1) / p; },
+                 [](size_t bytes, int) { return bytes / sizeof(float); },
+                 [](int) { return size_t(1); },
+                 [&buf](Communicator& c, size_t n) {
+                   buf.a.resize(n);
+                   for (size_t i = 0; i < n; ++i) buf.a[i] = sum_value(c.rank(), i);
+                 },
+                 [&buf](Communicator& c, size_t n) { c.allreduce_sum(buf.a.data(), n); },
+                 [&buf](Communicator& c, size_t n) {
+                   int64_t bad = 0;
+                   for (size_t i = 0; i < n; ++i) {
+                     float ref = 0;
+                     for (int r = 0; r < c.size(); ++r) ref += sum_value(r, i);
+                     bad += buf.a[i] != ref;
+                   }
+                   return bad;
+                 }});
+  ops.push_back({"allgather", "bytes gathered (all ranks)",
+                 [](int p) { return double(p - 1) / p; },
+                 [](size_t bytes, int p) { return bytes / sizeof(float) / size_t(p); },
+                 [](int p) { return size_t(p); },
+                 [&buf](Communicator& c, size_t n) {
+                   buf.a.resize(n);
+                   buf.b.assign(n * size_t(c.size()), -1.0f);
+                   for (size_t i = 0; i < n; ++i) buf.a[i] = own_value(c.rank(), i);
+                 },
+                 [&buf](Communicator& c, size_t n) {
+                   c.allgather(buf.a.data(), buf.b.data(), n * sizeof(float));
+                 },
+                 [&buf](Communicator& c, size_t n) {
+                   int64_t bad = 0;
+                   for (int r = 0; r < c.size(); ++r)
+                     for (size_t i = 0; i < n; ++i) bad += buf.b[r * n + i] != own_value(r, i);
+                   return bad;
+                 }});
+  ops.push_back({"alltoall", "bytes sent per rank",
+                 [](int p) { return double(p - 1) / p; },
+                 [](size_t bytes, int p) { return bytes / sizeof(float) / size_t(p); },
+                 [](int p) { return size_t(p); },
+                 [&buf](Communicator& c, size_t n) {
+                   const int p = c.size();
+                   buf.a.resize(n * p);
+                   buf.b.assign(n * p, -1.0f);
+                   buf.sc.assign(p, int64_t(n));
+                   buf.rc = buf.sc;
+                   buf.sd.resize(p);
+                   for (int d = 0; d < p; ++d) buf.sd[d] = int64_t(d) * int64_t(n);
+                   buf.rd = buf.sd;
+                   for (int d = 0; d < p; ++d)
+                     for (size_t j = 0; j < n; ++j) buf.a[d * n + j] = pair_value(c.rank(), d, p, j);
+                 },
+                 [&buf](Communicator& c, size_t) {
+                   c.alltoallv(buf.a.data(), buf.sc, buf.sd, buf.b.data(), buf.rc, buf.rd,
+                               sizeof(float));
+                 },
+                 [&buf](Communicator& c, size_t n) {
+                   int64_t bad = 0;
+                   for (int s = 0; s < c.size(); ++s)
+                     for (size_t j = 0; j < n; ++j)
+                       bad += buf.b[s * n + j] != pair_value(s, c.rank(), c.size(), j);
+                   return bad;
+                 }});
+  ops.push_back({"sendrecv", "bytes sent per rank (ring)",
+                 [](int) { return 1.0; },
+                 [](size_t bytes, int) { return bytes / sizeof(float); },
+                 [](int) { return size_t(1); },
+                 [&buf](Communicator& c, size_t n) {
+                   buf.a.resize(n);
+                   buf.b.assign(n, -1.0f);
+                   for (size_t i = 0; i < n; ++i) buf.a[i] = own_value(c.rank(), i);
+                 },
+                 [&buf](Communicator& c, size_t n) {
+                   const int p = c.size(), me = c.rank();
+                   buf.reqs.clear();
+                   buf.reqs.push_back(c.irecv(buf.b.data(), n * sizeof(float), (me + p - 1) % p, 11));
+                   buf.reqs.push_back(c.isend(buf.a.data(), n * sizeof(float), (me + 1) % p, 11));
+                   c.wait_all(buf.reqs);
+                 },
+                 [&buf](Communicator& c, size_t n) {
+                   const int prev = (c.rank() + c.size() - 1) % c.size();
+                   int64_t bad = 0;
+                   for (size_t i = 0; i < n; ++i) bad += buf.b[i] != own_value(prev, i);
+                   return bad;
+                 }});
+  return ops;
+}
+
+size_t parse_size(const std::string& flag, const std::string& s) {
+  // 8, 64K, 16M, 1G (binary multiples).
+  size_t pos = 0;
+  unsigned long long v = 0;
+  try {
+    v = std::stoull(s, &pos);
+  } catch (const std::exception&) {
+    throw InputError(flag + " " + s + ": must be a byte count such as 8, 64K, 16M or 1G");
+  }
+  const std::string unit = s.substr(pos);
+  unsigned long long mult = 1;
+  if (unit == "K" || unit == "k") mult = 1ULL << 10;
+  else if (unit == "M" || unit == "m") mult = 1ULL << 20;
+  else if (unit == "G" || unit == "g") mult = 1ULL << 30;
+  else if (!unit.empty())
+    throw InputError(flag + " " + s + ": unknown unit '" + unit + "' (use K, M or G)");
+  if (v == 0) throw InputError(flag + " " + s + ": must be > 0");
+  return size_t(v * mult);
+}
+
+class BenchCommCommand : public Command {
+ public:
+  explicit BenchCommCommand(CLI::App* app) {
+    app->add_option("config", config_path_,
+                    "Config file (TOML) whose mesh defines --group; none: world only");
+    app->add_option("--set", sets_, "Override a config key: section.key=value (repeatable)")
+        ->allow_extra_args(false);
+    app->add_option("--group", group_,
+                    "Communicator to measure: world, cp, pp, dp, dpcp, ep (all groups at once)");
+    app->add_option("--ops", ops_, "Comma-separated: allreduce,allgather,alltoall,sendrecv");
+    app->add_option("--min-bytes", min_bytes_, "Smallest size (e.g. 8, 64K)");
+    app->add_option("--max-bytes", max_bytes_, "Largest size (e.g. 16M)");
+    app->add_option("--iters", iters_, "Timed iterations per size");
+    app->add_option("--warmup", warmup_, "Untimed iterations per size");
+    app->add_option("--output", output_, "Write the tables to this HDF5 file");
+  }
+
+  bool needs_mpi() const override { return true; }
+
+  int run() override {
+    const size_t lo = parse_size("--min-bytes", min_bytes_);
+    const size_t hi = parse_size("--max-bytes", max_bytes_);
+    if (lo > hi) throw InputError("--min-bytes " + min_bytes_ + " is larger than --max-bytes " + max_bytes_);
+    if (iters_ < 1) throw InputError("--iters " + std::to_string(iters_) + ": must be >= 1");
+    if (warmup_ < 0) throw InputError("--warmup " + std::to_string(warmup_) + ": must be >= 0");
+    static const char* kGroups[] = {"world", "cp", "pp", "dp", "dpcp", "ep"};
+    if (std::find(std::begin(kGroups), std::end(kGroups), group_) == std::end(kGroups))
+      throw InputError("--group " + group_ + ": must be one of world, cp, pp, dp, dpcp, ep");
+
+    Buffers buf;
+    std::vector<CommOp> all_ops = make_ops(buf);
+    std::vector<const CommOp*> chosen;
+    {
+      std::stringstream ss(ops_);
+      std::string name;
+      while (std::getline(ss, name, ',')) {
+        auto it = std::find_if(all_ops.begin(), all_ops.end(),
+                               [&](const CommOp& o) { return name == o.name; });
+        if (it == all_ops.end())
+          throw InputError("--ops " + ops_ + ": unknown operation '" + name +
+                           "' (allreduce, allgather, alltoall, sendrecv)");
+        chosen.push_back(&*it);
+      }
+      if (chosen.empty()) throw InputError("--ops: name at least one operation");
+    }
+
+    int world_size = 1, rank = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    Config cfg = load_config(config_path_, sets_);
+    validate_config(cfg, world_size);
+    auto comms = build_communicators(MPI_COMM_WORLD, cfg, detect_topology(MPI_COMM_WORLD, cfg));
+    Communicator& world = *comms->world;
+    Communicator* group = group_ == "world" ? comms->world.get()
+                          : group_ == "cp"  ? comms->cp.get()
+                          : group_ == "pp"  ? comms->pp.get()
+                          : group_ == "dp"  ? comms->dp.get()
+                          : group_ == "dpcp" ? comms->dpcp.get()
+                                            : comms->ep.get();
+    const int p = group->size();
+
+    std::vector<BenchTable> tables;
+    int64_t total_wrong = 0;
+    for (const CommOp* op : chosen) {
+      BenchTable t;
+      t.name = std::string("comm_") + op->name + (group_ == "world" ? "" : "_" + group_);
+      std::ostringstream title;
+      title << op->name << " on " << group_ << ": " << world_size / p << " group(s) of " << p
+            << " ranks at once, float32, " << iters_ << " iterations";
+      t.title = title.str();
+      t.columns = {"size_B", "count", "type", "time_us", "algbw_GB/s", "busbw_GB/s", "#wrong"};
+      char factor[32];
+      std::snprintf(factor, sizeof factor, "%.4g", op->bus_factor(p));
+      t.notes.push_back(std::string("size: ") + op->what + "; busbw = algbw x " + factor +
+                        " for " + std::to_string(p) +
+                        " ranks; time: slowest rank, mean over iterations");
+      for (size_t bytes = lo; bytes <= hi; bytes *= 2) {
+        const size_t n = op->count(bytes, p);
+        if (n == 0) continue;
+        // What is actually moved after rounding down to whole elements per rank.
+        const size_t elems = n * op->scale(p), moved = elems * sizeof(float);
+        // Correctness on fresh inputs, then the timed loop on the same buffers.
+        op->prepare(*group, n);
+        op->run(*group, n);
+        int64_t wrong = op->wrong(*group, n);
+        world.allreduce_sum(&wrong, 1);
+        total_wrong += wrong;
+        for (int i = 0; i < warmup_; ++i) op->run(*group, n);
+        world.barrier();
+        const double t0 = now_s();
+        for (int i = 0; i < iters_; ++i) op->run(*group, n);
+        double dt = (now_s() - t0) / iters_;
+        world.allreduce_max(&dt, 1);
+        const double algbw = double(moved) / dt / 1e9;
+        t.add_row({static_cast<long long>(moved), static_cast<long long>(elems),
+                   std::string("float"), dt * 1e6, algbw, algbw * op->bus_factor(p),
+                   static_cast<long long>(wrong)});
+      }
+      if (rank == 0) {
+        std::fputs(t.format().c_str(), stdout);
+        std::fputs("\n", stdout);
+        std::fflush(stdout);
+      }
+      tables.push_back(std::move(t));
+    }
+    if (rank == 0) {
+      std::printf("# wrong elements in total: %lld (%s)\n", static_cast<long long>(total_wrong),
+                  total_wrong ? "FAILED" : "OK");
+      std::fflush(stdout);
+      if (!output_.empty()) write_bench_file(output_, tables, command_line());
+    }
+    world.barrier();
+    if (total_wrong && rank == 0)
+      std::fprintf(stderr, "trident: error: bench comm: %lld elements differ from the expected result\n",
+                   static_cast<long long>(total_wrong));
+    return total_wrong ? 1 : 0;
+  }
+
+ private:
+  std::string config_path_;
+  std::vector<std::string> sets_;
+  std::string group_ = "world";
+  std::string ops_ = "allreduce,allgather,alltoall,sendrecv";
+  std::string min_bytes_ = "8";
+  std::string max_bytes_ = "16M";
+  int iters_ = 20;
+  int warmup_ = 5;
+  std::string output_;
+};
+
 }  // namespace
 
 std::unique_ptr<Command> add_bench_comm(CLI::App& parent) {
-  parent.add_subcommand("comm", "Collective and point-to-point bandwidth per communicator (mpirun)");
-  return std::make_unique<Pending>();
+  auto* app = parent.add_subcommand(
+      "comm", "Collective and point-to-point bandwidth per communicator (mpirun)");
+  return std::make_unique<BenchCommCommand>(app);
 }
 }  // namespace trident::cli

@@ -96,10 +96,10 @@ lines = [l for l in err.splitlines() if l.startswith("trident: error")]
 check(rc == 2, f"malformed TRIDENT_TOPOLOGY exit {rc}")
 check(len(lines) == 1 and "TRIDENT_TOPOLOGY" in lines[0], f"one line naming TRIDENT_TOPOLOGY: {lines}")
 
-rc, out, err = topo(CONFIG, "--set", "parallel.cp=8", np=8)
+rc, out, err = topo(CONFIG, "--set", "parallel.pp=1", "--set", "parallel.cp=8", np=8)
 lines = [l for l in err.splitlines() if l.startswith("trident: error")]
 check(rc == 2, f"cp=8 on NVLink domains of 4: exit {rc}")
-check(len(lines) == 1 and "cp" in lines[0], f"one line naming cp: {lines}")
+check(len(lines) == 1 and "parallel.cp=8" in lines[0] and "NVLink" in lines[0], f"one line naming parallel.cp and the NVLink rule: {lines}")
 
 if failures:
     print(f"{len(failures)} check(s) failed")

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""`trident bench comm` under mpirun: every operation's table has one row per
+doubling size with #wrong = 0 (the data is verifiable by construction), the
+HDF5 file holds the same tables, --group measures the mesh's groups, and bad
+flags exit 2. Tiny sizes and few iterations: this checks behaviour, not speed."""
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+
+BIN = os.environ["TRIDENT_BIN"]
+MPIRUN = shlex.split(os.environ["TRIDENT_MPIRUN"])
+CONFIG = os.path.join(os.environ["TRIDENT_SOURCE_DIR"], "share/trident/examples/quickstart.toml")
+OPS = ["allreduce", "allgather", "alltoall", "sendrecv"]
+
+failures = []
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def bench(np, *args):
+    env = dict(os.environ)
+    env.pop("TRIDENT_TOPOLOGY", None)
+    p = subprocess.run(MPIRUN + ["-np", str(np), BIN, "bench", "comm", *args],
+                       capture_output=True, text=True, env=env, timeout=100)
+    return p.returncode, p.stdout, p.stderr
+
+
+def tables(out):
+    """{title: [row dicts]} from the printed tables."""
+    result, title, header = {}, None, None
+    for line in out.splitlines():
+        if line.startswith("# ") and " on " in line and "iterations" in line:
+            title, header = line[2:], None
+            result[title] = []
+        elif line.startswith("#") and "size_B" in line:
+            header = line[1:].split()
+        elif header and line.strip() and not line.startswith("#"):
+            result[title].append(dict(zip(header, line.split())))
+    return result
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    h5 = os.path.join(tmp, "comm.h5")
+    rc, out, err = bench(4, "--min-bytes", "64", "--max-bytes", "64K", "--iters", "3",
+                         "--warmup", "1", "--output", h5)
+    check(rc == 0, f"bench comm -np 4 exit {rc}: {err.strip()[-400:]}")
+    t = tables(out)
+    check(len(t) == 4, f"four tables, got {list(t)}")
+    for op in OPS:
+        title = next((k for k in t if k.startswith(op + " on world")), None)
+        check(title is not None, f"table for {op}")
+        if title is None:
+            continue
+        rows = t[title]
+        sizes = [int(r["size_B"]) for r in rows]
+        check(sizes == [64 << i for i in range(11)], f"{op}: sizes 64..64K doubling, got {sizes}")
+        check(all(r["#wrong"] == "0" for r in rows), f"{op}: #wrong all 0")
+        check(all(float(r["time_us"]) > 0 for r in rows), f"{op}: positive times")
+        check(all(int(r["count"]) * 4 == int(r["size_B"]) for r in rows), f"{op}: count = size/4")
+    check("wrong elements in total: 0 (OK)" in out, "verdict line")
+    check(os.path.exists(h5) and not os.path.exists(h5 + ".tmp"), "HDF5 file written")
+    h5ls = shutil.which("h5ls")
+    check(h5ls is not None, "h5ls (Debian hdf5-tools) is installed")
+    if h5ls and os.path.exists(h5):
+        listing = subprocess.run([h5ls, "-r", h5], capture_output=True, text=True).stdout
+        for op in OPS:
+            check(f"/bench/comm_{op}/busbw_GB_per_s Dataset {{11}}" in listing,
+                  f"/bench/comm_{op} has 11 rows in the file")
+
+# Groups of the quickstart mesh: 4 EP groups of 2 ranks at once.
+rc, out, err = bench(8, CONFIG, "--group", "ep", "--ops", "alltoall,allreduce",
+                     "--min-bytes", "1K", "--max-bytes", "4K", "--iters", "2", "--warmup", "0")
+check(rc == 0, f"bench comm --group ep exit {rc}: {err.strip()[-400:]}")
+t = tables(out)
+check(sorted(t) == sorted(["alltoall on ep: 4 group(s) of 2 ranks at once, float32, 2 iterations",
+                           "allreduce on ep: 4 group(s) of 2 ranks at once, float32, 2 iterations"]),
+      f"ep tables: {list(t)}")
+for rows in t.values():
+    check(len(rows) == 3 and all(r["#wrong"] == "0" for r in rows), "ep rows correct")
+
+for bad in (["--ops", "allreduce,reduce_scatter"], ["--min-bytes", "1X"], ["--group", "tp"],
+            ["--min-bytes", "1M", "--max-bytes", "1K"]):
+    rc, out, err = bench(2, *bad)
+    lines = [l for l in err.splitlines() if l.startswith("trident: error")]
+    check(rc == 2 and len(lines) == 1 and bad[0] in lines[0], f"{bad}: exit {rc}, {lines}")
+
+if failures:
+    print(f"{len(failures)} check(s) failed")
+    sys.exit(1)
+print("bench comm checks passed")
