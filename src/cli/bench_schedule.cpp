@@ -139,7 +139,7 @@ class BenchScheduleCommand : public Command {
 
     BenchTable summary, per_rank, timeline;
     summary.name = "schedule";
-    summary.title = "# trident bench schedule: pp=" + std::to_string(pp_) +
+    summary.title = "trident bench schedule: pp=" + std::to_string(pp_) +
                     " microbatches=" + std::to_string(m_) + " tF=" + fmt(tf_ms_) +
                     " tB=" + fmt(tb_ms_) + " tW=" + fmt(tw_ms_) + " ms (" +
                     (spin_ ? "spinning" : "sleeping") + "), " + std::to_string(steps_) +
@@ -148,7 +148,7 @@ class BenchScheduleCommand : public Command {
                        "max_dev_pp", "formula", "formula_bubble", "peak_act", "sim_peak_act",
                        "overhead_us/action", "#wrong"};
     per_rank.name = "schedule_ranks";
-    per_rank.title = "# per rank";
+    per_rank.title = "per rank";
     per_rank.columns = {"schedule", "rank", "bubble", "sim_bubble", "dev_pp", "recv_wait_ms",
                         "peak_act", "sim_peak_act", "overhead_us/action"};
     timeline.name = "schedule_timeline";
