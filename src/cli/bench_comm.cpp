@@ -20,11 +20,15 @@ namespace trident::cli {
 namespace {
 
 // Values exact in fp32 (integers below 2^24), distinct per rank and index.
-float own_value(int rank, size_t i) { return float((int64_t(rank) * 4096 + int64_t(i % 4096)) % (1 << 24)); }
+float own_value(int rank, size_t i) {
+  return float((int64_t(rank) * 4096 + int64_t(i % 4096)) % (1 << 24));
+}
 float pair_value(int src, int dst, int p, size_t j) {
   return float(((int64_t(src) * p + dst) * 1024 + int64_t(j % 1024)) % (1 << 24));
 }
-float sum_value(int rank, size_t i) { return float(1 + (int64_t(rank) * 131 + int64_t(i) * 7) % 1021); }
+float sum_value(int rank, size_t i) {
+  return float(1 + (int64_t(rank) * 131 + int64_t(i) * 7) % 1021);
+}
 
 // One collective under test: fill inputs for a size, run it once, count the
 // elements that differ from the known result. busbw is algbw times factor(p).
@@ -49,8 +53,7 @@ struct Buffers {
 
 std::vector<CommOp> make_ops(Buffers& buf) {
   std::vector<CommOp> ops;
-  ops.push_back({"allreduce", "bytes reduced per rank",
-                 [](int p) { return 2.0 * (p - 1) / p; },
+  ops.push_back({"allreduce", "bytes reduced per rank", [](int p) { return 2.0 * (p - 1) / p; },
                  [](size_t bytes, int) { return bytes / sizeof(float); },
                  [](int) { return size_t(1); },
                  [&buf](Communicator& c, size_t n) {
@@ -67,8 +70,7 @@ std::vector<CommOp> make_ops(Buffers& buf) {
                    }
                    return bad;
                  }});
-  ops.push_back({"allgather", "bytes gathered (all ranks)",
-                 [](int p) { return double(p - 1) / p; },
+  ops.push_back({"allgather", "bytes gathered (all ranks)", [](int p) { return double(p - 1) / p; },
                  [](size_t bytes, int p) { return bytes / sizeof(float) / size_t(p); },
                  [](int p) { return size_t(p); },
                  [&buf](Communicator& c, size_t n) {
@@ -85,8 +87,7 @@ std::vector<CommOp> make_ops(Buffers& buf) {
                      for (size_t i = 0; i < n; ++i) bad += buf.b[r * n + i] != own_value(r, i);
                    return bad;
                  }});
-  ops.push_back({"alltoall", "bytes sent per rank",
-                 [](int p) { return double(p - 1) / p; },
+  ops.push_back({"alltoall", "bytes sent per rank", [](int p) { return double(p - 1) / p; },
                  [](size_t bytes, int p) { return bytes / sizeof(float) / size_t(p); },
                  [](int p) { return size_t(p); },
                  [&buf](Communicator& c, size_t n) {
@@ -99,7 +100,8 @@ std::vector<CommOp> make_ops(Buffers& buf) {
                    for (int d = 0; d < p; ++d) buf.sd[d] = int64_t(d) * int64_t(n);
                    buf.rd = buf.sd;
                    for (int d = 0; d < p; ++d)
-                     for (size_t j = 0; j < n; ++j) buf.a[d * n + j] = pair_value(c.rank(), d, p, j);
+                     for (size_t j = 0; j < n; ++j)
+                       buf.a[d * n + j] = pair_value(c.rank(), d, p, j);
                  },
                  [&buf](Communicator& c, size_t) {
                    c.alltoallv(buf.a.data(), buf.sc, buf.sd, buf.b.data(), buf.rc, buf.rd,
@@ -112,28 +114,27 @@ std::vector<CommOp> make_ops(Buffers& buf) {
                        bad += buf.b[s * n + j] != pair_value(s, c.rank(), c.size(), j);
                    return bad;
                  }});
-  ops.push_back({"sendrecv", "bytes sent per rank (ring)",
-                 [](int) { return 1.0; },
-                 [](size_t bytes, int) { return bytes / sizeof(float); },
-                 [](int) { return size_t(1); },
-                 [&buf](Communicator& c, size_t n) {
-                   buf.a.resize(n);
-                   buf.b.assign(n, -1.0f);
-                   for (size_t i = 0; i < n; ++i) buf.a[i] = own_value(c.rank(), i);
-                 },
-                 [&buf](Communicator& c, size_t n) {
-                   const int p = c.size(), me = c.rank();
-                   buf.reqs.clear();
-                   buf.reqs.push_back(c.irecv(buf.b.data(), n * sizeof(float), (me + p - 1) % p, 11));
-                   buf.reqs.push_back(c.isend(buf.a.data(), n * sizeof(float), (me + 1) % p, 11));
-                   c.wait_all(buf.reqs);
-                 },
-                 [&buf](Communicator& c, size_t n) {
-                   const int prev = (c.rank() + c.size() - 1) % c.size();
-                   int64_t bad = 0;
-                   for (size_t i = 0; i < n; ++i) bad += buf.b[i] != own_value(prev, i);
-                   return bad;
-                 }});
+  ops.push_back(
+      {"sendrecv", "bytes sent per rank (ring)", [](int) { return 1.0; },
+       [](size_t bytes, int) { return bytes / sizeof(float); }, [](int) { return size_t(1); },
+       [&buf](Communicator& c, size_t n) {
+         buf.a.resize(n);
+         buf.b.assign(n, -1.0f);
+         for (size_t i = 0; i < n; ++i) buf.a[i] = own_value(c.rank(), i);
+       },
+       [&buf](Communicator& c, size_t n) {
+         const int p = c.size(), me = c.rank();
+         buf.reqs.clear();
+         buf.reqs.push_back(c.irecv(buf.b.data(), n * sizeof(float), (me + p - 1) % p, 11));
+         buf.reqs.push_back(c.isend(buf.a.data(), n * sizeof(float), (me + 1) % p, 11));
+         c.wait_all(buf.reqs);
+       },
+       [&buf](Communicator& c, size_t n) {
+         const int prev = (c.rank() + c.size() - 1) % c.size();
+         int64_t bad = 0;
+         for (size_t i = 0; i < n; ++i) bad += buf.b[i] != own_value(prev, i);
+         return bad;
+       }});
   return ops;
 }
 
@@ -148,9 +149,12 @@ size_t parse_size(const std::string& flag, const std::string& s) {
   }
   const std::string unit = s.substr(pos);
   unsigned long long mult = 1;
-  if (unit == "K" || unit == "k") mult = 1ULL << 10;
-  else if (unit == "M" || unit == "m") mult = 1ULL << 20;
-  else if (unit == "G" || unit == "g") mult = 1ULL << 30;
+  if (unit == "K" || unit == "k")
+    mult = 1ULL << 10;
+  else if (unit == "M" || unit == "m")
+    mult = 1ULL << 20;
+  else if (unit == "G" || unit == "g")
+    mult = 1ULL << 30;
   else if (!unit.empty())
     throw InputError(flag + " " + s + ": unknown unit '" + unit + "' (use K, M or G)");
   if (v == 0) throw InputError(flag + " " + s + ": must be > 0");
@@ -179,7 +183,8 @@ class BenchCommCommand : public Command {
   int run() override {
     const size_t lo = parse_size("--min-bytes", min_bytes_);
     const size_t hi = parse_size("--max-bytes", max_bytes_);
-    if (lo > hi) throw InputError("--min-bytes " + min_bytes_ + " is larger than --max-bytes " + max_bytes_);
+    if (lo > hi)
+      throw InputError("--min-bytes " + min_bytes_ + " is larger than --max-bytes " + max_bytes_);
     if (iters_ < 1) throw InputError("--iters " + std::to_string(iters_) + ": must be >= 1");
     if (warmup_ < 0) throw InputError("--warmup " + std::to_string(warmup_) + ": must be >= 0");
     static const char* kGroups[] = {"world", "cp", "pp", "dp", "dpcp", "ep"};
@@ -210,12 +215,12 @@ class BenchCommCommand : public Command {
     validate_config(cfg, world_size);
     auto comms = build_communicators(MPI_COMM_WORLD, cfg, detect_topology(MPI_COMM_WORLD, cfg));
     Communicator& world = *comms->world;
-    Communicator* group = group_ == "world" ? comms->world.get()
-                          : group_ == "cp"  ? comms->cp.get()
-                          : group_ == "pp"  ? comms->pp.get()
-                          : group_ == "dp"  ? comms->dp.get()
+    Communicator* group = group_ == "world"  ? comms->world.get()
+                          : group_ == "cp"   ? comms->cp.get()
+                          : group_ == "pp"   ? comms->pp.get()
+                          : group_ == "dp"   ? comms->dp.get()
                           : group_ == "dpcp" ? comms->dpcp.get()
-                                            : comms->ep.get();
+                                             : comms->ep.get();
     const int p = group->size();
 
     std::vector<BenchTable> tables;
@@ -230,9 +235,8 @@ class BenchCommCommand : public Command {
       t.columns = {"size_B", "count", "type", "time_us", "algbw_GB/s", "busbw_GB/s", "#wrong"};
       char factor[32];
       std::snprintf(factor, sizeof factor, "%.4g", op->bus_factor(p));
-      t.notes.push_back(std::string("size: ") + op->what + "; busbw = algbw x " + factor +
-                        " for " + std::to_string(p) +
-                        " ranks; time: slowest rank, mean over iterations");
+      t.notes.push_back(std::string("size: ") + op->what + "; busbw = algbw x " + factor + " for " +
+                        std::to_string(p) + " ranks; time: slowest rank, mean over iterations");
       for (size_t bytes = lo; bytes <= hi; bytes *= 2) {
         const size_t n = op->count(bytes, p);
         if (n == 0) continue;
@@ -270,7 +274,8 @@ class BenchCommCommand : public Command {
     }
     world.barrier();
     if (total_wrong && rank == 0)
-      std::fprintf(stderr, "trident: error: bench comm: %lld elements differ from the expected result\n",
+      std::fprintf(stderr,
+                   "trident: error: bench comm: %lld elements differ from the expected result\n",
                    static_cast<long long>(total_wrong));
     return total_wrong ? 1 : 0;
   }

@@ -111,8 +111,9 @@ class TopoCommand : public Command {
     std::ostringstream o;
     o << "{\"source\": \"" << t.source << "\", \"nodes\": " << t.shape.nodes
       << ", \"ranks_per_node\": " << t.shape.devices_per_node
-      << ", \"nvlink_domain\": " << t.shape.nvlink_domain << ", \"cuda_devices\": " << t.cuda_devices
-      << ", \"world\": " << m.world << ", \"config\": \"" << json_escape(cfg.source) << "\""
+      << ", \"nvlink_domain\": " << t.shape.nvlink_domain
+      << ", \"cuda_devices\": " << t.cuda_devices << ", \"world\": " << m.world
+      << ", \"config\": \"" << json_escape(cfg.source) << "\""
       << ", \"pp\": " << m.pp << ", \"dp\": " << m.dp << ", \"cp\": " << m.cp
       << ", \"ep\": " << m.ep << ",\n \"ranks\": [";
     for (size_t i = 0; i < t.ranks.size(); ++i) {

@@ -108,11 +108,16 @@ double g_clock_offset = 0.0;  // process-wide, set once by sync_clock()
 
 const char* comm_kind_name(CommKind k) {
   switch (k) {
-    case CommKind::cp: return "cp";
-    case CommKind::pp: return "pp";
-    case CommKind::ep: return "ep";
-    case CommKind::dp: return "dp";
-    case CommKind::world: return "world";
+    case CommKind::cp:
+      return "cp";
+    case CommKind::pp:
+      return "pp";
+    case CommKind::ep:
+      return "ep";
+    case CommKind::dp:
+      return "dp";
+    case CommKind::world:
+      return "world";
   }
   return "?";
 }
@@ -135,7 +140,10 @@ CommCounters& comm_counters() {
 // ---- Request ----
 
 Request::Request(Request&& o) noexcept
-    : req_(o.req_), what_(std::move(o.what_)), kind_(o.kind_), bytes_(o.bytes_),
+    : req_(o.req_),
+      what_(std::move(o.what_)),
+      kind_(o.kind_),
+      bytes_(o.bytes_),
       is_send_(o.is_send_) {
   o.req_ = MPI_REQUEST_NULL;
 }
@@ -208,9 +216,9 @@ void Communicator::wait_mpi(MPI_Request& req, const std::string& what, CommKind 
     if (done) break;
     const double waited = MPI_Wtime() - t0;
     if (waited > timeout_s_) {
-      comm_counters().add(kind, 0, waited);
-      throw TimeoutError("rank " + std::to_string(world_rank_now()) + ": " + what + " on " +
-                         name_ + " (" + comm_kind_name(kind) + ") timed out after " +
+      comm_counters().wait_s[int(kind)] += waited;  // time lost, but no completed call
+      throw TimeoutError("rank " + std::to_string(world_rank_now()) + ": " + what + " on " + name_ +
+                         " (" + comm_kind_name(kind) + ") timed out after " +
                          format_seconds(timeout_s_));
     }
     backoff.pause();
@@ -221,14 +229,13 @@ void Communicator::wait_mpi(MPI_Request& req, const std::string& what, CommKind 
 // ---- point to point ----
 
 Request Communicator::isend(const void* buf, size_t bytes, int peer, int tag) {
-  TRIDENT_CHECK(peer >= 0 && peer < size_, "isend to rank " + std::to_string(peer) +
-                                               " outside " + name_ + " of size " +
-                                               std::to_string(size_));
+  TRIDENT_CHECK(peer >= 0 && peer < size_, "isend to rank " + std::to_string(peer) + " outside " +
+                                               name_ + " of size " + std::to_string(size_));
   Request r;
   ByteSpan span(bytes);
   MPI_CHECK(MPI_Isend(buf, span.count(), span.type(), peer, tag, comm_, &r.req_));
-  r.what_ = "send of " + std::to_string(bytes) + " B to rank " + std::to_string(peer) +
-            " (world " + std::to_string(world_ranks_[peer]) + ", tag " + std::to_string(tag) + ")";
+  r.what_ = "send of " + std::to_string(bytes) + " B to rank " + std::to_string(peer) + " (world " +
+            std::to_string(world_ranks_[peer]) + ", tag " + std::to_string(tag) + ")";
   r.kind_ = kind_;
   r.bytes_ = double(bytes);
   r.is_send_ = true;
@@ -236,15 +243,13 @@ Request Communicator::isend(const void* buf, size_t bytes, int peer, int tag) {
 }
 
 Request Communicator::irecv(void* buf, size_t bytes, int peer, int tag) {
-  TRIDENT_CHECK(peer >= 0 && peer < size_, "irecv from rank " + std::to_string(peer) +
-                                               " outside " + name_ + " of size " +
-                                               std::to_string(size_));
+  TRIDENT_CHECK(peer >= 0 && peer < size_, "irecv from rank " + std::to_string(peer) + " outside " +
+                                               name_ + " of size " + std::to_string(size_));
   Request r;
   ByteSpan span(bytes);
   MPI_CHECK(MPI_Irecv(buf, span.count(), span.type(), peer, tag, comm_, &r.req_));
   r.what_ = "recv of " + std::to_string(bytes) + " B from rank " + std::to_string(peer) +
-            " (world " + std::to_string(world_ranks_[peer]) + ", tag " + std::to_string(tag) +
-            ")";
+            " (world " + std::to_string(world_ranks_[peer]) + ", tag " + std::to_string(tag) + ")";
   r.kind_ = kind_;
   r.bytes_ = 0;
   r.is_send_ = false;
@@ -281,35 +286,41 @@ namespace {
 template <typename T>
 MPI_Datatype mpi_type();
 template <>
-MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
-template <>
-MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
-template <>
-MPI_Datatype mpi_type<int64_t>() { return MPI_INT64_T; }
-template <>
-MPI_Datatype mpi_type<int>() { return MPI_INT; }
-
-std::string elems(size_t n, const char* type) {
-  return std::to_string(n) + " " + type;
+MPI_Datatype mpi_type<float>() {
+  return MPI_FLOAT;
 }
+template <>
+MPI_Datatype mpi_type<double>() {
+  return MPI_DOUBLE;
+}
+template <>
+MPI_Datatype mpi_type<int64_t>() {
+  return MPI_INT64_T;
+}
+template <>
+MPI_Datatype mpi_type<int>() {
+  return MPI_INT;
+}
+
+std::string elems(size_t n, const char* type) { return std::to_string(n) + " " + type; }
 }  // namespace
 
 // Pieces of at most INT_MAX elements; an empty reduction still takes part
 // once so that every rank issues the same sequence of collectives.
-#define TRIDENT_ALLREDUCE(T, OPNAME, MPIOP)                                                 \
-  void Communicator::allreduce_##OPNAME(T* data, size_t n) {                                \
-    size_t off = 0;                                                                         \
-    do {                                                                                    \
-      const size_t len = std::min(kMaxCount, n - off);                                      \
-      MPI_Request req;                                                                      \
-      MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data + off, int(len), mpi_type<T>(), MPIOP,   \
-                               comm_, &req));                                               \
-      wait_mpi(req,                                                                         \
-               "allreduce_" #OPNAME " of " + elems(len, #T) + " over " +                    \
-                   std::to_string(size_) + " ranks",                                        \
-               kind_, double(len * sizeof(T)));                                             \
-      off += len;                                                                           \
-    } while (off < n);                                                                      \
+#define TRIDENT_ALLREDUCE(T, OPNAME, MPIOP)                                                       \
+  void Communicator::allreduce_##OPNAME(T* data, size_t n) {                                      \
+    size_t off = 0;                                                                               \
+    do {                                                                                          \
+      const size_t len = std::min(kMaxCount, n - off);                                            \
+      MPI_Request req;                                                                            \
+      MPI_CHECK(                                                                                  \
+          MPI_Iallreduce(MPI_IN_PLACE, data + off, int(len), mpi_type<T>(), MPIOP, comm_, &req)); \
+      wait_mpi(req,                                                                               \
+               "allreduce_" #OPNAME " of " + elems(len, #T) + " over " + std::to_string(size_) +  \
+                   " ranks",                                                                      \
+               kind_, double(len * sizeof(T)));                                                   \
+      off += len;                                                                                 \
+    } while (off < n);                                                                            \
   }
 
 TRIDENT_ALLREDUCE(float, sum, MPI_SUM)
@@ -321,8 +332,8 @@ TRIDENT_ALLREDUCE(int, max, MPI_MAX)
 #undef TRIDENT_ALLREDUCE
 
 void Communicator::broadcast(void* data, size_t bytes, int root) {
-  TRIDENT_CHECK(root >= 0 && root < size_, "broadcast root " + std::to_string(root) +
-                                               " outside " + name_);
+  TRIDENT_CHECK(root >= 0 && root < size_,
+                "broadcast root " + std::to_string(root) + " outside " + name_);
   ByteSpan span(bytes);
   MPI_Request req;
   MPI_CHECK(MPI_Ibcast(data, span.count(), span.type(), root, comm_, &req));
@@ -335,11 +346,11 @@ void Communicator::broadcast(void* data, size_t bytes, int root) {
 void Communicator::allgather(const void* in, void* out, size_t bytes) {
   ByteSpan span(bytes);
   MPI_Request req;
-  MPI_CHECK(MPI_Iallgather(in, span.count(), span.type(), out, span.count(), span.type(), comm_,
-                           &req));
+  MPI_CHECK(
+      MPI_Iallgather(in, span.count(), span.type(), out, span.count(), span.type(), comm_, &req));
   wait_mpi(req,
-           "allgather of " + std::to_string(bytes) + " B per rank over " +
-               std::to_string(size_) + " ranks",
+           "allgather of " + std::to_string(bytes) + " B per rank over " + std::to_string(size_) +
+               " ranks",
            kind_, double(bytes));
 }
 
@@ -350,8 +361,8 @@ void Communicator::alltoallv(const void* send, const std::vector<int64_t>& send_
   const size_t p = size_t(size_);
   TRIDENT_CHECK(send_counts.size() == p && send_displs.size() == p && recv_counts.size() == p &&
                     recv_displs.size() == p,
-                "alltoallv on " + name_ + ": counts and displacements need " +
-                    std::to_string(p) + " entries");
+                "alltoallv on " + name_ + ": counts and displacements need " + std::to_string(p) +
+                    " entries");
   TRIDENT_CHECK(elem_bytes > 0 && elem_bytes <= kMaxCount,
                 "alltoallv on " + name_ + ": bad element size " + std::to_string(elem_bytes));
   // Counts are in elements of a contiguous type of elem_bytes, so the int
@@ -391,8 +402,8 @@ void Communicator::alltoallv(const void* send, const std::vector<int64_t>& send_
 void Communicator::alltoall(const int64_t* send, int64_t* recv, size_t per_peer) {
   TRIDENT_CHECK(per_peer <= kMaxCount, "alltoall on " + name_ + ": too many elements per peer");
   MPI_Request req;
-  MPI_CHECK(MPI_Ialltoall(send, int(per_peer), MPI_INT64_T, recv, int(per_peer), MPI_INT64_T,
-                          comm_, &req));
+  MPI_CHECK(MPI_Ialltoall(send, int(per_peer), MPI_INT64_T, recv, int(per_peer), MPI_INT64_T, comm_,
+                          &req));
   wait_mpi(req,
            "alltoall of " + std::to_string(per_peer) + " int64 per peer over " +
                std::to_string(size_) + " ranks",

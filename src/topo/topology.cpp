@@ -58,9 +58,12 @@ TopologyOverride parse_topology_env(const std::string& text) {
     int v = 0;
     if (!parse_positive(val, v))
       throw InputError(where + key + " must be a positive integer, got '" + val + "'");
-    if (key == "nodes") o.nodes = v;
-    else if (key == "devices_per_node") o.devices_per_node = v;
-    else if (key == "nvlink_domain") o.nvlink_domain = v;
+    if (key == "nodes")
+      o.nodes = v;
+    else if (key == "devices_per_node")
+      o.devices_per_node = v;
+    else if (key == "nvlink_domain")
+      o.nvlink_domain = v;
     else
       throw InputError(where + "unknown key '" + key + "'; expected " + kTopologyEnvForm);
     any = true;
@@ -85,18 +88,18 @@ std::optional<std::pair<TopologyOverride, std::string>> topology_override(const 
 
 void check_override(const TopologyOverride& o, const std::string& where, int world) {
   if (o.nodes <= 0 || o.devices_per_node <= 0)
-    throw InputError(where + ": nodes and devices_per_node must be >= 1 (got nodes=" +
-                     std::to_string(o.nodes) +
-                     ", devices_per_node=" + std::to_string(o.devices_per_node) + ")");
+    throw InputError(
+        where + ": nodes and devices_per_node must be >= 1 (got nodes=" + std::to_string(o.nodes) +
+        ", devices_per_node=" + std::to_string(o.devices_per_node) + ")");
   const int domain = o.nvlink_domain > 0 ? o.nvlink_domain : o.devices_per_node;
   if (o.devices_per_node % domain != 0)
     throw InputError(where + ": nvlink_domain=" + std::to_string(domain) +
                      " must divide devices_per_node=" + std::to_string(o.devices_per_node));
   if (o.nodes * o.devices_per_node != world)
-    throw InputError(where + ": nodes=" + std::to_string(o.nodes) + " x devices_per_node=" +
-                     std::to_string(o.devices_per_node) + " = " +
-                     std::to_string(o.nodes * o.devices_per_node) +
-                     " ranks, but the job has " + std::to_string(world) + " ranks");
+    throw InputError(where + ": nodes=" + std::to_string(o.nodes) +
+                     " x devices_per_node=" + std::to_string(o.devices_per_node) + " = " +
+                     std::to_string(o.nodes * o.devices_per_node) + " ranks, but the job has " +
+                     std::to_string(world) + " ranks");
 }
 
 std::string host_label() {
@@ -237,8 +240,8 @@ Topology detect_topology(MPI_Comm world, const Config& cfg) {
         throw InputError("uneven ranks per node: " + std::string(recs[0].host) + " has " +
                          std::to_string(rpn) + ", " + recs[r].host + " has " +
                          std::to_string(recs[r].local_size) +
-                         "; launch the same number of ranks on every node, or set " +
-                         kTopologyEnv + "=" + kTopologyEnvForm);
+                         "; launch the same number of ranks on every node, or set " + kTopologyEnv +
+                         "=" + kTopologyEnvForm);
       RankInfo& ri = t.ranks[r];
       ri.rank = r;
       ri.node = node_of_key[recs[r].node_key];
@@ -303,8 +306,7 @@ std::unique_ptr<Communicators> build_communicators(MPI_Comm world, const Config&
   c->dp = split(c->mesh.dp_group(logical), CommKind::dp, "dp");
   c->dpcp = split(c->mesh.dpcp_group(logical), CommKind::dp, "dpcp");
   c->ep = split(c->mesh.ep_group(logical), CommKind::ep, "ep");
-  c->expert_replica =
-      split(c->mesh.expert_replica_group(logical), CommKind::dp, "expert_replica");
+  c->expert_replica = split(c->mesh.expert_replica_group(logical), CommKind::dp, "expert_replica");
   // The common clock is measured at start-up, once per process: every rank
   // builds its communicators the same number of times, so all agree to skip.
   static bool clock_synced = false;
@@ -328,8 +330,8 @@ std::string topology_table(const Communicators& c) {
   for (const auto& r : ranks) {
     const RankCoord k = c.mesh.coord(r.logical);
     std::snprintf(line, sizeof line, "%5d %7d %5d  %-*s %6d %6d %4d %4d %4d %4d %8d\n", r.rank,
-                  r.logical, r.node, int(host_w), r.hostname.c_str(), r.local_rank, r.device,
-                  k.pp, k.dp, k.cp, k.ep, k.ep_group);
+                  r.logical, r.node, int(host_w), r.hostname.c_str(), r.local_rank, r.device, k.pp,
+                  k.dp, k.cp, k.ep, k.ep_group);
     out += line;
   }
   return out;

@@ -136,8 +136,7 @@ NvlinkProbe probe_nvlink(int device) {
   }
   if (nv.getGpuFabricInfo) {
     FabricInfo f{};
-    if (nv.getGpuFabricInfo(handle, &f) == 0 && f.state == kFabricStateCompleted &&
-        f.status == 0) {
+    if (nv.getGpuFabricInfo(handle, &f) == 0 && f.state == kFabricStateCompleted && f.status == 0) {
       bool any = false;
       for (unsigned char b : f.cluster_uuid) any = any || b != 0;
       if (any) {

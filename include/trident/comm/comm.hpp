@@ -24,6 +24,11 @@ const char* comm_kind_name(CommKind k);
 
 // Cumulative counters of one process. Sent bytes, time inside communication
 // calls, and time blocked in waits (the part not hidden behind compute).
+// bytes_sent is what this rank hands to others: a send's payload (counted
+// when its wait or test completes), allreduce: its own n elements, allgather:
+// its block, alltoallv/alltoall: the blocks for the other ranks (not its own),
+// broadcast: the bytes at the root only, barrier: 0. A wait that times out
+// adds its time but no bytes. calls counts completed operations.
 struct CommCounters {
   std::array<double, 5> bytes_sent{};
   std::array<double, 5> wait_s{};
@@ -41,6 +46,8 @@ struct CommCounters {
 CommCounters& comm_counters();
 
 // A pending non-blocking operation. Move-only; wait() before destruction.
+// One destroyed while pending (an exception unwound past its wait) is
+// released: a receive is cancelled so nothing writes into a freed buffer.
 class Request {
  public:
   Request() = default;

@@ -11,9 +11,9 @@ namespace trident {
 int cuda_device_count();
 
 struct NvlinkProbe {
-  bool nvml = false;       // libnvidia-ml.so.1 loaded and initialised
-  int active_links = 0;    // NVLinks of this device in the active state
-  std::string fabric;      // "<clusterUuid hex>:<cliqueId>" for multi-node NVLink, else ""
+  bool nvml = false;     // libnvidia-ml.so.1 loaded and initialised
+  int active_links = 0;  // NVLinks of this device in the active state
+  std::string fabric;    // "<clusterUuid hex>:<cliqueId>" for multi-node NVLink, else ""
 };
 
 // NVLink facts of CUDA device `device` (index as CUDA enumerates it; NVML's

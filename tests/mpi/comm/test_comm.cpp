@@ -2,9 +2,9 @@
 // result computed locally from all ranks' (regenerable) inputs, the byte
 // counters against what was handed over, and the deadline against a receive
 // that nobody matches.
-#include <catch2/catch.hpp>
 #include <mpi.h>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -132,7 +132,9 @@ TEST_CASE("alltoallv with uneven and zero counts, and gaps between blocks", "[co
     return (s * 7 + d * 3 + 1) % 6;
   };
   // value sent s -> d at index j: encodes all three, exact in double.
-  auto value = [](int s, int d, int64_t j) { return double(s) * 1e6 + double(d) * 1e3 + double(j); };
+  auto value = [](int s, int d, int64_t j) {
+    return double(s) * 1e6 + double(d) * 1e3 + double(j);
+  };
   // Elements of 3 doubles (24 B) so elem_bytes is not a power of two.
   constexpr size_t kElem = 3;
   std::vector<int64_t> sc(p), sd(p), rc(p), rd(p);

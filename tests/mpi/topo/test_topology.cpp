@@ -3,10 +3,10 @@
 // coordinates, not from the mesh's helpers), for every cluster shape and
 // pp/cp/ep the world size allows; override parsing and its errors; detection
 // against what the process can see for itself.
-#include <catch2/catch.hpp>
 #include <mpi.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -49,8 +49,8 @@ struct Member {
 // Every member's coordinates as the member itself reports them, in group order.
 std::vector<Member> members(const Communicator& comm, const Communicators& c) {
   const RankCoord& k = c.me;
-  Member m{c.world_rank, k.rank, c.topo.ranks[c.world_rank].node, k.pp, k.dp, k.cp, k.ep,
-           k.ep_group};
+  Member m{c.world_rank, k.rank,    c.topo.ranks[c.world_rank].node, k.pp, k.dp, k.cp,
+           k.ep,         k.ep_group};
   std::vector<Member> all(comm.size());
   MPI_Allgather(&m, sizeof m, MPI_BYTE, all.data(), sizeof m, MPI_BYTE, comm.mpi());
   return all;
@@ -119,8 +119,10 @@ struct EnvGuard {
     if (const char* v = std::getenv(name)) old_ = v, had_ = true;
   }
   ~EnvGuard() {
-    if (had_) setenv(name_, old_.c_str(), 1);
-    else unsetenv(name_);
+    if (had_)
+      setenv(name_, old_.c_str(), 1);
+    else
+      unsetenv(name_);
   }
   const char* name_;
   std::string old_;
@@ -210,9 +212,9 @@ TEST_CASE("TRIDENT_TOPOLOGY wins over [topology]; malformed or mismatched input 
   CHECK(t.shape.nvlink_domain == w);  // defaults to the node
   CHECK(t.ranks[world_rank()].local_rank == world_rank());
 
-  for (const char* bad : {"nodes=2", "nodes=two,devices_per_node=4", "nodes=1;devices_per_node=8",
-                          "nodes=1,devices_per_node=8,gpus=8", "nodes=0,devices_per_node=8",
-                          "garbage"}) {
+  for (const char* bad :
+       {"nodes=2", "nodes=two,devices_per_node=4", "nodes=1;devices_per_node=8",
+        "nodes=1,devices_per_node=8,gpus=8", "nodes=0,devices_per_node=8", "garbage"}) {
     setenv("TRIDENT_TOPOLOGY", bad, 1);
     std::string msg;
     try {
