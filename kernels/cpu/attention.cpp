@@ -318,6 +318,35 @@ double attention_flops(const AttnShape& s, bool backward) {
   return (backward ? 10.0 : 4.0) * double(s.D) * double(attention_visible_pairs(s));
 }
 
+double attention_reference_row(const AttnShape& s, const float* q, const float* k,
+                               const float* v, int64_t i, int h, double* out_row) {
+  check_attn_shape(s);
+  const int64_t D = s.D, g = h / (s.H / s.Hkv);
+  const float* qi = q + (i * s.H + h) * D;
+  std::vector<double> score(size_t(s.Tk), -INFINITY);
+  double mx = -INFINITY;
+  for (int64_t j = 0; j < s.Tk; ++j) {
+    if (s.causal && s.k_pos0 + j > s.q_pos0 + i) continue;
+    const float* kj = k + (j * s.Hkv + g) * D;
+    double dot = 0.0;
+    for (int64_t d = 0; d < D; ++d) dot += double(qi[d]) * kj[d];
+    score[size_t(j)] = dot * s.scale;
+    mx = std::max(mx, score[size_t(j)]);
+  }
+  std::fill(out_row, out_row + D, 0.0);
+  if (mx == -INFINITY) return -INFINITY;
+  double sum = 0.0;
+  for (int64_t j = 0; j < s.Tk; ++j) {
+    if (score[size_t(j)] == -INFINITY) continue;
+    const double p = std::exp(score[size_t(j)] - mx);
+    sum += p;
+    const float* vj = v + (j * s.Hkv + g) * D;
+    for (int64_t d = 0; d < D; ++d) out_row[d] += p * vj[d];
+  }
+  for (int64_t d = 0; d < D; ++d) out_row[d] /= sum;
+  return mx + std::log(sum);
+}
+
 size_t attention_workspace_bytes(const AttnShape& s, bool backward) {
   const size_t tile = size_t(kQueryBlock * kKeyBlock);
   if (backward) return sizeof(float) * (2 * tile + size_t(kQueryBlock));

@@ -76,6 +76,12 @@ int64_t attention_visible_pairs(const AttnShape& s);
 // dO V^T, dV, dQ, dK), the usual flash-attention accounting.
 double attention_flops(const AttnShape& s, bool backward);
 
+// The plain definition for one query row i and head h, accumulated in fp64
+// over the whole score row: writes out_row [D], returns the row's LSE (-inf
+// when no key is visible). O(Tk * D); the benches use it for spot checks.
+double attention_reference_row(const AttnShape& s, const float* q, const float* k,
+                               const float* v, int64_t i, int h, double* out_row);
+
 // Bytes of scratch memory one call allocates (tiles and row statistics); it
 // depends on D and H, not on the sequence length.
 size_t attention_workspace_bytes(const AttnShape& s, bool backward);
