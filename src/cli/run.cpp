@@ -181,21 +181,22 @@ int RunCommand::run() {
   const CommCounters comm_total = comm_counters() - at_start;
   for (int k = 0; k < 4; ++k) rs.comm_wait_s[k] = comm_total.wait_s[size_t(k)];
   file.write_rank_summaries(rs);
-  double peak = rs.peak_rss_bytes, wait_all = 0, comp_all = compute_s;
-  for (int k = 0; k < 4; ++k) wait_all += rs.comm_wait_s[k];
+  double peak = rs.peak_rss_bytes;
   tc.world->allreduce_max(&peak, 1);
-  double sums[2] = {wait_all, comp_all};
-  tc.world->allreduce_sum(sums, 2);
+  // cp and ep waits happen inside F/B (ring, all-to-all); pp and dp waits outside them
+  double sums[3] = {compute_s, rs.comm_wait_s[0] + rs.comm_wait_s[2],
+                    rs.comm_wait_s[1] + rs.comm_wait_s[3]};
+  tc.world->allreduce_sum(sums, 3);
   file.set_root_attr("stopped_by_signal", stopped_by ? std::to_string(stopped_by) : "");
   file.close();
   if (lead) {
     const double denom = total_time * world_size;
-    std::printf("done: %lld steps, loss %.4f -> %.4f, %.0f tokens/s, compute %.0f%% comm wait %.0f%% "
-                "of rank time, peak RSS %.0f MB/rank; run file %s\n",
+    auto pct = [&](double x) { return denom > 0 ? 100.0 * x / denom : 0.0; };
+    std::printf("done: %lld steps, loss %.4f -> %.4f, %.0f tokens/s; of rank time: F/B/W %.0f%% "
+                "(of which cp+ep wait %.0f%%), pp+dp wait %.0f%%; peak RSS %.0f MB/rank; run file %s\n",
                 static_cast<long long>(steps_run), first_loss, last_loss,
                 total_time > 0 ? double(trainer.tokens_per_step()) * steps_run / total_time : 0.0,
-                denom > 0 ? 100.0 * sums[1] / denom : 0.0, denom > 0 ? 100.0 * sums[0] / denom : 0.0,
-                peak / 1e6, path.c_str());
+                pct(sums[0]), pct(sums[1]), pct(sums[2]), peak / 1e6, path.c_str());
     if (!last_ckpt.empty()) std::printf("checkpoint: %s\n", last_ckpt.c_str());
     if (stopped_by)
       std::printf("stopped by signal %d at step %lld: checkpoint written, resume with --resume\n",

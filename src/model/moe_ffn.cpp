@@ -1,5 +1,6 @@
 // The MoE FFN of the model: the expert-parallel ep::MoELayer behind the
 // FeedForward interface (routing, dispatch and experts are the EP layer's).
+#include <algorithm>
 #include <numeric>
 
 #include "trident/core/error.hpp"
@@ -40,13 +41,20 @@ class MoEFeedForward : public FeedForward {
   }
   std::vector<std::pair<std::string, Tensor*>> buffers() override {
     std::vector<std::pair<std::string, Tensor*>> out;
-    for (Param* p : layer_.buffers()) out.emplace_back(p->name, &p->value);
+    last_buffers_ = layer_.buffers();  // refreshes the mirror from the router
+    for (Param* p : last_buffers_) out.emplace_back(p->name, &p->value);
     return out;
+  }
+  // The routing bias lives in the router; the buffer is a mirror of it.
+  void buffers_loaded() override {
+    for (Param* p : last_buffers_)
+      std::copy(p->value.data.begin(), p->value.data.end(), layer_.router().bias().begin());
   }
 
  private:
   ep::MoELayer layer_;
   int moe_index_ = 0;
+  std::vector<Param*> last_buffers_;
 };
 
 }  // namespace

@@ -475,4 +475,9 @@ std::vector<std::pair<std::string, Tensor*>> ModelStage::buffers() {
   return out;
 }
 
+void ModelStage::buffers_loaded() {
+  for (auto& c : chunks_)
+    for (FeedForward* f : c->ffns()) f->buffers_loaded();
+}
+
 }  // namespace trident::model

@@ -53,6 +53,7 @@ int64_t load_checkpoint(Trainer& t, const std::string& path) {
     r.read("adam_v/" + p->name, p->value.shape, t.optimizer().v(p->name).ptr());
   }
   for (auto& [name, tensor] : t.stage().buffers()) r.read("buffer/" + name, tensor->shape, tensor->ptr());
+  t.stage().buffers_loaded();
   t.optimizer().set_steps_taken(r.meta().optimizer_steps);
   return r.meta().step;
 }

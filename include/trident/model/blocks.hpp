@@ -67,6 +67,8 @@ class FeedForward {
   virtual void update_bias(const std::vector<std::vector<int64_t>>& global_load) {}
   // Non-parameter state to checkpoint (router bias), by global name.
   virtual std::vector<std::pair<std::string, Tensor*>> buffers() { return {}; }
+  // After a checkpoint wrote into buffers(): hand the values to whoever uses them.
+  virtual void buffers_loaded() {}
 };
 
 std::unique_ptr<FeedForward> make_dense_ffn(const ModelConfig& m, int layer);

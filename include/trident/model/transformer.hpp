@@ -124,6 +124,8 @@ class ModelStage {
   // Extra state that is not a Param but belongs in a checkpoint (router
   // biases), by global name.
   std::vector<std::pair<std::string, Tensor*>> buffers();
+  // After writing restored values into buffers(): pass them to their layers.
+  void buffers_loaded();
 
  private:
   friend class Chunk;
