@@ -54,8 +54,8 @@ class PlanCommand : public Command {
 
     Mesh mesh;
     try {
-      mesh = map_mesh(shape, {cfg.parallel.pp, cfg.parallel.cp, cfg.parallel.ep},
-                      cfg.model.n_experts);
+      mesh =
+          map_mesh(shape, {cfg.parallel.pp, cfg.parallel.cp, cfg.parallel.ep}, cfg.model.n_experts);
     } catch (const MeshError& e) {
       // Point at the line of the config key whose request did not fit.
       auto it = cfg.key_origin.find(e.key);
@@ -83,17 +83,16 @@ class PlanCommand : public Command {
         << ", \"layers_per_chunk\": " << cfg.model.n_layers / chunks
         << ", \"global_batch\": " << global_batch << ", \"seq_len\": " << d.seq_len
         << ", \"tokens_per_cp_rank\": " << d.seq_len / p.cp << ", \"bubble_fraction\": " << bubble
-        << ", \"experts_per_rank\": "
-        << (cfg.model.n_experts > 0 ? cfg.model.n_experts / p.ep : 0) << ", \"mesh\": " << mesh_text
-        << "}\n";
+        << ", \"experts_per_rank\": " << (cfg.model.n_experts > 0 ? cfg.model.n_experts / p.ep : 0)
+        << ", \"mesh\": " << mesh_text << "}\n";
       std::cout << o.str();
     } else {
       std::cout << "plan for " << cfg.source << " (model " << model_hash(cfg) << ")\n"
-                << mesh_summary_text(mesh, list_groups_)
-                << "pipeline: schedule " << p.schedule << ", " << chunks << " model chunks (vpp="
-                << p.vpp << ") of " << cfg.model.n_layers / chunks << " layers, "
-                << d.num_microbatches << " micro-batches, bubble " << fixed(100 * bubble)
-                << "% ((p-1)/" << (p.schedule == "interleaved" ? "(v*m)" : "m") << ")\n"
+                << mesh_summary_text(mesh, list_groups_) << "pipeline: schedule " << p.schedule
+                << ", " << chunks << " model chunks (vpp=" << p.vpp << ") of "
+                << cfg.model.n_layers / chunks << " layers, " << d.num_microbatches
+                << " micro-batches, bubble " << fixed(100 * bubble) << "% ((p-1)/"
+                << (p.schedule == "interleaved" ? "(v*m)" : "m") << ")\n"
                 << "data: global batch " << global_batch << " sequences of " << d.seq_len
                 << " tokens, " << d.seq_len / p.cp << " tokens per CP rank (" << p.cp_layout
                 << ")\n";

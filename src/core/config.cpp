@@ -6,6 +6,8 @@
 // that table, so a key added there is parsed, checked and written back.
 #include "trident/core/config.hpp"
 
+#include <toml++/toml.h>
+
 #include <algorithm>
 #include <charconv>
 #include <climits>
@@ -14,7 +16,6 @@
 #include <functional>
 #include <limits>
 #include <sstream>
-#include <toml++/toml.h>
 
 #include "trident/core/error.hpp"
 
@@ -44,8 +45,8 @@ struct KeyDef {
 };
 
 // Small builders so that the table below reads as a schema.
-KeyDef int_key(const char* sec, const char* name, std::function<void*(Config&)> ref,
-               double lo, double hi = kInf) {
+KeyDef int_key(const char* sec, const char* name, std::function<void*(Config&)> ref, double lo,
+               double hi = kInf) {
   KeyDef k{sec, name, Kind::Int, std::move(ref)};
   k.lo = lo;
   k.hi = hi;
@@ -85,84 +86,105 @@ const std::vector<KeyDef>& key_table() {
   static const std::vector<KeyDef> table = [] {
     std::vector<KeyDef> t;
     // [model]
-    t.push_back(int_key("model", "vocab_size", [](Config& c) { return &c.model.vocab_size; }, 2));
-    t.push_back(int_key("model", "d_model", [](Config& c) { return &c.model.d_model; }, 1));
-    t.push_back(int_key("model", "n_layers", [](Config& c) { return &c.model.n_layers; }, 1));
-    t.push_back(int_key("model", "n_heads", [](Config& c) { return &c.model.n_heads; }, 1));
-    t.push_back(int_key("model", "n_kv_heads", [](Config& c) { return &c.model.n_kv_heads; }, 1));
-    t.push_back(int_key("model", "ffn_hidden", [](Config& c) { return &c.model.ffn_hidden; }, 1));
-    t.push_back(int_key("model", "n_experts", [](Config& c) { return &c.model.n_experts; }, 0));
-    t.push_back(int_key("model", "top_k", [](Config& c) { return &c.model.top_k; }, 1));
-    t.push_back(int_key("model", "moe_every", [](Config& c) { return &c.model.moe_every; }, 1));
+    t.push_back(int_key(
+        "model", "vocab_size", [](Config& c) { return &c.model.vocab_size; }, 2));
+    t.push_back(int_key(
+        "model", "d_model", [](Config& c) { return &c.model.d_model; }, 1));
+    t.push_back(int_key(
+        "model", "n_layers", [](Config& c) { return &c.model.n_layers; }, 1));
+    t.push_back(int_key(
+        "model", "n_heads", [](Config& c) { return &c.model.n_heads; }, 1));
+    t.push_back(int_key(
+        "model", "n_kv_heads", [](Config& c) { return &c.model.n_kv_heads; }, 1));
+    t.push_back(int_key(
+        "model", "ffn_hidden", [](Config& c) { return &c.model.ffn_hidden; }, 1));
+    t.push_back(int_key(
+        "model", "n_experts", [](Config& c) { return &c.model.n_experts; }, 0));
+    t.push_back(int_key(
+        "model", "top_k", [](Config& c) { return &c.model.top_k; }, 1));
+    t.push_back(int_key(
+        "model", "moe_every", [](Config& c) { return &c.model.moe_every; }, 1));
     t.push_back(enum_key("model", "router", [](Config& c) { return &c.model.router; },
                          {"softmax", "sigmoid_bias"}));
-    t.push_back(float_key("model", "capacity_factor",
-                          [](Config& c) { return &c.model.capacity_factor; }, 0, false));
-    t.push_back(float_key("model", "aux_loss_coef", [](Config& c) { return &c.model.aux_loss_coef; },
-                          0, false));
-    t.push_back(
-        float_key("model", "rope_theta", [](Config& c) { return &c.model.rope_theta; }, 0, true));
+    t.push_back(float_key(
+        "model", "capacity_factor", [](Config& c) { return &c.model.capacity_factor; }, 0, false));
+    t.push_back(float_key(
+        "model", "aux_loss_coef", [](Config& c) { return &c.model.aux_loss_coef; }, 0, false));
+    t.push_back(float_key(
+        "model", "rope_theta", [](Config& c) { return &c.model.rope_theta; }, 0, true));
     t.push_back({"model", "norm_topk", Kind::Bool, [](Config& c) { return &c.model.norm_topk; }});
-    t.push_back(
-        float_key("model", "z_loss_coef", [](Config& c) { return &c.model.z_loss_coef; }, 0, false));
-    t.push_back(float_key("model", "router_bias_rate",
-                          [](Config& c) { return &c.model.router_bias_rate; }, 0, false));
-    t.push_back(
-        float_key("model", "init_std", [](Config& c) { return &c.model.init_std; }, 0, true));
+    t.push_back(float_key(
+        "model", "z_loss_coef", [](Config& c) { return &c.model.z_loss_coef; }, 0, false));
+    t.push_back(float_key(
+        "model", "router_bias_rate", [](Config& c) { return &c.model.router_bias_rate; }, 0,
+        false));
+    t.push_back(float_key(
+        "model", "init_std", [](Config& c) { return &c.model.init_std; }, 0, true));
     // [data]
     t.push_back(enum_key("data", "task", [](Config& c) { return &c.data.task; },
                          {"recall", "copy", "tokens"}));
-    t.push_back(int_key("data", "seq_len", [](Config& c) { return &c.data.seq_len; }, 1));
-    t.push_back(
-        int_key("data", "micro_batch_size", [](Config& c) { return &c.data.micro_batch_size; }, 1));
-    t.push_back(
-        int_key("data", "num_microbatches", [](Config& c) { return &c.data.num_microbatches; }, 1));
+    t.push_back(int_key(
+        "data", "seq_len", [](Config& c) { return &c.data.seq_len; }, 1));
+    t.push_back(int_key(
+        "data", "micro_batch_size", [](Config& c) { return &c.data.micro_batch_size; }, 1));
+    t.push_back(int_key(
+        "data", "num_microbatches", [](Config& c) { return &c.data.num_microbatches; }, 1));
     {
       KeyDef k{"data", "seed", Kind::UInt64, [](Config& c) { return &c.data.seed; }};
       k.lo = 0;
       t.push_back(k);
     }
-    t.push_back(string_key("data", "token_file", [](Config& c) { return &c.data.token_file; },
-                           false));
+    t.push_back(string_key(
+        "data", "token_file", [](Config& c) { return &c.data.token_file; }, false));
     t.push_back(enum_key("data", "token_dtype", [](Config& c) { return &c.data.token_dtype; },
                          {"uint16", "uint32"}));
     // [parallel]
-    t.push_back(int_key("parallel", "pp", [](Config& c) { return &c.parallel.pp; }, 1));
-    t.push_back(int_key("parallel", "vpp", [](Config& c) { return &c.parallel.vpp; }, 1));
-    t.push_back(int_key("parallel", "cp", [](Config& c) { return &c.parallel.cp; }, 1));
+    t.push_back(int_key(
+        "parallel", "pp", [](Config& c) { return &c.parallel.pp; }, 1));
+    t.push_back(int_key(
+        "parallel", "vpp", [](Config& c) { return &c.parallel.vpp; }, 1));
+    t.push_back(int_key(
+        "parallel", "cp", [](Config& c) { return &c.parallel.cp; }, 1));
     t.push_back(enum_key("parallel", "cp_layout", [](Config& c) { return &c.parallel.cp_layout; },
                          {"zigzag", "contiguous"}));
-    t.push_back(int_key("parallel", "ep", [](Config& c) { return &c.parallel.ep; }, 1));
+    t.push_back(int_key(
+        "parallel", "ep", [](Config& c) { return &c.parallel.ep; }, 1));
     t.push_back(enum_key("parallel", "schedule", [](Config& c) { return &c.parallel.schedule; },
                          {"afab", "1f1b", "interleaved", "zb-h1"}));
     // [train]
-    t.push_back(int_key("train", "steps", [](Config& c) { return &c.train.steps; }, 1));
-    t.push_back(float_key("train", "lr", [](Config& c) { return &c.train.lr; }, 0, true));
-    t.push_back(int_key("train", "warmup_steps", [](Config& c) { return &c.train.warmup_steps; }, 0));
-    t.push_back(
-        float_key("train", "weight_decay", [](Config& c) { return &c.train.weight_decay; }, 0, false));
-    t.push_back(
-        float_key("train", "grad_clip", [](Config& c) { return &c.train.grad_clip; }, 0, false));
-    t.push_back(float_key("train", "min_lr_ratio", [](Config& c) { return &c.train.min_lr_ratio; },
-                          0, false, 1, false));
-    t.push_back(
-        float_key("train", "beta1", [](Config& c) { return &c.train.beta1; }, 0, false, 1, true));
-    t.push_back(
-        float_key("train", "beta2", [](Config& c) { return &c.train.beta2; }, 0, false, 1, true));
-    t.push_back(float_key("train", "eps", [](Config& c) { return &c.train.eps; }, 0, true));
+    t.push_back(int_key(
+        "train", "steps", [](Config& c) { return &c.train.steps; }, 1));
+    t.push_back(float_key(
+        "train", "lr", [](Config& c) { return &c.train.lr; }, 0, true));
+    t.push_back(int_key(
+        "train", "warmup_steps", [](Config& c) { return &c.train.warmup_steps; }, 0));
+    t.push_back(float_key(
+        "train", "weight_decay", [](Config& c) { return &c.train.weight_decay; }, 0, false));
+    t.push_back(float_key(
+        "train", "grad_clip", [](Config& c) { return &c.train.grad_clip; }, 0, false));
+    t.push_back(float_key(
+        "train", "min_lr_ratio", [](Config& c) { return &c.train.min_lr_ratio; }, 0, false, 1,
+        false));
+    t.push_back(float_key(
+        "train", "beta1", [](Config& c) { return &c.train.beta1; }, 0, false, 1, true));
+    t.push_back(float_key(
+        "train", "beta2", [](Config& c) { return &c.train.beta2; }, 0, false, 1, true));
+    t.push_back(float_key(
+        "train", "eps", [](Config& c) { return &c.train.eps; }, 0, true));
     // [runtime]
     t.push_back(enum_key("runtime", "backend", [](Config& c) { return &c.runtime.backend; },
                          {"cpu", "cuda", "auto"}));
     t.push_back(enum_key("runtime", "comm", [](Config& c) { return &c.runtime.comm; },
                          {"mpi", "nccl", "auto"}));
-    t.push_back(
-        float_key("runtime", "timeout_s", [](Config& c) { return &c.runtime.timeout_s; }, 0, true));
+    t.push_back(float_key(
+        "runtime", "timeout_s", [](Config& c) { return &c.runtime.timeout_s; }, 0, true));
     // [output]
-    t.push_back(string_key("output", "file", [](Config& c) { return &c.output.file; }, true));
-    t.push_back(int_key("output", "checkpoint_every",
-                        [](Config& c) { return &c.output.checkpoint_every; }, 0));
-    t.push_back(string_key("output", "checkpoint_dir",
-                           [](Config& c) { return &c.output.checkpoint_dir; }, true));
+    t.push_back(string_key(
+        "output", "file", [](Config& c) { return &c.output.file; }, true));
+    t.push_back(int_key(
+        "output", "checkpoint_every", [](Config& c) { return &c.output.checkpoint_every; }, 0));
+    t.push_back(string_key(
+        "output", "checkpoint_dir", [](Config& c) { return &c.output.checkpoint_dir; }, true));
     for (const char* list : {"activation_steps", "activation_layers", "activation_samples"}) {
       std::string n = list;
       KeyDef k{"output", list, Kind::IntList, [n](Config& c) -> void* {
@@ -183,11 +205,12 @@ const std::vector<KeyDef>& key_table() {
     }
     t.push_back({"output", "timeline", Kind::Bool, [](Config& c) { return &c.output.timeline; }});
     // [topology]
-    t.push_back(int_key("topology", "nodes", [](Config& c) { return &topo_of(c).nodes; }, 1));
-    t.push_back(int_key("topology", "devices_per_node",
-                        [](Config& c) { return &topo_of(c).devices_per_node; }, 1));
-    t.push_back(int_key("topology", "nvlink_domain",
-                        [](Config& c) { return &topo_of(c).nvlink_domain; }, 0));
+    t.push_back(int_key(
+        "topology", "nodes", [](Config& c) { return &topo_of(c).nodes; }, 1));
+    t.push_back(int_key(
+        "topology", "devices_per_node", [](Config& c) { return &topo_of(c).devices_per_node; }, 1));
+    t.push_back(int_key(
+        "topology", "nvlink_domain", [](Config& c) { return &topo_of(c).nvlink_domain; }, 0));
     return t;
   }();
   return table;
@@ -271,11 +294,21 @@ std::string quote(const std::string& s) {
   std::string out = "\"";
   for (unsigned char ch : s) {
     switch (ch) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
         if (ch < 0x20 || ch == 0x7f) {
           char buf[8];
@@ -291,28 +324,45 @@ std::string quote(const std::string& s) {
 
 const char* type_name(const toml::node& n) {
   switch (n.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a float";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::table: return "a table";
-    case toml::node_type::date: return "a date";
-    case toml::node_type::time: return "a time";
-    case toml::node_type::date_time: return "a date-time";
-    default: return "nothing";
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a float";
+    case toml::node_type::boolean:
+      return "a boolean";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::table:
+      return "a table";
+    case toml::node_type::date:
+      return "a date";
+    case toml::node_type::time:
+      return "a time";
+    case toml::node_type::date_time:
+      return "a date-time";
+    default:
+      return "nothing";
   }
 }
 
 const char* kind_name(Kind k) {
   switch (k) {
-    case Kind::Int: return "an integer";
-    case Kind::UInt64: return "a non-negative integer";
-    case Kind::Float: return "a number";
-    case Kind::Bool: return "a boolean (true or false)";
-    case Kind::String: return "a string";
-    case Kind::IntList: return "an array of integers";
-    case Kind::StringList: return "an array of strings";
+    case Kind::Int:
+      return "an integer";
+    case Kind::UInt64:
+      return "a non-negative integer";
+    case Kind::Float:
+      return "a number";
+    case Kind::Bool:
+      return "a boolean (true or false)";
+    case Kind::String:
+      return "a string";
+    case Kind::IntList:
+      return "an array of integers";
+    case Kind::StringList:
+      return "an array of strings";
   }
   return "?";
 }
@@ -372,8 +422,10 @@ void apply(Config& cfg, const KeyDef& k, const toml::node& n, const std::string&
       break;
     case Kind::Float: {
       std::optional<double> v;
-      if (n.is_floating_point()) v = n.value_exact<double>();
-      else if (n.is_integer()) v = static_cast<double>(*n.value_exact<int64_t>());
+      if (n.is_floating_point())
+        v = n.value_exact<double>();
+      else if (n.is_integer())
+        v = static_cast<double>(*n.value_exact<int64_t>());
       if (!v) fail(origin, k.full(), std::string("expected a number, got ") + type_name(n));
       if (!in_range(k, *v))
         fail(origin, k.full(), "must be " + range_text(k) + " (got " + format_double(*v) + ")");
@@ -397,12 +449,14 @@ void apply(Config& cfg, const KeyDef& k, const toml::node& n, const std::string&
     }
     case Kind::IntList: {
       const toml::array* arr = n.as_array();
-      if (!arr) fail(origin, k.full(), std::string("expected an array of integers, got ") + type_name(n));
+      if (!arr)
+        fail(origin, k.full(), std::string("expected an array of integers, got ") + type_name(n));
       std::vector<int> out;
       for (const toml::node& e : *arr) {
         auto v = e.value_exact<int64_t>();
         if (!v)
-          fail(origin, k.full(), std::string("expected an array of integers, found ") + type_name(e));
+          fail(origin, k.full(),
+               std::string("expected an array of integers, found ") + type_name(e));
         if (!in_range(k, static_cast<double>(*v)) || *v > INT_MAX)
           fail(origin, k.full(),
                "every element must be " + range_text(k) + " (got " + std::to_string(*v) + ")");
@@ -415,12 +469,14 @@ void apply(Config& cfg, const KeyDef& k, const toml::node& n, const std::string&
     }
     case Kind::StringList: {
       const toml::array* arr = n.as_array();
-      if (!arr) fail(origin, k.full(), std::string("expected an array of strings, got ") + type_name(n));
+      if (!arr)
+        fail(origin, k.full(), std::string("expected an array of strings, got ") + type_name(n));
       std::vector<std::string> out;
       for (const toml::node& e : *arr) {
         auto v = e.value_exact<std::string>();
         if (!v)
-          fail(origin, k.full(), std::string("expected an array of strings, found ") + type_name(e));
+          fail(origin, k.full(),
+               std::string("expected an array of strings, found ") + type_name(e));
         if (!is_choice(k, *v))
           fail(origin, k.full(),
                "every element must be one of " + choices_text(k) + " (got " + quote(*v) + ")");
@@ -471,7 +527,8 @@ void apply_override(Config& cfg, const std::string& text) {
   const KeyDef* k = find_key(section, name);
   if (!k) {
     std::string s = suggest_key(section, name);
-    fail(origin, key, "unknown key '" + key + "'" + (s.empty() ? "" : "; did you mean '" + s + "'?"));
+    fail(origin, key,
+         "unknown key '" + key + "'" + (s.empty() ? "" : "; did you mean '" + s + "'?"));
   }
   if (value.empty()) fail(origin, key, "missing value");
   toml::table parsed;
@@ -486,7 +543,8 @@ void apply_override(Config& cfg, const std::string& text) {
   // anything that is not a quoted TOML string is taken literally.
   toml::value<std::string> bare(value);
   if (k->kind == Kind::String && (!node || !node->is_string())) node = &bare;
-  if (!node) fail(origin, key, std::string("expected ") + kind_name(k->kind) + ", got '" + value + "'");
+  if (!node)
+    fail(origin, key, std::string("expected ") + kind_name(k->kind) + ", got '" + value + "'");
   apply(cfg, *k, *node, origin);
   cfg.key_origin[k->full()] = origin;
 }
@@ -498,7 +556,8 @@ struct Checker {
 
   // Points at the first of `keys` that was given explicitly; the rule text
   // names every key involved, so the message is clear whichever is chosen.
-  [[noreturn]] void fail_keys(std::initializer_list<const char*> keys, const std::string& rule) const {
+  [[noreturn]] void fail_keys(std::initializer_list<const char*> keys,
+                              const std::string& rule) const {
     for (const char* k : keys) {
       auto it = cfg.key_origin.find(k);
       if (it != cfg.key_origin.end()) fail(it->second, k, rule);
@@ -545,7 +604,8 @@ Config parse_config_text(const std::string& toml_text, const std::string& source
                             : "; did you mean '" + sug + "'?"));
     }
     const toml::table* tbl = node->as_table();
-    if (!tbl) fail(at, section, std::string("expected a table [") + section + "], got " + type_name(*node));
+    if (!tbl)
+      fail(at, section, std::string("expected a table [") + section + "], got " + type_name(*node));
     if (section == "topology") {
       cfg.topology.emplace();
       cfg.key_origin["topology"] = at;
@@ -565,7 +625,8 @@ Config parse_config_text(const std::string& toml_text, const std::string& source
   for (const auto& o : overrides) apply_override(cfg, o);
   if (cfg.topology) {
     // [topology] replaces detection, so it must say what the cluster is.
-    const std::string at = cfg.key_origin.count("topology") ? cfg.key_origin["topology"] : cfg.source;
+    const std::string at =
+        cfg.key_origin.count("topology") ? cfg.key_origin["topology"] : cfg.source;
     if (cfg.topology->nodes <= 0)
       fail(at, "topology.nodes", "required when [topology] is given (>= 1)");
     if (cfg.topology->devices_per_node <= 0)
@@ -609,9 +670,9 @@ void validate_config(const Config& cfg, int world_size) {
                 "model.n_heads=" + s(m.n_heads) + " must be a multiple of model.n_kv_heads=" +
                     s(m.n_kv_heads) + " (grouped-query attention)");
   if (m.d_model % m.n_heads != 0)
-    c.fail_keys({"model.d_model", "model.n_heads"},
-                "model.d_model=" + s(m.d_model) + " must be divisible by model.n_heads=" +
-                    s(m.n_heads));
+    c.fail_keys(
+        {"model.d_model", "model.n_heads"},
+        "model.d_model=" + s(m.d_model) + " must be divisible by model.n_heads=" + s(m.n_heads));
   if (m.head_dim() % 2 != 0)
     c.fail_keys({"model.d_model", "model.n_heads"},
                 "head_dim = model.d_model/model.n_heads = " + s(m.head_dim()) +
@@ -622,9 +683,9 @@ void validate_config(const Config& cfg, int world_size) {
       c.fail_keys({"model.top_k", "model.n_experts"},
                   "model.top_k=" + s(m.top_k) + " must be <= model.n_experts=" + s(m.n_experts));
     if (m.n_experts % p.ep != 0)
-      c.fail_keys({"parallel.ep", "model.n_experts"},
-                  "model.n_experts=" + s(m.n_experts) + " must be divisible by parallel.ep=" +
-                      s(p.ep));
+      c.fail_keys(
+          {"parallel.ep", "model.n_experts"},
+          "model.n_experts=" + s(m.n_experts) + " must be divisible by parallel.ep=" + s(p.ep));
     if (m.moe_every > m.n_layers)
       c.fail_keys({"model.moe_every", "model.n_layers"},
                   "model.moe_every=" + s(m.moe_every) + " must be <= model.n_layers=" +
@@ -648,12 +709,14 @@ void validate_config(const Config& cfg, int world_size) {
                 "parallel.vpp=" + s(p.vpp) +
                     " > 1 needs parallel.schedule = \"interleaved\" (got \"" + p.schedule + "\")");
   if (p.schedule == "interleaved" && p.vpp < 2)
-    c.fail_keys({"parallel.schedule", "parallel.vpp"},
-                "parallel.schedule = \"interleaved\" needs parallel.vpp >= 2 (got " + s(p.vpp) + ")");
+    c.fail_keys(
+        {"parallel.schedule", "parallel.vpp"},
+        "parallel.schedule = \"interleaved\" needs parallel.vpp >= 2 (got " + s(p.vpp) + ")");
   if (m.n_layers % (p.pp * p.vpp) != 0)
     c.fail_keys({"model.n_layers", "parallel.pp", "parallel.vpp"},
-                "model.n_layers=" + s(m.n_layers) + " must be divisible by parallel.pp*parallel.vpp=" +
-                    s(p.pp * p.vpp) + " (every model chunk gets the same number of layers)");
+                "model.n_layers=" + s(m.n_layers) +
+                    " must be divisible by parallel.pp*parallel.vpp=" + s(p.pp * p.vpp) +
+                    " (every model chunk gets the same number of layers)");
   const int min_m = min_microbatches(p.schedule, p.pp, p.vpp);
   if (d.num_microbatches < min_m)
     c.fail_keys({"data.num_microbatches", "parallel.schedule", "parallel.pp"},
@@ -662,14 +725,16 @@ void validate_config(const Config& cfg, int world_size) {
   if (p.schedule == "interleaved" && d.num_microbatches % p.pp != 0)
     c.fail_keys({"data.num_microbatches", "parallel.schedule", "parallel.pp"},
                 "data.num_microbatches=" + s(d.num_microbatches) +
-                    " must be a multiple of parallel.pp=" + s(p.pp) + " for schedule \"interleaved\"");
+                    " must be a multiple of parallel.pp=" + s(p.pp) +
+                    " for schedule \"interleaved\"");
   // Data.
   if (d.task == "tokens" && d.token_file.empty())
     c.fail_keys({"data.task", "data.token_file"},
                 "data.task = \"tokens\" needs data.token_file (a flat binary file of token ids)");
   if (d.task != "tokens" && !d.token_file.empty())
-    c.fail_keys({"data.token_file", "data.task"},
-                "data.token_file is only read with data.task = \"tokens\" (got \"" + d.task + "\")");
+    c.fail_keys(
+        {"data.token_file", "data.task"},
+        "data.token_file is only read with data.task = \"tokens\" (got \"" + d.task + "\")");
   // Output.
   for (int l : cfg.output.activation_layers)
     if (l >= m.n_layers)
@@ -677,8 +742,9 @@ void validate_config(const Config& cfg, int world_size) {
                   "layer " + s(l) + " is outside [0, model.n_layers=" + s(m.n_layers) + ")");
   for (int st : cfg.output.activation_steps)
     if (st > cfg.train.steps)
-      c.fail_keys({"output.activation_steps", "train.steps"},
-                  "step " + s(st) + " is after the last step (train.steps=" + s(cfg.train.steps) + ")");
+      c.fail_keys(
+          {"output.activation_steps", "train.steps"},
+          "step " + s(st) + " is after the last step (train.steps=" + s(cfg.train.steps) + ")");
   // Topology override.
   if (cfg.topology) {
     const TopologyOverride& t = *cfg.topology;
@@ -703,7 +769,8 @@ void validate_config(const Config& cfg, int world_size) {
                 "parallel.ep=" + s(p.ep) + " must divide dp*cp = " + s(dp) + "*" + s(p.cp) + " = " +
                     s(dp * p.cp) + " (the ranks of one pipeline stage; world size " +
                     s(world_size) + ")");
-  const long long global_batch = static_cast<long long>(d.micro_batch_size) * d.num_microbatches * dp;
+  const long long global_batch =
+      static_cast<long long>(d.micro_batch_size) * d.num_microbatches * dp;
   for (int smp : cfg.output.activation_samples)
     if (smp >= global_batch)
       c.fail_keys({"output.activation_samples", "data.micro_batch_size", "data.num_microbatches"},
@@ -726,11 +793,21 @@ std::string to_toml(const Config& cfg) {
     void* f = k.ref(c);
     out << k.name << " = ";
     switch (k.kind) {
-      case Kind::Int: out << *static_cast<int*>(f); break;
-      case Kind::UInt64: out << *static_cast<uint64_t*>(f); break;
-      case Kind::Float: out << format_double(*static_cast<double*>(f)); break;
-      case Kind::Bool: out << (*static_cast<bool*>(f) ? "true" : "false"); break;
-      case Kind::String: out << quote(*static_cast<std::string*>(f)); break;
+      case Kind::Int:
+        out << *static_cast<int*>(f);
+        break;
+      case Kind::UInt64:
+        out << *static_cast<uint64_t*>(f);
+        break;
+      case Kind::Float:
+        out << format_double(*static_cast<double*>(f));
+        break;
+      case Kind::Bool:
+        out << (*static_cast<bool*>(f) ? "true" : "false");
+        break;
+      case Kind::String:
+        out << quote(*static_cast<std::string*>(f));
+        break;
       case Kind::IntList: {
         const auto& v = *static_cast<std::vector<int>*>(f);
         out << "[";

@@ -63,18 +63,19 @@ std::string span(int a, int b) { return a == b ? str(a) : str(a) + "-" + str(b);
 
 MeshCheck check_mesh(const ClusterShape& shape, const MeshRequest& req, int n_experts) {
   const int dpn = shape.devices_per_node, nvl = shape.nvlink_domain;
-  if (shape.nodes < 1) return {"topology.nodes", "needs at least 1 node (got " + str(shape.nodes) + ")"};
+  if (shape.nodes < 1)
+    return {"topology.nodes", "needs at least 1 node (got " + str(shape.nodes) + ")"};
   if (dpn < 1)
     return {"topology.devices_per_node", "needs at least 1 device per node (got " + str(dpn) + ")"};
   if (nvl < 1 || dpn % nvl != 0)
     return {"topology.nvlink_domain", "the NVLink domain (" + str(nvl) +
-                                          " ranks) must divide the devices per node (" + str(dpn) + ")"};
+                                          " ranks) must divide the devices per node (" + str(dpn) +
+                                          ")"};
   if (req.pp < 1) return {"parallel.pp", "must be >= 1"};
   if (req.cp < 1) return {"parallel.cp", "must be >= 1"};
   if (req.ep < 1) return {"parallel.ep", "must be >= 1"};
   const long long world = static_cast<long long>(shape.nodes) * dpn;
-  if (world % req.cp != 0)
-    return {"parallel.cp", "must divide the world size " + str(world)};
+  if (world % req.cp != 0) return {"parallel.cp", "must divide the world size " + str(world)};
   if ((world / req.cp) % req.pp != 0)
     return {"parallel.pp", "pp*cp = " + str(static_cast<long long>(req.pp) * req.cp) +
                                " must divide the world size " + str(world)};
@@ -86,9 +87,9 @@ MeshCheck check_mesh(const ClusterShape& shape, const MeshRequest& req, int n_ex
   const long long stage = world / req.pp;  // ranks per stage = dp*cp
   if (shape.nodes > 1) {
     if (req.pp >= shape.nodes && dpn % stage != 0)
-      return {"parallel.pp", "a pipeline stage (" + str(stage) + " ranks) must not straddle nodes of " +
-                                 str(dpn) + " devices (with pp >= nodes, world/pp must divide " +
-                                 str(dpn) + ")"};
+      return {"parallel.pp",
+              "a pipeline stage (" + str(stage) + " ranks) must not straddle nodes of " + str(dpn) +
+                  " devices (with pp >= nodes, world/pp must divide " + str(dpn) + ")"};
     if (req.pp < shape.nodes && stage % dpn != 0)
       return {"parallel.pp", "with pp < nodes (" + str(shape.nodes) +
                                  ") each pipeline stage must be whole nodes (pp must divide " +
@@ -97,7 +98,8 @@ MeshCheck check_mesh(const ClusterShape& shape, const MeshRequest& req, int n_ex
   if (n_experts > 0 && n_experts % req.ep != 0)
     return {"parallel.ep", "must divide model.n_experts=" + str(n_experts)};
   if (stage % req.ep != 0)
-    return {"parallel.ep", "must divide dp*cp = " + str(stage) + " (the ranks of one pipeline stage)"};
+    return {"parallel.ep",
+            "must divide dp*cp = " + str(stage) + " (the ranks of one pipeline stage)"};
   // A stage is inside a node (stage | dpn) or whole nodes (dpn | stage); EP
   // groups are aligned runs of ep inside it, so they stay in a node exactly
   // when ep | dpn in the second case.
@@ -136,8 +138,9 @@ Mesh map_mesh(const ClusterShape& shape, const MeshRequest& req, int n_experts) 
   const MeshCheck c = check_mesh(shape, req, n_experts);
   if (!c.ok()) {
     std::string msg;
-    const std::string shape_text = str(shape.nodes) + (shape.nodes == 1 ? " node x " : " nodes x ") + str(shape.devices_per_node) +
-                                   " devices (NVLink domain " + str(shape.nvlink_domain) + ")";
+    const std::string shape_text =
+        str(shape.nodes) + (shape.nodes == 1 ? " node x " : " nodes x ") +
+        str(shape.devices_per_node) + " devices (NVLink domain " + str(shape.nvlink_domain) + ")";
     if (c.key.rfind("topology.", 0) == 0) {
       msg = c.key + ": " + c.rule;
     } else {
@@ -175,9 +178,7 @@ RankCoord Mesh::coord(int rank) const {
 
 std::vector<int> Mesh::cp_group(int rank) const { return iota_from(rank - rank % cp, cp); }
 
-std::vector<int> Mesh::pp_group(int rank) const {
-  return iota_from(rank % (cp * dp), pp, cp * dp);
-}
+std::vector<int> Mesh::pp_group(int rank) const { return iota_from(rank % (cp * dp), pp, cp * dp); }
 
 std::vector<int> Mesh::dp_group(int rank) const {
   const RankCoord c = coord(rank);
@@ -204,7 +205,8 @@ int Mesh::group_count(const std::string& kind) const {
   if (kind == "dpcp") return pp;
   if (kind == "ep") return world / ep;
   if (kind == "expert_replica") return pp * ep;
-  throw InputError("group kind '" + kind + "': must be one of cp, dp, pp, dpcp, ep, expert_replica");
+  throw InputError("group kind '" + kind +
+                   "': must be one of cp, dp, pp, dpcp, ep, expert_replica");
 }
 
 namespace {
@@ -265,8 +267,9 @@ std::string kind_title(const std::string& kind) {
 std::string mesh_summary_text(const Mesh& m, bool list_groups) {
   const bool all = list_groups || m.world <= kListAllUpTo;
   std::ostringstream o;
-  o << "cluster: " << m.shape.nodes << (m.shape.nodes == 1 ? " node x " : " nodes x ") << m.shape.devices_per_node
-    << " devices = " << m.world << " ranks, NVLink domain " << m.shape.nvlink_domain << " ranks\n";
+  o << "cluster: " << m.shape.nodes << (m.shape.nodes == 1 ? " node x " : " nodes x ")
+    << m.shape.devices_per_node << " devices = " << m.world << " ranks, NVLink domain "
+    << m.shape.nvlink_domain << " ranks\n";
   o << "mesh:    pp=" << m.pp << " dp=" << m.dp << " cp=" << m.cp << " ep=" << m.ep
     << "  (world = pp*dp*cp = " << m.pp << "*" << m.dp << "*" << m.cp << "; "
     << m.stage_size() / m.ep << " EP groups per stage)\n";
@@ -275,10 +278,11 @@ std::string mesh_summary_text(const Mesh& m, bool list_groups) {
   const int stages_shown = all ? m.pp : std::min(m.pp, 2 * kFirstGroups);
   for (int i = 0; i < stages_shown; ++i) {
     const int a = i * s, b = (i + 1) * s - 1;
-    o << "  stage " << i << ": ranks " << span(a, b) << " on node" << (m.node_of(a) == m.node_of(b) ? " " : "s ")
-      << span(m.node_of(a), m.node_of(b)) << "\n";
+    o << "  stage " << i << ": ranks " << span(a, b) << " on node"
+      << (m.node_of(a) == m.node_of(b) ? " " : "s ") << span(m.node_of(a), m.node_of(b)) << "\n";
   }
-  if (stages_shown < m.pp) o << "  ... " << (m.pp - stages_shown) << " more stages (--groups lists all)\n";
+  if (stages_shown < m.pp)
+    o << "  ... " << (m.pp - stages_shown) << " more stages (--groups lists all)\n";
   for (const auto& kind : kKinds) {
     const int n = m.group_count(kind);
     const auto groups = listed_groups(m, kind, all);
@@ -287,7 +291,8 @@ std::string mesh_summary_text(const Mesh& m, bool list_groups) {
       o << " [" << group_text(g) << "]";
       if (kind == "cp" || kind == "ep") o << "@node" << m.node_of(g.front());
     }
-    if (static_cast<int>(groups.size()) < n) o << " ... " << (n - groups.size()) << " more (--groups lists all)";
+    if (static_cast<int>(groups.size()) < n)
+      o << " ... " << (n - groups.size()) << " more (--groups lists all)";
     o << "\n";
   }
   return o.str();
@@ -314,9 +319,11 @@ std::string mesh_json(const Mesh& m, bool list_groups) {
   for (size_t k = 0; k < kKinds.size(); ++k) {
     const auto groups = listed_groups(m, kKinds[k], all);
     o << (k ? ", " : "") << "\"" << kKinds[k] << "\": {\"count\": " << m.group_count(kKinds[k])
-      << ", \"complete\": " << (static_cast<int>(groups.size()) == m.group_count(kKinds[k]) ? "true" : "false")
+      << ", \"complete\": "
+      << (static_cast<int>(groups.size()) == m.group_count(kKinds[k]) ? "true" : "false")
       << ", \"list\": [";
-    for (size_t i = 0; i < groups.size(); ++i) o << (i ? ", " : "") << "[" << join(groups[i], ", ") << "]";
+    for (size_t i = 0; i < groups.size(); ++i)
+      o << (i ? ", " : "") << "[" << join(groups[i], ", ") << "]";
     o << "]}";
   }
   o << "}}";

@@ -25,11 +25,11 @@ struct ModelConfig {
   int d_model = 64;
   int n_layers = 4;
   int n_heads = 4;
-  int n_kv_heads = 4;        // < n_heads: grouped-query attention
+  int n_kv_heads = 4;  // < n_heads: grouped-query attention
   int ffn_hidden = 128;
-  int n_experts = 8;         // 0: dense FFN
+  int n_experts = 8;  // 0: dense FFN
   int top_k = 2;
-  int moe_every = 1;         // every k-th layer is an MoE layer
+  int moe_every = 1;               // every k-th layer is an MoE layer
   std::string router = "softmax";  // "softmax" | "sigmoid_bias"
   double capacity_factor = 0.0;    // 0: dropless
   double aux_loss_coef = 0.01;
@@ -54,7 +54,7 @@ struct DataConfig {
   int micro_batch_size = 2;
   int num_microbatches = 4;
   uint64_t seed = 1234;
-  std::string token_file;          // task = "tokens": flat binary token ids
+  std::string token_file;              // task = "tokens": flat binary token ids
   std::string token_dtype = "uint16";  // "uint16" | "uint32"
 
   bool operator==(const DataConfig&) const = default;
@@ -62,11 +62,11 @@ struct DataConfig {
 
 struct ParallelConfig {
   int pp = 1;
-  int vpp = 1;                  // model chunks per pipeline rank
+  int vpp = 1;  // model chunks per pipeline rank
   int cp = 1;
   std::string cp_layout = "zigzag";  // "zigzag" | "contiguous"
   int ep = 1;
-  std::string schedule = "1f1b";     // "afab" | "1f1b" | "interleaved" | "zb-h1"
+  std::string schedule = "1f1b";  // "afab" | "1f1b" | "interleaved" | "zb-h1"
   // dp = world_size / (pp * cp)
 
   bool operator==(const ParallelConfig&) const = default;
@@ -77,9 +77,9 @@ struct TrainConfig {
   double lr = 3e-3;
   int warmup_steps = 10;
   double weight_decay = 0.0;
-  double grad_clip = 1.0;       // 0: no clipping
+  double grad_clip = 1.0;  // 0: no clipping
   // additions:
-  double min_lr_ratio = 0.1;    // cosine decays to lr * min_lr_ratio
+  double min_lr_ratio = 0.1;  // cosine decays to lr * min_lr_ratio
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
@@ -99,7 +99,7 @@ struct OutputConfig {
   std::string file = "trident-%j.h5";  // %j: Slurm job id, or "local-<timestamp>"
   int checkpoint_every = 0;            // steps; 0: only on signal and at the end
   std::string checkpoint_dir = "checkpoints";
-  std::vector<int> activation_steps;   // steps at which activations are captured
+  std::vector<int> activation_steps;  // steps at which activations are captured
   std::vector<int> activation_layers = {0};
   std::vector<int> activation_samples = {0};
   std::vector<std::string> activations = {"q", "k", "v", "attn_out", "router_logits"};

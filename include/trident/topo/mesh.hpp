@@ -52,11 +52,11 @@ struct Mesh {
   int rank_of(int pp_i, int dp_i, int cp_i) const { return (pp_i * dp + dp_i) * cp + cp_i; }
 
   // Group members (logical ranks, in group-rank order) of the group holding `rank`.
-  std::vector<int> cp_group(int rank) const;    // same pp, dp
-  std::vector<int> pp_group(int rank) const;    // same dp, cp: the stages
-  std::vector<int> dp_group(int rank) const;    // same pp, cp
-  std::vector<int> dpcp_group(int rank) const;  // same pp: dense gradient reduction
-  std::vector<int> ep_group(int rank) const;    // ep contiguous ranks of a stage
+  std::vector<int> cp_group(int rank) const;              // same pp, dp
+  std::vector<int> pp_group(int rank) const;              // same dp, cp: the stages
+  std::vector<int> dp_group(int rank) const;              // same pp, cp
+  std::vector<int> dpcp_group(int rank) const;            // same pp: dense gradient reduction
+  std::vector<int> ep_group(int rank) const;              // ep contiguous ranks of a stage
   std::vector<int> expert_replica_group(int rank) const;  // same pp and ep index
 
   // All groups of a kind, each once (for plan output and tests). Kinds: "cp",

@@ -29,7 +29,8 @@ std::string parse_error(const std::string& text, const std::vector<std::string>&
 }
 
 // Parses, then checks the world-independent and world rules.
-std::string validate_error(const std::string& text, int world, const std::vector<std::string>& sets = {}) {
+std::string validate_error(const std::string& text, int world,
+                           const std::vector<std::string>& sets = {}) {
   return input_error_of([&] { validate_config(parse_config_text(text, "t.toml", sets), world); });
 }
 
@@ -81,7 +82,8 @@ TEST_CASE("defaults are DESIGN.md's") {
   CHECK(c.output.activation_steps.empty());
   CHECK(c.output.activation_layers == std::vector<int>{0});
   CHECK(c.output.activation_samples == std::vector<int>{0});
-  CHECK(c.output.activations == std::vector<std::string>{"q", "k", "v", "attn_out", "router_logits"});
+  CHECK(c.output.activations ==
+        std::vector<std::string>{"q", "k", "v", "attn_out", "router_logits"});
   CHECK(c.output.timeline);
   CHECK_FALSE(c.topology.has_value());
   CHECK(c == Config{});
@@ -117,11 +119,11 @@ TEST_CASE("every example config validates") {
 }
 
 TEST_CASE("--set overrides parse their value as TOML") {
-  const Config c = parse_config_text("[train]\nlr = 0.5\n", "t.toml",
-                                     {"train.lr=1e-3", "parallel.schedule=zb-h1",
-                                      "output.activation_steps=[1,2]", "output.file=\"a b.h5\"",
-                                      "model.norm_topk=false", "data.seed=77",
-                                      " runtime.timeout_s = 12 ", "output.activations=[\"q\"]"});
+  const Config c = parse_config_text(
+      "[train]\nlr = 0.5\n", "t.toml",
+      {"train.lr=1e-3", "parallel.schedule=zb-h1", "output.activation_steps=[1,2]",
+       "output.file=\"a b.h5\"", "model.norm_topk=false", "data.seed=77",
+       " runtime.timeout_s = 12 ", "output.activations=[\"q\"]"});
   CHECK(c.train.lr == 1e-3);
   CHECK(c.parallel.schedule == "zb-h1");  // a bare string
   CHECK(c.output.activation_steps == std::vector<int>{1, 2});
@@ -141,8 +143,8 @@ TEST_CASE("--set overrides parse their value as TOML") {
     CHECK(d.output.file == "2024");
   }
   SECTION("a topology key creates the [topology] override") {
-    const Config d = parse_config_text("", "t.toml",
-                                       {"topology.nodes=2", "topology.devices_per_node=4"});
+    const Config d =
+        parse_config_text("", "t.toml", {"topology.nodes=2", "topology.devices_per_node=4"});
     REQUIRE(d.topology.has_value());
     CHECK(d.topology->nodes == 2);
     CHECK(d.topology->nvlink_domain == 0);
@@ -155,9 +157,12 @@ TEST_CASE("--set errors name the override") {
   CHECK(parse_error("", {"train.lrr=3"}) ==
         "--set train.lrr=3: unknown key 'train.lrr'; did you mean 'train.lr'?");
   CHECK(parse_error("", {"train.lr=abc"}) == "--set train.lr=abc: expected a number, got 'abc'");
-  CHECK(parse_error("", {"parallel.cp=two"}).rfind("--set parallel.cp=two: expected an integer", 0) == 0);
+  CHECK(
+      parse_error("", {"parallel.cp=two"}).rfind("--set parallel.cp=two: expected an integer", 0) ==
+      0);
   CHECK(parse_error("", {"parallel.cp=0"}) == "--set parallel.cp=0: must be >= 1 (got 0)");
-  CHECK(parse_error("", {"parallel.schedule=gpipe"}).find("must be one of \"afab\"") != std::string::npos);
+  CHECK(parse_error("", {"parallel.schedule=gpipe"}).find("must be one of \"afab\"") !=
+        std::string::npos);
   CHECK(parse_error("", {"train.lr="}) == "--set train.lr=: missing value");
   // Cross-key errors caused by an override point at it.
   CHECK(validate_error("", 1, {"parallel.cp=3"}).rfind("--set parallel.cp=3: ", 0) == 0);
@@ -169,7 +174,9 @@ namespace {
 // drawn from rng, including awkward strings and doubles.
 Config random_config(std::mt19937& rng) {
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  auto real = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
+  auto real = [&](double lo, double hi) {
+    return std::uniform_real_distribution<double>(lo, hi)(rng);
+  };
   Config c;
   c.model.vocab_size = pick(2, 100000);
   c.model.d_model = pick(1, 4096);
@@ -200,7 +207,8 @@ Config random_config(std::mt19937& rng) {
   c.parallel.cp = pick(1, 16);
   c.parallel.cp_layout = pick(0, 1) ? "zigzag" : "contiguous";
   c.parallel.ep = pick(1, 16);
-  c.parallel.schedule = std::vector<std::string>{"afab", "1f1b", "interleaved", "zb-h1"}[pick(0, 3)];
+  c.parallel.schedule =
+      std::vector<std::string>{"afab", "1f1b", "interleaved", "zb-h1"}[pick(0, 3)];
   c.train.steps = pick(1, 100000);
   c.train.lr = real(1e-6, 1e-1);
   c.train.warmup_steps = pick(0, 1000);
@@ -249,19 +257,59 @@ TEST_CASE("to_toml round-trips every key") {
     CHECK(text.find("\n" + name + " = ", table) != std::string::npos);
   }
   // The keys are DESIGN.md's plus the additions declared in config.hpp.
-  const std::vector<std::string> expected = {
-      "model.vocab_size", "model.d_model", "model.n_layers", "model.n_heads", "model.n_kv_heads",
-      "model.ffn_hidden", "model.n_experts", "model.top_k", "model.moe_every", "model.router",
-      "model.capacity_factor", "model.aux_loss_coef", "model.rope_theta", "model.norm_topk",
-      "model.z_loss_coef", "model.router_bias_rate", "model.init_std", "data.task", "data.seq_len",
-      "data.micro_batch_size", "data.num_microbatches", "data.seed", "data.token_file",
-      "data.token_dtype", "parallel.pp", "parallel.vpp", "parallel.cp", "parallel.cp_layout",
-      "parallel.ep", "parallel.schedule", "train.steps", "train.lr", "train.warmup_steps",
-      "train.weight_decay", "train.grad_clip", "train.min_lr_ratio", "train.beta1", "train.beta2",
-      "train.eps", "runtime.backend", "runtime.comm", "runtime.timeout_s", "output.file",
-      "output.checkpoint_every", "output.checkpoint_dir", "output.activation_steps",
-      "output.activation_layers", "output.activation_samples", "output.activations",
-      "output.timeline", "topology.nodes", "topology.devices_per_node", "topology.nvlink_domain"};
+  const std::vector<std::string> expected = {"model.vocab_size",
+                                             "model.d_model",
+                                             "model.n_layers",
+                                             "model.n_heads",
+                                             "model.n_kv_heads",
+                                             "model.ffn_hidden",
+                                             "model.n_experts",
+                                             "model.top_k",
+                                             "model.moe_every",
+                                             "model.router",
+                                             "model.capacity_factor",
+                                             "model.aux_loss_coef",
+                                             "model.rope_theta",
+                                             "model.norm_topk",
+                                             "model.z_loss_coef",
+                                             "model.router_bias_rate",
+                                             "model.init_std",
+                                             "data.task",
+                                             "data.seq_len",
+                                             "data.micro_batch_size",
+                                             "data.num_microbatches",
+                                             "data.seed",
+                                             "data.token_file",
+                                             "data.token_dtype",
+                                             "parallel.pp",
+                                             "parallel.vpp",
+                                             "parallel.cp",
+                                             "parallel.cp_layout",
+                                             "parallel.ep",
+                                             "parallel.schedule",
+                                             "train.steps",
+                                             "train.lr",
+                                             "train.warmup_steps",
+                                             "train.weight_decay",
+                                             "train.grad_clip",
+                                             "train.min_lr_ratio",
+                                             "train.beta1",
+                                             "train.beta2",
+                                             "train.eps",
+                                             "runtime.backend",
+                                             "runtime.comm",
+                                             "runtime.timeout_s",
+                                             "output.file",
+                                             "output.checkpoint_every",
+                                             "output.checkpoint_dir",
+                                             "output.activation_steps",
+                                             "output.activation_layers",
+                                             "output.activation_samples",
+                                             "output.activations",
+                                             "output.timeline",
+                                             "topology.nodes",
+                                             "topology.devices_per_node",
+                                             "topology.nvlink_domain"};
   CHECK(config_keys() == expected);
 }
 
@@ -292,12 +340,15 @@ TEST_CASE("model_hash covers exactly the [model] table") {
   other.data.seed = 99;
   CHECK(model_hash(other) == h);  // a different run of the same model
 
-  std::vector<std::function<void(Config&)>> model_changes = {
-      [](Config& c) { c.model.vocab_size += 1; },  [](Config& c) { c.model.d_model *= 2; },
-      [](Config& c) { c.model.n_layers += 1; },    [](Config& c) { c.model.n_kv_heads = 2; },
-      [](Config& c) { c.model.n_experts = 0; },    [](Config& c) { c.model.router = "sigmoid_bias"; },
-      [](Config& c) { c.model.rope_theta = 5e5; }, [](Config& c) { c.model.init_std = 0.0200001; },
-      [](Config& c) { c.model.norm_topk = false; }};
+  std::vector<std::function<void(Config&)>> model_changes = {[](Config& c) { c.model.vocab_size += 1; },
+                                                             [](Config& c) { c.model.d_model *= 2; },
+                                                             [](Config& c) { c.model.n_layers += 1; },
+                                                             [](Config& c) { c.model.n_kv_heads = 2; },
+                                                             [](Config& c) { c.model.n_experts = 0; },
+                                                             [](Config& c) { c.model.router = "sigmoid_bias"; },
+                                                             [](Config& c) { c.model.rope_theta = 5e5; },
+                                                             [](Config& c) { c.model.init_std = 0.0200001; },
+                                                             [](Config& c) { c.model.norm_topk = false; }};
   for (size_t i = 0; i < model_changes.size(); ++i) {
     Config c = base;
     model_changes[i](c);
@@ -323,12 +374,16 @@ TEST_CASE("syntax, unknown keys and types are reported at their line") {
         "t.toml:2: model.lr: unknown key; did you mean 'train.lr'?");
   CHECK(parse_error("\n[modle]\nd_model = 4\n") ==
         "t.toml:2: modle: unknown table or key 'modle'; did you mean 'model'?");
-  CHECK(parse_error("lr = 0.1\n").find("t.toml:1: lr: unknown table or key 'lr'; did you mean 'train.lr'?") == 0);
-  CHECK(parse_error("[model]\nwhatever_this_is = 4\n") == "t.toml:2: model.whatever_this_is: unknown key");
+  CHECK(parse_error("lr = 0.1\n")
+            .find("t.toml:1: lr: unknown table or key 'lr'; did you mean 'train.lr'?") == 0);
+  CHECK(parse_error("[model]\nwhatever_this_is = 4\n") ==
+        "t.toml:2: model.whatever_this_is: unknown key");
   CHECK(parse_error("[model.sub]\nx = 1\n").find("model.sub: unknown key") != std::string::npos);
   CHECK(parse_error("model = 3\n") == "t.toml:1: model: expected a table [model], got an integer");
   CHECK(parse_error("[model\n").rfind("t.toml:1: TOML syntax error: ", 0) == 0);
-  CHECK(parse_error("[model]\nd_model = 1\nd_model = 2\n").rfind("t.toml:3: TOML syntax error", 0) == 0);
+  CHECK(
+      parse_error("[model]\nd_model = 1\nd_model = 2\n").rfind("t.toml:3: TOML syntax error", 0) ==
+      0);
   // The first problem in file order is the one reported, whatever the key order.
   CHECK(parse_error("[train]\nzzz = 1\naaa = 2\n").rfind("t.toml:2: train.zzz", 0) == 0);
 
@@ -339,7 +394,8 @@ TEST_CASE("syntax, unknown keys and types are reported at their line") {
       {"[model]\nd_model = \"64\"", "t.toml:2: model.d_model: expected an integer, got a string"},
       {"[model]\nn_layers = 4.5", "t.toml:2: model.n_layers: expected an integer, got a float"},
       {"[train]\nlr = \"fast\"", "t.toml:2: train.lr: expected a number, got a string"},
-      {"[output]\ntimeline = 1", "t.toml:2: output.timeline: expected true or false, got an integer"},
+      {"[output]\ntimeline = 1",
+       "t.toml:2: output.timeline: expected true or false, got an integer"},
       {"[model]\nrouter = 1", "t.toml:2: model.router: expected a string, got an integer"},
       {"[output]\nactivation_steps = 3",
        "t.toml:2: output.activation_steps: expected an array of integers, got an integer"},
@@ -348,7 +404,8 @@ TEST_CASE("syntax, unknown keys and types are reported at their line") {
       {"[output]\nactivations = [\"q\", 2]",
        "t.toml:2: output.activations: expected an array of strings, found an integer"},
       {"[data]\nseed = 1.5", "t.toml:2: data.seed: expected a non-negative integer, got a float"},
-      {"[runtime]\ntimeout_s = true", "t.toml:2: runtime.timeout_s: expected a number, got a boolean"},
+      {"[runtime]\ntimeout_s = true",
+       "t.toml:2: runtime.timeout_s: expected a number, got a boolean"},
       {"[model]\nvocab_size = 5000000000",
        "t.toml:2: model.vocab_size: must fit a 32-bit integer (got 5000000000)"},
   };
@@ -375,7 +432,8 @@ TEST_CASE("per-key ranges and enums") {
       {"model.n_experts", "-1", "must be >= 0", "0"},
       {"model.top_k", "0", "must be >= 1", "1"},
       {"model.moe_every", "0", "must be >= 1", "2"},
-      {"model.router", "\"topk\"", "must be one of \"softmax\", \"sigmoid_bias\"", "\"sigmoid_bias\""},
+      {"model.router", "\"topk\"", "must be one of \"softmax\", \"sigmoid_bias\"",
+       "\"sigmoid_bias\""},
       {"model.capacity_factor", "-0.5", "must be >= 0.0", "1.25"},
       {"model.aux_loss_coef", "-1", "must be >= 0.0", "0"},
       {"model.rope_theta", "0", "must be > 0.0", "1e6"},
@@ -391,10 +449,11 @@ TEST_CASE("per-key ranges and enums") {
       {"parallel.pp", "0", "must be >= 1", "2"},
       {"parallel.vpp", "0", "must be >= 1", "1"},
       {"parallel.cp", "0", "must be >= 1", "2"},
-      {"parallel.cp_layout", "\"ring\"", "must be one of \"zigzag\", \"contiguous\"", "\"contiguous\""},
+      {"parallel.cp_layout", "\"ring\"", "must be one of \"zigzag\", \"contiguous\"",
+       "\"contiguous\""},
       {"parallel.ep", "0", "must be >= 1", "2"},
-      {"parallel.schedule", "\"gpipe\"", "must be one of \"afab\", \"1f1b\", \"interleaved\", \"zb-h1\"",
-       "\"afab\""},
+      {"parallel.schedule", "\"gpipe\"",
+       "must be one of \"afab\", \"1f1b\", \"interleaved\", \"zb-h1\"", "\"afab\""},
       {"train.steps", "0", "must be >= 1", "1"},
       {"train.lr", "0", "must be > 0.0", "1e-9"},
       {"train.lr", "-1e-3", "must be > 0.0", "1e-9"},
@@ -418,7 +477,8 @@ TEST_CASE("per-key ranges and enums") {
       {"output.activation_steps", "[2, 2]", "element 2 is listed twice", "[2]"},
       {"output.activation_layers", "[-2]", "every element must be >= 0", "[1]"},
       {"output.activation_samples", "[0, -1]", "every element must be >= 0", "[]"},
-      {"output.activations", "[\"q\", \"attention\"]", "every element must be one of \"q\"", "[\"v\"]"},
+      {"output.activations", "[\"q\", \"attention\"]", "every element must be one of \"q\"",
+       "[\"v\"]"},
       {"output.activations", "[\"q\", \"q\"]", "element \"q\" is listed twice", "[\"k\", \"q\"]"},
       {"topology.nodes", "0", "must be >= 1", "3"},
       {"topology.devices_per_node", "0", "must be >= 1", "4"},
@@ -437,8 +497,9 @@ TEST_CASE("per-key ranges and enums") {
     const std::string err = parse_error(prefix + name + " = " + c.bad + "\n");
     CHECK(err.rfind("t.toml:4: " + c.key + ": " + c.rule, 0) == 0);
     // The same rule through --set.
-    const std::string set_err = parse_error(section == "topology" ? "[topology]\nnodes=2\ndevices_per_node=4\n" : "",
-                                            {c.key + "=" + c.bad});
+    const std::string set_err =
+        parse_error(section == "topology" ? "[topology]\nnodes=2\ndevices_per_node=4\n" : "",
+                    {c.key + "=" + c.bad});
     CHECK(set_err.rfind("--set " + c.key + "=" + c.bad + ": " + c.rule, 0) == 0);
     // And a good value is taken.
     const std::string rest = name == "nvlink_domain" ? "devices_per_node = 4\n" : "";
@@ -533,7 +594,8 @@ TEST_CASE("cross-key rules") {
       {"[model]\nn_experts = 8\n[parallel]\npp = 2\nep = 8\n", 8,
        "t.toml:5: parallel.ep: parallel.ep=8 must divide dp*cp = 4*1 = 4 (the ranks of one "
        "pipeline stage; world size 8)"},
-      {"[data]\nmicro_batch_size = 1\nnum_microbatches = 2\n[output]\nactivation_samples = [0, 5]\n",
+      {"[data]\nmicro_batch_size = 1\nnum_microbatches = 2\n[output]\nactivation_samples = [0, "
+       "5]\n",
        2,
        "t.toml:5: output.activation_samples: sample 5 is outside the global batch [0, 4) = "
        "data.micro_batch_size*data.num_microbatches*dp = 1*2*2"},
@@ -567,7 +629,8 @@ TEST_CASE("cross-key rules pass at their boundaries") {
       {"[data]\ntask = \"tokens\"\ntoken_file = \"t.bin\"\n", 0},
       {"[output]\nactivation_layers = [3]\n", 0},
       {"[train]\nsteps = 10\n[output]\nactivation_steps = [0, 10]\n", 0},
-      {"[data]\nmicro_batch_size = 1\nnum_microbatches = 2\n[output]\nactivation_samples = [3]\n", 2},
+      {"[data]\nmicro_batch_size = 1\nnum_microbatches = 2\n[output]\nactivation_samples = [3]\n",
+       2},
       {"[model]\nn_experts = 8\n[parallel]\npp = 2\nep = 4\n", 8},
   };
   for (const auto& [toml, world] : ok) {

@@ -15,9 +15,9 @@ namespace {
 
 // A check cheap enough for millions of passing uses (a mesh of 8192 ranks);
 // a failure still reports its condition and stops the test case.
-#define EXPECT(cond)                          \
-  do {                                        \
-    if (!(cond)) FAIL("failed: " #cond);      \
+#define EXPECT(cond)                     \
+  do {                                   \
+    if (!(cond)) FAIL("failed: " #cond); \
   } while (0)
 
 std::vector<int> divisors_of(int n) {
@@ -216,19 +216,22 @@ TEST_CASE("each impossible request names its constraint") {
   CHECK(err({1, 8, 2}, {1, 4, 1}).find("cp must divide 2") != std::string::npos);
   CHECK(err({1, 12, 4}, {1, 3, 1}).find("cp must divide 4") != std::string::npos);
   // A stage that would straddle nodes (pp >= nodes), or not be whole nodes.
-  CHECK(err({3, 4, 4}, {4, 1, 1}).rfind(
-            "parallel.pp | parallel.pp=4: a pipeline stage (3 ranks) must not straddle nodes", 0) ==
-        0);
+  CHECK(
+      err({3, 4, 4}, {4, 1, 1})
+          .rfind("parallel.pp | parallel.pp=4: a pipeline stage (3 ranks) must not straddle nodes",
+                 0) == 0);
   CHECK(err({4, 2, 2}, {3, 1, 1}).find("parallel.pp=3: pp*cp = 3 must divide the world size 8") !=
         std::string::npos);
-  CHECK(err({3, 2, 2}, {2, 1, 1}).rfind(
-            "parallel.pp | parallel.pp=2: with pp < nodes (3) each pipeline stage must be whole "
-            "nodes",
-            0) == 0);
+  CHECK(
+      err({3, 2, 2}, {2, 1, 1})
+          .rfind(
+              "parallel.pp | parallel.pp=2: with pp < nodes (3) each pipeline stage must be whole "
+              "nodes",
+              0) == 0);
   // EP over two nodes; EP not dividing the experts or the stage.
-  CHECK(err({2, 4, 4}, {1, 1, 8}, 8).rfind(
-            "parallel.ep | parallel.ep=8: an EP group must lie inside one node of 4 devices", 0) ==
-        0);
+  CHECK(err({2, 4, 4}, {1, 1, 8}, 8)
+            .rfind("parallel.ep | parallel.ep=8: an EP group must lie inside one node of 4 devices",
+                   0) == 0);
   CHECK(err({1, 8, 8}, {1, 1, 4}, 6).find("parallel.ep=4: must divide model.n_experts=6") !=
         std::string::npos);
   CHECK(err({1, 8, 8}, {2, 1, 8}, 8).find("parallel.ep=8: must divide dp*cp = 4") !=
@@ -260,8 +263,8 @@ TEST_CASE("the quickstart mesh: CP pairs inside a node, stages on different node
   CHECK(text.find("stage 1: ranks 4-7 on node 1\n") != std::string::npos);
   CHECK(text.find("[0 1]@node0 [2 3]@node0 [4 5]@node1 [6 7]@node1") != std::string::npos);
   const std::string json = mesh_json(m, false);
-  CHECK(json.find("\"cp\": {\"count\": 4, \"complete\": true, \"list\": [[0, 1], [2, 3], [4, 5], [6, 7]]}") !=
-        std::string::npos);
+  CHECK(json.find("\"cp\": {\"count\": 4, \"complete\": true, \"list\": [[0, 1], [2, 3], [4, 5], "
+                  "[6, 7]]}") != std::string::npos);
   CHECK(json.find("{\"stage\": 1, \"first_rank\": 4, \"last_rank\": 7, \"first_node\": 1, "
                   "\"last_node\": 1}") != std::string::npos);
   CHECK_THROWS_AS(m.all_groups("tp"), InputError);
