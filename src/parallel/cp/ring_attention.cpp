@@ -11,11 +11,19 @@
 // block (sent by the left neighbour at the end of its step s-1) is in
 // flight; after the compute the two are summed and sent on. After step cp-1
 // the buffer that arrives is this rank's own block's complete dK/dV.
+//
+// Progress: MPI (UCX's rendezvous protocol in particular) moves a large
+// message only when the library is entered, so a transfer posted before the
+// compute could otherwise sit idle until the wait after it. The compute is
+// therefore cut into query tiles (the kernel's own kQueryBlock rows, so the
+// arithmetic is unchanged) and every pending ring request is tested between
+// tiles.
 #include "trident/parallel/cp/ring_attention.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 
 #include "trident/core/error.hpp"
@@ -107,6 +115,23 @@ void RingAttention::note_workspace(size_t bytes) {
 
 namespace {
 
+// The run cut into pieces of kQueryBlock rows, in order: the ring calls the
+// kernel once per piece so that it can drive MPI progress in between.
+std::vector<TokenRun> query_tiles(const TokenRun& run) {
+  std::vector<TokenRun> tiles;
+  for (int64_t i = 0; i < run.length; i += kernels::kQueryBlock)
+    tiles.push_back(TokenRun{run.local_offset + i, run.pos0 + i,
+                             std::min(kernels::kQueryBlock, run.length - i)});
+  return tiles;
+}
+
+// Tests (never waits on) the ring's in-flight requests: each test lets MPI
+// advance them. Completed or empty requests cost nothing.
+void drive_progress(Communicator* comm, std::initializer_list<Request*> pending) {
+  if (!comm) return;
+  for (Request* r : pending) comm->test(*r);
+}
+
 // The kernel call for queries of run qr against keys of run kr; false when
 // the causal mask hides the whole pair (all keys after all queries).
 bool pair_shape(const TokenRun& qr, const TokenRun& kr, int H, int Hkv, int D, bool causal,
@@ -150,17 +175,20 @@ void RingAttention::forward(const float* q, const float* k, const float* v, int 
       counters_.bytes_sent += double(cur.size() * sizeof(float));
     }
     const auto t0 = std::chrono::steady_clock::now();
-    for (const TokenRun& qr : runs_[cp_rank_]) {
-      for (const TokenRun& kr : runs_[source_rank(step)]) {
-        kernels::AttnShape s;
-        if (!pair_shape(qr, kr, H, Hkv, D, causal_, &s)) continue;
-        const int64_t qo = qr.local_offset, ko = kr.local_offset;
-        kernels::attention_forward(s, q + qo * H * D, cur.data() + ko * Hkv * D,
-                                   cur.data() + nkv + ko * Hkv * D, out_b.data() + qo * H * D,
-                                   lse_b.data() + qo * H);
-        kernels::merge_partial_attention(qr.length * H, D, out + qo * H * D, lse + qo * H,
-                                         out_b.data() + qo * H * D, lse_b.data() + qo * H);
-        counters_.flops += kernels::attention_flops(s, false);
+    for (const TokenRun& run : runs_[cp_rank_]) {
+      for (const TokenRun& qr : query_tiles(run)) {
+        for (const TokenRun& kr : runs_[source_rank(step)]) {
+          kernels::AttnShape s;
+          if (!pair_shape(qr, kr, H, Hkv, D, causal_, &s)) continue;
+          const int64_t qo = qr.local_offset, ko = kr.local_offset;
+          kernels::attention_forward(s, q + qo * H * D, cur.data() + ko * Hkv * D,
+                                     cur.data() + nkv + ko * Hkv * D, out_b.data() + qo * H * D,
+                                     lse_b.data() + qo * H);
+          kernels::merge_partial_attention(qr.length * H, D, out + qo * H * D, lse + qo * H,
+                                           out_b.data() + qo * H * D, lse_b.data() + qo * H);
+          counters_.flops += kernels::attention_flops(s, false);
+        }
+        drive_progress(comm_, {&recv, &send});
       }
     }
     counters_.compute_s += seconds_since(t0);
@@ -208,15 +236,19 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
     }
     auto t0 = std::chrono::steady_clock::now();
     std::fill(partial.begin(), partial.end(), 0.0f);
-    for (const TokenRun& qr : runs_[cp_rank_]) {
-      for (const TokenRun& kr : runs_[source_rank(step)]) {
-        kernels::AttnShape s;
-        if (!pair_shape(qr, kr, H, Hkv, D, causal_, &s)) continue;
-        const int64_t qo = qr.local_offset * H * D, ko = kr.local_offset * Hkv * D;
-        kernels::attention_backward(s, q + qo, cur.data() + ko, cur.data() + nkv + ko, out + qo,
-                                    lse + qr.local_offset * H, dout + qo, dq + qo,
-                                    partial.data() + ko, partial.data() + nkv + ko);
-        counters_.flops += kernels::attention_flops(s, true);
+    for (const TokenRun& run : runs_[cp_rank_]) {
+      for (const TokenRun& qr : query_tiles(run)) {
+        for (const TokenRun& kr : runs_[source_rank(step)]) {
+          kernels::AttnShape s;
+          if (!pair_shape(qr, kr, H, Hkv, D, causal_, &s)) continue;
+          const int64_t qo = qr.local_offset * H * D, ko = kr.local_offset * Hkv * D;
+          kernels::attention_backward(s, q + qo, cur.data() + ko, cur.data() + nkv + ko, out + qo,
+                                      lse + qr.local_offset * H, dout + qo, dq + qo,
+                                      partial.data() + ko, partial.data() + nkv + ko);
+          counters_.flops += kernels::attention_flops(s, true);
+        }
+        // The previous step's dK/dV accumulator is in flight too.
+        drive_progress(comm_, {&recv, &send, &dkv_recv, &dkv_send});
       }
     }
     counters_.compute_s += seconds_since(t0);
