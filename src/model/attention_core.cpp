@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "trident/comm/comm.hpp"
 #include "trident/core/error.hpp"
 #include "trident/kernels/attention.hpp"
 #include "trident/model/blocks.hpp"
@@ -11,6 +12,10 @@
 
 namespace trident::model {
 namespace {
+
+void record(AttentionCore& core, double t_begin, double compute_s, bool backward) {
+  if (core.spans) core.spans->push_back(AttnSpan{t_begin, compute_s, core.layer, backward});
+}
 
 class LocalAttention : public AttentionCore {
  public:
@@ -27,14 +32,18 @@ class LocalAttention : public AttentionCore {
   }
   void forward(const float* q, const float* k, const float* v, int64_t Ls, float* out,
                float* lse) override {
+    const double t0 = now_s();
     kernels::attention_forward(shape(Ls), q, k, v, out, lse);
+    record(*this, t0, now_s() - t0, false);
   }
   void backward(const float* q, const float* k, const float* v, int64_t Ls, const float* out,
                 const float* lse, const float* dout, float* dq, float* dk, float* dv) override {
+    const double t0 = now_s();
     std::fill_n(dq, Ls * H_ * D_, 0.0f);
     std::fill_n(dk, Ls * Hkv_ * D_, 0.0f);
     std::fill_n(dv, Ls * Hkv_ * D_, 0.0f);
     kernels::attention_backward(shape(Ls), q, k, v, out, lse, dout, dq, dk, dv);
+    record(*this, t0, now_s() - t0, true);
   }
 
  private:
@@ -49,11 +58,15 @@ class RingAttentionCore : public AttentionCore {
         H_(cfg.model.n_heads), Hkv_(cfg.model.n_kv_heads), D_(cfg.model.head_dim()) {}
   void forward(const float* q, const float* k, const float* v, int64_t, float* out,
                float* lse) override {
+    const double t0 = now_s(), c0 = ring_.counters().compute_s;
     ring_.forward(q, k, v, H_, Hkv_, D_, out, lse);
+    record(*this, t0, ring_.counters().compute_s - c0, false);
   }
   void backward(const float* q, const float* k, const float* v, int64_t, const float* out,
                 const float* lse, const float* dout, float* dq, float* dk, float* dv) override {
+    const double t0 = now_s(), c0 = ring_.counters().compute_s;
     ring_.backward(q, k, v, out, lse, dout, H_, Hkv_, D_, dq, dk, dv);
+    record(*this, t0, ring_.counters().compute_s - c0, true);
   }
 
  private:

@@ -258,8 +258,10 @@ class Chunk {
     last_ = vs == n_virtual - 1;
     auto [b, e] = layer_range(m.n_layers, n_virtual, vs);
     for (int l = b; l < e; ++l) {
-      attn_.push_back(std::make_unique<AttentionBlock>(
-          m, l, make_attention_core(st.cfg_, st.comms_)));
+      auto core = make_attention_core(st.cfg_, st.comms_);
+      core->spans = &st.attn_spans_;
+      core->layer = l;
+      attn_.push_back(std::make_unique<AttentionBlock>(m, l, std::move(core)));
       ffn_.push_back(std::make_unique<FfnBlock>(
           m, l, m.is_moe_layer(l) ? make_moe_ffn(st.cfg_, l, st.comms_) : make_dense_ffn(m, l)));
     }

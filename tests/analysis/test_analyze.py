@@ -27,6 +27,14 @@ COMMON = [
 ]
 
 
+def base_config(tmp):
+    """An empty config: defaults everywhere, the test's keys come by --set."""
+    path = os.path.join(tmp, "base.toml")
+    with open(path, "w") as f:
+        f.write("# defaults; every key of the test comes by --set\n")
+    return path
+
+
 def trident_run(tmp, name, np_, extra):
     if not BIN or not MPIRUN:
         pytest.fail("TRIDENT_BIN and TRIDENT_MPIRUN must be set (run through ctest)")
@@ -34,7 +42,7 @@ def trident_run(tmp, name, np_, extra):
     sets = []
     for kv in COMMON + extra + [f"output.checkpoint_dir={os.path.join(tmp, name + '-ckpt')}"]:
         sets += ["--set", kv]
-    cmd = MPIRUN + ["-np", str(np_), BIN, "run"] + sets + ["--output", out]
+    cmd = MPIRUN + ["-np", str(np_), BIN, "run", base_config(tmp)] + sets + ["--output", out]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"{' '.join(cmd)}\nstdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}"
     assert os.path.exists(out)
@@ -163,7 +171,7 @@ def test_killed_run_is_readable(runs, tmp_path):
     sets = []
     for kv in COMMON + ["train.steps=1000", f"output.checkpoint_dir={tmp_path / 'ck'}"]:
         sets += ["--set", kv]
-    p = subprocess.Popen(MPIRUN + ["-np", "1", BIN, "run"] + sets + ["--output", out],
+    p = subprocess.Popen(MPIRUN + ["-np", "1", BIN, "run", base_config(str(tmp_path))] + sets + ["--output", out],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     import time
     deadline = time.time() + 120

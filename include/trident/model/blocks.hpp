@@ -23,6 +23,10 @@ namespace trident::model {
 class AttentionCore {
  public:
   virtual ~AttentionCore() = default;
+  // Where each call's kernel time is recorded (the timeline's ATTN_F/ATTN_B
+  // events); null: not recorded. `layer` labels the records.
+  std::vector<AttnSpan>* spans = nullptr;
+  int layer = 0;
   virtual void forward(const float* q, const float* k, const float* v, int64_t Ls, float* out,
                        float* lse) = 0;
   // dq/dk/dv are overwritten.

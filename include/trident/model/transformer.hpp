@@ -24,6 +24,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "trident/comm/comm.hpp"
@@ -79,6 +80,15 @@ std::pair<int, int> layer_range(int n_layers, int n_virtual, int vs);
 
 class Chunk;  // one virtual stage's layers (model/transformer.cpp)
 
+// One attention call on this rank: when it began and how long this rank spent
+// in the attention kernels during it (ring waits excluded), so that per-rank
+// attention compute (the zig-zag balance) can be read from the timeline.
+struct AttnSpan {
+  double t_begin_s = 0, compute_s = 0;
+  int layer = 0;
+  bool backward = false;
+};
+
 class ModelStage {
  public:
   // pp_rank/pp, vpp from the mesh and config. Builds and initialises the
@@ -119,6 +129,8 @@ class ModelStage {
   // over all MoE layers of the model (zeros for layers not held here).
   const std::vector<std::vector<int64_t>>& expert_tokens() const { return expert_tokens_; }
   std::vector<Capture> take_captures();
+  // Attention calls of this step on this rank (emptied by the call).
+  std::vector<AttnSpan> take_attention_spans() { return std::exchange(attn_spans_, {}); }
   // Router bias update (sigmoid_bias) from the step's globally summed loads.
   void update_router_bias(const std::vector<std::vector<int64_t>>& global_load);
   // Extra state that is not a Param but belongs in a checkpoint (router
@@ -139,6 +151,7 @@ class ModelStage {
   double loss_sum_ = 0, aux_sum_ = 0;
   std::vector<std::vector<int64_t>> expert_tokens_;
   std::vector<Capture> captures_;
+  std::vector<AttnSpan> attn_spans_;
 };
 
 }  // namespace trident::model
