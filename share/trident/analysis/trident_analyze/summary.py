@@ -66,6 +66,11 @@ def summarize(rf: RunFile) -> dict:
         waits = np.asarray(rs["comm_wait_s"], dtype=np.float64).reshape(len(rs), -1)
         for i, k in enumerate(COMM_KINDS[: waits.shape[1]]):
             split[f"comm_wait_{k}"] = float(np.mean(waits[:, i]) / total_time)
+        # cp (ring) and ep (all-to-all) waits happen inside F/B/W actions:
+        # take them out so that compute + waits + bubble adds up to the step.
+        if "compute" in split:
+            inside = split.get("comm_wait_cp", 0.0) + split.get("comm_wait_ep", 0.0)
+            split["compute"] = max(0.0, split["compute"] - inside)
         if "peak_rss_bytes" in rs.dtype.names:
             out["peak_rss_mb_max"] = float(np.max(rs["peak_rss_bytes"]) / 2**20)
     out["time_split"] = split
@@ -102,9 +107,13 @@ def format_text(s: dict) -> str:
     if s["steps"]:
         L.append(f"loss          first {s['first_loss']:.4f}  final {s['final_loss']:.4f}  best {s['best_loss']:.4f} (step {s['best_step']})")
         L.append(f"throughput    {s['tokens_per_s']:.0f} tokens/s, {s['step_time_s'] * 1e3:.1f} ms/step (mean after the first step)")
-        split = s.get("time_split", {})
-        parts = "  ".join(f"{k} {100 * v:.1f}%" for k, v in split.items())
-        L.append(f"time split    {parts}")
+        sp = s.get("time_split", {})
+        pct = lambda k: f"{100 * sp[k]:.1f}%" if k in sp else "n/a"  # noqa: E731
+        # compute + cp/ep waits (inside F/B/W) + bubble = 100%; pp and dp
+        # waits fall outside the actions, i.e. inside the bubble.
+        L.append(f"time split    compute {pct('compute')} | waits inside F/B/W: cp {pct('comm_wait_cp')}, "
+                 f"ep {pct('comm_wait_ep')} | bubble {pct('bubble')} (pp wait {pct('comm_wait_pp')}, "
+                 f"dp wait {pct('comm_wait_dp')})")
         if "comm_mb_per_step" in s:
             L.append("comm / step   " + "  ".join(f"{k} {v:.2f} MB" for k, v in s["comm_mb_per_step"].items()))
         if "expert_imbalance" in s:
