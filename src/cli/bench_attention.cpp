@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "commands.hpp"
+#include "list_flags.hpp"
 #include "trident/core/error.hpp"
 #include "trident/core/rng.hpp"
 #include "trident/io/bench_report.hpp"
@@ -64,31 +65,6 @@ double spot_check(const kernels::AttnShape& s, const float* q, const float* k, c
   return worst;
 }
 
-std::vector<std::string> split_list(const std::string& flag, const std::string& text) {
-  std::vector<std::string> items;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) items.push_back(item);
-  if (items.empty()) throw InputError(flag + " '" + text + "': give at least one value");
-  return items;
-}
-
-std::vector<int64_t> parse_positive_list(const std::string& flag, const std::string& text) {
-  std::vector<int64_t> out;
-  for (const std::string& item : split_list(flag, text)) {
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != item.size() || v <= 0)
-      throw InputError(flag + " " + text + ": '" + item + "' is not a positive integer");
-    out.push_back(v);
-  }
-  return out;
-}
 
 class BenchAttentionCommand : public Command {
  public:

@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "commands.hpp"
+#include "list_flags.hpp"
 #include "trident/comm/comm.hpp"
 #include "trident/core/error.hpp"
 #include "trident/core/rng.hpp"
@@ -51,25 +52,6 @@ std::vector<int64_t> all_positions(int64_t seq) {
   return p;
 }
 
-std::vector<int64_t> parse_positive_list(const std::string& flag, const std::string& text) {
-  std::vector<int64_t> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != item.size() || v <= 0)
-      throw InputError(flag + " " + text + ": '" + item + "' is not a positive integer");
-    out.push_back(v);
-  }
-  if (out.empty()) throw InputError(flag + " '" + text + "': give at least one value");
-  return out;
-}
 
 // What each rank reports for one case (gathered to rank 0 as doubles).
 enum Stat { kFlops, kCompute, kWait, kWall, kWorkspace, kBytes, kErr, kWrong, kNumStats };
