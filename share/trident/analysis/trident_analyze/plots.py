@@ -23,6 +23,15 @@ from .summary import event_kinds  # noqa: E402
 COLORS = {"F": "#4C8BF5", "B": "#34A853", "W": "#F4B400"}
 
 
+def save(fig, out: str, name: str) -> str:
+    """Lay out, write out/<name>.png, free the figure; returns the path."""
+    fig.tight_layout()
+    path = os.path.join(out, f"{name}.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_loss(rf: RunFile, out: str) -> str:
     st = rf.steps()
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -34,11 +43,7 @@ def plot_loss(rf: RunFile, out: str) -> str:
     ax2.set_ylabel("learning rate")
     ax.set_title("loss and learning rate")
     fig.legend(loc="upper right")
-    fig.tight_layout()
-    path = os.path.join(out, "loss.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, out, "loss")
 
 
 def pick_step(ev, step):
@@ -76,11 +81,7 @@ def plot_pipeline(rf: RunFile, out: str, step=None) -> str:
     ax.set_title(f"pipeline timeline, step {step}")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
     ax.legend(handles, list(COLORS), loc="upper right", ncol=3, fontsize=8)
-    fig.tight_layout()
-    path = os.path.join(out, "pipeline.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, out, "pipeline")
 
 
 def plot_cp_balance(rf: RunFile, out: str) -> str:
@@ -97,11 +98,7 @@ def plot_cp_balance(rf: RunFile, out: str) -> str:
     ax.set_title(f"attention compute per rank (max/min {mx / mn if mn > 0 else float('inf'):.2f})")
     ax.set_xlabel("rank")
     ax.set_ylabel("ms over the run")
-    fig.tight_layout()
-    path = os.path.join(out, "cp_balance.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, out, "cp_balance")
 
 
 def plot_experts(rf: RunFile, out: str) -> str:
@@ -125,11 +122,7 @@ def plot_experts(rf: RunFile, out: str) -> str:
     ax.set_title("imbalance (max/mean)")
     ax.set_xlabel("step")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = os.path.join(out, "experts.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, out, "experts")
 
 
 def plot_comm(rf: RunFile, out: str) -> str:
@@ -146,11 +139,7 @@ def plot_comm(rf: RunFile, out: str) -> str:
     ax.set_ylabel("MB sent (all ranks)")
     ax.set_title("communication volume per kind")
     ax.legend()
-    fig.tight_layout()
-    path = os.path.join(out, "comm.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, out, "comm")
 
 
 FIGURES = {
