@@ -91,6 +91,8 @@ struct RuntimeConfig {
   std::string backend = "auto";  // "cpu" | "cuda" | "auto"
   std::string comm = "auto";     // "mpi" | "nccl" | "auto"
   double timeout_s = 300;        // watchdog deadline for any single wait
+  // additions:
+  std::string ep_transport = "auto";  // "alltoallv" | "cma" | "auto" (MoE token exchange)
 
   bool operator==(const RuntimeConfig&) const = default;
 };
