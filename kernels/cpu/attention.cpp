@@ -50,6 +50,16 @@ int64_t visible_cols(const AttnShape& s, TileMask mask, int64_t i, int64_t j0, i
   return std::clamp<int64_t>(s.q_pos0 + i - (s.k_pos0 + j0) + 1, 0, cols);
 }
 
+// Columns of a diagonal tile that any of its rows can see: the keys after the
+// block's last query are cut off before the GEMMs instead of being computed
+// and masked (a 128-row query block on a 256-column tile sees at most half of
+// it when the diagonal enters the tile at its first column).
+int64_t tile_cols(const AttnShape& s, TileMask mask, int64_t i0, int64_t rows, int64_t j0,
+                  int64_t cols) {
+  if (mask != TileMask::diagonal) return cols;
+  return std::min(cols, s.q_pos0 + i0 + rows - 1 - (s.k_pos0 + j0) + 1);
+}
+
 // Eight floats processed together (GCC/Clang vector extensions): the loops
 // below are written on these so that they vectorise by construction, and
 // compile to AVX in the x86-64-v3 clone and to SSE pairs otherwise.
@@ -172,8 +182,15 @@ void check_attn_shape(const AttnShape& s) {
                                       std::to_string(s.Hkv) + ")");
 }
 
-void attention_forward(const AttnShape& s, const float* q, const float* k, const float* v,
-                       float* out, float* lse) {
+namespace {
+
+// The forward of both entry points. With resume, (out, lse) hold the
+// attention over the keys of earlier calls and seed the online softmax:
+// running max m = lse, running sum l = 1, accumulator = out is the same state
+// as after those keys (out = acc / l, lse = m + log l), so continuing over this
+// call's keys yields exactly the merged result.
+void forward_impl(const AttnShape& s, const float* q, const float* k, const float* v, float* out,
+                  float* lse, bool resume) {
   check_attn_shape(s);
   const Strides ld{int64_t(s.H) * s.D, int64_t(s.Hkv) * s.D};
   const int group = s.H / s.Hkv;
@@ -187,14 +204,21 @@ void attention_forward(const AttnShape& s, const float* q, const float* k, const
     for (int64_t i0 = 0; i0 < s.Tq; i0 += kQueryBlock) {
       const int64_t rows = std::min(kQueryBlock, s.Tq - i0);
       const float* qb = q + i0 * ld.q + int64_t(h) * D;
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      std::fill(m.begin(), m.end(), kNegInf);
-      std::fill(l.begin(), l.end(), 0.0f);
+      for (int64_t i = 0; i < rows; ++i) {
+        const float* orow = out + (i0 + i) * ld.q + int64_t(h) * D;
+        const float row_lse = resume ? lse[(i0 + i) * s.H + h] : kNegInf;
+        m[i] = row_lse;
+        l[i] = row_lse == kNegInf ? 0.0f : 1.0f;
+        if (row_lse == kNegInf)
+          std::fill(acc.begin() + i * D, acc.begin() + (i + 1) * D, 0.0f);
+        else
+          std::copy(orow, orow + D, acc.begin() + i * D);
+      }
 
       for (int64_t j0 = 0; j0 < s.Tk; j0 += kKeyBlock) {
-        const int64_t cols = std::min(kKeyBlock, s.Tk - j0);
-        const TileMask mask = classify(s, i0, rows, j0, cols);
+        const TileMask mask = classify(s, i0, rows, j0, std::min(kKeyBlock, s.Tk - j0));
         if (mask == TileMask::skip) break;  // later key tiles lie further in the future
+        const int64_t cols = tile_cols(s, mask, i0, rows, j0, std::min(kKeyBlock, s.Tk - j0));
         const float* kb = k + j0 * ld.kv + int64_t(g) * D;
         const float* vb = v + j0 * ld.kv + int64_t(g) * D;
         sgemm(false, true, rows, cols, D, s.scale, qb, ld.q, kb, ld.kv, 0.0f, scores.data(), cols);
@@ -232,6 +256,18 @@ void attention_forward(const AttnShape& s, const float* q, const float* k, const
   }
 }
 
+}  // namespace
+
+void attention_forward(const AttnShape& s, const float* q, const float* k, const float* v,
+                       float* out, float* lse) {
+  forward_impl(s, q, k, v, out, lse, false);
+}
+
+void attention_forward_resume(const AttnShape& s, const float* q, const float* k, const float* v,
+                              float* out, float* lse) {
+  forward_impl(s, q, k, v, out, lse, true);
+}
+
 void attention_backward(const AttnShape& s, const float* q, const float* k, const float* v,
                         const float* out, const float* lse, const float* dout, float* dq, float* dk,
                         float* dv) {
@@ -256,9 +292,9 @@ void attention_backward(const AttnShape& s, const float* q, const float* k, cons
       }
 
       for (int64_t j0 = 0; j0 < s.Tk; j0 += kKeyBlock) {
-        const int64_t cols = std::min(kKeyBlock, s.Tk - j0);
-        const TileMask mask = classify(s, i0, rows, j0, cols);
+        const TileMask mask = classify(s, i0, rows, j0, std::min(kKeyBlock, s.Tk - j0));
         if (mask == TileMask::skip) break;
+        const int64_t cols = tile_cols(s, mask, i0, rows, j0, std::min(kKeyBlock, s.Tk - j0));
         const int64_t koff = j0 * ld.kv + int64_t(g) * D;
         sgemm(false, true, rows, cols, D, s.scale, qb, ld.q, k + koff, ld.kv, 0.0f, p.data(), cols);
         for (int64_t i = 0; i < rows; ++i) {

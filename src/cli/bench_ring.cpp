@@ -4,8 +4,16 @@
 // Per rank: attention FLOPs, compute time, time blocked on the ring, wall
 // time, overlap efficiency (compute / wall) and peak attention workspace.
 // Per case: balance (max/min per-rank compute time and FLOPs) and, with
-// --baseline, the one-rank time of the whole sequence on rank 0 so that the
-// ring's wall time can be compared with an ideal 1/cp share of it.
+// --baseline, the one-rank time of the whole sequence, so that the ring's
+// wall time can be compared with an ideal 1/cp share of it. The one-rank
+// time is measured twice: on rank 0 alone (the other cores idle, so it gets
+// the memory bandwidth and clock of a quiet machine), and on every rank at
+// once (all cores busy, the conditions the ring runs under); the ratio
+// against the second is the fair one, the first is shown next to it.
+//
+// Every time is the median over --iters iterations, each started by a
+// barrier: per rank for the per-rank table; for the ring's wall time, of the
+// slowest rank's time per iteration.
 //
 // Every rank spot-checks a few of its output rows against the fp64
 // definition over the whole sequence (inputs are regenerable from their
@@ -15,6 +23,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <sstream>
 
 #include "commands.hpp"
@@ -46,15 +55,55 @@ std::vector<float> rows_at(const std::vector<int64_t>& positions, int64_t row_el
   return x;
 }
 
+// CPU time of this process (all its threads), seconds.
+double cpu_seconds_now() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+double median(std::vector<double> x) {
+  std::sort(x.begin(), x.end());
+  const size_t n = x.size();
+  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
 std::vector<int64_t> all_positions(int64_t seq) {
   std::vector<int64_t> p(static_cast<size_t>(seq));
   for (int64_t i = 0; i < seq; ++i) p[size_t(i)] = i;
   return p;
 }
 
+// Seconds per iteration of forward+backward over the whole sequence by one
+// rank with no ring (the one-rank reference), each iteration after a barrier
+// of `world` (so that with run_here on every rank they run concurrently).
+std::vector<double> one_rank_times(Communicator& world, bool run_here, int64_t seq, int H, int Hkv,
+                                   int D, bool causal, int iters) {
+  std::vector<double> times;
+  std::vector<float> q, k, v, dout, out, lse, dq, dk, dv;
+  if (run_here) {
+    const auto all = all_positions(seq);
+    q = rows_at(all, int64_t(H) * D, "ring.q"), k = rows_at(all, int64_t(Hkv) * D, "ring.k");
+    v = rows_at(all, int64_t(Hkv) * D, "ring.v"), dout = rows_at(all, int64_t(H) * D, "ring.do");
+    out.resize(q.size()), lse.resize(size_t(seq * H)), dq.resize(q.size()), dk.resize(k.size());
+    dv.resize(v.size());
+  }
+  cp::RingAttention one(nullptr, cp::Layout::contiguous, causal, seq);
+  for (int it = 0; it < iters; ++it) {
+    world.barrier();
+    if (!run_here) continue;
+    const double t0 = seconds_now();
+    one.forward(q.data(), k.data(), v.data(), H, Hkv, D, out.data(), lse.data());
+    one.backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), H, Hkv, D,
+                 dq.data(), dk.data(), dv.data());
+    times.push_back(seconds_now() - t0);
+  }
+  world.barrier();
+  return times;
+}
 
 // What each rank reports for one case (gathered to rank 0 as doubles).
-enum Stat { kFlops, kCompute, kWait, kWall, kWorkspace, kBytes, kErr, kWrong, kNumStats };
+enum Stat { kFlops, kCompute, kWait, kWall, kCpu, kWorkspace, kBytes, kErr, kWrong, kNumStats };
 
 class BenchRingCommand : public Command {
  public:
@@ -67,7 +116,8 @@ class BenchRingCommand : public Command {
     app->add_option("--head-dim", head_dim_, "Head dimension");
     app->add_option("--iters", iters_, "Timed forward+backward iterations per case");
     app->add_flag("--baseline", baseline_,
-                  "Also time the whole sequence on rank 0 alone (one-rank reference)");
+                  "Also time the whole sequence on one rank (one-rank reference): on rank 0 "
+                  "alone, and on every rank at once");
     app->add_option("--threads", threads_, "BLAS threads per rank");
     app->add_option("--timeout", timeout_s_, "Deadline of any single wait, seconds");
     app->add_option("--output", output_, "Write the tables to this HDF5 file");
@@ -107,40 +157,36 @@ class BenchRingCommand : public Command {
     per_rank.title = "Ring attention per rank: cp=" + std::to_string(cp) + ", " +
                      (causal_ ? "causal" : "full") + ", heads " + std::to_string(H) + "/" +
                      std::to_string(Hkv) + ", head_dim " + std::to_string(D) + ", forward+backward";
-    per_rank.columns = {"layout",  "seq",        "seq/cp",     "rank",          "GFLOP",
-                        "compute_ms", "wait_ms", "wall_ms",    "overlap",       "GFLOP/s",
-                        "workspace_MiB", "sent_MiB", "max_err", "#wrong"};
+    per_rank.columns = {"layout",     "seq",           "seq/cp",   "rank",    "GFLOP",
+                        "compute_ms", "wait_ms",       "wall_ms",  "cpu_ms",  "overlap",
+                        "GFLOP/s",    "workspace_MiB", "sent_MiB", "max_err", "#wrong"};
     summary.name = "ring";
     summary.title = "Ring attention per case: cp=" + std::to_string(cp) + ", " +
-                    (causal_ ? "causal" : "full") + ", mean of " + std::to_string(iters_) +
+                    (causal_ ? "causal" : "full") + ", median of " + std::to_string(iters_) +
                     " iteration(s)";
-    summary.columns = {"layout",       "seq",          "seq/cp",       "balance_compute",
-                       "balance_flops", "overlap_min", "wall_ms",      "one_rank_ms",
-                       "wall/(one_rank/cp)", "workspace_MiB_max"};
+    summary.columns = {"layout",          "seq",
+                       "seq/cp",          "balance_compute",
+                       "balance_flops",   "overlap_min",
+                       "wall_ms",         "one_rank_busy_ms",
+                       "wall/(busy/cp)",  "one_rank_alone_ms",
+                       "wall/(alone/cp)", "workspace_MiB_max"};
+    per_rank.title += ", median of " + std::to_string(iters_) + " iteration(s)";
 
     long long total_wrong = 0;
     for (int64_t T : seqs) {
       const int64_t seq = T * cp;
-      // The one-rank time of the whole sequence (rank 0; the others wait).
-      double one_rank_s = NAN;
+      // The one-rank time of the whole sequence: alone on rank 0 (the others
+      // wait in the barrier), then on every rank at once. Medians over
+      // iterations; for the busy one over iterations and ranks.
+      double alone_s = NAN, busy_s = NAN;
       if (baseline_) {
-        world.barrier();
-        if (rank == 0) {
-          const auto all = all_positions(seq);
-          auto q = rows_at(all, int64_t(H) * D, "ring.q"), k = rows_at(all, int64_t(Hkv) * D, "ring.k");
-          auto v = rows_at(all, int64_t(Hkv) * D, "ring.v"), dout = rows_at(all, int64_t(H) * D, "ring.do");
-          std::vector<float> out(q.size()), lse(size_t(seq * H)), dq(q.size()), dk(k.size()),
-              dv(v.size());
-          cp::RingAttention one(nullptr, cp::Layout::contiguous, causal_, seq);
-          const double t0 = seconds_now();
-          for (int it = 0; it < iters_; ++it) {
-            one.forward(q.data(), k.data(), v.data(), H, Hkv, D, out.data(), lse.data());
-            one.backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), H,
-                         Hkv, D, dq.data(), dk.data(), dv.data());
-          }
-          one_rank_s = (seconds_now() - t0) / iters_;
-        }
-        world.broadcast(&one_rank_s, sizeof one_rank_s, 0);
+        const auto alone = one_rank_times(world, rank == 0, seq, H, Hkv, D, causal_, iters_);
+        if (rank == 0) alone_s = median(alone);
+        world.broadcast(&alone_s, sizeof alone_s, 0);
+        const auto busy = one_rank_times(world, true, seq, H, Hkv, D, causal_, iters_);
+        std::vector<double> all_busy(size_t(iters_) * cp);
+        world.allgather(busy.data(), all_busy.data(), busy.size() * sizeof(double));
+        busy_s = median(all_busy);
       }
 
       for (cp::Layout layout : layouts) {
@@ -151,14 +197,30 @@ class BenchRingCommand : public Command {
         auto v = rows_at(pos, int64_t(Hkv) * D, "ring.v"), dout = rows_at(pos, int64_t(H) * D, "ring.do");
         std::vector<float> out(q.size()), lse(size_t(T * H)), dq(q.size()), dk(k.size()),
             dv(v.size());
-        world.barrier();
-        const double t0 = seconds_now();
+        // Per iteration: this rank's wall time and its ring counters.
+        std::vector<double> walls, cpus, computes, waits;
+        cp::RingCounters c;
         for (int it = 0; it < iters_; ++it) {
+          ring.reset_counters();
+          world.barrier();
+          const double t0 = seconds_now(), c0 = cpu_seconds_now();
           ring.forward(q.data(), k.data(), v.data(), H, Hkv, D, out.data(), lse.data());
           ring.backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), H, Hkv,
                         D, dq.data(), dk.data(), dv.data());
+          walls.push_back(seconds_now() - t0);
+          cpus.push_back(cpu_seconds_now() - c0);
+          c = ring.counters();
+          computes.push_back(c.compute_s);
+          waits.push_back(c.wait_s);
         }
-        const double wall = (seconds_now() - t0) / iters_;
+        // The ring's wall time of an iteration is its slowest rank's.
+        std::vector<double> all_walls(size_t(iters_) * cp), iter_walls(size_t(iters_), 0.0);
+        world.allgather(walls.data(), all_walls.data(), walls.size() * sizeof(double));
+        for (int r = 0; r < cp; ++r)
+          for (int it = 0; it < iters_; ++it)
+            iter_walls[size_t(it)] =
+                std::max(iter_walls[size_t(it)], all_walls[size_t(r) * iters_ + size_t(it)]);
+        const double ring_wall = median(iter_walls);
 
         // Spot check: two local rows per head 0 against the whole sequence.
         double stats[kNumStats] = {};
@@ -181,49 +243,60 @@ class BenchRingCommand : public Command {
             if (!(err <= 1e-4)) stats[kWrong] += 1;
           }
         }
-        const cp::RingCounters& c = ring.counters();
-        stats[kFlops] = c.flops / iters_;
-        stats[kCompute] = c.compute_s / iters_;
-        stats[kWait] = c.wait_s / iters_;
-        stats[kWall] = wall;
+        stats[kFlops] = c.flops;  // the same every iteration
+        stats[kCompute] = median(computes);
+        stats[kWait] = median(waits);
+        stats[kWall] = median(walls);
+        stats[kCpu] = median(cpus);
         stats[kWorkspace] = double(c.peak_workspace_bytes);
-        stats[kBytes] = c.bytes_sent / iters_;
+        stats[kBytes] = c.bytes_sent;
         std::vector<double> all_stats(size_t(kNumStats) * cp);
         world.allgather(stats, all_stats.data(), sizeof stats);
 
-        double cmax = 0, cmin = 1e300, fmax = 0, fmin = 1e300, omin = 1e300, wmax = 0, wsmax = 0;
+        double cmax = 0, cmin = 1e300, fmax = 0, fmin = 1e300, omin = 1e300, wsmax = 0;
         for (int r = 0; r < cp; ++r) {
           const double* st = all_stats.data() + size_t(r) * kNumStats;
           cmax = std::max(cmax, st[kCompute]), cmin = std::min(cmin, st[kCompute]);
           fmax = std::max(fmax, st[kFlops]), fmin = std::min(fmin, st[kFlops]);
           omin = std::min(omin, st[kCompute] / st[kWall]);
-          wmax = std::max(wmax, st[kWall]), wsmax = std::max(wsmax, st[kWorkspace]);
+          wsmax = std::max(wsmax, st[kWorkspace]);
           total_wrong += static_cast<long long>(st[kWrong]);
           per_rank.add_row({std::string(cp::layout_name(layout)), static_cast<long long>(seq),
-                            static_cast<long long>(T), static_cast<long long>(r),
-                            st[kFlops] / 1e9, st[kCompute] * 1e3, st[kWait] * 1e3,
-                            st[kWall] * 1e3, st[kCompute] / st[kWall],
-                            st[kFlops] / st[kCompute] / 1e9, st[kWorkspace] / 1048576.0,
-                            st[kBytes] / 1048576.0, st[kErr],
+                            static_cast<long long>(T), static_cast<long long>(r), st[kFlops] / 1e9,
+                            st[kCompute] * 1e3, st[kWait] * 1e3, st[kWall] * 1e3, st[kCpu] * 1e3,
+                            st[kCompute] / st[kWall], st[kFlops] / st[kCompute] / 1e9,
+                            st[kWorkspace] / 1048576.0, st[kBytes] / 1048576.0, st[kErr],
                             static_cast<long long>(st[kWrong])});
         }
         summary.add_row({std::string(cp::layout_name(layout)), static_cast<long long>(seq),
-                         static_cast<long long>(T), cmax / cmin, fmax / fmin, omin, wmax * 1e3,
-                         one_rank_s * 1e3, wmax / (one_rank_s / cp), wsmax / 1048576.0});
+                         static_cast<long long>(T), cmax / cmin, fmax / fmin, omin, ring_wall * 1e3,
+                         busy_s * 1e3, ring_wall / (busy_s / cp), alone_s * 1e3,
+                         ring_wall / (alone_s / cp), wsmax / 1048576.0});
         if (rank == 0)
           std::fprintf(stderr, "  done: %s seq/cp %lld\n", cp::layout_name(layout),
                        static_cast<long long>(T));
       }
     }
     per_rank.notes.push_back(
-        "compute: time in the attention kernels and LSE merges; wait: blocked on ring transfers "
-        "(K/V ahead, dK/dV behind); overlap = compute / wall");
+        "compute: time in the attention kernels (LSE merge included) and the dK/dV sums; wait: "
+        "blocked on ring transfers (K/V ahead, dK/dV behind); wall: forward+backward from a "
+        "barrier; cpu: the process's CPU time over the same span (cpu below compute means the "
+        "rank lost its core to other load while computing); each the rank's median over "
+        "iterations; overlap = compute / wall");
     per_rank.notes.push_back(
         "GFLOP: attention FLOPs of the rank (forward 4*D, backward 10*D per visible pair and "
-        "head); workspace: peak scratch of one call (K/V double buffer, partial output, dK/dV "
-        "buffers, kernel tiles)");
-    summary.notes.push_back("balance_*: max/min over ranks; wall/(one_rank/cp): ring wall time "
-                            "over an ideal 1/cp share of the one-rank time (needs --baseline)");
+        "head); workspace: peak scratch of one call (K/V double buffer, dK/dV partial and "
+        "travelling buffers, kernel tiles)");
+    summary.notes.push_back(
+        "balance_*: max/min over ranks of the per-rank medians; wall_ms: median over iterations "
+        "of the slowest rank's forward+backward time");
+    summary.notes.push_back(
+        "one_rank_busy_ms: the whole sequence without a ring, run by every rank at the same time "
+        "(all cores busy, as in the ring), median over iterations and ranks; wall/(busy/cp): the "
+        "ring's wall over an ideal 1/cp share of it, the like-for-like ratio (needs --baseline)");
+    summary.notes.push_back(
+        "one_rank_alone_ms: the same on rank 0 while the other ranks wait (idle cores leave it "
+        "more memory bandwidth and clock); wall/(alone/cp): the ratio against it, for reference");
     if (rank == 0) {
       std::fputs(per_rank.format().c_str(), stdout);
       std::fputs("\n", stdout);

@@ -21,7 +21,8 @@
 // Masking: with causal, query i may see key j iff k_pos0 + j <= q_pos0 + i
 // (global sequence positions; the local tokens passed in one call are one
 // contiguous run of positions). Per tile the mask is full, diagonal (checked
-// element by element) or the tile is skipped without any arithmetic.
+// element by element, the tile's columns cut after the last key any of its
+// queries sees) or the tile is skipped without any arithmetic.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -47,6 +48,15 @@ void check_attn_shape(const AttnShape& s);
 // out [Tq,H,D] and lse [Tq,H] are overwritten.
 void attention_forward(const AttnShape& s, const float* q, const float* k, const float* v,
                        float* out, float* lse);
+
+// Continues a forward over a further key set: on entry (out, lse) hold the
+// attention over the keys of earlier calls (lse = -inf and out = 0 for rows
+// that saw none yet), on return over those keys and this call's. Same result
+// as attention_forward into a partial buffer followed by
+// merge_partial_attention, without the buffer or the extra pass over it: the
+// earlier result seeds the online softmax. Ring attention uses it per step.
+void attention_forward_resume(const AttnShape& s, const float* q, const float* k, const float* v,
+                              float* out, float* lse);
 
 // Gradients of the attention whose (possibly merged over several calls)
 // output is `out` with log-sum-exp `lse`. ACCUMULATES: dq += ..., dk += ...,

@@ -4,7 +4,9 @@
 // Forward, step s = 0..cp-1: this rank holds the K/V block of rank r - s. It
 // posts the receive of the next block and the send of the current one, runs
 // the attention kernel for every (query run, key run) pair the mask does not
-// skip, merges the partial output through the LSE, and only then waits.
+// skip, continuing the running (out, lse) of the keys seen so far
+// (attention_forward_resume: the LSE merge without a partial buffer), and only
+// then waits.
 //
 // Backward: same ring for K/V. The dK/dV of the block held at step s are
 // computed into a local partial buffer while the accumulated dK/dV of that
@@ -157,13 +159,12 @@ void RingAttention::forward(const float* q, const float* k, const float* v, int 
   const size_t nq = size_t(T) * H * D, nkv = size_t(T) * Hkv * D;
   // Double buffer of [K | V]: one in compute, one arriving.
   std::vector<float> cur(2 * nkv), nxt(comm_ ? 2 * nkv : 0);
-  std::vector<float> out_b(nq), lse_b(size_t(T) * H);
   std::copy(k, k + nkv, cur.begin());
   std::copy(v, v + nkv, cur.begin() + nkv);
   std::fill(out, out + nq, 0.0f);
   std::fill(lse, lse + size_t(T) * H, -std::numeric_limits<float>::infinity());
   kernels::AttnShape probe{T, T, H, Hkv, D, 1.0f, causal_, 0, 0};
-  note_workspace(sizeof(float) * (cur.size() + nxt.size() + out_b.size() + lse_b.size()) +
+  note_workspace(sizeof(float) * (cur.size() + nxt.size()) +
                  kernels::attention_workspace_bytes(probe, false));
 
   const int next = (cp_rank_ + 1) % cp_size_, prev = (cp_rank_ - 1 + cp_size_) % cp_size_;
@@ -181,11 +182,11 @@ void RingAttention::forward(const float* q, const float* k, const float* v, int 
           kernels::AttnShape s;
           if (!pair_shape(qr, kr, H, Hkv, D, causal_, &s)) continue;
           const int64_t qo = qr.local_offset, ko = kr.local_offset;
-          kernels::attention_forward(s, q + qo * H * D, cur.data() + ko * Hkv * D,
-                                     cur.data() + nkv + ko * Hkv * D, out_b.data() + qo * H * D,
-                                     lse_b.data() + qo * H);
-          kernels::merge_partial_attention(qr.length * H, D, out + qo * H * D, lse + qo * H,
-                                           out_b.data() + qo * H * D, lse_b.data() + qo * H);
+          // Merges into (out, lse) as it goes: the LSE merge is the kernel's
+          // online softmax continued from the keys of earlier pairs and steps.
+          kernels::attention_forward_resume(s, q + qo * H * D, cur.data() + ko * Hkv * D,
+                                            cur.data() + nkv + ko * Hkv * D, out + qo * H * D,
+                                            lse + qo * H);
           counters_.flops += kernels::attention_flops(s, false);
         }
         drive_progress(comm_, {&recv, &send});

@@ -217,6 +217,22 @@ TEST_CASE("partial results over key halves merge to the full attention") {
                                             lse_a.data());
   CHECK(trident::rel_l2_diff(m_out.data(), out.data(), int64_t(out.size())) <= 1e-5);
   CHECK(trident::rel_l2_diff(m_lse.data(), lse.data(), int64_t(lse.size())) <= 1e-5);
+
+  // The same through attention_forward_resume (the merge fused into the
+  // kernel), in both orders: the rows that see nothing of b must come out of
+  // the b call as "nothing seen" in one order and unchanged in the other.
+  for (bool b_first : {true, false}) {
+    std::vector<float> r_out(q.size(), 0.0f), r_lse(lse.size(), -INFINITY);
+    for (int part = 0; part < 2; ++part) {
+      const bool use_b = (part == 0) == b_first;
+      const AttnShape& s = use_b ? b : a;
+      const int64_t k0 = use_b ? 300 * 64 : 0;
+      trident::kernels::attention_forward_resume(s, q.data(), k.data() + k0, v.data() + k0,
+                                                 r_out.data(), r_lse.data());
+    }
+    CHECK(trident::rel_l2_diff(r_out.data(), out.data(), int64_t(out.size())) <= 1e-5);
+    CHECK(trident::rel_l2_diff(r_lse.data(), lse.data(), int64_t(lse.size())) <= 1e-5);
+  }
 }
 
 TEST_CASE("the reference's gradient agrees with finite differences") {
