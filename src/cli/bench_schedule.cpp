@@ -2,7 +2,11 @@
 // with synthetic stage work of given durations (sleeping, so oversubscribed
 // cores do not distort it) and prints, per schedule, the measured bubble next
 // to the simulator's prediction and the closed form, the peak in-flight
-// activations, and the executor's own overhead per action. The boundary data
+// activations, and the executor's own overhead per action. The simulator runs
+// twice: with zero latency (the schedule's own bubble), and with the hop
+// latency measured in this run (median over the messages whose receiver was
+// already waiting of receive end - send begin), which is what the executor
+// really pays per pipeline hop. The boundary data
 // is verifiable by construction (each forward writes values derived from its
 // stage and micro-batch, each receiver checks them): mismatches go to #wrong
 // and make the exit code 1. The last step's timeline goes to the HDF5 file.
@@ -10,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <thread>
 
 #include "commands.hpp"
@@ -109,18 +114,25 @@ class BenchScheduleCommand : public Command {
     app->add_option("--microbatches", m_, "micro-batches per step")->required();
     app->add_option("--vpp", vpp_, "chunks per rank for the interleaved schedule")
         ->capture_default_str();
-    app->add_option("--tf", tf_ms_, "forward time of a rank's share of the model per micro-batch (ms)")
+    app->add_option("--tf", tf_ms_,
+                    "forward time of a rank's share of the model per micro-batch (ms)")
         ->required();
     app->add_option("--tb", tb_ms_, "input-gradient time (ms)")->required();
-    tw_opt_ = app->add_option("--tw", tw_ms_,
-                              "weight-gradient time (ms; default: --tf). Non-split schedules run "
-                              "B = tb + tw; interleaved runs each of its vpp chunks at 1/vpp of these");
+    tw_opt_ =
+        app->add_option("--tw", tw_ms_,
+                        "weight-gradient time (ms; default: --tf). Non-split schedules run "
+                        "B = tb + tw; interleaved runs each of its vpp chunks at 1/vpp of these");
     app->add_option("--steps", steps_, "measured steps per schedule (after one warm-up step)")
         ->capture_default_str();
     app->add_option("--bytes", bytes_, "bytes of each activation / gradient message")
         ->capture_default_str();
     app->add_flag("--spin", spin_, "spin instead of sleeping (uses a core per rank)");
-    app->add_option("--timeout", timeout_s_, "deadline of any single wait (s)")->capture_default_str();
+    app->add_option("--timeout", timeout_s_, "deadline of any single wait (s)")
+        ->capture_default_str();
+    app->add_option("--recv-poll", recv_poll_ms_,
+                    "a receive polls with yields this long before the Communicator's sleeping "
+                    "backoff takes over (ms; 0: backoff from the start)")
+        ->capture_default_str();
     app->add_option("--output", output_, "write the tables and the timeline to this HDF5 file");
   }
   bool needs_mpi() const override { return true; }
@@ -148,18 +160,33 @@ class BenchScheduleCommand : public Command {
                     " tB=" + fmt(tb_ms_) + " tW=" + fmt(tw_ms_) + " ms (" +
                     (spin_ ? "spinning" : "sleeping") + "), " + std::to_string(steps_) +
                     " measured steps, " + std::to_string(bytes_) + " B per message";
-    summary.columns = {"schedule", "v", "makespan_ms", "sim_ms", "bubble", "sim_bubble",
-                       "max_dev_pp", "formula", "formula_bubble", "peak_act", "sim_peak_act",
-                       "overhead_us/action", "#wrong"};
+    summary.columns = {"schedule",
+                       "v",
+                       "makespan_ms",
+                       "sim_ms",
+                       "bubble",
+                       "sim_bubble",
+                       "max_dev_pp",
+                       "hop_us",
+                       "sim_hop_bubble",
+                       "max_dev_hop_pp",
+                       "formula",
+                       "formula_bubble",
+                       "peak_act",
+                       "sim_peak_act",
+                       "overhead_us/action",
+                       "#wrong"};
     per_rank.name = "schedule_ranks";
     per_rank.title = "per rank";
-    per_rank.columns = {"schedule", "rank", "bubble", "sim_bubble", "dev_pp", "recv_wait_ms",
-                        "peak_act", "sim_peak_act", "overhead_us/action"};
+    per_rank.columns = {
+        "schedule",          "rank",       "bubble",       "sim_bubble", "dev_pp",
+        "sim_hop_bubble",    "dev_hop_pp", "recv_wait_ms", "peak_act",   "sim_peak_act",
+        "overhead_us/action"};
     timeline.name = "schedule_timeline";
-    timeline.columns = {"schedule", "rank", "step", "kind", "stage", "chunk", "microbatch",
-                        "t_begin_s", "t_end_s"};
+    timeline.columns = {"schedule", "rank",       "step",      "kind",   "stage",
+                        "chunk",    "microbatch", "t_begin_s", "t_end_s"};
     long long total_wrong = 0;
-    double worst_dev = 0, worst_overhead = 0;
+    double worst_dev = 0, worst_dev_hop = 0, worst_overhead = 0;
 
     for (const std::string& name : names) {
       const int v = name == "interleaved" ? vpp_ : 1;
@@ -176,7 +203,9 @@ class BenchScheduleCommand : public Command {
       for (int step = 0; step <= steps_; ++step) {
         std::vector<TimelineEvent> ev;
         all.barrier();
-        const ExecResult res = execute(s, me, stage, pp, step, step == steps_ ? &ev : nullptr);
+        ExecOptions opt;
+        opt.recv_poll_s = recv_poll_ms_ * 1e-3;
+        const ExecResult res = execute(s, me, stage, pp, step, step == steps_ ? &ev : nullptr, opt);
         if (step == 0) continue;  // warm-up: first-touch buffers, connection set-up
         mine.makespan_s += res.makespan_s / steps_;
         mine.bubble += res.bubble_fraction / steps_;
@@ -189,31 +218,38 @@ class BenchScheduleCommand : public Command {
 
       std::vector<RankStats> ranks(world);
       all.allgather(&mine, ranks.data(), sizeof(RankStats));
-      gather_timeline(all, name, events, timeline);
+      const std::vector<EventRecord> every = gather_timeline(all, name, events, timeline);
       if (me != 0) continue;
+      const double hop_s = hop_latency_s(every);
+      const SimResult sim_hop = simulate(s, SimCosts{f, b, w, hop_s * 1e3});
 
-      double dev = 0, bubble = 0, overhead = 0, makespan = 0;
+      double dev = 0, dev_hop = 0, bubble = 0, overhead = 0, makespan = 0;
       int peak = 0;
       long long wrong = 0;
       for (int r = 0; r < world; ++r) {
         const RankStats& st = ranks[r];
         const double d = 100.0 * std::abs(st.bubble - sim.ranks[r].bubble_fraction);
+        const double d_hop = 100.0 * std::abs(st.bubble - sim_hop.ranks[r].bubble_fraction);
         dev = std::max(dev, d);
+        dev_hop = std::max(dev_hop, d_hop);
         bubble += st.bubble / world;
         overhead = std::max(overhead, st.overhead_per_action_s);
         makespan = std::max(makespan, st.makespan_s);
         peak = std::max(peak, int(st.peak_inflight));
         wrong += (long long)st.wrong;
         per_rank.add_row({name, (long long)r, st.bubble, sim.ranks[r].bubble_fraction, d,
-                          st.recv_wait_s * 1e3, (long long)st.peak_inflight,
-                          (long long)sim.ranks[r].peak_inflight, st.overhead_per_action_s * 1e6});
+                          sim_hop.ranks[r].bubble_fraction, d_hop, st.recv_wait_s * 1e3,
+                          (long long)st.peak_inflight, (long long)sim.ranks[r].peak_inflight,
+                          st.overhead_per_action_s * 1e6});
       }
       summary.add_row({name, (long long)v, makespan * 1e3, sim.makespan, bubble, sim.mean_bubble(),
-                       dev, cf.exists() ? cf.formula : std::string("-"),
+                       dev, hop_s * 1e6, sim_hop.mean_bubble(), dev_hop,
+                       cf.exists() ? cf.formula : std::string("-"),
                        cf.exists() ? cf.fraction : std::nan(""), (long long)peak,
                        (long long)sim.max_peak_inflight(), overhead * 1e6, wrong});
       total_wrong += wrong;
       worst_dev = std::max(worst_dev, dev);
+      worst_dev_hop = std::max(worst_dev_hop, dev_hop);
       worst_overhead = std::max(worst_overhead, overhead);
     }
 
@@ -225,13 +261,18 @@ class BenchScheduleCommand : public Command {
         if (t > 0) shortest_ms = std::min(shortest_ms, t);
       if (std::find(names.begin(), names.end(), "interleaved") != names.end()) shortest_ms /= vpp_;
       summary.notes = {
-          "bubble = 1 - busy/makespan (mean over ranks); sim = simulator with the same costs, "
-          "zero latency; formula_bubble = the closed form as a fraction of the makespan",
-          "max_dev_pp = largest |measured - simulated| bubble over ranks, in percentage points",
+          "bubble = 1 - busy/makespan, makespan = first action begin to last action end over "
+          "ranks (as in the simulator); mean over ranks",
+          "sim = simulator with the same costs, zero latency; sim_hop = with latency hop_us, "
+          "the median over this run's last step of receive end - send begin for messages "
+          "whose receiver was already waiting",
+          "formula_bubble = the closed form as a fraction of the makespan",
+          "max_dev_pp / max_dev_hop_pp = largest |measured - simulated| bubble over ranks, in "
+          "percentage points",
           "overhead = elapsed - compute - receive waits - sends, per action (largest rank)",
-          "worst deviation " + fmt(worst_dev) + " pp (target < 2), worst overhead " +
-              fmt(worst_overhead * 1e6) + " us/action (" +
-              fmt(100.0 * worst_overhead / (shortest_ms * 1e-3)) +
+          "worst deviation " + fmt(worst_dev) + " pp from sim, " + fmt(worst_dev_hop) +
+              " pp from sim_hop (target < 2), worst overhead " + fmt(worst_overhead * 1e6) +
+              " us/action (" + fmt(100.0 * worst_overhead / (shortest_ms * 1e-3)) +
               "% of the shortest action)"};
       std::printf("%s\n%s\n", summary.format().c_str(), per_rank.format().c_str());
       std::fflush(stdout);
@@ -265,18 +306,26 @@ class BenchScheduleCommand : public Command {
     if (m_ < 1) throw InputError("--microbatches " + std::to_string(m_) + ": must be >= 1");
     if (vpp_ < 1) throw InputError("--vpp " + std::to_string(vpp_) + ": must be >= 1");
     if (vpp_ > 1 && schedule_ != "all" && schedule_ != "interleaved")
-      throw InputError("--vpp " + std::to_string(vpp_) + ": only the interleaved schedule has chunks");
-    for (auto [v, flag] : {std::pair{tf_ms_, "--tf"}, std::pair{tb_ms_, "--tb"}, std::pair{tw_ms_, "--tw"}})
-      if (!(v >= 0 && v <= 60000)) throw InputError(std::string(flag) + ": must be in [0, 60000] ms");
+      throw InputError("--vpp " + std::to_string(vpp_) +
+                       ": only the interleaved schedule has chunks");
+    for (auto [v, flag] :
+         {std::pair{tf_ms_, "--tf"}, std::pair{tb_ms_, "--tb"}, std::pair{tw_ms_, "--tw"}})
+      if (!(v >= 0 && v <= 60000))
+        throw InputError(std::string(flag) + ": must be in [0, 60000] ms");
     if (steps_ < 1 || steps_ > 1000) throw InputError("--steps: must be in [1, 1000]");
-    if (bytes_ < 4 || bytes_ > (int64_t(1) << 30)) throw InputError("--bytes: must be in [4, 2^30]");
+    if (bytes_ < 4 || bytes_ > (int64_t(1) << 30))
+      throw InputError("--bytes: must be in [4, 2^30]");
     if (!(timeout_s_ > 0)) throw InputError("--timeout: must be > 0");
+    if (!(recv_poll_ms_ >= 0 && recv_poll_ms_ <= 60000))
+      throw InputError("--recv-poll: must be in [0, 60000] ms");
   }
 
   // Rank 0 collects every rank's events of the last step as table rows, with
-  // times relative to that step's first action.
-  void gather_timeline(Communicator& all, const std::string& name,
-                       const std::vector<TimelineEvent>& events, BenchTable& table) const {
+  // times relative to that step's first action, and returns them (the other
+  // ranks get an empty list).
+  std::vector<EventRecord> gather_timeline(Communicator& all, const std::string& name,
+                                           const std::vector<TimelineEvent>& events,
+                                           BenchTable& table) const {
     int n = int(events.size());
     all.allreduce_max(&n, 1);
     std::vector<EventRecord> mine(n, EventRecord{-1, 0, 0, 0, 0, 0, 0, 0});
@@ -284,11 +333,12 @@ class BenchScheduleCommand : public Command {
       const auto& e = events[i];
       int op = 0;
       while (op < 7 && e.kind != op_name(Op(op))) ++op;
-      mine[i] = {e.rank, op, e.stage, e.chunk, e.microbatch, int32_t(e.step), e.t_begin_s, e.t_end_s};
+      mine[i] = {e.rank,          op,          e.stage,  e.chunk, e.microbatch,
+                 int32_t(e.step), e.t_begin_s, e.t_end_s};
     }
     std::vector<EventRecord> every(size_t(n) * all.size());
     all.allgather(mine.data(), every.data(), sizeof(EventRecord) * n);
-    if (all.rank() != 0) return;
+    if (all.rank() != 0) return {};
     double t0 = 1e300;
     for (const auto& e : every)
       if (e.rank >= 0) t0 = std::min(t0, e.t_begin_s);
@@ -298,11 +348,41 @@ class BenchScheduleCommand : public Command {
                      (long long)e.stage, (long long)e.chunk, (long long)e.microbatch,
                      e.t_begin_s - t0, e.t_end_s - t0});
     }
+    return every;
+  }
+
+  // The latency of a pipeline hop as the simulator means it (from a SEND to
+  // its data being received): median over the messages whose RECV began
+  // before their SEND of RECV end - SEND begin. Each pair of neighbour ranks
+  // exchanges messages both ways, so an error in the ranks' clock offsets
+  // adds to one direction what it takes from the other. 0 when no receive
+  // waited.
+  static double hop_latency_s(const std::vector<EventRecord>& every) {
+    auto key = [](bool backward, int sending_stage, int mb) {
+      return (int64_t(mb) * 2 + backward) * (int64_t(1) << 20) + sending_stage;
+    };
+    std::map<int64_t, double> send_begin;
+    for (const auto& e : every)
+      if (e.rank >= 0 && (Op(e.op) == Op::SEND_F || Op(e.op) == Op::SEND_B))
+        send_begin[key(Op(e.op) == Op::SEND_B, e.stage, e.microbatch)] = e.t_begin_s;
+    std::vector<double> hops;
+    for (const auto& e : every) {
+      if (e.rank < 0 || (Op(e.op) != Op::RECV_F && Op(e.op) != Op::RECV_B)) continue;
+      const bool backward = Op(e.op) == Op::RECV_B;
+      const auto it =
+          send_begin.find(key(backward, backward ? e.stage + 1 : e.stage - 1, e.microbatch));
+      if (it != send_begin.end() && e.t_begin_s < it->second)
+        hops.push_back(e.t_end_s - it->second);
+    }
+    if (hops.empty()) return 0.0;
+    std::nth_element(hops.begin(), hops.begin() + hops.size() / 2, hops.end());
+    return std::max(0.0, hops[hops.size() / 2]);
   }
 
   std::string schedule_ = "all", output_;
   int pp_ = 0, m_ = 0, vpp_ = 2, steps_ = 2;
   double tf_ms_ = 0, tb_ms_ = 0, tw_ms_ = -1, timeout_s_ = 60;
+  double recv_poll_ms_ = ExecOptions{}.recv_poll_s * 1e3;
   int64_t bytes_ = 65536;
   bool spin_ = false;
   CLI::Option* tw_opt_ = nullptr;

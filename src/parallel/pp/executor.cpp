@@ -4,7 +4,9 @@
 #include "trident/parallel/pp/executor.hpp"
 
 #include <algorithm>
+#include <memory>
 #include <string>
+#include <thread>
 
 #include "trident/core/error.hpp"
 
@@ -16,7 +18,21 @@ int message_tag(const Schedule& s, int sending_stage, int microbatch, bool backw
 
 namespace {
 
-void release(std::vector<float>& v) { std::vector<float>().swap(v); }
+// A boundary buffer. Allocated without zero-filling (every float is written
+// by the receive or the stage before it is read); freed by reset().
+struct Buffer {
+  std::unique_ptr<float[]> data;
+  size_t size = 0;
+  void allocate(int64_t n) {
+    size = static_cast<size_t>(n);
+    data = std::make_unique_for_overwrite<float[]>(size);
+  }
+  void reset() {
+    data.reset();
+    size = 0;
+  }
+  size_t bytes() const { return size * sizeof(float); }
+};
 
 int tag_upper_bound(MPI_Comm comm) {
   int* ub = nullptr;
@@ -25,19 +41,46 @@ int tag_upper_bound(MPI_Comm comm) {
   return (flag && ub) ? *ub : 32767;  // 32767 is the least the MPI standard promises
 }
 
+// Sends whose buffers may stay alive before they are tested outside a wait.
+constexpr size_t kMaxPendingSends = 8;
+
 struct PendingSend {
   Request req;
-  std::vector<float>* buffer;  // freed once the send has completed
+  Buffer* buffer;  // freed once the send has completed
 };
+
+// A RECV on the critical path: poll with yields for up to poll_s, then hand
+// the request to the Communicator's wait (deadline, backoff, accounting).
+// The Communicator's backoff sleeps 50 us between polls once a wait is long,
+// and that wake-up lands on every pipeline hop; yielding instead keeps the
+// hop short while still giving the core to any rank (or stage work) that
+// needs it. between_polls() runs while the data is not there yet (it reaps
+// finished sends). The polled time goes to the pp wait counter, as
+// Communicator::wait would have counted it.
+template <typename Fn>
+void wait_for(Communicator& pp, Request& r, double poll_s, Fn&& between_polls) {
+  const double t0 = now_s();
+  while (!pp.test(r)) {
+    const double waited = now_s() - t0;
+    if (waited >= poll_s) {
+      comm_counters().wait_s[int(pp.kind())] += waited;
+      pp.wait(r);
+      return;
+    }
+    between_polls();
+    std::this_thread::yield();
+  }
+  comm_counters().wait_s[int(pp.kind())] += now_s() - t0;
+}
 
 }  // namespace
 
 ExecResult execute(const Schedule& s, int me, PipelineStage& stage, Communicator& pp, int step,
                    std::vector<TimelineEvent>* timeline, const ExecOptions& options) {
   const double t_entry = now_s();
-  TRIDENT_CHECK(pp.size() == s.pp, "execute: schedule '" + s.name + "' has pp=" +
-                                       std::to_string(s.pp) + " but the pp communicator has " +
-                                       std::to_string(pp.size()) + " ranks");
+  TRIDENT_CHECK(pp.size() == s.pp,
+                "execute: schedule '" + s.name + "' has pp=" + std::to_string(s.pp) +
+                    " but the pp communicator has " + std::to_string(pp.size()) + " ranks");
   TRIDENT_CHECK(me == pp.rank(), "execute: my_pp_rank " + std::to_string(me) +
                                      " is not this process's rank in pp (" +
                                      std::to_string(pp.rank()) + ")");
@@ -52,7 +95,7 @@ ExecResult execute(const Schedule& s, int me, PipelineStage& stage, Communicator
 
   // Buffers per (stage, micro-batch); declared before the requests so that a
   // request unwound by an exception is cancelled while its buffer still exists.
-  std::vector<std::vector<float>> input(static_cast<size_t>(S) * M), output(input.size()),
+  std::vector<Buffer> input(static_cast<size_t>(S) * M), output(input.size()),
       grad_output(input.size()), grad_input(input.size());
   std::vector<Request> recv(row.size());
   std::vector<PendingSend> sends;
@@ -66,13 +109,13 @@ ExecResult execute(const Schedule& s, int me, PipelineStage& stage, Communicator
       const Action& a = row[posted];
       if (a.op == Op::RECV_F) {
         auto& buf = input[at(a.stage, a.microbatch)];
-        buf.resize(static_cast<size_t>(stage.boundary_numel(s.chunk_of(a.stage - 1), a.microbatch)));
-        recv[posted] = pp.irecv(buf.data(), buf.size() * sizeof(float), s.rank_of(a.stage - 1),
+        buf.allocate(stage.boundary_numel(s.chunk_of(a.stage - 1), a.microbatch));
+        recv[posted] = pp.irecv(buf.data.get(), buf.bytes(), s.rank_of(a.stage - 1),
                                 message_tag(s, a.stage - 1, a.microbatch, false));
       } else if (a.op == Op::RECV_B) {
         auto& buf = grad_output[at(a.stage, a.microbatch)];
-        buf.resize(static_cast<size_t>(stage.boundary_numel(s.chunk_of(a.stage), a.microbatch)));
-        recv[posted] = pp.irecv(buf.data(), buf.size() * sizeof(float), s.rank_of(a.stage + 1),
+        buf.allocate(stage.boundary_numel(s.chunk_of(a.stage), a.microbatch));
+        recv[posted] = pp.irecv(buf.data.get(), buf.bytes(), s.rank_of(a.stage + 1),
                                 message_tag(s, a.stage + 1, a.microbatch, true));
       }
     }
@@ -81,7 +124,7 @@ ExecResult execute(const Schedule& s, int me, PipelineStage& stage, Communicator
     for (auto it = sends.begin(); it != sends.end();) {
       if (block) pp.wait(it->req);
       if (block || pp.test(it->req)) {
-        release(*it->buffer);
+        it->buffer->reset();
         it = sends.erase(it);
       } else {
         ++it;
@@ -96,52 +139,53 @@ ExecResult execute(const Schedule& s, int me, PipelineStage& stage, Communicator
     const Action& a = row[i];
     const int st = a.stage, mb = a.microbatch, chunk = s.chunk_of(st);
     const size_t k = at(st, mb);
-    const size_t ahead = computes_started + static_cast<size_t>(std::max(0, options.recv_lookahead));
-    post_receives_until(std::max(i + 1, ahead < compute_at.size() ? compute_at[ahead] : row.size()));
+    const size_t ahead =
+        computes_started + static_cast<size_t>(std::max(0, options.recv_lookahead));
+    post_receives_until(
+        std::max(i + 1, ahead < compute_at.size() ? compute_at[ahead] : row.size()));
 
     const double t0 = now_s();
     switch (a.op) {
       case Op::F: {
         auto& out = output[k];
-        if (st < last) out.resize(static_cast<size_t>(stage.boundary_numel(chunk, mb)));
-        stage.forward(chunk, mb, st > 0 ? input[k].data() : nullptr, st < last ? out.data() : nullptr);
+        if (st < last) out.allocate(stage.boundary_numel(chunk, mb));
+        stage.forward(chunk, mb, input[k].data.get(), out.data.get());
         if (local(st + 1)) input[at(st + 1, mb)] = std::move(out);
         res.peak_inflight = std::max(res.peak_inflight, ++live);
         break;
       }
       case Op::B: {
         auto& gin = grad_input[k];
-        if (st > 0) gin.resize(input[k].size());
-        stage.backward(chunk, mb, st < last ? grad_output[k].data() : nullptr,
-                       st > 0 ? gin.data() : nullptr, !split);
-        release(grad_output[k]);
+        if (st > 0) gin.allocate(static_cast<int64_t>(input[k].size));
+        stage.backward(chunk, mb, grad_output[k].data.get(), gin.data.get(), !split);
+        grad_output[k].reset();
         if (local(st - 1)) grad_output[at(st - 1, mb)] = std::move(gin);
         if (!split) {
-          release(input[k]);
+          input[k].reset();
           --live;
         }
         break;
       }
       case Op::W:
         stage.backward_weight(chunk, mb);
-        release(input[k]);
+        input[k].reset();
         --live;
         break;
       case Op::SEND_F:
-        sends.push_back({pp.isend(output[k].data(), output[k].size() * sizeof(float),
-                                  s.rank_of(st + 1), message_tag(s, st, mb, false)),
+        sends.push_back({pp.isend(output[k].data.get(), output[k].bytes(), s.rank_of(st + 1),
+                                  message_tag(s, st, mb, false)),
                          &output[k]});
-        res.bytes_sent += static_cast<int64_t>(output[k].size() * sizeof(float));
+        res.bytes_sent += static_cast<int64_t>(output[k].bytes());
         break;
       case Op::SEND_B:
-        sends.push_back({pp.isend(grad_input[k].data(), grad_input[k].size() * sizeof(float),
+        sends.push_back({pp.isend(grad_input[k].data.get(), grad_input[k].bytes(),
                                   s.rank_of(st - 1), message_tag(s, st, mb, true)),
                          &grad_input[k]});
-        res.bytes_sent += static_cast<int64_t>(grad_input[k].size() * sizeof(float));
+        res.bytes_sent += static_cast<int64_t>(grad_input[k].bytes());
         break;
       case Op::RECV_F:
       case Op::RECV_B:
-        pp.wait(recv[i]);
+        wait_for(pp, recv[i], options.recv_poll_s, [&] { reap_sends(false); });
         break;
     }
     const double t1 = now_s();
@@ -154,7 +198,12 @@ ExecResult execute(const Schedule& s, int me, PipelineStage& stage, Communicator
       res.send_s += t1 - t0;
     }
     res.actions.push_back({a, t0, t1});
-    if (!sends.empty()) reap_sends(false);
+    // Sends are reaped while a RECV waits and at the end, not after every
+    // action: under Open MPI an MPI_Test that finds nothing to do yields the
+    // core when ranks oversubscribe it (mpi_yield_when_idle), which cost
+    // 30-200 us per action here. Only a long run of sends without a receive
+    // (more than kMaxPendingSends) is reaped in between.
+    if (sends.size() > kMaxPendingSends) reap_sends(false);
   }
   const double t_sends = now_s();
   reap_sends(true);
@@ -163,9 +212,18 @@ ExecResult execute(const Schedule& s, int me, PipelineStage& stage, Communicator
   res.elapsed_s = t_done - t_entry;
   res.overhead_s = res.elapsed_s - res.busy_s - res.recv_wait_s - res.send_s;
 
-  double span[2] = {t_done, -t_entry};
+  // Makespan as the simulator counts it: from the first action's begin on any
+  // rank to the last action's end on any rank (the simulator starts every
+  // rank's first action at 0 and its sends take no time, so neither the entry
+  // skew after a barrier nor the final wait for sends to complete is in it).
+  // (-first begin, last end); a rank without actions (none in a valid schedule): entry, exit
+  double span[2] = {-t_entry, t_done};
+  if (!res.actions.empty()) {
+    span[0] = -res.actions.front().t_begin_s;
+    span[1] = res.actions.back().t_end_s;
+  }
   pp.allreduce_max(span, 2);
-  res.makespan_s = span[0] + span[1];
+  res.makespan_s = span[1] + span[0];
   res.bubble_fraction = res.makespan_s > 0 ? 1.0 - res.busy_s / res.makespan_s : 0.0;
 
   if (timeline) {

@@ -31,12 +31,17 @@ void check_common(const std::string& name, int pp, int m, int vpp) {
   require(vpp >= 1, "--vpp " + std::to_string(vpp) + ": must be >= 1");
   require(m >= 1, "--microbatches " + std::to_string(m) + ": must be >= 1");
   require(vpp == 1 || name == "interleaved",
-          "--vpp " + std::to_string(vpp) + ": more than one chunk per rank needs the interleaved schedule (got '" +
-              name + "')");
+          "--vpp " + std::to_string(vpp) +
+              ": more than one chunk per rank needs the interleaved schedule (got '" + name + "')");
   const int need = min_microbatches(name, pp, vpp);
-  require(m >= need, "--microbatches " + std::to_string(m) + ": schedule '" + name + "' with pp=" +
-                         std::to_string(pp) + " vpp=" + std::to_string(vpp) + " needs at least " +
-                         std::to_string(need) + " micro-batches");
+  require(m >= need, "--microbatches " + std::to_string(m) + ": schedule '" + name +
+                         "' with pp=" + std::to_string(pp) + " vpp=" + std::to_string(vpp) +
+                         " needs at least " + std::to_string(need) + " micro-batches");
+  // The same rule as the config's (data.num_microbatches), so that every
+  // schedule the CLI accepts is one a training run accepts.
+  require(name != "interleaved" || m % pp == 0,
+          "--microbatches " + std::to_string(m) +
+              ": schedule 'interleaved' needs a multiple of --pp " + std::to_string(pp));
 }
 
 }  // namespace
@@ -48,7 +53,7 @@ const std::vector<std::string>& schedule_names() {
 
 int min_microbatches(const std::string& name, int pp, int vpp) {
   if (name == "afab" || name == "gpipe" || name == "1f1b" || name == "zb-h1") return 1;
-  if (name == "interleaved") return 1;
+  if (name == "interleaved") return std::max(pp, 1);
   throw InputError("schedule '" + name + "': unknown (expected afab, 1f1b, interleaved or zb-h1)");
 }
 

@@ -11,7 +11,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
 
-timeout 120 "${mpirun[@]}" -np 2 "$bin" bench schedule --pp 2 --microbatches 3 --tf 1 --tb 1 --tw 1 \
+timeout 120 "${mpirun[@]}" -np 2 "$bin" bench schedule --pp 2 --microbatches 4 --tf 1 --tb 1 --tw 1 \
   --steps 1 --bytes 256 --output "$tmp/b.h5" >"$tmp/out" 2>&1
 rc=$?
 if [[ $rc -ne 0 ]]; then echo "FAIL bench rc=$rc"; cat "$tmp/out"; fail=1; fi
@@ -30,8 +30,19 @@ kinds = {k.decode() if isinstance(k, bytes) else k for k in t["kind"][:]}
 assert {"F", "B", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B"} <= kinds, kinds
 assert (t["t_end_s"][:] >= t["t_begin_s"][:]).all()
 assert len(f["bench/schedule/#wrong"][:]) == 4
+assert (f["bench/schedule/hop_us"][:] >= 0).all()
 print("ok   hdf5")
 PY
+fi
+
+# Receives that go straight to the Communicator's wait (no polling) deliver the same data.
+timeout 120 "${mpirun[@]}" -np 2 "$bin" bench schedule --schedule zb-h1 --vpp 1 --pp 2 --microbatches 4 \
+  --tf 1 --tb 1 --tw 1 --steps 1 --bytes 256 --recv-poll 0 >"$tmp/out3" 2>&1
+rc=$?
+if [[ $rc -ne 0 ]] || ! grep -qE "^ +zb-h1 .* 0$" "$tmp/out3"; then
+  echo "FAIL recv-poll 0 rc=$rc"; cat "$tmp/out3"; fail=1
+else
+  echo "ok   recv-poll 0"
 fi
 
 timeout 60 "${mpirun[@]}" -np 2 "$bin" bench schedule --pp 4 --microbatches 3 --tf 1 --tb 1 \

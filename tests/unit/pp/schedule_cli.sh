@@ -38,7 +38,7 @@ check deadlock_other_side 2 "rank 1 waits at 1RECV_F1 for 0SEND_F1" -- \
 check missing_b 2 "0B1 is missing" -- "$bin" schedule --import "$data/missing_b.csv" --simulate
 check no_microbatches 2 "--microbatches 0" -- \
   "$bin" schedule interleaved --pp 4 --vpp 2 --microbatches 0
-check interleaved_odd 0 "no deadlock" -- \
+check interleaved_not_multiple 2 "multiple of --pp 4" -- \
   "$bin" schedule interleaved --pp 4 --vpp 2 --microbatches 7 --simulate
 check vpp_needs_interleaved 2 "--vpp 2" -- "$bin" schedule 1f1b --pp 4 --vpp 2 --microbatches 8
 check unknown 2 "gpipe2" -- "$bin" schedule gpipe2 --pp 4 --microbatches 8

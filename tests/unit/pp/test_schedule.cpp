@@ -38,6 +38,14 @@ std::vector<Case> sweep() {
   return cases;
 }
 
+// The named schedule, except that interleaved goes through its generator
+// directly: make_schedule keeps the config's multiple-of-pp rule, the
+// generator takes any micro-batch count and the sweep covers them all.
+Schedule generate(const Case& c) {
+  return c.name == "interleaved" ? interleaved_one_f_one_b(c.p, c.m, c.v)
+                                 : make_schedule(c.name, c.p, c.m, c.v);
+}
+
 std::string describe(const Case& c) {
   return c.name + " p=" + std::to_string(c.p) + " m=" + std::to_string(c.m) + " v=" + std::to_string(c.v);
 }
@@ -92,7 +100,7 @@ TEST_CASE("sweep: every schedule lowers and simulates without deadlock", "[pp]")
   int closed_checked = 0;
   for (const Case& c : cases) {
     INFO(describe(c));
-    const Schedule compute = make_schedule(c.name, c.p, c.m, c.v);
+    const Schedule compute = generate(c);
     REQUIRE(!compute.has_comm());
     check_each_compute_once(compute);
     const Schedule low = lower(compute);
@@ -184,9 +192,13 @@ TEST_CASE("rules: bad parameters are InputErrors naming the flag", "[pp]") {
   CHECK_THROWS_WITH(make_schedule("zb-h3", 4, 8, 1), Catch::Contains("zb-h3"));
   CHECK_THROWS_WITH(make_schedule("1f1b", 0, 8, 1), Catch::Contains("--pp"));
   CHECK_THROWS_WITH(make_schedule("afab", 2, 0, 1), Catch::Contains("--microbatches"));
-  // Interleaved takes any count, also below pp (the sweep simulates them all).
-  CHECK(min_microbatches("interleaved", 4, 2) == 1);
-  CHECK_NOTHROW(make_schedule("interleaved", 4, 3, 2));
+  // Named interleaved: a multiple of pp, like the config (the generator
+  // itself takes any count; the sweep simulates them all).
+  CHECK(min_microbatches("interleaved", 4, 2) == 4);
+  CHECK_THROWS_WITH(make_schedule("interleaved", 4, 3, 2), Catch::Contains("--microbatches 3"));
+  CHECK_THROWS_WITH(make_schedule("interleaved", 4, 6, 2), Catch::Contains("multiple of --pp 4"));
+  CHECK_NOTHROW(make_schedule("interleaved", 4, 8, 2));
+  CHECK_NOTHROW(interleaved_one_f_one_b(4, 3, 2));
   CHECK(min_microbatches("1f1b", 8, 1) == 1);
   CHECK_THROWS_AS(min_microbatches("nope", 4, 1), InputError);
 }
@@ -194,7 +206,7 @@ TEST_CASE("rules: bad parameters are InputErrors naming the flag", "[pp]") {
 TEST_CASE("CSV export and import round-trip every generated schedule", "[pp]") {
   for (const Case& c : sweep()) {
     INFO(describe(c));
-    const Schedule low = lower(make_schedule(c.name, c.p, c.m, c.v));
+    const Schedule low = lower(generate(c));
     const Schedule back = from_csv(to_csv(low), "x.csv");
     CHECK(back.pp == low.pp);
     CHECK(back.vpp == low.vpp);

@@ -2,7 +2,8 @@
 // functions over the pp communicator.
 //
 // Receives are posted ahead (for the next `recv_lookahead` compute actions)
-// so data lands while the rank computes; sends are non-blocking and their
+// so data lands while the rank computes, and waited for by polling with
+// yields (ExecOptions::recv_poll_s); sends are non-blocking and their
 // buffers are released when the send completes. A stage's input stays alive
 // until its last backward for that micro-batch (B, or W when split) has run,
 // then it is freed: that is the in-flight activation count. Weight gradients
@@ -50,29 +51,34 @@ struct ActionTiming {
 };
 
 struct ExecResult {
-  double makespan_s = 0;        // first action begin to last action end over all pp ranks
-  double busy_s = 0;            // this rank's time in F, B, W
-  double bubble_fraction = 0;   // 1 - busy_s / makespan_s
-  int peak_inflight = 0;        // most (chunk, micro-batch) inputs alive at once
-  double elapsed_s = 0;         // this rank: entry to the last send completing
-  double recv_wait_s = 0;       // inside RECV actions (waiting for peers)
-  double send_s = 0;            // inside SEND actions and the final wait for sends
-  double overhead_s = 0;        // elapsed - busy - recv_wait - send: the executor's own cost
+  double makespan_s = 0;       // first action begin to last action end over all pp ranks
+                               // (as in the simulator: entry and the final send wait excluded)
+  double busy_s = 0;           // this rank's time in F, B, W
+  double bubble_fraction = 0;  // 1 - busy_s / makespan_s
+  int peak_inflight = 0;       // most (chunk, micro-batch) inputs alive at once
+  double elapsed_s = 0;        // this rank: entry to the last send completing
+  double recv_wait_s = 0;      // inside RECV actions (waiting for peers)
+  double send_s = 0;           // inside SEND actions and the final wait for sends
+  double overhead_s = 0;       // elapsed - busy - recv_wait - send: the executor's own cost
   int64_t bytes_sent = 0;
   std::vector<ActionTiming> actions;  // this rank's, in execution order
 };
 
 struct ExecOptions {
   int recv_lookahead = 2;  // post receives needed by this many upcoming compute actions
+  // A RECV polls its request, yielding the core between polls, for up to this
+  // long before Communicator::wait (deadline, sleeping backoff) takes over:
+  // a pipeline hop is on the critical path, and the backoff's sleeps would add
+  // their wake-up latency to every hop. The deadline is recv_poll_s + timeout.
+  double recv_poll_s = 0.1;
 };
 
 // Runs rank `my_pp_rank`'s list of `lowered` (validate()d by the caller or
 // here). Collective over pp: ends with one allreduce for the makespan. Appends
 // one event per action to timeline if given (rank = world rank, kind = op
 // name). Throws TimeoutError through Communicator if a peer never delivers.
-ExecResult execute(const Schedule& lowered, int my_pp_rank, PipelineStage& stage,
-                   Communicator& pp, int step, std::vector<TimelineEvent>* timeline,
-                   const ExecOptions& options = {});
+ExecResult execute(const Schedule& lowered, int my_pp_rank, PipelineStage& stage, Communicator& pp,
+                   int step, std::vector<TimelineEvent>* timeline, const ExecOptions& options = {});
 
 // Tag of the message (sending stage, micro-batch, direction): distinct for
 // every message of one step.

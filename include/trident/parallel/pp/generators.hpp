@@ -2,17 +2,21 @@
 // compute-only Schedule (lower() adds the communication).
 //
 // Names accepted: "afab" (alias "gpipe"), "1f1b", "interleaved", "zb-h1".
-// Rules (checked by make_schedule, and by config validation through
-// min_microbatches):
+// Rules (checked by make_schedule; the config's data.num_microbatches rules
+// are the same, so the CLI and training accept the same schedules):
 //  - pp >= 1, vpp >= 1, microbatches >= 1;
-//  - vpp > 1 only for "interleaved".
-// Interleaved accepts any micro-batch count, also below pp and not a multiple
-// of pp: micro-batches go through the chunks in groups of pp (Megatron's
-// order), and the remainder m % pp joins the FIRST group, whose size g then
-// sets the warm-up ((vpp-1) g + 2 (pp-1-rank) forwards). The alternatives
-// fail: a short group at the end deadlocks (pp=4 vpp=3 m=5: rank 0 waits for
-// rank 3's forward while rank 3 waits for rank 0's backward), and a long group
-// at the end makes a backward come due before its forward.
+//  - vpp > 1 only for "interleaved";
+//  - "interleaved": microbatches a multiple of pp (so >= pp), as in Megatron.
+// The generator interleaved_one_f_one_b() itself takes any micro-batch count
+// (the sweep tests simulate and execute them all): micro-batches go through
+// the chunks in groups of pp (Megatron's order), and the remainder m % pp
+// joins the FIRST group, whose size g then sets the warm-up ((vpp-1) g +
+// 2 (pp-1-rank) forwards). The alternatives fail: a short group at the end
+// deadlocks (pp=4 vpp=3 m=5: rank 0 waits for rank 3's forward while rank 3
+// waits for rank 0's backward), and a long group at the end makes a backward
+// come due before its forward. The named schedule keeps Megatron's rule
+// because only multiples are covered by the training parity tests and the
+// closed form.
 #pragma once
 #include <string>
 #include <vector>
@@ -25,8 +29,8 @@ namespace trident::pp {
 const std::vector<std::string>& schedule_names();
 
 // The smallest micro-batch count the named schedule accepts for pp (and vpp):
-// 1 for every schedule here (see the rules above). InputError for an unknown
-// name.
+// pp for "interleaved", 1 for the others (see the rules above). InputError for
+// an unknown name.
 int min_microbatches(const std::string& name, int pp, int vpp);
 
 // The compute-only schedule. Throws InputError naming the flag/key that breaks
