@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 namespace trident::kernels {
 
@@ -29,55 +30,66 @@ void gather_rows(const float* x, int64_t d, const int64_t* src_row, int64_t n, f
     std::memcpy(out + i * d, x + src_row[i] * d, sizeof(float) * static_cast<size_t>(d));
 }
 
-void combine_rows(const float* rows, int64_t d, const int64_t* row, const float* weight,
-                  int64_t T, int k, float* y) {
-  for (int64_t t = 0; t < T; ++t) {
-    float* yt = y + t * d;
-    std::fill(yt, yt + d, 0.0f);
-    for (int j = 0; j < k; ++j) {
-      const int64_t r = row[t * k + j];
-      if (r < 0) continue;
-      const float w = weight[t * k + j];
-      const float* src = rows + r * d;
-      for (int64_t c = 0; c < d; ++c) yt[c] += w * src[c];
+void combine_row(const float* const* rows, const float* w, int k, int64_t d, float* y) {
+  std::fill(y, y + d, 0.0f);
+  for (int j = 0; j < k; ++j) {
+    if (!rows[j]) continue;
+    const float wj = w ? w[j] : 1.0f;
+    const float* src = rows[j];
+    for (int64_t c = 0; c < d; ++c) y[c] += wj * src[c];
+  }
+}
+
+void combine_row_backward(const float* const* rows, const float* dy, int64_t d, const int64_t* row,
+                          const float* w, int k, float* drows, float* dweight) {
+  for (int j = 0; j < k; ++j) {
+    if (row[j] < 0) {
+      dweight[j] = 0.0f;
+      continue;
     }
+    const float* src = rows[j];
+    float* dst = drows + row[j] * d;
+    double dot = 0.0;
+    for (int64_t c = 0; c < d; ++c) {
+      dot += double(dy[c]) * double(src[c]);
+      dst[c] = w[j] * dy[c];
+    }
+    dweight[j] = static_cast<float>(dot);
+  }
+}
+
+namespace {
+// The k rows of token t's copies inside a [S, d] array in send order.
+void rows_of_token(const float* rows, int64_t d, const int64_t* row, int k, const float** out) {
+  for (int j = 0; j < k; ++j) out[j] = row[j] < 0 ? nullptr : rows + row[j] * d;
+}
+}  // namespace
+
+void combine_rows(const float* rows, int64_t d, const int64_t* row, const float* weight, int64_t T,
+                  int k, float* y) {
+  std::vector<const float*> ptr(static_cast<size_t>(k));
+  for (int64_t t = 0; t < T; ++t) {
+    rows_of_token(rows, d, row + t * k, k, ptr.data());
+    combine_row(ptr.data(), weight + t * k, k, d, y + t * d);
   }
 }
 
 void combine_rows_backward(const float* rows, const float* dy, int64_t d, const int64_t* row,
                            const float* weight, int64_t T, int k, float* drows, float* dweight) {
+  std::vector<const float*> ptr(static_cast<size_t>(k));
   for (int64_t t = 0; t < T; ++t) {
-    const float* g = dy + t * d;
-    for (int j = 0; j < k; ++j) {
-      const int64_t r = row[t * k + j];
-      if (r < 0) {
-        dweight[t * k + j] = 0.0f;
-        continue;
-      }
-      const float w = weight[t * k + j];
-      const float* src = rows + r * d;
-      float* dst = drows + r * d;
-      double dot = 0.0;
-      for (int64_t c = 0; c < d; ++c) {
-        dot += double(g[c]) * double(src[c]);
-        dst[c] = w * g[c];
-      }
-      dweight[t * k + j] = static_cast<float>(dot);
-    }
+    rows_of_token(rows, d, row + t * k, k, ptr.data());
+    combine_row_backward(ptr.data(), dy + t * d, d, row + t * k, weight + t * k, k, drows,
+                         dweight + t * k);
   }
 }
 
 void scatter_add_rows(const float* drows, int64_t d, const int64_t* row, int64_t T, int k,
                       float* dx) {
+  std::vector<const float*> ptr(static_cast<size_t>(k));
   for (int64_t t = 0; t < T; ++t) {
-    float* out = dx + t * d;
-    std::fill(out, out + d, 0.0f);
-    for (int j = 0; j < k; ++j) {
-      const int64_t r = row[t * k + j];
-      if (r < 0) continue;
-      const float* src = drows + r * d;
-      for (int64_t c = 0; c < d; ++c) out[c] += src[c];
-    }
+    rows_of_token(drows, d, row + t * k, k, ptr.data());
+    combine_row(ptr.data(), nullptr, k, d, dx + t * d);
   }
 }
 

@@ -1,7 +1,8 @@
 // `trident bench moe`: MoE dispatch and combine through TokenDispatcher (ep =
-// all ranks) against a plain MPI_Alltoallv of the same bytes in the same run,
-// for balanced and skewed routing, with the time split into count exchange,
-// permute, all-to-all, expert compute and combine. Before timing, one pass
+// all ranks), with each transport (alltoallv, shm), against a plain
+// MPI_Alltoallv of the same bytes in the same run, for balanced and skewed
+// routing, with the time split into count exchange, permute, transfer,
+// expert compute and combine. Before timing, one pass
 // with identity experts checks every combined element against the local
 // weighted sum of the token's copies (#wrong), and the bytes the ep counters
 // saw against the routed copies; a mismatch makes the exit code 1.
@@ -72,6 +73,9 @@ class BenchMoeCommand : public Command {
     app->add_option("--ffn", ffn_, "Expert SwiGLU hidden size; 0: identity experts (no compute)");
     app->add_option("--iters", iters_, "Timed iterations per routing");
     app->add_option("--warmup", warmup_, "Untimed iterations per routing");
+    app->add_option("--transport", transport_,
+                    "Token exchange: alltoallv, shm, or all (both; shm where the ranks share a node)")
+        ->check(CLI::IsMember({"alltoallv", "shm", "all"}));
     app->add_option("--output", output_, "Write the tables to this HDF5 file");
   }
   bool needs_mpi() const override { return true; }
@@ -103,7 +107,6 @@ class BenchMoeCommand : public Command {
     MPI_Comm_dup(MPI_COMM_WORLD, &world_mpi);
     Communicator ep(ep_mpi, CommKind::ep, "ep", 300.0, true);
     Communicator world(world_mpi, CommKind::world, "world", 300.0, true);
-    TokenDispatcher disp(&ep, experts_);
     const int64_t T = tokens_, d = hidden_, f = ffn_;
     const int E = experts_, k = top_k_, L = E / W;
 
@@ -133,136 +136,58 @@ class BenchMoeCommand : public Command {
           << (f > 0 ? "SwiGLU experts f " + std::to_string(f) : std::string("identity experts"))
           << ", " << iters_ << " iterations";
     main_t.title = title.str();
-    main_t.columns = {"routing",     "sent_B/rank", "max_recv_B",   "dispatch_ms", "combine_ms",
-                      "raw_a2a_ms",  "moe_GB/s",    "raw_GB/s",     "overhead_%",  "imbalance",
-                      "#wrong"};
+    main_t.columns = {"routing",    "transport",  "sent_B/rank", "max_recv_B", "dispatch_ms",
+                      "combine_ms", "raw_a2a_ms", "moe_GB/s",    "raw_GB/s",   "overhead_%",
+                      "imbalance",  "#wrong"};
     split_t.name = "moe_split";
     split_t.title = "Time split per iteration (ms, slowest rank, mean over iterations)";
-    split_t.columns = {"routing", "count_ms", "permute_ms", "a2a_disp_ms", "expert_ms",
-                       "a2a_comb_ms", "combine_ms", "total_ms"};
+    split_t.columns = {"routing",     "transport",  "count_ms", "permute_ms", "a2a_disp_ms",
+                       "expert_ms",   "a2a_comb_ms", "combine_ms", "total_ms"};
     main_t.notes.push_back(
-        "dispatch = count exchange + permute + all-to-all-v; combine = reverse all-to-all-v + "
-        "weighted un-permute; raw = MPI_Alltoallv forward + reverse of the same counts");
+        "dispatch = count exchange + permute + transfer; combine = transfer back + weighted "
+        "un-permute; raw = MPI_Alltoallv forward + reverse of the same counts");
+    main_t.notes.push_back(
+        "alltoallv: rows gathered into a send buffer, MPI all-to-all-v both ways, then the "
+        "weighted sum; shm: sources write rows from x straight into the expert ranks' shared "
+        "inboxes, which those copy out (permute_ms is then only the index sort); experts write "
+        "into their shared outboxes and each source sums its copies' rows from there "
+        "(a2a_comb_ms: fences, combine_ms: reads + sums + the copy kept for the backward)");
     main_t.notes.push_back(
         "overhead = (dispatch + combine) / raw - 1 (expert compute excluded); GB/s = 2 x sent "
         "bytes per rank / time; times: slowest rank, mean over iterations");
+
+    std::vector<std::string> transports;
+    if (transport_ == "all") {
+      transports = {"alltoallv"};
+      TokenDispatcher probe(&ep, E, "auto");
+      if (W == 1 || probe.transport() == ep::EpTransport::shm) {
+        transports.push_back("shm");
+      } else {
+        main_t.notes.push_back("shm not measured: " + probe.transport_reason());
+      }
+    } else {
+      transports = {transport_};
+    }
 
     int64_t total_wrong = 0;
     for (bool skewed : {false, true}) {
       const char* name = skewed ? "skewed" : "balanced";
       const std::vector<int> expert = make_routing(skewed, T, E, k, rank);
-      std::vector<float> send, recv, out, back, y(static_cast<size_t>(T * d)), gate, up;
-      PhaseTimes sum;
-      int64_t wrong = 0;
-      int64_t bytes_bad = 0;
-      DispatchPlan plan;
-      for (int it = -1; it < warmup_ + iters_; ++it) {
-        const bool verify = it < 0, timed = it >= warmup_;
-        world.barrier();
-        const double ep_bytes0 = comm_counters().bytes_sent[int(CommKind::ep)];
-        DispatchTimes tm;
-        plan = disp.plan(expert.data(), T, k, &tm);
-        const int64_t S = plan.sent(), R = plan.received();
-        double t0 = now_s();
-        send.resize(size_t(S * d));
-        kernels::gather_rows(x.data(), d, plan.send_token.data(), S, send.data());
-        tm.permute += now_s() - t0;
-        recv.resize(size_t(R * d));
-        disp.to_experts(plan, send.data(), recv.data(), d, &tm);
-        const double a2a_dispatch = tm.a2a;
-        const float* expert_out = recv.data();
-        t0 = now_s();
-        if (f > 0 && !verify) {
-          out.resize(size_t(R * d));
-          gate.resize(size_t(R * f));
-          up.resize(size_t(R * f));
-          for (int e = 0; e < L; ++e)
-            for (int r = 0; r < W; ++r) {
-              const int64_t rows = plan.chunk_rows[r * L + e], off = plan.chunk_offset[r * L + e];
-              kernels::swiglu_forward(recv.data() + off * d, rows, d, f, wg.data() + e * d * f,
-                                      wu.data() + e * d * f, wd.data() + e * d * f,
-                                      out.data() + off * d, gate.data() + off * f,
-                                      up.data() + off * f);
-            }
-          expert_out = out.data();
-        }
-        const double expert_s = now_s() - t0;
-        back.resize(size_t(S * d));
-        disp.to_sources(plan, expert_out, back.data(), d, &tm);
-        t0 = now_s();
-        kernels::combine_rows(back.data(), d, plan.row_of.data(), weight.data(), T, k, y.data());
-        tm.combine += now_s() - t0;
-        const double ep_bytes = comm_counters().bytes_sent[int(CommKind::ep)] - ep_bytes0;
-
-        if (verify) {
-          // Identity experts: y must be the weighted sum of the token's own
-          // copies, computed here without any communication.
-          std::vector<float> local(size_t(T * d));
-          kernels::combine_rows(send.data(), d, plan.row_of.data(), weight.data(), T, k,
-                                local.data());
-          for (size_t i = 0; i < local.size(); ++i) wrong += local[i] != y[i];
-          // The ep counters count bytes that leave the rank: both transfers.
-          const double off_rank = double(S - plan.send_rows[rank] + R - plan.recv_rows[rank]) *
-                                  double(d) * sizeof(float);
-          bytes_bad += ep_bytes != off_rank + ep_count_bytes(W, L);
-          bytes_bad += S != T * k;  // dropless: no padding, every copy sent once
-          continue;
-        }
-        // The same bytes through a plain MPI_Alltoallv, both ways.
-        std::vector<int> sc(W), sd(W), rc(W), rd(W);
-        for (int r = 0; r < W; ++r) {
-          sc[r] = int(plan.send_rows[r] * d);
-          sd[r] = int(plan.send_displ[r] * d);
-          rc[r] = int(plan.recv_rows[r] * d);
-          rd[r] = int(plan.recv_displ[r] * d);
-        }
-        world.barrier();
-        t0 = now_s();
-        MPI_Alltoallv(send.data(), sc.data(), sd.data(), MPI_FLOAT, recv.data(), rc.data(),
-                      rd.data(), MPI_FLOAT, ep.mpi());
-        const double raw_fwd = now_s() - t0;
-        t0 = now_s();
-        MPI_Alltoallv(recv.data(), rc.data(), rd.data(), MPI_FLOAT, back.data(), sc.data(),
-                      sd.data(), MPI_FLOAT, ep.mpi());
-        const double raw_rev = now_s() - t0;
-        if (!timed) continue;
-        sum.count += tm.count_exchange;
-        sum.permute += tm.permute;
-        sum.a2a_dispatch += a2a_dispatch;
-        sum.expert += expert_s;
-        sum.a2a_combine += tm.a2a - a2a_dispatch;
-        sum.combine += tm.combine;
-        sum.raw_fwd += raw_fwd;
-        sum.raw_rev += raw_rev;
+      for (const std::string& tr : transports) {
+        const Result r = measure(ep, world, tr, expert, x, weight, wg, wu, wd);
+        total_wrong += r.wrong;
+        const double sent_bytes = double(T) * k * d * sizeof(float);
+        const double moe_s = r.dispatch_s + r.combine_s;
+        main_t.add_row({std::string(name), tr, static_cast<long long>(sent_bytes),
+                        static_cast<long long>(r.max_recv_bytes), r.dispatch_s * 1e3,
+                        r.combine_s * 1e3, r.raw_s * 1e3, 2 * sent_bytes / moe_s / 1e9,
+                        2 * sent_bytes / r.raw_s / 1e9, 100.0 * (moe_s / r.raw_s - 1.0),
+                        r.imbalance, static_cast<long long>(r.wrong)});
+        const double* ph = r.phase;
+        split_t.add_row({std::string(name), tr, ph[0] * 1e3, ph[1] * 1e3, ph[2] * 1e3,
+                         ph[3] * 1e3, ph[4] * 1e3, ph[5] * 1e3,
+                         (ph[0] + ph[1] + ph[2] + ph[3] + ph[4] + ph[5]) * 1e3});
       }
-      // Slowest rank of each phase, mean over iterations.
-      double ph[8] = {sum.count,       sum.permute, sum.a2a_dispatch, sum.expert,
-                      sum.a2a_combine, sum.combine, sum.raw_fwd,      sum.raw_rev};
-      for (double& v : ph) v /= iters_;
-      double disp_comb[3] = {ph[0] + ph[1] + ph[2], ph[4] + ph[5], ph[6] + ph[7]};
-      world.allreduce_max(ph, 8);
-      world.allreduce_max(disp_comb, 3);
-      int64_t counts[2] = {wrong, bytes_bad};
-      world.allreduce_sum(counts, 2);
-      double max_recv_rows = double(plan.received());
-      world.allreduce_max(&max_recv_rows, 1);
-      std::vector<int64_t> load = plan.tokens_per_expert;
-      world.allreduce_sum(load.data(), load.size());
-      const double mean_load = double(T) * k * W / E;
-      const double imbalance = double(*std::max_element(load.begin(), load.end())) / mean_load;
-      total_wrong += counts[0] + counts[1];
-
-      const double sent_bytes = double(T) * k * d * sizeof(float);
-      const double moe_s = disp_comb[0] + disp_comb[1], raw_s = disp_comb[2];
-      main_t.add_row({std::string(name), static_cast<long long>(sent_bytes),
-                      static_cast<long long>(max_recv_rows * double(d) * sizeof(float)),
-                      disp_comb[0] * 1e3, disp_comb[1] * 1e3, raw_s * 1e3,
-                      2 * sent_bytes / moe_s / 1e9, 2 * sent_bytes / raw_s / 1e9,
-                      100.0 * (moe_s / raw_s - 1.0), imbalance,
-                      static_cast<long long>(counts[0] + counts[1])});
-      split_t.add_row({std::string(name), ph[0] * 1e3, ph[1] * 1e3, ph[2] * 1e3, ph[3] * 1e3,
-                       ph[4] * 1e3, ph[5] * 1e3,
-                       (ph[0] + ph[1] + ph[2] + ph[3] + ph[4] + ph[5]) * 1e3});
     }
     if (rank == 0) {
       std::fputs(main_t.format().c_str(), stdout);
@@ -281,11 +206,144 @@ class BenchMoeCommand : public Command {
   }
 
  private:
-  // Bytes the count exchange sends off the rank: L counts to each other rank.
-  static double ep_count_bytes(int W, int L) {
-    return double(W - 1) * double(L) * sizeof(int64_t);
+  struct Result {
+    double phase[6] = {};  // count, permute, a2a dispatch, expert, a2a combine, combine
+    double dispatch_s = 0, combine_s = 0, raw_s = 0;
+    double max_recv_bytes = 0, imbalance = 0;
+    int64_t wrong = 0;  // wrong elements plus wrong byte counts, over all ranks
+  };
+
+  // One routing through one transport: a verified pass with identity
+  // experts, then warm-up and timed iterations, each followed by the raw
+  // MPI_Alltoallv of the same counts. Times: slowest rank, mean over iterations.
+  Result measure(Communicator& ep, Communicator& world, const std::string& transport,
+                 const std::vector<int>& expert, const std::vector<float>& x,
+                 const std::vector<float>& weight, const std::vector<float>& wg,
+                 const std::vector<float>& wu, const std::vector<float>& wd) {
+    const int W = world.size(), rank = world.rank();
+    const int64_t T = tokens_, d = hidden_, f = ffn_;
+    const int E = experts_, k = top_k_, L = E / W;
+    TokenDispatcher disp(&ep, E, transport);
+    std::vector<float> send, recv, out, back, y(static_cast<size_t>(T * d)), gate, up;
+    ep::KeptRows keep;  // what the MoE layer keeps for its backward; reused, as a pool would
+    PhaseTimes sum;
+    int64_t wrong = 0, bytes_bad = 0;
+    DispatchPlan plan;
+    for (int it = -1; it < warmup_ + iters_; ++it) {
+      const int growths0 = disp.shm_growths();
+      const bool verify = it < 0, timed = it >= warmup_;
+      world.barrier();
+      const double ep_bytes0 = comm_counters().bytes_sent[int(CommKind::ep)];
+      DispatchTimes tm;
+      plan = disp.plan(expert.data(), T, k, &tm);
+      const int64_t S = plan.sent(), R = plan.received();
+      recv.resize(size_t(R * d));
+      disp.dispatch(plan, x.data(), recv.data(), d, &tm);
+      const double a2a_dispatch = tm.a2a;
+      const float* expert_out = recv.data();
+      double t0 = now_s();
+      // Experts write where the combine reads (shm: the shared outbox); an
+      // identity expert there is a copy, timed as expert compute.
+      float* out_rows = disp.output_rows(plan, d);
+      if (f == 0 && out_rows) {
+        std::copy(recv.begin(), recv.begin() + R * d, out_rows);
+        expert_out = out_rows;
+      }
+      if (f > 0 && !verify) {
+        out.resize(size_t(R * d));
+        if (!out_rows) out_rows = out.data();
+        gate.resize(size_t(R * f));
+        up.resize(size_t(R * f));
+        for (int e = 0; e < L; ++e)
+          for (int r = 0; r < W; ++r) {
+            const int64_t rows = plan.chunk_rows[r * L + e], off = plan.chunk_offset[r * L + e];
+            kernels::swiglu_forward(recv.data() + off * d, rows, d, f, wg.data() + e * d * f,
+                                    wu.data() + e * d * f, wd.data() + e * d * f,
+                                    out_rows + off * d, gate.data() + off * f,
+                                    up.data() + off * f);
+          }
+        expert_out = out_rows;
+      }
+      const double expert_s = now_s() - t0;
+      keep.filled = false;
+      disp.combine(plan, expert_out, weight.data(), y.data(), d, &keep, &tm);
+      const double ep_bytes = comm_counters().bytes_sent[int(CommKind::ep)] - ep_bytes0;
+
+      // The send rows of the raw all-to-all (and of the local reference).
+      send.resize(size_t(S * d));
+      kernels::gather_rows(x.data(), d, plan.send_token.data(), S, send.data());
+      if (verify) {
+        // Identity experts: y must be the weighted sum of the token's own
+        // copies, computed here without any communication.
+        std::vector<float> local(size_t(T * d));
+        kernels::combine_rows(send.data(), d, plan.row_of.data(), weight.data(), T, k,
+                              local.data());
+        for (size_t i = 0; i < local.size(); ++i) wrong += local[i] != y[i];
+        // The ep counters count bytes that leave the rank: both transfers
+        // and the count exchange (an all-gather of E counts), and one int
+        // when the shm blocks grow.
+        const double off_rank = double(S - plan.send_rows[rank] + R - plan.recv_rows[rank]) *
+                                double(d) * sizeof(float);
+        const double control =
+            double(E) * sizeof(int64_t) + double(disp.shm_growths() - growths0) * sizeof(int);
+        bytes_bad += W > 1 && ep_bytes != off_rank + control;
+        bytes_bad += S != T * k;  // dropless: no padding, every copy sent once
+        continue;
+      }
+      // The same bytes through a plain MPI_Alltoallv, both ways.
+      std::vector<int> sc(W), sd(W), rc(W), rd(W);
+      for (int r = 0; r < W; ++r) {
+        sc[r] = int(plan.send_rows[r] * d);
+        sd[r] = int(plan.send_displ[r] * d);
+        rc[r] = int(plan.recv_rows[r] * d);
+        rd[r] = int(plan.recv_displ[r] * d);
+      }
+      back.resize(size_t(S * d));
+      world.barrier();
+      t0 = now_s();
+      MPI_Alltoallv(send.data(), sc.data(), sd.data(), MPI_FLOAT, recv.data(), rc.data(),
+                    rd.data(), MPI_FLOAT, ep.mpi());
+      const double raw_fwd = now_s() - t0;
+      t0 = now_s();
+      MPI_Alltoallv(recv.data(), rc.data(), rd.data(), MPI_FLOAT, back.data(), sc.data(),
+                    sd.data(), MPI_FLOAT, ep.mpi());
+      const double raw_rev = now_s() - t0;
+      if (!timed) continue;
+      sum.count += tm.count_exchange;
+      sum.permute += tm.permute;
+      sum.a2a_dispatch += a2a_dispatch;
+      sum.expert += expert_s;
+      sum.a2a_combine += tm.a2a - a2a_dispatch;
+      sum.combine += tm.combine;
+      sum.raw_fwd += raw_fwd;
+      sum.raw_rev += raw_rev;
+    }
+    Result res;
+    double ph[8] = {sum.count,       sum.permute, sum.a2a_dispatch, sum.expert,
+                    sum.a2a_combine, sum.combine, sum.raw_fwd,      sum.raw_rev};
+    for (double& v : ph) v /= iters_;
+    double disp_comb[3] = {ph[0] + ph[1] + ph[2], ph[4] + ph[5], ph[6] + ph[7]};
+    world.allreduce_max(ph, 8);
+    world.allreduce_max(disp_comb, 3);
+    int64_t counts[2] = {wrong, bytes_bad};
+    world.allreduce_sum(counts, 2);
+    double max_recv_rows = double(plan.received());
+    world.allreduce_max(&max_recv_rows, 1);
+    std::vector<int64_t> load = plan.tokens_per_expert;
+    world.allreduce_sum(load.data(), load.size());
+    const double mean_load = double(T) * k * W / E;
+    std::copy(ph, ph + 6, res.phase);
+    res.dispatch_s = disp_comb[0];
+    res.combine_s = disp_comb[1];
+    res.raw_s = disp_comb[2];
+    res.max_recv_bytes = max_recv_rows * double(d) * sizeof(float);
+    res.imbalance = double(*std::max_element(load.begin(), load.end())) / mean_load;
+    res.wrong = counts[0] + counts[1];
+    return res;
   }
+
   long long hidden_ = 1024, tokens_ = 4096, experts_ = 8, top_k_ = 2, ffn_ = 0;
+  std::string transport_ = "all";
   int iters_ = 5, warmup_ = 1;
   std::string output_;
 };

@@ -180,7 +180,7 @@ const std::vector<KeyDef>& key_table() {
         "runtime", "timeout_s", [](Config& c) { return &c.runtime.timeout_s; }, 0, true));
     t.push_back(enum_key("runtime", "ep_transport",
                          [](Config& c) { return &c.runtime.ep_transport; },
-                         {"alltoallv", "cma", "auto"}));
+                         {"alltoallv", "shm", "auto"}));
     // [output]
     t.push_back(string_key(
         "output", "file", [](Config& c) { return &c.output.file; }, true));

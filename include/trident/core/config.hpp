@@ -92,7 +92,7 @@ struct RuntimeConfig {
   std::string comm = "auto";     // "mpi" | "nccl" | "auto"
   double timeout_s = 300;        // watchdog deadline for any single wait
   // additions:
-  std::string ep_transport = "auto";  // "alltoallv" | "cma" | "auto" (MoE token exchange)
+  std::string ep_transport = "auto";  // "alltoallv" | "shm" | "auto" (MoE token exchange)
 
   bool operator==(const RuntimeConfig&) const = default;
 };

@@ -18,8 +18,17 @@ void gather_rows(const float* x, int64_t d, const int64_t* src_row, int64_t n, f
 // The combine: for each token t and slot j < k with row[t*k + j] >= 0,
 // y[t, :] += weight[t*k + j] * rows[row[t*k + j], :], slots in order. y is
 // overwritten first (a token with every copy dropped gets zeros).
-void combine_rows(const float* rows, int64_t d, const int64_t* row, const float* weight,
-                  int64_t T, int k, float* y);
+void combine_rows(const float* rows, int64_t d, const int64_t* row, const float* weight, int64_t T,
+                  int k, float* y);
+
+// One token of the combine: y[:] = sum over j < k, in order, of
+// w[j] * rows[j][:] (rows[j] nullptr: a dropped copy; w nullptr: weights 1).
+void combine_row(const float* const* rows, const float* w, int k, int64_t d, float* y);
+
+// One token of the backward: for each copy j with row[j] >= 0,
+// drows[row[j], :] = w[j] * dy[:] and dweight[j] = <dy, rows[j]> (else 0).
+void combine_row_backward(const float* const* rows, const float* dy, int64_t d, const int64_t* row,
+                          const float* w, int k, float* drows, float* dweight);
 
 // Backward of combine_rows: drows[row] = weight * dy[t] and
 // dweight[t*k + j] = <dy[t], rows[row]> (0 for dropped copies).

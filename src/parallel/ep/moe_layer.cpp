@@ -38,7 +38,8 @@ int ep_size_of(Communicator* ep) { return ep ? ep->size() : 1; }
 int ep_rank_of(Communicator* ep) { return ep ? ep->rank() : 0; }
 }  // namespace
 
-MoELayer::MoELayer(const ModelConfig& cfg, int layer_index, Communicator* ep, Communicator* cp)
+MoELayer::MoELayer(const ModelConfig& cfg, int layer_index, Communicator* ep, Communicator* cp,
+                   const std::string& transport)
     : d_(cfg.d_model),
       f_(cfg.ffn_hidden),
       E_(cfg.n_experts),
@@ -46,7 +47,7 @@ MoELayer::MoELayer(const ModelConfig& cfg, int layer_index, Communicator* ep, Co
       L_(cfg.n_experts / std::max(1, ep_size_of(ep))),
       first_(ep_rank_of(ep) * L_),
       router_(router_options(cfg)),
-      dispatcher_(ep, cfg.n_experts),
+      dispatcher_(ep, cfg.n_experts, transport),
       cp_(cp) {
   const std::string base = "layers." + std::to_string(layer_index) + ".moe.";
   router_w_ = Param(base + "router", {d_, E_}, GradReduce::dense);
@@ -57,7 +58,8 @@ MoELayer::MoELayer(const ModelConfig& cfg, int layer_index, Communicator* ep, Co
   experts_.reserve(static_cast<size_t>(L_) * 3);
   for (int e = 0; e < L_; ++e) {
     for (int w = 0; w < 3; ++w) {
-      std::vector<int64_t> shape = w < 2 ? std::vector<int64_t>{d_, f_} : std::vector<int64_t>{f_, d_};
+      std::vector<int64_t> shape =
+          w < 2 ? std::vector<int64_t>{d_, f_} : std::vector<int64_t>{f_, d_};
       experts_.emplace_back(base + "experts." + std::to_string(first_ + e) + "." + kNames[w], shape,
                             GradReduce::expert);
       experts_.back().init_normal(static_cast<float>(cfg.init_std));
@@ -84,14 +86,14 @@ Param& MoELayer::expert_param(int local_expert, int which) {
   return experts_.at(static_cast<size_t>(local_expert) * 3 + which);
 }
 
-void MoELayer::run_experts_forward(Cache& c, std::vector<float>& out, DispatchTimes& times) {
+void MoELayer::run_experts_forward(Cache& c, float* out, DispatchTimes& times) {
   const double t0 = ep_clock_s();
   const DispatchPlan& p = c.plan;
   for (int e = 0; e < L_; ++e) {
     for (int r = 0; r < p.ep_size; ++r) {
       const int64_t rows = p.chunk_rows[r * L_ + e], off = p.chunk_offset[r * L_ + e];
       if (rows == 0) continue;
-      float* y = out.data() + off * d_;
+      float* y = out + off * d_;
       float* gate = c.gate.data() + off * f_;
       float* up = c.up.data() + off * f_;
       const float* x = c.expert_in.data() + off * d_;
@@ -118,25 +120,22 @@ void MoELayer::forward(const float* x, int64_t T, const std::vector<int>& sample
   router_.route(logits.data(), T, sample_of_token, n_samples, cp_, c.routing);
 
   c.plan = dispatcher_.plan(c.routing.expert.data(), T, k_, &times);
-  const int64_t S = c.plan.sent(), R = c.plan.received();
-  double t0 = ep_clock_s();
-  std::vector<float> send(static_cast<size_t>(S * d_));
-  kernels::gather_rows(x, d_, c.plan.send_token.data(), S, send.data());
-  times.permute += ep_clock_s() - t0;
-
-  c.expert_in.assign(static_cast<size_t>(R * d_), 0.0f);
-  dispatcher_.to_experts(c.plan, send.data(), c.expert_in.data(), d_, &times);
-  c.gate.assign(static_cast<size_t>(R * f_), 0.0f);
-  c.up.assign(static_cast<size_t>(R * f_), 0.0f);
-  std::vector<float> out(static_cast<size_t>(R * d_));
+  const int64_t R = c.plan.received();
+  c.expert_in.resize(static_cast<size_t>(R * d_));
+  dispatcher_.dispatch(c.plan, x, c.expert_in.data(), d_, &times);
+  c.gate.resize(static_cast<size_t>(R * f_));
+  c.up.resize(static_cast<size_t>(R * f_));
+  // Experts write where the combine reads: the shared outbox with shm.
+  float* out = dispatcher_.output_rows(c.plan, d_);
+  if (!out) {
+    c.out.resize(static_cast<size_t>(R * d_));
+    out = c.out.data();
+  }
   run_experts_forward(c, out, times);
-  c.returned.assign(static_cast<size_t>(S * d_), 0.0f);
-  dispatcher_.to_sources(c.plan, out.data(), c.returned.data(), d_, &times);
-
-  t0 = ep_clock_s();
-  kernels::combine_rows(c.returned.data(), d_, c.plan.row_of.data(), c.routing.weight.data(), T,
-                        k_, y);
-  times.combine += ep_clock_s() - t0;
+  c.returned = KeptRows{};
+  dispatcher_.combine(c.plan, out, c.routing.weight.data(), y, d_, &c.returned, &times);
+  // With the rows back here, the expert side need not keep them for the backward.
+  if (c.returned.filled) c.out = {};
 
   stats.aux_loss_sum = c.routing.aux_share;
   stats.z_loss_sum = c.routing.z_share;
@@ -150,12 +149,20 @@ void MoELayer::forward(const float* x, int64_t T, const std::vector<int>& sample
 void MoELayer::backward(const float* dy, float* dx, Cache& c, float daux_scale) {
   const DispatchPlan& p = c.plan;
   const int64_t T = p.T, S = p.sent(), R = p.received();
+  // Backward of the combine: w * dy to each copy's row, dy . row to its weight.
   std::vector<float> drows(static_cast<size_t>(S * d_));
   std::vector<float> dweight(static_cast<size_t>(T * k_));
-  kernels::combine_rows_backward(c.returned.data(), dy, d_, p.row_of.data(),
-                                 c.routing.weight.data(), T, k_, drows.data(), dweight.data());
+  const int64_t* row_of = p.row_of.data();
+  const float* weight = c.routing.weight.data();
+  dispatcher_.visit_back(
+      p, c.out.data(), d_,
+      [&](int64_t t, const float* const* rows) {
+        kernels::combine_row_backward(rows, dy + t * d_, d_, row_of + t * k_, weight + t * k_, k_,
+                                      drows.data(), dweight.data() + t * k_);
+      },
+      &c.returned);
   std::vector<float> dout(static_cast<size_t>(R * d_));
-  dispatcher_.to_experts(p, drows.data(), dout.data(), d_);
+  dispatcher_.dispatch_rows(p, drows.data(), dout.data(), d_);
 
   std::vector<float> din(static_cast<size_t>(R * d_), 0.0f);
   for (int e = 0; e < L_; ++e) {
@@ -169,23 +176,21 @@ void MoELayer::backward(const float* dy, float* dx, Cache& c, float daux_scale) 
         custom_->backward(e, xin, gate, up, dout.data() + off * d_, rows, din.data() + off * d_);
       } else {
         Param &wg = expert_param(e, 0), &wu = expert_param(e, 1), &wd = expert_param(e, 2);
-        kernels::swiglu_backward(xin, gate, up, dout.data() + off * d_, rows, d_, f_,
-                                 wg.value.ptr(), wu.value.ptr(), wd.value.ptr(),
-                                 din.data() + off * d_, wg.grad.ptr(), wu.grad.ptr(),
-                                 wd.grad.ptr());
+        kernels::swiglu_backward(
+            xin, gate, up, dout.data() + off * d_, rows, d_, f_, wg.value.ptr(), wu.value.ptr(),
+            wd.value.ptr(), din.data() + off * d_, wg.grad.ptr(), wu.grad.ptr(), wd.grad.ptr());
       }
     }
   }
-  std::vector<float> dback(static_cast<size_t>(S * d_));
-  dispatcher_.to_sources(p, din.data(), dback.data(), d_);
-  kernels::scatter_add_rows(dback.data(), d_, p.row_of.data(), T, k_, dx);
+  // Backward of the dispatch: each token's copies summed back.
+  dispatcher_.combine(p, din.data(), nullptr, dx, d_);
 
   std::vector<float> dlogits(static_cast<size_t>(T * E_));
   router_.backward(c.routing, dweight.data(), daux_scale, dlogits.data());
   kernels::sgemm(true, false, d_, E_, T, 1.0f, c.x.data(), d_, dlogits.data(), E_, 1.0f,
                  router_w_.grad.ptr(), E_);
-  kernels::sgemm(false, true, T, d_, E_, 1.0f, dlogits.data(), E_, router_w_.value.ptr(), E_,
-                 1.0f, dx, d_);
+  kernels::sgemm(false, true, T, d_, E_, 1.0f, dlogits.data(), E_, router_w_.value.ptr(), E_, 1.0f,
+                 dx, d_);
 }
 
 void MoELayer::update_bias(const std::vector<int64_t>& global_load) {

@@ -1,18 +1,31 @@
-// TokenDispatcher: count exchange, expert-major permutation plan, and the two
-// all-to-all-v transfers of token rows (see the header for the layout).
+// TokenDispatcher: count exchange, expert-major permutation plan, and the
+// transfers of token rows to the experts and back (see the header for the
+// layout and the two transports).
 #include "trident/parallel/ep/token_dispatcher.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
 
+#include "trident/comm/shared_window.hpp"
 #include "trident/core/error.hpp"
+#include "trident/kernels/moe.hpp"
 
 namespace trident::ep {
+namespace {
+
+constexpr size_t kRowBytes = sizeof(float);
+
+}  // namespace
 
 // Steady clock (not now_s): the layer also runs without MPI initialised.
 double ep_clock_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+const char* ep_transport_name(EpTransport t) {
+  return t == EpTransport::shm ? "shm" : "alltoallv";
 }
 
 int64_t DispatchPlan::received() const {
@@ -21,7 +34,13 @@ int64_t DispatchPlan::received() const {
   return n;
 }
 
-TokenDispatcher::TokenDispatcher(Communicator* ep, int n_experts)
+int DispatchPlan::peer_of_row(int64_t row) const {
+  for (int r = 0; r < ep_size; ++r)
+    if (row < send_displ[r] + send_rows[r]) return r;
+  return ep_size - 1;
+}
+
+TokenDispatcher::TokenDispatcher(Communicator* ep, int n_experts, const std::string& transport)
     : ep_(ep && ep->size() > 1 ? ep : nullptr),
       n_experts_(n_experts),
       ep_size_(ep_ ? ep_->size() : 1),
@@ -29,7 +48,21 @@ TokenDispatcher::TokenDispatcher(Communicator* ep, int n_experts)
   TRIDENT_CHECK(n_experts > 0 && n_experts % ep_size_ == 0,
                 "n_experts " + std::to_string(n_experts) + " is not a multiple of ep " +
                     std::to_string(ep_size_));
+  if (transport != "alltoallv" && transport != "shm" && transport != "auto")
+    throw InputError("runtime.ep_transport: must be one of \"alltoallv\", \"shm\", \"auto\" (got \"" +
+                     transport + "\")");
+  if (!ep_ || transport == "alltoallv") return;
+  std::string why;
+  if (SharedWindow::node_local(*ep_, &why)) {
+    transport_ = EpTransport::shm;
+  } else if (transport == "shm") {
+    throw InputError("runtime.ep_transport = \"shm\": the ep group spans nodes: " + why);
+  } else {
+    reason_ = why;
+  }
 }
+
+TokenDispatcher::~TokenDispatcher() = default;
 
 DispatchPlan TokenDispatcher::plan(const int* expert, int64_t T, int k,
                                    DispatchTimes* times) const {
@@ -41,7 +74,7 @@ DispatchPlan TokenDispatcher::plan(const int* expert, int64_t T, int k,
   p.ep_size = ep_size_;
   p.ep_rank = ep_rank_;
   p.local_experts = n_experts_ / ep_size_;
-  const int E = n_experts_, L = p.local_experts, P = ep_size_;
+  const int E = n_experts_, L = p.local_experts, P = ep_size_, me = ep_rank_;
 
   // Counting sort of the copies by expert, stable in (t, j): deterministic rows.
   p.tokens_per_expert.assign(E, 0);
@@ -68,14 +101,17 @@ DispatchPlan TokenDispatcher::plan(const int* expert, int64_t T, int k,
   for (int e = 0; e < E; ++e) p.send_rows[e / L] += p.tokens_per_expert[e];
   for (int r = 1; r < P; ++r) p.send_displ[r] = p.send_displ[r - 1] + p.send_rows[r - 1];
 
-  // Count exchange: peer r gets this rank's counts for r's experts.
+  // Count exchange: every rank learns every rank's counts, which places
+  // each source's rows on each expert rank without another message.
   const double t1 = ep_clock_s();
-  p.chunk_rows.assign(static_cast<size_t>(P * L), 0);
+  p.counts.assign(static_cast<size_t>(P) * E, 0);
   if (ep_) {
-    ep_->alltoall(p.tokens_per_expert.data(), p.chunk_rows.data(), static_cast<size_t>(L));
+    ep_->allgather(p.tokens_per_expert.data(), p.counts.data(), sizeof(int64_t) * size_t(E));
   } else {
-    p.chunk_rows = p.tokens_per_expert;
+    p.counts = p.tokens_per_expert;
   }
+  const double t2 = ep_clock_s();
+  p.chunk_rows.assign(static_cast<size_t>(P * L), 0);
   p.recv_rows.assign(P, 0);
   p.recv_displ.assign(P, 0);
   p.chunk_offset.assign(static_cast<size_t>(P * L), 0);
@@ -83,47 +119,255 @@ DispatchPlan TokenDispatcher::plan(const int* expert, int64_t T, int k,
   for (int r = 0; r < P; ++r) {
     p.recv_displ[r] = off;
     for (int e = 0; e < L; ++e) {
+      const int64_t n = p.counts[size_t(r) * E + me * L + e];
+      p.chunk_rows[r * L + e] = n;
       p.chunk_offset[r * L + e] = off;
-      off += p.chunk_rows[r * L + e];
-      p.recv_rows[r] += p.chunk_rows[r * L + e];
+      off += n;
+      p.recv_rows[r] += n;
     }
   }
+  p.rows_at.assign(P, 0);
+  for (int dst = 0; dst < P; ++dst)
+    for (int s = 0; s < P; ++s)
+      for (int e = dst * L; e < (dst + 1) * L; ++e) p.rows_at[dst] += p.counts[size_t(s) * E + e];
+  p.peer_offset.assign(P, 0);
+  for (int dst = 0; dst < P; ++dst)
+    for (int s = 0; s < me; ++s)
+      for (int e = dst * L; e < (dst + 1) * L; ++e)
+        p.peer_offset[dst] += p.counts[size_t(s) * E + e];
+  // The all-gather orders every earlier read of the shared boxes before
+  // anything that follows it.
+  inbox_busy_ = outbox_busy_ = false;
   if (times) {
-    const double t2 = ep_clock_s();
-    times->permute += t1 - t0;  // the index sort is part of the permutation
+    times->permute += (t1 - t0) + (ep_clock_s() - t2);  // index work is part of the permutation
     times->count_exchange += t2 - t1;
   }
   return p;
 }
 
-void TokenDispatcher::to_experts(const DispatchPlan& p, const float* send, float* recv, int64_t d,
-                                 DispatchTimes* times) const {
+void TokenDispatcher::account(double bytes) const { comm_counters().add(CommKind::ep, bytes, 0.0); }
+
+void TokenDispatcher::dispatch(const DispatchPlan& p, const float* x, float* expert_in, int64_t d,
+                               DispatchTimes* times) const {
+  const int64_t S = p.sent();
+  if (!ep_) {
+    const double t0 = ep_clock_s();
+    kernels::gather_rows(x, d, p.send_token.data(), S, expert_in);
+    if (times) times->permute += ep_clock_s() - t0;
+    return;
+  }
+  if (transport_ == EpTransport::shm && shm_reserve(p, d))
+    return dispatch_shm(p, x, true, expert_in, d, times);
+  const double t0 = ep_clock_s();
+  if (send_.size() < size_t(S * d)) send_.resize(static_cast<size_t>(S * d));
+  kernels::gather_rows(x, d, p.send_token.data(), S, send_.data());
+  if (times) times->permute += ep_clock_s() - t0;
+  dispatch_rows(p, send_.data(), expert_in, d, times);
+}
+
+void TokenDispatcher::dispatch_rows(const DispatchPlan& p, const float* rows, float* expert_in,
+                                    int64_t d, DispatchTimes* times) const {
+  if (ep_ && transport_ == EpTransport::shm && shm_reserve(p, d))
+    return dispatch_shm(p, rows, false, expert_in, d, times);
   const double t0 = ep_clock_s();
   if (ep_) {
-    ep_->alltoallv(send, p.send_rows, p.send_displ, recv, p.recv_rows, p.recv_displ,
-                   sizeof(float) * static_cast<size_t>(d));
+    ep_->alltoallv(rows, p.send_rows, p.send_displ, expert_in, p.recv_rows, p.recv_displ,
+                   kRowBytes * static_cast<size_t>(d));
   } else if (p.sent() > 0) {
-    std::memcpy(recv, send, sizeof(float) * static_cast<size_t>(p.sent() * d));
+    std::memcpy(expert_in, rows, kRowBytes * static_cast<size_t>(p.sent() * d));
   }
   if (times) {
     times->a2a += ep_clock_s() - t0;
-    if (ep_) times->a2a_bytes += double(p.sent()) * double(d) * sizeof(float);
+    if (ep_) times->a2a_bytes += double(p.sent()) * double(d) * kRowBytes;
   }
 }
 
-void TokenDispatcher::to_sources(const DispatchPlan& p, const float* expert_side, float* back,
-                                 int64_t d, DispatchTimes* times) const {
-  const double t0 = ep_clock_s();
-  if (ep_) {
-    ep_->alltoallv(expert_side, p.recv_rows, p.recv_displ, back, p.send_rows, p.send_displ,
-                   sizeof(float) * static_cast<size_t>(d));
-  } else if (p.sent() > 0) {
-    std::memcpy(back, expert_side, sizeof(float) * static_cast<size_t>(p.sent() * d));
+bool TokenDispatcher::shm_reserve(const DispatchPlan& p, int64_t d) const {
+  const int P = ep_size_;
+  std::vector<size_t> need(static_cast<size_t>(P));
+  bool fits = window_ != nullptr;
+  for (int r = 0; r < P; ++r) {
+    need[r] = 2 * size_t(p.rows_at[r]) * size_t(d) * kRowBytes;  // inbox + outbox
+    if (window_ && need[r] > window_->block_bytes(r)) fits = false;
   }
+  if (fits) return true;  // every rank computed the same from the same counts
+  // Grow with headroom, so that a step with a few more rows does not
+  // reallocate; the new size is agreed by construction, not by a message.
+  size_t total = 0, mine = 0;
+  for (int r = 0; r < P; ++r) {
+    const size_t have = window_ ? window_->block_bytes(r) : 0;
+    const size_t grown = std::max(have, need[r] + need[r] / 4 + 4096);
+    total += grown;
+    if (r == ep_rank_) mine = grown;
+  }
+  window_.reset();
+  int short_of_memory = SharedWindow::free_bytes() < double(total) + (64 << 20) ? 1 : 0;
+  ep_->allreduce_max(&short_of_memory, 1);
+  ++growths_;
+  if (short_of_memory) {
+    transport_ = EpTransport::alltoallv;
+    reason_ = "/dev/shm has less than the " + std::to_string(total >> 20) +
+              " MiB of shared blocks the ep group needs";
+    return false;
+  }
+  window_ = std::make_unique<SharedWindow>(*ep_, mine);
+  inbox_busy_ = outbox_busy_ = false;  // new blocks: nobody reads them yet
+  return true;
+}
+
+void TokenDispatcher::fence() const {
+  window_->fence();
+  inbox_busy_ = outbox_busy_ = false;
+}
+
+float* TokenDispatcher::inbox(const DispatchPlan&, int r) const {
+  return reinterpret_cast<float*>(window_->block(r));
+}
+
+float* TokenDispatcher::outbox(const DispatchPlan& p, int r, int64_t d) const {
+  return inbox(p, r) + p.rows_at[r] * d;
+}
+
+float* TokenDispatcher::output_rows(const DispatchPlan& p, int64_t d) const {
+  if (!ep_ || transport_ != EpTransport::shm || !window_) return nullptr;
+  if (window_->block_bytes(ep_rank_) < 2 * size_t(p.rows_at[ep_rank_]) * size_t(d) * kRowBytes)
+    return nullptr;
+  if (outbox_busy_) fence();
+  return outbox(p, ep_rank_, d);
+}
+
+// Sources write: each its rows for expert rank r, straight from x in send
+// order, into its place in r's inbox (its own rows go to expert_in
+// directly). After the fence each expert rank copies its inbox out, and a
+// second fence frees the inboxes for the next transfer.
+void TokenDispatcher::dispatch_shm(const DispatchPlan& p, const float* src, bool indexed,
+                                   float* expert_in, int64_t d, DispatchTimes* times) const {
+  const double t0 = ep_clock_s();
+  const int P = ep_size_, me = ep_rank_;
+  const size_t row_bytes = kRowBytes * size_t(d);
+  if (inbox_busy_) fence();
+  for (int i = 0; i < P; ++i) {
+    const int r = (me + i) % P;  // start at different peers: less contention
+    const int64_t n = p.send_rows[r], first = p.send_displ[r];
+    if (n == 0) continue;
+    float* dst = r == me ? expert_in + p.recv_displ[me] * d : inbox(p, r) + p.peer_offset[r] * d;
+    if (indexed) {
+      kernels::gather_rows(src, d, p.send_token.data() + first, n, dst);
+    } else {
+      std::memcpy(dst, src + first * d, row_bytes * size_t(n));
+    }
+  }
+  fence();
+  const float* in = inbox(p, me);
+  const int64_t mine_at = p.recv_displ[me], mine_rows = p.recv_rows[me], R = p.received();
+  std::memcpy(expert_in, in, row_bytes * size_t(mine_at));
+  const int64_t after = mine_at + mine_rows;
+  std::memcpy(expert_in + after * d, in + after * d, row_bytes * size_t(R - after));
+  inbox_busy_ = true;
+  account(double(p.sent() - p.send_rows[me]) * double(row_bytes));
   if (times) {
     times->a2a += ep_clock_s() - t0;
-    if (ep_) times->a2a_bytes += double(p.received()) * double(d) * sizeof(float);
+    times->a2a_bytes += double(p.sent()) * double(row_bytes);
   }
+}
+
+void TokenDispatcher::visit_back(const DispatchPlan& p, const float* expert_side, int64_t d,
+                                 const CopyVisitor& fn, KeptRows* keep,
+                                 DispatchTimes* times) const {
+  const int64_t T = p.T, S = p.sent();
+  const int k = p.k;
+  auto visit_send_order = [&](const float* rows) {
+    const double t0 = ep_clock_s();
+    std::vector<const float*> ptr(static_cast<size_t>(k));
+    for (int64_t t = 0; t < T; ++t) {
+      for (int j = 0; j < k; ++j) {
+        const int64_t r = p.row_of[t * k + j];
+        ptr[size_t(j)] = r < 0 ? nullptr : rows + r * d;
+      }
+      fn(t, ptr.data());
+    }
+    if (times) times->combine += ep_clock_s() - t0;
+  };
+  // Without ep the expert side is in send order already.
+  if (!ep_) return visit_send_order(expert_side);
+  if (keep && keep->filled) return visit_send_order(keep->rows.data());
+  if (transport_ == EpTransport::shm && shm_reserve(p, d))
+    return visit_back_shm(p, expert_side, d, fn, keep, times);
+
+  const double t0 = ep_clock_s();
+  std::vector<float>& back = keep ? keep->rows : back_;
+  if (back.size() < size_t(S * d)) back.resize(static_cast<size_t>(S * d));
+  if (keep) keep->filled = true;
+  ep_->alltoallv(expert_side, p.recv_rows, p.recv_displ, back.data(), p.send_rows, p.send_displ,
+                 kRowBytes * static_cast<size_t>(d));
+  if (times) {
+    times->a2a += ep_clock_s() - t0;
+    times->a2a_bytes += double(p.received()) * double(d) * kRowBytes;
+  }
+  visit_send_order(back.data());
+}
+
+// The expert rank puts its rows in its outbox (nothing to do when the
+// experts wrote them there); after the fence each source reads its copies'
+// rows where they lie in the peers' outboxes, copying them into keep on the
+// way when asked, and the closing fence frees the outboxes.
+void TokenDispatcher::visit_back_shm(const DispatchPlan& p, const float* expert_side, int64_t d,
+                                     const CopyVisitor& fn, KeptRows* keep,
+                                     DispatchTimes* times) const {
+  const double t0 = ep_clock_s();
+  const int P = ep_size_, me = ep_rank_, k = p.k;
+  const int64_t T = p.T, R = p.received();
+  const size_t row_bytes = kRowBytes * size_t(d);
+  float* out_me = outbox(p, me, d);
+  if (outbox_busy_) fence();  // on every rank alike: the flag is the same everywhere
+  if (expert_side != out_me && R > 0) std::memcpy(out_me, expert_side, row_bytes * size_t(R));
+  fence();
+  const double t1 = ep_clock_s();
+  float* kept = nullptr;
+  if (keep) {
+    keep->rows.resize(static_cast<size_t>(p.sent() * d));
+    keep->filled = true;
+    kept = keep->rows.data();
+  }
+  std::vector<const float*> ptr(static_cast<size_t>(k));
+  std::vector<const float*> base(static_cast<size_t>(P));
+  for (int r = 0; r < P; ++r) base[size_t(r)] = outbox(p, r, d) + (p.peer_offset[r] - p.send_displ[r]) * d;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int j = 0; j < k; ++j) {
+      const int64_t r = p.row_of[t * k + j];
+      if (r < 0) {
+        ptr[size_t(j)] = nullptr;
+        continue;
+      }
+      const float* row = base[size_t(p.peer_of_row(r))] + r * d;
+      if (kept) {
+        std::memcpy(kept + r * d, row, row_bytes);
+        row = kept + r * d;
+      }
+      ptr[size_t(j)] = row;
+    }
+    fn(t, ptr.data());
+  }
+  const double t2 = ep_clock_s();
+  outbox_busy_ = true;
+  account(double(R - p.recv_rows[me]) * double(row_bytes));
+  if (times) {
+    const double t3 = ep_clock_s();
+    times->a2a += (t1 - t0) + (t3 - t2);
+    times->combine += t2 - t1;
+    times->a2a_bytes += double(R) * double(row_bytes);
+  }
+}
+
+void TokenDispatcher::combine(const DispatchPlan& p, const float* expert_side, const float* weight,
+                              float* y, int64_t d, KeptRows* keep, DispatchTimes* times) const {
+  const int k = p.k;
+  visit_back(
+      p, expert_side, d,
+      [&](int64_t t, const float* const* rows) {
+        kernels::combine_row(rows, weight ? weight + t * k : nullptr, k, d, y + t * d);
+      },
+      keep, times);
 }
 
 }  // namespace trident::ep

@@ -24,22 +24,27 @@ void identity_round_trip(const TokenDispatcher& disp, const std::vector<int>& ex
                          DispatchPlan& plan, DispatchTimes& times) {
   plan = disp.plan(expert.data(), T, k, &times);
   const int64_t S = plan.sent(), R = plan.received();
-  std::vector<float> send(S * d), at_expert(R * d), back(S * d);
-  kernels::gather_rows(x.data(), d, plan.send_token.data(), S, send.data());
-  disp.to_experts(plan, send.data(), at_expert.data(), d, &times);
-  disp.to_sources(plan, at_expert.data(), back.data(), d, &times);
+  std::vector<float> at_expert(R * d);
+  disp.dispatch(plan, x.data(), at_expert.data(), d, &times);
   std::vector<float> w(T * k, 1.0f / float(k));
   y.assign(T * d, -1.0f);
-  kernels::combine_rows(back.data(), d, plan.row_of.data(), w.data(), T, k, y.data());
+  KeptRows keep;
+  disp.combine(plan, at_expert.data(), w.data(), y.data(), d, &keep, &times);
   // Backward: the combine's gradient travels like a dispatch, and back.
-  std::vector<float> drows(S * d), dw(T * k), dexp(R * d), dback(S * d);
-  kernels::combine_rows_backward(back.data(), dy.data(), d, plan.row_of.data(), w.data(), T, k,
-                                 drows.data(), dw.data());
-  disp.to_experts(plan, drows.data(), dexp.data(), d);
-  disp.to_sources(plan, dexp.data(), dback.data(), d);
+  std::vector<float> drows(S * d), dw(T * k), dexp(R * d);
+  disp.visit_back(
+      plan, at_expert.data(), d,
+      [&](int64_t t, const float* const* rows) {
+        kernels::combine_row_backward(rows, dy.data() + t * d, d, plan.row_of.data() + t * k,
+                                      w.data() + t * k, k, drows.data(), dw.data() + t * k);
+      },
+      &keep);
+  disp.dispatch_rows(plan, drows.data(), dexp.data(), d);
   dx.assign(T * d, -1.0f);
-  kernels::scatter_add_rows(dback.data(), d, plan.row_of.data(), T, k, dx.data());
+  disp.combine(plan, dexp.data(), nullptr, dx.data(), d);
 }
+
+const char* const kTransports[] = {"alltoallv", "shm"};
 
 }  // namespace
 
@@ -54,35 +59,53 @@ TEST_CASE("identity experts round-trip tokens exactly; bytes equal the routed co
     for (int64_t t = 0; t < T; ++t)
       for (int j = 0; j < k; ++j)  // k distinct experts per token
         expert[t * k + j] = int((rng::below(rng::hash_name("route"), uint64_t(rank * 1000 + t), E) +
-                                 uint64_t(j) * (E / k)) % E);
+                                 uint64_t(j) * (E / k)) %
+                                E);
     auto x = randn("rt_x", T * d, 1.0f, uint64_t(rank) << 20);
     auto dy = randn("rt_dy", T * d, 1.0f, uint64_t(rank) << 20);
-    TokenDispatcher disp(mesh.ep_comm.get(), E);
-    std::vector<float> y, dx;
-    DispatchPlan plan;
-    DispatchTimes times;
-    identity_round_trip(disp, expert, x, dy, T, k, d, y, dx, plan, times);
-    INFO("k " << k << " rank " << rank);
-    CHECK(y == x);    // k copies of x/k: exact for k in {1, 2, 4}
-    CHECK(dx == dy);  // k copies of dy/k gathered back
-    CHECK(plan.sent() == T * k);
-    if (W > 1) CHECK(times.a2a_bytes == double(plan.sent() + plan.received()) * d * sizeof(float));
-    int64_t moved[2] = {plan.sent(), plan.received()};
-    mesh.world->allreduce_sum(moved, 2);
-    CHECK(moved[0] == moved[1]);
-    // What this rank received for each local expert is what the senders routed there.
-    std::vector<int64_t> per_expert(E, 0);
-    for (int e : expert) per_expert[e]++;
-    mesh.world->allreduce_sum(per_expert.data(), per_expert.size());
-    for (int e = 0; e < plan.local_experts; ++e) {
-      int64_t got = 0;
-      for (int r = 0; r < W; ++r) got += plan.chunk_rows[r * plan.local_experts + e];
-      CHECK(got == per_expert[plan.first_local_expert() + e]);
+    for (const char* tr : kTransports) {
+      TokenDispatcher disp(mesh.ep_comm.get(), E, tr);
+      std::vector<float> y, dx;
+      DispatchPlan plan;
+      DispatchTimes times;
+      const CommCounters before = comm_counters();
+      identity_round_trip(disp, expert, x, dy, T, k, d, y, dx, plan, times);
+      const CommCounters moved_by_rank = comm_counters() - before;
+      INFO("k " << k << " transport " << tr << " rank " << rank);
+      CHECK(y == x);    // k copies of x/k: exact for k in {1, 2, 4}
+      CHECK(dx == dy);  // k copies of dy/k gathered back
+      CHECK(plan.sent() == T * k);
+      if (W > 1)
+        CHECK(times.a2a_bytes == double(plan.sent() + plan.received()) * d * sizeof(float));
+      // The ep counters see what leaves the rank: forward and backward, both
+    // directions, plus the count exchange (E counts); the same whichever
+    // transport moved the rows, but for one int each time the shm blocks grow.
+    const double row_bytes = double(d) * sizeof(float);
+    const double sent_off = double(plan.sent() - plan.send_rows[rank]) * row_bytes;
+    const double recv_off = double(plan.received() - plan.recv_rows[rank]) * row_bytes;
+    const double expected =
+        W == 1 ? 0.0
+               : 2 * (sent_off + recv_off) + E * sizeof(int64_t) + disp.shm_growths() * sizeof(int);
+    if (std::string(tr) == "shm" && W > 1) CHECK(disp.shm_growths() == 1);
+    CHECK(moved_by_rank.bytes_sent[int(CommKind::ep)] == expected);
+      int64_t moved[2] = {plan.sent(), plan.received()};
+      mesh.world->allreduce_sum(moved, 2);
+      CHECK(moved[0] == moved[1]);
+      // What this rank received for each local expert is what the senders routed there.
+      std::vector<int64_t> per_expert(E, 0);
+      for (int e : expert) per_expert[e]++;
+      mesh.world->allreduce_sum(per_expert.data(), per_expert.size());
+      for (int e = 0; e < plan.local_experts; ++e) {
+        int64_t got = 0;
+        for (int r = 0; r < W; ++r) got += plan.chunk_rows[r * plan.local_experts + e];
+        CHECK(got == per_expert[plan.first_local_expert() + e]);
+      }
     }
   }
 }
 
-TEST_CASE("every token on the last rank's expert: other ranks and experts receive nothing", "[ep]") {
+TEST_CASE("every token on the last rank's expert: other ranks and experts receive nothing",
+          "[ep]") {
   const int W = testing::world_size(), rank = testing::world_rank();
   eptest::EpMesh mesh(W, 1);
   const int E = 2 * W, d = 8, k = 1;
@@ -90,15 +113,18 @@ TEST_CASE("every token on the last rank's expert: other ranks and experts receiv
   std::vector<int> expert(T, E - 1);
   auto x = randn("one_x", T * d, 1.0f, uint64_t(rank) << 20);
   auto dy = randn("one_dy", T * d, 1.0f, uint64_t(rank) << 20);
-  TokenDispatcher disp(mesh.ep_comm.get(), E);
-  std::vector<float> y, dx;
-  DispatchPlan plan;
-  DispatchTimes times;
-  identity_round_trip(disp, expert, x, dy, T, k, d, y, dx, plan, times);
-  CHECK(y == x);
-  CHECK(dx == dy);
-  CHECK(plan.received() == (rank == W - 1 ? T * W : 0));
-  if (rank == W - 1) CHECK(plan.chunk_rows[0 * 2 + 0] == 0);  // expert E-2 got nothing
+  for (const char* tr : kTransports) {
+    TokenDispatcher disp(mesh.ep_comm.get(), E, tr);
+    std::vector<float> y, dx;
+    DispatchPlan plan;
+    DispatchTimes times;
+    identity_round_trip(disp, expert, x, dy, T, k, d, y, dx, plan, times);
+    INFO("transport " << tr << " rank " << rank);
+    CHECK(y == x);
+    CHECK(dx == dy);
+    CHECK(plan.received() == (rank == W - 1 ? T * W : 0));
+    if (rank == W - 1) CHECK(plan.chunk_rows[0 * 2 + 0] == 0);  // expert E-2 got nothing
+  }
 }
 
 TEST_CASE("capacity drops with ep equal the one-rank drops of each rank's tokens", "[ep]") {
@@ -154,7 +180,8 @@ TEST_CASE("capacity drops with ep equal the one-rank drops of each rank's tokens
         Param& p = layer.expert_param(e, w);
         mesh.replicas->allreduce_sum(p.grad.ptr(), p.grad.data.size());
         // Every rank adds the same slices in another order: fp32 sums agree to rounding.
-        CHECK(rel_l2_diff(p.grad.ptr(), ref.expert_param(layer.first_local_expert() + e, w).grad.ptr(),
+        CHECK(rel_l2_diff(p.grad.ptr(),
+                          ref.expert_param(layer.first_local_expert() + e, w).grad.ptr(),
                           p.grad.numel()) < 1e-5);
       }
   }

@@ -24,7 +24,7 @@ struct Case {
   bool bias = false;         // sigmoid_bias with a non-zero bias
 };
 
-void run_case(const Case& cs, int ep) {
+void run_case(const Case& cs, int ep, const char* transport) {
   const int W = testing::world_size(), rank = testing::world_rank();
   const int cp = W % 2 == 0 ? 2 : 1, dp = W / cp;
   eptest::EpMesh mesh(ep, cp);
@@ -63,8 +63,9 @@ void run_case(const Case& cs, int ep) {
   ref.forward(xg.data(), Tg, sample_g, 2 * dp, yg.data(), rc, rs);
   ref.backward(dyg.data(), dxg.data(), rc, daux);
 
-  MoELayer layer(cfg, 2, mesh.ep_comm.get(), mesh.cp_comm.get());
+  MoELayer layer(cfg, 2, mesh.ep_comm.get(), mesh.cp_comm.get(), transport);
   prepare(layer);
+  if (ep > 1) REQUIRE(ep_transport_name(layer.dispatcher().transport()) == std::string(transport));
   REQUIRE(layer.local_experts() == E / ep);
   std::vector<int> sample(T);
   for (int t = 0; t < T; ++t) sample[t] = t / per_sample;
@@ -75,7 +76,8 @@ void run_case(const Case& cs, int ep) {
   layer.forward(xg.data() + off, T, sample, 2, y.data(), c, st);
   layer.backward(dyg.data() + off, dx.data(), c, daux);
 
-  INFO("case " << cs.name << " ep " << ep << " cp " << cp << " rank " << rank);
+  INFO("case " << cs.name << " ep " << ep << " cp " << cp << " transport " << transport << " rank "
+               << rank);
   CHECK(rel_l2_diff(y.data(), yg.data() + off, T * d) < 1e-5);
   CHECK(rel_l2_diff(dx.data(), dxg.data() + off, T * d) < 1e-5);
   REQUIRE(c.router_logits().size() == size_t(T) * E);
@@ -115,6 +117,9 @@ void run_case(const Case& cs, int ep) {
   }
 }
 
+// Both transports of the token exchange (the test ranks share one node).
+const char* const kTransports[] = {"alltoallv", "shm"};
+
 std::vector<int> ep_sizes() {
   std::vector<int> out;
   for (int ep : {1, 2, 4, 8})
@@ -125,7 +130,8 @@ std::vector<int> ep_sizes() {
 }  // namespace
 
 TEST_CASE("MoE layer with ep equals the one-rank layer (softmax, renormalised top-2)", "[ep]") {
-  for (int ep : ep_sizes()) run_case({"softmax"}, ep);
+  for (const char* tr : kTransports)
+    for (int ep : ep_sizes()) run_case({"softmax"}, ep, tr);
 }
 
 TEST_CASE("MoE layer with ep equals the one-rank layer (sigmoid_bias, top-3)", "[ep]") {
@@ -134,15 +140,19 @@ TEST_CASE("MoE layer with ep equals the one-rank layer (sigmoid_bias, top-3)", "
   cs.norm_topk = false;
   cs.top_k = 3;
   cs.bias = true;
-  for (int ep : ep_sizes()) run_case(cs, ep);
+  for (const char* tr : kTransports)
+    for (int ep : ep_sizes()) run_case(cs, ep, tr);
 }
 
 TEST_CASE("MoE layer with ep: all tokens on one expert, ranks that receive nothing", "[ep]") {
   Case cs{"top-1 onto expert 0"};
   cs.top_k = 1;
   cs.zero_router = true;
-  for (int ep : ep_sizes()) run_case(cs, ep);
   Case cs2{"top-2 onto experts 0 and 1"};
   cs2.zero_router = true;
-  for (int ep : ep_sizes()) run_case(cs2, ep);
+  for (const char* tr : kTransports)
+    for (int ep : ep_sizes()) {
+      run_case(cs, ep, tr);
+      run_case(cs2, ep, tr);
+    }
 }

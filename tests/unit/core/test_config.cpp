@@ -299,6 +299,7 @@ TEST_CASE("to_toml round-trips every key") {
                                              "runtime.backend",
                                              "runtime.comm",
                                              "runtime.timeout_s",
+                                             "runtime.ep_transport",
                                              "output.file",
                                              "output.checkpoint_every",
                                              "output.checkpoint_dir",

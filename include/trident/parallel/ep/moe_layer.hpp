@@ -15,6 +15,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "trident/comm/comm.hpp"
@@ -29,10 +30,11 @@ namespace trident::ep {
 struct MoEStats {
   double aux_loss_sum = 0;  // this rank's share of sum over samples of L_s (see Router)
   double z_loss_sum = 0;    // same for the z-loss
-  std::vector<int64_t> tokens_per_expert;  // [E] global expert ids: copies of this rank's tokens kept
-  int64_t dropped = 0;                     // copies dropped by capacity
-  double a2a_bytes = 0, a2a_s = 0;         // forward all-to-alls of this rank
-  DispatchTimes times;                     // count exchange, permute, a2a, expert, combine
+  std::vector<int64_t>
+      tokens_per_expert;            // [E] global expert ids: copies of this rank's tokens kept
+  int64_t dropped = 0;              // copies dropped by capacity
+  double a2a_bytes = 0, a2a_s = 0;  // forward all-to-alls of this rank
+  DispatchTimes times;              // count exchange, permute, a2a, expert, combine
 
   // max/mean of tokens_per_expert (1 = balanced; 0 when nothing was routed).
   double imbalance() const;
@@ -52,7 +54,10 @@ class MoELayer {
  public:
   // ep: nullptr or size 1 keeps every expert local. cp: shares the samples
   // for the aux statistics; nullptr when every sample is whole on this rank.
-  MoELayer(const ModelConfig& cfg, int layer_index, Communicator* ep, Communicator* cp);
+  // transport: runtime.ep_transport ("alltoallv" | "cma" | "auto"); see
+  // TokenDispatcher. Collective over ep.
+  MoELayer(const ModelConfig& cfg, int layer_index, Communicator* ep, Communicator* cp,
+           const std::string& transport = "auto");
   ~MoELayer();
 
   std::vector<Param*> params();   // router, then local experts (gate, up, down each)
@@ -64,7 +69,8 @@ class MoELayer {
     Routing routing;       // routing.logits: router_logits [T, E] for activation capture
     DispatchPlan plan;
     std::vector<float> expert_in, gate, up;  // expert side: [R, d], [R, f], [R, f]
-    std::vector<float> returned;             // [S, d] expert outputs back on this rank
+    std::vector<float> out;  // expert side [R, d]: expert outputs (without ep, for the backward)
+    KeptRows returned;       // with ep: [S, d] expert outputs back on this rank
     const std::vector<float>& router_logits() const { return routing.logits; }
   };
 
@@ -82,13 +88,14 @@ class MoELayer {
   int local_experts() const { return L_; }
   int first_local_expert() const { return first_; }
   Router& router() { return router_; }
+  const TokenDispatcher& dispatcher() const { return dispatcher_; }
   Param& router_weight() { return router_w_; }
   Param& expert_param(int local_expert, int which);  // which: 0 gate, 1 up, 2 down
   // Replaces the SwiGLU experts (nullptr: back to SwiGLU). Not owned.
   void set_expert_fn(ExpertBlockFn* fn) { custom_ = fn; }
 
  private:
-  void run_experts_forward(Cache& c, std::vector<float>& out, DispatchTimes& times);
+  void run_experts_forward(Cache& c, float* out, DispatchTimes& times);
 
   int d_, f_, E_, k_, L_, first_;
   Router router_;

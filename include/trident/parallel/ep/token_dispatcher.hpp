@@ -1,8 +1,8 @@
 // TokenDispatcher: moves token rows from the rank that holds the token to the
-// rank that holds its expert (dispatch) and back (combine), by all-to-all-v
-// over the ep communicator.
+// rank that holds its expert (dispatch) and brings the experts' rows back,
+// reduced over each token's k copies (combine), over the ep communicator.
 //
-// Layout. On the source rank the k copies of T tokens are laid out
+// Layout. On the source rank the k copies of T tokens are ordered
 // expert-major (stable: token order within an expert), which is also
 // destination-major because ep rank e holds experts [e*E/ep, (e+1)*E/ep).
 // On the expert rank rows arrive source-major and, within one source, by
@@ -10,20 +10,43 @@
 // expert runs one GEMM per source chunk and nothing is copied again. No row
 // is padded: bytes moved equal the routed copies times d floats.
 //
-// Backward uses the same two transfers the other way round: the gradient of
-// the combine travels like a dispatch, the gradient of the dispatch like a
-// combine.
+// Two transports, the same results bit for bit:
+//  - alltoallv: gather the rows into a send buffer, MPI all-to-all-v, and on
+//    the way back all-to-all-v into a buffer that the combine then reads.
+//  - shm (all ep ranks on one node): every rank holds a block of shared
+//    memory (SharedWindow) with an inbox and an outbox of R rows. A source
+//    writes the rows for each expert rank straight from x into that rank's
+//    inbox (the permutation is the copy); the expert rank takes them out
+//    into its own buffer. Experts may write their outputs straight into the
+//    outbox (output_rows), and a source then reads its copies' rows from the
+//    peers' outboxes and sums them in place (the combine is the copy). Each
+//    transfer is write, fence, read; a box that peers may still be reading
+//    is fenced once more before anyone writes it again, unless a collective
+//    (the count exchange, another fence) has ordered everything since, so a
+//    forward costs the count exchange and two fences, like the three
+//    collectives of alltoallv. Blocks grow (collectively, decided from the counts
+//    every rank has) when a step needs more; if /dev/shm cannot hold them,
+//    every rank falls back to alltoallv together.
+//
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "trident/comm/comm.hpp"
 
+namespace trident {
+class SharedWindow;
+}
+
 namespace trident::ep {
 
 // Where the time of one layer's token exchange went (seconds, this rank),
-// and the bytes this rank handed to its all-to-alls (rows kept on the rank
-// included, so that it is exactly routed copies x d x 4; 0 without ep).
+// and the rows of its transfers in bytes (rows kept on the rank included, so
+// that one direction is exactly routed copies x d x 4; 0 without ep). The ep
+// counters (comm_counters) see only the bytes that leave the rank.
 struct DispatchTimes {
   double count_exchange = 0, permute = 0, a2a = 0, expert = 0, combine = 0;
   double a2a_bytes = 0;
@@ -32,44 +55,119 @@ struct DispatchTimes {
 // Seconds on a steady clock, for the times above.
 double ep_clock_s();
 
+enum class EpTransport { alltoallv, shm };
+const char* ep_transport_name(EpTransport t);
+
 struct DispatchPlan {
   int64_t T = 0;
   int k = 0;
   int n_experts = 0, ep_size = 1, ep_rank = 0, local_experts = 0;
-  std::vector<int64_t> row_of;      // [T*k]: row of copy (t, j) in the send buffer, -1 dropped
+  std::vector<int64_t> row_of;      // [T*k]: row of copy (t, j) in send order, -1 dropped
   std::vector<int64_t> send_token;  // [S]: token of each send row
-  std::vector<int64_t> send_rows, send_displ;  // [ep] rows to each peer, and where they start
-  std::vector<int64_t> recv_rows, recv_displ;  // [ep] rows from each peer
+  std::vector<int64_t> send_rows, send_displ;     // [ep] rows to each peer, and where they start
+  std::vector<int64_t> recv_rows, recv_displ;     // [ep] rows from each peer
   std::vector<int64_t> chunk_rows, chunk_offset;  // [ep * local_experts], source-major
-  std::vector<int64_t> tokens_per_expert;          // [E]: this rank's copies per global expert
+  std::vector<int64_t> tokens_per_expert;         // [E]: this rank's copies per global expert
+  std::vector<int64_t> counts;                    // [ep * E]: every rank's tokens_per_expert
+  std::vector<int64_t> peer_offset;  // [ep]: where this rank's rows start on each expert rank
+  std::vector<int64_t> rows_at;      // [ep]: rows each expert rank receives (its R)
 
   int64_t sent() const { return static_cast<int64_t>(send_token.size()); }
   int64_t received() const;
   int first_local_expert() const { return ep_rank * local_experts; }
+  // Send rows of ep rank r start at send_displ[r] on this rank; on rank r
+  // they lie at peer_offset[r] + (row - send_displ[r]).
+  int peer_of_row(int64_t row) const;
+};
+
+// Called for each token t = 0..T-1 in order with the k rows of its copies
+// (rows[j]: d floats of copy (t, j), nullptr when the copy was dropped).
+// The pointers are valid during the call only.
+using CopyVisitor = std::function<void(int64_t t, const float* const* rows)>;
+
+// The experts' rows of this rank's copies, kept after an alltoallv combine
+// (in send order) so that the backward can visit them again locally.
+struct KeptRows {
+  bool filled = false;
+  std::vector<float> rows;  // [S, d]
 };
 
 class TokenDispatcher {
  public:
   // ep: nullptr or size 1 keeps every expert local (no communication).
-  TokenDispatcher(Communicator* ep, int n_experts);
+  // transport: "alltoallv", "shm" or "auto" (shm when every ep rank is on
+  // this node, else alltoallv). Collective over ep. "shm" across nodes is an
+  // InputError naming runtime.ep_transport.
+  TokenDispatcher(Communicator* ep, int n_experts, const std::string& transport = "auto");
+  ~TokenDispatcher();
+  TokenDispatcher(const TokenDispatcher&) = delete;
+  TokenDispatcher& operator=(const TokenDispatcher&) = delete;
 
-  // The expert-major permutation of the copies and the count exchange.
+  // The expert-major permutation of the copies and the count exchange (an
+  // all-gather of every rank's per-expert counts).
   // expert [T*k]: global expert of copy (t, j), -1 for a dropped copy.
   DispatchPlan plan(const int* expert, int64_t T, int k, DispatchTimes* times = nullptr) const;
 
-  // send [S, d] (send order) -> recv [R, d] on the expert side.
-  void to_experts(const DispatchPlan& p, const float* send, float* recv, int64_t d,
-                  DispatchTimes* times = nullptr) const;
-  // expert side [R, d] -> back [S, d] in send order on the source.
-  void to_sources(const DispatchPlan& p, const float* expert_side, float* back, int64_t d,
-                  DispatchTimes* times = nullptr) const;
+  // Dispatch: the rows x[send_token[r]] (x: [T, d]) to the expert side
+  // expert_in [R, d] in chunk layout. Collective over ep.
+  void dispatch(const DispatchPlan& p, const float* x, float* expert_in, int64_t d,
+                DispatchTimes* times = nullptr) const;
+  // The same for rows already in send order (rows [S, d]).
+  void dispatch_rows(const DispatchPlan& p, const float* rows, float* expert_in, int64_t d,
+                     DispatchTimes* times = nullptr) const;
+  // Combine side: fn sees, token by token, the expert-side rows
+  // (expert_side [R, d] on each expert rank) of this rank's copies.
+  // keep: the rows that came back are left there in send order, and a
+  // later call given the same filled keep visits them without communicating
+  // (on every rank alike, so still in step). Collective over ep otherwise.
+  void visit_back(const DispatchPlan& p, const float* expert_side, int64_t d, const CopyVisitor& fn,
+                  KeptRows* keep = nullptr, DispatchTimes* times = nullptr) const;
+  // y[t] = sum_j weight[t*k+j] * row(t, j) (weight nullptr: 1), in j order:
+  // the combine, and with weight nullptr the backward of the dispatch.
+  void combine(const DispatchPlan& p, const float* expert_side, const float* weight, float* y,
+               int64_t d, KeptRows* keep = nullptr, DispatchTimes* times = nullptr) const;
+
+  // Where the experts may write their outputs [R, d] so that combine()
+  // reads them without a copy: the shared outbox (valid until the next
+  // transfer; call after dispatch() of the same plan and d), or nullptr.
+  // Collective when peers may still be reading the outbox (then it fences).
+  float* output_rows(const DispatchPlan& p, int64_t d) const;
 
   int ep_size() const { return ep_size_; }
   int ep_rank() const { return ep_rank_; }
+  EpTransport transport() const { return transport_; }
+  // How often the shared blocks grew; each growth sends one int of ep
+  // traffic (the ranks agree that /dev/shm has room).
+  int shm_growths() const { return growths_; }
+  // Why auto chose (or fell back to) alltoallv ("" otherwise).
+  const std::string& transport_reason() const { return reason_; }
 
  private:
+  // Grows the shared blocks to hold R rows of d floats twice on every rank;
+  // false (on every rank) when /dev/shm cannot: the transport is then
+  // alltoallv from here on.
+  bool shm_reserve(const DispatchPlan& p, int64_t d) const;
+  float* inbox(const DispatchPlan& p, int r) const;
+  float* outbox(const DispatchPlan& p, int r, int64_t d) const;
+  void dispatch_shm(const DispatchPlan& p, const float* src, bool indexed, float* expert_in,
+                    int64_t d, DispatchTimes* times) const;
+  void visit_back_shm(const DispatchPlan& p, const float* expert_side, int64_t d,
+                      const CopyVisitor& fn, KeptRows* keep, DispatchTimes* times) const;
+  void account(double bytes) const;
+
   Communicator* ep_;
   int n_experts_, ep_size_, ep_rank_;
+  mutable EpTransport transport_ = EpTransport::alltoallv;
+  mutable std::string reason_;
+  mutable std::unique_ptr<SharedWindow> window_;
+  mutable int growths_ = 0;
+  // A box some peer may still be reading (no collective since its last read).
+  mutable bool inbox_busy_ = false, outbox_busy_ = false;
+  void fence() const;
+  // Workspaces reused from call to call: a fresh buffer per layer would
+  // page-fault and zero its memory every time.
+  mutable std::vector<float> send_;  // alltoallv: rows gathered for sending
+  mutable std::vector<float> back_;  // alltoallv: rows back when the caller keeps none
 };
 
 }  // namespace trident::ep
