@@ -149,9 +149,9 @@ class BenchMoeCommand : public Command {
     main_t.notes.push_back(
         "alltoallv: rows gathered into a send buffer, MPI all-to-all-v both ways, then the "
         "weighted sum; shm: sources write rows from x straight into the expert ranks' shared "
-        "inboxes, which those copy out (permute_ms is then only the index sort); experts write "
-        "into their shared outboxes and each source sums its copies' rows from there "
-        "(a2a_comb_ms: fences, combine_ms: reads + sums + the copy kept for the backward)");
+        "inboxes (permute_ms is then only the index sort), experts read them there and write "
+        "their shared outboxes, each source sums its copies' rows from there (a2a_comb_ms: the "
+        "fence, combine_ms: reads + sums); both keep what the layer's backward needs");
     main_t.notes.push_back(
         "overhead = (dispatch + combine) / raw - 1 (expert compute excluded); GB/s = 2 x sent "
         "bytes per rank / time; times: slowest rank, mean over iterations");
@@ -224,8 +224,7 @@ class BenchMoeCommand : public Command {
     const int64_t T = tokens_, d = hidden_, f = ffn_;
     const int E = experts_, k = top_k_, L = E / W;
     TokenDispatcher disp(&ep, E, transport);
-    std::vector<float> send, recv, out, back, y(static_cast<size_t>(T * d)), gate, up;
-    ep::KeptRows keep;  // what the MoE layer keeps for its backward; reused, as a pool would
+    std::vector<float> send, recv, back, y(static_cast<size_t>(T * d)), gate, up;
     PhaseTimes sum;
     int64_t wrong = 0, bytes_bad = 0;
     DispatchPlan plan;
@@ -237,36 +236,29 @@ class BenchMoeCommand : public Command {
       DispatchTimes tm;
       plan = disp.plan(expert.data(), T, k, &tm);
       const int64_t S = plan.sent(), R = plan.received();
-      recv.resize(size_t(R * d));
-      disp.dispatch(plan, x.data(), recv.data(), d, &tm);
+      std::unique_ptr<ep::ForwardRows> rows = disp.dispatch_forward(plan, x.data(), d, &tm);
       const double a2a_dispatch = tm.a2a;
-      const float* expert_out = recv.data();
+      // Experts read rows->in() and write rows->out() (shm: the shared
+      // inbox and outbox); an identity expert is a copy, timed as expert
+      // compute like the SwiGLU.
       double t0 = now_s();
-      // Experts write where the combine reads (shm: the shared outbox); an
-      // identity expert there is a copy, timed as expert compute.
-      float* out_rows = disp.output_rows(plan, d);
-      if (f == 0 && out_rows) {
-        std::copy(recv.begin(), recv.begin() + R * d, out_rows);
-        expert_out = out_rows;
-      }
-      if (f > 0 && !verify) {
-        out.resize(size_t(R * d));
-        if (!out_rows) out_rows = out.data();
+      if (f == 0 || verify) {
+        std::copy(rows->in(), rows->in() + R * d, rows->out());
+      } else {
         gate.resize(size_t(R * f));
         up.resize(size_t(R * f));
         for (int e = 0; e < L; ++e)
           for (int r = 0; r < W; ++r) {
-            const int64_t rows = plan.chunk_rows[r * L + e], off = plan.chunk_offset[r * L + e];
-            kernels::swiglu_forward(recv.data() + off * d, rows, d, f, wg.data() + e * d * f,
+            const int64_t n = plan.chunk_rows[r * L + e], off = plan.chunk_offset[r * L + e];
+            kernels::swiglu_forward(rows->in() + off * d, n, d, f, wg.data() + e * d * f,
                                     wu.data() + e * d * f, wd.data() + e * d * f,
-                                    out_rows + off * d, gate.data() + off * f,
+                                    rows->out() + off * d, gate.data() + off * f,
                                     up.data() + off * f);
           }
-        expert_out = out_rows;
       }
       const double expert_s = now_s() - t0;
-      keep.filled = false;
-      disp.combine(plan, expert_out, weight.data(), y.data(), d, &keep, &tm);
+      disp.combine_forward(plan, *rows, weight.data(), y.data(), d, &tm);
+      rows.reset();  // as the layer does after its backward
       const double ep_bytes = comm_counters().bytes_sent[int(CommKind::ep)] - ep_bytes0;
 
       // The send rows of the raw all-to-all (and of the local reference).
@@ -298,6 +290,7 @@ class BenchMoeCommand : public Command {
         rc[r] = int(plan.recv_rows[r] * d);
         rd[r] = int(plan.recv_displ[r] * d);
       }
+      recv.resize(size_t(R * d));
       back.resize(size_t(S * d));
       world.barrier();
       t0 = now_s();

@@ -96,7 +96,7 @@ void MoELayer::run_experts_forward(Cache& c, float* out, DispatchTimes& times) {
       float* y = out + off * d_;
       float* gate = c.gate.data() + off * f_;
       float* up = c.up.data() + off * f_;
-      const float* x = c.expert_in.data() + off * d_;
+      const float* x = c.rows->in() + off * d_;
       if (custom_) {
         custom_->forward(e, x, rows, y, gate, up);
       } else {
@@ -121,21 +121,11 @@ void MoELayer::forward(const float* x, int64_t T, const std::vector<int>& sample
 
   c.plan = dispatcher_.plan(c.routing.expert.data(), T, k_, &times);
   const int64_t R = c.plan.received();
-  c.expert_in.resize(static_cast<size_t>(R * d_));
-  dispatcher_.dispatch(c.plan, x, c.expert_in.data(), d_, &times);
+  c.rows = dispatcher_.dispatch_forward(c.plan, x, d_, &times);
   c.gate.resize(static_cast<size_t>(R * f_));
   c.up.resize(static_cast<size_t>(R * f_));
-  // Experts write where the combine reads: the shared outbox with shm.
-  float* out = dispatcher_.output_rows(c.plan, d_);
-  if (!out) {
-    c.out.resize(static_cast<size_t>(R * d_));
-    out = c.out.data();
-  }
-  run_experts_forward(c, out, times);
-  c.returned = KeptRows{};
-  dispatcher_.combine(c.plan, out, c.routing.weight.data(), y, d_, &c.returned, &times);
-  // With the rows back here, the expert side need not keep them for the backward.
-  if (c.returned.filled) c.out = {};
+  run_experts_forward(c, c.rows->out(), times);
+  dispatcher_.combine_forward(c.plan, *c.rows, c.routing.weight.data(), y, d_, &times);
 
   stats.aux_loss_sum = c.routing.aux_share;
   stats.z_loss_sum = c.routing.z_share;
@@ -154,13 +144,12 @@ void MoELayer::backward(const float* dy, float* dx, Cache& c, float daux_scale) 
   std::vector<float> dweight(static_cast<size_t>(T * k_));
   const int64_t* row_of = p.row_of.data();
   const float* weight = c.routing.weight.data();
-  dispatcher_.visit_back(
-      p, c.out.data(), d_,
+  dispatcher_.visit_forward(
+      p, *c.rows, d_,
       [&](int64_t t, const float* const* rows) {
         kernels::combine_row_backward(rows, dy + t * d_, d_, row_of + t * k_, weight + t * k_, k_,
                                       drows.data(), dweight.data() + t * k_);
-      },
-      &c.returned);
+      });
   std::vector<float> dout(static_cast<size_t>(R * d_));
   dispatcher_.dispatch_rows(p, drows.data(), dout.data(), d_);
 
@@ -169,7 +158,7 @@ void MoELayer::backward(const float* dy, float* dx, Cache& c, float daux_scale) 
     for (int r = 0; r < p.ep_size; ++r) {
       const int64_t rows = p.chunk_rows[r * L_ + e], off = p.chunk_offset[r * L_ + e];
       if (rows == 0) continue;
-      const float* xin = c.expert_in.data() + off * d_;
+      const float* xin = c.rows->in() + off * d_;
       const float* gate = c.gate.data() + off * f_;
       const float* up = c.up.data() + off * f_;
       if (custom_) {
@@ -191,6 +180,7 @@ void MoELayer::backward(const float* dy, float* dx, Cache& c, float daux_scale) 
                  router_w_.grad.ptr(), E_);
   kernels::sgemm(false, true, T, d_, E_, 1.0f, dlogits.data(), E_, router_w_.value.ptr(), E_, 1.0f,
                  dx, d_);
+  c.rows.reset();  // after the backward's transfers: no peer reads these rows any more
 }
 
 void MoELayer::update_bias(const std::vector<int64_t>& global_load) {

@@ -19,6 +19,52 @@ constexpr size_t kRowBytes = sizeof(float);
 
 }  // namespace
 
+// Shared slots for forwards that keep their rows. A slot is busy from
+// dispatch_forward to the ForwardRows' destruction, then "released"; it
+// becomes free at the next collective the dispatcher runs (count exchange
+// or fence), after which no peer can still read it. Every rank makes the
+// same calls in the same order, so all pick the same slot.
+class SlotPool {
+ public:
+  enum class State { free, busy, released };
+  struct Slot {
+    std::unique_ptr<SharedWindow> window;
+    State state = State::free;
+  };
+  std::vector<Slot> slots;
+  // alltoallv: buffers of finished forwards, handed to the next ones (a
+  // fresh buffer would page-fault and zero its memory every layer).
+  std::vector<std::vector<float>> spare;
+  void release(int i) { slots.at(size_t(i)).state = State::released; }
+  void recycle(std::vector<float>&& v) {
+    if (v.capacity() > 0 && spare.size() < 16) spare.push_back(std::move(v));
+  }
+  std::vector<float> take(size_t n) {
+    std::vector<float> v;
+    if (!spare.empty()) {
+      v = std::move(spare.back());
+      spare.pop_back();
+    }
+    if (v.size() < n) v.resize(n);  // grow only: kept elements are not re-zeroed
+    return v;
+  }
+  void settle() {
+    for (auto& s : slots)
+      if (s.state == State::released) s.state = State::free;
+  }
+};
+
+ForwardRows::~ForwardRows() {
+  if (!pool_) return;
+  if (slot_ >= 0) {
+    pool_->release(slot_);
+    return;
+  }
+  pool_->recycle(std::move(own_in_));
+  pool_->recycle(std::move(own_out_));
+  pool_->recycle(std::move(kept_.rows));
+}
+
 // Steady clock (not now_s): the layer also runs without MPI initialised.
 double ep_clock_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -44,7 +90,8 @@ TokenDispatcher::TokenDispatcher(Communicator* ep, int n_experts, const std::str
     : ep_(ep && ep->size() > 1 ? ep : nullptr),
       n_experts_(n_experts),
       ep_size_(ep_ ? ep_->size() : 1),
-      ep_rank_(ep_ ? ep_->rank() : 0) {
+      ep_rank_(ep_ ? ep_->rank() : 0),
+      slots_(std::make_shared<SlotPool>()) {
   TRIDENT_CHECK(n_experts > 0 && n_experts % ep_size_ == 0,
                 "n_experts " + std::to_string(n_experts) + " is not a multiple of ep " +
                     std::to_string(ep_size_));
@@ -138,6 +185,7 @@ DispatchPlan TokenDispatcher::plan(const int* expert, int64_t T, int k,
   // The all-gather orders every earlier read of the shared boxes before
   // anything that follows it.
   inbox_busy_ = outbox_busy_ = false;
+  if (slots_) slots_->settle();
   if (times) {
     times->permute += (t1 - t0) + (ep_clock_s() - t2);  // index work is part of the permutation
     times->count_exchange += t2 - t1;
@@ -218,6 +266,7 @@ bool TokenDispatcher::shm_reserve(const DispatchPlan& p, int64_t d) const {
 void TokenDispatcher::fence() const {
   window_->fence();
   inbox_busy_ = outbox_busy_ = false;
+  if (slots_) slots_->settle();
 }
 
 float* TokenDispatcher::inbox(const DispatchPlan&, int r) const {
@@ -226,14 +275,6 @@ float* TokenDispatcher::inbox(const DispatchPlan&, int r) const {
 
 float* TokenDispatcher::outbox(const DispatchPlan& p, int r, int64_t d) const {
   return inbox(p, r) + p.rows_at[r] * d;
-}
-
-float* TokenDispatcher::output_rows(const DispatchPlan& p, int64_t d) const {
-  if (!ep_ || transport_ != EpTransport::shm || !window_) return nullptr;
-  if (window_->block_bytes(ep_rank_) < 2 * size_t(p.rows_at[ep_rank_]) * size_t(d) * kRowBytes)
-    return nullptr;
-  if (outbox_busy_) fence();
-  return outbox(p, ep_rank_, d);
 }
 
 // Sources write: each its rows for expert rank r, straight from x in send
@@ -296,7 +337,7 @@ void TokenDispatcher::visit_back(const DispatchPlan& p, const float* expert_side
 
   const double t0 = ep_clock_s();
   std::vector<float>& back = keep ? keep->rows : back_;
-  if (back.size() < size_t(S * d)) back.resize(static_cast<size_t>(S * d));
+  if (back.size() < size_t(S * d)) back.resize(static_cast<size_t>(S * d));  // grow only
   if (keep) keep->filled = true;
   ep_->alltoallv(expert_side, p.recv_rows, p.recv_displ, back.data(), p.send_rows, p.send_displ,
                  kRowBytes * static_cast<size_t>(d));
@@ -325,7 +366,7 @@ void TokenDispatcher::visit_back_shm(const DispatchPlan& p, const float* expert_
   const double t1 = ep_clock_s();
   float* kept = nullptr;
   if (keep) {
-    keep->rows.resize(static_cast<size_t>(p.sent() * d));
+    if (keep->rows.size() < size_t(p.sent() * d)) keep->rows.resize(size_t(p.sent() * d));
     keep->filled = true;
     kept = keep->rows.data();
   }
@@ -357,6 +398,130 @@ void TokenDispatcher::visit_back_shm(const DispatchPlan& p, const float* expert_
     times->combine += t2 - t1;
     times->a2a_bytes += double(R) * double(row_bytes);
   }
+}
+
+std::unique_ptr<ForwardRows> TokenDispatcher::dispatch_forward(const DispatchPlan& p,
+                                                              const float* x, int64_t d,
+                                                              DispatchTimes* times) const {
+  auto rows = std::make_unique<ForwardRows>();
+  const int P = ep_size_, me = ep_rank_;
+  const int64_t R = p.received();
+  const size_t row_bytes = kRowBytes * size_t(d);
+  if (ep_ && transport_ == EpTransport::shm) {
+    // The lowest free slot (the same on every rank), grown if this step needs more.
+    const double t0 = ep_clock_s();
+    int s = 0;
+    while (s < int(slots_->slots.size()) && slots_->slots[size_t(s)].state != SlotPool::State::free)
+      ++s;
+    if (s == int(slots_->slots.size())) slots_->slots.emplace_back();
+    SlotPool::Slot& slot = slots_->slots[size_t(s)];
+    bool fits = slot.window != nullptr;
+    for (int r = 0; r < P && fits; ++r)
+      fits = 2 * size_t(p.rows_at[r]) * row_bytes <= slot.window->block_bytes(r);
+    if (!fits) {
+      size_t total = 0, mine = 0;
+      for (int r = 0; r < P; ++r) {
+        const size_t need = 2 * size_t(p.rows_at[r]) * row_bytes;
+        const size_t have = slot.window ? slot.window->block_bytes(r) : 0;
+        const size_t grown = std::max(have, need + need / 4 + 4096);
+        total += grown;
+        if (r == me) mine = grown;
+      }
+      slot.window.reset();
+      int short_of_memory = SharedWindow::free_bytes() < double(total) + (64 << 20) ? 1 : 0;
+      ep_->allreduce_max(&short_of_memory, 1);
+      ++growths_;
+      if (!short_of_memory) slot.window = std::make_unique<SharedWindow>(*ep_, mine);
+    }
+    if (slot.window) {
+      slot.state = SlotPool::State::busy;
+      rows->pool_ = slots_;
+      rows->slot_ = s;
+      auto in_of = [&](int r) { return reinterpret_cast<float*>(slot.window->block(r)); };
+      for (int i = 0; i < P; ++i) {
+        const int r = (me + i) % P;  // start at different peers: less contention
+        if (p.send_rows[r] == 0) continue;
+        kernels::gather_rows(x, d, p.send_token.data() + p.send_displ[r], p.send_rows[r],
+                             in_of(r) + p.peer_offset[r] * d);
+      }
+      slot.window->fence();
+      inbox_busy_ = outbox_busy_ = false;
+      slots_->settle();
+      rows->in_ = in_of(me);
+      rows->out_ = in_of(me) + R * d;
+      account(double(p.sent() - p.send_rows[me]) * double(row_bytes));
+      if (times) {
+        times->a2a += ep_clock_s() - t0;
+        times->a2a_bytes += double(p.sent()) * double(row_bytes);
+      }
+      return rows;
+    }
+    transport_ = EpTransport::alltoallv;  // every rank saw the same shortage
+    reason_ = "/dev/shm cannot hold the shared slots this step needs";
+  }
+  rows->pool_ = slots_;
+  rows->own_in_ = slots_->take(size_t(R * d));
+  rows->own_out_ = slots_->take(size_t(R * d));
+  rows->kept_.rows = slots_->take(size_t(p.sent() * d));
+  rows->in_ = rows->own_in_.data();
+  rows->out_ = rows->own_out_.data();
+  dispatch(p, x, rows->in_, d, times);
+  return rows;
+}
+
+// Bases such that row r of the send order lies at base[peer_of_row(r)] + r*d.
+void TokenDispatcher::visit_rows(const DispatchPlan& p, const float* const* base,
+                                 const CopyVisitor& fn, int64_t d) const {
+  const int k = p.k;
+  std::vector<const float*> ptr(static_cast<size_t>(k));
+  for (int64_t t = 0; t < p.T; ++t) {
+    for (int j = 0; j < k; ++j) {
+      const int64_t r = p.row_of[t * k + j];
+      ptr[size_t(j)] = r < 0 ? nullptr : base[size_t(p.peer_of_row(r))] + r * d;
+    }
+    fn(t, ptr.data());
+  }
+}
+
+void TokenDispatcher::combine_forward(const DispatchPlan& p, ForwardRows& rows,
+                                      const float* weight, float* y, int64_t d,
+                                      DispatchTimes* times) const {
+  if (rows.slot_ < 0) {
+    if (!ep_) return combine(p, rows.out_, weight, y, d, nullptr, times);
+    return combine(p, rows.out_, weight, y, d, &rows.kept_, times);
+  }
+  const double t0 = ep_clock_s();
+  SharedWindow& w = *slots_->slots.at(size_t(rows.slot_)).window;
+  w.fence();  // every expert's outputs are in its outbox
+  inbox_busy_ = outbox_busy_ = false;
+  slots_->settle();
+  const double t1 = ep_clock_s();
+  visit_forward(
+      p, rows, d,
+      [&](int64_t t, const float* const* r) {
+        kernels::combine_row(r, weight + t * p.k, p.k, d, y + t * d);
+      });
+  account(double(p.received() - p.recv_rows[ep_rank_]) * double(kRowBytes) * double(d));
+  if (times) {
+    times->a2a += t1 - t0;
+    times->combine += ep_clock_s() - t1;
+    times->a2a_bytes += double(p.received()) * double(kRowBytes) * double(d);
+  }
+}
+
+void TokenDispatcher::visit_forward(const DispatchPlan& p, ForwardRows& rows, int64_t d,
+                                    const CopyVisitor& fn) const {
+  if (rows.slot_ < 0) {
+    if (!ep_) return visit_back(p, rows.out_, d, fn);
+    return visit_back(p, rows.out_, d, fn, &rows.kept_);
+  }
+  SharedWindow& w = *slots_->slots.at(size_t(rows.slot_)).window;
+  std::vector<const float*> base(static_cast<size_t>(ep_size_));
+  for (int r = 0; r < ep_size_; ++r) {
+    const float* out_r = reinterpret_cast<const float*>(w.block(r)) + p.rows_at[r] * d;
+    base[size_t(r)] = out_r + (p.peer_offset[r] - p.send_displ[r]) * d;
+  }
+  visit_rows(p, base.data(), fn, d);
 }
 
 void TokenDispatcher::combine(const DispatchPlan& p, const float* expert_side, const float* weight,

@@ -127,6 +127,66 @@ TEST_CASE("every token on the last rank's expert: other ranks and experts receiv
   }
 }
 
+TEST_CASE("forwards in flight keep their rows until released, slots are reused", "[ep]") {
+  // As under a pipeline schedule: several forwards of one layer before their
+  // backwards, released out of order, new forwards in between.
+  const int W = testing::world_size(), rank = testing::world_rank();
+  eptest::EpMesh mesh(W, 1);
+  const int E = 4 * W, d = 6, k = 2;
+  for (const char* tr : kTransports) {
+    TokenDispatcher disp(mesh.ep_comm.get(), E, tr);
+    struct Fwd {
+      std::vector<float> x;
+      DispatchPlan plan;
+      std::unique_ptr<ForwardRows> rows;
+    };
+    std::vector<Fwd> live;
+    // Forward i: its own tokens and routing (more tokens later, so slots grow).
+    auto forward = [&](int i) {
+      Fwd f;
+      const int64_t T = 5 + 4 * i + rank;
+      std::vector<int> expert(T * k);
+      for (int64_t t = 0; t < T; ++t)
+        for (int j = 0; j < k; ++j)
+          expert[t * k + j] =
+              int((rng::below(rng::hash_name("slots"), uint64_t(i * 7919 + rank * 131 + t), E) +
+                   uint64_t(j) * (E / k)) % E);
+      f.x = randn("slots_x", T * d, 1.0f, (uint64_t(rank) << 24) + uint64_t(i) * 1000);
+      f.plan = disp.plan(expert.data(), T, k);
+      f.rows = disp.dispatch_forward(f.plan, f.x.data(), d);
+      const int64_t R = f.plan.received();
+      // The expert: out = 2 * in. The combine of weights 1/2 gives 2 x, exactly.
+      for (int64_t i2 = 0; i2 < R * d; ++i2) f.rows->out()[i2] = 2.0f * f.rows->in()[i2];
+      std::vector<float> w(T * k, 0.5f), y(T * d, -1.0f);
+      disp.combine_forward(f.plan, *f.rows, w.data(), y.data(), d);
+      int64_t bad = 0;
+      for (int64_t i2 = 0; i2 < T * d; ++i2) bad += y[i2] != 2.0f * f.x[i2];
+      CHECK(bad == 0);
+      return f;
+    };
+    // What the backward sees: every copy's row is 2 x[t], however many
+    // forwards came after.
+    auto check_visit = [&](Fwd& f) {
+      int64_t bad = 0;
+      disp.visit_forward(f.plan, *f.rows, d, [&](int64_t t, const float* const* rows) {
+        for (int j = 0; j < k; ++j)
+          for (int c = 0; c < d; ++c) bad += rows[j][c] != 2.0f * f.x[t * d + c];
+      });
+      CHECK(bad == 0);
+    };
+    INFO("transport " << tr << " rank " << rank);
+    for (int i = 0; i < 3; ++i) live.push_back(forward(i));
+    for (auto& f : live) check_visit(f);
+    live.erase(live.begin() + 1);  // the middle one finishes first
+    live.push_back(forward(3));    // may reuse its slot after the count exchange
+    live.push_back(forward(4));
+    for (auto& f : live) check_visit(f);
+    live.clear();
+    live.push_back(forward(5));
+    check_visit(live.back());
+  }
+}
+
 TEST_CASE("capacity drops with ep equal the one-rank drops of each rank's tokens", "[ep]") {
   const int W = testing::world_size(), rank = testing::world_rank();
   for (int ep : {1, 2, 4, 8}) {

@@ -68,9 +68,8 @@ class MoELayer {
     std::vector<float> x;  // [T, d]
     Routing routing;       // routing.logits: router_logits [T, E] for activation capture
     DispatchPlan plan;
-    std::vector<float> expert_in, gate, up;  // expert side: [R, d], [R, f], [R, f]
-    std::vector<float> out;  // expert side [R, d]: expert outputs (without ep, for the backward)
-    KeptRows returned;       // with ep: [S, d] expert outputs back on this rank
+    std::unique_ptr<ForwardRows> rows;  // expert side: inputs and outputs [R, d] each
+    std::vector<float> gate, up;        // expert side: [R, f] each
     const std::vector<float>& router_logits() const { return routing.logits; }
   };
 

@@ -13,21 +13,29 @@
 // Two transports, the same results bit for bit:
 //  - alltoallv: gather the rows into a send buffer, MPI all-to-all-v, and on
 //    the way back all-to-all-v into a buffer that the combine then reads.
-//  - shm (all ep ranks on one node): every rank holds a block of shared
-//    memory (SharedWindow) with an inbox and an outbox of R rows. A source
-//    writes the rows for each expert rank straight from x into that rank's
-//    inbox (the permutation is the copy); the expert rank takes them out
-//    into its own buffer. Experts may write their outputs straight into the
-//    outbox (output_rows), and a source then reads its copies' rows from the
-//    peers' outboxes and sums them in place (the combine is the copy). Each
-//    transfer is write, fence, read; a box that peers may still be reading
-//    is fenced once more before anyone writes it again, unless a collective
-//    (the count exchange, another fence) has ordered everything since, so a
-//    forward costs the count exchange and two fences, like the three
-//    collectives of alltoallv. Blocks grow (collectively, decided from the counts
-//    every rank has) when a step needs more; if /dev/shm cannot hold them,
-//    every rank falls back to alltoallv together.
+//  - shm (all ep ranks on one node, as the mesh puts them): shared memory
+//    (SharedWindow) that every rank maps. A source writes the rows for each
+//    expert rank straight from x into that rank's inbox (the permutation is
+//    the copy); experts read their inputs there and write their outputs
+//    into their outbox; a source sums its copies' rows where they lie in
+//    the peers' outboxes (the combine is the copy). Each transfer is write,
+//    fence (a barrier with memory syncs), read.
 //
+// The layer's forward keeps its expert-side rows until its backward
+// (ForwardRows): with shm they stay in a shared slot, so neither are the
+// expert inputs copied out of the inbox nor the returned rows kept by the
+// source; the backward reads the outboxes again where they lie. A slot is
+// reused only after a collective has followed its release, so no peer can
+// still be reading it; slots grow (collectively, decided from the counts
+// that every rank has) when a step needs more, and if /dev/shm cannot hold
+// them every rank falls back to alltoallv together. The other transfers
+// (dispatch, dispatch_rows, visit_back, combine: the backward's) use one
+// transient window: a box some peer may still be reading is fenced before
+// anyone writes it again, unless a collective has ordered everything since.
+//
+// Backward uses the same primitives: the gradient of the combine travels
+// like a dispatch (dispatch_rows), the gradient of the dispatch comes back
+// like a combine (combine with weights 1).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -92,6 +100,28 @@ struct KeptRows {
   std::vector<float> rows;  // [S, d]
 };
 
+class SlotPool;
+
+// The expert-side rows of one forward: inputs [R, d] as dispatched and the
+// experts' outputs [R, d], alive until destroyed (after the backward).
+class ForwardRows {
+ public:
+  ForwardRows() = default;
+  ~ForwardRows();
+  ForwardRows(const ForwardRows&) = delete;
+  ForwardRows& operator=(const ForwardRows&) = delete;
+  float* in() { return in_; }
+  float* out() { return out_; }
+
+ private:
+  friend class TokenDispatcher;
+  float *in_ = nullptr, *out_ = nullptr;
+  std::shared_ptr<SlotPool> pool_;  // shm: the slot's owner
+  int slot_ = -1;
+  std::vector<float> own_in_, own_out_;  // alltoallv, or no ep
+  KeptRows kept_;                        // alltoallv: the rows back on the source
+};
+
 class TokenDispatcher {
  public:
   // ep: nullptr or size 1 keeps every expert local (no communication).
@@ -127,11 +157,17 @@ class TokenDispatcher {
   void combine(const DispatchPlan& p, const float* expert_side, const float* weight, float* y,
                int64_t d, KeptRows* keep = nullptr, DispatchTimes* times = nullptr) const;
 
-  // Where the experts may write their outputs [R, d] so that combine()
-  // reads them without a copy: the shared outbox (valid until the next
-  // transfer; call after dispatch() of the same plan and d), or nullptr.
-  // Collective when peers may still be reading the outbox (then it fences).
-  float* output_rows(const DispatchPlan& p, int64_t d) const;
+  // The layer's forward: dispatch into rows that live until the backward
+  // (in(): the expert inputs), experts write out(), combine_forward() sums
+  // them back, and the backward visits them again with visit_forward().
+  // dispatch_forward and combine_forward are collective over ep;
+  // visit_forward is not.
+  std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const float* x, int64_t d,
+                                                DispatchTimes* times = nullptr) const;
+  void combine_forward(const DispatchPlan& p, ForwardRows& rows, const float* weight, float* y,
+                       int64_t d, DispatchTimes* times = nullptr) const;
+  void visit_forward(const DispatchPlan& p, ForwardRows& rows, int64_t d,
+                     const CopyVisitor& fn) const;
 
   int ep_size() const { return ep_size_; }
   int ep_rank() const { return ep_rank_; }
@@ -154,12 +190,15 @@ class TokenDispatcher {
   void visit_back_shm(const DispatchPlan& p, const float* expert_side, int64_t d,
                       const CopyVisitor& fn, KeptRows* keep, DispatchTimes* times) const;
   void account(double bytes) const;
+  void visit_rows(const DispatchPlan& p, const float* const* base, const CopyVisitor& fn,
+                  int64_t d) const;
 
   Communicator* ep_;
   int n_experts_, ep_size_, ep_rank_;
   mutable EpTransport transport_ = EpTransport::alltoallv;
   mutable std::string reason_;
-  mutable std::unique_ptr<SharedWindow> window_;
+  mutable std::unique_ptr<SharedWindow> window_;  // transfers that keep nothing
+  std::shared_ptr<SlotPool> slots_;                // forwards that keep their rows
   mutable int growths_ = 0;
   // A box some peer may still be reading (no collective since its last read).
   mutable bool inbox_busy_ = false, outbox_busy_ = false;
