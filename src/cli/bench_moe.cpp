@@ -141,8 +141,9 @@ class BenchMoeCommand : public Command {
                       "imbalance",  "#wrong"};
     split_t.name = "moe_split";
     split_t.title = "Time split per iteration (ms, slowest rank, mean over iterations)";
-    split_t.columns = {"routing",     "transport",  "count_ms", "permute_ms", "a2a_disp_ms",
-                       "expert_ms",   "a2a_comb_ms", "combine_ms", "total_ms"};
+    split_t.columns = {"routing",     "transport",  "count_ms",   "permute_ms",
+                       "a2a_disp_ms", "expert_ms",  "a2a_comb_ms", "combine_ms",
+                       "total_ms",    "raw_fwd_ms", "raw_rev_ms"};
     main_t.notes.push_back(
         "dispatch = count exchange + permute + transfer; combine = transfer back + weighted "
         "un-permute; raw = MPI_Alltoallv forward + reverse of the same counts");
@@ -186,7 +187,8 @@ class BenchMoeCommand : public Command {
         const double* ph = r.phase;
         split_t.add_row({std::string(name), tr, ph[0] * 1e3, ph[1] * 1e3, ph[2] * 1e3,
                          ph[3] * 1e3, ph[4] * 1e3, ph[5] * 1e3,
-                         (ph[0] + ph[1] + ph[2] + ph[3] + ph[4] + ph[5]) * 1e3});
+                         (ph[0] + ph[1] + ph[2] + ph[3] + ph[4] + ph[5]) * 1e3, ph[6] * 1e3,
+                         ph[7] * 1e3});
       }
     }
     if (rank == 0) {
@@ -207,7 +209,8 @@ class BenchMoeCommand : public Command {
 
  private:
   struct Result {
-    double phase[6] = {};  // count, permute, a2a dispatch, expert, a2a combine, combine
+    // count, permute, a2a dispatch, expert, a2a combine, combine, raw forward, raw reverse
+    double phase[8] = {};
     double dispatch_s = 0, combine_s = 0, raw_s = 0;
     double max_recv_bytes = 0, imbalance = 0;
     int64_t wrong = 0;  // wrong elements plus wrong byte counts, over all ranks
@@ -325,7 +328,7 @@ class BenchMoeCommand : public Command {
     std::vector<int64_t> load = plan.tokens_per_expert;
     world.allreduce_sum(load.data(), load.size());
     const double mean_load = double(T) * k * W / E;
-    std::copy(ph, ph + 6, res.phase);
+    std::copy(ph, ph + 8, res.phase);
     res.dispatch_s = disp_comb[0];
     res.combine_s = disp_comb[1];
     res.raw_s = disp_comb[2];
