@@ -56,12 +56,6 @@ std::vector<int> make_routing(bool skewed, int64_t T, int E, int k, int rank) {
   return expert;
 }
 
-struct PhaseTimes {
-  double count = 0, permute = 0, a2a_dispatch = 0, expert = 0, a2a_combine = 0, combine = 0;
-  double raw_fwd = 0, raw_rev = 0;
-  double dispatch() const { return count + permute + a2a_dispatch; }
-  double combine_total() const { return a2a_combine + combine; }
-};
 
 class BenchMoeCommand : public Command {
  public:
@@ -140,7 +134,7 @@ class BenchMoeCommand : public Command {
                       "combine_ms", "raw_a2a_ms", "moe_GB/s",    "raw_GB/s",   "overhead_%",
                       "imbalance",  "#wrong"};
     split_t.name = "moe_split";
-    split_t.title = "Time split per iteration (ms, slowest rank, mean over iterations)";
+    split_t.title = "Time split per iteration (ms, slowest rank, median over iterations)";
     split_t.columns = {"routing",     "transport",  "count_ms",   "permute_ms",
                        "a2a_disp_ms", "expert_ms",  "a2a_comb_ms", "combine_ms",
                        "total_ms",    "raw_fwd_ms", "raw_rev_ms"};
@@ -155,7 +149,8 @@ class BenchMoeCommand : public Command {
         "fence, combine_ms: reads + sums); both keep what the layer's backward needs");
     main_t.notes.push_back(
         "overhead = (dispatch + combine) / raw - 1 (expert compute excluded); GB/s = 2 x sent "
-        "bytes per rank / time; times: slowest rank, mean over iterations");
+        "bytes per rank / time; times: slowest rank of each iteration, median over iterations "
+        "(each phase on its own, so the split need not add up to the totals exactly)");
 
     std::vector<std::string> transports;
     if (transport_ == "all") {
@@ -218,7 +213,7 @@ class BenchMoeCommand : public Command {
 
   // One routing through one transport: a verified pass with identity
   // experts, then warm-up and timed iterations, each followed by the raw
-  // MPI_Alltoallv of the same counts. Times: slowest rank, mean over iterations.
+  // MPI_Alltoallv of the same counts. Times: slowest rank, median over iterations.
   Result measure(Communicator& ep, Communicator& world, const std::string& transport,
                  const std::vector<int>& expert, const std::vector<float>& x,
                  const std::vector<float>& weight, const std::vector<float>& wg,
@@ -228,7 +223,8 @@ class BenchMoeCommand : public Command {
     const int E = experts_, k = top_k_, L = E / W;
     TokenDispatcher disp(&ep, E, transport);
     std::vector<float> send, recv, back, y(static_cast<size_t>(T * d)), gate, up;
-    PhaseTimes sum;
+    constexpr int kCols = 11;
+    std::vector<double> per_iter;  // [iters, kCols] seconds, this rank
     int64_t wrong = 0, bytes_bad = 0;
     DispatchPlan plan;
     for (int it = -1; it < warmup_ + iters_; ++it) {
@@ -305,22 +301,34 @@ class BenchMoeCommand : public Command {
                     sd.data(), MPI_FLOAT, ep.mpi());
       const double raw_rev = now_s() - t0;
       if (!timed) continue;
-      sum.count += tm.count_exchange;
-      sum.permute += tm.permute;
-      sum.a2a_dispatch += a2a_dispatch;
-      sum.expert += expert_s;
-      sum.a2a_combine += tm.a2a - a2a_dispatch;
-      sum.combine += tm.combine;
-      sum.raw_fwd += raw_fwd;
-      sum.raw_rev += raw_rev;
+      // count, permute, a2a dispatch, expert, a2a combine, combine, raw fwd,
+      // raw rev, then dispatch, combine and raw totals.
+      const double a2a_combine = tm.a2a - a2a_dispatch;
+      const double v[kCols] = {tm.count_exchange,
+                               tm.permute,
+                               a2a_dispatch,
+                               expert_s,
+                               a2a_combine,
+                               tm.combine,
+                               raw_fwd,
+                               raw_rev,
+                               tm.count_exchange + tm.permute + a2a_dispatch,
+                               a2a_combine + tm.combine,
+                               raw_fwd + raw_rev};
+      per_iter.insert(per_iter.end(), v, v + kCols);
+    }
+    // Slowest rank in each iteration, then the median over iterations (one
+    // descheduled iteration on a shared machine does not move it).
+    world.allreduce_max(per_iter.data(), per_iter.size());
+    double med[kCols];
+    for (int c = 0; c < kCols; ++c) {
+      std::vector<double> col;
+      for (int it = 0; it < iters_; ++it) col.push_back(per_iter[size_t(it) * kCols + c]);
+      std::sort(col.begin(), col.end());
+      const size_t n = col.size();
+      med[c] = n % 2 ? col[n / 2] : 0.5 * (col[n / 2 - 1] + col[n / 2]);
     }
     Result res;
-    double ph[8] = {sum.count,       sum.permute, sum.a2a_dispatch, sum.expert,
-                    sum.a2a_combine, sum.combine, sum.raw_fwd,      sum.raw_rev};
-    for (double& v : ph) v /= iters_;
-    double disp_comb[3] = {ph[0] + ph[1] + ph[2], ph[4] + ph[5], ph[6] + ph[7]};
-    world.allreduce_max(ph, 8);
-    world.allreduce_max(disp_comb, 3);
     int64_t counts[2] = {wrong, bytes_bad};
     world.allreduce_sum(counts, 2);
     double max_recv_rows = double(plan.received());
@@ -328,10 +336,10 @@ class BenchMoeCommand : public Command {
     std::vector<int64_t> load = plan.tokens_per_expert;
     world.allreduce_sum(load.data(), load.size());
     const double mean_load = double(T) * k * W / E;
-    std::copy(ph, ph + 8, res.phase);
-    res.dispatch_s = disp_comb[0];
-    res.combine_s = disp_comb[1];
-    res.raw_s = disp_comb[2];
+    std::copy(med, med + 8, res.phase);
+    res.dispatch_s = med[8];
+    res.combine_s = med[9];
+    res.raw_s = med[10];
     res.max_recv_bytes = max_recv_rows * double(d) * sizeof(float);
     res.imbalance = double(*std::max_element(load.begin(), load.end())) / mean_load;
     res.wrong = counts[0] + counts[1];
