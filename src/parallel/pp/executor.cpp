@@ -49,25 +49,22 @@ struct PendingSend {
   Buffer* buffer;  // freed once the send has completed
 };
 
-// A RECV on the critical path: poll with yields for up to poll_s, then hand
-// the request to the Communicator's wait (deadline, backoff, accounting).
-// The Communicator's backoff sleeps 50 us between polls once a wait is long,
-// and that wake-up lands on every pipeline hop; yielding instead keeps the
-// hop short while still giving the core to any rank (or stage work) that
-// needs it. between_polls() runs while the data is not there yet (it reaps
-// finished sends). The polled time goes to the pp wait counter, as
-// Communicator::wait would have counted it.
+// A RECV: poll with yields for up to poll_s (ExecOptions::recv_poll_s), then
+// hand the request to the Communicator's wait (deadline, backoff,
+// accounting). between_polls() runs while the data is not there yet (it
+// reaps finished sends); with poll_s = 0 it runs once. The polled time goes
+// to the pp wait counter, as Communicator::wait would have counted it.
 template <typename Fn>
 void wait_for(Communicator& pp, Request& r, double poll_s, Fn&& between_polls) {
   const double t0 = now_s();
   while (!pp.test(r)) {
+    between_polls();
     const double waited = now_s() - t0;
     if (waited >= poll_s) {
       comm_counters().wait_s[int(pp.kind())] += waited;
       pp.wait(r);
       return;
     }
-    between_polls();
     std::this_thread::yield();
   }
   comm_counters().wait_s[int(pp.kind())] += now_s() - t0;

@@ -2,9 +2,9 @@
 // functions over the pp communicator.
 //
 // Receives are posted ahead (for the next `recv_lookahead` compute actions)
-// so data lands while the rank computes, and waited for by polling with
-// yields (ExecOptions::recv_poll_s); sends are non-blocking and their
-// buffers are released when the send completes. A stage's input stays alive
+// so data lands while the rank computes; sends are non-blocking and their
+// buffers are released when the send completes, tested while a RECV waits
+// (and at the end), never between compute actions. A stage's input stays alive
 // until its last backward for that micro-batch (B, or W when split) has run,
 // then it is freed: that is the in-flight activation count. Weight gradients
 // accumulate across micro-batches inside the PipelineStage. Every action is
@@ -66,11 +66,15 @@ struct ExecResult {
 
 struct ExecOptions {
   int recv_lookahead = 2;  // post receives needed by this many upcoming compute actions
-  // A RECV polls its request, yielding the core between polls, for up to this
-  // long before Communicator::wait (deadline, sleeping backoff) takes over:
-  // a pipeline hop is on the critical path, and the backoff's sleeps would add
-  // their wake-up latency to every hop. The deadline is recv_poll_s + timeout.
-  double recv_poll_s = 0.1;
+  // A RECV may poll its request, yielding the core between polls, for up to
+  // this long before Communicator::wait (deadline, backoff that ends in 50 us
+  // sleeps) takes over; the deadline is then recv_poll_s + timeout. 0: the
+  // Communicator's wait from the start. Polling shortens a hop only when cores
+  // are free; in CPU-bound training on oversubscribed cores the pollers take
+  // the cores from ranks that compute (quickstart, 8 ranks on 2 cores: 4.8-6.8k
+  // tokens/s with 0.1 s against 7.5-9.4k with 0), and in bench schedule it made
+  // no measurable difference.
+  double recv_poll_s = 0.0;
 };
 
 // Runs rank `my_pp_rank`'s list of `lowered` (validate()d by the caller or
