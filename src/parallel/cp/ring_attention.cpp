@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <initializer_list>
 #include <limits>
 
@@ -37,6 +38,14 @@ namespace {
 
 constexpr int kTagKv = 3101;   // K/V block moving forward along the ring
 constexpr int kTagDkv = 3102;  // dK/dV accumulator travelling with its block
+
+// CPU time of the calling thread: unlike the wall clock, it does not grow
+// while the rank waits for a core (oversubscribed runs).
+double thread_cpu_s() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -176,6 +185,7 @@ void RingAttention::forward(const float* q, const float* k, const float* v, int 
       counters_.bytes_sent += double(cur.size() * sizeof(float));
     }
     const auto t0 = std::chrono::steady_clock::now();
+    const double c0 = thread_cpu_s();
     for (const TokenRun& run : runs_[cp_rank_]) {
       for (const TokenRun& qr : query_tiles(run)) {
         for (const TokenRun& kr : runs_[source_rank(step)]) {
@@ -193,6 +203,7 @@ void RingAttention::forward(const float* q, const float* k, const float* v, int 
       }
     }
     counters_.compute_s += seconds_since(t0);
+    counters_.compute_cpu_s += thread_cpu_s() - c0;
     if (comm_ && step + 1 < cp_size_) {
       const auto w0 = std::chrono::steady_clock::now();
       comm_->wait(recv);
@@ -236,6 +247,7 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
       counters_.bytes_sent += double(cur.size() * sizeof(float));
     }
     auto t0 = std::chrono::steady_clock::now();
+    double c0 = thread_cpu_s();
     std::fill(partial.begin(), partial.end(), 0.0f);
     for (const TokenRun& run : runs_[cp_rank_]) {
       for (const TokenRun& qr : query_tiles(run)) {
@@ -253,6 +265,7 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
       }
     }
     counters_.compute_s += seconds_since(t0);
+    counters_.compute_cpu_s += thread_cpu_s() - c0;
     if (comm_) {
       if (step == 0) {
         std::swap(sending, partial);  // this rank's own block starts its journey
@@ -260,8 +273,10 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
         timed_wait(dkv_recv);  // the block's accumulator from the left neighbour
         timed_wait(dkv_send);  // the previous one has left: its buffer is free
         t0 = std::chrono::steady_clock::now();
+        c0 = thread_cpu_s();
         for (size_t i = 0; i < arriving.size(); ++i) arriving[i] += partial[i];
         counters_.compute_s += seconds_since(t0);
+        counters_.compute_cpu_s += thread_cpu_s() - c0;
         std::swap(sending, arriving);
       }
       // After the last step this receive brings back this rank's own block.

@@ -65,6 +65,7 @@ void gather_to_global(const float* local, float* global, int64_t row_elems, int6
 struct RingCounters {
   double flops = 0;           // attention FLOPs of this rank, forward and backward
   double compute_s = 0;       // time in the attention kernels and merges
+  double compute_cpu_s = 0;   // the thread's CPU time over the same spans
   double wait_s = 0;          // time blocked waiting for ring transfers
   double bytes_sent = 0;      // K/V (and dK/dV) bytes this rank sent
   size_t peak_workspace_bytes = 0;  // largest scratch memory one call held
