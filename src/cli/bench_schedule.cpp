@@ -10,6 +10,8 @@
 // is verifiable by construction (each forward writes values derived from its
 // stage and micro-batch, each receiver checks them): mismatches go to #wrong
 // and make the exit code 1. The last step's timeline goes to the HDF5 file.
+#include <sys/prctl.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -77,13 +79,16 @@ class SyntheticStage : public PipelineStage {
       }
     } else {
       // Sleep to just short of the end, then yield until it: a plain sleep
-      // wakes up ~50-100 us late under load, and that lateness, repeated on
-      // every action, would show up as bubble the schedule does not have.
-      std::this_thread::sleep_until(until - std::chrono::microseconds(300));
+      // wakes up ~50-100 us late (the kernel's timer slack, then the wake-up),
+      // and that lateness, repeated on every action, would show up as bubble
+      // the schedule does not have. run() sets the timer slack to 1 ns, so
+      // the yielding tail, which competes for the cores, can be short.
+      std::this_thread::sleep_until(until - std::chrono::microseconds(kYieldTailUs));
       while (std::chrono::steady_clock::now() < until) std::this_thread::yield();
     }
   }
 
+  static constexpr int kYieldTailUs = 60;
   const Schedule& s_;
   int rank_;
   int64_t numel_;
@@ -138,6 +143,9 @@ class BenchScheduleCommand : public Command {
   bool needs_mpi() const override { return true; }
 
   int run() override {
+    // Sleeping work should end on time: the default 50 us timer slack of a
+    // normal thread would add to every action (Linux; harmless elsewhere).
+    prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
     int world = 1, me = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
