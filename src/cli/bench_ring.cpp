@@ -19,6 +19,11 @@
 // definition over the whole sequence (inputs are regenerable from their
 // global positions); rows off by more than 1e-4 count in #wrong and make the
 // exit code 1.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -103,6 +108,38 @@ std::vector<double> one_rank_times(Communicator& world, bool run_here, int64_t s
 }
 
 // What each rank reports for one case (gathered to rank 0 as doubles).
+// A lock shared by the ranks of one node (flock on a file): the holder
+// computes, the others sleep in the kernel (polling would take the cores
+// the holder is being timed on). The deadline is an alarm that interrupts
+// the blocked flock.
+void on_alarm(int) {}
+
+class ComputeLock {
+ public:
+  ComputeLock(const std::string& path, double timeout_s) : path_(path), timeout_s_(timeout_s) {
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT, 0600);
+    if (fd_ < 0) throw Error("bench ring: cannot open the compute lock " + path);
+    struct sigaction sa {};
+    sa.sa_handler = on_alarm;  // no SA_RESTART: flock returns EINTR
+    sigaction(SIGALRM, &sa, nullptr);
+  }
+  ~ComputeLock() { ::close(fd_); }
+  void lock() {
+    alarm(static_cast<unsigned>(std::max(1.0, timeout_s_)));
+    const int rc = flock(fd_, LOCK_EX);
+    alarm(0);
+    if (rc != 0)
+      throw TimeoutError("bench ring: waited more than " + std::to_string(timeout_s_) +
+                         " s for the compute lock " + path_);
+  }
+  void unlock() { flock(fd_, LOCK_UN); }
+
+ private:
+  std::string path_;
+  double timeout_s_;
+  int fd_ = -1;
+};
+
 enum Stat {
   kFlops, kCompute, kWait, kWall, kCpu, kComputeCpu, kWorkspace, kBytes, kErr, kWrong, kNumStats
 };
@@ -120,6 +157,10 @@ class BenchRingCommand : public Command {
     app->add_flag("--baseline", baseline_,
                   "Also time the whole sequence on one rank (one-rank reference): on rank 0 "
                   "alone, and on every rank at once");
+    app->add_flag("--serialize-compute", serialize_,
+                  "Ranks take turns in their compute spans (a file lock around each), so that "
+                  "with more ranks than cores every span is timed on a free core: compute and "
+                  "balance are then the work's own; wall and overlap are not meaningful");
     app->add_option("--threads", threads_, "BLAS threads per rank");
     app->add_option("--timeout", timeout_s_, "Deadline of any single wait, seconds");
     app->add_option("--output", output_, "Write the tables to this HDF5 file");
@@ -153,6 +194,17 @@ class BenchRingCommand : public Command {
     Communicator world(MPI_COMM_WORLD, CommKind::world, "world", timeout_s_, false);
     const int cp = world.size(), rank = world.rank();
     const int H = heads_, Hkv = kv_heads_, D = head_dim_;
+    // --serialize-compute: one lock file for the job, named by rank 0.
+    std::unique_ptr<ComputeLock> gate;
+    std::string gate_path;
+    if (serialize_) {
+      char name[128] = {};
+      if (rank == 0)
+        std::snprintf(name, sizeof name, "/tmp/trident-ring-compute-%d.lock", int(getpid()));
+      world.broadcast(name, sizeof name, 0);
+      gate_path = name;
+      gate = std::make_unique<ComputeLock>(gate_path, timeout_s_);
+    }
 
     BenchTable per_rank, summary;
     per_rank.name = "ring_ranks";
@@ -195,6 +247,7 @@ class BenchRingCommand : public Command {
       for (cp::Layout layout : layouts) {
         cp::check_layout(seq, cp, layout);
         cp::RingAttention ring(&ring_comm, layout, causal_, seq);
+        if (gate) ring.set_compute_gate([&] { gate->lock(); }, [&] { gate->unlock(); });
         const auto& pos = ring.positions();
         auto q = rows_at(pos, int64_t(H) * D, "ring.q"), k = rows_at(pos, int64_t(Hkv) * D, "ring.k");
         auto v = rows_at(pos, int64_t(Hkv) * D, "ring.v"), dout = rows_at(pos, int64_t(H) * D, "ring.do");
@@ -285,6 +338,10 @@ class BenchRingCommand : public Command {
                        static_cast<long long>(T));
       }
     }
+    if (serialize_)
+      per_rank.notes.push_back(
+          "--serialize-compute: the ranks took turns in their compute spans, so compute and "
+          "balance are each span on a free core; wall, wait and overlap include the turns");
     per_rank.notes.push_back(
         "compute: time in the attention kernels (LSE merge included) and the dK/dV sums; wait: "
         "blocked on ring transfers (K/V ahead, dK/dV behind); wall: forward+backward from a "
@@ -316,6 +373,7 @@ class BenchRingCommand : public Command {
       if (!output_.empty()) write_bench_file(output_, {per_rank, summary}, command_line());
     }
     world.barrier();
+    if (gate && rank == 0) ::unlink(gate_path.c_str());
     return total_wrong ? 1 : 0;
   }
 
@@ -324,6 +382,7 @@ class BenchRingCommand : public Command {
   std::string layout_ = "both";
   bool causal_ = false;
   bool baseline_ = false;
+  bool serialize_ = false;
   int heads_ = 2;
   int kv_heads_ = 0;
   int head_dim_ = 64;

@@ -184,6 +184,7 @@ void RingAttention::forward(const float* q, const float* k, const float* v, int 
       send = comm_->isend(cur.data(), cur.size() * sizeof(float), next, kTagKv);
       counters_.bytes_sent += double(cur.size() * sizeof(float));
     }
+    enter_compute();
     const auto t0 = std::chrono::steady_clock::now();
     const double c0 = thread_cpu_s();
     for (const TokenRun& run : runs_[cp_rank_]) {
@@ -204,6 +205,7 @@ void RingAttention::forward(const float* q, const float* k, const float* v, int 
     }
     counters_.compute_s += seconds_since(t0);
     counters_.compute_cpu_s += thread_cpu_s() - c0;
+    leave_compute();
     if (comm_ && step + 1 < cp_size_) {
       const auto w0 = std::chrono::steady_clock::now();
       comm_->wait(recv);
@@ -246,6 +248,7 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
       send = comm_->isend(cur.data(), cur.size() * sizeof(float), next, kTagKv);
       counters_.bytes_sent += double(cur.size() * sizeof(float));
     }
+    enter_compute();
     auto t0 = std::chrono::steady_clock::now();
     double c0 = thread_cpu_s();
     std::fill(partial.begin(), partial.end(), 0.0f);
@@ -266,17 +269,20 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
     }
     counters_.compute_s += seconds_since(t0);
     counters_.compute_cpu_s += thread_cpu_s() - c0;
+    leave_compute();
     if (comm_) {
       if (step == 0) {
         std::swap(sending, partial);  // this rank's own block starts its journey
       } else {
         timed_wait(dkv_recv);  // the block's accumulator from the left neighbour
         timed_wait(dkv_send);  // the previous one has left: its buffer is free
+        enter_compute();
         t0 = std::chrono::steady_clock::now();
         c0 = thread_cpu_s();
         for (size_t i = 0; i < arriving.size(); ++i) arriving[i] += partial[i];
         counters_.compute_s += seconds_since(t0);
         counters_.compute_cpu_s += thread_cpu_s() - c0;
+        leave_compute();
         std::swap(sending, arriving);
       }
       // After the last step this receive brings back this rank's own block.

@@ -17,6 +17,7 @@
 // Positions are global, so RoPE and the causal mask use the token's place in
 // the whole sequence.
 #pragma once
+#include <functional>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -98,6 +99,14 @@ class RingAttention {
                 float* dv);
 
   const RingCounters& counters() const { return counters_; }
+
+  // Called around every compute span (a step's kernels, a dK/dV sum),
+  // outside its timers: a benchmark can make ranks take turns computing so
+  // that, with more ranks than cores, each span is timed on a free core.
+  void set_compute_gate(std::function<void()> enter, std::function<void()> leave) {
+    gate_enter_ = std::move(enter);
+    gate_leave_ = std::move(leave);
+  }
   void reset_counters() { counters_ = RingCounters{}; }
 
  private:
@@ -113,6 +122,13 @@ class RingAttention {
   std::vector<int64_t> positions_;
   std::vector<std::vector<TokenRun>> runs_;  // runs of every rank of the ring
   RingCounters counters_;
+  std::function<void()> gate_enter_, gate_leave_;
+  void enter_compute() const {
+    if (gate_enter_) gate_enter_();
+  }
+  void leave_compute() const {
+    if (gate_leave_) gate_leave_();
+  }
 };
 
 }  // namespace trident::cp

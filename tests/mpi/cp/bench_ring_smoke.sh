@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# `trident bench ring` end to end under mpirun: outputs verified against the
+# fp64 definition (#wrong = 0 is the exit code), both baselines, the
+# --serialize-compute mode (ranks take turns computing), the HDF5 tables,
+# and a bad flag as an input error. Sizes are tiny: behaviour, not speed.
+set -u
+bin=${TRIDENT_BIN:?}
+read -r -a mpirun <<<"${TRIDENT_MPIRUN:?}"
+py=${TRIDENT_PYTHON:-python3}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+
+timeout 120 "${mpirun[@]}" -np 2 "$bin" bench ring --causal --baseline --seq-per-rank 64,128 \
+  --iters 2 --output "$tmp/r2.h5" >"$tmp/out2" 2>&1 || { echo "FAIL np2 rc=$?"; cat "$tmp/out2"; fail=1; }
+timeout 120 "${mpirun[@]}" -np 4 "$bin" bench ring --causal --seq-per-rank 64 --iters 2 \
+  --serialize-compute --output "$tmp/r4.h5" >"$tmp/out4" 2>&1 || { echo "FAIL np4 rc=$?"; cat "$tmp/out4"; fail=1; }
+grep -q -- '--serialize-compute: the ranks took turns' "$tmp/out4" || { echo "FAIL no serialize note"; fail=1; }
+for f in "$tmp/out2" "$tmp/out4"; do
+  grep -q '# wrong rows in total: 0 (OK)' "$f" || { echo "FAIL verdict in $f"; cat "$f"; fail=1; }
+done
+if [[ -f $tmp/r2.h5 && -f $tmp/r4.h5 ]]; then
+  "$py" - "$tmp/r2.h5" "$tmp/r4.h5" <<'PY' || fail=1
+import sys, h5py
+for name, cases in ((sys.argv[1], 4), (sys.argv[2], 2)):
+    g = h5py.File(name, "r")["bench/ring"]
+    layouts = [x.decode() for x in g["layout"][:]]
+    assert len(layouts) == cases, (name, layouts)
+    for i, lay in enumerate(layouts):
+        if lay == "zigzag":
+            assert abs(g["balance_flops"][i] - 1.0) < 1e-9, g["balance_flops"][i]
+        assert g["balance_cpu"][i] >= 1.0
+g = h5py.File(sys.argv[1], "r")["bench/ring"]
+assert (g["one_rank_busy_ms"][:] > 0).all() and (g["one_rank_alone_ms"][:] > 0).all()
+print("ok   hdf5")
+PY
+else
+  echo "FAIL missing HDF5 output"; fail=1
+fi
+
+timeout 60 "${mpirun[@]}" -np 2 "$bin" bench ring --layout bogus >"$tmp/err" 2>&1
+rc=$?
+if [[ $rc -ne 2 ]] || ! grep -q -- '--layout' "$tmp/err"; then
+  echo "FAIL --layout bogus: rc=$rc (want 2 naming --layout)"; cat "$tmp/err"; fail=1
+else
+  echo "ok   --layout bogus -> exit 2"
+fi
+exit $fail
