@@ -3,13 +3,7 @@
 # fp64 definition (#wrong = 0 is the exit code), both baselines, the
 # --serialize-compute mode (ranks take turns computing), the HDF5 tables,
 # and a bad flag as an input error. Sizes are tiny: behaviour, not speed.
-set -u
-bin=${TRIDENT_BIN:?}
-read -r -a mpirun <<<"${TRIDENT_MPIRUN:?}"
-py=${TRIDENT_PYTHON:-python3}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+source "$(dirname "${BASH_SOURCE[0]}")/../../support/bench_smoke.sh"
 
 timeout 120 "${mpirun[@]}" -np 2 "$bin" bench ring --causal --baseline --seq-per-rank 64,128 \
   --iters 2 --output "$tmp/r2.h5" >"$tmp/out2" 2>&1 || { echo "FAIL np2 rc=$?"; cat "$tmp/out2"; fail=1; }
@@ -38,11 +32,5 @@ else
   echo "FAIL missing HDF5 output"; fail=1
 fi
 
-timeout 60 "${mpirun[@]}" -np 2 "$bin" bench ring --layout bogus >"$tmp/err" 2>&1
-rc=$?
-if [[ $rc -ne 2 ]] || ! grep -q -- '--layout' "$tmp/err"; then
-  echo "FAIL --layout bogus: rc=$rc (want 2 naming --layout)"; cat "$tmp/err"; fail=1
-else
-  echo "ok   --layout bogus -> exit 2"
-fi
+expect_input_error "--layout" "${mpirun[@]}" -np 2 "$bin" bench ring --layout bogus
 exit $fail
