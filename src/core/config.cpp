@@ -181,6 +181,9 @@ const std::vector<KeyDef>& key_table() {
     t.push_back(enum_key("runtime", "ep_transport",
                          [](Config& c) { return &c.runtime.ep_transport; },
                          {"alltoallv", "shm", "auto"}));
+    t.push_back(float_key(
+        "runtime", "ep_shm_limit_mb", [](Config& c) { return &c.runtime.ep_shm_limit_mb; }, 0,
+        false));
     // [output]
     t.push_back(string_key(
         "output", "file", [](Config& c) { return &c.output.file; }, true));

@@ -14,7 +14,7 @@ class MoEFeedForward : public FeedForward {
  public:
   MoEFeedForward(const Config& cfg, int layer, const StageComms& comms)
       : layer_(cfg.model, layer, comms.ep, comms.cp && comms.cp->size() > 1 ? comms.cp : nullptr,
-               cfg.runtime.ep_transport) {
+               cfg.runtime.ep_transport, cfg.runtime.ep_shm_limit_mb * 1048576.0) {
     for (int l = 0; l < layer; ++l) moe_index_ += cfg.model.is_moe_layer(l) ? 1 : 0;
   }
   std::vector<Param*> params() override { return layer_.params(); }

@@ -93,6 +93,7 @@ struct RuntimeConfig {
   double timeout_s = 300;        // watchdog deadline for any single wait
   // additions:
   std::string ep_transport = "auto";  // "alltoallv" | "shm" | "auto" (MoE token exchange)
+  double ep_shm_limit_mb = 0;         // shared memory one MoE layer's exchange may hold; 0: no cap
 
   bool operator==(const RuntimeConfig&) const = default;
 };

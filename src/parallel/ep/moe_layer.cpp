@@ -39,7 +39,7 @@ int ep_rank_of(Communicator* ep) { return ep ? ep->rank() : 0; }
 }  // namespace
 
 MoELayer::MoELayer(const ModelConfig& cfg, int layer_index, Communicator* ep, Communicator* cp,
-                   const std::string& transport)
+                   const std::string& transport, double shm_limit_bytes)
     : d_(cfg.d_model),
       f_(cfg.ffn_hidden),
       E_(cfg.n_experts),
@@ -47,7 +47,7 @@ MoELayer::MoELayer(const ModelConfig& cfg, int layer_index, Communicator* ep, Co
       L_(cfg.n_experts / std::max(1, ep_size_of(ep))),
       first_(ep_rank_of(ep) * L_),
       router_(router_options(cfg)),
-      dispatcher_(ep, cfg.n_experts, transport),
+      dispatcher_(ep, cfg.n_experts, transport, shm_limit_bytes),
       cp_(cp) {
   const std::string base = "layers." + std::to_string(layer_index) + ".moe.";
   router_w_ = Param(base + "router", {d_, E_}, GradReduce::dense);

@@ -17,6 +17,12 @@ namespace {
 
 constexpr size_t kRowBytes = sizeof(float);
 
+double window_bytes(const SharedWindow& w, int ranks) {
+  double b = 0;
+  for (int r = 0; r < ranks; ++r) b += double(w.block_bytes(r));
+  return b;
+}
+
 }  // namespace
 
 // Shared slots for forwards that keep their rows. A slot is busy from
@@ -86,12 +92,14 @@ int DispatchPlan::peer_of_row(int64_t row) const {
   return ep_size - 1;
 }
 
-TokenDispatcher::TokenDispatcher(Communicator* ep, int n_experts, const std::string& transport)
+TokenDispatcher::TokenDispatcher(Communicator* ep, int n_experts, const std::string& transport,
+                                 double shm_limit_bytes)
     : ep_(ep && ep->size() > 1 ? ep : nullptr),
       n_experts_(n_experts),
       ep_size_(ep_ ? ep_->size() : 1),
       ep_rank_(ep_ ? ep_->rank() : 0),
-      slots_(std::make_shared<SlotPool>()) {
+      slots_(std::make_shared<SlotPool>()),
+      shm_limit_(shm_limit_bytes) {
   TRIDENT_CHECK(n_experts > 0 && n_experts % ep_size_ == 0,
                 "n_experts " + std::to_string(n_experts) + " is not a multiple of ep " +
                     std::to_string(ep_size_));
@@ -248,14 +256,12 @@ bool TokenDispatcher::shm_reserve(const DispatchPlan& p, int64_t d) const {
     total += grown;
     if (r == ep_rank_) mine = grown;
   }
+  const bool room = shm_room(window_ ? window_bytes(*window_, P) : 0.0, double(total));
   window_.reset();
-  int short_of_memory = SharedWindow::free_bytes() < double(total) + (64 << 20) ? 1 : 0;
-  ep_->allreduce_max(&short_of_memory, 1);
-  ++growths_;
-  if (short_of_memory) {
+  if (!room) {
     transport_ = EpTransport::alltoallv;
-    reason_ = "/dev/shm has less than the " + std::to_string(total >> 20) +
-              " MiB of shared blocks the ep group needs";
+    reason_ = "the ep group's shared blocks (" + std::to_string(total >> 20) +
+              " MiB more) do not fit in /dev/shm or runtime.ep_shm_limit_mb";
     return false;
   }
   window_ = std::make_unique<SharedWindow>(*ep_, mine);
@@ -267,6 +273,24 @@ void TokenDispatcher::fence() const {
   window_->fence();
   inbox_busy_ = outbox_busy_ = false;
   if (slots_) slots_->settle();
+}
+
+double TokenDispatcher::shm_held() const {
+  double held = window_ ? window_bytes(*window_, ep_size_) : 0.0;
+  for (const auto& slot : slots_->slots)
+    if (slot.window) held += window_bytes(*slot.window, ep_size_);
+  return held;
+}
+
+bool TokenDispatcher::shm_room(double old_bytes, double new_bytes) const {
+  const double after = shm_held() - old_bytes + new_bytes;
+  int short_of_memory = SharedWindow::free_bytes() < new_bytes + (64 << 20) ||
+                                (shm_limit_ > 0 && after > shm_limit_)
+                            ? 1
+                            : 0;
+  ep_->allreduce_max(&short_of_memory, 1);
+  ++growths_;
+  return short_of_memory == 0;
 }
 
 float* TokenDispatcher::inbox(const DispatchPlan&, int r) const {
@@ -427,11 +451,10 @@ std::unique_ptr<ForwardRows> TokenDispatcher::dispatch_forward(const DispatchPla
         total += grown;
         if (r == me) mine = grown;
       }
+      const bool room =
+          shm_room(slot.window ? window_bytes(*slot.window, P) : 0.0, double(total));
       slot.window.reset();
-      int short_of_memory = SharedWindow::free_bytes() < double(total) + (64 << 20) ? 1 : 0;
-      ep_->allreduce_max(&short_of_memory, 1);
-      ++growths_;
-      if (!short_of_memory) slot.window = std::make_unique<SharedWindow>(*ep_, mine);
+      if (room) slot.window = std::make_unique<SharedWindow>(*ep_, mine);
     }
     if (slot.window) {
       slot.state = SlotPool::State::busy;
@@ -457,7 +480,7 @@ std::unique_ptr<ForwardRows> TokenDispatcher::dispatch_forward(const DispatchPla
       return rows;
     }
     transport_ = EpTransport::alltoallv;  // every rank saw the same shortage
-    reason_ = "/dev/shm cannot hold the shared slots this step needs";
+    reason_ = "/dev/shm or runtime.ep_shm_limit_mb cannot hold the shared slots this step needs";
   }
   rows->pool_ = slots_;
   rows->own_in_ = slots_->take(size_t(R * d));

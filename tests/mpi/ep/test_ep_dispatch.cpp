@@ -187,6 +187,65 @@ TEST_CASE("forwards in flight keep their rows until released, slots are reused",
   }
 }
 
+TEST_CASE("past runtime.ep_shm_limit_mb the exchange falls back to alltoallv, same results",
+          "[ep]") {
+  const int W = testing::world_size(), rank = testing::world_rank();
+  if (W == 1) return;  // one rank: no exchange at all (covered elsewhere)
+  eptest::EpMesh mesh(W, 1);
+  const int E = 2 * W, d = 5, k = 2;
+  auto routing = [&](int i, int64_t T) {
+    std::vector<int> expert(T * k);
+    for (int64_t t = 0; t < T; ++t)
+      for (int j = 0; j < k; ++j)
+        expert[t * k + j] = int((t + j + i + rank) % E);
+    return expert;
+  };
+  auto run = [&](const TokenDispatcher& disp, int i, std::unique_ptr<ForwardRows>& rows,
+                 DispatchPlan& plan, std::vector<float>& x) {
+    const int64_t T = 6 + 10 * i;
+    const auto expert = routing(i, T);
+    x = randn("limit_x", T * d, 1.0f, (uint64_t(rank) << 20) + uint64_t(i));
+    plan = disp.plan(expert.data(), T, k);
+    rows = disp.dispatch_forward(plan, x.data(), d);
+    for (int64_t r = 0; r < plan.received() * d; ++r) rows->out()[r] = 2.0f * rows->in()[r];
+    std::vector<float> w(T * k, 0.5f), y(T * d);
+    disp.combine_forward(plan, *rows, w.data(), y.data(), d);
+    int64_t bad = 0;
+    for (int64_t e = 0; e < T * d; ++e) bad += y[e] != 2.0f * x[e];
+    return bad;
+  };
+  // The blocks of the first forward, measured without a limit.
+  TokenDispatcher free_disp(mesh.ep_comm.get(), E, "shm");
+  std::unique_ptr<ForwardRows> r0, r1;
+  DispatchPlan p0, p1;
+  std::vector<float> x0, x1;
+  CHECK(run(free_disp, 0, r0, p0, x0) == 0);
+  const double first = free_disp.shm_bytes();
+  REQUIRE(first > 0);
+  r0.reset();
+
+  // A limit that holds exactly those: the first forward keeps shm, the
+  // second (more tokens, while the first is alive) does not fit.
+  TokenDispatcher disp(mesh.ep_comm.get(), E, "shm", first);
+  CHECK(run(disp, 0, r0, p0, x0) == 0);
+  CHECK(disp.transport() == EpTransport::shm);
+  CHECK(run(disp, 1, r1, p1, x1) == 0);
+  CHECK(disp.transport() == EpTransport::alltoallv);
+  CHECK(disp.transport_reason().find("ep_shm_limit_mb") != std::string::npos);
+  CHECK(disp.shm_bytes() == first);
+  // Both forwards' rows still read back for the backward, whichever way they went.
+  for (auto* f : {&r0, &r1}) {
+    const DispatchPlan& p = f == &r0 ? p0 : p1;
+    const std::vector<float>& x = f == &r0 ? x0 : x1;
+    int64_t bad = 0;
+    disp.visit_forward(p, **f, d, [&](int64_t t, const float* const* rows) {
+      for (int j = 0; j < k; ++j)
+        for (int c = 0; c < d; ++c) bad += rows[j][c] != 2.0f * x[t * d + c];
+    });
+    CHECK(bad == 0);
+  }
+}
+
 TEST_CASE("capacity drops with ep equal the one-rank drops of each rank's tokens", "[ep]") {
   const int W = testing::world_size(), rank = testing::world_rank();
   for (int ep : {1, 2, 4, 8}) {

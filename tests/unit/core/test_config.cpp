@@ -300,6 +300,7 @@ TEST_CASE("to_toml round-trips every key") {
                                              "runtime.comm",
                                              "runtime.timeout_s",
                                              "runtime.ep_transport",
+                                             "runtime.ep_shm_limit_mb",
                                              "output.file",
                                              "output.checkpoint_every",
                                              "output.checkpoint_dir",

@@ -57,7 +57,7 @@ class MoELayer {
   // transport: runtime.ep_transport ("alltoallv" | "cma" | "auto"); see
   // TokenDispatcher. Collective over ep.
   MoELayer(const ModelConfig& cfg, int layer_index, Communicator* ep, Communicator* cp,
-           const std::string& transport = "auto");
+           const std::string& transport = "auto", double shm_limit_bytes = 0);
   ~MoELayer();
 
   std::vector<Param*> params();   // router, then local experts (gate, up, down each)

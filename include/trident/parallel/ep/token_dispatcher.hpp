@@ -128,7 +128,11 @@ class TokenDispatcher {
   // transport: "alltoallv", "shm" or "auto" (shm when every ep rank is on
   // this node, else alltoallv). Collective over ep. "shm" across nodes is an
   // InputError naming runtime.ep_transport.
-  TokenDispatcher(Communicator* ep, int n_experts, const std::string& transport = "auto");
+  // shm_limit_bytes: the most shared memory this dispatcher's blocks may
+  // hold, all ranks together (runtime.ep_shm_limit_mb; 0: only /dev/shm's
+  // free space limits it). Past it, every rank falls back to alltoallv.
+  TokenDispatcher(Communicator* ep, int n_experts, const std::string& transport = "auto",
+                  double shm_limit_bytes = 0);
   ~TokenDispatcher();
   TokenDispatcher(const TokenDispatcher&) = delete;
   TokenDispatcher& operator=(const TokenDispatcher&) = delete;
@@ -172,6 +176,8 @@ class TokenDispatcher {
   int ep_size() const { return ep_size_; }
   int ep_rank() const { return ep_rank_; }
   EpTransport transport() const { return transport_; }
+  // Bytes of shared memory this dispatcher's blocks hold, all ranks together.
+  double shm_bytes() const { return shm_held(); }
   // How often the shared blocks grew; each growth sends one int of ep
   // traffic (the ranks agree that /dev/shm has room).
   int shm_growths() const { return growths_; }
@@ -183,6 +189,11 @@ class TokenDispatcher {
   // false (on every rank) when /dev/shm cannot: the transport is then
   // alltoallv from here on.
   bool shm_reserve(const DispatchPlan& p, int64_t d) const;
+  // Collective: whether replacing blocks of `old_bytes` (all ranks) by
+  // `new_bytes` keeps within /dev/shm and the limit; every rank gets the
+  // same answer. Counts as a growth.
+  bool shm_room(double old_bytes, double new_bytes) const;
+  double shm_held() const;  // bytes of every block this dispatcher holds, all ranks
   float* inbox(const DispatchPlan& p, int r) const;
   float* outbox(const DispatchPlan& p, int r, int64_t d) const;
   void dispatch_shm(const DispatchPlan& p, const float* src, bool indexed, float* expert_in,
@@ -200,6 +211,7 @@ class TokenDispatcher {
   mutable std::unique_ptr<SharedWindow> window_;  // transfers that keep nothing
   std::shared_ptr<SlotPool> slots_;                // forwards that keep their rows
   mutable int growths_ = 0;
+  double shm_limit_ = 0;
   // A box some peer may still be reading (no collective since its last read).
   mutable bool inbox_busy_ = false, outbox_busy_ = false;
   void fence() const;
