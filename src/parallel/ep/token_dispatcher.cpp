@@ -23,6 +23,18 @@ double window_bytes(const SharedWindow& w, int ranks) {
   return b;
 }
 
+// Rank r's block holds its inbox [R_r, d] and then its outbox [R_r, d].
+float* inbox_of(const SharedWindow& w, int r) { return reinterpret_cast<float*>(w.block(r)); }
+
+// Row r of this rank's send order comes back at base[peer_of_row(r)] + r*d:
+// this rank's rows start at peer_offset in each peer's outbox.
+std::vector<const float*> outbox_bases(const SharedWindow& w, const DispatchPlan& p, int64_t d) {
+  std::vector<const float*> base(static_cast<size_t>(p.ep_size));
+  for (int r = 0; r < p.ep_size; ++r)
+    base[size_t(r)] = inbox_of(w, r) + (p.rows_at[r] + p.peer_offset[r] - p.send_displ[r]) * d;
+  return base;
+}
+
 }  // namespace
 
 // Shared slots for forwards that keep their rows. A slot is busy from
@@ -76,9 +88,7 @@ double ep_clock_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-const char* ep_transport_name(EpTransport t) {
-  return t == EpTransport::shm ? "shm" : "alltoallv";
-}
+const char* ep_transport_name(EpTransport t) { return t == EpTransport::shm ? "shm" : "alltoallv"; }
 
 int64_t DispatchPlan::received() const {
   int64_t n = 0;
@@ -104,8 +114,9 @@ TokenDispatcher::TokenDispatcher(Communicator* ep, int n_experts, const std::str
                 "n_experts " + std::to_string(n_experts) + " is not a multiple of ep " +
                     std::to_string(ep_size_));
   if (transport != "alltoallv" && transport != "shm" && transport != "auto")
-    throw InputError("runtime.ep_transport: must be one of \"alltoallv\", \"shm\", \"auto\" (got \"" +
-                     transport + "\")");
+    throw InputError(
+        "runtime.ep_transport: must be one of \"alltoallv\", \"shm\", \"auto\" (got \"" +
+        transport + "\")");
   if (!ep_ || transport == "alltoallv") return;
   std::string why;
   if (SharedWindow::node_local(*ep_, &why)) {
@@ -190,10 +201,7 @@ DispatchPlan TokenDispatcher::plan(const int* expert, int64_t T, int k,
     for (int s = 0; s < me; ++s)
       for (int e = dst * L; e < (dst + 1) * L; ++e)
         p.peer_offset[dst] += p.counts[size_t(s) * E + e];
-  // The all-gather orders every earlier read of the shared boxes before
-  // anything that follows it.
-  inbox_busy_ = outbox_busy_ = false;
-  if (slots_) slots_->settle();
+  synced();  // the all-gather orders every earlier read of the shared boxes
   if (times) {
     times->permute += (t1 - t0) + (ep_clock_s() - t2);  // index work is part of the permutation
     times->count_exchange += t2 - t1;
@@ -239,43 +247,52 @@ void TokenDispatcher::dispatch_rows(const DispatchPlan& p, const float* rows, fl
 }
 
 bool TokenDispatcher::shm_reserve(const DispatchPlan& p, int64_t d) const {
+  if (fit_window(window_, p, d)) return true;
+  fall_back();
+  return false;
+}
+
+// Inbox + outbox of R_r rows on every rank r. Grows with headroom, so that a
+// step with a few more rows does not reallocate; every rank computes the
+// same sizes from the same counts, so they agree without a message.
+bool TokenDispatcher::fit_window(std::unique_ptr<SharedWindow>& w, const DispatchPlan& p,
+                                 int64_t d) const {
   const int P = ep_size_;
-  std::vector<size_t> need(static_cast<size_t>(P));
-  bool fits = window_ != nullptr;
-  for (int r = 0; r < P; ++r) {
-    need[r] = 2 * size_t(p.rows_at[r]) * size_t(d) * kRowBytes;  // inbox + outbox
-    if (window_ && need[r] > window_->block_bytes(r)) fits = false;
-  }
-  if (fits) return true;  // every rank computed the same from the same counts
-  // Grow with headroom, so that a step with a few more rows does not
-  // reallocate; the new size is agreed by construction, not by a message.
+  const size_t row_bytes = kRowBytes * size_t(d);
+  bool fits = w != nullptr;
+  for (int r = 0; r < P && fits; ++r)
+    fits = 2 * size_t(p.rows_at[r]) * row_bytes <= w->block_bytes(r);
+  if (fits) return true;
   size_t total = 0, mine = 0;
   for (int r = 0; r < P; ++r) {
-    const size_t have = window_ ? window_->block_bytes(r) : 0;
-    const size_t grown = std::max(have, need[r] + need[r] / 4 + 4096);
+    const size_t need = 2 * size_t(p.rows_at[r]) * row_bytes;
+    const size_t grown = std::max(w ? w->block_bytes(r) : 0, need + need / 4 + 4096);
     total += grown;
     if (r == ep_rank_) mine = grown;
   }
-  const bool room = shm_room(window_ ? window_bytes(*window_, P) : 0.0, double(total));
-  window_.reset();
-  if (!room) {
-    transport_ = EpTransport::alltoallv;
-    reason_ = "the ep group's shared blocks (" + std::to_string(total >> 20) +
-              " MiB more) do not fit in /dev/shm or runtime.ep_shm_limit_mb";
-    return false;
-  }
-  window_ = std::make_unique<SharedWindow>(*ep_, mine);
-  inbox_busy_ = outbox_busy_ = false;  // new blocks: nobody reads them yet
-  return true;
+  const bool room = shm_room(w ? window_bytes(*w, P) : 0.0, double(total));
+  w.reset();
+  if (room) w = std::make_unique<SharedWindow>(*ep_, mine);
+  synced();  // shm_room's all-reduce ordered every earlier read
+  return w != nullptr;
 }
 
-void TokenDispatcher::fence() const {
-  window_->fence();
+void TokenDispatcher::fall_back() const {
+  transport_ = EpTransport::alltoallv;  // every rank saw the same shortage
+  reason_ = "the ep group's shared blocks do not fit in /dev/shm or runtime.ep_shm_limit_mb";
+}
+
+void TokenDispatcher::synced() const {
   inbox_busy_ = outbox_busy_ = false;
-  if (slots_) slots_->settle();
+  slots_->settle();
 }
 
-double TokenDispatcher::shm_held() const {
+void TokenDispatcher::fence(SharedWindow& w) const {
+  w.fence();
+  synced();
+}
+
+double TokenDispatcher::shm_bytes() const {
   double held = window_ ? window_bytes(*window_, ep_size_) : 0.0;
   for (const auto& slot : slots_->slots)
     if (slot.window) held += window_bytes(*slot.window, ep_size_);
@@ -283,47 +300,41 @@ double TokenDispatcher::shm_held() const {
 }
 
 bool TokenDispatcher::shm_room(double old_bytes, double new_bytes) const {
-  const double after = shm_held() - old_bytes + new_bytes;
-  int short_of_memory = SharedWindow::free_bytes() < new_bytes + (64 << 20) ||
-                                (shm_limit_ > 0 && after > shm_limit_)
-                            ? 1
-                            : 0;
+  const double after = shm_bytes() - old_bytes + new_bytes;
+  int short_of_memory =
+      SharedWindow::free_bytes() < new_bytes + (64 << 20) || (shm_limit_ > 0 && after > shm_limit_)
+          ? 1
+          : 0;
   ep_->allreduce_max(&short_of_memory, 1);
   ++growths_;
   return short_of_memory == 0;
 }
 
-float* TokenDispatcher::inbox(const DispatchPlan&, int r) const {
-  return reinterpret_cast<float*>(window_->block(r));
-}
-
-float* TokenDispatcher::outbox(const DispatchPlan& p, int r, int64_t d) const {
-  return inbox(p, r) + p.rows_at[r] * d;
-}
-
 // Sources write: each its rows for expert rank r, straight from x in send
 // order, into its place in r's inbox (its own rows go to expert_in
-// directly). After the fence each expert rank copies its inbox out, and a
-// second fence frees the inboxes for the next transfer.
+// directly). After the fence each expert rank copies its inbox out; the
+// inboxes stay marked busy until the next collective (or a fence before the
+// next write into them).
 void TokenDispatcher::dispatch_shm(const DispatchPlan& p, const float* src, bool indexed,
                                    float* expert_in, int64_t d, DispatchTimes* times) const {
   const double t0 = ep_clock_s();
   const int P = ep_size_, me = ep_rank_;
   const size_t row_bytes = kRowBytes * size_t(d);
-  if (inbox_busy_) fence();
+  if (inbox_busy_) fence(*window_);
   for (int i = 0; i < P; ++i) {
     const int r = (me + i) % P;  // start at different peers: less contention
     const int64_t n = p.send_rows[r], first = p.send_displ[r];
     if (n == 0) continue;
-    float* dst = r == me ? expert_in + p.recv_displ[me] * d : inbox(p, r) + p.peer_offset[r] * d;
+    float* dst =
+        r == me ? expert_in + p.recv_displ[me] * d : inbox_of(*window_, r) + p.peer_offset[r] * d;
     if (indexed) {
       kernels::gather_rows(src, d, p.send_token.data() + first, n, dst);
     } else {
       std::memcpy(dst, src + first * d, row_bytes * size_t(n));
     }
   }
-  fence();
-  const float* in = inbox(p, me);
+  fence(*window_);
+  const float* in = inbox_of(*window_, me);
   const int64_t mine_at = p.recv_displ[me], mine_rows = p.recv_rows[me], R = p.received();
   std::memcpy(expert_in, in, row_bytes * size_t(mine_at));
   const int64_t after = mine_at + mine_rows;
@@ -375,43 +386,39 @@ void TokenDispatcher::visit_back(const DispatchPlan& p, const float* expert_side
 // The expert rank puts its rows in its outbox (nothing to do when the
 // experts wrote them there); after the fence each source reads its copies'
 // rows where they lie in the peers' outboxes, copying them into keep on the
-// way when asked, and the closing fence frees the outboxes.
+// way when asked; the outboxes stay marked busy until the next collective.
 void TokenDispatcher::visit_back_shm(const DispatchPlan& p, const float* expert_side, int64_t d,
                                      const CopyVisitor& fn, KeptRows* keep,
                                      DispatchTimes* times) const {
   const double t0 = ep_clock_s();
-  const int P = ep_size_, me = ep_rank_, k = p.k;
-  const int64_t T = p.T, R = p.received();
+  const int me = ep_rank_, k = p.k;
+  const int64_t R = p.received();
   const size_t row_bytes = kRowBytes * size_t(d);
-  float* out_me = outbox(p, me, d);
-  if (outbox_busy_) fence();  // on every rank alike: the flag is the same everywhere
+  float* out_me = inbox_of(*window_, me) + R * d;
+  if (outbox_busy_) fence(*window_);  // on every rank alike: the flag is the same everywhere
   if (expert_side != out_me && R > 0) std::memcpy(out_me, expert_side, row_bytes * size_t(R));
-  fence();
+  fence(*window_);
   const double t1 = ep_clock_s();
-  float* kept = nullptr;
-  if (keep) {
+  const auto base = outbox_bases(*window_, p, d);
+  if (!keep) {
+    visit_rows(p, base.data(), fn, d);
+  } else {
+    // Copies the rows into keep (send order) on the way, and shows fn those.
     if (keep->rows.size() < size_t(p.sent() * d)) keep->rows.resize(size_t(p.sent() * d));
     keep->filled = true;
-    kept = keep->rows.data();
-  }
-  std::vector<const float*> ptr(static_cast<size_t>(k));
-  std::vector<const float*> base(static_cast<size_t>(P));
-  for (int r = 0; r < P; ++r) base[size_t(r)] = outbox(p, r, d) + (p.peer_offset[r] - p.send_displ[r]) * d;
-  for (int64_t t = 0; t < T; ++t) {
-    for (int j = 0; j < k; ++j) {
-      const int64_t r = p.row_of[t * k + j];
-      if (r < 0) {
-        ptr[size_t(j)] = nullptr;
-        continue;
-      }
-      const float* row = base[size_t(p.peer_of_row(r))] + r * d;
-      if (kept) {
-        std::memcpy(kept + r * d, row, row_bytes);
-        row = kept + r * d;
-      }
-      ptr[size_t(j)] = row;
-    }
-    fn(t, ptr.data());
+    float* kept = keep->rows.data();
+    std::vector<const float*> ptr(static_cast<size_t>(k));
+    visit_rows(
+        p, base.data(),
+        [&](int64_t t, const float* const* rows) {
+          for (int j = 0; j < k; ++j) {
+            const int64_t r = p.row_of[t * k + j];
+            ptr[size_t(j)] = rows[j] ? kept + r * d : nullptr;
+            if (rows[j]) std::memcpy(kept + r * d, rows[j], row_bytes);
+          }
+          fn(t, ptr.data());
+        },
+        d);
   }
   const double t2 = ep_clock_s();
   outbox_busy_ = true;
@@ -425,8 +432,8 @@ void TokenDispatcher::visit_back_shm(const DispatchPlan& p, const float* expert_
 }
 
 std::unique_ptr<ForwardRows> TokenDispatcher::dispatch_forward(const DispatchPlan& p,
-                                                              const float* x, int64_t d,
-                                                              DispatchTimes* times) const {
+                                                               const float* x, int64_t d,
+                                                               DispatchTimes* times) const {
   auto rows = std::make_unique<ForwardRows>();
   const int P = ep_size_, me = ep_rank_;
   const int64_t R = p.received();
@@ -439,39 +446,20 @@ std::unique_ptr<ForwardRows> TokenDispatcher::dispatch_forward(const DispatchPla
       ++s;
     if (s == int(slots_->slots.size())) slots_->slots.emplace_back();
     SlotPool::Slot& slot = slots_->slots[size_t(s)];
-    bool fits = slot.window != nullptr;
-    for (int r = 0; r < P && fits; ++r)
-      fits = 2 * size_t(p.rows_at[r]) * row_bytes <= slot.window->block_bytes(r);
-    if (!fits) {
-      size_t total = 0, mine = 0;
-      for (int r = 0; r < P; ++r) {
-        const size_t need = 2 * size_t(p.rows_at[r]) * row_bytes;
-        const size_t have = slot.window ? slot.window->block_bytes(r) : 0;
-        const size_t grown = std::max(have, need + need / 4 + 4096);
-        total += grown;
-        if (r == me) mine = grown;
-      }
-      const bool room =
-          shm_room(slot.window ? window_bytes(*slot.window, P) : 0.0, double(total));
-      slot.window.reset();
-      if (room) slot.window = std::make_unique<SharedWindow>(*ep_, mine);
-    }
-    if (slot.window) {
+    if (fit_window(slot.window, p, d)) {
       slot.state = SlotPool::State::busy;
       rows->pool_ = slots_;
       rows->slot_ = s;
-      auto in_of = [&](int r) { return reinterpret_cast<float*>(slot.window->block(r)); };
+      SharedWindow& w = *slot.window;
       for (int i = 0; i < P; ++i) {
         const int r = (me + i) % P;  // start at different peers: less contention
         if (p.send_rows[r] == 0) continue;
         kernels::gather_rows(x, d, p.send_token.data() + p.send_displ[r], p.send_rows[r],
-                             in_of(r) + p.peer_offset[r] * d);
+                             inbox_of(w, r) + p.peer_offset[r] * d);
       }
-      slot.window->fence();
-      inbox_busy_ = outbox_busy_ = false;
-      slots_->settle();
-      rows->in_ = in_of(me);
-      rows->out_ = in_of(me) + R * d;
+      fence(w);
+      rows->in_ = inbox_of(w, me);
+      rows->out_ = inbox_of(w, me) + R * d;
       account(double(p.sent() - p.send_rows[me]) * double(row_bytes));
       if (times) {
         times->a2a += ep_clock_s() - t0;
@@ -479,8 +467,7 @@ std::unique_ptr<ForwardRows> TokenDispatcher::dispatch_forward(const DispatchPla
       }
       return rows;
     }
-    transport_ = EpTransport::alltoallv;  // every rank saw the same shortage
-    reason_ = "/dev/shm or runtime.ep_shm_limit_mb cannot hold the shared slots this step needs";
+    fall_back();
   }
   rows->pool_ = slots_;
   rows->own_in_ = slots_->take(size_t(R * d));
@@ -506,24 +493,18 @@ void TokenDispatcher::visit_rows(const DispatchPlan& p, const float* const* base
   }
 }
 
-void TokenDispatcher::combine_forward(const DispatchPlan& p, ForwardRows& rows,
-                                      const float* weight, float* y, int64_t d,
-                                      DispatchTimes* times) const {
+void TokenDispatcher::combine_forward(const DispatchPlan& p, ForwardRows& rows, const float* weight,
+                                      float* y, int64_t d, DispatchTimes* times) const {
   if (rows.slot_ < 0) {
     if (!ep_) return combine(p, rows.out_, weight, y, d, nullptr, times);
     return combine(p, rows.out_, weight, y, d, &rows.kept_, times);
   }
   const double t0 = ep_clock_s();
-  SharedWindow& w = *slots_->slots.at(size_t(rows.slot_)).window;
-  w.fence();  // every expert's outputs are in its outbox
-  inbox_busy_ = outbox_busy_ = false;
-  slots_->settle();
+  fence(*slots_->slots.at(size_t(rows.slot_)).window);  // every expert's outputs are in its outbox
   const double t1 = ep_clock_s();
-  visit_forward(
-      p, rows, d,
-      [&](int64_t t, const float* const* r) {
-        kernels::combine_row(r, weight + t * p.k, p.k, d, y + t * d);
-      });
+  visit_forward(p, rows, d, [&](int64_t t, const float* const* r) {
+    kernels::combine_row(r, weight + t * p.k, p.k, d, y + t * d);
+  });
   account(double(p.received() - p.recv_rows[ep_rank_]) * double(kRowBytes) * double(d));
   if (times) {
     times->a2a += t1 - t0;
@@ -538,12 +519,7 @@ void TokenDispatcher::visit_forward(const DispatchPlan& p, ForwardRows& rows, in
     if (!ep_) return visit_back(p, rows.out_, d, fn);
     return visit_back(p, rows.out_, d, fn, &rows.kept_);
   }
-  SharedWindow& w = *slots_->slots.at(size_t(rows.slot_)).window;
-  std::vector<const float*> base(static_cast<size_t>(ep_size_));
-  for (int r = 0; r < ep_size_; ++r) {
-    const float* out_r = reinterpret_cast<const float*>(w.block(r)) + p.rows_at[r] * d;
-    base[size_t(r)] = out_r + (p.peer_offset[r] - p.send_displ[r]) * d;
-  }
+  const auto base = outbox_bases(*slots_->slots.at(size_t(rows.slot_)).window, p, d);
   visit_rows(p, base.data(), fn, d);
 }
 

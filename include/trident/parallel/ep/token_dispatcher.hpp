@@ -177,7 +177,7 @@ class TokenDispatcher {
   int ep_rank() const { return ep_rank_; }
   EpTransport transport() const { return transport_; }
   // Bytes of shared memory this dispatcher's blocks hold, all ranks together.
-  double shm_bytes() const { return shm_held(); }
+  double shm_bytes() const;
   // How often the shared blocks grew; each growth sends one int of ep
   // traffic (the ranks agree that /dev/shm has room).
   int shm_growths() const { return growths_; }
@@ -193,9 +193,10 @@ class TokenDispatcher {
   // `new_bytes` keeps within /dev/shm and the limit; every rank gets the
   // same answer. Counts as a growth.
   bool shm_room(double old_bytes, double new_bytes) const;
-  double shm_held() const;  // bytes of every block this dispatcher holds, all ranks
-  float* inbox(const DispatchPlan& p, int r) const;
-  float* outbox(const DispatchPlan& p, int r, int64_t d) const;
+  // Makes w hold an inbox and an outbox of R_r rows of d floats on every
+  // rank r (collective when it must grow); false when there is no room.
+  bool fit_window(std::unique_ptr<SharedWindow>& w, const DispatchPlan& p, int64_t d) const;
+  void fall_back() const;  // alltoallv from here on, on every rank alike
   void dispatch_shm(const DispatchPlan& p, const float* src, bool indexed, float* expert_in,
                     int64_t d, DispatchTimes* times) const;
   void visit_back_shm(const DispatchPlan& p, const float* expert_side, int64_t d,
@@ -209,12 +210,13 @@ class TokenDispatcher {
   mutable EpTransport transport_ = EpTransport::alltoallv;
   mutable std::string reason_;
   mutable std::unique_ptr<SharedWindow> window_;  // transfers that keep nothing
-  std::shared_ptr<SlotPool> slots_;                // forwards that keep their rows
+  std::shared_ptr<SlotPool> slots_;               // forwards that keep their rows
   mutable int growths_ = 0;
   double shm_limit_ = 0;
   // A box some peer may still be reading (no collective since its last read).
   mutable bool inbox_busy_ = false, outbox_busy_ = false;
-  void fence() const;
+  void synced() const;                // after a collective: no peer still reads a box
+  void fence(SharedWindow& w) const;  // w.fence(), then synced()
   // Workspaces reused from call to call: a fresh buffer per layer would
   // page-fault and zero its memory every time.
   mutable std::vector<float> send_;  // alltoallv: rows gathered for sending
