@@ -11,22 +11,12 @@
 #include <string>
 #include <thread>
 
+#include "mpi_check.hpp"
 #include "trident/core/error.hpp"
 
 namespace trident {
 
 namespace {
-
-// One check per MPI call, with the library's own message (file:line comes
-// from TRIDENT_CHECK's caller position).
-void mpi_check(int rc, const char* call, const char* file, int line) {
-  if (rc == MPI_SUCCESS) return;
-  char msg[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, msg, &len);
-  throw_error(file, line, std::string(call) + " failed: " + std::string(msg, len));
-}
-#define MPI_CHECK(call) mpi_check((call), #call, __FILE__, __LINE__)
 
 int world_rank_now() {
   int r = 0;

@@ -8,39 +8,28 @@
 #include <cstring>
 #include <exception>
 
+#include "mpi_check.hpp"
 #include "trident/core/error.hpp"
 
 namespace trident {
-namespace {
-
-void check(int rc, const char* what) {
-  if (rc == MPI_SUCCESS) return;
-  char msg[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, msg, &len);
-  throw Error(std::string(what) + " failed: " + std::string(msg, size_t(len)));
-}
-
-}  // namespace
 
 SharedWindow::SharedWindow(Communicator& comm, size_t bytes) : comm_(comm) {
   const int P = comm.size();
   void* mine = nullptr;
-  check(MPI_Win_allocate_shared(MPI_Aint(bytes), 1, MPI_INFO_NULL, comm.mpi(), &mine, &win_),
-        "MPI_Win_allocate_shared");
+  MPI_CHECK(MPI_Win_allocate_shared(MPI_Aint(bytes), 1, MPI_INFO_NULL, comm.mpi(), &mine, &win_));
   base_.resize(size_t(P));
   bytes_.resize(size_t(P));
   for (int r = 0; r < P; ++r) {
     MPI_Aint size = 0;
     int unit = 0;
     void* p = nullptr;
-    check(MPI_Win_shared_query(win_, r, &size, &unit, &p), "MPI_Win_shared_query");
+    MPI_CHECK(MPI_Win_shared_query(win_, r, &size, &unit, &p));
     base_[size_t(r)] = static_cast<char*>(p);
     bytes_[size_t(r)] = size_t(size);
   }
   // One passive-target epoch for the whole life of the window: loads and
   // stores need no further MPI calls, fence() orders them.
-  check(MPI_Win_lock_all(MPI_MODE_NOCHECK, win_), "MPI_Win_lock_all");
+  MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, win_));
 }
 
 SharedWindow::~SharedWindow() {
