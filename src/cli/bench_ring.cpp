@@ -141,7 +141,7 @@ class ComputeLock {
 };
 
 enum Stat {
-  kFlops, kCompute, kWait, kWall, kCpu, kComputeCpu, kWorkspace, kBytes, kErr, kWrong, kNumStats
+  kFlops, kCompute, kProgress, kWait, kWall, kCpu, kComputeCpu, kWorkspace, kBytes, kErr, kWrong, kNumStats
 };
 
 class BenchRingCommand : public Command {
@@ -211,9 +211,10 @@ class BenchRingCommand : public Command {
     per_rank.title = "Ring attention per rank: cp=" + std::to_string(cp) + ", " +
                      (causal_ ? "causal" : "full") + ", heads " + std::to_string(H) + "/" +
                      std::to_string(Hkv) + ", head_dim " + std::to_string(D) + ", forward+backward";
-    per_rank.columns = {"layout",     "seq",           "seq/cp",   "rank",    "GFLOP",
-                        "compute_ms", "wait_ms",       "wall_ms",  "cpu_ms",  "overlap",
-                        "GFLOP/s",    "workspace_MiB", "sent_MiB", "max_err", "#wrong"};
+    per_rank.columns = {"layout",        "seq",      "seq/cp",  "rank",    "GFLOP",
+                        "compute_ms",    "progress_ms", "wait_ms", "wall_ms", "cpu_ms",
+                        "overlap",       "GFLOP/s",  "workspace_MiB", "sent_MiB", "max_err",
+                        "#wrong"};
     summary.name = "ring";
     summary.title = "Ring attention per case: cp=" + std::to_string(cp) + ", " +
                     (causal_ ? "causal" : "full") + ", median of " + std::to_string(iters_) +
@@ -254,7 +255,7 @@ class BenchRingCommand : public Command {
         std::vector<float> out(q.size()), lse(size_t(T * H)), dq(q.size()), dk(k.size()),
             dv(v.size());
         // Per iteration: this rank's wall time and its ring counters.
-        std::vector<double> walls, cpus, computes, compute_cpus, waits;
+        std::vector<double> walls, cpus, computes, compute_cpus, progresses, waits;
         cp::RingCounters c;
         for (int it = 0; it < iters_; ++it) {
           ring.reset_counters();
@@ -268,6 +269,7 @@ class BenchRingCommand : public Command {
           c = ring.counters();
           computes.push_back(c.compute_s);
           compute_cpus.push_back(c.compute_cpu_s);
+          progresses.push_back(c.progress_s);
           waits.push_back(c.wait_s);
         }
         // The ring's wall time of an iteration is its slowest rank's.
@@ -302,6 +304,7 @@ class BenchRingCommand : public Command {
         }
         stats[kFlops] = c.flops;  // the same every iteration
         stats[kCompute] = median(computes);
+        stats[kProgress] = median(progresses);
         stats[kWait] = median(waits);
         stats[kWall] = median(walls);
         stats[kCpu] = median(cpus);
@@ -323,7 +326,7 @@ class BenchRingCommand : public Command {
           total_wrong += static_cast<long long>(st[kWrong]);
           per_rank.add_row({std::string(cp::layout_name(layout)), static_cast<long long>(seq),
                             static_cast<long long>(T), static_cast<long long>(r), st[kFlops] / 1e9,
-                            st[kCompute] * 1e3, st[kWait] * 1e3, st[kWall] * 1e3, st[kCpu] * 1e3,
+                            st[kCompute] * 1e3, st[kProgress] * 1e3, st[kWait] * 1e3, st[kWall] * 1e3, st[kCpu] * 1e3,
                             st[kCompute] / st[kWall], st[kFlops] / st[kCompute] / 1e9,
                             st[kWorkspace] / 1048576.0, st[kBytes] / 1048576.0, st[kErr],
                             static_cast<long long>(st[kWrong])});
@@ -343,8 +346,9 @@ class BenchRingCommand : public Command {
           "--serialize-compute: the ranks took turns in their compute spans, so compute and "
           "balance are each span on a free core; wall, wait and overlap include the turns");
     per_rank.notes.push_back(
-        "compute: time in the attention kernels (LSE merge included) and the dK/dV sums; wait: "
-        "blocked on ring transfers (K/V ahead, dK/dV behind); wall: forward+backward from a "
+        "compute: time in the attention kernels (LSE merge included) and the dK/dV sums, less "
+        "progress: the MPI tests made between query tiles to move the ring's transfers (with "
+        "shared memory a test may copy a block); wait: blocked on ring transfers (K/V ahead, dK/dV behind); wall: forward+backward from a "
         "barrier; cpu: the process's CPU time over the same span (cpu below compute means the "
         "rank lost its core to other load while computing); each the rank's median over "
         "iterations; overlap = compute / wall");

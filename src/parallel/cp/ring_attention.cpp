@@ -136,12 +136,39 @@ std::vector<TokenRun> query_tiles(const TokenRun& run) {
   return tiles;
 }
 
-// Tests (never waits on) the ring's in-flight requests: each test lets MPI
-// advance them. Completed or empty requests cost nothing.
-void drive_progress(Communicator* comm, std::initializer_list<Request*> pending) {
-  if (!comm) return;
-  for (Request* r : pending) comm->test(*r);
-}
+// One compute span (a step's kernels, a dK/dV sum): its wall and thread CPU
+// time go to compute_s and compute_cpu_s, less the MPI tests made inside it,
+// which are communication (progress_s): with a shared-memory transport a test
+// can copy a whole block, and how much of that lands in which span depends on
+// the other ranks' timing, not on this rank's work.
+class ComputeSpan {
+ public:
+  explicit ComputeSpan(RingCounters& c)
+      : c_(c), t0_(std::chrono::steady_clock::now()), c0_(thread_cpu_s()) {}
+  ComputeSpan(const ComputeSpan&) = delete;
+  ComputeSpan& operator=(const ComputeSpan&) = delete;
+  ~ComputeSpan() {
+    c_.compute_s += seconds_since(t0_) - progress_s_;
+    c_.compute_cpu_s += thread_cpu_s() - c0_ - progress_cpu_s_;
+    c_.progress_s += progress_s_;
+  }
+  // Tests (never waits on) the ring's in-flight requests: each test lets MPI
+  // advance them. Completed or empty requests cost nothing.
+  void drive_progress(Communicator* comm, std::initializer_list<Request*> pending) {
+    if (!comm) return;
+    const auto p0 = std::chrono::steady_clock::now();
+    const double u0 = thread_cpu_s();
+    for (Request* r : pending) comm->test(*r);
+    progress_s_ += seconds_since(p0);
+    progress_cpu_s_ += thread_cpu_s() - u0;
+  }
+
+ private:
+  RingCounters& c_;
+  std::chrono::steady_clock::time_point t0_;
+  double c0_;
+  double progress_s_ = 0, progress_cpu_s_ = 0;
+};
 
 // The kernel call for queries of run qr against keys of run kr; false when
 // the causal mask hides the whole pair (all keys after all queries).
@@ -185,26 +212,30 @@ void RingAttention::forward(const float* q, const float* k, const float* v, int 
       counters_.bytes_sent += double(cur.size() * sizeof(float));
     }
     enter_compute();
-    const auto t0 = std::chrono::steady_clock::now();
-    const double c0 = thread_cpu_s();
-    for (const TokenRun& run : runs_[cp_rank_]) {
-      for (const TokenRun& qr : query_tiles(run)) {
-        for (const TokenRun& kr : runs_[source_rank(step)]) {
-          kernels::AttnShape s;
-          if (!pair_shape(qr, kr, H, Hkv, D, causal_, &s)) continue;
-          const int64_t qo = qr.local_offset, ko = kr.local_offset;
-          // Merges into (out, lse) as it goes: the LSE merge is the kernel's
-          // online softmax continued from the keys of earlier pairs and steps.
-          kernels::attention_forward_resume(s, q + qo * H * D, cur.data() + ko * Hkv * D,
-                                            cur.data() + nkv + ko * Hkv * D, out + qo * H * D,
-                                            lse + qo * H);
-          counters_.flops += kernels::attention_flops(s, false);
+    {
+      ComputeSpan span(counters_);
+      // Key runs outermost: with two key runs (a zig-zag step below the
+      // diagonal) the queries sweep one run's K/V at a time, so the working
+      // set is that of a step with one key run and both query runs. Query
+      // tile outermost made such steps' backward 4-7% slower (its K, V, dK
+      // and dV no longer fit the L2), which unbalanced the ranks.
+      for (const TokenRun& kr : runs_[source_rank(step)]) {
+        for (const TokenRun& run : runs_[cp_rank_]) {
+          for (const TokenRun& qr : query_tiles(run)) {
+            kernels::AttnShape s;
+            if (!pair_shape(qr, kr, H, Hkv, D, causal_, &s)) continue;
+            const int64_t qo = qr.local_offset, ko = kr.local_offset;
+            // Merges into (out, lse) as it goes: the LSE merge is the kernel's
+            // online softmax continued from the keys of earlier pairs and steps.
+            kernels::attention_forward_resume(s, q + qo * H * D, cur.data() + ko * Hkv * D,
+                                              cur.data() + nkv + ko * Hkv * D, out + qo * H * D,
+                                              lse + qo * H);
+            counters_.flops += kernels::attention_flops(s, false);
+          }
+          span.drive_progress(comm_, {&recv, &send});
         }
-        drive_progress(comm_, {&recv, &send});
       }
     }
-    counters_.compute_s += seconds_since(t0);
-    counters_.compute_cpu_s += thread_cpu_s() - c0;
     leave_compute();
     if (comm_ && step + 1 < cp_size_) {
       const auto w0 = std::chrono::steady_clock::now();
@@ -249,26 +280,25 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
       counters_.bytes_sent += double(cur.size() * sizeof(float));
     }
     enter_compute();
-    auto t0 = std::chrono::steady_clock::now();
-    double c0 = thread_cpu_s();
-    std::fill(partial.begin(), partial.end(), 0.0f);
-    for (const TokenRun& run : runs_[cp_rank_]) {
-      for (const TokenRun& qr : query_tiles(run)) {
-        for (const TokenRun& kr : runs_[source_rank(step)]) {
-          kernels::AttnShape s;
-          if (!pair_shape(qr, kr, H, Hkv, D, causal_, &s)) continue;
-          const int64_t qo = qr.local_offset * H * D, ko = kr.local_offset * Hkv * D;
-          kernels::attention_backward(s, q + qo, cur.data() + ko, cur.data() + nkv + ko, out + qo,
-                                      lse + qr.local_offset * H, dout + qo, dq + qo,
-                                      partial.data() + ko, partial.data() + nkv + ko);
-          counters_.flops += kernels::attention_flops(s, true);
+    {
+      ComputeSpan span(counters_);
+      std::fill(partial.begin(), partial.end(), 0.0f);
+      for (const TokenRun& kr : runs_[source_rank(step)]) {
+        for (const TokenRun& run : runs_[cp_rank_]) {
+          for (const TokenRun& qr : query_tiles(run)) {
+            kernels::AttnShape s;
+            if (!pair_shape(qr, kr, H, Hkv, D, causal_, &s)) continue;
+            const int64_t qo = qr.local_offset * H * D, ko = kr.local_offset * Hkv * D;
+            kernels::attention_backward(s, q + qo, cur.data() + ko, cur.data() + nkv + ko, out + qo,
+                                        lse + qr.local_offset * H, dout + qo, dq + qo,
+                                        partial.data() + ko, partial.data() + nkv + ko);
+            counters_.flops += kernels::attention_flops(s, true);
+          }
+          // The previous step's dK/dV accumulator is in flight too.
+          span.drive_progress(comm_, {&recv, &send, &dkv_recv, &dkv_send});
         }
-        // The previous step's dK/dV accumulator is in flight too.
-        drive_progress(comm_, {&recv, &send, &dkv_recv, &dkv_send});
       }
     }
-    counters_.compute_s += seconds_since(t0);
-    counters_.compute_cpu_s += thread_cpu_s() - c0;
     leave_compute();
     if (comm_) {
       if (step == 0) {
@@ -277,11 +307,10 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
         timed_wait(dkv_recv);  // the block's accumulator from the left neighbour
         timed_wait(dkv_send);  // the previous one has left: its buffer is free
         enter_compute();
-        t0 = std::chrono::steady_clock::now();
-        c0 = thread_cpu_s();
-        for (size_t i = 0; i < arriving.size(); ++i) arriving[i] += partial[i];
-        counters_.compute_s += seconds_since(t0);
-        counters_.compute_cpu_s += thread_cpu_s() - c0;
+        {
+          ComputeSpan span(counters_);
+          for (size_t i = 0; i < arriving.size(); ++i) arriving[i] += partial[i];
+        }
         leave_compute();
         std::swap(sending, arriving);
       }

@@ -67,6 +67,7 @@ struct RingCounters {
   double flops = 0;           // attention FLOPs of this rank, forward and backward
   double compute_s = 0;       // time in the attention kernels and merges
   double compute_cpu_s = 0;   // the thread's CPU time over the same spans
+  double progress_s = 0;      // MPI tests made between query tiles (not in compute_s)
   double wait_s = 0;          // time blocked waiting for ring transfers
   double bytes_sent = 0;      // K/V (and dK/dV) bytes this rank sent
   size_t peak_workspace_bytes = 0;  // largest scratch memory one call held
