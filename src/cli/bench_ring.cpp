@@ -79,6 +79,40 @@ std::vector<int64_t> all_positions(int64_t seq) {
   return p;
 }
 
+// Each rank's compute relative to the average rank, comparing every ring step
+// with the same step of the other ranks: t[r][i][j] is rank r's compute time
+// in step j of iteration i. Per step and iteration the ratio to the mean over
+// ranks removes what all ranks share (this machine's speed drifts by tens of
+// percent over seconds, with nothing else running); the median over
+// iterations of a step's ratios drops a span that lost its core; the steps
+// are weighted by their typical (median) cost, so that the result is a share
+// of time, as the plain balance is.
+std::vector<double> paired_relative_compute(const std::vector<double>& t, int ranks, int iters,
+                                            int steps) {
+  auto at = [&](int r, int i, int j) {
+    return t[(size_t(r) * size_t(iters) + size_t(i)) * size_t(steps) + size_t(j)];
+  };
+  std::vector<double> rel(static_cast<size_t>(ranks), 0.0), ratios(static_cast<size_t>(iters)),
+      means(static_cast<size_t>(iters));
+  double total_weight = 0;
+  for (int j = 0; j < steps; ++j) {
+    for (int i = 0; i < iters; ++i) {
+      double sum = 0;
+      for (int r = 0; r < ranks; ++r) sum += at(r, i, j);
+      means[size_t(i)] = sum / ranks;
+    }
+    const double weight = median(means);
+    total_weight += weight;
+    for (int r = 0; r < ranks; ++r) {
+      for (int i = 0; i < iters; ++i)
+        ratios[size_t(i)] = means[size_t(i)] > 0 ? at(r, i, j) / means[size_t(i)] : 1.0;
+      rel[size_t(r)] += weight * median(ratios);
+    }
+  }
+  for (double& x : rel) x = total_weight > 0 ? x / total_weight : 1.0;
+  return rel;
+}
+
 // Seconds per iteration of forward+backward over the whole sequence by one
 // rank with no ring (the one-rank reference), each iteration after a barrier
 // of `world` (so that with run_here on every rank they run concurrently).
@@ -141,7 +175,8 @@ class ComputeLock {
 };
 
 enum Stat {
-  kFlops, kCompute, kProgress, kWait, kWall, kCpu, kComputeCpu, kWorkspace, kBytes, kErr, kWrong, kNumStats
+  kFlops, kCompute, kProgress, kWait, kWall, kCpu, kComputeCpu, kWorkspace, kBytes, kErr, kWrong,
+  kNumStats
 };
 
 class BenchRingCommand : public Command {
@@ -211,17 +246,18 @@ class BenchRingCommand : public Command {
     per_rank.title = "Ring attention per rank: cp=" + std::to_string(cp) + ", " +
                      (causal_ ? "causal" : "full") + ", heads " + std::to_string(H) + "/" +
                      std::to_string(Hkv) + ", head_dim " + std::to_string(D) + ", forward+backward";
-    per_rank.columns = {"layout",        "seq",      "seq/cp",  "rank",    "GFLOP",
-                        "compute_ms",    "progress_ms", "wait_ms", "wall_ms", "cpu_ms",
-                        "overlap",       "GFLOP/s",  "workspace_MiB", "sent_MiB", "max_err",
-                        "#wrong"};
+    per_rank.columns = {"layout",   "seq",           "seq/cp",   "rank",        "GFLOP",
+                        "compute_ms", "compute_rel",  "progress_ms", "wait_ms", "wall_ms",
+                        "cpu_ms",   "overlap",       "GFLOP/s",  "workspace_MiB", "sent_MiB",
+                        "max_err",  "#wrong"};
     summary.name = "ring";
     summary.title = "Ring attention per case: cp=" + std::to_string(cp) + ", " +
                     (causal_ ? "causal" : "full") + ", median of " + std::to_string(iters_) +
                     " iteration(s)";
     summary.columns = {"layout",          "seq",
                        "seq/cp",          "balance_compute",
-                       "balance_cpu",     "balance_flops",
+                       "balance_paired",  "balance_cpu",
+                       "balance_flops",
                        "overlap_min",
                        "wall_ms",         "one_rank_busy_ms",
                        "wall/(busy/cp)",  "one_rank_alone_ms",
@@ -248,6 +284,8 @@ class BenchRingCommand : public Command {
       for (cp::Layout layout : layouts) {
         cp::check_layout(seq, cp, layout);
         cp::RingAttention ring(&ring_comm, layout, causal_, seq);
+        ring.set_record_steps(true);
+        ring.set_record_steps(true);
         if (gate) ring.set_compute_gate([&] { gate->lock(); }, [&] { gate->unlock(); });
         const auto& pos = ring.positions();
         auto q = rows_at(pos, int64_t(H) * D, "ring.q"), k = rows_at(pos, int64_t(Hkv) * D, "ring.k");
@@ -255,7 +293,7 @@ class BenchRingCommand : public Command {
         std::vector<float> out(q.size()), lse(size_t(T * H)), dq(q.size()), dk(k.size()),
             dv(v.size());
         // Per iteration: this rank's wall time and its ring counters.
-        std::vector<double> walls, cpus, computes, compute_cpus, progresses, waits;
+        std::vector<double> walls, cpus, computes, compute_cpus, progresses, waits, steps;
         cp::RingCounters c;
         for (int it = 0; it < iters_; ++it) {
           ring.reset_counters();
@@ -270,6 +308,9 @@ class BenchRingCommand : public Command {
           computes.push_back(c.compute_s);
           compute_cpus.push_back(c.compute_cpu_s);
           progresses.push_back(c.progress_s);
+          TRIDENT_CHECK(c.step_compute_s.size() == size_t(2 * cp),
+                        "bench ring: expected " + std::to_string(2 * cp) + " ring steps per iteration");
+          steps.insert(steps.end(), c.step_compute_s.begin(), c.step_compute_s.end());
           waits.push_back(c.wait_s);
         }
         // The ring's wall time of an iteration is its slowest rank's.
@@ -280,6 +321,9 @@ class BenchRingCommand : public Command {
             iter_walls[size_t(it)] =
                 std::max(iter_walls[size_t(it)], all_walls[size_t(r) * iters_ + size_t(it)]);
         const double ring_wall = median(iter_walls);
+        std::vector<double> all_steps(steps.size() * size_t(cp));
+        world.allgather(steps.data(), all_steps.data(), steps.size() * sizeof(double));
+        const auto rel = paired_relative_compute(all_steps, cp, iters_, 2 * cp);
 
         // Spot check: two local rows per head 0 against the whole sequence.
         double stats[kNumStats] = {};
@@ -315,7 +359,7 @@ class BenchRingCommand : public Command {
         world.allgather(stats, all_stats.data(), sizeof stats);
 
         double cmax = 0, cmin = 1e300, fmax = 0, fmin = 1e300, omin = 1e300, wsmax = 0;
-        double umax = 0, umin = 1e300;
+        double umax = 0, umin = 1e300, pmax = 0, pmin = 1e300;
         for (int r = 0; r < cp; ++r) {
           const double* st = all_stats.data() + size_t(r) * kNumStats;
           cmax = std::max(cmax, st[kCompute]), cmin = std::min(cmin, st[kCompute]);
@@ -324,15 +368,17 @@ class BenchRingCommand : public Command {
           omin = std::min(omin, st[kCompute] / st[kWall]);
           wsmax = std::max(wsmax, st[kWorkspace]);
           total_wrong += static_cast<long long>(st[kWrong]);
+          pmax = std::max(pmax, rel[size_t(r)]), pmin = std::min(pmin, rel[size_t(r)]);
           per_rank.add_row({std::string(cp::layout_name(layout)), static_cast<long long>(seq),
                             static_cast<long long>(T), static_cast<long long>(r), st[kFlops] / 1e9,
-                            st[kCompute] * 1e3, st[kProgress] * 1e3, st[kWait] * 1e3, st[kWall] * 1e3, st[kCpu] * 1e3,
+                            st[kCompute] * 1e3, rel[size_t(r)], st[kProgress] * 1e3, st[kWait] * 1e3, st[kWall] * 1e3, st[kCpu] * 1e3,
                             st[kCompute] / st[kWall], st[kFlops] / st[kCompute] / 1e9,
                             st[kWorkspace] / 1048576.0, st[kBytes] / 1048576.0, st[kErr],
                             static_cast<long long>(st[kWrong])});
         }
         summary.add_row({std::string(cp::layout_name(layout)), static_cast<long long>(seq),
-                         static_cast<long long>(T), cmax / cmin, umax / umin, fmax / fmin, omin,
+                         static_cast<long long>(T), cmax / cmin, pmax / pmin, umax / umin,
+                         fmax / fmin, omin,
                          ring_wall * 1e3,
                          busy_s * 1e3, ring_wall / (busy_s / cp), alone_s * 1e3,
                          ring_wall / (alone_s / cp), wsmax / 1048576.0});
@@ -348,10 +394,15 @@ class BenchRingCommand : public Command {
     per_rank.notes.push_back(
         "compute: time in the attention kernels (LSE merge included) and the dK/dV sums, less "
         "progress: the MPI tests made between query tiles to move the ring's transfers (with "
-        "shared memory a test may copy a block); wait: blocked on ring transfers (K/V ahead, dK/dV behind); wall: forward+backward from a "
-        "barrier; cpu: the process's CPU time over the same span (cpu below compute means the "
-        "rank lost its core to other load while computing); each the rank's median over "
-        "iterations; overlap = compute / wall");
+        "shared memory a test may copy a block); wait: blocked on ring transfers (K/V ahead, "
+        "dK/dV behind); wall: forward+backward from a barrier; cpu: the process's CPU time over "
+        "the same span (cpu below compute means the rank lost its core to other load while "
+        "computing); each the rank's median over iterations; overlap = compute / wall");
+    per_rank.notes.push_back(
+        "compute_rel: the rank's compute relative to the average rank, step by step: per ring "
+        "step and iteration its time over the mean of all ranks' same step (what the ranks share, "
+        "such as the machine's speed at that moment, cancels), median over iterations, steps "
+        "weighted by their median cost");
     per_rank.notes.push_back(
         "GFLOP: attention FLOPs of the rank (forward 4*D, backward 10*D per visible pair and "
         "head); workspace: peak scratch of one call (K/V double buffer, dK/dV partial and "
@@ -359,8 +410,9 @@ class BenchRingCommand : public Command {
     summary.notes.push_back(
         "balance_*: max/min over ranks of the per-rank medians (compute: wall time in the "
         "kernels; cpu: the thread's CPU time in the same spans, which time spent waiting for a "
-        "core does not inflate, the measure that holds when ranks outnumber cores); wall_ms: "
-        "median over iterations of the slowest rank's forward+backward time");
+        "core does not inflate, the measure that holds when ranks outnumber cores; paired: "
+        "max/min of compute_rel, the estimate least moved by a machine whose speed drifts); "
+        "wall_ms: median over iterations of the slowest rank's forward+backward time");
     summary.notes.push_back(
         "one_rank_busy_ms: the whole sequence without a ring, run by every rank at the same time "
         "(all cores busy, as in the ring), median over iterations and ranks; wall/(busy/cp): the "

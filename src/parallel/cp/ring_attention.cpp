@@ -143,12 +143,15 @@ std::vector<TokenRun> query_tiles(const TokenRun& run) {
 // the other ranks' timing, not on this rank's work.
 class ComputeSpan {
  public:
-  explicit ComputeSpan(RingCounters& c)
-      : c_(c), t0_(std::chrono::steady_clock::now()), c0_(thread_cpu_s()) {}
+  // step: the ring step's entry of step_compute_s, or nullptr.
+  ComputeSpan(RingCounters& c, double* step)
+      : c_(c), step_(step), t0_(std::chrono::steady_clock::now()), c0_(thread_cpu_s()) {}
   ComputeSpan(const ComputeSpan&) = delete;
   ComputeSpan& operator=(const ComputeSpan&) = delete;
   ~ComputeSpan() {
-    c_.compute_s += seconds_since(t0_) - progress_s_;
+    const double compute = seconds_since(t0_) - progress_s_;
+    c_.compute_s += compute;
+    if (step_) *step_ += compute;
     c_.compute_cpu_s += thread_cpu_s() - c0_ - progress_cpu_s_;
     c_.progress_s += progress_s_;
   }
@@ -165,6 +168,7 @@ class ComputeSpan {
 
  private:
   RingCounters& c_;
+  double* step_;
   std::chrono::steady_clock::time_point t0_;
   double c0_;
   double progress_s_ = 0, progress_cpu_s_ = 0;
@@ -205,6 +209,7 @@ void RingAttention::forward(const float* q, const float* k, const float* v, int 
 
   const int next = (cp_rank_ + 1) % cp_size_, prev = (cp_rank_ - 1 + cp_size_) % cp_size_;
   for (int step = 0; step < cp_size_; ++step) {
+    double* step_slot = open_step();
     Request send, recv;
     if (comm_ && step + 1 < cp_size_) {
       recv = comm_->irecv(nxt.data(), nxt.size() * sizeof(float), prev, kTagKv);
@@ -213,7 +218,7 @@ void RingAttention::forward(const float* q, const float* k, const float* v, int 
     }
     enter_compute();
     {
-      ComputeSpan span(counters_);
+      ComputeSpan span(counters_, step_slot);
       // Key runs outermost: with two key runs (a zig-zag step below the
       // diagonal) the queries sweep one run's K/V at a time, so the working
       // set is that of a step with one key run and both query runs. Query
@@ -273,6 +278,7 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
     counters_.wait_s += seconds_since(w0);
   };
   for (int step = 0; step < cp_size_; ++step) {
+    double* step_slot = open_step();
     Request send, recv;
     if (comm_ && step + 1 < cp_size_) {
       recv = comm_->irecv(nxt.data(), nxt.size() * sizeof(float), prev, kTagKv);
@@ -281,7 +287,7 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
     }
     enter_compute();
     {
-      ComputeSpan span(counters_);
+      ComputeSpan span(counters_, step_slot);
       std::fill(partial.begin(), partial.end(), 0.0f);
       for (const TokenRun& kr : runs_[source_rank(step)]) {
         for (const TokenRun& run : runs_[cp_rank_]) {
@@ -308,7 +314,7 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
         timed_wait(dkv_send);  // the previous one has left: its buffer is free
         enter_compute();
         {
-          ComputeSpan span(counters_);
+          ComputeSpan span(counters_, step_slot);
           for (size_t i = 0; i < arriving.size(); ++i) arriving[i] += partial[i];
         }
         leave_compute();

@@ -70,6 +70,11 @@ struct RingCounters {
   double progress_s = 0;      // MPI tests made between query tiles (not in compute_s)
   double wait_s = 0;          // time blocked waiting for ring transfers
   double bytes_sent = 0;      // K/V (and dK/dV) bytes this rank sent
+  // With set_record_steps(true) only: compute_s of each ring step, in call
+  // order, cp entries per forward and cp per backward (a backward step's dK/dV
+  // sum included). Every rank has the same entries, so a benchmark can compare
+  // ranks step by step.
+  std::vector<double> step_compute_s;
   size_t peak_workspace_bytes = 0;  // largest scratch memory one call held
   int64_t calls = 0;          // forward + backward calls
 };
@@ -109,6 +114,9 @@ class RingAttention {
     gate_leave_ = std::move(leave);
   }
   void reset_counters() { counters_ = RingCounters{}; }
+  // Keep each step's compute time in counters().step_compute_s (grows with
+  // every call until reset_counters(): for benchmarks, off by default).
+  void set_record_steps(bool on) { record_steps_ = on; }
 
  private:
   int source_rank(int step) const { return (cp_rank_ - step + cp_size_) % cp_size_; }
@@ -123,6 +131,14 @@ class RingAttention {
   std::vector<int64_t> positions_;
   std::vector<std::vector<TokenRun>> runs_;  // runs of every rank of the ring
   RingCounters counters_;
+  bool record_steps_ = false;
+  // Opens this step's entry of step_compute_s when recording; the slot its
+  // compute spans add to (nullptr when not recording).
+  double* open_step() {
+    if (!record_steps_) return nullptr;
+    counters_.step_compute_s.push_back(0.0);
+    return &counters_.step_compute_s.back();
+  }
   std::function<void()> gate_enter_, gate_leave_;
   void enter_compute() const {
     if (gate_enter_) gate_enter_();
