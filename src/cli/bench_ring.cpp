@@ -67,50 +67,10 @@ double cpu_seconds_now() {
   return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
-double median(std::vector<double> x) {
-  std::sort(x.begin(), x.end());
-  const size_t n = x.size();
-  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
 std::vector<int64_t> all_positions(int64_t seq) {
   std::vector<int64_t> p(static_cast<size_t>(seq));
   for (int64_t i = 0; i < seq; ++i) p[size_t(i)] = i;
   return p;
-}
-
-// Each rank's compute relative to the average rank, comparing every ring step
-// with the same step of the other ranks: t[r][i][j] is rank r's compute time
-// in step j of iteration i. Per step and iteration the ratio to the mean over
-// ranks removes what all ranks share (this machine's speed drifts by tens of
-// percent over seconds, with nothing else running); the median over
-// iterations of a step's ratios drops a span that lost its core; the steps
-// are weighted by their typical (median) cost, so that the result is a share
-// of time, as the plain balance is.
-std::vector<double> paired_relative_compute(const std::vector<double>& t, int ranks, int iters,
-                                            int steps) {
-  auto at = [&](int r, int i, int j) {
-    return t[(size_t(r) * size_t(iters) + size_t(i)) * size_t(steps) + size_t(j)];
-  };
-  std::vector<double> rel(static_cast<size_t>(ranks), 0.0), ratios(static_cast<size_t>(iters)),
-      means(static_cast<size_t>(iters));
-  double total_weight = 0;
-  for (int j = 0; j < steps; ++j) {
-    for (int i = 0; i < iters; ++i) {
-      double sum = 0;
-      for (int r = 0; r < ranks; ++r) sum += at(r, i, j);
-      means[size_t(i)] = sum / ranks;
-    }
-    const double weight = median(means);
-    total_weight += weight;
-    for (int r = 0; r < ranks; ++r) {
-      for (int i = 0; i < iters; ++i)
-        ratios[size_t(i)] = means[size_t(i)] > 0 ? at(r, i, j) / means[size_t(i)] : 1.0;
-      rel[size_t(r)] += weight * median(ratios);
-    }
-  }
-  for (double& x : rel) x = total_weight > 0 ? x / total_weight : 1.0;
-  return rel;
 }
 
 // Seconds per iteration of forward+backward over the whole sequence by one
@@ -323,7 +283,7 @@ class BenchRingCommand : public Command {
         const double ring_wall = median(iter_walls);
         std::vector<double> all_steps(steps.size() * size_t(cp));
         world.allgather(steps.data(), all_steps.data(), steps.size() * sizeof(double));
-        const auto rel = paired_relative_compute(all_steps, cp, iters_, 2 * cp);
+        const auto rel = paired_relative_cost(all_steps, cp, iters_, 2 * cp);
 
         // Spot check: two local rows per head 0 against the whole sequence.
         double stats[kNumStats] = {};

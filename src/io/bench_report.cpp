@@ -3,6 +3,7 @@
 // column, so that analysis reads a column as an array).
 #include "trident/io/bench_report.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -216,6 +217,45 @@ void write_bench_file(const std::string& path, const std::vector<BenchTable>& ta
     std::filesystem::remove(tmp, ec);
     throw;
   }
+}
+
+double median(std::vector<double> x) {
+  TRIDENT_CHECK(!x.empty(), "median of an empty sample");
+  std::sort(x.begin(), x.end());
+  const size_t n = x.size();
+  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+std::vector<double> paired_relative_cost(const std::vector<double>& t, int units, int reps,
+                                         int slots) {
+  TRIDENT_CHECK(units > 0 && reps > 0 && slots > 0 &&
+                    t.size() == size_t(units) * size_t(reps) * size_t(slots),
+                "paired_relative_cost: " + std::to_string(t.size()) + " times for " +
+                    std::to_string(units) + " units x " + std::to_string(reps) + " reps x " +
+                    std::to_string(slots) + " slots");
+  auto at = [&](int u, int i, int j) {
+    return t[(size_t(u) * size_t(reps) + size_t(i)) * size_t(slots) + size_t(j)];
+  };
+  std::vector<double> rel(static_cast<size_t>(units), 0.0), ratios(static_cast<size_t>(reps)),
+      means(static_cast<size_t>(reps));
+  double total_weight = 0;
+  for (int j = 0; j < slots; ++j) {
+    for (int i = 0; i < reps; ++i) {
+      double sum = 0;
+      for (int u = 0; u < units; ++u) sum += at(u, i, j);
+      means[size_t(i)] = sum / units;
+    }
+    const double weight = median(means);
+    if (!(weight > 0)) continue;
+    total_weight += weight;
+    for (int u = 0; u < units; ++u) {
+      for (int i = 0; i < reps; ++i)
+        ratios[size_t(i)] = means[size_t(i)] > 0 ? at(u, i, j) / means[size_t(i)] : 1.0;
+      rel[size_t(u)] += weight * median(ratios);
+    }
+  }
+  for (double& x : rel) x = total_weight > 0 ? x / total_weight : 1.0;
+  return rel;
 }
 
 }  // namespace trident

@@ -37,4 +37,20 @@ void write_bench_file(const std::string& path, const std::vector<BenchTable>& ta
 // attribute `column`.
 std::string bench_dataset_name(const std::string& column);
 
+// Statistics the benchmarks share.
+double median(std::vector<double> x);  // of a non-empty sample
+
+// Each unit's cost relative to the average unit, from measurements taken side
+// by side: t[(u * reps + i) * slots + j] is unit u's time in slot j (a ring
+// step, say) of repetition i, where every unit runs slot j of repetition i at
+// about the same moment. Per slot and repetition each time is divided by the
+// mean over units, so what the units share (the machine's speed at that
+// moment) cancels; the median over repetitions of a slot's ratios drops a
+// measurement that lost its core; slots are weighted by their median mean
+// time, so the result is a share of time. A unit that is x times slower in
+// every measurement comes out x times the others, however the machine's
+// speed drifted meanwhile. Slots whose mean time is 0 carry no weight.
+std::vector<double> paired_relative_cost(const std::vector<double>& t, int units, int reps,
+                                         int slots);
+
 }  // namespace trident

@@ -177,3 +177,48 @@ TEST_CASE("write_bench_file: bad tables and paths leave no file behind") {
   }
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("median: odd and even samples, empty refused") {
+  CHECK(median({3.0, 1.0, 2.0}) == 2.0);
+  CHECK(median({4.0, 1.0, 3.0, 2.0}) == 2.5);
+  CHECK_THROWS_AS(median({}), Error);
+}
+
+TEST_CASE("paired_relative_cost: a unit's own slowness survives, the machine's drift cancels") {
+  // Unit u is bias[u] times slower in every slot; repetition i ran while the
+  // machine's speed was drift[i] (a 2x swing); slot j costs base[j].
+  const int units = 4, reps = 9, slots = 5;
+  const std::vector<double> bias = {1.0, 1.04, 0.97, 1.10};
+  const std::vector<double> drift = {1.0, 1.9, 0.7, 1.3, 1.05, 0.8, 2.0, 1.1, 0.95};
+  const std::vector<double> base = {3.0, 1.0, 1.0, 0.5, 2.25};
+  std::vector<double> t(size_t(units) * reps * slots);
+  auto at = [&](int u, int i, int j) -> double& { return t[(size_t(u) * reps + i) * slots + j]; };
+  for (int u = 0; u < units; ++u)
+    for (int i = 0; i < reps; ++i)
+      for (int j = 0; j < slots; ++j) at(u, i, j) = bias[size_t(u)] * drift[size_t(i)] * base[size_t(j)];
+  auto rel = paired_relative_cost(t, units, reps, slots);
+  for (int u = 1; u < units; ++u)
+    CHECK(rel[size_t(u)] / rel[0] == Approx(bias[size_t(u)]).epsilon(1e-12));
+
+  // One measurement 3x too slow (a span that lost its core) moves nothing.
+  at(1, 4, 2) *= 3.0;
+  rel = paired_relative_cost(t, units, reps, slots);
+  CHECK(rel[1] / rel[0] == Approx(bias[1]).epsilon(1e-12));
+
+  // A slot where nobody computes (all zero) carries no weight.
+  for (int u = 0; u < units; ++u)
+    for (int i = 0; i < reps; ++i) at(u, i, 3) = 0.0;
+  rel = paired_relative_cost(t, units, reps, slots);
+  CHECK(rel[3] / rel[0] == Approx(bias[3]).epsilon(1e-12));
+
+  // Slots weigh by their cost: a unit slow in the dearest slot only is
+  // slower overall than one equally slow in the cheapest slot only.
+  std::vector<double> s(size_t(2) * 3 * 2, 1.0);  // 2 units, 3 reps, slots costing 1 and 4
+  for (int i = 0; i < 3; ++i) s[size_t(i) * 2 + 1] = 4.0, s[size_t(3 + i) * 2 + 1] = 4.0;
+  for (int i = 0; i < 3; ++i) s[size_t(3 + i) * 2 + 1] *= 1.2;  // unit 1: 20% slower in slot 1
+  rel = paired_relative_cost(s, 2, 3, 2);
+  // Ratios in slot 1: 1/1.1 and 1.2/1.1; weight 4.4 of 5.4.
+  CHECK(rel[1] / rel[0] == Approx((1.0 + 4.4 * 1.2 / 1.1) / (1.0 + 4.4 / 1.1)).epsilon(1e-12));
+
+  CHECK_THROWS_AS(paired_relative_cost(t, units, reps, slots + 1), Error);
+}
