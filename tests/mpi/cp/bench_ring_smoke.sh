@@ -26,6 +26,17 @@ for name, cases in ((sys.argv[1], 4), (sys.argv[2], 2)):
         assert g["balance_cpu"][i] >= 1.0
 g = h5py.File(sys.argv[1], "r")["bench/ring"]
 assert (g["one_rank_busy_ms"][:] > 0).all() and (g["one_rank_alone_ms"][:] > 0).all()
+# balance_paired is max/min of the ranks' compute_rel in the same case
+for name in sys.argv[1:3]:
+    f = h5py.File(name, "r")
+    ring, ranks = f["bench/ring"], f["bench/ring_ranks"]
+    case = lambda g, i: (g["layout"][i], g["seq"][i])
+    for i in range(len(ring["layout"])):
+        rel = [ranks["compute_rel"][j] for j in range(len(ranks["layout"]))
+               if case(ranks, j) == case(ring, i)]
+        assert len(rel) == len(set(ranks["rank"][:])) and min(rel) > 0, rel
+        assert abs(ring["balance_paired"][i] - max(rel) / min(rel)) < 1e-9 * max(rel), (rel, ring["balance_paired"][i])
+    assert (ranks["progress_ms"][:] >= 0).all()
 print("ok   hdf5")
 PY
 else
