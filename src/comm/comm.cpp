@@ -8,6 +8,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <ctime>
 #include <string>
 #include <thread>
 
@@ -408,59 +409,72 @@ void Communicator::barrier() {
 
 // ---- clock ----
 
-double now_s() { return MPI_Wtime() + g_clock_offset; }
+namespace {
+
+// CLOCK_MONOTONIC is one clock for every process of a host. MPI_Wtime is not:
+// Open MPI counts it from an origin each process takes at start-up.
+double monotonic_s() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+}  // namespace
+
+double now_s() { return monotonic_s() + g_clock_offset; }
 
 void sync_clock(MPI_Comm world) {
-  int* is_global = nullptr;
-  int flag = 0;
-  MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_WTIME_IS_GLOBAL, &is_global, &flag));
-  int global = (flag && is_global && *is_global) ? 1 : 0;
-  // All ranks must agree on whether to run the exchange below.
-  MPI_Comm dup;
-  MPI_CHECK(MPI_Comm_dup(world, &dup));
-  Communicator c(dup, CommKind::world, "clock sync", 60.0, true);
-  // Every rank must take the same branch below: the clock is global only if
-  // all ranks say so (min over ranks, as max of the negation).
-  int not_global = -global;
-  c.allreduce_max(&not_global, 1);
-  const bool all_global = not_global == -1;
-  if (all_global) {
-    g_clock_offset = 0.0;
-    return;
-  }
-  // Rank 0's clock is the reference. Each rank pings rank 0 a few times and
-  // keeps the exchange with the shortest round trip (least queueing), taking
-  // rank 0's reading as taken half-way through it.
-  constexpr int kRounds = 8;
-  constexpr int kTag = 7301;
-  double best_rtt = 1e30, best_offset = 0.0;
-  for (int r = 1; r < c.size(); ++r) {
-    for (int k = 0; k < kRounds; ++k) {
-      if (c.rank() == 0) {
-        char ping = 0;
-        Request rq = c.irecv(&ping, 1, r, kTag);
-        c.wait(rq);
-        const double t = MPI_Wtime();
-        Request sq = c.isend(&t, sizeof t, r, kTag);
-        c.wait(sq);
-      } else if (c.rank() == r) {
-        char ping = 1;
-        double t_ref = 0;
-        const double t0 = MPI_Wtime();
-        Request sq = c.isend(&ping, 1, 0, kTag);
-        Request rq = c.irecv(&t_ref, sizeof t_ref, 0, kTag);
-        c.wait(sq);
-        c.wait(rq);
-        const double t1 = MPI_Wtime();
-        if (t1 - t0 < best_rtt) {
-          best_rtt = t1 - t0;
-          best_offset = t_ref - 0.5 * (t0 + t1);
+  // Ranks that share a host share the clock, so only the offset between hosts
+  // is measured: each host's leader (its lowest rank) against world rank 0,
+  // the reference, and the leader hands it to the ranks of its host. On one
+  // host no offset is measured at all and the readings of all ranks are
+  // exactly comparable.
+  int world_rank = 0;
+  MPI_CHECK(MPI_Comm_rank(world, &world_rank));
+  MPI_Comm host_mpi, leaders_mpi;
+  MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &host_mpi));
+  Communicator host(host_mpi, CommKind::world, "clock sync (host)", 60.0, true);
+  const bool leader = host.rank() == 0;
+  MPI_CHECK(MPI_Comm_split(world, leader ? 0 : MPI_UNDEFINED, world_rank, &leaders_mpi));
+  double offset = 0.0;
+  if (leader) {
+    // Ordered by world rank: leaders' rank 0 is world rank 0.
+    Communicator c(leaders_mpi, CommKind::world, "clock sync (hosts)", 60.0, true);
+    // Each leader pings rank 0 a few times and keeps the exchange with the
+    // shortest round trip (least queueing), taking rank 0's reading as taken
+    // half-way through it.
+    constexpr int kRounds = 8;
+    constexpr int kTag = 7301;
+    double best_rtt = 1e30;
+    for (int r = 1; r < c.size(); ++r) {
+      for (int k = 0; k < kRounds; ++k) {
+        if (c.rank() == 0) {
+          char ping = 0;
+          Request rq = c.irecv(&ping, 1, r, kTag);
+          c.wait(rq);
+          const double t = monotonic_s();
+          Request sq = c.isend(&t, sizeof t, r, kTag);
+          c.wait(sq);
+        } else if (c.rank() == r) {
+          char ping = 1;
+          double t_ref = 0;
+          const double t0 = monotonic_s();
+          Request sq = c.isend(&ping, 1, 0, kTag);
+          Request rq = c.irecv(&t_ref, sizeof t_ref, 0, kTag);
+          c.wait(sq);
+          c.wait(rq);
+          const double t1 = monotonic_s();
+          if (t1 - t0 < best_rtt) {
+            best_rtt = t1 - t0;
+            offset = t_ref - 0.5 * (t0 + t1);
+          }
         }
       }
     }
+    c.barrier();
   }
-  g_clock_offset = c.rank() == 0 ? 0.0 : best_offset;
-  c.barrier();
+  host.broadcast(&offset, sizeof offset, 0);
+  g_clock_offset = offset;
 }
 
 }  // namespace trident

@@ -121,8 +121,10 @@ class Communicator {
   std::vector<int> world_ranks_;
 };
 
-// Wall clock shared by all ranks (MPI_Wtime; MPI_WTIME_IS_GLOBAL or offset
-// corrected at start-up by sync_clock()).
+// Clock shared by all ranks, seconds: CLOCK_MONOTONIC, which the processes
+// of one host share exactly, plus this host's offset from world rank 0's
+// host, measured by sync_clock() (a collective over `world`; 0 on rank 0's
+// host, and everywhere before the first call).
 double now_s();
 void sync_clock(MPI_Comm world);
 

@@ -3,8 +3,10 @@
 // counters against what was handed over, and the deadline against a receive
 // that nobody matches.
 #include <mpi.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -300,4 +302,47 @@ TEST_CASE("now_s is one clock: after sync, every rank's reading after a barrier 
   c->allreduce_max(&hi, 1);
   CHECK(hi - lo < 1.0);
   CHECK(now_s() >= t);
+}
+
+TEST_CASE("now_s on one host is one clock: a reading after a message is never before the sender's",
+          "[comm]") {
+  sync_clock(MPI_COMM_WORLD);
+  auto c = dup_world(CommKind::world);
+  if (c->size() < 2) {
+    WARN("needs 2 or more ranks: nothing to compare on 1");
+    return;
+  }
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  const double host = double(rng::hash_name(name) % (uint64_t(1) << 52));
+  // A token goes round the ranks many times; each rank reads the clock right
+  // after it arrives. Message latency on one host is a few microseconds, so
+  // a clock offset error of that size already reverses the order.
+  int same_host_pairs = 0, reversed = 0;
+  double worst = 0;
+  for (int round = 0; round < 200; ++round) {
+    double token[2] = {0, 0};  // reading, host of the reader
+    const int r = c->rank(), n = c->size();
+    if (r == 0 && round == 0) token[0] = now_s(), token[1] = host;
+    if (r != 0 || round > 0) {
+      Request rq = c->irecv(token, sizeof token, (r - 1 + n) % n, 77);
+      c->wait(rq);
+      const double t = now_s();
+      if (token[1] == host) {
+        ++same_host_pairs;
+        if (t < token[0]) ++reversed, worst = std::max(worst, token[0] - t);
+      }
+      token[0] = t, token[1] = host;
+    }
+    if (!(r == n - 1 && round == 199)) {
+      Request sq = c->isend(token, sizeof token, (r + 1) % n, 77);
+      c->wait(sq);
+    }
+  }
+  INFO("readings earlier than the sender's: " << reversed << " of " << same_host_pairs
+                                             << ", by up to " << worst * 1e6 << " us");
+  CHECK(reversed == 0);
+  int pairs = same_host_pairs;
+  c->allreduce_max(&pairs, 1);
+  if (pairs == 0) WARN("no two consecutive ranks share a host: nothing compared");
 }
