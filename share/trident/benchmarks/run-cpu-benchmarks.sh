@@ -13,7 +13,7 @@ run() { echo; echo "\$ $*"; "$@"; }
 
 run "$bin" bench attention --seq 4096 --head-dim 128 --mask full,causal --reps 3 --threads 1 --output "$out/attention.h5"
 run "$bin" bench attention --seq 1024,2048,8192 --head-dim 64,128 --mask causal --reps 1 --threads 1 --output "$out/attention-sweep.h5"
-run "${mpirun[@]}" -np 2 "$bin" bench ring --causal --baseline --seq-per-rank 2048,4096 --iters 5 --output "$out/ring-cp2.h5"
+run "${mpirun[@]}" -np 2 "$bin" bench ring --causal --baseline --seq-per-rank 2048,4096 --iters 9 --output "$out/ring-cp2.h5"
 run "${mpirun[@]}" -np 2 "$bin" bench ring --causal --seq-per-rank 1024,2048,4096,8192 --layout zigzag --iters 1 --output "$out/ring-cp2-memory.h5"
 run "${mpirun[@]}" -np 4 "$bin" bench ring --causal --seq-per-rank 1024,2048 --iters 21 --serialize-compute --output "$out/ring-cp4.h5"
 run "${mpirun[@]}" -np 8 "$bin" bench ring --causal --seq-per-rank 1024,2048 --iters 21 --serialize-compute --output "$out/ring-cp8.h5"
