@@ -13,7 +13,10 @@
 //
 // Every time is the median over --iters iterations, each started by a
 // barrier: per rank for the per-rank table; for the ring's wall time, of the
-// slowest rank's time per iteration.
+// slowest rank's time per iteration. An iteration runs the one-rank
+// references and then every layout's ring back to back, and the ratios of
+// ring to reference are taken within an iteration before the median, so
+// that this machine's speed drifting between iterations cancels out.
 //
 // Every rank spot-checks a few of its output rows against the fp64
 // definition over the whole sequence (inputs are regenerable from their
@@ -29,6 +32,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <memory>
 #include <sstream>
 
 #include "commands.hpp"
@@ -73,33 +77,104 @@ std::vector<int64_t> all_positions(int64_t seq) {
   return p;
 }
 
-// Seconds per iteration of forward+backward over the whole sequence by one
-// rank with no ring (the one-rank reference), each iteration after a barrier
-// of `world` (so that with run_here on every rank they run concurrently).
-std::vector<double> one_rank_times(Communicator& world, bool run_here, int64_t seq, int H, int Hkv,
-                                   int D, bool causal, int iters) {
-  std::vector<double> times;
-  std::vector<float> q, k, v, dout, out, lse, dq, dk, dv;
-  if (run_here) {
-    const auto all = all_positions(seq);
-    q = rows_at(all, int64_t(H) * D, "ring.q"), k = rows_at(all, int64_t(Hkv) * D, "ring.k");
-    v = rows_at(all, int64_t(Hkv) * D, "ring.v"), dout = rows_at(all, int64_t(H) * D, "ring.do");
-    out.resize(q.size()), lse.resize(size_t(seq * H)), dq.resize(q.size()), dk.resize(k.size());
-    dv.resize(v.size());
-  }
-  cp::RingAttention one(nullptr, cp::Layout::contiguous, causal, seq);
-  for (int it = 0; it < iters; ++it) {
+// The one-rank reference: forward+backward over the whole sequence with no
+// ring. Inputs are allocated on first use (ranks that never run it hold none).
+class OneRankJob {
+ public:
+  OneRankJob(int64_t seq, int H, int Hkv, int D, bool causal)
+      : seq_(seq), H_(H), Hkv_(Hkv), D_(D), one_(nullptr, cp::Layout::contiguous, causal, seq) {}
+
+  // One iteration after a barrier of `world` (with run_here on every rank,
+  // they run at the same time). Seconds, or NaN where it did not run.
+  double iterate(Communicator& world, bool run_here) {
     world.barrier();
-    if (!run_here) continue;
+    if (!run_here) return NAN;
+    if (q_.empty()) {
+      const auto all = all_positions(seq_);
+      q_ = rows_at(all, int64_t(H_) * D_, "ring.q"), k_ = rows_at(all, int64_t(Hkv_) * D_, "ring.k");
+      v_ = rows_at(all, int64_t(Hkv_) * D_, "ring.v"), do_ = rows_at(all, int64_t(H_) * D_, "ring.do");
+      out_.resize(q_.size()), lse_.resize(size_t(seq_ * H_)), dq_.resize(q_.size());
+      dk_.resize(k_.size()), dv_.resize(v_.size());
+    }
     const double t0 = seconds_now();
-    one.forward(q.data(), k.data(), v.data(), H, Hkv, D, out.data(), lse.data());
-    one.backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), H, Hkv, D,
-                 dq.data(), dk.data(), dv.data());
-    times.push_back(seconds_now() - t0);
+    one_.forward(q_.data(), k_.data(), v_.data(), H_, Hkv_, D_, out_.data(), lse_.data());
+    one_.backward(q_.data(), k_.data(), v_.data(), out_.data(), lse_.data(), do_.data(), H_, Hkv_,
+                  D_, dq_.data(), dk_.data(), dv_.data());
+    return seconds_now() - t0;
   }
-  world.barrier();
-  return times;
-}
+
+ private:
+  int64_t seq_;
+  int H_, Hkv_, D_;
+  cp::RingAttention one_;
+  std::vector<float> q_, k_, v_, do_, out_, lse_, dq_, dk_, dv_;
+};
+
+// One layout's ring on this rank's shard, and what each iteration measured.
+struct LayoutCase {
+  LayoutCase(Communicator* comm, cp::Layout l, bool causal, int64_t seq, int h, int hkv, int d)
+      : layout(l), ring(comm, l, causal, seq), H(h), Hkv(hkv), D(d) {
+    ring.set_record_steps(true);
+    const auto& pos = ring.positions();
+    q = rows_at(pos, int64_t(H) * D, "ring.q"), k = rows_at(pos, int64_t(Hkv) * D, "ring.k");
+    v = rows_at(pos, int64_t(Hkv) * D, "ring.v"), dout = rows_at(pos, int64_t(H) * D, "ring.do");
+    out.resize(q.size()), lse.resize(pos.size() * size_t(H)), dq.resize(q.size());
+    dk.resize(k.size()), dv.resize(v.size());
+  }
+
+  // One forward+backward after a barrier; appends this rank's measurements.
+  void iterate(Communicator& world) {
+    ring.reset_counters();
+    world.barrier();
+    const double t0 = seconds_now(), c0 = cpu_seconds_now();
+    ring.forward(q.data(), k.data(), v.data(), H, Hkv, D, out.data(), lse.data());
+    ring.backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), H, Hkv, D,
+                  dq.data(), dk.data(), dv.data());
+    walls.push_back(seconds_now() - t0);
+    cpus.push_back(cpu_seconds_now() - c0);
+    const cp::RingCounters& c = ring.counters();
+    computes.push_back(c.compute_s);
+    compute_cpus.push_back(c.compute_cpu_s);
+    progresses.push_back(c.progress_s);
+    waits.push_back(c.wait_s);
+    const size_t n_steps = 2 * size_t(ring.cp_size());
+    TRIDENT_CHECK(c.step_compute_s.size() == n_steps,
+                  "bench ring: expected " + std::to_string(n_steps) + " ring steps per iteration");
+    steps.insert(steps.end(), c.step_compute_s.begin(), c.step_compute_s.end());
+  }
+
+  // Two local rows of head 0 against the fp64 definition over the whole
+  // sequence: the worst relative error, and the rows off by more than 1e-4.
+  void spot_check(int64_t seq, bool causal, double* worst, double* wrong) const {
+    const auto all = all_positions(seq);
+    auto gk = rows_at(all, int64_t(Hkv) * D, "ring.k"), gv = rows_at(all, int64_t(Hkv) * D, "ring.v");
+    kernels::AttnShape s{1, seq, H, Hkv, D, 1.0f / std::sqrt(float(D)), causal, 0, 0};
+    std::vector<double> ref(static_cast<size_t>(D));
+    const auto& pos = ring.positions();
+    const int64_t T = int64_t(pos.size());
+    for (int64_t i : {int64_t(0), T - 1}) {
+      s.q_pos0 = pos[size_t(i)];
+      kernels::attention_reference_row(s, q.data() + i * H * D, gk.data(), gv.data(), 0, 0,
+                                        ref.data());
+      double num = 0, den = 0;
+      for (int d = 0; d < D; ++d) {
+        const double diff = out[size_t(i * H * D + d)] - ref[size_t(d)];
+        num += diff * diff, den += ref[size_t(d)] * ref[size_t(d)];
+      }
+      const double err = std::sqrt(num / std::max(den, 1e-30));
+      *worst = std::max(*worst, err);
+      if (!(err <= 1e-4)) *wrong += 1;
+    }
+  }
+
+  cp::Layout layout;
+  cp::RingAttention ring;
+  int H, Hkv, D;
+  std::vector<float> q, k, v, dout, out, lse, dq, dk, dv;
+  // Per iteration: this rank's wall and CPU time and its ring counters;
+  // steps: 2*cp entries per iteration (RingCounters::step_compute_s).
+  std::vector<double> walls, cpus, computes, compute_cpus, progresses, waits, steps;
+};
 
 // What each rank reports for one case (gathered to rank 0 as doubles).
 // A lock shared by the ranks of one node (flock on a file): the holder
@@ -227,92 +302,78 @@ class BenchRingCommand : public Command {
     long long total_wrong = 0;
     for (int64_t T : seqs) {
       const int64_t seq = T * cp;
-      // The one-rank time of the whole sequence: alone on rank 0 (the others
-      // wait in the barrier), then on every rank at once. Medians over
-      // iterations; for the busy one over iterations and ranks.
-      double alone_s = NAN, busy_s = NAN;
-      if (baseline_) {
-        const auto alone = one_rank_times(world, rank == 0, seq, H, Hkv, D, causal_, iters_);
-        if (rank == 0) alone_s = median(alone);
-        world.broadcast(&alone_s, sizeof alone_s, 0);
-        const auto busy = one_rank_times(world, true, seq, H, Hkv, D, causal_, iters_);
-        std::vector<double> all_busy(size_t(iters_) * cp);
-        world.allgather(busy.data(), all_busy.data(), busy.size() * sizeof(double));
-        busy_s = median(all_busy);
-      }
-
+      std::vector<std::unique_ptr<LayoutCase>> cases;
       for (cp::Layout layout : layouts) {
         cp::check_layout(seq, cp, layout);
-        cp::RingAttention ring(&ring_comm, layout, causal_, seq);
-        ring.set_record_steps(true);
-        ring.set_record_steps(true);
-        if (gate) ring.set_compute_gate([&] { gate->lock(); }, [&] { gate->unlock(); });
-        const auto& pos = ring.positions();
-        auto q = rows_at(pos, int64_t(H) * D, "ring.q"), k = rows_at(pos, int64_t(Hkv) * D, "ring.k");
-        auto v = rows_at(pos, int64_t(Hkv) * D, "ring.v"), dout = rows_at(pos, int64_t(H) * D, "ring.do");
-        std::vector<float> out(q.size()), lse(size_t(T * H)), dq(q.size()), dk(k.size()),
-            dv(v.size());
-        // Per iteration: this rank's wall time and its ring counters.
-        std::vector<double> walls, cpus, computes, compute_cpus, progresses, waits, steps;
-        cp::RingCounters c;
-        for (int it = 0; it < iters_; ++it) {
-          ring.reset_counters();
-          world.barrier();
-          const double t0 = seconds_now(), c0 = cpu_seconds_now();
-          ring.forward(q.data(), k.data(), v.data(), H, Hkv, D, out.data(), lse.data());
-          ring.backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), H, Hkv,
-                        D, dq.data(), dk.data(), dv.data());
-          walls.push_back(seconds_now() - t0);
-          cpus.push_back(cpu_seconds_now() - c0);
-          c = ring.counters();
-          computes.push_back(c.compute_s);
-          compute_cpus.push_back(c.compute_cpu_s);
-          progresses.push_back(c.progress_s);
-          TRIDENT_CHECK(c.step_compute_s.size() == size_t(2 * cp),
-                        "bench ring: expected " + std::to_string(2 * cp) + " ring steps per iteration");
-          steps.insert(steps.end(), c.step_compute_s.begin(), c.step_compute_s.end());
-          waits.push_back(c.wait_s);
+        cases.push_back(std::make_unique<LayoutCase>(&ring_comm, layout, causal_, seq, H, Hkv, D));
+        if (gate)
+          cases.back()->ring.set_compute_gate([&] { gate->lock(); }, [&] { gate->unlock(); });
+      }
+      // Every iteration runs the one-rank reference of the whole sequence
+      // (alone on rank 0 while the others wait, then on every rank at once)
+      // and then each layout's ring, back to back, so that each ring
+      // iteration has its own baseline taken moments before it.
+      std::unique_ptr<OneRankJob> one;
+      if (baseline_) one = std::make_unique<OneRankJob>(seq, H, Hkv, D, causal_);
+      std::vector<double> alone, busy;  // per iteration: rank 0's; this rank's
+      for (int it = 0; it < iters_; ++it) {
+        if (one) {
+          alone.push_back(one->iterate(world, rank == 0));
+          busy.push_back(one->iterate(world, true));
         }
+        for (auto& lc : cases) lc->iterate(world);
+      }
+      // Per iteration: the one-rank time alone (rank 0's) and busy (median
+      // over the ranks, which ran it at the same time).
+      std::vector<double> alone_it(size_t(iters_), NAN), busy_it(size_t(iters_), NAN);
+      if (one) {
+        std::vector<double> all_alone(size_t(iters_) * cp), all_busy(size_t(iters_) * cp);
+        world.allgather(alone.data(), all_alone.data(), alone.size() * sizeof(double));
+        world.allgather(busy.data(), all_busy.data(), busy.size() * sizeof(double));
+        for (int it = 0; it < iters_; ++it) {
+          std::vector<double> b(static_cast<size_t>(cp));
+          for (int r = 0; r < cp; ++r) b[size_t(r)] = all_busy[size_t(r) * iters_ + size_t(it)];
+          busy_it[size_t(it)] = median(b);
+          alone_it[size_t(it)] = all_alone[size_t(it)];  // rank 0's row
+        }
+      }
+
+      for (auto& lcp : cases) {
+        LayoutCase& lc = *lcp;
+        const cp::Layout layout = lc.layout;
         // The ring's wall time of an iteration is its slowest rank's.
         std::vector<double> all_walls(size_t(iters_) * cp), iter_walls(size_t(iters_), 0.0);
-        world.allgather(walls.data(), all_walls.data(), walls.size() * sizeof(double));
+        world.allgather(lc.walls.data(), all_walls.data(), lc.walls.size() * sizeof(double));
         for (int r = 0; r < cp; ++r)
           for (int it = 0; it < iters_; ++it)
             iter_walls[size_t(it)] =
                 std::max(iter_walls[size_t(it)], all_walls[size_t(r) * iters_ + size_t(it)]);
         const double ring_wall = median(iter_walls);
-        std::vector<double> all_steps(steps.size() * size_t(cp));
-        world.allgather(steps.data(), all_steps.data(), steps.size() * sizeof(double));
+        // Ratios against the ideal 1/cp share of the one-rank time, taken
+        // within each iteration and then the median (NaN without --baseline).
+        double busy_ratio = NAN, alone_ratio = NAN;
+        if (one) {
+          std::vector<double> rb(static_cast<size_t>(iters_)), ra(static_cast<size_t>(iters_));
+          for (int it = 0; it < iters_; ++it) {
+            rb[size_t(it)] = iter_walls[size_t(it)] / (busy_it[size_t(it)] / cp);
+            ra[size_t(it)] = iter_walls[size_t(it)] / (alone_it[size_t(it)] / cp);
+          }
+          busy_ratio = median(rb), alone_ratio = median(ra);
+        }
+        std::vector<double> all_steps(lc.steps.size() * size_t(cp));
+        world.allgather(lc.steps.data(), all_steps.data(), lc.steps.size() * sizeof(double));
         const auto rel = paired_relative_cost(all_steps, cp, iters_, 2 * cp);
 
-        // Spot check: two local rows per head 0 against the whole sequence.
         double stats[kNumStats] = {};
-        {
-          const auto all = all_positions(seq);
-          auto gk = rows_at(all, int64_t(Hkv) * D, "ring.k"), gv = rows_at(all, int64_t(Hkv) * D, "ring.v");
-          kernels::AttnShape s{1, seq, H, Hkv, D, 1.0f / std::sqrt(float(D)), causal_, 0, 0};
-          std::vector<double> ref(static_cast<size_t>(D));
-          for (int64_t i : {int64_t(0), T - 1}) {
-            s.q_pos0 = pos[size_t(i)];
-            kernels::attention_reference_row(s, q.data() + i * H * D, gk.data(), gv.data(), 0, 0,
-                                              ref.data());
-            double num = 0, den = 0;
-            for (int d = 0; d < D; ++d) {
-              const double diff = out[size_t(i * H * D + d)] - ref[size_t(d)];
-              num += diff * diff, den += ref[size_t(d)] * ref[size_t(d)];
-            }
-            const double err = std::sqrt(num / std::max(den, 1e-30));
-            stats[kErr] = std::max(stats[kErr], err);
-            if (!(err <= 1e-4)) stats[kWrong] += 1;
-          }
-        }
+        lc.spot_check(seq, causal_, &stats[kErr], &stats[kWrong]);
+        const cp::RingCounters& c = lc.ring.counters();
         stats[kFlops] = c.flops;  // the same every iteration
-        stats[kCompute] = median(computes);
-        stats[kProgress] = median(progresses);
-        stats[kWait] = median(waits);
-        stats[kWall] = median(walls);
-        stats[kCpu] = median(cpus);
-        stats[kComputeCpu] = median(compute_cpus);
+        stats[kCompute] = median(lc.computes);
+        stats[kProgress] = median(lc.progresses);
+        stats[kWait] = median(lc.waits);
+        stats[kWall] = median(lc.walls);
+        stats[kCpu] = median(lc.cpus);
+        stats[kComputeCpu] = median(lc.compute_cpus);
         stats[kWorkspace] = double(c.peak_workspace_bytes);
         stats[kBytes] = c.bytes_sent;
         std::vector<double> all_stats(size_t(kNumStats) * cp);
@@ -325,23 +386,23 @@ class BenchRingCommand : public Command {
           cmax = std::max(cmax, st[kCompute]), cmin = std::min(cmin, st[kCompute]);
           umax = std::max(umax, st[kComputeCpu]), umin = std::min(umin, st[kComputeCpu]);
           fmax = std::max(fmax, st[kFlops]), fmin = std::min(fmin, st[kFlops]);
+          pmax = std::max(pmax, rel[size_t(r)]), pmin = std::min(pmin, rel[size_t(r)]);
           omin = std::min(omin, st[kCompute] / st[kWall]);
           wsmax = std::max(wsmax, st[kWorkspace]);
           total_wrong += static_cast<long long>(st[kWrong]);
-          pmax = std::max(pmax, rel[size_t(r)]), pmin = std::min(pmin, rel[size_t(r)]);
           per_rank.add_row({std::string(cp::layout_name(layout)), static_cast<long long>(seq),
                             static_cast<long long>(T), static_cast<long long>(r), st[kFlops] / 1e9,
-                            st[kCompute] * 1e3, rel[size_t(r)], st[kProgress] * 1e3, st[kWait] * 1e3, st[kWall] * 1e3, st[kCpu] * 1e3,
+                            st[kCompute] * 1e3, rel[size_t(r)], st[kProgress] * 1e3,
+                            st[kWait] * 1e3, st[kWall] * 1e3, st[kCpu] * 1e3,
                             st[kCompute] / st[kWall], st[kFlops] / st[kCompute] / 1e9,
                             st[kWorkspace] / 1048576.0, st[kBytes] / 1048576.0, st[kErr],
                             static_cast<long long>(st[kWrong])});
         }
+        const double busy_s = one ? median(busy_it) : NAN, alone_s = one ? median(alone_it) : NAN;
         summary.add_row({std::string(cp::layout_name(layout)), static_cast<long long>(seq),
                          static_cast<long long>(T), cmax / cmin, pmax / pmin, umax / umin,
-                         fmax / fmin, omin,
-                         ring_wall * 1e3,
-                         busy_s * 1e3, ring_wall / (busy_s / cp), alone_s * 1e3,
-                         ring_wall / (alone_s / cp), wsmax / 1048576.0});
+                         fmax / fmin, omin, ring_wall * 1e3, busy_s * 1e3, busy_ratio,
+                         alone_s * 1e3, alone_ratio, wsmax / 1048576.0});
         if (rank == 0)
           std::fprintf(stderr, "  done: %s seq/cp %lld\n", cp::layout_name(layout),
                        static_cast<long long>(T));
@@ -375,8 +436,10 @@ class BenchRingCommand : public Command {
         "wall_ms: median over iterations of the slowest rank's forward+backward time");
     summary.notes.push_back(
         "one_rank_busy_ms: the whole sequence without a ring, run by every rank at the same time "
-        "(all cores busy, as in the ring), median over iterations and ranks; wall/(busy/cp): the "
-        "ring's wall over an ideal 1/cp share of it, the like-for-like ratio (needs --baseline)");
+        "(all cores busy, as in the ring), median over iterations of the ranks' median; "
+        "wall/(busy/cp): the ring's wall over an ideal 1/cp share of it, the like-for-like "
+        "ratio, taken in each iteration (the reference runs just before the ring) and then the "
+        "median (needs --baseline)");
     summary.notes.push_back(
         "one_rank_alone_ms: the same on rank 0 while the other ranks wait (idle cores leave it "
         "more memory bandwidth and clock); wall/(alone/cp): the ratio against it, for reference");
