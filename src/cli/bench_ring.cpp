@@ -276,7 +276,16 @@ class BenchRingCommand : public Command {
       gate = std::make_unique<ComputeLock>(gate_path, timeout_s_);
     }
 
-    BenchTable per_rank, summary;
+    BenchTable per_rank, summary, step_table;
+    // Written to the HDF5 file only: the per-step times behind compute_rel.
+    step_table.name = "ring_steps";
+    step_table.title = "Ring attention compute per rank, iteration and ring step";
+    step_table.columns = {"layout", "seq",   "rank",   "iteration",
+                          "step",   "phase", "source", "compute_ms"};
+    step_table.notes.push_back(
+        "step: 0..cp-1 forward, cp..2cp-1 backward (phase); source: the rank whose K/V block "
+        "the step used; compute_ms: that step's kernel time (dK/dV sum included, MPI tests "
+        "excluded). balance_paired is computed from these rows");
     per_rank.name = "ring_ranks";
     per_rank.title = "Ring attention per rank: cp=" + std::to_string(cp) + ", " +
                      (causal_ ? "causal" : "full") + ", heads " + std::to_string(H) + "/" +
@@ -363,6 +372,20 @@ class BenchRingCommand : public Command {
         std::vector<double> all_steps(lc.steps.size() * size_t(cp));
         world.allgather(lc.steps.data(), all_steps.data(), lc.steps.size() * sizeof(double));
         const auto rel = paired_relative_cost(all_steps, cp, iters_, 2 * cp);
+        if (rank == 0)
+          for (int r = 0; r < cp; ++r)
+            for (int it = 0; it < iters_; ++it)
+              for (int j = 0; j < 2 * cp; ++j) {
+                const int step = j % cp;
+                step_table.add_row(
+                    {std::string(cp::layout_name(layout)), static_cast<long long>(seq),
+                     static_cast<long long>(r), static_cast<long long>(it),
+                     static_cast<long long>(j), std::string(j < cp ? "forward" : "backward"),
+                     static_cast<long long>((r - step + cp) % cp),
+                     all_steps[(size_t(r) * size_t(iters_) + size_t(it)) * size_t(2 * cp) +
+                               size_t(j)] *
+                         1e3});
+              }
 
         double stats[kNumStats] = {};
         lc.spot_check(seq, causal_, &stats[kErr], &stats[kWrong]);
@@ -449,7 +472,7 @@ class BenchRingCommand : public Command {
       std::fputs(summary.format().c_str(), stdout);
       std::printf("# wrong rows in total: %lld (%s)\n", total_wrong, total_wrong ? "FAILED" : "OK");
       std::fflush(stdout);
-      if (!output_.empty()) write_bench_file(output_, {per_rank, summary}, command_line());
+      if (!output_.empty()) write_bench_file(output_, {per_rank, summary, step_table}, command_line());
     }
     world.barrier();
     if (gate && rank == 0) ::unlink(gate_path.c_str());

@@ -37,6 +37,27 @@ for name in sys.argv[1:3]:
         assert len(rel) == len(set(ranks["rank"][:])) and min(rel) > 0, rel
         assert abs(ring["balance_paired"][i] - max(rel) / min(rel)) < 1e-9 * max(rel), (rel, ring["balance_paired"][i])
     assert (ranks["progress_ms"][:] >= 0).all()
+    # ... and follows from the per-step rows (recomputed here on its own)
+    steps = f["bench/ring_steps"]
+    import collections, statistics
+    t = collections.defaultdict(dict)  # (layout, seq) -> {(rank, it, step): ms}
+    for j in range(len(steps["layout"])):
+        t[(steps["layout"][j], steps["seq"][j])][
+            (steps["rank"][j], steps["iteration"][j], steps["step"][j])] = steps["compute_ms"][j]
+    for i in range(len(ring["layout"])):
+        d = t[case(ring, i)]
+        R = sorted({k[0] for k in d}); I = sorted({k[1] for k in d}); S = sorted({k[2] for k in d})
+        assert len(S) == 2 * len(R) and len(d) == len(R) * len(I) * len(S)
+        rel = dict.fromkeys(R, 0.0); total = 0.0
+        for s in S:
+            means = {it: sum(d[(r, it, s)] for r in R) / len(R) for it in I}
+            w = statistics.median(means.values())
+            if not w > 0: continue
+            total += w
+            for r in R:
+                rel[r] += w * statistics.median(d[(r, it, s)] / means[it] if means[it] > 0 else 1.0 for it in I)
+        paired = max(rel.values()) / min(rel.values())
+        assert abs(paired - ring["balance_paired"][i]) < 1e-6, (paired, ring["balance_paired"][i])
 print("ok   hdf5")
 PY
 else
