@@ -32,6 +32,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <map>
 #include <memory>
 #include <sstream>
 
@@ -238,6 +239,45 @@ class BenchRingCommand : public Command {
 
   bool needs_mpi() const override { return true; }
 
+ private:
+  // What rank r computes in a step that holds the K/V block of rank src.
+  const char* step_kind(cp::Layout layout, int r, int src) const {
+    if (!causal_) return "full";
+    if (src == r) return "diagonal";
+    if (layout == cp::Layout::contiguous) return src < r ? "full" : "masked";
+    return src < r ? "2q x 1kv" : "1q x 2kv";
+  }
+
+  // Rows of the step-kind table for one case, from every rank's step times
+  // t[(r * iters + it) * 2cp + j].
+  void add_kind_rows(BenchTable& kinds, cp::Layout layout, int64_t seq, int cp,
+                     const std::vector<double>& t) const {
+    const size_t n_steps = 2 * size_t(cp);
+    auto at = [&](int r, int it, int j) {
+      return t[(size_t(r) * size_t(iters_) + size_t(it)) * n_steps + size_t(j)];
+    };
+    for (const char* phase : {"forward", "backward"}) {
+      const int j0 = std::string(phase) == "forward" ? 0 : cp;
+      std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> by_kind;
+      for (int j = j0; j < j0 + cp; ++j)
+        for (int it = 0; it < iters_; ++it) {
+          double mean = 0;
+          for (int r = 0; r < cp; ++r) mean += at(r, it, j) / cp;
+          for (int r = 0; r < cp; ++r) {
+            auto& k = by_kind[step_kind(layout, r, (r - (j - j0) + cp) % cp)];
+            k.first.push_back(at(r, it, j));
+            k.second.push_back(mean > 0 ? at(r, it, j) / mean : 1.0);
+          }
+        }
+      for (const auto& [kind, v] : by_kind)
+        kinds.add_row({std::string(cp::layout_name(layout)), static_cast<long long>(seq),
+                       std::string(phase), kind, static_cast<long long>(v.first.size() / iters_),
+                       median(v.first) * 1e3, median(v.second)});
+    }
+  }
+
+ public:
+
   int run() override {
     const auto seqs = parse_positive_list("--seq-per-rank", seq_per_rank_);
     std::vector<cp::Layout> layouts;
@@ -276,7 +316,17 @@ class BenchRingCommand : public Command {
       gate = std::make_unique<ComputeLock>(gate_path, timeout_s_);
     }
 
-    BenchTable per_rank, summary, step_table;
+    BenchTable per_rank, summary, step_table, kinds;
+    kinds.name = "ring_step_kinds";
+    kinds.title = "Ring attention steps by kind (what the rank computes in the step)";
+    kinds.columns = {"layout", "seq", "phase", "kind", "steps", "median_ms", "rel_to_step_mean"};
+    kinds.notes.push_back(
+        "kind: diagonal (own block, causal mask), 2q x 1kv (zig-zag, an earlier rank's block: "
+        "both query runs, its first key run), 1q x 2kv (a later rank's block: the second query "
+        "run, both key runs), full, masked (contiguous, a later rank's block: nothing "
+        "visible); steps: rank-steps of that kind per iteration; rel_to_step_mean: median over "
+        "iterations and rank-steps of the time over the mean of all ranks in the same step and "
+        "iteration. Kinds of equal FLOPs should be near equal (zig-zag: 2q x 1kv and 1q x 2kv)");
     // Written to the HDF5 file only: the per-step times behind compute_rel.
     step_table.name = "ring_steps";
     step_table.title = "Ring attention compute per rank, iteration and ring step";
@@ -372,6 +422,7 @@ class BenchRingCommand : public Command {
         std::vector<double> all_steps(lc.steps.size() * size_t(cp));
         world.allgather(lc.steps.data(), all_steps.data(), lc.steps.size() * sizeof(double));
         const auto rel = paired_relative_cost(all_steps, cp, iters_, 2 * cp);
+        if (rank == 0) add_kind_rows(kinds, layout, seq, cp, all_steps);
         if (rank == 0)
           for (int r = 0; r < cp; ++r)
             for (int it = 0; it < iters_; ++it)
@@ -470,9 +521,11 @@ class BenchRingCommand : public Command {
       std::fputs(per_rank.format().c_str(), stdout);
       std::fputs("\n", stdout);
       std::fputs(summary.format().c_str(), stdout);
+      std::fputs("\n", stdout);
+      std::fputs(kinds.format().c_str(), stdout);
       std::printf("# wrong rows in total: %lld (%s)\n", total_wrong, total_wrong ? "FAILED" : "OK");
       std::fflush(stdout);
-      if (!output_.empty()) write_bench_file(output_, {per_rank, summary, step_table}, command_line());
+      if (!output_.empty()) write_bench_file(output_, {per_rank, summary, kinds, step_table}, command_line());
     }
     world.barrier();
     if (gate && rank == 0) ::unlink(gate_path.c_str());

@@ -58,6 +58,16 @@ for name in sys.argv[1:3]:
                 rel[r] += w * statistics.median(d[(r, it, s)] / means[it] if means[it] > 0 else 1.0 for it in I)
         paired = max(rel.values()) / min(rel.values())
         assert abs(paired - ring["balance_paired"][i]) < 1e-6, (paired, ring["balance_paired"][i])
+# step kinds at cp=4, causal: each rank has one diagonal step per phase; the
+# other 12 rank-steps split 6/6 between the two kinds of its layout
+g = h5py.File(sys.argv[2], "r")["bench/ring_step_kinds"]
+counts = {(g["layout"][j].decode(), g["phase"][j].decode(), g["kind"][j].decode()): g["steps"][j]
+          for j in range(len(g["layout"]))}
+for phase in ("forward", "backward"):
+    assert counts[("zigzag", phase, "diagonal")] == 4, counts
+    assert counts[("zigzag", phase, "2q x 1kv")] == 6 and counts[("zigzag", phase, "1q x 2kv")] == 6, counts
+    assert counts[("contiguous", phase, "full")] == 6 and counts[("contiguous", phase, "masked")] == 6, counts
+assert (g["median_ms"][:] >= 0).all()
 print("ok   hdf5")
 PY
 else
