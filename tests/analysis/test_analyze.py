@@ -5,6 +5,7 @@ attention, experts, activation capture) and on 1 rank; the 1-rank run twice.
 Needs TRIDENT_BIN and TRIDENT_MPIRUN (set by ctest) and the analysis package
 (installed into .venv by scripts/install-deps.sh).
 """
+import json
 import os
 import shlex
 import shutil
@@ -190,3 +191,34 @@ def test_killed_run_is_readable(runs, tmp_path):
     s = json.loads(r.stdout)
     assert s["completed"] is False
     assert s["steps"] >= 3
+
+
+def test_bench_file_tables(runs, tmp_path):
+    out = str(tmp_path / "ring.h5")
+    cmd = MPIRUN + ["-np", "2", BIN, "bench", "ring", "--causal", "--seq-per-rank", "64", "--iters", "2",
+                    "--output", out]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    r = analyze("bench", out, "--table", "ring", "ring_steps", "--json")
+    assert r.returncode == 0, r.stderr
+    b = json.loads(r.stdout)  # strict JSON: unmeasured cells are null, not NaN
+    assert set(b["tables"]) == {"ring", "ring_steps"}
+    assert "bench ring" in b["command"]
+    ring = b["tables"]["ring"]
+    col = {h: i for i, h in enumerate(ring["columns"])}
+    rows = {row[col["layout"]]: row for row in ring["rows"]}
+    assert set(rows) == {"contiguous", "zigzag"}
+    assert rows["zigzag"][col["balance_flops"]] == 1.0
+    assert rows["zigzag"][col["one_rank_busy_ms"]] is None  # no --baseline
+    steps = b["tables"]["ring_steps"]
+    # 2 layouts x 2 ranks x 2 iterations x 2cp steps
+    assert len(steps["rows"]) == 2 * 2 * 2 * 4
+    with h5py.File(out, "r") as f:  # the same numbers as the file holds
+        assert np.allclose([row[col["balance_paired"]] for row in ring["rows"]],
+                           f["bench/ring/balance_paired"][()])
+    r = analyze("bench", out)
+    assert r.returncode == 0 and "[ring_step_kinds]" in r.stdout and "balance_paired" in r.stdout
+    r = analyze("bench", out, "--table", "bogus")
+    assert r.returncode == 2 and "--table bogus: no such table" in r.stderr
+    r = analyze("bench", runs["par"])
+    assert r.returncode == 2 and "not a trident bench file" in r.stderr and "Traceback" not in r.stderr

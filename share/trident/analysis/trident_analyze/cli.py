@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 
-from . import attention, compare, plots, summary, trace
+from . import attention, bench, compare, plots, summary, trace
 from .runfile import AnalysisError, RunFile
 
 
@@ -61,8 +61,14 @@ def cmd_attention(a) -> int:
     return 0 if ok else 1
 
 
+def cmd_bench(a) -> int:
+    b = bench.select(bench.read_bench(a.file), a.table)
+    print(json.dumps(bench.to_json_ready(b), indent=2) if a.json else bench.format_text(b))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="trident-analyze", description="Analyse trident HDF5 run files.")
+    p = argparse.ArgumentParser(prog="trident-analyze", description="Analyse trident HDF5 run files and bench files.")
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("summary", help="config, topology, loss, throughput, time split, comm bytes, expert imbalance")
     s.add_argument("file")
@@ -93,6 +99,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--non-causal", action="store_true")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_attention)
+    s = sub.add_parser("bench", help="the tables of a bench file (trident bench ... --output FILE.h5)")
+    s.add_argument("file")
+    s.add_argument("--table", nargs="*", default=[], help="only these tables (e.g. ring ring_steps)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_bench)
     return p
 
 
