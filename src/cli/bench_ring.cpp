@@ -3,6 +3,9 @@
 //
 // Per rank: attention FLOPs, compute time, time blocked on the ring, wall
 // time, overlap efficiency (compute / wall) and peak attention workspace.
+// Per kind of ring step (diagonal, and zig-zag's two off-diagonal kinds of
+// equal FLOPs): its time against the same step's mean over ranks. In the
+// HDF5 file only: every rank's compute time per iteration and ring step.
 // Per case: balance (max/min per-rank compute time and FLOPs) and, with
 // --baseline, the one-rank time of the whole sequence, so that the ring's
 // wall time can be compared with an ideal 1/cp share of it. The one-rank
