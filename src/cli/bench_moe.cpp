@@ -329,9 +329,7 @@ class BenchMoeCommand : public Command {
     for (int c = 0; c < kCols; ++c) {
       std::vector<double> col;
       for (int it = 0; it < iters_; ++it) col.push_back(per_iter[size_t(it) * kCols + c]);
-      std::sort(col.begin(), col.end());
-      const size_t n = col.size();
-      med[c] = n % 2 ? col[n / 2] : 0.5 * (col[n / 2 - 1] + col[n / 2]);
+      med[c] = median(col);
     }
     Result res;
     int64_t counts[2] = {wrong, bytes_bad};

@@ -259,8 +259,8 @@ class BenchRingCommand : public Command {
     auto at = [&](int r, int it, int j) {
       return t[(size_t(r) * size_t(iters_) + size_t(it)) * n_steps + size_t(j)];
     };
-    for (const char* phase : {"forward", "backward"}) {
-      const int j0 = std::string(phase) == "forward" ? 0 : cp;
+    for (const int j0 : {0, cp}) {
+      const char* phase = j0 == 0 ? "forward" : "backward";
       std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> by_kind;
       for (int j = j0; j < j0 + cp; ++j)
         for (int it = 0; it < iters_; ++it) {
