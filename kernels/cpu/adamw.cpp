@@ -2,12 +2,12 @@
 // gradient buffer is read once.
 #include <cmath>
 
-#include "trident/kernels/ops.hpp"
+#include "trident/kernels/backends.hpp"
 
-namespace trident::kernels {
+namespace trident::kernels::cpu {
 
-void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h,
-                int64_t step, float grad_scale, bool decay) {
+void adamw_step(const Ctx& ctx, float* p, const float* g, float* m, float* v, int64_t n,
+                const AdamWHyper& h, int64_t step, float grad_scale, bool decay) {
   const double bc1 = 1.0 - std::pow(h.beta1, double(step));
   const double bc2 = 1.0 - std::pow(h.beta2, double(step));
   const float b1 = float(h.beta1), b2 = float(h.beta2);
@@ -25,4 +25,4 @@ void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, const A
   }
 }
 
-}  // namespace trident::kernels
+}  // namespace trident::kernels::cpu

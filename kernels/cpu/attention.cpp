@@ -15,8 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "scratch.hpp"
 #include "trident/core/error.hpp"
-#include "trident/kernels/gemm.hpp"
+#include "trident/kernels/backends.hpp"
 
 // The softmax loops are a sizeable share of the forward's time next to the
 // GEMMs; on x86 build them a second time for AVX2/FMA and let the loader pick
@@ -182,6 +183,9 @@ void check_attn_shape(const AttnShape& s) {
                                       std::to_string(s.Hkv) + ")");
 }
 
+}  // namespace trident::kernels
+
+namespace trident::kernels::cpu {
 namespace {
 
 // The forward of both entry points. With resume, (out, lse) hold the
@@ -189,15 +193,17 @@ namespace {
 // running max m = lse, running sum l = 1, accumulator = out is the same state
 // as after those keys (out = acc / l, lse = m + log l), so continuing over this
 // call's keys yields exactly the merged result.
-void forward_impl(const AttnShape& s, const float* q, const float* k, const float* v, float* out,
-                  float* lse, bool resume) {
+void forward_impl(const Ctx& ctx, const AttnShape& s, const float* q, const float* k,
+                  const float* v, float* out, float* lse, bool resume) {
   check_attn_shape(s);
   const Strides ld{int64_t(s.H) * s.D, int64_t(s.Hkv) * s.D};
   const int group = s.H / s.Hkv;
   const int64_t D = s.D;
-  std::vector<float> scores(size_t(kQueryBlock * kKeyBlock));
-  std::vector<float> acc(size_t(kQueryBlock * D));  // running P·V of the query block
-  std::vector<float> m(kQueryBlock), l(kQueryBlock);
+  Scratch scratch(ctx, attention_workspace_bytes(s, false) / sizeof(float));
+  float* scores = scratch.take(size_t(kQueryBlock * kKeyBlock));
+  float* acc = scratch.take(size_t(kQueryBlock * D));  // running P·V of the query block
+  float* m = scratch.take(kQueryBlock);
+  float* l = scratch.take(kQueryBlock);
 
   for (int h = 0; h < s.H; ++h) {
     const int g = h / group;
@@ -210,9 +216,9 @@ void forward_impl(const AttnShape& s, const float* q, const float* k, const floa
         m[i] = row_lse;
         l[i] = row_lse == kNegInf ? 0.0f : 1.0f;
         if (row_lse == kNegInf)
-          std::fill(acc.begin() + i * D, acc.begin() + (i + 1) * D, 0.0f);
+          std::fill(acc + i * D, acc + (i + 1) * D, 0.0f);
         else
-          std::copy(orow, orow + D, acc.begin() + i * D);
+          std::copy(orow, orow + D, acc + i * D);
       }
 
       for (int64_t j0 = 0; j0 < s.Tk; j0 += kKeyBlock) {
@@ -221,9 +227,10 @@ void forward_impl(const AttnShape& s, const float* q, const float* k, const floa
         const int64_t cols = tile_cols(s, mask, i0, rows, j0, std::min(kKeyBlock, s.Tk - j0));
         const float* kb = k + j0 * ld.kv + int64_t(g) * D;
         const float* vb = v + j0 * ld.kv + int64_t(g) * D;
-        sgemm(false, true, rows, cols, D, s.scale, qb, ld.q, kb, ld.kv, 0.0f, scores.data(), cols);
+        cpu::sgemm(ctx, false, true, rows, cols, D, s.scale, qb, ld.q, kb, ld.kv, 0.0f, scores,
+                   cols);
         for (int64_t i = 0; i < rows; ++i) {
-          float* srow = scores.data() + i * cols;
+          float* srow = scores + i * cols;
           const int64_t n = visible_cols(s, mask, i0 + i, j0, cols);
           const float m_new = std::max(m[i], row_max(srow, n));
           if (m_new == kNegInf) {  // nothing visible yet: the row stays empty
@@ -233,11 +240,10 @@ void forward_impl(const AttnShape& s, const float* q, const float* k, const floa
           const float alpha = exp1(m[i] - m_new);
           l[i] = l[i] * alpha + exp_shift_sum(srow, n, m_new);
           std::fill(srow + n, srow + cols, 0.0f);
-          if (alpha != 1.0f) scale_row(acc.data() + i * D, D, alpha);
+          if (alpha != 1.0f) scale_row(acc + i * D, D, alpha);
           m[i] = m_new;
         }
-        sgemm(false, false, rows, D, cols, 1.0f, scores.data(), cols, vb, ld.kv, 1.0f, acc.data(),
-              D);
+        cpu::sgemm(ctx, false, false, rows, D, cols, 1.0f, scores, cols, vb, ld.kv, 1.0f, acc, D);
       }
 
       for (int64_t i = 0; i < rows; ++i) {
@@ -258,25 +264,27 @@ void forward_impl(const AttnShape& s, const float* q, const float* k, const floa
 
 }  // namespace
 
-void attention_forward(const AttnShape& s, const float* q, const float* k, const float* v,
-                       float* out, float* lse) {
-  forward_impl(s, q, k, v, out, lse, false);
+void attention_forward(const Ctx& ctx, const AttnShape& s, const float* q, const float* k,
+                       const float* v, float* out, float* lse) {
+  forward_impl(ctx, s, q, k, v, out, lse, false);
 }
 
-void attention_forward_resume(const AttnShape& s, const float* q, const float* k, const float* v,
-                              float* out, float* lse) {
-  forward_impl(s, q, k, v, out, lse, true);
+void attention_forward_resume(const Ctx& ctx, const AttnShape& s, const float* q, const float* k,
+                              const float* v, float* out, float* lse) {
+  forward_impl(ctx, s, q, k, v, out, lse, true);
 }
 
-void attention_backward(const AttnShape& s, const float* q, const float* k, const float* v,
-                        const float* out, const float* lse, const float* dout, float* dq, float* dk,
-                        float* dv) {
+void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, const float* k,
+                        const float* v, const float* out, const float* lse, const float* dout,
+                        float* dq, float* dk, float* dv) {
   check_attn_shape(s);
   const Strides ld{int64_t(s.H) * s.D, int64_t(s.Hkv) * s.D};
   const int group = s.H / s.Hkv;
   const int64_t D = s.D;
-  std::vector<float> p(size_t(kQueryBlock * kKeyBlock)), dp(size_t(kQueryBlock * kKeyBlock));
-  std::vector<float> delta(kQueryBlock);  // rowsum(dO * O): softmax's Jacobian term
+  Scratch scratch(ctx, attention_workspace_bytes(s, true) / sizeof(float));
+  float* p = scratch.take(size_t(kQueryBlock * kKeyBlock));
+  float* dp = scratch.take(size_t(kQueryBlock * kKeyBlock));
+  float* delta = scratch.take(kQueryBlock);  // rowsum(dO * O): softmax's Jacobian term
 
   for (int h = 0; h < s.H; ++h) {
     const int g = h / group;
@@ -296,9 +304,10 @@ void attention_backward(const AttnShape& s, const float* q, const float* k, cons
         if (mask == TileMask::skip) break;
         const int64_t cols = tile_cols(s, mask, i0, rows, j0, std::min(kKeyBlock, s.Tk - j0));
         const int64_t koff = j0 * ld.kv + int64_t(g) * D;
-        sgemm(false, true, rows, cols, D, s.scale, qb, ld.q, k + koff, ld.kv, 0.0f, p.data(), cols);
+        cpu::sgemm(ctx, false, true, rows, cols, D, s.scale, qb, ld.q, k + koff, ld.kv, 0.0f, p,
+                   cols);
         for (int64_t i = 0; i < rows; ++i) {
-          float* prow = p.data() + i * cols;
+          float* prow = p + i * cols;
           const int64_t n = visible_cols(s, mask, i0 + i, j0, cols);
           const float row_lse = lse[(i0 + i) * s.H + h];
           if (row_lse == kNegInf) {
@@ -309,21 +318,23 @@ void attention_backward(const AttnShape& s, const float* q, const float* k, cons
           std::fill(prow + n, prow + cols, 0.0f);
         }
         // dV += P^T dO ; dP = dO V^T ; dS = P (dP - delta) ; dQ += s dS K ; dK += s dS^T Q
-        sgemm(true, false, cols, D, rows, 1.0f, p.data(), cols, dob, ld.q, 1.0f, dv + koff, ld.kv);
-        sgemm(false, true, rows, cols, D, 1.0f, dob, ld.q, v + koff, ld.kv, 0.0f, dp.data(), cols);
+        cpu::sgemm(ctx, true, false, cols, D, rows, 1.0f, p, cols, dob, ld.q, 1.0f, dv + koff,
+                   ld.kv);
+        cpu::sgemm(ctx, false, true, rows, cols, D, 1.0f, dob, ld.q, v + koff, ld.kv, 0.0f, dp,
+                   cols);
         for (int64_t i = 0; i < rows; ++i)
-          softmax_grad_row(p.data() + i * cols, dp.data() + i * cols, cols, delta[i]);
-        sgemm(false, false, rows, D, cols, s.scale, dp.data(), cols, k + koff, ld.kv, 1.0f, dqb,
-              ld.q);
-        sgemm(true, false, cols, D, rows, s.scale, dp.data(), cols, qb, ld.q, 1.0f, dk + koff,
-              ld.kv);
+          softmax_grad_row(p + i * cols, dp + i * cols, cols, delta[i]);
+        cpu::sgemm(ctx, false, false, rows, D, cols, s.scale, dp, cols, k + koff, ld.kv, 1.0f, dqb,
+                   ld.q);
+        cpu::sgemm(ctx, true, false, cols, D, rows, s.scale, dp, cols, qb, ld.q, 1.0f, dk + koff,
+                   ld.kv);
       }
     }
   }
 }
 
-void merge_partial_attention(int64_t n_rows, int D, float* out, float* lse, const float* out_b,
-                             const float* lse_b) {
+void merge_partial_attention(const Ctx& ctx, int64_t n_rows, int D, float* out, float* lse,
+                             const float* out_b, const float* lse_b) {
   for (int64_t r = 0; r < n_rows; ++r) {
     const float a = lse[r], b = lse_b[r];
     if (b == kNegInf) continue;  // the block saw nothing for this row
@@ -341,6 +352,10 @@ void merge_partial_attention(int64_t n_rows, int D, float* out, float* lse, cons
     lse[r] = std::max(a, b) + std::log1p(std::exp(-std::fabs(a - b)));
   }
 }
+
+}  // namespace trident::kernels::cpu
+
+namespace trident::kernels {
 
 int64_t attention_visible_pairs(const AttnShape& s) {
   if (!s.causal) return s.Tq * s.Tk * s.H;

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <cmath>
 
-#include "trident/kernels/ops.hpp"
+#include "trident/kernels/backends.hpp"
 
-namespace trident::kernels {
+namespace trident::kernels::cpu {
 
-double cross_entropy(const float* logits, const int32_t* targets, int64_t T, int64_t V,
-                     float scale, float* dlogits) {
+double cross_entropy(const Ctx& ctx, const float* logits, const int32_t* targets, int64_t T,
+                     int64_t V, float scale, float* dlogits) {
   double total = 0.0;
   for (int64_t t = 0; t < T; ++t) {
     const float* z = logits + t * V;
@@ -32,4 +32,4 @@ double cross_entropy(const float* logits, const int32_t* targets, int64_t T, int
   return total;
 }
 
-}  // namespace trident::kernels
+}  // namespace trident::kernels::cpu

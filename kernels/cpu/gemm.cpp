@@ -1,5 +1,5 @@
 // GEMM entry point: OpenBLAS when available, a reference loop otherwise.
-#include "trident/kernels/gemm.hpp"
+#include "trident/kernels/backends.hpp"
 
 #ifdef TRIDENT_HAVE_BLAS
 #include <cblas.h>
@@ -24,8 +24,13 @@ void set_blas_threads(int n) {
 #endif
 }
 
-void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+}  // namespace trident::kernels
+
+namespace trident::kernels::cpu {
+
+void sgemm(const Ctx& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+           int64_t ldc) {
   if (M == 0 || N == 0) return;
 #ifdef TRIDENT_HAVE_BLAS
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
@@ -45,4 +50,4 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
 #endif
 }
 
-}  // namespace trident::kernels
+}  // namespace trident::kernels::cpu

@@ -2,12 +2,12 @@
 // rows split differently across ranks still normalise identically).
 #include <cmath>
 
-#include "trident/kernels/ops.hpp"
+#include "trident/kernels/backends.hpp"
 
-namespace trident::kernels {
+namespace trident::kernels::cpu {
 
-void rmsnorm_forward(const float* x, const float* w, int64_t T, int64_t d, float eps, float* y,
-                     float* rstd) {
+void rmsnorm_forward(const Ctx& ctx, const float* x, const float* w, int64_t T, int64_t d,
+                     float eps, float* y, float* rstd) {
   for (int64_t t = 0; t < T; ++t) {
     const float* xr = x + t * d;
     double ss = 0.0;
@@ -20,8 +20,8 @@ void rmsnorm_forward(const float* x, const float* w, int64_t T, int64_t d, float
 }
 
 // With xhat = x * r: dx = r * (g - xhat * mean(g * xhat)), g = dy * w.
-void rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd,
-                      int64_t T, int64_t d, float* dx, float* dw) {
+void rmsnorm_backward(const Ctx& ctx, const float* dy, const float* x, const float* w,
+                      const float* rstd, int64_t T, int64_t d, float* dx, float* dw) {
   for (int64_t t = 0; t < T; ++t) {
     const float* xr = x + t * d;
     const float* gr = dy + t * d;
@@ -38,4 +38,4 @@ void rmsnorm_backward(const float* dy, const float* x, const float* w, const flo
   }
 }
 
-}  // namespace trident::kernels
+}  // namespace trident::kernels::cpu

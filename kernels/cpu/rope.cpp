@@ -3,9 +3,9 @@
 #include <cmath>
 #include <vector>
 
-#include "trident/kernels/ops.hpp"
+#include "trident/kernels/backends.hpp"
 
-namespace trident::kernels {
+namespace trident::kernels::cpu {
 namespace {
 
 void rotate(float* x, const int64_t* pos, int64_t T, int64_t H, int64_t D, double theta,
@@ -33,12 +33,14 @@ void rotate(float* x, const int64_t* pos, int64_t T, int64_t H, int64_t D, doubl
 
 }  // namespace
 
-void rope_forward(float* x, const int64_t* pos, int64_t T, int64_t H, int64_t D, double theta) {
+void rope_forward(const Ctx& ctx, float* x, const int64_t* pos, int64_t T, int64_t H, int64_t D,
+                  double theta) {
   rotate(x, pos, T, H, D, theta, 1.0);
 }
 
-void rope_backward(float* dx, const int64_t* pos, int64_t T, int64_t H, int64_t D, double theta) {
+void rope_backward(const Ctx& ctx, float* dx, const int64_t* pos, int64_t T, int64_t H, int64_t D,
+                   double theta) {
   rotate(dx, pos, T, H, D, theta, -1.0);
 }
 
-}  // namespace trident::kernels
+}  // namespace trident::kernels::cpu

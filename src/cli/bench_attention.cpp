@@ -18,6 +18,7 @@
 #include "trident/core/rng.hpp"
 #include "trident/io/bench_report.hpp"
 #include "trident/kernels/attention.hpp"
+#include "trident/kernels/backend.hpp"
 #include "trident/kernels/gemm.hpp"
 
 namespace trident::cli {
@@ -29,14 +30,14 @@ double seconds_now() {
 }
 
 // Square sgemm of size n, best of a few: the rate the attention is held to.
-double sgemm_gflops(int64_t n, int reps) {
+double sgemm_gflops(const kernels::Ctx& ctx, int64_t n, int reps) {
   std::vector<float> a(size_t(n * n)), b(size_t(n * n)), c(size_t(n * n));
   rng::fill_normal(a.data(), n * n, rng::hash_name("bench.sgemm.a"), 0, 1.0f);
   rng::fill_normal(b.data(), n * n, rng::hash_name("bench.sgemm.b"), 0, 1.0f);
   double best = 1e300;
   for (int r = 0; r < reps; ++r) {
     const double t0 = seconds_now();
-    kernels::sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    kernels::sgemm(ctx, false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
     best = std::min(best, seconds_now() - t0);
   }
   return 2.0 * double(n) * n * n / best / 1e9;
@@ -95,6 +96,8 @@ class BenchAttentionCommand : public Command {
     if (reps_ < 1) throw InputError("--reps " + std::to_string(reps_) + ": must be >= 1");
     if (sgemm_n_ < 64) throw InputError("--sgemm-size " + std::to_string(sgemm_n_) + ": must be >= 64");
     kernels::set_blas_threads(threads_);
+    const kernels::DeviceContext host(Device::cpu());
+    const kernels::Ctx& ctx = host.ctx();
 
     BenchTable t;
     t.name = "attention";
@@ -123,17 +126,18 @@ class BenchAttentionCommand : public Command {
           rng::fill_normal(dout.data(), n, rng::hash_name("bench.attention.do"), 0, 1.0f);
           std::vector<float> out(un), lse(static_cast<size_t>(T * heads_)), dq(un), dk(un), dv(un);
 
-          const double ceiling = sgemm_gflops(sgemm_n_, 2);
+          const double ceiling = sgemm_gflops(ctx, sgemm_n_, 2);
           double fwd = 1e300, bwd = 1e300, fb = 1e300;
           for (int r = 0; r < reps_; ++r) {
             std::fill(dq.begin(), dq.end(), 0.0f);
             std::fill(dk.begin(), dk.end(), 0.0f);
             std::fill(dv.begin(), dv.end(), 0.0f);
             const double t0 = seconds_now();
-            kernels::attention_forward(s, q.data(), k.data(), v.data(), out.data(), lse.data());
+            kernels::attention_forward(ctx, s, q.data(), k.data(), v.data(), out.data(),
+                                       lse.data());
             const double t1 = seconds_now();
-            kernels::attention_backward(s, q.data(), k.data(), v.data(), out.data(), lse.data(),
-                                        dout.data(), dq.data(), dk.data(), dv.data());
+            kernels::attention_backward(ctx, s, q.data(), k.data(), v.data(), out.data(),
+                                        lse.data(), dout.data(), dq.data(), dk.data(), dv.data());
             const double t2 = seconds_now();
             fwd = std::min(fwd, t1 - t0);
             bwd = std::min(bwd, t2 - t1);

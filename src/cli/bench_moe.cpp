@@ -250,10 +250,10 @@ class BenchMoeCommand : public Command {
         for (int e = 0; e < L; ++e)
           for (int r = 0; r < W; ++r) {
             const int64_t n = plan.chunk_rows[r * L + e], off = plan.chunk_offset[r * L + e];
-            kernels::swiglu_forward(rows->in() + off * d, n, d, f, wg.data() + e * d * f,
-                                    wu.data() + e * d * f, wd.data() + e * d * f,
-                                    rows->out() + off * d, gate.data() + off * f,
-                                    up.data() + off * f);
+            kernels::swiglu_forward(kernels::Ctx{}, rows->in() + off * d, n, d, f,
+                                    wg.data() + e * d * f, wu.data() + e * d * f,
+                                    wd.data() + e * d * f, rows->out() + off * d,
+                                    gate.data() + off * f, up.data() + off * f);
           }
       }
       const double expert_s = now_s() - t0;

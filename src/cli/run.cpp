@@ -83,6 +83,7 @@ int RunCommand::run() {
   tc.pp_size = comms->mesh.pp;
   tc.dp_rank = comms->me.dp;
   tc.dp_size = comms->mesh.dp;
+  tc.local_rank = comms->topo.ranks.at(size_t(world_rank)).local_rank;
   train::Trainer trainer(cfg, tc);
   train::validate_activation_request(cfg, trainer.samples_per_step());
 
@@ -106,6 +107,7 @@ int RunCommand::run() {
   const char* job = std::getenv("SLURM_JOB_ID");
   RunFile file(path, MPI_COMM_WORLD, cfg, *comms, job ? job : "");
   file.set_root_attr("command_line", command_line());
+  file.set_root_attr("backend", trainer.device().is_cuda() ? "cuda" : "cpu");
   if (!ckpt.empty()) file.set_root_attr("resumed_from", ckpt);
   train::install_stop_signals();
   const bool lead = world_rank == 0;

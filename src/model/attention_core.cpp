@@ -1,12 +1,13 @@
 // Attention of one sequence on this rank: the local flash-style kernel when
 // the sequence is whole here, ring attention over the cp group otherwise.
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "trident/comm/comm.hpp"
 #include "trident/core/error.hpp"
 #include "trident/kernels/attention.hpp"
+#include "trident/kernels/ops.hpp"
 #include "trident/model/blocks.hpp"
 #include "trident/parallel/cp/ring_attention.hpp"
 
@@ -19,7 +20,8 @@ void record(AttentionCore& core, double t_begin, double compute_s, bool backward
 
 class LocalAttention : public AttentionCore {
  public:
-  LocalAttention(int H, int Hkv, int D) : H_(H), Hkv_(Hkv), D_(D) {}
+  LocalAttention(const kernels::Ctx& ctx, int H, int Hkv, int D)
+      : ctx_(ctx), H_(H), Hkv_(Hkv), D_(D) {}
   kernels::AttnShape shape(int64_t Ls) const {
     kernels::AttnShape s;
     s.Tq = s.Tk = Ls;
@@ -33,29 +35,32 @@ class LocalAttention : public AttentionCore {
   void forward(const float* q, const float* k, const float* v, int64_t Ls, float* out,
                float* lse) override {
     const double t0 = now_s();
-    kernels::attention_forward(shape(Ls), q, k, v, out, lse);
+    kernels::attention_forward(ctx_, shape(Ls), q, k, v, out, lse);
     record(*this, t0, now_s() - t0, false);
   }
   void backward(const float* q, const float* k, const float* v, int64_t Ls, const float* out,
                 const float* lse, const float* dout, float* dq, float* dk, float* dv) override {
     const double t0 = now_s();
-    std::fill_n(dq, Ls * H_ * D_, 0.0f);
-    std::fill_n(dk, Ls * Hkv_ * D_, 0.0f);
-    std::fill_n(dv, Ls * Hkv_ * D_, 0.0f);
-    kernels::attention_backward(shape(Ls), q, k, v, out, lse, dout, dq, dk, dv);
+    kernels::fill(ctx_, dq, Ls * H_ * D_, 0.0f);
+    kernels::fill(ctx_, dk, Ls * Hkv_ * D_, 0.0f);
+    kernels::fill(ctx_, dv, Ls * Hkv_ * D_, 0.0f);
+    kernels::attention_backward(ctx_, shape(Ls), q, k, v, out, lse, dout, dq, dk, dv);
     record(*this, t0, now_s() - t0, true);
   }
 
  private:
+  kernels::Ctx ctx_;
   int H_, Hkv_, D_;
 };
 
 // The sequence is split over the cp group: the ring passes K/V around it.
 class RingAttentionCore : public AttentionCore {
  public:
-  RingAttentionCore(const Config& cfg, Communicator* cp)
-      : ring_(cp, cp::parse_layout(cfg.parallel.cp_layout), true, cfg.data.seq_len),
-        H_(cfg.model.n_heads), Hkv_(cfg.model.n_kv_heads), D_(cfg.model.head_dim()) {}
+  RingAttentionCore(const kernels::Ctx& ctx, const Config& cfg, Communicator* cp)
+      : ring_(cp, cp::parse_layout(cfg.parallel.cp_layout), true, cfg.data.seq_len, ctx),
+        H_(cfg.model.n_heads),
+        Hkv_(cfg.model.n_kv_heads),
+        D_(cfg.model.head_dim()) {}
   void forward(const float* q, const float* k, const float* v, int64_t, float* out,
                float* lse) override {
     const double t0 = now_s(), c0 = ring_.counters().compute_s;
@@ -76,11 +81,12 @@ class RingAttentionCore : public AttentionCore {
 
 }  // namespace
 
-std::unique_ptr<AttentionCore> make_attention_core(const Config& cfg, const StageComms& comms) {
+std::unique_ptr<AttentionCore> make_attention_core(const kernels::Ctx& ctx, const Config& cfg,
+                                                   const StageComms& comms) {
   const auto& m = cfg.model;
   if (!comms.cp || comms.cp->size() == 1)
-    return std::make_unique<LocalAttention>(m.n_heads, m.n_kv_heads, m.head_dim());
-  return std::make_unique<RingAttentionCore>(cfg, comms.cp);
+    return std::make_unique<LocalAttention>(ctx, m.n_heads, m.n_kv_heads, m.head_dim());
+  return std::make_unique<RingAttentionCore>(ctx, cfg, comms.cp);
 }
 
 std::vector<int64_t> local_positions(const Config& cfg, const StageComms& comms) {

@@ -12,9 +12,9 @@ namespace {
 
 class MoEFeedForward : public FeedForward {
  public:
-  MoEFeedForward(const Config& cfg, int layer, const StageComms& comms)
+  MoEFeedForward(const kernels::Ctx& ctx, const Config& cfg, int layer, const StageComms& comms)
       : layer_(cfg.model, layer, comms.ep, comms.cp && comms.cp->size() > 1 ? comms.cp : nullptr,
-               cfg.runtime.ep_transport, cfg.runtime.ep_shm_limit_mb * 1048576.0) {
+               cfg.runtime.ep_transport, cfg.runtime.ep_shm_limit_mb * 1048576.0, ctx) {
     for (int l = 0; l < layer; ++l) moe_index_ += cfg.model.is_moe_layer(l) ? 1 : 0;
   }
   std::vector<Param*> params() override { return layer_.params(); }
@@ -60,8 +60,9 @@ class MoEFeedForward : public FeedForward {
 
 }  // namespace
 
-std::unique_ptr<FeedForward> make_moe_ffn(const Config& cfg, int layer, const StageComms& comms) {
-  return std::make_unique<MoEFeedForward>(cfg, layer, comms);
+std::unique_ptr<FeedForward> make_moe_ffn(const kernels::Ctx& ctx, const Config& cfg, int layer,
+                                          const StageComms& comms) {
+  return std::make_unique<MoEFeedForward>(ctx, cfg, layer, comms);
 }
 
 }  // namespace trident::model

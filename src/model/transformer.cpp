@@ -36,9 +36,10 @@ struct WeightGradTask {
   Tensor x, dy;
 };
 
-void run_task(WeightGradTask& t) {
+void run_task(const kernels::Ctx& ctx_, WeightGradTask& t) {
   const int64_t out = t.p->value.dim(0), in = t.p->value.dim(1);
-  kernels::linear_backward_weight(t.dy.ptr(), t.x.ptr(), t.x.numel() / in, in, out, t.p->grad.ptr());
+  kernels::linear_backward_weight(ctx_, t.dy.ptr(), t.x.ptr(), t.x.numel() / in, in, out,
+                                  t.p->grad.ptr());
 }
 
 }  // namespace
@@ -46,6 +47,7 @@ void run_task(WeightGradTask& t) {
 // ---- attention block ----
 
 struct AttentionBlock {
+  kernels::Ctx ctx_;
   int layer;
   int64_t d, H, Hkv, D;
   double theta;
@@ -57,9 +59,16 @@ struct AttentionBlock {
     std::vector<float> rstd;
   };
 
-  AttentionBlock(const ModelConfig& m, int l, std::unique_ptr<AttentionCore> c)
-      : layer(l), d(m.d_model), H(m.n_heads), Hkv(m.n_kv_heads), D(m.head_dim()),
-        theta(m.rope_theta), core(std::move(c)) {
+  AttentionBlock(const kernels::Ctx& ctx, const ModelConfig& m, int l,
+                 std::unique_ptr<AttentionCore> c)
+      : ctx_(ctx),
+        layer(l),
+        d(m.d_model),
+        H(m.n_heads),
+        Hkv(m.n_kv_heads),
+        D(m.head_dim()),
+        theta(m.rope_theta),
+        core(std::move(c)) {
     const std::string p = "layers." + std::to_string(l) + ".attn.";
     norm = Param(p + "norm", {d});
     norm.init_constant(1.0f);
@@ -86,16 +95,17 @@ struct AttentionBlock {
     std::copy_n(x, T * d, c.x.ptr());
     c.h1 = Tensor({T, d});
     c.rstd.assign(size_t(T), 0.0f);
-    kernels::rmsnorm_forward(x, norm.value.ptr(), T, d, kNormEps, c.h1.ptr(), c.rstd.data());
+    kernels::rmsnorm_forward(ctx_, x, norm.value.ptr(), T, d, kNormEps, c.h1.ptr(), c.rstd.data());
     c.q = Tensor({T, H * D});
     c.k = Tensor({T, Hkv * D});
     c.v = Tensor({T, Hkv * D});
-    kernels::linear_forward(c.h1.ptr(), wq.value.ptr(), T, d, H * D, c.q.ptr());
-    kernels::linear_forward(c.h1.ptr(), wk.value.ptr(), T, d, Hkv * D, c.k.ptr());
-    kernels::linear_forward(c.h1.ptr(), wv.value.ptr(), T, d, Hkv * D, c.v.ptr());
+    kernels::linear_forward(ctx_, c.h1.ptr(), wq.value.ptr(), T, d, H * D, c.q.ptr());
+    kernels::linear_forward(ctx_, c.h1.ptr(), wk.value.ptr(), T, d, Hkv * D, c.k.ptr());
+    kernels::linear_forward(ctx_, c.h1.ptr(), wv.value.ptr(), T, d, Hkv * D, c.v.ptr());
     for (int64_t s = 0; s < mb.n_samples; ++s) {
-      kernels::rope_forward(c.q.ptr() + s * Ls * H * D, mb.positions.data(), Ls, H, D, theta);
-      kernels::rope_forward(c.k.ptr() + s * Ls * Hkv * D, mb.positions.data(), Ls, Hkv, D, theta);
+      kernels::rope_forward(ctx_, c.q.ptr() + s * Ls * H * D, mb.positions.data(), Ls, H, D, theta);
+      kernels::rope_forward(ctx_, c.k.ptr() + s * Ls * Hkv * D, mb.positions.data(), Ls, Hkv, D,
+                            theta);
     }
     c.o = Tensor({T, H * D});
     c.lse = Tensor({T, H});
@@ -118,8 +128,8 @@ struct AttentionBlock {
         keep("attn_out", c.o, H * D);
       }
     }
-    kernels::linear_forward(c.o.ptr(), wo.value.ptr(), T, H * D, d, y);
-    kernels::add_inplace(y, x, T * d);
+    kernels::linear_forward(ctx_, c.o.ptr(), wo.value.ptr(), T, H * D, d, y);
+    kernels::add_inplace(ctx_, y, x, T * d);
   }
 
   // dy [T, d] -> dx [T, d] (overwritten). Linear weight gradients go to
@@ -128,7 +138,7 @@ struct AttentionBlock {
                 std::vector<WeightGradTask>* deferred) {
     const int64_t T = mb.tokens_total(), Ls = mb.local_seq;
     Tensor dout({T, H * D});
-    kernels::linear_backward_input(dy, wo.value.ptr(), T, H * D, d, dout.ptr());
+    kernels::linear_backward_input(ctx_, dy, wo.value.ptr(), T, H * D, d, dout.ptr());
     Tensor dq({T, H * D}), dk({T, Hkv * D}), dv({T, Hkv * D});
     for (int64_t s = 0; s < mb.n_samples; ++s)
       core->backward(c.q.ptr() + s * Ls * H * D, c.k.ptr() + s * Ls * Hkv * D,
@@ -137,16 +147,17 @@ struct AttentionBlock {
                      dq.ptr() + s * Ls * H * D, dk.ptr() + s * Ls * Hkv * D,
                      dv.ptr() + s * Ls * Hkv * D);
     for (int64_t s = 0; s < mb.n_samples; ++s) {
-      kernels::rope_backward(dq.ptr() + s * Ls * H * D, mb.positions.data(), Ls, H, D, theta);
-      kernels::rope_backward(dk.ptr() + s * Ls * Hkv * D, mb.positions.data(), Ls, Hkv, D, theta);
+      kernels::rope_backward(ctx_, dq.ptr() + s * Ls * H * D, mb.positions.data(), Ls, H, D, theta);
+      kernels::rope_backward(ctx_, dk.ptr() + s * Ls * Hkv * D, mb.positions.data(), Ls, Hkv, D,
+                             theta);
     }
     Tensor dh1({T, d});
-    kernels::linear_backward_input(dq.ptr(), wq.value.ptr(), T, d, H * D, dh1.ptr());
-    kernels::linear_backward_input(dk.ptr(), wk.value.ptr(), T, d, Hkv * D, dh1.ptr(), 1.0f);
-    kernels::linear_backward_input(dv.ptr(), wv.value.ptr(), T, d, Hkv * D, dh1.ptr(), 1.0f);
-    kernels::rmsnorm_backward(dh1.ptr(), c.x.ptr(), norm.value.ptr(), c.rstd.data(), T, d, dx,
+    kernels::linear_backward_input(ctx_, dq.ptr(), wq.value.ptr(), T, d, H * D, dh1.ptr());
+    kernels::linear_backward_input(ctx_, dk.ptr(), wk.value.ptr(), T, d, Hkv * D, dh1.ptr(), 1.0f);
+    kernels::linear_backward_input(ctx_, dv.ptr(), wv.value.ptr(), T, d, Hkv * D, dh1.ptr(), 1.0f);
+    kernels::rmsnorm_backward(ctx_, dh1.ptr(), c.x.ptr(), norm.value.ptr(), c.rstd.data(), T, d, dx,
                               norm.grad.ptr());
-    kernels::add_inplace(dx, dy, T * d);
+    kernels::add_inplace(ctx_, dx, dy, T * d);
     std::vector<WeightGradTask> tasks;
     tasks.push_back({&wo, std::move(c.o), Tensor(std::vector<int64_t>{T, d})});
     std::copy_n(dy, T * d, tasks.back().dy.ptr());
@@ -155,7 +166,8 @@ struct AttentionBlock {
     tasks.push_back({&wv, std::move(c.h1), std::move(dv)});
     for (auto& t : tasks) {
       if (deferred) deferred->push_back(std::move(t));
-      else run_task(t);
+      else
+        run_task(ctx_, t);
     }
     c = Cache{};
   }
@@ -164,6 +176,7 @@ struct AttentionBlock {
 // ---- FFN block: x -> x + ffn(norm(x)) ----
 
 struct FfnBlock {
+  kernels::Ctx ctx_;
   int layer;
   int64_t d;
   Param norm;
@@ -175,8 +188,8 @@ struct FfnBlock {
     FfnCache inner;
   };
 
-  FfnBlock(const ModelConfig& m, int l, std::unique_ptr<FeedForward> f)
-      : layer(l), d(m.d_model), ffn(std::move(f)) {
+  FfnBlock(const kernels::Ctx& ctx, const ModelConfig& m, int l, std::unique_ptr<FeedForward> f)
+      : ctx_(ctx), layer(l), d(m.d_model), ffn(std::move(f)) {
     norm = Param("layers." + std::to_string(l) + ".ffn_norm", {d});
     norm.init_constant(1.0f);
     norm.decay = false;
@@ -194,18 +207,18 @@ struct FfnBlock {
     std::copy_n(x, T * d, c.x.ptr());
     c.h = Tensor({T, d});
     c.rstd.assign(size_t(T), 0.0f);
-    kernels::rmsnorm_forward(x, norm.value.ptr(), T, d, kNormEps, c.h.ptr(), c.rstd.data());
+    kernels::rmsnorm_forward(ctx_, x, norm.value.ptr(), T, d, kNormEps, c.h.ptr(), c.rstd.data());
     ffn->forward(mb, c.h.ptr(), T, y, c.inner, stats);
-    kernels::add_inplace(y, x, T * d);
+    kernels::add_inplace(ctx_, y, x, T * d);
   }
 
   void backward(const MicroBatch& mb, const float* dy, float* dx, Cache& c, float aux_scale) {
     const int64_t T = mb.tokens_total();
     Tensor dh({T, d});
     ffn->backward(dy, dh.ptr(), T, c.inner, aux_scale);
-    kernels::rmsnorm_backward(dh.ptr(), c.x.ptr(), norm.value.ptr(), c.rstd.data(), T, d, dx,
+    kernels::rmsnorm_backward(ctx_, dh.ptr(), c.x.ptr(), norm.value.ptr(), c.rstd.data(), T, d, dx,
                               norm.grad.ptr());
-    kernels::add_inplace(dx, dy, T * d);
+    kernels::add_inplace(ctx_, dx, dy, T * d);
     c = Cache{};
   }
 };
@@ -213,7 +226,8 @@ struct FfnBlock {
 // Dense SwiGLU FFN (the shared kernel; weights [d, f], [d, f], [f, d]).
 class DenseSwiGLU : public FeedForward {
  public:
-  DenseSwiGLU(const ModelConfig& m, int l) : d_(m.d_model), f_(m.ffn_hidden) {
+  DenseSwiGLU(const kernels::Ctx& ctx, const ModelConfig& m, int l)
+      : ctx_(ctx), d_(m.d_model), f_(m.ffn_hidden) {
     const std::string p = "layers." + std::to_string(l) + ".ffn.";
     w_gate_ = Param(p + "w_gate", {d_, f_});
     w_up_ = Param(p + "w_up", {d_, f_});
@@ -228,29 +242,31 @@ class DenseSwiGLU : public FeedForward {
     c.x = x;
     c.gate = Tensor({T, f_});
     c.up = Tensor({T, f_});
-    kernels::swiglu_forward(x, T, d_, f_, w_gate_.value.ptr(), w_up_.value.ptr(),
+    kernels::swiglu_forward(ctx_, x, T, d_, f_, w_gate_.value.ptr(), w_up_.value.ptr(),
                             w_down_.value.ptr(), y, c.gate.ptr(), c.up.ptr());
   }
   void backward(const float* dy, float* dx, int64_t T, FfnCache& c, float) override {
-    kernels::swiglu_backward(c.x, c.gate.ptr(), c.up.ptr(), dy, T, d_, f_, w_gate_.value.ptr(),
-                             w_up_.value.ptr(), w_down_.value.ptr(), dx, w_gate_.grad.ptr(),
-                             w_up_.grad.ptr(), w_down_.grad.ptr());
+    kernels::swiglu_backward(ctx_, c.x, c.gate.ptr(), c.up.ptr(), dy, T, d_, f_,
+                             w_gate_.value.ptr(), w_up_.value.ptr(), w_down_.value.ptr(), dx,
+                             w_gate_.grad.ptr(), w_up_.grad.ptr(), w_down_.grad.ptr());
   }
 
  private:
+  kernels::Ctx ctx_;
   int64_t d_, f_;
   Param w_gate_, w_up_, w_down_;
 };
 
-std::unique_ptr<FeedForward> make_dense_ffn(const ModelConfig& m, int layer) {
-  return std::make_unique<DenseSwiGLU>(m, layer);
+std::unique_ptr<FeedForward> make_dense_ffn(const kernels::Ctx& ctx, const ModelConfig& m,
+                                            int layer) {
+  return std::make_unique<DenseSwiGLU>(ctx, m, layer);
 }
 
 // ---- one virtual stage ----
 
 class Chunk {
  public:
-  Chunk(ModelStage& st, int vs, int n_virtual) : st_(st) {
+  Chunk(ModelStage& st, int vs, int n_virtual) : st_(st), ctx_(st.ctx_) {
     const ModelConfig& m = st.cfg_.model;
     d_ = m.d_model;
     V_ = m.vocab_size;
@@ -258,12 +274,14 @@ class Chunk {
     last_ = vs == n_virtual - 1;
     auto [b, e] = layer_range(m.n_layers, n_virtual, vs);
     for (int l = b; l < e; ++l) {
-      auto core = make_attention_core(st.cfg_, st.comms_);
+      auto core = make_attention_core(ctx_, st.cfg_, st.comms_);
       core->spans = &st.attn_spans_;
       core->layer = l;
-      attn_.push_back(std::make_unique<AttentionBlock>(m, l, std::move(core)));
-      ffn_.push_back(std::make_unique<FfnBlock>(
-          m, l, m.is_moe_layer(l) ? make_moe_ffn(st.cfg_, l, st.comms_) : make_dense_ffn(m, l)));
+      attn_.push_back(std::make_unique<AttentionBlock>(ctx_, m, l, std::move(core)));
+      ffn_.push_back(std::make_unique<FfnBlock>(ctx_, m, l,
+                                                m.is_moe_layer(l)
+                                                    ? make_moe_ffn(ctx_, st.cfg_, l, st.comms_)
+                                                    : make_dense_ffn(ctx_, m, l)));
     }
     if (first_) {
       embed_ = Param("embedding", {V_, d_});
@@ -309,7 +327,8 @@ class Chunk {
     c.attn.resize(attn_.size());
     c.ffn.resize(ffn_.size());
     Tensor x({T, d_}), y({T, d_});
-    if (first_) kernels::embedding_forward(embed_.value.ptr(), mb.tokens.data(), T, d_, x.ptr());
+    if (first_)
+      kernels::embedding_forward(ctx_, embed_.value.ptr(), mb.tokens.data(), T, d_, x.ptr());
     else std::copy_n(input, T * d_, x.ptr());
     const bool capturing = st_.capture_ && st_.capture_->active();
     for (size_t i = 0; i < attn_.size(); ++i) {
@@ -341,12 +360,12 @@ class Chunk {
       c.x_final = std::move(x);
       c.h_final = Tensor({T, d_});
       c.rstd_final.assign(size_t(T), 0.0f);
-      kernels::rmsnorm_forward(c.x_final.ptr(), final_norm_.value.ptr(), T, d_, kNormEps,
+      kernels::rmsnorm_forward(ctx_, c.x_final.ptr(), final_norm_.value.ptr(), T, d_, kNormEps,
                                c.h_final.ptr(), c.rstd_final.data());
       Tensor logits({T, V_});
-      kernels::linear_forward(c.h_final.ptr(), head_.value.ptr(), T, d_, V_, logits.ptr());
+      kernels::linear_forward(ctx_, c.h_final.ptr(), head_.value.ptr(), T, d_, V_, logits.ptr());
       c.dlogits = Tensor({T, V_});
-      st_.loss_sum_ += kernels::cross_entropy(logits.ptr(), mb.targets.data(), T, V_,
+      st_.loss_sum_ += kernels::cross_entropy(ctx_, logits.ptr(), mb.targets.data(), T, V_,
                                               st_.loss_scale_, c.dlogits.ptr());
     } else {
       std::copy_n(x.ptr(), T * d_, output);
@@ -363,12 +382,13 @@ class Chunk {
     Tensor dx({T, d_}), dy({T, d_});
     if (last_) {
       Tensor dh({T, d_});
-      kernels::linear_backward_input(c.dlogits.ptr(), head_.value.ptr(), T, d_, V_, dh.ptr());
-      kernels::rmsnorm_backward(dh.ptr(), c.x_final.ptr(), final_norm_.value.ptr(),
+      kernels::linear_backward_input(ctx_, c.dlogits.ptr(), head_.value.ptr(), T, d_, V_, dh.ptr());
+      kernels::rmsnorm_backward(ctx_, dh.ptr(), c.x_final.ptr(), final_norm_.value.ptr(),
                                 c.rstd_final.data(), T, d_, dy.ptr(), final_norm_.grad.ptr());
       WeightGradTask t{&head_, std::move(c.h_final), std::move(c.dlogits)};
       if (deferred) deferred->push_back(std::move(t));
-      else run_task(t);
+      else
+        run_task(ctx_, t);
     } else {
       std::copy_n(grad_output, T * d_, dy.ptr());
     }
@@ -376,7 +396,8 @@ class Chunk {
       ffn_[i]->backward(mb, dy.ptr(), dx.ptr(), c.ffn[i], st_.aux_scale_);
       attn_[i]->backward(mb, dx.ptr(), dy.ptr(), c.attn[i], deferred);
     }
-    if (first_) kernels::embedding_backward(dy.ptr(), mb.tokens.data(), T, d_, embed_.grad.ptr());
+    if (first_)
+      kernels::embedding_backward(ctx_, dy.ptr(), mb.tokens.data(), T, d_, embed_.grad.ptr());
     else std::copy_n(dy.ptr(), T * d_, grad_input);
     cache_.erase(it);
   }
@@ -384,7 +405,7 @@ class Chunk {
   void backward_weight(int mbi) {
     auto it = stash_.find(mbi);
     if (it == stash_.end()) return;
-    for (auto& t : it->second) run_task(t);
+    for (auto& t : it->second) run_task(ctx_, t);
     stash_.erase(it);
   }
 
@@ -396,6 +417,7 @@ class Chunk {
     std::vector<float> rstd_final;
   };
   ModelStage& st_;
+  kernels::Ctx ctx_;
   int64_t d_ = 0, V_ = 0;
   bool first_ = false, last_ = false;
   std::vector<std::unique_ptr<AttentionBlock>> attn_;
@@ -407,8 +429,9 @@ class Chunk {
 
 // ---- ModelStage ----
 
-ModelStage::ModelStage(const Config& cfg, int pp_rank, int pp, StageComms comms)
-    : cfg_(cfg), pp_rank_(pp_rank), pp_(pp), comms_(comms) {
+ModelStage::ModelStage(const Config& cfg, int pp_rank, int pp, StageComms comms,
+                       const kernels::Ctx& ctx)
+    : cfg_(cfg), pp_rank_(pp_rank), pp_(pp), comms_(comms), ctx_(ctx) {
   const int vpp = cfg.parallel.vpp;
   const int n_virtual = pp * vpp;
   if (cfg.model.n_layers < n_virtual)

@@ -16,7 +16,8 @@ double learning_rate(const TrainConfig& t, int64_t step) {
   return lo + (t.lr - lo) * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 
-AdamW::AdamW(std::vector<Param*> params, const TrainConfig& t) : params_(std::move(params)), cfg_(t) {
+AdamW::AdamW(std::vector<Param*> params, const TrainConfig& t, const kernels::Ctx& ctx)
+    : ctx_(ctx), params_(std::move(params)), cfg_(t) {
   for (Param* p : params_)
     state_.emplace(p->name, std::make_pair(Tensor(p->value.shape), Tensor(p->value.shape)));
 }
@@ -32,8 +33,8 @@ void AdamW::step(double lr, float grad_scale) {
   for (Param* p : params_) {
     if (p->reduce == GradReduce::none) continue;
     auto& [m, v] = state_.at(p->name);
-    kernels::adamw_step(p->value.ptr(), p->grad.ptr(), m.ptr(), v.ptr(), p->value.numel(), h, t_,
-                        grad_scale, p->decay);
+    kernels::adamw_step(ctx_, p->value.ptr(), p->grad.ptr(), m.ptr(), v.ptr(), p->value.numel(), h,
+                        t_, grad_scale, p->decay);
   }
 }
 

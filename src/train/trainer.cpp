@@ -4,17 +4,21 @@
 #include <cmath>
 
 #include "trident/core/error.hpp"
+#include "trident/kernels/ops.hpp"
 #include "trident/model/blocks.hpp"
 #include "trident/parallel/dp/grad_reduce.hpp"
 
 namespace trident::train {
 
 Trainer::Trainer(const Config& cfg, TrainComms comms) : cfg_(cfg), comms_(comms) {
+  device_ = std::make_unique<kernels::DeviceContext>(
+      kernels::select_device(cfg_.runtime.backend, comms_.local_rank));
   data_ = model::make_data_source(cfg_, comms_.dp_size);
   model::StageComms sc{comms_.cp, comms_.ep};
   positions_ = model::local_positions(cfg_, sc);
-  stage_ = std::make_unique<model::ModelStage>(cfg_, comms_.pp_rank, comms_.pp_size, sc);
-  opt_ = std::make_unique<AdamW>(stage_->params(), cfg_.train);
+  stage_ =
+      std::make_unique<model::ModelStage>(cfg_, comms_.pp_rank, comms_.pp_size, sc, device_->ctx());
+  opt_ = std::make_unique<AdamW>(stage_->params(), cfg_.train, device_->ctx());
   if (comms_.pp_size > 1) init_pipeline();
 }
 
@@ -75,7 +79,8 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
   const auto& d = cfg_.data;
   const int64_t n_seq = int64_t(d.micro_batch_size) * d.num_microbatches * comms_.dp_size;
   const double n_targets = double(n_seq) * double(data_->targets_per_sample());
-  for (Param* p : stage_->params()) p->grad.zero();
+  for (Param* p : stage_->params())
+    kernels::fill(device_->ctx(), p->grad.ptr(), p->grad.numel(), 0.0f);
   stage_->begin_step(model::make_microbatches(*data_, d, step, comms_.dp_rank, positions_),
                      float(1.0 / n_targets), float(1.0 / double(n_seq)), capture);
   run_microbatches(step, res.events, res.compute_s);
@@ -89,7 +94,7 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
                                            a.t_begin_s + a.compute_s});
   }
 
-  dp::reduce_gradients(stage_->params(), comms_.dpcp, comms_.expert_replica);
+  dp::reduce_gradients(stage_->params(), comms_.dpcp, comms_.expert_replica, device_->ctx());
 
   double sums[2] = {stage_->loss_sum(), stage_->aux_sum()};
   if (comms_.world && comms_.world->size() > 1) comms_.world->allreduce_sum(sums, 2);
@@ -98,8 +103,8 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
     for (auto& row : res.expert_tokens) comms_.world->allreduce_sum(row.data(), row.size());
   stage_->update_router_bias(res.expert_tokens);
 
-  const double norm =
-      std::sqrt(dp::global_grad_sumsq(stage_->params(), comms_.dpcp, comms_.expert_replica, comms_.world));
+  const double norm = std::sqrt(dp::global_grad_sumsq(
+      stage_->params(), comms_.dpcp, comms_.expert_replica, comms_.world, device_->ctx()));
   const double clip = cfg_.train.grad_clip;
   const float scale = clip > 0 && norm > clip ? float(clip / (norm + 1e-6)) : 1.0f;
   const double lr = learning_rate(cfg_.train, step);

@@ -27,6 +27,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "trident/kernels/context.hpp"
+
 namespace trident::kernels {
 
 struct AttnShape {
@@ -46,8 +48,8 @@ inline constexpr int64_t kKeyBlock = 256;
 void check_attn_shape(const AttnShape& s);
 
 // out [Tq,H,D] and lse [Tq,H] are overwritten.
-void attention_forward(const AttnShape& s, const float* q, const float* k, const float* v,
-                       float* out, float* lse);
+void attention_forward(const Ctx& ctx, const AttnShape& s, const float* q, const float* k,
+                       const float* v, float* out, float* lse);
 
 // Continues a forward over a further key set: on entry (out, lse) hold the
 // attention over the keys of earlier calls (lse = -inf and out = 0 for rows
@@ -55,8 +57,8 @@ void attention_forward(const AttnShape& s, const float* q, const float* k, const
 // as attention_forward into a partial buffer followed by
 // merge_partial_attention, without the buffer or the extra pass over it: the
 // earlier result seeds the online softmax. Ring attention uses it per step.
-void attention_forward_resume(const AttnShape& s, const float* q, const float* k, const float* v,
-                              float* out, float* lse);
+void attention_forward_resume(const Ctx& ctx, const AttnShape& s, const float* q, const float* k,
+                              const float* v, float* out, float* lse);
 
 // Gradients of the attention whose (possibly merged over several calls)
 // output is `out` with log-sum-exp `lse`. ACCUMULATES: dq += ..., dk += ...,
@@ -64,9 +66,9 @@ void attention_forward_resume(const AttnShape& s, const float* q, const float* k
 // gathered from several key blocks and one key block's gradient from several
 // query blocks. The probabilities are recomputed as exp(score - lse), so with
 // the merged lse of a ring the result is the exact global gradient.
-void attention_backward(const AttnShape& s, const float* q, const float* k, const float* v,
-                        const float* out, const float* lse, const float* dout, float* dq, float* dk,
-                        float* dv);
+void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, const float* k,
+                        const float* v, const float* out, const float* lse, const float* dout,
+                        float* dq, float* dk, float* dv);
 
 // Merges the partial attention (out_b, lse_b) of one key set into the running
 // (out, lse) of the keys seen so far, over n_rows rows of width D (one row =
@@ -75,8 +77,8 @@ void attention_backward(const AttnShape& s, const float* q, const float* k, cons
 //   lse <- lse - log sigmoid(lse - lse_b)        (= logaddexp(lse, lse_b))
 // in fp32, with lse = -inf rows (no key seen yet / in this block) handled
 // without NaN.
-void merge_partial_attention(int64_t n_rows, int D, float* out, float* lse, const float* out_b,
-                             const float* lse_b);
+void merge_partial_attention(const Ctx& ctx, int64_t n_rows, int D, float* out, float* lse,
+                             const float* out_b, const float* lse_b);
 
 // Number of (query, key) pairs the mask lets through, summed over heads.
 int64_t attention_visible_pairs(const AttnShape& s);

@@ -6,10 +6,12 @@
 #pragma once
 #include <cstdint>
 
+#include "trident/kernels/context.hpp"
+
 namespace trident::kernels {
 
 // op(A) is M x K, op(B) is K x N, C is M x N; lda/ldb/ldc are row strides.
-void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+void sgemm(const Ctx& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
            int64_t ldc);
 

@@ -36,7 +36,8 @@ class AttentionCore {
 };
 
 // Local kernel when cp is off, RingAttention over comms.cp otherwise.
-std::unique_ptr<AttentionCore> make_attention_core(const Config& cfg, const StageComms& comms);
+std::unique_ptr<AttentionCore> make_attention_core(const kernels::Ctx& ctx, const Config& cfg,
+                                                   const StageComms& comms);
 
 // Global positions of this rank's tokens of one sequence (cp layout).
 std::vector<int64_t> local_positions(const Config& cfg, const StageComms& comms);
@@ -75,7 +76,9 @@ class FeedForward {
   virtual void buffers_loaded() {}
 };
 
-std::unique_ptr<FeedForward> make_dense_ffn(const ModelConfig& m, int layer);
-std::unique_ptr<FeedForward> make_moe_ffn(const Config& cfg, int layer, const StageComms& comms);
+std::unique_ptr<FeedForward> make_dense_ffn(const kernels::Ctx& ctx, const ModelConfig& m,
+                                            int layer);
+std::unique_ptr<FeedForward> make_moe_ffn(const kernels::Ctx& ctx, const Config& cfg, int layer,
+                                          const StageComms& comms);
 
 }  // namespace trident::model

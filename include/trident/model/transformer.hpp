@@ -31,6 +31,7 @@
 #include "trident/core/config.hpp"
 #include "trident/core/param.hpp"
 #include "trident/core/tensor.hpp"
+#include "trident/kernels/context.hpp"
 #include "trident/model/data.hpp"
 
 namespace trident::model {
@@ -93,7 +94,10 @@ class ModelStage {
  public:
   // pp_rank/pp, vpp from the mesh and config. Builds and initialises the
   // parameters of this rank's chunks (counter-RNG, same on every mesh).
-  ModelStage(const Config& cfg, int pp_rank, int pp, StageComms comms);
+  // Every kernel of the stage runs with ctx (default: the host, scratch
+  // allocated per call).
+  ModelStage(const Config& cfg, int pp_rank, int pp, StageComms comms,
+             const kernels::Ctx& ctx = {});
   ~ModelStage();
   ModelStage(const ModelStage&) = delete;
   ModelStage& operator=(const ModelStage&) = delete;
@@ -144,6 +148,7 @@ class ModelStage {
   Config cfg_;
   int pp_rank_, pp_;
   StageComms comms_;
+  kernels::Ctx ctx_;
   std::vector<std::unique_ptr<Chunk>> chunks_;
   std::vector<MicroBatch> mbs_;
   float loss_scale_ = 1, aux_scale_ = 0;

@@ -10,6 +10,7 @@
 
 #include "trident/core/config.hpp"
 #include "trident/core/param.hpp"
+#include "trident/kernels/context.hpp"
 
 namespace trident::train {
 
@@ -19,7 +20,8 @@ double learning_rate(const TrainConfig& t, int64_t step);
 
 class AdamW {
  public:
-  AdamW(std::vector<Param*> params, const TrainConfig& t);
+  // The updates run as kernels on ctx (default: the host).
+  AdamW(std::vector<Param*> params, const TrainConfig& t, const kernels::Ctx& ctx = {});
   // One update of every parameter with gradients multiplied by grad_scale.
   void step(double lr, float grad_scale);
   int64_t steps_taken() const { return t_; }
@@ -29,6 +31,7 @@ class AdamW {
   Tensor& v(const std::string& name) { return state_.at(name).second; }
 
  private:
+  kernels::Ctx ctx_;
   std::vector<Param*> params_;
   TrainConfig cfg_;
   int64_t t_ = 0;

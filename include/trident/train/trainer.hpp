@@ -17,6 +17,7 @@
 #include "trident/comm/comm.hpp"
 #include "trident/core/config.hpp"
 #include "trident/io/run_file.hpp"
+#include "trident/kernels/backend.hpp"
 #include "trident/model/data.hpp"
 #include "trident/model/transformer.hpp"
 #include "trident/train/optimizer.hpp"
@@ -29,6 +30,7 @@ struct TrainComms {
   Communicator *world = nullptr, *pp = nullptr, *cp = nullptr, *ep = nullptr;
   Communicator *dpcp = nullptr, *expert_replica = nullptr;
   int pp_rank = 0, pp_size = 1, dp_rank = 0, dp_size = 1;
+  int local_rank = 0;  // on its node: picks the CUDA device (runtime.backend)
 };
 
 struct StepResult {
@@ -46,6 +48,8 @@ class Trainer {
   struct Pipeline {
     virtual ~Pipeline() = default;
   };
+  // Selects the device from runtime.backend (InputError when it cannot be
+  // met) and builds the stage and the optimizer on it.
   Trainer(const Config& cfg, TrainComms comms);
   ~Trainer();
 
@@ -56,6 +60,9 @@ class Trainer {
   AdamW& optimizer() { return *opt_; }
   const Config& config() const { return cfg_; }
   const TrainComms& comms() const { return comms_; }
+  // Where this rank's kernels run ("cpu" | "cuda:N" recorded in the run file).
+  Device device() const { return device_->device(); }
+  const kernels::Ctx& ctx() const { return device_->ctx(); }
   int64_t tokens_per_step() const;  // tokens of the global batch
   int64_t samples_per_step() const;  // sequences of the global batch
   // Global positions of this rank's tokens of a sequence (its cp share).
@@ -68,6 +75,7 @@ class Trainer {
 
   Config cfg_;
   TrainComms comms_;
+  std::unique_ptr<kernels::DeviceContext> device_;
   std::unique_ptr<model::DataSource> data_;
   std::unique_ptr<model::ModelStage> stage_;
   std::unique_ptr<AdamW> opt_;

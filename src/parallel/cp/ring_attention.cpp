@@ -31,6 +31,7 @@
 
 #include "trident/core/error.hpp"
 #include "trident/kernels/attention.hpp"
+#include "trident/kernels/ops.hpp"
 
 namespace trident::cp {
 
@@ -106,8 +107,9 @@ void gather_to_global(const float* local, float* global, int64_t row_elems, int6
               local + (r.local_offset + r.length) * row_elems, global + r.pos0 * row_elems);
 }
 
-RingAttention::RingAttention(Communicator* cp, Layout layout, bool causal, int64_t seq_len)
-    : comm_(cp), layout_(layout), causal_(causal), seq_len_(seq_len) {
+RingAttention::RingAttention(Communicator* cp, Layout layout, bool causal, int64_t seq_len,
+                             const kernels::Ctx& ctx)
+    : ctx_(ctx), comm_(cp), layout_(layout), causal_(causal), seq_len_(seq_len) {
   if (comm_ && comm_->size() > 1) {
     cp_size_ = comm_->size();
     cp_rank_ = comm_->rank();
@@ -198,11 +200,14 @@ void RingAttention::forward(const float* q, const float* k, const float* v, int 
   const int64_t T = local_tokens_;
   const size_t nq = size_t(T) * H * D, nkv = size_t(T) * Hkv * D;
   // Double buffer of [K | V]: one in compute, one arriving.
-  std::vector<float> cur(2 * nkv), nxt(comm_ ? 2 * nkv : 0);
-  std::copy(k, k + nkv, cur.begin());
-  std::copy(v, v + nkv, cur.begin() + nkv);
-  std::fill(out, out + nq, 0.0f);
-  std::fill(lse, lse + size_t(T) * H, -std::numeric_limits<float>::infinity());
+  std::vector<float>& cur = buf_.cur;
+  std::vector<float>& nxt = buf_.nxt;
+  cur.resize(2 * nkv);
+  nxt.resize(comm_ ? 2 * nkv : 0);
+  kernels::copy(ctx_, cur.data(), k, int64_t(nkv));
+  kernels::copy(ctx_, cur.data() + nkv, v, int64_t(nkv));
+  kernels::fill(ctx_, out, int64_t(nq), 0.0f);
+  kernels::fill(ctx_, lse, T * H, -std::numeric_limits<float>::infinity());
   kernels::AttnShape probe{T, T, H, Hkv, D, 1.0f, causal_, 0, 0};
   note_workspace(sizeof(float) * (cur.size() + nxt.size()) +
                  kernels::attention_workspace_bytes(probe, false));
@@ -232,7 +237,7 @@ void RingAttention::forward(const float* q, const float* k, const float* v, int 
             const int64_t qo = qr.local_offset, ko = kr.local_offset;
             // Merges into (out, lse) as it goes: the LSE merge is the kernel's
             // online softmax continued from the keys of earlier pairs and steps.
-            kernels::attention_forward_resume(s, q + qo * H * D, cur.data() + ko * Hkv * D,
+            kernels::attention_forward_resume(ctx_, s, q + qo * H * D, cur.data() + ko * Hkv * D,
                                               cur.data() + nkv + ko * Hkv * D, out + qo * H * D,
                                               lse + qo * H);
             counters_.flops += kernels::attention_flops(s, false);
@@ -258,13 +263,21 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
                              float* dk, float* dv) {
   const int64_t T = local_tokens_;
   const size_t nq = size_t(T) * H * D, nkv = size_t(T) * Hkv * D;
-  std::vector<float> cur(2 * nkv), nxt(comm_ ? 2 * nkv : 0);
+  std::vector<float>& cur = buf_.cur;
+  std::vector<float>& nxt = buf_.nxt;
+  cur.resize(2 * nkv);
+  nxt.resize(comm_ ? 2 * nkv : 0);
   // [dK | dV]: the partial of the current step, the accumulator being sent
   // on, and the one arriving.
-  std::vector<float> partial(2 * nkv), sending(comm_ ? 2 * nkv : 0), arriving(comm_ ? 2 * nkv : 0);
-  std::copy(k, k + nkv, cur.begin());
-  std::copy(v, v + nkv, cur.begin() + nkv);
-  std::fill(dq, dq + nq, 0.0f);
+  std::vector<float>& partial = buf_.partial;
+  std::vector<float>& sending = buf_.sending;
+  std::vector<float>& arriving = buf_.arriving;
+  partial.resize(2 * nkv);
+  sending.resize(comm_ ? 2 * nkv : 0);
+  arriving.resize(comm_ ? 2 * nkv : 0);
+  kernels::copy(ctx_, cur.data(), k, int64_t(nkv));
+  kernels::copy(ctx_, cur.data() + nkv, v, int64_t(nkv));
+  kernels::fill(ctx_, dq, int64_t(nq), 0.0f);
   kernels::AttnShape probe{T, T, H, Hkv, D, 1.0f, causal_, 0, 0};
   note_workspace(sizeof(float) * (cur.size() + nxt.size() + partial.size() + sending.size() +
                                   arriving.size()) +
@@ -288,15 +301,15 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
     enter_compute();
     {
       ComputeSpan span(counters_, step_slot);
-      std::fill(partial.begin(), partial.end(), 0.0f);
+      kernels::fill(ctx_, partial.data(), int64_t(partial.size()), 0.0f);
       for (const TokenRun& kr : runs_[source_rank(step)]) {
         for (const TokenRun& run : runs_[cp_rank_]) {
           for (const TokenRun& qr : query_tiles(run)) {
             kernels::AttnShape s;
             if (!pair_shape(qr, kr, H, Hkv, D, causal_, &s)) continue;
             const int64_t qo = qr.local_offset * H * D, ko = kr.local_offset * Hkv * D;
-            kernels::attention_backward(s, q + qo, cur.data() + ko, cur.data() + nkv + ko, out + qo,
-                                        lse + qr.local_offset * H, dout + qo, dq + qo,
+            kernels::attention_backward(ctx_, s, q + qo, cur.data() + ko, cur.data() + nkv + ko,
+                                        out + qo, lse + qr.local_offset * H, dout + qo, dq + qo,
                                         partial.data() + ko, partial.data() + nkv + ko);
             counters_.flops += kernels::attention_flops(s, true);
           }
@@ -315,7 +328,7 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
         enter_compute();
         {
           ComputeSpan span(counters_, step_slot);
-          for (size_t i = 0; i < arriving.size(); ++i) arriving[i] += partial[i];
+          kernels::add_inplace(ctx_, arriving.data(), partial.data(), int64_t(arriving.size()));
         }
         leave_compute();
         std::swap(sending, arriving);
@@ -336,8 +349,8 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
     timed_wait(dkv_recv);
     timed_wait(dkv_send);
   }
-  std::copy(own.begin(), own.begin() + nkv, dk);
-  std::copy(own.begin() + nkv, own.end(), dv);
+  kernels::copy(ctx_, dk, own.data(), int64_t(nkv));
+  kernels::copy(ctx_, dv, own.data() + nkv, int64_t(nkv));
   counters_.calls += 1;
 }
 

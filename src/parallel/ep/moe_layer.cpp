@@ -39,8 +39,9 @@ int ep_rank_of(Communicator* ep) { return ep ? ep->rank() : 0; }
 }  // namespace
 
 MoELayer::MoELayer(const ModelConfig& cfg, int layer_index, Communicator* ep, Communicator* cp,
-                   const std::string& transport, double shm_limit_bytes)
-    : d_(cfg.d_model),
+                   const std::string& transport, double shm_limit_bytes, const kernels::Ctx& ctx)
+    : ctx_(ctx),
+      d_(cfg.d_model),
       f_(cfg.ffn_hidden),
       E_(cfg.n_experts),
       k_(cfg.top_k),
@@ -100,7 +101,7 @@ void MoELayer::run_experts_forward(Cache& c, float* out, DispatchTimes& times) {
       if (custom_) {
         custom_->forward(e, x, rows, y, gate, up);
       } else {
-        kernels::swiglu_forward(x, rows, d_, f_, expert_param(e, 0).value.ptr(),
+        kernels::swiglu_forward(ctx_, x, rows, d_, f_, expert_param(e, 0).value.ptr(),
                                 expert_param(e, 1).value.ptr(), expert_param(e, 2).value.ptr(), y,
                                 gate, up);
       }
@@ -115,7 +116,7 @@ void MoELayer::forward(const float* x, int64_t T, const std::vector<int>& sample
   c.n_samples = n_samples;
   c.x.assign(x, x + T * d_);
   std::vector<float> logits(static_cast<size_t>(T * E_));
-  kernels::sgemm(false, false, T, E_, d_, 1.0f, x, d_, router_w_.value.ptr(), E_, 0.0f,
+  kernels::sgemm(ctx_, false, false, T, E_, d_, 1.0f, x, d_, router_w_.value.ptr(), E_, 0.0f,
                  logits.data(), E_);
   router_.route(logits.data(), T, sample_of_token, n_samples, cp_, c.routing);
 
@@ -165,9 +166,10 @@ void MoELayer::backward(const float* dy, float* dx, Cache& c, float daux_scale) 
         custom_->backward(e, xin, gate, up, dout.data() + off * d_, rows, din.data() + off * d_);
       } else {
         Param &wg = expert_param(e, 0), &wu = expert_param(e, 1), &wd = expert_param(e, 2);
-        kernels::swiglu_backward(
-            xin, gate, up, dout.data() + off * d_, rows, d_, f_, wg.value.ptr(), wu.value.ptr(),
-            wd.value.ptr(), din.data() + off * d_, wg.grad.ptr(), wu.grad.ptr(), wd.grad.ptr());
+        kernels::swiglu_backward(ctx_, xin, gate, up, dout.data() + off * d_, rows, d_, f_,
+                                 wg.value.ptr(), wu.value.ptr(), wd.value.ptr(),
+                                 din.data() + off * d_, wg.grad.ptr(), wu.grad.ptr(),
+                                 wd.grad.ptr());
       }
     }
   }
@@ -176,10 +178,10 @@ void MoELayer::backward(const float* dy, float* dx, Cache& c, float daux_scale) 
 
   std::vector<float> dlogits(static_cast<size_t>(T * E_));
   router_.backward(c.routing, dweight.data(), daux_scale, dlogits.data());
-  kernels::sgemm(true, false, d_, E_, T, 1.0f, c.x.data(), d_, dlogits.data(), E_, 1.0f,
+  kernels::sgemm(ctx_, true, false, d_, E_, T, 1.0f, c.x.data(), d_, dlogits.data(), E_, 1.0f,
                  router_w_.grad.ptr(), E_);
-  kernels::sgemm(false, true, T, d_, E_, 1.0f, dlogits.data(), E_, router_w_.value.ptr(), E_, 1.0f,
-                 dx, d_);
+  kernels::sgemm(ctx_, false, true, T, d_, E_, 1.0f, dlogits.data(), E_, router_w_.value.ptr(), E_,
+                 1.0f, dx, d_);
   c.rows.reset();  // after the backward's transfers: no peer reads these rows any more
 }
 

@@ -2,14 +2,14 @@
 // into pp * vpp virtual stages, run under every schedule, gives the loss and
 // the weight gradients of the whole stack computed on one rank. ZB-H1 runs a
 // real B/W split (B: input gradient only; W: weight gradients later).
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <map>
 #include <memory>
 #include <vector>
 
+#include "kernel_ctx.hpp"
 #include "mpi_test_util.hpp"
 #include "trident/comm/comm.hpp"
 #include "trident/core/rng.hpp"
@@ -61,8 +61,8 @@ void layer_forward(const Layer& L, const std::vector<float>& x, std::vector<floa
   y.assign(kBatch * kDim, 0.0f);
   for (int i = 0; i < kBatch; ++i)
     for (int j = 0; j < kDim; ++j) y[i * kDim + j] = L.b[j];
-  kernels::sgemm(false, false, kBatch, kDim, kDim, 1.0f, x.data(), kDim, L.w.data(), kDim, 1.0f,
-                 y.data(), kDim);
+  kernels::sgemm(test::kernel_ctx(), false, false, kBatch, kDim, kDim, 1.0f, x.data(), kDim,
+                 L.w.data(), kDim, 1.0f, y.data(), kDim);
   for (auto& v : y) v = std::tanh(v);
 }
 
@@ -72,13 +72,13 @@ void layer_backward_input(const Layer& L, const std::vector<float>& y, const std
   dpre.resize(kBatch * kDim);
   for (int i = 0; i < kBatch * kDim; ++i) dpre[i] = dy[i] * (1.0f - y[i] * y[i]);
   dx.assign(kBatch * kDim, 0.0f);
-  kernels::sgemm(false, true, kBatch, kDim, kDim, 1.0f, dpre.data(), kDim, L.w.data(), kDim, 0.0f,
-                 dx.data(), kDim);
+  kernels::sgemm(test::kernel_ctx(), false, true, kBatch, kDim, kDim, 1.0f, dpre.data(), kDim,
+                 L.w.data(), kDim, 0.0f, dx.data(), kDim);
 }
 
 void layer_backward_weight(Layer& L, const std::vector<float>& x, const std::vector<float>& dpre) {
-  kernels::sgemm(true, false, kDim, kDim, kBatch, 1.0f, x.data(), kDim, dpre.data(), kDim, 1.0f,
-                 L.dw.data(), kDim);
+  kernels::sgemm(test::kernel_ctx(), true, false, kDim, kDim, kBatch, 1.0f, x.data(), kDim,
+                 dpre.data(), kDim, 1.0f, L.dw.data(), kDim);
   for (int i = 0; i < kBatch; ++i)
     for (int j = 0; j < kDim; ++j) L.db[j] += dpre[i * kDim + j];
 }

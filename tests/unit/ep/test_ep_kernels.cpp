@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "ep_test_util.hpp"
+#include "kernel_ctx.hpp"
 #include "trident/core/tensor.hpp"
 #include "trident/kernels/moe.hpp"
 #include "trident/kernels/swiglu.hpp"
@@ -46,8 +47,8 @@ TEST_CASE("swiglu forward matches the double reference", "[swiglu]") {
   auto x = randn("x", T * d), wg = randn("wg", d * f, 0.3f), wu = randn("wu", d * f, 0.3f),
        wd = randn("wd", f * d, 0.3f), g = randn("g", T * d);
   std::vector<float> y(T * d), gate(T * f), up(T * f);
-  kernels::swiglu_forward(x.data(), T, d, f, wg.data(), wu.data(), wd.data(), y.data(),
-                          gate.data(), up.data());
+  kernels::swiglu_forward(test::kernel_ctx(), x.data(), T, d, f, wg.data(), wu.data(), wd.data(),
+                          y.data(), gate.data(), up.data());
   std::vector<double> yref;
   ref_swiglu_loss(to_d(x), to_d(wg), to_d(wu), to_d(wd), g, T, d, f, &yref);
   std::vector<float> yref_f(yref.begin(), yref.end());
@@ -60,10 +61,11 @@ TEST_CASE("swiglu backward matches finite differences and accumulates", "[swiglu
        wd = randn("bwd", f * d, 0.4f), g = randn("bg", T * d);
   std::vector<float> y(T * d), gate(T * f), up(T * f), dx(T * d);
   std::vector<float> dwg(d * f, 0.f), dwu(d * f, 0.f), dwd(f * d, 0.f);
-  kernels::swiglu_forward(x.data(), T, d, f, wg.data(), wu.data(), wd.data(), y.data(),
-                          gate.data(), up.data());
-  kernels::swiglu_backward(x.data(), gate.data(), up.data(), g.data(), T, d, f, wg.data(),
-                           wu.data(), wd.data(), dx.data(), dwg.data(), dwu.data(), dwd.data());
+  kernels::swiglu_forward(test::kernel_ctx(), x.data(), T, d, f, wg.data(), wu.data(), wd.data(),
+                          y.data(), gate.data(), up.data());
+  kernels::swiglu_backward(test::kernel_ctx(), x.data(), gate.data(), up.data(), g.data(), T, d, f,
+                           wg.data(), wu.data(), wd.data(), dx.data(), dwg.data(), dwu.data(),
+                           dwd.data());
   // Every coordinate of every input, central differences in double.
   const double eps = 1e-5;
   auto check = [&](std::vector<float>& param, const std::vector<float>& grad, const char* name) {
@@ -87,8 +89,9 @@ TEST_CASE("swiglu backward matches finite differences and accumulates", "[swiglu
   check(wd, dwd, "dw_down");
   // A second call adds the same weight gradient again.
   auto dwd1 = dwd;
-  kernels::swiglu_backward(x.data(), gate.data(), up.data(), g.data(), T, d, f, wg.data(),
-                           wu.data(), wd.data(), nullptr, dwg.data(), dwu.data(), dwd.data());
+  kernels::swiglu_backward(test::kernel_ctx(), x.data(), gate.data(), up.data(), g.data(), T, d, f,
+                           wg.data(), wu.data(), wd.data(), nullptr, dwg.data(), dwu.data(),
+                           dwd.data());
   for (size_t i = 0; i < dwd.size(); ++i) CHECK(dwd[i] == Approx(2 * dwd1[i]).epsilon(1e-6));
 }
 

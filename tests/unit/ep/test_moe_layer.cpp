@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "ep_test_util.hpp"
+#include "kernel_ctx.hpp"
 #include "trident/core/tensor.hpp"
 #include "trident/kernels/swiglu.hpp"
 #include "trident/parallel/ep/moe_layer.hpp"
@@ -65,11 +66,11 @@ TEST_CASE("one-expert top-1 MoE equals the dense SwiGLU MLP, forward and backwar
   Param &wg = layer.expert_param(0, 0), &wu = layer.expert_param(0, 1), &wd = layer.expert_param(0, 2);
   std::vector<float> yr(T * d), gate(T * f), up(T * f), dxr(T * d);
   std::vector<float> dwg(d * f, 0.f), dwu(d * f, 0.f), dwd(f * d, 0.f);
-  kernels::swiglu_forward(x.data(), T, d, f, wg.value.ptr(), wu.value.ptr(), wd.value.ptr(),
-                          yr.data(), gate.data(), up.data());
-  kernels::swiglu_backward(x.data(), gate.data(), up.data(), dy.data(), T, d, f, wg.value.ptr(),
-                           wu.value.ptr(), wd.value.ptr(), dxr.data(), dwg.data(), dwu.data(),
-                           dwd.data());
+  kernels::swiglu_forward(test::kernel_ctx(), x.data(), T, d, f, wg.value.ptr(), wu.value.ptr(),
+                          wd.value.ptr(), yr.data(), gate.data(), up.data());
+  kernels::swiglu_backward(test::kernel_ctx(), x.data(), gate.data(), up.data(), dy.data(), T, d, f,
+                           wg.value.ptr(), wu.value.ptr(), wd.value.ptr(), dxr.data(), dwg.data(),
+                           dwu.data(), dwd.data());
   CHECK(rel_l2_diff(y.data(), yr.data(), T * d) < 1e-6);
   CHECK(rel_l2_diff(dx.data(), dxr.data(), T * d) < 1e-6);
   CHECK(rel_l2_diff(wg.grad.ptr(), dwg.data(), d * f) < 1e-6);

@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernel_ctx.hpp"
 #include "trident/core/rng.hpp"
 #include "trident/core/tensor.hpp"
 #include "trident/kernels/attention.hpp"
@@ -110,12 +111,14 @@ void check_against_reference(const AttnShape& s) {
   auto q = random_vec(nq, "q"), k = random_vec(nk, "k"), v = random_vec(nk, "v");
   auto dout = random_vec(nq, "dout");
   std::vector<float> out(static_cast<size_t>(nq)), lse(static_cast<size_t>(s.Tq * s.H));
-  trident::kernels::attention_forward(s, q.data(), k.data(), v.data(), out.data(), lse.data());
+  trident::kernels::attention_forward(trident::test::kernel_ctx(), s, q.data(), k.data(), v.data(),
+                                      out.data(), lse.data());
   // Gradients accumulate: start from a random value and subtract it after.
   auto dq0 = random_vec(nq, "dq0"), dk0 = random_vec(nk, "dk0"), dv0 = random_vec(nk, "dv0");
   auto dq = dq0, dk = dk0, dv = dv0;
-  trident::kernels::attention_backward(s, q.data(), k.data(), v.data(), out.data(), lse.data(),
-                                       dout.data(), dq.data(), dk.data(), dv.data());
+  trident::kernels::attention_backward(trident::test::kernel_ctx(), s, q.data(), k.data(), v.data(),
+                                       out.data(), lse.data(), dout.data(), dq.data(), dk.data(),
+                                       dv.data());
   for (size_t i = 0; i < dq.size(); ++i) dq[i] -= dq0[i];
   for (size_t i = 0; i < dk.size(); ++i) dk[i] -= dk0[i], dv[i] -= dv0[i];
 
@@ -181,11 +184,13 @@ TEST_CASE("fully masked rows give zero output, LSE -inf, zero gradients, no NaN"
   auto q = random_vec(40 * 2 * 8, "q"), k = random_vec(40 * 2 * 8, "k"), v = random_vec(640, "v");
   auto dout = random_vec(640, "dout");
   std::vector<float> out(640, 1.0f), lse(80, 1.0f), dq(640, 0.0f), dk(640, 0.0f), dv(640, 0.0f);
-  trident::kernels::attention_forward(s, q.data(), k.data(), v.data(), out.data(), lse.data());
+  trident::kernels::attention_forward(trident::test::kernel_ctx(), s, q.data(), k.data(), v.data(),
+                                      out.data(), lse.data());
   for (float x : out) REQUIRE(x == 0.0f);
   for (float x : lse) REQUIRE(x == -std::numeric_limits<float>::infinity());
-  trident::kernels::attention_backward(s, q.data(), k.data(), v.data(), out.data(), lse.data(),
-                                       dout.data(), dq.data(), dk.data(), dv.data());
+  trident::kernels::attention_backward(trident::test::kernel_ctx(), s, q.data(), k.data(), v.data(),
+                                       out.data(), lse.data(), dout.data(), dq.data(), dk.data(),
+                                       dv.data());
   for (size_t i = 0; i < 640; ++i) REQUIRE((dq[i] == 0.0f && dk[i] == 0.0f && dv[i] == 0.0f));
   CHECK(trident::kernels::attention_visible_pairs(s) == 0);
 }
@@ -195,7 +200,8 @@ TEST_CASE("partial results over key halves merge to the full attention") {
   auto q = random_vec(150 * 4 * 32, "q"), k = random_vec(400 * 2 * 32, "k");
   auto v = random_vec(400 * 2 * 32, "v");
   std::vector<float> out(q.size()), lse(150 * 4);
-  trident::kernels::attention_forward(full, q.data(), k.data(), v.data(), out.data(), lse.data());
+  trident::kernels::attention_forward(trident::test::kernel_ctx(), full, q.data(), k.data(),
+                                      v.data(), out.data(), lse.data());
 
   // Keys 0..299 and 300..399 (the second half is partly in the future of the
   // early queries, so some rows see nothing in it).
@@ -203,18 +209,19 @@ TEST_CASE("partial results over key halves merge to the full attention") {
   a.Tk = 300;
   b.Tk = 100, b.k_pos0 = 300;
   std::vector<float> out_a(q.size()), lse_a(lse.size()), out_b(q.size()), lse_b(lse.size());
-  trident::kernels::attention_forward(a, q.data(), k.data(), v.data(), out_a.data(), lse_a.data());
-  trident::kernels::attention_forward(b, q.data(), k.data() + 300 * 64, v.data() + 300 * 64,
-                                      out_b.data(), lse_b.data());
+  trident::kernels::attention_forward(trident::test::kernel_ctx(), a, q.data(), k.data(), v.data(),
+                                      out_a.data(), lse_a.data());
+  trident::kernels::attention_forward(trident::test::kernel_ctx(), b, q.data(), k.data() + 300 * 64,
+                                      v.data() + 300 * 64, out_b.data(), lse_b.data());
   int64_t empty_rows = 0;
   for (float x : lse_b) empty_rows += std::isinf(x);
   REQUIRE(empty_rows > 0);  // the -inf path of the merge is exercised
   // Merge in the order b then a, starting from "nothing seen".
   std::vector<float> m_out(q.size(), 0.0f), m_lse(lse.size(), -INFINITY);
-  trident::kernels::merge_partial_attention(150 * 4, 32, m_out.data(), m_lse.data(), out_b.data(),
-                                            lse_b.data());
-  trident::kernels::merge_partial_attention(150 * 4, 32, m_out.data(), m_lse.data(), out_a.data(),
-                                            lse_a.data());
+  trident::kernels::merge_partial_attention(trident::test::kernel_ctx(), 150 * 4, 32, m_out.data(),
+                                            m_lse.data(), out_b.data(), lse_b.data());
+  trident::kernels::merge_partial_attention(trident::test::kernel_ctx(), 150 * 4, 32, m_out.data(),
+                                            m_lse.data(), out_a.data(), lse_a.data());
   CHECK(trident::rel_l2_diff(m_out.data(), out.data(), int64_t(out.size())) <= 1e-5);
   CHECK(trident::rel_l2_diff(m_lse.data(), lse.data(), int64_t(lse.size())) <= 1e-5);
 
@@ -227,8 +234,9 @@ TEST_CASE("partial results over key halves merge to the full attention") {
       const bool use_b = (part == 0) == b_first;
       const AttnShape& s = use_b ? b : a;
       const int64_t k0 = use_b ? 300 * 64 : 0;
-      trident::kernels::attention_forward_resume(s, q.data(), k.data() + k0, v.data() + k0,
-                                                 r_out.data(), r_lse.data());
+      trident::kernels::attention_forward_resume(trident::test::kernel_ctx(), s, q.data(),
+                                                 k.data() + k0, v.data() + k0, r_out.data(),
+                                                 r_lse.data());
     }
     CHECK(trident::rel_l2_diff(r_out.data(), out.data(), int64_t(out.size())) <= 1e-5);
     CHECK(trident::rel_l2_diff(r_lse.data(), lse.data(), int64_t(lse.size())) <= 1e-5);

@@ -17,13 +17,14 @@
 // Positions are global, so RoPE and the causal mask use the token's place in
 // the whole sequence.
 #pragma once
-#include <functional>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "trident/comm/comm.hpp"
+#include "trident/kernels/context.hpp"
 
 namespace trident::cp {
 
@@ -82,8 +83,10 @@ struct RingCounters {
 class RingAttention {
  public:
   // cp: the CP communicator, or nullptr / size 1 for plain local attention.
-  // Not owned; must outlive this object. Scale is 1/sqrt(head_dim).
-  RingAttention(Communicator* cp, Layout layout, bool causal, int64_t seq_len);
+  // Not owned; must outlive this object. Scale is 1/sqrt(head_dim). The
+  // kernels run with ctx (default: the host).
+  RingAttention(Communicator* cp, Layout layout, bool causal, int64_t seq_len,
+                const kernels::Ctx& ctx = {});
 
   int cp_size() const { return cp_size_; }
   int cp_rank() const { return cp_rank_; }
@@ -122,6 +125,12 @@ class RingAttention {
   int source_rank(int step) const { return (cp_rank_ - step + cp_size_) % cp_size_; }
   void note_workspace(size_t bytes);
 
+  kernels::Ctx ctx_;
+  // K/V blocks in flight and dK/dV accumulators, kept between calls (every
+  // call of one ring has the same sizes) so that a step allocates nothing.
+  struct Buffers {
+    std::vector<float> cur, nxt, partial, sending, arriving;
+  } buf_;
   Communicator* comm_;
   Layout layout_;
   bool causal_;

@@ -13,18 +13,21 @@
 
 #include "trident/comm/comm.hpp"
 #include "trident/core/param.hpp"
+#include "trident/kernels/context.hpp"
 
 namespace trident::dp {
 
 // Either communicator may be null (or of size 1): nothing to reduce there.
+// Packing and unpacking run as kernels on ctx (default: the host).
 void reduce_gradients(const std::vector<Param*>& params, Communicator* dpcp,
-                      Communicator* expert_replica);
+                      Communicator* expert_replica, const kernels::Ctx& ctx = {});
 
 // Sum of squared gradient entries of the whole model, each distinct parameter
 // counted once although several ranks hold it (dense: on dpcp rank 0 of each
 // stage; expert: on replica rank 0), summed over `world` (null: this rank
 // only). Call after reduce_gradients.
 double global_grad_sumsq(const std::vector<Param*>& params, Communicator* dpcp,
-                         Communicator* expert_replica, Communicator* world);
+                         Communicator* expert_replica, Communicator* world,
+                         const kernels::Ctx& ctx = {});
 
 }  // namespace trident::dp

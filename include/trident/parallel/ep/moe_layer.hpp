@@ -21,6 +21,7 @@
 #include "trident/comm/comm.hpp"
 #include "trident/core/config.hpp"
 #include "trident/core/param.hpp"
+#include "trident/kernels/context.hpp"
 #include "trident/parallel/ep/router.hpp"
 #include "trident/parallel/ep/token_dispatcher.hpp"
 
@@ -56,8 +57,10 @@ class MoELayer {
   // for the aux statistics; nullptr when every sample is whole on this rank.
   // transport: runtime.ep_transport ("alltoallv" | "cma" | "auto"); see
   // TokenDispatcher. Collective over ep.
+  // Its kernels run with ctx (default: the host).
   MoELayer(const ModelConfig& cfg, int layer_index, Communicator* ep, Communicator* cp,
-           const std::string& transport = "auto", double shm_limit_bytes = 0);
+           const std::string& transport = "auto", double shm_limit_bytes = 0,
+           const kernels::Ctx& ctx = {});
   ~MoELayer();
 
   std::vector<Param*> params();   // router, then local experts (gate, up, down each)
@@ -96,6 +99,7 @@ class MoELayer {
  private:
   void run_experts_forward(Cache& c, float* out, DispatchTimes& times);
 
+  kernels::Ctx ctx_;
   int d_, f_, E_, k_, L_, first_;
   Router router_;
   TokenDispatcher dispatcher_;
