@@ -2,6 +2,8 @@
 // the resources of a Ctx on it.
 #include "trident/kernels/backend.hpp"
 
+#include <string>
+
 #include "trident/core/error.hpp"
 #include "trident/kernels/backends.hpp"
 
@@ -27,18 +29,17 @@ int visible_cuda_devices() {
 
 }  // namespace
 
-Device select_device(const std::string& backend, int local_rank) {
-  // The value itself was checked with the config (cpu, cuda or auto).
-  if (backend == "cpu") return Device::cpu();
+Device select_device(Backend backend, int local_rank) {
+  if (backend == Backend::cpu) return Device::cpu();
   if (!built_with_cuda()) {
-    if (backend == "auto") return Device::cpu();
+    if (backend == Backend::automatic) return Device::cpu();
     throw InputError(
         "runtime.backend: 'cuda' asked for, but this trident was built without the CUDA backend "
         "(rebuild where nvcc is found, or set runtime.backend = \"cpu\" or \"auto\")");
   }
   const int n = visible_cuda_devices();
   if (n > 0) return Device::cuda(local_rank % n);
-  if (backend == "auto") return Device::cpu();
+  if (backend == Backend::automatic) return Device::cpu();
   throw InputError("runtime.backend: 'cuda' asked for, but this rank (local rank " +
                    std::to_string(local_rank) +
                    ") sees no CUDA device (check CUDA_VISIBLE_DEVICES and the driver)");

@@ -57,7 +57,7 @@ class LocalAttention : public AttentionCore {
 class RingAttentionCore : public AttentionCore {
  public:
   RingAttentionCore(const kernels::Ctx& ctx, const Config& cfg, Communicator* cp)
-      : ring_(cp, cp::parse_layout(cfg.parallel.cp_layout), true, cfg.data.seq_len, ctx),
+      : ring_(cp, cfg.parallel.cp_layout, true, cfg.data.seq_len, ctx),
         H_(cfg.model.n_heads),
         Hkv_(cfg.model.n_kv_heads),
         D_(cfg.model.head_dim()) {}
@@ -93,7 +93,7 @@ std::vector<int64_t> local_positions(const Config& cfg, const StageComms& comms)
   std::vector<int64_t> pos(size_t(cfg.data.seq_len));
   std::iota(pos.begin(), pos.end(), 0);
   if (!comms.cp || comms.cp->size() == 1) return pos;
-  const auto layout = cp::parse_layout(cfg.parallel.cp_layout);
+  const auto layout = cfg.parallel.cp_layout;
   cp::check_layout(cfg.data.seq_len, comms.cp->size(), layout);
   return cp::local_positions(cfg.data.seq_len, comms.cp->size(), comms.cp->rank(), layout);
 }

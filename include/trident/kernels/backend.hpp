@@ -9,9 +9,9 @@
 //   "auto"  CUDA when the build has it and a device is visible, else the host
 #pragma once
 #include <memory>
-#include <string>
 
 #include "trident/core/allocator.hpp"
+#include "trident/core/config.hpp"
 #include "trident/core/device.hpp"
 #include "trident/kernels/context.hpp"
 
@@ -22,7 +22,7 @@ bool built_with_cuda();
 
 // The device runtime.backend asks for on the rank with this node-local rank.
 // Throws InputError ("runtime.backend: ...", one line) when it cannot be met.
-Device select_device(const std::string& backend, int local_rank);
+Device select_device(Backend backend, int local_rank);
 
 class DeviceContext {
  public:
