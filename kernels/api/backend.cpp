@@ -6,6 +6,9 @@
 
 #include "trident/core/error.hpp"
 #include "trident/kernels/backends.hpp"
+#ifdef TRIDENT_HAVE_CUDA
+#include "trident/kernels/cuda/runtime.hpp"
+#endif
 
 namespace trident::kernels {
 
@@ -45,22 +48,30 @@ Device select_device(Backend backend, int local_rank) {
                    ") sees no CUDA device (check CUDA_VISIBLE_DEVICES and the driver)");
 }
 
-DeviceContext::DeviceContext(Device device) {
-  ctx_.device = device;
-  alloc_ = &cpu_allocator();
+// The CUDA backend's own context owns the stream, cuBLAS handle, allocator
+// and workspace of a device; the host needs only an allocator and a
+// workspace.
+struct DeviceContext::Backend {
 #ifdef TRIDENT_HAVE_CUDA
-  if (device.is_cuda()) {
-    const cuda::DeviceResources r = cuda::device_resources(device.index);
-    ctx_.stream = r.stream;
-    ctx_.blas = r.blas;
-    alloc_ = r.allocator;
-  }
-#else
-  if (device.is_cuda())
-    throw Error("DeviceContext: " + device.str() + " asked for in a build without CUDA");
+  std::unique_ptr<cuda::DeviceContext> cuda;
 #endif
-  workspace_ = std::make_unique<Workspace>(*alloc_);
-  ctx_.workspace = workspace_.get();
+  std::unique_ptr<Workspace> workspace;
+};
+
+DeviceContext::DeviceContext(Device device) : backend_(std::make_unique<Backend>()) {
+  if (device.is_cpu()) {
+    alloc_ = &cpu_allocator();
+    backend_->workspace = std::make_unique<Workspace>(*alloc_);
+    ctx_ = Ctx{device, nullptr, nullptr, backend_->workspace.get()};
+    return;
+  }
+#ifdef TRIDENT_HAVE_CUDA
+  backend_->cuda = std::make_unique<cuda::DeviceContext>(device.index);
+  alloc_ = &backend_->cuda->allocator();
+  ctx_ = backend_->cuda->ctx();
+#else
+  throw Error("DeviceContext: " + device.str() + " asked for in a build without CUDA");
+#endif
 }
 
 DeviceContext::~DeviceContext() = default;

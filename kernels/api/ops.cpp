@@ -7,6 +7,10 @@
 #include "trident/kernels/backends.hpp"
 
 namespace trident::kernels {
+#ifdef TRIDENT_HAVE_CUDA
+#define TRIDENT_ROUTE(op, ...) \
+  return ctx.device.is_cuda() ? cuda::op(ctx, __VA_ARGS__) : cpu::op(ctx, __VA_ARGS__)
+#else
 namespace {
 
 [[noreturn]] void no_cuda(const char* op) {
@@ -18,10 +22,6 @@ namespace {
 
 // no_cuda never returns; the comma expression keeps the type of the call
 // (void included), so one macro serves every op.
-#ifdef TRIDENT_HAVE_CUDA
-#define TRIDENT_ROUTE(op, ...) \
-  return ctx.device.is_cuda() ? cuda::op(ctx, __VA_ARGS__) : cpu::op(ctx, __VA_ARGS__)
-#else
 #define TRIDENT_ROUTE(op, ...)                                            \
   return ctx.device.is_cuda() ? (no_cuda(#op), cpu::op(ctx, __VA_ARGS__)) \
                               : cpu::op(ctx, __VA_ARGS__)

@@ -36,8 +36,9 @@ class DeviceContext {
   Allocator& allocator() const { return *alloc_; }
 
  private:
-  Allocator* alloc_;
-  std::unique_ptr<Workspace> workspace_;
+  struct Backend;
+  std::unique_ptr<Backend> backend_;
+  Allocator* alloc_ = nullptr;
   Ctx ctx_;
 };
 

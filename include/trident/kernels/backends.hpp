@@ -1,8 +1,9 @@
 // The two implementations of the op interface, as the routing in
 // kernels/api sees them: trident::kernels::cpu (kernels/cpu, always built)
 // and trident::kernels::cuda (kernels/cuda, built under TRIDENT_HAVE_CUDA).
-// Both declare exactly the list in backend_ops.inc. Model and parallel code
-// call the public ops in trident::kernels, never these.
+// Both declare exactly the list in backend_ops.inc (the CUDA backend's own
+// header, kernels/cuda/ops.hpp, adds its bf16 variants and MoE ops). Model
+// and parallel code call the public ops in trident::kernels, never these.
 #pragma once
 #include <cstdint>
 
@@ -18,16 +19,4 @@ namespace trident::kernels::cpu {
 
 namespace trident::kernels::cuda {
 #include "trident/kernels/backend_ops.inc"
-
-// Besides the ops, what the CUDA backend provides to backend selection
-// (kernels/backend.hpp): the number of visible devices (0 when there is no
-// driver or no device), and the per-process stream, cuBLAS handle and
-// allocator of device `index` that a Ctx on it runs with.
-int device_count();
-struct DeviceResources {
-  void* stream = nullptr;
-  void* blas = nullptr;
-  Allocator* allocator = nullptr;
-};
-DeviceResources device_resources(int index);
 }  // namespace trident::kernels::cuda
