@@ -202,7 +202,8 @@ class PlanCommand : public Command {
   // renamed, so a failed run leaves no half-written file).
   int run_calibrate() {
     if (out_path_.empty()) throw InputError("--calibrate: needs --out FILE");
-    const Config cfg = load_config(config_path_, sets_);
+    Config cfg = load_config(config_path_, sets_);
+    cfg.topology.reset();  // measure the machine the job runs on, not the one the config names
     Communicator world(MPI_COMM_WORLD, CommKind::world, "world", cfg.runtime.timeout_s, false);
     const Topology topo = detect_topology(MPI_COMM_WORLD, cfg);
     std::vector<int> node_of;
