@@ -4,8 +4,11 @@
 // train::run (resume, run file, steps, checkpoints, stop signals, summary).
 #include "trident/train/run.hpp"
 
+#include <optional>
+
 #include "commands.hpp"
 #include "trident/kernels/gemm.hpp"
+#include "trident/plan/predict.hpp"
 #include "trident/topo/topology.hpp"
 #include "trident/train/check_config.hpp"
 
@@ -22,12 +25,15 @@ class RunCommand : public Command {
                                   "Resume from CKPT, or from the latest checkpoint in "
                                   "output.checkpoint_dir when no file is given")
                       ->expected(0, 1);
+    app->add_option("--machine", machine_,
+                    "Machine profile (TOML): record the planner's prediction of this mesh in the "
+                    "run file (trident-analyze predicted compares)");
   }
   bool needs_mpi() const override { return true; }
   int run() override;
 
  private:
-  std::string config_, output_, resume_;
+  std::string config_, output_, resume_, machine_;
   std::vector<std::string> sets_;
   CLI::Option* resume_opt_ = nullptr;
 };
@@ -41,6 +47,9 @@ int RunCommand::run() {
   Config cfg = load_config(config_, sets_);
   if (!output_.empty()) cfg.output.file = output_;
   train::check_config(cfg, world_size);
+  std::optional<plan::MachineProfile> machine;
+  if (!machine_.empty())
+    machine = plan::load_machine(machine_);  // bad file: exit 2 before any output
   Topology topo = detect_topology(MPI_COMM_WORLD, cfg);
   auto comms = build_communicators(MPI_COMM_WORLD, cfg, std::move(topo));
   sync_clock(MPI_COMM_WORLD);
@@ -50,6 +59,9 @@ int RunCommand::run() {
   request.resume = resume_opt_->count() > 0;
   request.resume_from = resume_;
   request.command_line = command_line();
+  if (machine)
+    request.prediction_json = plan::prediction_json(
+        plan::predict(cfg, plan::mesh_plan_of(cfg, world_size), comms->topo.shape, *machine));
   return train::run(cfg, *comms, request);
 }
 

@@ -196,6 +196,7 @@ int run(const Config& cfg, Communicators& comms, const RunRequest& request) {
   RunFile file(path, comms.world->mpi(), cfg, comms, job ? job : "");
   file.set_root_attr("command_line", request.command_line);
   if (!at.checkpoint.empty()) file.set_root_attr("resumed_from", at.checkpoint);
+  if (!request.prediction_json.empty()) file.set_root_attr("prediction", request.prediction_json);
   install_stop_signals();
   const bool lead = comms.world->rank() == 0;
   if (lead) {

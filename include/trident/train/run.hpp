@@ -21,6 +21,9 @@ struct RunRequest {
   bool resume = false;       // --resume given
   std::string resume_from;   // its checkpoint; empty: the latest in output.checkpoint_dir
   std::string command_line;  // recorded in the run file
+  // The planner's prediction of this mesh (JSON, `trident run --machine`),
+  // recorded as the root attribute "prediction"; empty: none.
+  std::string prediction_json;
 };
 
 // cfg: checked (train::check_config) against comms' world. Returns the exit
