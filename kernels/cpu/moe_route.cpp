@@ -11,8 +11,8 @@ namespace {
 
 void require_cpu(const Ctx& ctx, const char* op) {
   if (!ctx.device.is_cpu())
-    throw Error(std::string("kernels::") + op + ": no " + ctx.device.str() +
-                " implementation in this build");
+    throw Error(std::string("kernels::") + op + ": called with a cuda device, but this build " +
+                "has no CUDA implementation of the MoE and router ops");
 }
 
 }  // namespace

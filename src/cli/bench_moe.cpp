@@ -156,7 +156,7 @@ class BenchMoeCommand : public Command {
     std::vector<std::string> transports;
     if (transport_ == "all") {
       transports = {"alltoallv"};
-      TokenDispatcher probe(&ep, E, "auto");
+      TokenDispatcher probe(&ep, E, EpTransportChoice::automatic);
       if (W == 1 || probe.transport() == ep::EpTransport::shm) {
         transports.push_back("shm");
       } else {
@@ -223,7 +223,7 @@ class BenchMoeCommand : public Command {
     const int64_t T = tokens_, d = hidden_, f = ffn_;
     const int E = experts_, k = top_k_, L = E / W;
     const kernels::Ctx ctx;
-    TokenDispatcher disp(&ep, E, transport, 0, ctx);
+    TokenDispatcher disp(&ep, E, *parse_config_name<EpTransportChoice>(transport), 0, ctx);
     std::vector<float> send, recv, back, y(static_cast<size_t>(T * d)), gate, up;
     constexpr int kCols = 11;
     std::vector<double> per_iter;  // [iters, kCols] seconds, this rank

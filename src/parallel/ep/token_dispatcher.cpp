@@ -39,7 +39,7 @@ const kernels::RowSource& ForwardRows::returned() const {
   return returned_;
 }
 
-TokenDispatcher::TokenDispatcher(Communicator* ep, int n_experts, const std::string& transport,
+TokenDispatcher::TokenDispatcher(Communicator* ep, int n_experts, EpTransportChoice transport,
                                  double shm_limit_bytes, const kernels::Ctx& ctx)
     : ep_(ep && ep->size() > 1 ? ep : nullptr),
       n_experts_(n_experts),

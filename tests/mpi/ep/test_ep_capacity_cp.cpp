@@ -26,7 +26,7 @@ Config capacity_model(double capacity_factor) {
   c.model.n_experts = 4;
   c.model.top_k = 2;
   c.model.capacity_factor = capacity_factor;
-  c.data.task = "recall";
+  c.data.task = DataTask::recall;
   c.data.seq_len = 32;
   c.data.micro_batch_size = 2;
   c.data.num_microbatches = 2;
@@ -67,7 +67,7 @@ void check_case(double capacity_factor, int cp, int ep, const char* layout) {
   Config cfg = capacity_model(capacity_factor);
   cfg.parallel.cp = cp;
   cfg.parallel.ep = ep;
-  cfg.parallel.cp_layout = layout;
+  cfg.parallel.cp_layout = *parse_config_name<CpLayout>(layout);
   const std::vector<double> par = mesh_losses(cfg);
   if (testing::world_rank() != 0) return;
   const std::vector<double> ser = serial_losses(cfg, dp);

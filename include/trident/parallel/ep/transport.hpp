@@ -73,8 +73,10 @@ class Transport {
   std::string reason_;
 };
 
-// ep: nullptr or size 1 gives the local transport. name: runtime.ep_transport.
-std::unique_ptr<Transport> make_transport(Communicator* ep, const std::string& name,
+// ep: nullptr or size 1 gives the local transport; otherwise `choice`
+// (runtime.ep_transport), automatic being shm when every ep rank is on this
+// node. shm across nodes is an InputError naming runtime.ep_transport.
+std::unique_ptr<Transport> make_transport(Communicator* ep, EpTransportChoice choice,
                                           double shm_limit_bytes, const kernels::Ctx& ctx);
 
 // The implementations (src/parallel/ep/transport/).

@@ -6,17 +6,13 @@
 
 namespace trident::ep {
 
-std::unique_ptr<Transport> make_transport(Communicator* ep, const std::string& name,
+std::unique_ptr<Transport> make_transport(Communicator* ep, EpTransportChoice choice,
                                           double shm_limit_bytes, const kernels::Ctx& ctx) {
-  if (name != "alltoallv" && name != "shm" && name != "auto")
-    throw InputError(
-        "runtime.ep_transport: must be one of \"alltoallv\", \"shm\", \"auto\" (got \"" + name +
-        "\")");
   if (!ep || ep->size() == 1) return make_local_transport(ctx);
-  if (name == "alltoallv") return make_alltoallv_transport(*ep, ctx);
+  if (choice == EpTransportChoice::alltoallv) return make_alltoallv_transport(*ep, ctx);
   std::string why;
   if (SharedWindow::node_local(*ep, &why)) return make_shm_transport(*ep, shm_limit_bytes, ctx);
-  if (name == "shm")
+  if (choice == EpTransportChoice::shm)
     throw InputError("runtime.ep_transport = \"shm\": the ep group spans nodes: " + why);
   auto t = make_alltoallv_transport(*ep, ctx);
   t->set_reason(why);
