@@ -100,7 +100,7 @@ GPU_TEST("grouped expert GEMM with empty experts") {
   std::vector<std::unique_ptr<Buf<float>>> gw;
   std::vector<const float*> wptr;
   for (int e = 0; e < E; ++e) {
-    w.push_back(randn(static_cast<size_t>(in * out), "w" + std::to_string(e)));
+    w.push_back(randn(static_cast<size_t>(in * out), std::string("w").append(std::to_string(e))));
     gw.push_back(std::make_unique<Buf<float>>(dc, w.back()));
     wptr.push_back(gw.back()->get());
   }
