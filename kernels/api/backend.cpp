@@ -53,7 +53,7 @@ Device select_device(Backend backend, int local_rank) {
 // workspace.
 struct DeviceContext::Backend {
 #ifdef TRIDENT_HAVE_CUDA
-  std::unique_ptr<cuda::DeviceContext> cuda;
+  std::unique_ptr<cuda::StreamContext> cuda;
 #endif
   std::unique_ptr<Workspace> workspace;
 };
@@ -66,7 +66,7 @@ DeviceContext::DeviceContext(Device device) : backend_(std::make_unique<Backend>
     return;
   }
 #ifdef TRIDENT_HAVE_CUDA
-  backend_->cuda = std::make_unique<cuda::DeviceContext>(device.index);
+  backend_->cuda = std::make_unique<cuda::StreamContext>(device.index);
   alloc_ = &backend_->cuda->allocator();
   ctx_ = backend_->cuda->ctx();
 #else

@@ -14,6 +14,7 @@
 #include "commands.hpp"
 #include "trident/core/config.hpp"
 #include "trident/core/error.hpp"
+#include "trident/kernels/gemm.hpp"
 #include "trident/plan/calibrate.hpp"
 #include "trident/plan/search.hpp"
 #include "trident/topo/mesh.hpp"
@@ -202,7 +203,9 @@ class PlanCommand : public Command {
   // renamed, so a failed run leaves no half-written file).
   int run_calibrate() {
     if (out_path_.empty()) throw InputError("--calibrate: needs --out FILE");
-    const Config cfg = load_config(config_path_, sets_);
+    Config cfg = load_config(config_path_, sets_);
+    cfg.topology.reset();  // measure the machine the job runs on, not the one the config names
+    kernels::set_blas_threads(1);  // as trident run: the ranks already share the cores
     Communicator world(MPI_COMM_WORLD, CommKind::world, "world", cfg.runtime.timeout_s, false);
     const Topology topo = detect_topology(MPI_COMM_WORLD, cfg);
     std::vector<int> node_of;

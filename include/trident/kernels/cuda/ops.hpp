@@ -39,7 +39,7 @@ void gemm_bf16_out(const Ctx& c, bool trans_a, bool trans_b, int64_t M, int64_t 
 void linear_forward(const Ctx& c, const float* x, const float* w, int64_t T, int64_t in,
                     int64_t out, float* y);
 void linear_backward_input(const Ctx& c, const float* dy, const float* w, int64_t T, int64_t in,
-                           int64_t out, float* dx, float beta = 0.0f);
+                           int64_t out, float* dx, float beta);
 void linear_backward_weight(const Ctx& c, const float* dy, const float* x, int64_t T, int64_t in,
                             int64_t out, float* dw);
 void rmsnorm_forward(const Ctx& c, const float* x, const float* w, int64_t T, int64_t d, float eps,
@@ -65,6 +65,8 @@ void adamw_step(const Ctx& c, float* p, const float* g, float* m, float* v, int6
 void adamw_step_bf16(const Ctx& c, float* p, const float* g, float* m, float* v, Bf16* p_bf16,
                      int64_t n, const AdamWHyper& h, int64_t step, float grad_scale, bool decay);
 void add_inplace(const Ctx& c, float* y, const float* x, int64_t n);
+void copy(const Ctx& c, float* dst, const float* src, int64_t n);
+void fill(const Ctx& c, float* x, int64_t n, float value);
 double sum_squares(const Ctx& c, const float* x, int64_t n);
 // Without the host wait: *out (device, fp64) += sum of squares, for adding
 // up many parameters' norms before one transfer.
