@@ -150,7 +150,7 @@ const std::vector<KeyDef>& key_table() {
     t.push_back(int_key(
         "parallel", "ep", [](Config& c) { return &c.parallel.ep; }, 1));
     t.push_back(enum_key("parallel", "schedule", [](Config& c) { return &c.parallel.schedule; },
-                         {"afab", "1f1b", "interleaved", "zb-h1"}));
+                         {"afab", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev"}));
     // [train]
     t.push_back(int_key(
         "train", "steps", [](Config& c) { return &c.train.steps; }, 1));
@@ -659,9 +659,13 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 }
 
 int min_microbatches(const std::string& schedule, int pp, int vpp) {
-  if (schedule == "afab" || schedule == "1f1b" || schedule == "zb-h1") return 1;
-  if (schedule == "interleaved") return std::max(pp, 1);
-  throw InputError("schedule '" + schedule + "': must be one of afab, 1f1b, interleaved, zb-h1");
+  (void)vpp;
+  if (schedule == "afab" || schedule == "1f1b" || schedule == "zb-h1" ||
+      schedule == "interleaved" || schedule == "zb-v")
+    return 1;
+  if (schedule == "dualpipev") return 2 * std::max(pp, 1);
+  throw InputError("schedule '" + schedule +
+                   "': must be one of afab, 1f1b, interleaved, zb-h1, zb-v, dualpipev");
 }
 
 void validate_config(const Config& cfg, int world_size) {
@@ -710,10 +714,16 @@ void validate_config(const Config& cfg, int world_size) {
                 "data.seq_len=" + s(d.seq_len) + " must be divisible by parallel.cp=" + s(p.cp) +
                     " (contiguous layout)");
   // Pipeline.
-  if (p.vpp > 1 && p.schedule != "interleaved")
+  const bool v_shaped = p.schedule == "zb-v" || p.schedule == "dualpipev";
+  if (p.vpp > 1 && p.schedule != "interleaved" && !v_shaped)
     c.fail_keys({"parallel.vpp", "parallel.schedule"},
-                "parallel.vpp=" + s(p.vpp) +
-                    " > 1 needs parallel.schedule = \"interleaved\" (got \"" + p.schedule + "\")");
+                "parallel.vpp=" + s(p.vpp) + " > 1 needs parallel.schedule = \"interleaved\" (got \"" +
+                    p.schedule + "\"), or \"zb-v\" / \"dualpipev\" with parallel.vpp = 2");
+  if (v_shaped && p.vpp != 2)
+    c.fail_keys({"parallel.schedule", "parallel.vpp"},
+                "parallel.schedule = \"" + p.schedule +
+                    "\" holds two chunks per rank (V placement) and needs parallel.vpp = 2 (got " +
+                    s(p.vpp) + ")");
   if (p.schedule == "interleaved" && p.vpp < 2)
     c.fail_keys(
         {"parallel.schedule", "parallel.vpp"},
@@ -728,11 +738,6 @@ void validate_config(const Config& cfg, int world_size) {
     c.fail_keys({"data.num_microbatches", "parallel.schedule", "parallel.pp"},
                 "data.num_microbatches=" + s(d.num_microbatches) + " must be >= " + s(min_m) +
                     " for schedule \"" + p.schedule + "\" with parallel.pp=" + s(p.pp));
-  if (p.schedule == "interleaved" && d.num_microbatches % p.pp != 0)
-    c.fail_keys({"data.num_microbatches", "parallel.schedule", "parallel.pp"},
-                "data.num_microbatches=" + s(d.num_microbatches) +
-                    " must be a multiple of parallel.pp=" + s(p.pp) +
-                    " for schedule \"interleaved\"");
   // Data.
   if (d.task == "tokens" && d.token_file.empty())
     c.fail_keys({"data.task", "data.token_file"},

@@ -1,8 +1,8 @@
 // Parallel equals serial for the whole training step: per-step losses and
 // gradient norms of a distributed run equal the one-rank run's (same global
 // batch: the reference runs dp x num_microbatches micro-batches) within 1e-4.
-// 4 ranks: each parallelism alone; 8 ranks: pp x cp x ep x dp together, under
-// each pipeline schedule.
+// 4 ranks: each parallelism alone, and the V schedules; 8 ranks: pp x cp x ep
+// x dp together, under each pipeline schedule.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
@@ -74,9 +74,12 @@ Curve run_serial(Config cfg, int dp) {
   return c;
 }
 
-void check_case(int pp, int cp, int ep, const std::string& schedule, int vpp = 1) {
+void check_case(int pp, int cp, int ep, const std::string& schedule, int vpp = 1, int n_layers = 4,
+                int microbatches = 4) {
   const int world = testing::world_size();
   Config cfg = tiny(world);
+  cfg.model.n_layers = n_layers;
+  cfg.data.num_microbatches = microbatches;
   cfg.parallel.pp = pp;
   cfg.parallel.cp = cp;
   cfg.parallel.ep = ep;
@@ -107,10 +110,20 @@ TEST_CASE("each parallelism alone equals the one-rank run", "[parity]") {
   check_case(4, 1, 1, "1f1b");  // pp = 4
 }
 
+TEST_CASE("the V schedules (stages r and 2p-1-r on rank r) equal the one-rank run", "[parity]") {
+  if (testing::world_size() != 4) return;
+  check_case(4, 1, 1, "zb-v", 2, 8, 5);
+  check_case(4, 1, 1, "dualpipev", 2, 8, 8);
+  check_case(2, 2, 1, "zb-v", 2, 4, 3);  // with cp, dp = 1
+  check_case(2, 1, 2, "dualpipev", 2, 4, 4);  // with ep over dp = 2
+}
+
 TEST_CASE("pp x cp x ep x dp together equals the one-rank run", "[parity]") {
   if (testing::world_size() != 8) return;
   check_case(2, 2, 2, "1f1b");
   check_case(2, 2, 2, "zb-h1");
   check_case(2, 2, 2, "interleaved", 2);
   check_case(2, 2, 2, "afab");
+  check_case(2, 2, 2, "zb-v", 2);
+  check_case(2, 2, 2, "dualpipev", 2);
 }
