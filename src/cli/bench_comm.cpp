@@ -15,6 +15,7 @@
 #include "trident/core/error.hpp"
 #include "trident/io/bench_report.hpp"
 #include "trident/topo/topology.hpp"
+#include "trident/train/check_config.hpp"
 
 namespace trident::cli {
 namespace {
@@ -212,7 +213,7 @@ class BenchCommCommand : public Command {
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     Config cfg = load_config(config_path_, sets_);
-    validate_config(cfg, world_size);
+    train::check_config(cfg, world_size);
     auto comms = build_communicators(MPI_COMM_WORLD, cfg, detect_topology(MPI_COMM_WORLD, cfg));
     Communicator& world = *comms->world;
     Communicator* group = group_ == "world"  ? comms->world.get()

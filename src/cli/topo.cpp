@@ -9,6 +9,7 @@
 #include "trident/core/config.hpp"
 #include "trident/core/error.hpp"
 #include "trident/topo/topology.hpp"
+#include "trident/train/check_config.hpp"
 
 namespace trident::cli {
 namespace {
@@ -50,7 +51,7 @@ class TopoCommand : public Command {
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     Config cfg = load_config(config_path_, sets_);
-    validate_config(cfg, world_size);
+    train::check_config(cfg, world_size);
     Topology topo = detect_topology(MPI_COMM_WORLD, cfg);
     std::unique_ptr<Communicators> comms;
     try {

@@ -15,7 +15,7 @@ Trainer::Trainer(const Config& cfg, TrainComms comms) : cfg_(cfg), comms_(comms)
   model::StageComms sc{comms_.cp, comms_.ep};
   positions_ = model::local_positions(cfg_, sc);
   const pp::Placement placement =
-      pp::schedule_placement(cfg_.parallel.schedule, comms_.pp_size, cfg_.parallel.vpp);
+      pp::schedule_placement(config_name(cfg_.parallel.schedule), comms_.pp_size, cfg_.parallel.vpp);
   stage_ = std::make_unique<model::ModelStage>(cfg_, comms_.pp_rank, comms_.pp_size, sc,
                                                placement.stages.at(size_t(comms_.pp_rank)));
   opt_ = std::make_unique<AdamW>(stage_->params(), cfg_.train);
