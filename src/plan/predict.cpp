@@ -44,8 +44,9 @@ struct Rates {
   const MachineProfile& m;
   double slow;
   double compute(const Work& w) const {
-    return slow * (w.gemm_flops / m.gemm_flops + w.attention_flops / m.attention_flops +
-                   w.memory_bytes / m.memory_Bps);
+    return slow / m.efficiency *
+           (w.gemm_flops / m.gemm_flops + w.attention_flops / m.attention_flops +
+            w.memory_bytes / m.memory_Bps);
   }
 };
 
