@@ -159,6 +159,10 @@ TEST_CASE("a prediction prices each action at the machine's rates") {
   CHECK(pr.split.compute == Approx(4 * (pr.t_f + pr.t_b + pr.t_w)));
   CHECK(pr.split.bubble == Approx(0).margin(1e-12));
   CHECK(pr.tokens_per_s == Approx(4 * 2 * 16 / pr.step_time_s));
+  // a model that reaches half the benchmark rates takes twice as long per action
+  MachineProfile half = m;
+  half.efficiency = 0.5;
+  CHECK(predict(c, p, ClusterShape{1, 1, 1}, half).t_b == Approx(2 * pr.t_b));
   // two ranks sharing one core: each action keeps its own time (a waiting
   // rank yields its core), but the pipeline takes its compute over the core
   MachineProfile shared = m;
