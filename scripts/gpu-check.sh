@@ -15,6 +15,9 @@
 #   --arch        CMAKE_CUDA_ARCHITECTURES, default 90 (H100/H200); "80;90" in CI
 #   --no-torch    leave out the PyTorch column
 #
+# Environment: TRIDENT_CUDA_ARCH (default of --arch), TRIDENT_GPU_BUILD_TIMEOUT
+# (seconds for the build step, default 360; a 2-core CPU machine needs more).
+#
 # Exit 0: everything built and every test passed (with --dry-run: built and
 # every test skipped); 1: a step failed (the summary names it); 2: bad flag.
 set -uo pipefail
@@ -30,7 +33,7 @@ while [[ $# -gt 0 ]]; do
     --build-dir) build=${2:?--build-dir needs a value}; shift ;;
     --arch) arch=${2:?--arch needs a value}; shift ;;
     --no-torch) torch=0 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "gpu-check.sh: unknown flag $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -68,7 +71,7 @@ fi
 # ---- configure and build (kernels, reference kernels, tests, benchmark) ----
 mkdir -p "$build"
 if step 120 cmake -S "$repo/tests/gpu" -B "$build" "${generator[@]}" \
-    -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc" \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_COMPILER="$nvcc" \
     -DCMAKE_CUDA_ARCHITECTURES="$arch" > "$build/configure.log" 2>&1; then
   note "configure: ok (CUDA architectures $arch)"
 else
@@ -76,8 +79,13 @@ else
   fail "configure (log above)"
 fi
 if [[ $failed = 0 ]]; then
-  if step 360 cmake --build "$build" -j "$(nproc)"; then
+  build_limit=${TRIDENT_GPU_BUILD_TIMEOUT:-360}
+  step "$build_limit" cmake --build "$build" -j "$(nproc)"
+  rc=$?
+  if [[ $rc = 0 ]]; then
     note "build: ok ($((SECONDS - t_start)) s so far)"
+  elif [[ $rc = 124 ]]; then
+    fail "build: not done after $build_limit s (TRIDENT_GPU_BUILD_TIMEOUT)"
   else
     fail "build"
   fi

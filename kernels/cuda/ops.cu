@@ -153,6 +153,8 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, __nv_
 
 __global__ void add_kernel(float* y, const float* x, int64_t n) { GRID_STRIDE(i, n) y[i] += x[i]; }
 
+__global__ void fill_kernel(float* x, int64_t n, float value) { GRID_STRIDE(i, n) x[i] = value; }
+
 __global__ void sum_squares_kernel(const float* x, int64_t n, double* out) {
   __shared__ double red[32];
   double s = 0.0;
@@ -257,6 +259,16 @@ void adamw_step_bf16(const Ctx& c, float* p, const float* g, float* m, float* v,
 void add_inplace(const Ctx& c, float* y, const float* x, int64_t n) {
   if (n == 0) return;
   add_kernel<<<plan::grid_for(n), plan::kThreads, 0, stream_of(c)>>>(y, x, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void copy(const Ctx& c, float* dst, const float* src, int64_t n) {
+  copy_device(c, dst, src, size_t(n) * sizeof(float));
+}
+
+void fill(const Ctx& c, float* x, int64_t n, float value) {
+  if (n == 0) return;
+  fill_kernel<<<plan::grid_for(n), plan::kThreads, 0, stream_of(c)>>>(x, n, value);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,5 +1,5 @@
 // Device discovery, the stream-ordered allocator, streams, events and the
-// DeviceContext of include/trident/kernels/cuda/runtime.hpp.
+// StreamContext of include/trident/kernels/cuda/runtime.hpp.
 #include <cstdint>
 
 #include "trident/kernels/cuda/check.hpp"
@@ -18,16 +18,23 @@ void use_device(int device) { CUDA_CHECK(cudaSetDevice(device)); }
 
 }  // namespace
 
-int device_count(std::string* why) {
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the error so later queries start clean
+    return 0;
+  }
+  return n;
+}
+
+std::string no_device_reason() {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
-    (void)cudaGetLastError();  // clear the sticky error so later queries start clean
-    if (why) *why = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e);
-    return 0;
+    (void)cudaGetLastError();
+    return std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e);
   }
-  if (n == 0 && why) *why = "no CUDA device visible";
-  return n;
+  return n == 0 ? "no CUDA device visible" : "";
 }
 
 CudaAllocator::CudaAllocator(int device, void* stream) : device_(device), stream_(stream) {
@@ -115,7 +122,7 @@ float Event::elapsed_ms(const Event& start) const {
   return ms;
 }
 
-DeviceContext::DeviceContext(int device) : device_(device) {
+StreamContext::StreamContext(int device) : device_(device) {
   stream_ = std::make_unique<Stream>(device);
   alloc_ = std::make_unique<CudaAllocator>(device, stream_->get());
   workspace_ = std::make_unique<Workspace>(*alloc_);
@@ -129,10 +136,14 @@ DeviceContext::DeviceContext(int device) : device_(device) {
   CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH));
 }
 
-DeviceContext::~DeviceContext() {
+StreamContext::~StreamContext() {
   (void)cudaSetDevice(device_);
   workspace_.reset();  // frees on the stream, which must still exist
-  (void)cudaStreamSynchronize(as_stream(stream_->get()));
+  try {
+    stream_->synchronize(60.0, "work left on cuda:" + std::to_string(device_) + " at shutdown");
+  } catch (const std::exception&) {
+    // A destructor cannot report; the stream and handle are released anyway.
+  }
   if (blas_) (void)cublasDestroy(static_cast<cublasHandle_t>(blas_));
 }
 

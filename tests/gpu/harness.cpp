@@ -90,13 +90,13 @@ std::vector<float> round_bf16(const std::vector<float>& x) { return from_bits(to
 
 int main(int argc, char** argv) {
   using namespace gpu_test;
-  std::string why;
-  if (cuda::device_count(&why) == 0) {
-    std::printf("SKIP: no CUDA device visible (%s); these tests need a GPU\n", why.c_str());
+  if (cuda::device_count() == 0) {
+    std::printf("SKIP: no CUDA device visible (%s); these tests need a GPU\n",
+                cuda::no_device_reason().c_str());
     return 77;
   }
   const char* filter = argc > 1 ? argv[1] : "";
-  cuda::DeviceContext dc(0);
+  cuda::StreamContext dc(0);
   int failed_cases = 0, ran = 0;
   for (const Case& c : registry()) {
     if (!std::strstr(c.name, filter)) continue;

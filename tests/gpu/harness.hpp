@@ -25,21 +25,21 @@ using trident::kernels::Ctx;
 
 struct Case {
   const char* name;
-  std::function<void(cuda::DeviceContext&)> fn;
+  std::function<void(cuda::StreamContext&)> fn;
 };
 std::vector<Case>& registry();
 struct Register {
-  Register(const char* name, std::function<void(cuda::DeviceContext&)> fn) {
+  Register(const char* name, std::function<void(cuda::StreamContext&)> fn) {
     registry().push_back({name, std::move(fn)});
   }
 };
 #define GPU_TEST_CAT2(a, b) a##b
 #define GPU_TEST_CAT(a, b) GPU_TEST_CAT2(a, b)
 #define GPU_TEST(name)                                                                           \
-  static void GPU_TEST_CAT(gpu_case_, __LINE__)(gpu_test::cuda::DeviceContext&);                 \
+  static void GPU_TEST_CAT(gpu_case_, __LINE__)(gpu_test::cuda::StreamContext&);                 \
   static gpu_test::Register GPU_TEST_CAT(gpu_reg_, __LINE__)(name,                               \
                                                              GPU_TEST_CAT(gpu_case_, __LINE__)); \
-  static void GPU_TEST_CAT(gpu_case_, __LINE__)(gpu_test::cuda::DeviceContext & dc)
+  static void GPU_TEST_CAT(gpu_case_, __LINE__)(gpu_test::cuda::StreamContext & dc)
 
 // Failures of the running case (printed as they happen).
 int& failures();
@@ -63,11 +63,11 @@ std::vector<float> from_bits(const std::vector<cuda::Bf16>& x);
 template <class T>
 class Buf {
  public:
-  Buf(cuda::DeviceContext& dc, size_t n) : dc_(&dc), n_(n) {
+  Buf(cuda::StreamContext& dc, size_t n) : dc_(&dc), n_(n) {
     p_ = static_cast<T*>(dc.allocator().allocate(n * sizeof(T)));
     cuda::fill_zero(dc.ctx(), p_, n * sizeof(T));
   }
-  Buf(cuda::DeviceContext& dc, const std::vector<T>& host) : Buf(dc, host.size()) {
+  Buf(cuda::StreamContext& dc, const std::vector<T>& host) : Buf(dc, host.size()) {
     cuda::copy_to_device(dc.ctx(), p_, host.data(), host.size() * sizeof(T));
   }
   ~Buf() { dc_->allocator().deallocate(p_, n_ * sizeof(T)); }
@@ -83,7 +83,7 @@ class Buf {
   }
 
  private:
-  cuda::DeviceContext* dc_;
+  cuda::StreamContext* dc_;
   size_t n_;
   T* p_ = nullptr;
 };

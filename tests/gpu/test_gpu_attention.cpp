@@ -51,7 +51,7 @@ Inputs inputs(const AttnShape& s, bool bf16) {
   return in;
 }
 
-void check_fp32(cuda::DeviceContext& dc, const AttnShape& s) {
+void check_fp32(cuda::StreamContext& dc, const AttnShape& s) {
   const std::string tag = name_of(s);
   const Inputs in = inputs(s, false);
   std::vector<float> out(in.q.size()), lse(static_cast<size_t>(s.Tq * s.H));

@@ -143,7 +143,7 @@ GPU_TEST("adamw over 12 steps with random moments, with and without decay") {
     h.lr = 3e-3;
     h.weight_decay = 0.1;
     for (int step = 1; step <= 12; ++step) {
-      auto g = randn(static_cast<size_t>(n), "g" + std::to_string(step));
+      auto g = randn(static_cast<size_t>(n), std::string("g").append(std::to_string(step)));
       cuda::copy_to_device(dc.ctx(), gg, g.data(), g.size() * sizeof(float));
       cuda::adamw_step_bf16(dc.ctx(), gp, gg, gm, gv, gp16, n, h, step, 0.8f, decay);
       cpu::adamw_step(p.data(), g.data(), m.data(), v.data(), n, h, step, 0.8f, decay);
@@ -156,13 +156,18 @@ GPU_TEST("adamw over 12 steps with random moments, with and without decay") {
   }
 }
 
-GPU_TEST("add_inplace, sum_squares, bf16 conversion") {
+GPU_TEST("add_inplace, copy, fill, sum_squares, bf16 conversion") {
   const int64_t n = 100003;
   auto x = randn(static_cast<size_t>(n), "x"), y = randn(static_cast<size_t>(n), "y");
   Buf<float> gx(dc, x), gy(dc, y);
   cuda::add_inplace(dc.ctx(), gy, gx, n);
   cpu::add_inplace(y.data(), x.data(), n);
   check_close("add_inplace", gy.host(), y, 0.0);
+  Buf<float> gc(dc, static_cast<size_t>(n));
+  cuda::copy(dc.ctx(), gc, gx, n);
+  check_close("copy", gc.host(), x, 0.0);
+  cuda::fill(dc.ctx(), gc, n, 2.5f);
+  check_close("fill", gc.host(), std::vector<float>(static_cast<size_t>(n), 2.5f), 0.0);
   const double ss = cuda::sum_squares(dc.ctx(), gx, n);
   check_close("sum_squares", {float(ss)}, {float(cpu::sum_squares(x.data(), n))}, 1e-6);
   Buf<cuda::Bf16> g16(dc, static_cast<size_t>(n));

@@ -56,7 +56,7 @@ AttnShape pair_shape(const Problem& p, const Run& qr, const Run& kr) {
   return s;
 }
 
-Result one_rank(cuda::DeviceContext& dc, const Problem& p) {
+Result one_rank(cuda::StreamContext& dc, const Problem& p) {
   AttnShape s = pair_shape(p, {0, p.S, 0}, {0, p.S, 0});
   Buf<float> q(dc, p.q), k(dc, p.k), v(dc, p.v), dout(dc, p.dout);
   Buf<float> o(dc, p.q.size()), l(dc, static_cast<size_t>(p.S * p.H)), dq(dc, p.q.size()),
@@ -91,7 +91,7 @@ struct Rank {
   int holds = 0;  // whose block is in the slot
 };
 
-void pass_slots(cuda::DeviceContext& dc, std::vector<Rank>& ranks) {
+void pass_slots(cuda::StreamContext& dc, std::vector<Rank>& ranks) {
   const int cp = int(ranks.size());
   for (int r = 0; r < cp; ++r) {
     Rank& next = ranks[static_cast<size_t>((r + 1) % cp)];
@@ -118,7 +118,7 @@ void for_pairs(const Problem& p, const std::vector<Rank>& ranks, Call&& call) {
         call(me, qr, kr, pair_shape(p, qr, kr));
 }
 
-Result ring(cuda::DeviceContext& dc, const Problem& p, int cp, bool zigzag) {
+Result ring(cuda::StreamContext& dc, const Problem& p, int cp, bool zigzag) {
   const int64_t chunk = p.S / (2 * cp), local = 2 * chunk;
   std::vector<Rank> ranks(static_cast<size_t>(cp));
   const std::vector<float> minus_inf(static_cast<size_t>(local * p.H),

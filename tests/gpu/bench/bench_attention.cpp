@@ -61,7 +61,7 @@ Options parse(int argc, char** argv) {
 // Median milliseconds of `iters` runs of fn on the context's stream (one
 // warm-up run first), timed with CUDA events.
 template <class Fn>
-double median_ms(cuda::DeviceContext& dc, int iters, Fn&& fn) {
+double median_ms(cuda::StreamContext& dc, int iters, Fn&& fn) {
   fn();
   std::vector<double> ms;
   for (int i = 0; i < iters; ++i) {
@@ -77,14 +77,14 @@ double median_ms(cuda::DeviceContext& dc, int iters, Fn&& fn) {
 }
 
 template <class T>
-T* alloc(cuda::DeviceContext& dc, size_t n) {
+T* alloc(cuda::StreamContext& dc, size_t n) {
   auto* p = static_cast<T*>(dc.allocator().allocate(n * sizeof(T)));
   cuda::fill_zero(dc.ctx(), p, n * sizeof(T));
   return p;
 }
 
 // Device data with small deterministic values (a bf16 pattern, not zeros).
-void fill_pattern(cuda::DeviceContext& dc, cuda::Bf16* p, size_t n, uint32_t seed) {
+void fill_pattern(cuda::StreamContext& dc, cuda::Bf16* p, size_t n, uint32_t seed) {
   std::vector<float> host(n);
   uint32_t x = seed * 2654435761u + 1u;
   for (auto& v : host) {
@@ -98,7 +98,7 @@ void fill_pattern(cuda::DeviceContext& dc, cuda::Bf16* p, size_t n, uint32_t see
   dc.allocator().deallocate(tmp, n * sizeof(float));
 }
 
-double gemm_tflops(cuda::DeviceContext& dc, int iters) {
+double gemm_tflops(cuda::StreamContext& dc, int iters) {
   const int64_t n = 8192;
   auto* a = alloc<cuda::Bf16>(dc, size_t(n * n));
   auto* b = alloc<cuda::Bf16>(dc, size_t(n * n));
@@ -133,7 +133,7 @@ struct Row {
   double fwd_tflops, fwdbwd_tflops;
 };
 
-Row measure(cuda::DeviceContext& dc, int64_t seq, bool causal, int heads, int iters) {
+Row measure(cuda::StreamContext& dc, int64_t seq, bool causal, int heads, int iters) {
   AttnShape s;
   s.Tq = s.Tk = seq;
   s.H = s.Hkv = heads;
@@ -169,12 +169,11 @@ Row measure(cuda::DeviceContext& dc, int64_t seq, bool causal, int heads, int it
 }
 
 int run(const Options& o) {
-  std::string why;
-  if (cuda::device_count(&why) == 0) {
-    std::printf("SKIP: no CUDA device visible (%s)\n", why.c_str());
+  if (cuda::device_count() == 0) {
+    std::printf("SKIP: no CUDA device visible (%s)\n", cuda::no_device_reason().c_str());
     return 77;
   }
-  cuda::DeviceContext dc(0);
+  cuda::StreamContext dc(0);
   const double gemm = gemm_tflops(dc, o.iters);
   const auto torch = read_torch(o.torch_file);
   std::vector<int64_t> seqs = {4096, 8192, 16384};

@@ -1,6 +1,6 @@
 // The CUDA runtime pieces the rest of trident holds without seeing a CUDA
 // header: device discovery, a stream-ordered caching allocator, streams and
-// events whose waits have a deadline, and DeviceContext, which owns one
+// events whose waits have a deadline, and StreamContext, which owns one
 // device's stream, cuBLAS handle, allocator and workspace and hands out the
 // kernels::Ctx that every op takes. Handles are void* (cudaStream_t,
 // cudaEvent_t, cublasHandle_t) as in kernels/context.hpp.
@@ -14,8 +14,9 @@
 namespace trident::kernels::cuda {
 
 // Visible CUDA devices; 0 (never an exception) when there is no driver or no
-// device, with the reason in *why when given.
-int device_count(std::string* why = nullptr);
+// device, and then no_device_reason() says why.
+int device_count();
+std::string no_device_reason();
 
 // Device memory from the device's default memory pool, allocated and freed in
 // the order of `stream` (cudaMallocAsync/cudaFreeAsync). The pool keeps freed
@@ -71,15 +72,15 @@ class Event {
   void* e_ = nullptr;
 };
 
-// Everything one device needs to run ops: owns the compute stream, the cuBLAS
-// handle bound to it (fp32 GEMMs without TF32), the allocator and the
-// workspace. One per device and thread of work.
-class DeviceContext {
+// Everything one stream of work on a device needs to run ops: owns the
+// stream, the cuBLAS handle bound to it (fp32 GEMMs without TF32), the
+// allocator ordered on it and a workspace, and hands out the Ctx.
+class StreamContext {
  public:
-  explicit DeviceContext(int device);
-  ~DeviceContext();
-  DeviceContext(const DeviceContext&) = delete;
-  DeviceContext& operator=(const DeviceContext&) = delete;
+  explicit StreamContext(int device);
+  ~StreamContext();
+  StreamContext(const StreamContext&) = delete;
+  StreamContext& operator=(const StreamContext&) = delete;
 
   Ctx ctx() { return Ctx{Device::cuda(device_), stream_->get(), blas_, workspace_.get()}; }
   Stream& stream() { return *stream_; }
