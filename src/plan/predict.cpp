@@ -91,6 +91,7 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
   a.vpp = p.vpp;
   double max_params = 0, dense_grad = 0, expert_grad = 0;
   std::vector<double> rank_params(size_t(p.pp), 0), rank_expert(size_t(p.pp), 0);
+  const pp::Placement place = placement_of(p);
   for (int vs = 0; vs < p.pp * p.vpp; ++vs) {
     const ChunkCost c = chunk_cost(cfg, p, vs);
     const double cp_f = ring_exposed(r, cp_link, c.f_comm, c.f.attention_flops, p.cp);
@@ -105,8 +106,8 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
       a.cp = p.vpp * (cp_f + cp_b);
       a.ep = p.vpp * (ep_f + ep_b);
     }
-    rank_params[size_t(vs % p.pp)] += c.params;
-    rank_expert[size_t(vs % p.pp)] += c.expert_params;
+    rank_params[size_t(place.rank[size_t(vs)])] += c.params;
+    rank_expert[size_t(place.rank[size_t(vs)])] += c.expert_params;
     if (vs == 0) a.latency = r.slow * m.link(pp_class(shape, p)).seconds(c.boundary_bytes);
   }
   for (int i = 0; i < p.pp; ++i) {
