@@ -56,7 +56,7 @@ double ring_exposed(const Rates& r, const Link& l, const ActionComm& c, double a
   if (c.cp_steps == 0) return 0;
   const double per_step_comm = l.seconds(c.cp_bytes / c.cp_steps);
   const double per_step_compute =
-      attn_flops / r.m.attention_flops / cp / (double(c.cp_steps) / (cp - 1));
+      r.compute(Work{0, attn_flops, 0}) / cp / (double(c.cp_steps) / (cp - 1));
   return c.cp_steps * std::max(0.0, per_step_comm - per_step_compute);
 }
 
