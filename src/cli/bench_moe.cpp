@@ -222,7 +222,8 @@ class BenchMoeCommand : public Command {
     const int W = world.size(), rank = world.rank();
     const int64_t T = tokens_, d = hidden_, f = ffn_;
     const int E = experts_, k = top_k_, L = E / W;
-    TokenDispatcher disp(&ep, E, *parse_config_name<EpTransportChoice>(transport));
+    const kernels::Ctx ctx;
+    TokenDispatcher disp(&ep, E, *parse_config_name<EpTransportChoice>(transport), 0, ctx);
     std::vector<float> send, recv, back, y(static_cast<size_t>(T * d)), gate, up;
     constexpr int kCols = 11;
     std::vector<double> per_iter;  // [iters, kCols] seconds, this rank
@@ -267,12 +268,12 @@ class BenchMoeCommand : public Command {
 
       // The send rows of the raw all-to-all (and of the local reference).
       send.resize(size_t(S * d));
-      kernels::gather_rows(x.data(), d, plan.send_token.data(), S, send.data());
+      kernels::gather_rows(ctx, x.data(), d, plan.send_token.data(), S, send.data());
       if (verify) {
         // Identity experts: y must be the weighted sum of the token's own
         // copies, computed here without any communication.
         std::vector<float> local(size_t(T * d));
-        kernels::combine_rows(send.data(), d, plan.row_of.data(), weight.data(), T, k,
+        kernels::combine_rows(ctx, send.data(), d, plan.row_of.data(), weight.data(), T, k,
                               local.data());
         for (size_t i = 0; i < local.size(); ++i) wrong += local[i] != y[i];
         // The ep counters count bytes that leave the rank: both transfers
@@ -292,7 +293,7 @@ class BenchMoeCommand : public Command {
         sc[r] = int(plan.send_rows[r] * d);
         sd[r] = int(plan.send_displ[r] * d);
         rc[r] = int(plan.recv_rows[r] * d);
-        rd[r] = int(plan.recv_displ[r] * d);
+        rd[r] = r == 0 ? 0 : rd[r - 1] + rc[r - 1];  // source-major, as MPI delivers
       }
       recv.resize(size_t(R * d));
       back.resize(size_t(S * d));

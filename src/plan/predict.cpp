@@ -44,8 +44,9 @@ struct Rates {
   const MachineProfile& m;
   double slow;
   double compute(const Work& w) const {
-    return slow * (w.gemm_flops / m.gemm_flops + w.attention_flops / m.attention_flops +
-                   w.memory_bytes / m.memory_Bps);
+    return slow / m.efficiency *
+           (w.gemm_flops / m.gemm_flops + w.attention_flops / m.attention_flops +
+            w.memory_bytes / m.memory_Bps);
   }
 };
 
@@ -67,13 +68,20 @@ double exchange_s(const Rates& r, const Link& l, const ActionComm& c, int ep, do
 
 }  // namespace
 
+double ActionTimes::cpu_bound_s() const { return sharing * microbatches * compute; }
+
 double ActionTimes::lower_bound_s() const {
-  return microbatches * vpp * (t_f + t_b + t_w) + after_pipeline;
+  return std::max(microbatches * vpp * (t_f + t_b + t_w), cpu_bound_s()) + after_pipeline;
 }
 
 ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShape& shape,
                          const MachineProfile& m) {
-  const Rates r{m, m.oversubscription(shape.devices_per_node)};
+  // Actions run at the rates of a rank alone: ranks that wait yield their
+  // core, so how much the ranks of a node slow each other down is decided
+  // over the whole pipeline (predict), not per action. Everything after the
+  // pipeline runs on every rank at once.
+  const Rates r{m, 1.0};
+  const double sharing = m.oversubscription(shape.devices_per_node);
   const Link& cp_link = m.link(span_class(shape, p.cp));
   const Link& ep_link = m.link(span_class(shape, p.ep));
   const double T = double(p.micro_batch_size) * cfg.data.seq_len / p.cp;
@@ -109,8 +117,9 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
   }
   const long long stage = 1LL * p.dp * p.cp;
   const Link& dp_link = m.link(span_class(shape, stage));
-  a.dp = r.slow * (allreduce_s(dp_link, dense_grad, stage) +
-                   allreduce_s(dp_link, expert_grad, stage / p.ep));
+  a.sharing = sharing;
+  a.dp = sharing * (allreduce_s(dp_link, dense_grad, stage) +
+                    allreduce_s(dp_link, expert_grad, stage / p.ep));
   const long long world = stage * p.pp;
   int moe_layers = 0;
   for (int l = 0; l < cfg.model.n_layers; ++l) moe_layers += cfg.model.is_moe_layer(l) ? 1 : 0;
@@ -118,7 +127,7 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
                             std::ceil(std::log2(double(std::max(2LL, world)))) *
                             m.link(span_class(shape, world)).latency_s * (world > 1 ? 1 : 0);
   a.after_pipeline = a.dp +
-                     r.slow * (agreements + kAdamWBytesPerParam * max_params / m.memory_Bps) +
+                     sharing * (agreements + kAdamWBytesPerParam * max_params / m.memory_Bps) +
                      m.step_overhead_s;
   return a;
 }
@@ -158,7 +167,10 @@ Prediction predict(const Config& cfg, const MeshPlan& p, const ClusterShape& sha
   Prediction out;
   out.plan = p;
   out.t_f = a.t_f, out.t_b = a.t_b, out.t_w = a.t_w, out.pp_latency_s = a.latency;
-  out.step_time_s = sim.makespan + a.after_pipeline;
+  // Ranks sharing cores: the pipeline takes at least its compute over the cores.
+  const double pipeline = std::max(sim.makespan, a.cpu_bound_s());
+  out.split.cores = pipeline - sim.makespan;
+  out.step_time_s = pipeline + a.after_pipeline;
   out.tokens_per_s = double(p.global_batch()) * cfg.data.seq_len / out.step_time_s;
   out.bubble_fraction = sim.mean_bubble();
   out.model_flops = model_flops_per_step(cfg, p);
@@ -221,7 +233,9 @@ std::string prediction_text(const Prediction& p, double limit) {
   if (p.mfu > 0) o << ", MFU " << fmt("%.1f", 100 * p.mfu) << "%";
   o << "\n  time: " << part("compute", s.compute) << ", " << part("bubble", s.bubble) << ", "
     << part("cp", s.cp) << ", " << part("ep", s.ep) << ", " << part("pp", s.pp) << ", "
-    << part("dp", s.dp) << ", " << part("other", s.other) << "\n"
+    << part("dp", s.dp) << ", " << part("other", s.other);
+  if (s.cores > 0) o << ", " << part("shared cores", s.cores);
+  o << "\n"
     << "  per action: F " << seconds_text(p.t_f) << ", B " << seconds_text(p.t_b) << ", W "
     << seconds_text(p.t_w) << ", stage hand-over " << seconds_text(p.pp_latency_s) << "\n"
     << "  links: cp " << link_class_name(p.cp_link) << ", ep " << link_class_name(p.ep_link)
@@ -252,11 +266,11 @@ std::string prediction_json(const Prediction& p) {
     << ", \"t_w_s\": " << p.t_w << ", \"time_split_s\": {\"compute\": " << s.compute
     << ", \"bubble\": " << s.bubble << ", \"cp\": " << s.cp << ", \"ep\": " << s.ep
     << ", \"pp\": " << s.pp << ", \"dp\": " << s.dp << ", \"other\": " << s.other
-    << "}, \"memory_bytes\": {\"total\": " << e.total() << ", \"params\": " << e.params
-    << ", \"grads\": " << e.grads << ", \"optimizer\": " << e.optimizer
-    << ", \"activations\": " << e.activations << ", \"comm_buffers\": " << e.comm_buffers
-    << ", \"workspace\": " << e.workspace << ", \"pp_rank\": " << p.memory_pp_rank
-    << "}, \"peak_inflight\": " << p.peak_inflight << "}";
+    << ", \"cores\": " << s.cores << "}, \"memory_bytes\": {\"total\": " << e.total()
+    << ", \"params\": " << e.params << ", \"grads\": " << e.grads
+    << ", \"optimizer\": " << e.optimizer << ", \"activations\": " << e.activations
+    << ", \"comm_buffers\": " << e.comm_buffers << ", \"workspace\": " << e.workspace
+    << ", \"pp_rank\": " << p.memory_pp_rank << "}, \"peak_inflight\": " << p.peak_inflight << "}";
   return o.str();
 }
 
