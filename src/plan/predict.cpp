@@ -40,11 +40,11 @@ double allreduce_s(const Link& l, double bytes, long long n) {
   return 2.0 * (n - 1) * l.latency_s + 2.0 * (n - 1) / n * bytes / l.bandwidth_Bps;
 }
 
+// A rank's seconds for a piece of work, at the profile's rates.
 struct Rates {
   const MachineProfile& m;
-  double slow;
   double compute(const Work& w) const {
-    return slow / m.efficiency *
+    return 1 / m.efficiency *
            (w.gemm_flops / m.gemm_flops + w.attention_flops / m.attention_flops +
             w.memory_bytes / m.memory_Bps);
   }
@@ -54,16 +54,15 @@ struct Rates {
 // behind that step's share of the attention kernel.
 double ring_exposed(const Rates& r, const Link& l, const ActionComm& c, double attn_flops, int cp) {
   if (c.cp_steps == 0) return 0;
-  const double per_step_comm = r.slow * l.seconds(c.cp_bytes / c.cp_steps);
+  const double per_step_comm = l.seconds(c.cp_bytes / c.cp_steps);
   const double per_step_compute =
-      r.slow * attn_flops / r.m.attention_flops / cp / (double(c.cp_steps) / (cp - 1));
+      r.compute(Work{0, attn_flops, 0}) / cp / (double(c.cp_steps) / (cp - 1));
   return c.cp_steps * std::max(0.0, per_step_comm - per_step_compute);
 }
 
-double exchange_s(const Rates& r, const Link& l, const ActionComm& c, int ep, double imbalance) {
+double exchange_s(const Link& l, const ActionComm& c, int ep, double imbalance) {
   if (c.ep_exchanges == 0) return 0;
-  return r.slow *
-         (c.ep_exchanges * (ep - 1) * l.latency_s + imbalance * c.ep_bytes / l.bandwidth_Bps);
+  return c.ep_exchanges * (ep - 1) * l.latency_s + imbalance * c.ep_bytes / l.bandwidth_Bps;
 }
 
 }  // namespace
@@ -80,7 +79,7 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
   // core, so how much the ranks of a node slow each other down is decided
   // over the whole pipeline (predict), not per action. Everything after the
   // pipeline runs on every rank at once.
-  const Rates r{m, 1.0};
+  const Rates r{m};
   const double sharing = m.oversubscription(shape.devices_per_node);
   const Link& cp_link = m.link(span_class(shape, p.cp));
   const Link& ep_link = m.link(span_class(shape, p.ep));
@@ -91,12 +90,13 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
   a.vpp = p.vpp;
   double max_params = 0, dense_grad = 0, expert_grad = 0;
   std::vector<double> rank_params(size_t(p.pp), 0), rank_expert(size_t(p.pp), 0);
+  const pp::Placement place = placement_of(p);
   for (int vs = 0; vs < p.pp * p.vpp; ++vs) {
     const ChunkCost c = chunk_cost(cfg, p, vs);
     const double cp_f = ring_exposed(r, cp_link, c.f_comm, c.f.attention_flops, p.cp);
     const double cp_b = ring_exposed(r, cp_link, c.b_comm, c.b.attention_flops, p.cp);
-    const double ep_f = exchange_s(r, ep_link, c.f_comm, p.ep, imb);
-    const double ep_b = exchange_s(r, ep_link, c.b_comm, p.ep, imb);
+    const double ep_f = exchange_s(ep_link, c.f_comm, p.ep, imb);
+    const double ep_b = exchange_s(ep_link, c.b_comm, p.ep, imb);
     const double f = r.compute(c.f) + cp_f + ep_f, b = r.compute(c.b) + cp_b + ep_b,
                  w = r.compute(c.w);
     if (f + b + w > a.t_f + a.t_b + a.t_w) {  // the slowest stage sets the pace
@@ -105,9 +105,9 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
       a.cp = p.vpp * (cp_f + cp_b);
       a.ep = p.vpp * (ep_f + ep_b);
     }
-    rank_params[size_t(vs % p.pp)] += c.params;
-    rank_expert[size_t(vs % p.pp)] += c.expert_params;
-    if (vs == 0) a.latency = r.slow * m.link(pp_class(shape, p)).seconds(c.boundary_bytes);
+    rank_params[size_t(place.rank[size_t(vs)])] += c.params;
+    rank_expert[size_t(place.rank[size_t(vs)])] += c.expert_params;
+    if (vs == 0) a.latency = m.link(pp_class(shape, p)).seconds(c.boundary_bytes);
   }
   for (int i = 0; i < p.pp; ++i) {
     if (rank_params[size_t(i)] <= max_params) continue;

@@ -8,7 +8,7 @@ the median step time after the first step, and the step's peak memory above the
 rank's memory before the first step (resident set sampled every few ms while
 the steps run: host tensors are not counted by an allocator yet) with the
 predicted activations + buffers + workspace. Also asks the search for its first
-choice on the largest rank count and runs it too.
+choice for 4 ranks (at the 4-rank meshes' global batch) and runs it too.
 
 Usage (repository root, after a build; nothing else should run on the machine):
   share/trident/benchmarks/planner-measure.py [--steps 4] [--out DIR]
@@ -65,6 +65,7 @@ MESHES = [
     (4, ["parallel.pp=2", "parallel.ep=2", "parallel.schedule=afab"]),
     (4, ["parallel.pp=4", "data.num_microbatches=8"]),
     (4, ["parallel.cp=2", "parallel.ep=2"]),
+    (8, ["parallel.pp=2", "parallel.cp=2", "parallel.ep=2"]),
 ]
 
 
@@ -178,8 +179,8 @@ def main() -> int:
         print(sh(MPIRUN + ["-np", str(a.calibrate_ranks), a.bin, "plan", cfg, "--calibrate", "--out", machine]))
     load_before = os.getloadavg()
     results = [run_mesh(a.bin, cfg, machine, n, s, a.steps, a.out) for n, s in MESHES]
-    # the search's first choice on the largest rank count, run as well
-    big = max(n for n, _ in MESHES)
+    # the search's first choice for the 4-rank meshes (same global batch), run as well
+    big = 4
     search = json.loads(sh([a.bin, "plan", cfg, "--nodes", "1", "--devices-per-node", str(big), "--machine",
                             machine, "--search", "--top", "1", "--global-batch", str(GLOBAL_BATCH_4),
                             "--format", "json"]))

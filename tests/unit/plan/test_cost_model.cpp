@@ -141,6 +141,22 @@ TEST_CASE("memory of a rank equals the hand count") {
   }
 }
 
+TEST_CASE("memory follows the schedule's placement of stages") {
+  Config c = dense_config();
+  c.model.n_layers = 4;
+  MeshPlan p = serial_plan(c);
+  p.pp = 2, p.vpp = 2;
+  auto params_of = [&](int rank) { return memory_of_rank(c, p, rank, 1).params / 4; };
+  p.schedule = PipelineSchedule::interleaved;  // loop: rank 0 holds stages 0 and 2
+  CHECK(params_of(0) == chunk_cost(c, p, 0).params + chunk_cost(c, p, 2).params);
+  p.schedule = PipelineSchedule::zb_v;  // V: rank 0 holds stages 0 and 3 (embedding and head)
+  CHECK(params_of(0) == chunk_cost(c, p, 0).params + chunk_cost(c, p, 3).params);
+  CHECK(params_of(1) == chunk_cost(c, p, 1).params + chunk_cost(c, p, 2).params);
+  const Prediction pr = predict(c, p, ClusterShape{1, 2, 2}, unit_machine());
+  CHECK(pr.memory_pp_rank == 0);
+  CHECK(pr.step_time_s > 0);
+}
+
 TEST_CASE("a prediction prices each action at the machine's rates") {
   const Config c = dense_config();
   const MeshPlan p = serial_plan(c);

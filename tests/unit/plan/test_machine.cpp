@@ -67,8 +67,8 @@ TEST_CASE("a machine profile reads in SI units") {
   CHECK(m.network.bandwidth_Bps == Approx(50e9));
   CHECK(m.step_overhead_s == Approx(250e-6));
   CHECK(m.efficiency == 1.0);  // optional, default 1
-  CHECK(parse_machine_text(replaced(kGood, "peak_tflops = 989", "peak_tflops = 989\nefficiency = 0.4"),
-                           "box.toml")
+  CHECK(parse_machine_text(
+            replaced(kGood, "peak_tflops = 989", "peak_tflops = 989\nefficiency = 0.4"), "box.toml")
             .efficiency == Approx(0.4));
   CHECK(m.oversubscription(2) == 1.0);
   CHECK(m.oversubscription(8) == 4.0);
