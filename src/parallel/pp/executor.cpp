@@ -254,8 +254,13 @@ ExecResult execute(const Schedule& s, int me, PipelineStage& stage, Communicator
   res.makespan_s = span[1] + span[0];
   res.bubble_fraction = res.makespan_s > 0 ? 1.0 - res.busy_s / res.makespan_s : 0.0;
 
+  if (options.profiler)
+    for (const auto& t : res.actions)
+      options.profiler->span(prof::Span{op_name(t.action.op), t.action.stage,
+                                        s.chunk_of(t.action.stage), t.action.microbatch,
+                                        t.t_begin_s, t.t_end_s});
   if (timeline) {
-    const int world_rank = pp ? pp->world_rank_of(me) : options.world_rank;
+    const int world_rank = pp ? pp->world_rank_of(me) : 0;
     for (const auto& t : res.actions) {
       TimelineEvent e;
       e.rank = world_rank;
