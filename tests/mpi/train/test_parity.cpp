@@ -86,7 +86,8 @@ Curve run_serial(Config cfg, int dp) {
 }
 
 void check_case(int pp, int cp, int ep, const std::string& schedule, int vpp = 1, int n_layers = 4,
-                int microbatches = 4, EpTransportChoice transport = EpTransportChoice::automatic) {
+                int microbatches = 4,
+                EpTransportChoice transport = EpTransportChoice::automatic) {
   const int world = testing::world_size();
   Config cfg = tiny(world);
   cfg.runtime.ep_transport = transport;

@@ -37,7 +37,8 @@ std::vector<Case> sweep() {
   for (int m : {24, 29, 32}) cases.push_back({"interleaved", 8, m, 2});
   // The V schedules: ZB-V for any m, DualPipeV from m = 2p.
   for (int p : {1, 2, 3, 4, 5, 8})
-    for (int m : {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17}) cases.push_back({"zb-v", p, m, 2});
+    for (int m : {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17})
+      cases.push_back({"zb-v", p, m, 2});
   for (int p : {1, 2, 3, 4, 5, 8})
     for (int m = 2 * p; m <= 2 * p + 9; ++m) cases.push_back({"dualpipev", p, m, 2});
   return cases;
@@ -96,6 +97,7 @@ TEST_CASE("sweep: every schedule lowers and simulates without deadlock", "[pp]")
   REQUIRE(cases.size() >= 30);
   const SimCosts unit{1, 2, 1, 0};
   const SimCosts odd{1, 1.5, 0.75, 0};  // non-integer costs; tW < tF + tB
+  const SimCosts equal{0.5, 0.5, 0.5, 0};  // the V schedules' closed form
   int closed_checked = 0;
   for (const Case& c : cases) {
     INFO(describe(c));
@@ -116,13 +118,12 @@ TEST_CASE("sweep: every schedule lowers and simulates without deadlock", "[pp]")
     const bool v_shape = c.name == "zb-v" || c.name == "dualpipev";
     const int boundaries = c.p > 1 ? c.p * c.v - 1 - (v_shape ? 1 : 0) : 0;
     int remote_pairs = 0;
-    for (int st = 0; st + 1 < low.num_stages(); ++st)
-      remote_pairs += low.rank_of(st) != low.rank_of(st + 1);
+    for (int st = 0; st + 1 < low.num_stages(); ++st) remote_pairs += low.rank_of(st) != low.rank_of(st + 1);
     CHECK(remote_pairs == boundaries);
     CHECK(sends == 2 * boundaries * c.m);
     CHECK(recvs == sends);
 
-    for (const SimCosts& costs : {unit, odd}) {
+    for (const SimCosts& costs : {unit, odd, equal}) {
       SimResult sim;
       REQUIRE_NOTHROW(sim = simulate(low, costs));
       // Busy time is fixed by the work; the makespan cannot beat it.
@@ -149,6 +150,12 @@ TEST_CASE("closed forms exist where the literature gives one", "[pp]") {
   // Any m >= p (the sweep checks it against the simulator); none below.
   CHECK(closed_form_bubble("interleaved", 4, 9, 2, 1, 2, 1).ratio == Approx(3.0 / 18));
   CHECK_FALSE(closed_form_bubble("interleaved", 4, 3, 2, 1, 2, 1).exists());
+  // ZB-V and DualPipeV with equal costs: p-1 idle chunk actions per rank
+  // (torch's ZB-V at p = 4, m = 8: 3/51 = 0.0588 of the makespan).
+  CHECK(closed_form_bubble("zb-v", 4, 8, 2, 1, 1, 1).fraction == Approx(3.0 / 51));
+  CHECK(closed_form_bubble("dualpipev", 4, 8, 2, 1, 1, 1).fraction == Approx(3.0 / 51));
+  CHECK_FALSE(closed_form_bubble("zb-v", 4, 8, 2, 1, 2, 1).exists());
+  CHECK_FALSE(closed_form_bubble("zb-v", 4, 7, 2, 1, 1, 1).exists());
   // ZB-H1 with tF = tB = tW: a third of 1F1B's bubble time.
   CHECK(closed_form_bubble("zb-h1", 4, 8, 1, 1, 1, 1).ratio ==
         Approx(closed_form_bubble("1f1b", 4, 8, 1, 1, 1, 1).ratio / 3));
@@ -205,8 +212,7 @@ TEST_CASE("rules: bad parameters are InputErrors naming the flag", "[pp]") {
   CHECK_NOTHROW(make_schedule("interleaved", 4, 6, 2));
   CHECK(make_schedule("interleaved", 4, 6, 2).ranks == interleaved_one_f_one_b(4, 6, 2).ranks);
   // The V schedules hold two chunks per rank; DualPipeV needs m >= 2p.
-  CHECK_THROWS_WITH(make_schedule("zb-v", 4, 8, 1),
-                    Catch::Contains("--vpp 1") && Catch::Contains("--vpp 2"));
+  CHECK_THROWS_WITH(make_schedule("zb-v", 4, 8, 1), Catch::Contains("--vpp 1") && Catch::Contains("--vpp 2"));
   CHECK_THROWS_WITH(make_schedule("dualpipev", 4, 8, 3), Catch::Contains("--vpp 3"));
   CHECK_THROWS_WITH(make_schedule("dualpipev", 4, 7, 2),
                     Catch::Contains("--microbatches 7") && Catch::Contains("at least 8"));
