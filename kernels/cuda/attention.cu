@@ -1,5 +1,7 @@
 // Flash attention on the GPU, forward and backward (the contract is
-// kernels/attention.hpp), with fp32 or bf16 storage and fp32 arithmetic.
+// kernels/attention.hpp), with fp32 or bf16 storage and fp32 arithmetic, on
+// CUDA cores. The bf16 forward with head dim 64 or 128 runs on tensor cores
+// instead (attention_tc.cu).
 //
 // All three kernels share one shape (plan.hpp): a block of kAttnWarps warps
 // owns kAttnBlockRows rows of one operand, kAttnRowsPerWarp per warp, and
@@ -17,6 +19,9 @@
 // first key (attn_query_begin), so masked tiles cost nothing; within a tile
 // the mask is per element. GQA: query head h reads kv head h / (H / Hkv)
 // through the row stride; the dK/dV kernel loops over the group's query heads.
+#include <type_traits>
+
+#include "attention_tc.cuh"
 #include "common.cuh"
 
 namespace trident::kernels::cuda {
@@ -59,7 +64,8 @@ __device__ __forceinline__ void accumulate_rows(float (&acc)[DC], float w, const
   }
 }
 
-// Forward (and its resume): grid (query blocks, H).
+// Forward (and its resume): grid (query blocks, H). The loops over a warp's
+// rows are unrolled so that the per-row state stays in registers.
 template <class T, int DC>
 __global__ void __launch_bounds__(kAttnThreads)
     attn_forward_kernel(AttnShape s, const T* q, const T* k, const T* v, T* out, float* lse,
@@ -76,6 +82,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   stage_rows(qs, D, kAttnBlockRows, q, ldq, i0, rows, int64_t(h) * D, D);
 
   float m[kAttnRowsPerWarp], l[kAttnRowsPerWarp], acc[kAttnRowsPerWarp][DC];
+#pragma unroll
   for (int r = 0; r < kAttnRowsPerWarp; ++r) {
     const int64_t i = i0 + warp * kAttnRowsPerWarp + r;
     const float seed = (resume && i < s.Tq) ? lse[i * s.H + h] : -INFINITY;
@@ -94,6 +101,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     stage_rows(ks, D + 1, kAttnTile, k, ldkv, j0, cols, int64_t(g) * D, D);
     stage_rows(vs, D, kAttnTile, v, ldkv, j0, cols, int64_t(g) * D, D);
     __syncthreads();
+#pragma unroll
     for (int r = 0; r < kAttnRowsPerWarp; ++r) {
       const int row = warp * kAttnRowsPerWarp + r;
       const int64_t i = i0 + row;
@@ -112,6 +120,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     }
   }
 
+#pragma unroll
   for (int r = 0; r < kAttnRowsPerWarp; ++r) {
     const int64_t i = i0 + warp * kAttnRowsPerWarp + r;
     if (i >= s.Tq) break;
@@ -174,6 +183,7 @@ __global__ void __launch_bounds__(kAttnThreads)
 
   float acc[kAttnRowsPerWarp][DC] = {};
   float row_lse[kAttnRowsPerWarp], row_delta[kAttnRowsPerWarp];
+#pragma unroll
   for (int r = 0; r < kAttnRowsPerWarp; ++r) {
     const int64_t i = i0 + warp * kAttnRowsPerWarp + r;
     row_lse[r] = i < s.Tq ? lse[i * s.H + h] : -INFINITY;
@@ -187,6 +197,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     stage_rows(ks, D + 1, kAttnTile, k, ldkv, j0, cols, int64_t(g) * D, D);
     stage_rows(vs, D + 1, kAttnTile, v, ldkv, j0, cols, int64_t(g) * D, D);
     __syncthreads();
+#pragma unroll
     for (int r = 0; r < kAttnRowsPerWarp; ++r) {
       const int row = warp * kAttnRowsPerWarp + r;
       const int64_t i = i0 + row;
@@ -198,6 +209,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     }
   }
 
+#pragma unroll
   for (int r = 0; r < kAttnRowsPerWarp; ++r) {
     const int64_t i = i0 + warp * kAttnRowsPerWarp + r;
     if (i >= s.Tq) break;
@@ -243,6 +255,7 @@ __global__ void __launch_bounds__(kAttnThreads)
         dlt[t] = t < n ? delta[(i0 + t) * s.H + h] : 0.0f;
       }
       __syncthreads();
+#pragma unroll
       for (int r = 0; r < kAttnRowsPerWarp; ++r) {
         const int row = warp * kAttnRowsPerWarp + r;
         const int64_t j = j0 + row;
@@ -256,6 +269,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     }
   }
 
+#pragma unroll
   for (int r = 0; r < kAttnRowsPerWarp; ++r) {
     const int64_t j = j0 + warp * kAttnRowsPerWarp + r;
     if (j >= s.Tk) break;
@@ -347,6 +361,8 @@ void forward(const Ctx& c, const AttnShape& s, const T* q, const T* k, const T* 
              float* lse, bool resume) {
   check_attn_shape(s);
   if (s.Tq == 0) return;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    if (attention_forward_tc(c, s, q, k, v, out, lse, resume)) return;
   with_head_dim(s.D, [&]<int DC>() { forward_for<T, DC>(c, s, q, k, v, out, lse, resume); });
 }
 
