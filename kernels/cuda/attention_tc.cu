@@ -86,14 +86,16 @@ struct RowState {
 };
 
 // One tile's online-softmax step for this lane's half row: P into prow,
-// the row's state updated, the output row half rescaled.
+// the row's state updated, the output row half rescaled. Each lane starts
+// its sweep at its own column (c + lane), so the 32 lanes, whose rows all
+// begin in the same bank, read and write 32 different banks.
 __device__ void softmax_step(const AttnShape& s, int64_t i, int64_t j0, int cols, int half,
-                             const float* srow, bf16* prow, float* orow_half, int half_d,
+                             int lane, const float* srow, bf16* prow, float* orow_half, int half_d,
                              RowState& st) {
   constexpr unsigned kFull = 0xffffffffu;
   float mx = -INFINITY;
   for (int c = 0; c < 32; ++c) {
-    const int j = half * 32 + c;
+    const int j = half * 32 + (c + lane) % 32;
     if (i < s.Tq && j < cols && plan::attn_visible(s, i, j0 + j)) mx = fmaxf(mx, s.scale * srow[j]);
   }
   mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 1));
@@ -101,7 +103,7 @@ __device__ void softmax_step(const AttnShape& s, int64_t i, int64_t j0, int cols
   float psum = 0.0f, alpha = 1.0f;
   if (m_new != -INFINITY) alpha = expf(st.m - m_new);
   for (int c = 0; c < 32; ++c) {
-    const int j = half * 32 + c;
+    const int j = half * 32 + (c + lane) % 32;
     float p = 0.0f;
     if (m_new != -INFINITY && i < s.Tq && j < cols && plan::attn_visible(s, i, j0 + j))
       p = expf(s.scale * srow[j] - m_new);
@@ -113,7 +115,7 @@ __device__ void softmax_step(const AttnShape& s, int64_t i, int64_t j0, int cols
   st.l = st.l * alpha + psum;
   st.m = m_new;
   if (alpha != 1.0f)
-    for (int d = 0; d < half_d; ++d) orow_half[d] *= alpha;
+    for (int d = 0; d < half_d; ++d) orow_half[(d + lane) % half_d] *= alpha;
 }
 
 template <int D>
@@ -158,8 +160,8 @@ __global__ void __launch_bounds__(kTcThreads)
     __syncthreads();
     scores_tc<D>(qs + warp * 16 * D, ks, sw);
     __syncwarp();
-    softmax_step(s, i, j0, cols, half, sw + row * kTcTile, pw + row * kTcTile, orow_half, half_d,
-                 st);
+    softmax_step(s, i, j0, cols, half, lane, sw + row * kTcTile, pw + row * kTcTile, orow_half,
+                 half_d, st);
     __syncwarp();
     accumulate_pv_tc<D>(pw, vs, ow);
     __syncwarp();
