@@ -46,12 +46,11 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
   run_pipeline(step, res.events, res.compute_s);
   {
     // ATTN_F/ATTN_B: begin of the call, length = kernel time on this rank.
-    const int rank = comms_.world ? comms_.world->rank() : 0;
+    TimelineSink timeline(res.events, comms_.world ? comms_.world->rank() : 0, step);
     for (const model::AttnSpan& a : stage_->take_attention_spans())
       if (cfg_.output.timeline)
-        res.events.push_back(TimelineEvent{rank, step, a.backward ? "ATTN_B" : "ATTN_F",
-                                           comms_.pp_rank, a.layer, -1, a.t_begin_s,
-                                           a.t_begin_s + a.compute_s});
+        timeline.span(prof::Span{a.backward ? "ATTN_B" : "ATTN_F", comms_.pp_rank, a.layer, -1,
+                                 a.t_begin_s, a.t_begin_s + a.compute_s});
   }
 
   dp::reduce_gradients(stage_->params(), comms_.dpcp, comms_.expert_replica);
