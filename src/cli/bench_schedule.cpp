@@ -120,7 +120,7 @@ class BenchScheduleCommand : public Command {
         ->capture_default_str();
     app->add_option("--pp", pp_, "pipeline ranks (= mpirun -np)")->required();
     app->add_option("--microbatches", m_, "micro-batches per step")->required();
-    app->add_option("--vpp", vpp_,
+    vpp_opt_ = app->add_option("--vpp", vpp_,
                     "chunks per rank for the interleaved schedule (zb-v and dualpipev: always 2)")
         ->capture_default_str();
     app->add_option("--tf", tf_ms_,
@@ -192,9 +192,12 @@ class BenchScheduleCommand : public Command {
     }
     if (m_ < 1) throw InputError("--microbatches " + std::to_string(m_) + ": must be >= 1");
     if (vpp_ < 1) throw InputError("--vpp " + std::to_string(vpp_) + ": must be >= 1");
-    if (vpp_ > 1 && schedule_ != "all" && schedule_ != "interleaved")
+    // --vpp sets the interleaved schedule's chunks (default 2); the V schedules
+    // always run 2, so it may be left out for them and for the others.
+    if (vpp_opt_->count() && vpp_ > 1 && schedule_ != "all" && schedule_ != "interleaved")
       throw InputError("--vpp " + std::to_string(vpp_) +
-                       ": only the interleaved schedule has chunks");
+                       ": only the interleaved schedule takes it (zb-v and dualpipev run 2 "
+                       "chunks per rank)");
     for (auto [v, flag] :
          {std::pair{tf_ms_, "--tf"}, std::pair{tb_ms_, "--tb"}, std::pair{tw_ms_, "--tw"}})
       if (!(v >= 0 && v <= 60000))
@@ -271,6 +274,7 @@ class BenchScheduleCommand : public Command {
   int64_t bytes_ = 65536;
   bool spin_ = false;
   CLI::Option* tw_opt_ = nullptr;
+  CLI::Option* vpp_opt_ = nullptr;
 };
 
 BenchScheduleCommand::Measured BenchScheduleCommand::measure(Communicator& pp, Communicator& all,
