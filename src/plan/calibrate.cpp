@@ -21,6 +21,7 @@
 #include "trident/model/data.hpp"
 #include "trident/model/transformer.hpp"
 #include "trident/plan/cost_model.hpp"
+#include "trident/plan/predict.hpp"
 
 namespace trident::plan {
 namespace {
@@ -217,9 +218,9 @@ double model_efficiency(Communicator& world, const Config& cfg, const MachinePro
   Work all = c.f;
   all += c.b;
   all += c.w;
-  const double priced = all.gemm_flops / m.gemm_flops + all.attention_flops / m.attention_flops +
-                        all.memory_bytes / m.memory_Bps;
-  return priced / measured;
+  MachineProfile at_rates = m;
+  at_rates.efficiency = 1;
+  return compute_seconds(all, at_rates) / measured;
 }
 
 }  // namespace

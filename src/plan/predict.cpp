@@ -40,23 +40,14 @@ double allreduce_s(const Link& l, double bytes, long long n) {
   return 2.0 * (n - 1) * l.latency_s + 2.0 * (n - 1) / n * bytes / l.bandwidth_Bps;
 }
 
-// A rank's seconds for a piece of work, at the profile's rates.
-struct Rates {
-  const MachineProfile& m;
-  double compute(const Work& w) const {
-    return 1 / m.efficiency *
-           (w.gemm_flops / m.gemm_flops + w.attention_flops / m.attention_flops +
-            w.memory_bytes / m.memory_Bps);
-  }
-};
-
 // Exposed seconds of the CP ring in one action: each step's transfer hides
 // behind that step's share of the attention kernel.
-double ring_exposed(const Rates& r, const Link& l, const ActionComm& c, double attn_flops, int cp) {
+double ring_exposed(const MachineProfile& m, const Link& l, const ActionComm& c, double attn_flops,
+                    int cp) {
   if (c.cp_steps == 0) return 0;
   const double per_step_comm = l.seconds(c.cp_bytes / c.cp_steps);
   const double per_step_compute =
-      r.compute(Work{0, attn_flops, 0}) / cp / (double(c.cp_steps) / (cp - 1));
+      compute_seconds(Work{0, attn_flops, 0}, m) / cp / (double(c.cp_steps) / (cp - 1));
   return c.cp_steps * std::max(0.0, per_step_comm - per_step_compute);
 }
 
@@ -66,6 +57,12 @@ double exchange_s(const Link& l, const ActionComm& c, int ep, double imbalance) 
 }
 
 }  // namespace
+
+double compute_seconds(const Work& w, const MachineProfile& m) {
+  return (w.gemm_flops / m.gemm_flops + w.attention_flops / m.attention_flops +
+          w.memory_bytes / m.memory_Bps) /
+         m.efficiency;
+}
 
 double ActionTimes::cpu_bound_s() const { return sharing * microbatches * compute; }
 
@@ -79,7 +76,6 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
   // core, so how much the ranks of a node slow each other down is decided
   // over the whole pipeline (predict), not per action. Everything after the
   // pipeline runs on every rank at once.
-  const Rates r{m};
   const double sharing = m.oversubscription(shape.devices_per_node);
   const Link& cp_link = m.link(span_class(shape, p.cp));
   const Link& ep_link = m.link(span_class(shape, p.ep));
@@ -93,15 +89,16 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
   const pp::Placement place = placement_of(p);
   for (int vs = 0; vs < p.pp * p.vpp; ++vs) {
     const ChunkCost c = chunk_cost(cfg, p, vs);
-    const double cp_f = ring_exposed(r, cp_link, c.f_comm, c.f.attention_flops, p.cp);
-    const double cp_b = ring_exposed(r, cp_link, c.b_comm, c.b.attention_flops, p.cp);
+    const double cp_f = ring_exposed(m, cp_link, c.f_comm, c.f.attention_flops, p.cp);
+    const double cp_b = ring_exposed(m, cp_link, c.b_comm, c.b.attention_flops, p.cp);
     const double ep_f = exchange_s(ep_link, c.f_comm, p.ep, imb);
     const double ep_b = exchange_s(ep_link, c.b_comm, p.ep, imb);
-    const double f = r.compute(c.f) + cp_f + ep_f, b = r.compute(c.b) + cp_b + ep_b,
-                 w = r.compute(c.w);
+    const double f = compute_seconds(c.f, m) + cp_f + ep_f,
+                 b = compute_seconds(c.b, m) + cp_b + ep_b, w = compute_seconds(c.w, m);
     if (f + b + w > a.t_f + a.t_b + a.t_w) {  // the slowest stage sets the pace
       a.t_f = f, a.t_b = b, a.t_w = w;
-      a.compute = p.vpp * (r.compute(c.f) + r.compute(c.b) + r.compute(c.w));
+      a.compute =
+          p.vpp * (compute_seconds(c.f, m) + compute_seconds(c.b, m) + compute_seconds(c.w, m));
       a.cp = p.vpp * (cp_f + cp_b);
       a.ep = p.vpp * (ep_f + ep_b);
     }

@@ -60,8 +60,8 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
 
   dp::reduce_gradients(stage_->params(), comms_.dpcp, comms_.expert_replica, device_->ctx());
 
-  double sums[2] = {stage_->loss_sum(), stage_->aux_sum()};
-  if (comms_.world && comms_.world->size() > 1) comms_.world->allreduce_sum(sums, 2);
+  double sums[3] = {stage_->loss_sum(), stage_->aux_sum(), stage_->z_sum()};
+  if (comms_.world && comms_.world->size() > 1) comms_.world->allreduce_sum(sums, 3);
   res.expert_tokens = stage_->expert_tokens();
   if (comms_.world && comms_.world->size() > 1)
     for (auto& row : res.expert_tokens) comms_.world->allreduce_sum(row.data(), row.size());
@@ -79,6 +79,7 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
   m.step = step;
   m.loss = sums[0] / n_targets;
   m.aux_loss = sums[1] / double(n_seq);
+  m.z_loss = sums[2] / double(n_seq);
   m.lr = lr;
   m.grad_norm = norm;
   // the step's makespan over all ranks, and each rank's idle share of it

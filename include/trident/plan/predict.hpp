@@ -44,6 +44,9 @@ struct Prediction {
             dp_link = LinkClass::nvlink;
 };
 
+// Seconds of `w` on one rank alone at the profile's rates and efficiency.
+double compute_seconds(const Work& w, const MachineProfile& m);
+
 // Per-action seconds before the pipeline is simulated; the search uses it to
 // bound a mesh's step time from below.
 struct ActionTimes {

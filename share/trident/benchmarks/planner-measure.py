@@ -4,10 +4,10 @@
 Calibrates this machine (trident plan --calibrate under mpirun), then, for each
 mesh of one model: predicts it (trident plan --machine --format json), runs it
 (trident run --machine, so the run file records the prediction), and compares
-the median step time after the first step, and the step's peak memory above the
-rank's memory before the first step (resident set sampled every few ms while
-the steps run: host tensors are not counted by an allocator yet) with the
-predicted activations + buffers + workspace. Also asks the search for its first
+the median step time after the first step, and the steps' peak memory above the
+rank's memory before the first step (the kernel's resident-set high-water mark,
+reset when the steps begin: host tensors are not counted by an allocator yet)
+with the predicted activations + buffers + workspace. Also asks the search for its first
 choice for 4 ranks (at the 4-rank meshes' global batch) and runs it too.
 
 Usage (repository root, after a build; nothing else should run on the machine):
@@ -22,8 +22,6 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
-import time
 
 import h5py
 import numpy as np
@@ -45,7 +43,7 @@ moe_every = 2
 [data]
 task = "recall"
 seq_len = 256
-micro_batch_size = 2
+micro_batch_size = 4
 num_microbatches = 4
 [train]
 warmup_steps = 1
@@ -54,7 +52,7 @@ warmup_steps = 1
 # (ranks, overrides): each parallelism alone and combined, three schedules, two
 # micro-batch counts. The 4-rank meshes all step 16 sequences, like the search
 # asked below, so that their step times rank them.
-GLOBAL_BATCH_4 = 16
+GLOBAL_BATCH_4 = 32
 MESHES = [
     (2, []),
     (2, ["parallel.pp=2"]),
@@ -76,11 +74,11 @@ def sh(cmd, **kw):
     return r.stdout
 
 
-def rss_of(pid: int) -> float:
+def status_bytes(pid: int, key: str) -> float:
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(key + ":"):
                     return float(line.split()[1]) * 1024
     except OSError:
         pass
@@ -103,28 +101,29 @@ def rank_pids(marker: str) -> list[int]:
     return pids
 
 
-class MemorySampler(threading.Thread):
-    """RSS of every rank: at the moment the steps begin (the run's banner) and its maximum after."""
+class StepMemory:
+    """Each rank's resident set when the steps begin, and its high-water mark
+    (the kernel's VmHWM, reset then through /proc/PID/clear_refs) once a later
+    step is done, before the final checkpoint: the steps' peak, with nothing
+    missed between samples."""
 
     def __init__(self, marker: str):
-        super().__init__(daemon=True)
-        self.marker, self.stop, self.started = marker, False, False
+        self.marker = marker
         self.before: dict[int, float] = {}
         self.peak: dict[int, float] = {}
 
-    def run(self):
-        pids: list[int] = []
-        while not self.stop:
-            if not pids:
-                pids = rank_pids(self.marker)
-            if self.started:
-                for p in pids:
-                    v = rss_of(p)
-                    if p not in self.before:
-                        self.before[p] = v
-                    if v == v:
-                        self.peak[p] = max(self.peak.get(p, 0.0), v)
-            time.sleep(0.003)
+    def steps_begin(self):
+        for p in rank_pids(self.marker):
+            self.before[p] = status_bytes(p, "VmRSS")
+            with open(f"/proc/{p}/clear_refs", "w") as f:
+                f.write("5")
+
+    def steps_done(self):
+        for p in self.before:
+            self.peak[p] = status_bytes(p, "VmHWM")
+
+    def grown(self) -> float:
+        return max((self.peak[p] - self.before[p] for p in self.peak), default=float("nan"))
 
 
 def run_mesh(binary, cfg, machine, np_, sets, steps, out):
@@ -136,29 +135,26 @@ def run_mesh(binary, cfg, machine, np_, sets, steps, out):
     pred = json.loads(sh([binary, "plan", cfg, "--nodes", "1", "--devices-per-node", str(np_), "--machine", machine,
                           "--format", "json"] + setargs))["prediction"]
     h5 = f"{out}/{name}.h5"
-    sampler = MemorySampler(h5)
-    sampler.start()
+    memory = StepMemory(h5)
     proc = subprocess.Popen(MPIRUN + ["-np", str(np_), binary, "run", cfg, "--output", h5, "--machine", machine]
                             + setargs, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     for line in proc.stdout:
         lines.append(line)
-        if line.startswith("trident run:"):
-            sampler.started = True
-        if line.startswith(f"step {steps - 1:5d}"):
-            sampler.stop = True  # the last step is done; the final checkpoint follows
+        if line.startswith("trident run:"):  # every rank has built its model (the run file is collective)
+            memory.steps_begin()
+        if line.startswith(f"step {steps - 2:5d}"):  # a step before the last: no checkpoint yet
+            memory.steps_done()
     proc.wait()
-    sampler.stop = True
     if proc.returncode != 0:
         sys.exit(f"run {name} failed:\n{''.join(lines[-30:])}")
     with h5py.File(h5, "r") as f:
         st = np.asarray(f["/metrics/steps"]["step_time_s"], dtype=np.float64)[1:]
-    grown = [sampler.peak[p] - sampler.before[p] for p in sampler.before if p in sampler.peak]
     dyn_pred = pred["memory_bytes"]["activations"] + pred["memory_bytes"]["comm_buffers"] + \
         pred["memory_bytes"]["workspace"]
     return {"name": name, "ranks": np_, "sets": sets, "pred_step_s": pred["step_time_s"],
             "meas_step_s": float(statistics.median(st)), "step_times": [float(x) for x in st],
-            "pred_step_mem": dyn_pred, "meas_step_mem": max(grown) if grown else float("nan"),
+            "pred_step_mem": dyn_pred, "meas_step_mem": memory.grown(),
             "pred_total_mem": pred["memory_bytes"]["total"], "prediction": pred}
 
 

@@ -34,6 +34,32 @@ RouterOptions router_options(const ModelConfig& cfg) {
   return o;
 }
 int ep_size_of(Communicator* ep) { return ep ? ep->size() : 1; }
+
+// The layer's experts: a SwiGLU MLP per local expert; weight gradients
+// accumulate into the parameters.
+class SwigluExperts final : public ExpertBlockFn {
+ public:
+  SwigluExperts(MoELayer& layer, int64_t d, int64_t f, const kernels::Ctx& ctx)
+      : layer_(layer), ctx_(ctx), d_(d), f_(f) {}
+  void forward(int e, const float* x, int64_t rows, float* y, float* gate, float* up) override {
+    kernels::swiglu_forward(ctx_, x, rows, d_, f_, layer_.expert_param(e, 0).value.ptr(),
+                            layer_.expert_param(e, 1).value.ptr(),
+                            layer_.expert_param(e, 2).value.ptr(), y, gate, up);
+  }
+  void backward(int e, const float* x, const float* gate, const float* up, const float* dy,
+                int64_t rows, float* dx) override {
+    Param &wg = layer_.expert_param(e, 0), &wu = layer_.expert_param(e, 1),
+          &wd = layer_.expert_param(e, 2);
+    kernels::swiglu_backward(ctx_, x, gate, up, dy, rows, d_, f_, wg.value.ptr(), wu.value.ptr(),
+                             wd.value.ptr(), dx, wg.grad.ptr(), wu.grad.ptr(), wd.grad.ptr());
+  }
+
+ private:
+  MoELayer& layer_;
+  kernels::Ctx ctx_;
+  int64_t d_, f_;
+};
+
 int ep_rank_of(Communicator* ep) { return ep ? ep->rank() : 0; }
 }  // namespace
 
@@ -48,7 +74,9 @@ MoELayer::MoELayer(const ModelConfig& cfg, int layer_index, Communicator* ep, Co
       first_(ep_rank_of(ep) * L_),
       router_(router_options(cfg)),
       dispatcher_(ep, cfg.n_experts, transport, shm_limit_bytes, ctx),
-      cp_(cp) {
+      cp_(cp),
+      swiglu_(std::make_unique<SwigluExperts>(*this, cfg.d_model, cfg.ffn_hidden, ctx)),
+      expert_fn_(swiglu_.get()) {
   const std::string base = "layers." + std::to_string(layer_index) + ".moe.";
   router_w_ = Param(base + "router", {d_, E_}, GradReduce::dense);
   router_w_.init_normal(static_cast<float>(cfg.init_std));
@@ -86,8 +114,7 @@ Param& MoELayer::expert_param(int local_expert, int which) {
   return experts_.at(static_cast<size_t>(local_expert) * 3 + which);
 }
 
-void MoELayer::run_experts_forward(Cache& c, float* out, DispatchTimes& times) {
-  const double t0 = ep_clock_s();
+void MoELayer::run_experts_forward(Cache& c, float* out) {
   const DispatchPlan& p = c.plan;
   for (int e = 0; e < L_; ++e) {
     for (int r = 0; r < p.ep_size; ++r) {
@@ -97,22 +124,14 @@ void MoELayer::run_experts_forward(Cache& c, float* out, DispatchTimes& times) {
       float* gate = c.gate.data() + off * f_;
       float* up = c.up.data() + off * f_;
       const float* x = c.rows->in() + off * d_;
-      if (custom_) {
-        custom_->forward(e, x, rows, y, gate, up);
-      } else {
-        kernels::swiglu_forward(ctx_, x, rows, d_, f_, expert_param(e, 0).value.ptr(),
-                                expert_param(e, 1).value.ptr(), expert_param(e, 2).value.ptr(), y,
-                                gate, up);
-      }
+      expert_fn_->forward(e, x, rows, y, gate, up);
     }
   }
-  times.expert += ep_clock_s() - t0;
 }
 
 void MoELayer::forward(const float* x, int64_t T, const std::vector<int>& sample_of_token,
                        int n_samples, float* y, Cache& c, MoEStats& stats,
                        const int64_t* token_index) {
-  DispatchTimes times;
   c.n_samples = n_samples;
   c.x.assign(x, x + T * d_);
   std::vector<float> logits(static_cast<size_t>(T * E_));
@@ -120,21 +139,18 @@ void MoELayer::forward(const float* x, int64_t T, const std::vector<int>& sample
                  logits.data(), E_);
   router_.route(ctx_, logits.data(), T, sample_of_token, n_samples, cp_, c.routing, token_index);
 
-  c.plan = dispatcher_.plan(c.routing.expert.data(), T, k_, &times);
+  c.plan = dispatcher_.plan(c.routing.expert.data(), T, k_);
   const int64_t R = c.plan.received();
-  c.rows = dispatcher_.dispatch_forward(c.plan, x, d_, &times);
+  c.rows = dispatcher_.dispatch_forward(c.plan, x, d_);
   c.gate.resize(static_cast<size_t>(R * f_));
   c.up.resize(static_cast<size_t>(R * f_));
-  run_experts_forward(c, c.rows->out(), times);
-  dispatcher_.combine_forward(c.plan, *c.rows, c.routing.weight.data(), y, d_, &times);
+  run_experts_forward(c, c.rows->out());
+  dispatcher_.combine_forward(c.plan, *c.rows, c.routing.weight.data(), y, d_);
 
   stats.aux_loss_sum = c.routing.aux_share;
   stats.z_loss_sum = c.routing.z_share;
   stats.tokens_per_expert = c.plan.tokens_per_expert;
   stats.dropped = c.routing.dropped;
-  stats.a2a_bytes = times.a2a_bytes;
-  stats.a2a_s = times.a2a;
-  stats.times = times;
 }
 
 // Each expert's rows are one block; the SwiGLU runs per source chunk of it,
@@ -148,14 +164,7 @@ void MoELayer::run_experts_backward(Cache& c, const float* dout, float* din) {
       const float* xin = c.rows->in() + off * d_;
       const float* gate = c.gate.data() + off * f_;
       const float* up = c.up.data() + off * f_;
-      if (custom_) {
-        custom_->backward(e, xin, gate, up, dout + off * d_, rows, din + off * d_);
-      } else {
-        Param &wg = expert_param(e, 0), &wu = expert_param(e, 1), &wd = expert_param(e, 2);
-        kernels::swiglu_backward(ctx_, xin, gate, up, dout + off * d_, rows, d_, f_,
-                                 wg.value.ptr(), wu.value.ptr(), wd.value.ptr(), din + off * d_,
-                                 wg.grad.ptr(), wu.grad.ptr(), wd.grad.ptr());
-      }
+      expert_fn_->backward(e, xin, gate, up, dout + off * d_, rows, din + off * d_);
     }
   }
 }

@@ -29,8 +29,7 @@ void validate_early_posts(const Schedule& s, const std::string& pre) {
     for (const auto& e : s.early_posts[size_t(r)]) {
       const auto recv = std::find(row.begin(), row.end(), e.recv);
       const auto at = std::find(row.begin(), row.end(), e.at);
-      if (recv == row.end() || (e.recv.op != Op::RECV_F && e.recv.op != Op::RECV_B) ||
-          at >= recv)
+      if (recv == row.end() || (e.recv.op != Op::RECV_F && e.recv.op != Op::RECV_B) || at >= recv)
         throw InputError(pre + "rank " + std::to_string(r) + ": receive " + e.recv.str() +
                          " posted at " + e.at.str() + ", which is not an earlier action");
     }
@@ -416,9 +415,7 @@ void write_csv_file(const Schedule& s, const std::string& path) {
   write_schedule_file(path, to_csv(s));
 }
 
-Schedule read_csv_file(const std::string& path) {
-  return from_csv(read_schedule_file(path), path);
-}
+Schedule read_csv_file(const std::string& path) { return from_csv(read_schedule_file(path), path); }
 
 std::string format_actions(const Schedule& s) {
   std::ostringstream o;

@@ -20,85 +20,88 @@ class AlltoallvTransport final : public Transport {
   AlltoallvTransport(Communicator& ep, const kernels::Ctx& ctx) : ep_(ep), ctx_(ctx) {}
   EpTransport kind() const override { return EpTransport::alltoallv; }
 
-  void dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in, int64_t d,
-                DispatchTimes* times) override {
+  void dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in, int64_t d) override {
     const int64_t S = p.sent();
-    const double t0 = ep_clock_s();
+    const double t0 = stamp();
     const float* rows = src.base;
     if (src.index) {
       if (send_.size() < size_t(S * d)) send_.resize(size_t(S * d));
       kernels::gather_rows(ctx_, src.base, d, src.index, S, send_.data());
       rows = send_.data();
     }
-    const double t1 = ep_clock_s();
+    const double t1 = stamp();
     exchange(p, rows, expert_in, true, d);
-    if (times) {
-      times->permute += t1 - t0;
-      times->a2a += ep_clock_s() - t1;
-      times->a2a_bytes += double(S) * double(d) * kRowBytes;
-    }
+    if (sink_) sink_->span(prof::Span{"ep.permute", -1, -1, -1, t0, t1});
+    span("ep.dispatch", t1);
+    count("ep.bytes", double(S) * double(d) * kRowBytes);
   }
 
   kernels::RowSource gather_back(const DispatchPlan& p, const float* expert_side, int64_t d,
-                                 KeptRows* keep, DispatchTimes* times) override {
+                                 KeptRows* keep) override {
     if (keep && keep->filled) return kernels::RowSource(keep->rows.data());
     const int64_t S = p.sent();
     std::vector<float>& back = keep ? keep->rows : back_;
     if (back.size() < size_t(S * d)) back.resize(size_t(S * d));  // grow only
     if (keep) keep->filled = true;
-    const double t0 = ep_clock_s();
+    const double t0 = stamp();
     exchange(p, expert_side, back.data(), false, d);
-    if (times) {
-      times->a2a += ep_clock_s() - t0;
-      times->a2a_bytes += double(p.received()) * double(d) * kRowBytes;
-    }
+    span("ep.return", t0);
+    count("ep.bytes", double(p.received()) * double(d) * kRowBytes);
     return kernels::RowSource(back.data());
   }
 
-  std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const float* x, int64_t d,
-                                                DispatchTimes* times) override {
+  std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const float* x,
+                                                int64_t d) override {
     auto rows = std::make_unique<OwnedRows>(pool_, size_t(p.received() * d), size_t(p.sent() * d));
-    dispatch(p, SendRows{x, p.send_token.data()}, rows->in(), d, times);
+    dispatch(p, SendRows{x, p.send_token.data()}, rows->in(), d);
     return rows;
   }
 
-  void return_forward(const DispatchPlan& p, ForwardRows& rows, int64_t d,
-                      DispatchTimes* times) override {
+  void return_forward(const DispatchPlan& p, ForwardRows& rows, int64_t d) override {
     auto& own = static_cast<OwnedRows&>(rows);
-    own.set_returned(gather_back(p, own.out(), d, &own.kept, times));
+    own.set_returned(gather_back(p, own.out(), d, &own.kept));
   }
 
  private:
   // Moves every block from `from` to `to`: to_experts, from this rank's
   // send-order rows [S, d] to the expert sides (this rank's [R, d]
   // receives); else the reverse. A block is the rows of one source for one
-  // expert, contiguous on both sides; blocks that stay on this rank are
-  // copied.
+  // expert, contiguous on both sides. Receives are posted first; peers go
+  // in turn from the next rank on, so that not every rank starts at rank 0;
+  // the blocks that stay on this rank are copied while the others travel.
   void exchange(const DispatchPlan& p, const float* from, float* to, bool to_experts, int64_t d) {
     const int P = p.ep_size, L = p.local_experts, me = p.ep_rank;
     const size_t row_bytes = kRowBytes * size_t(d);
     const int tag = to_experts ? kToExperts : kToSources;
+    // fn(offset in floats, rows) for each block between this rank and peer
+    // r: on this rank's expert side (r the source), or in its send order (r
+    // the expert rank).
+    auto blocks = [&](int r, bool expert_side, auto&& fn) {
+      for (int e = 0; e < L; ++e) {
+        const int64_t n = expert_side ? p.chunk_rows[r * L + e] : p.tokens_per_expert[r * L + e];
+        if (n > 0) fn((expert_side ? p.chunk_offset[r * L + e] : p.expert_first[r * L + e]) * d, n);
+      }
+    };
     requests_.clear();
-    for (int s = 0; s < P; ++s)  // this rank's experts' blocks, one per source
-      for (int e = 0; e < L && s != me; ++e) {
-        const size_t bytes = row_bytes * size_t(p.chunk_rows[s * L + e]);
-        const int64_t at = p.chunk_offset[s * L + e] * d;
-        if (bytes == 0) continue;
-        requests_.push_back(to_experts ? ep_.irecv(to + at, bytes, s, tag)
-                                       : ep_.isend(from + at, bytes, s, tag));
-      }
-    for (int g = 0; g < p.n_experts; ++g) {  // this rank's blocks, one per expert
-      const int r = g / L;
-      const size_t bytes = row_bytes * size_t(p.tokens_per_expert[g]);
-      const int64_t at = p.expert_first[g] * d;
-      if (bytes == 0) continue;
-      if (r == me) {
-        const int64_t there = p.chunk_offset[me * L + (g - me * L)] * d;
-        std::memcpy(to + (to_experts ? there : at), from + (to_experts ? at : there), bytes);
-      } else {
-        requests_.push_back(to_experts ? ep_.isend(from + at, bytes, r, tag)
-                                       : ep_.irecv(to + at, bytes, r, tag));
-      }
+    for (int i = 1; i < P; ++i) {
+      const int r = (me + i) % P;
+      blocks(r, to_experts, [&](int64_t at, int64_t n) {
+        requests_.push_back(ep_.irecv(to + at, row_bytes * size_t(n), r, tag));
+      });
+    }
+    for (int i = 1; i < P; ++i) {
+      const int r = (me + i) % P;
+      blocks(r, !to_experts, [&](int64_t at, int64_t n) {
+        requests_.push_back(ep_.isend(from + at, row_bytes * size_t(n), r, tag));
+      });
+    }
+    for (int e = 0; e < L; ++e) {
+      if (p.chunk_rows[me * L + e] == 0) continue;
+      const int64_t sent_at = p.expert_first[me * L + e] * d,
+                    expert_at = p.chunk_offset[me * L + e] * d;
+      std::memcpy(to + (to_experts ? expert_at : sent_at),
+                  from + (to_experts ? sent_at : expert_at),
+                  row_bytes * size_t(p.chunk_rows[me * L + e]));
     }
     ep_.wait_all(requests_);
   }
