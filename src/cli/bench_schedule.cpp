@@ -20,7 +20,9 @@
 #include <thread>
 
 #include "commands.hpp"
+#include "trident/comm/backend.hpp"
 #include "trident/comm/comm.hpp"
+#include "trident/comm/process.hpp"
 #include "trident/core/error.hpp"
 #include "trident/io/bench_report.hpp"
 #include "trident/parallel/pp/executor.hpp"
@@ -146,9 +148,7 @@ class BenchScheduleCommand : public Command {
     // Sleeping work should end on time: the default 50 us timer slack of a
     // normal thread would add to every action (Linux; harmless elsewhere).
     prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-    int world = 1, me = 0;
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    const int world = comm_world_size(), me = comm_world_rank();
     if (!tw_opt_->count()) tw_ms_ = tf_ms_;
     validate_flags(world);
     std::vector<std::string> names;
@@ -157,9 +157,10 @@ class BenchScheduleCommand : public Command {
     } else {
       names = {schedule_ == "gpipe" ? "afab" : schedule_};
     }
-    sync_clock(MPI_COMM_WORLD);
-    Communicator pp(MPI_COMM_WORLD, CommKind::pp, "pp", timeout_s_, false);
-    Communicator all(MPI_COMM_WORLD, CommKind::world, "world", timeout_s_, false);
+    auto job = world_communicator(timeout_s_);
+    sync_clock(*job);
+    auto pp_group = comm_group(*job, CommBackend::mpi, 0, me, CommKind::pp, "pp", timeout_s_);
+    Communicator &pp = *pp_group, &all = *job;
 
     BenchTable summary, per_rank, timeline;
     summary.name = "schedule";

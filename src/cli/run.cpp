@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "commands.hpp"
+#include "trident/comm/process.hpp"
 #include "trident/core/error.hpp"
 #include "trident/io/run_file.hpp"
 #include "trident/kernels/gemm.hpp"
@@ -59,18 +60,17 @@ class RunCommand : public Command {
 };
 
 int RunCommand::run() {
-  int world_size = 1, world_rank = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  const int world_size = comm_world_size(), world_rank = comm_world_rank();
   // one BLAS thread per rank: the ranks already share the cores
   kernels::set_blas_threads(1);
 
   Config cfg = load_config(config_, sets_);
   if (!output_.empty()) cfg.output.file = output_;
   validate_config(cfg, world_size);
-  Topology topo = detect_topology(MPI_COMM_WORLD, cfg);
-  auto comms = build_communicators(MPI_COMM_WORLD, cfg, std::move(topo));
-  sync_clock(MPI_COMM_WORLD);
+  auto job = world_communicator(cfg.runtime.timeout_s);
+  Topology topo = detect_topology(*job, cfg);
+  auto comms = build_communicators(*job, cfg, std::move(topo));
+  sync_clock(*job);
 
   train::TrainComms tc;
   tc.world = comms->world.get();
@@ -102,9 +102,9 @@ int RunCommand::run() {
   }
 
   // Every input is valid: now the run file may exist.
-  const std::string path = resolve_output_name(cfg.output.file, MPI_COMM_WORLD);
-  const char* job = std::getenv("SLURM_JOB_ID");
-  RunFile file(path, MPI_COMM_WORLD, cfg, *comms, job ? job : "");
+  const std::string path = resolve_output_name(cfg.output.file, *job);
+  const char* job_id = std::getenv("SLURM_JOB_ID");
+  RunFile file(path, *job, cfg, *comms, job_id ? job_id : "");
   file.set_root_attr("command_line", command_line());
   if (!ckpt.empty()) file.set_root_attr("resumed_from", ckpt);
   train::install_stop_signals();

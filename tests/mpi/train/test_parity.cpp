@@ -45,8 +45,8 @@ struct Curve {
 };
 
 Curve run_mesh(const Config& cfg) {
-  Topology topo = detect_topology(MPI_COMM_WORLD, cfg);
-  auto comms = build_communicators(MPI_COMM_WORLD, cfg, std::move(topo));
+  Topology topo = detect_topology(trident::testing::world_comm(), cfg);
+  auto comms = build_communicators(trident::testing::world_comm(), cfg, std::move(topo));
   train::TrainComms tc{comms->world.get(), comms->pp.get(), comms->cp.get(), comms->ep.get(),
                        comms->dpcp.get(), comms->expert_replica.get(), comms->me.pp, comms->mesh.pp,
                        comms->me.dp, comms->mesh.dp};
