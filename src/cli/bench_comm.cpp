@@ -16,6 +16,7 @@
 #include "trident/core/error.hpp"
 #include "trident/io/bench_report.hpp"
 #include "trident/topo/topology.hpp"
+#include "trident/train/check_config.hpp"
 
 namespace trident::cli {
 namespace {
@@ -211,7 +212,7 @@ class BenchCommCommand : public Command {
 
     const int world_size = comm_world_size(), rank = comm_world_rank();
     Config cfg = load_config(config_path_, sets_);
-    validate_config(cfg, world_size);
+    train::check_config(cfg, world_size);
     auto job = world_communicator(cfg.runtime.timeout_s);
     auto comms = build_communicators(*job, cfg, detect_topology(*job, cfg));
     Communicator& world = *comms->world;

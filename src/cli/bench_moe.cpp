@@ -154,7 +154,7 @@ class BenchMoeCommand : public Command {
     std::vector<std::string> transports;
     if (transport_ == "all") {
       transports = {"alltoallv"};
-      TokenDispatcher probe(&ep, E, "auto");
+      TokenDispatcher probe(&ep, E, EpTransportChoice::automatic);
       if (W == 1 || probe.transport() == ep::EpTransport::shm) {
         transports.push_back("shm");
       } else {
@@ -220,7 +220,7 @@ class BenchMoeCommand : public Command {
     const int W = world.size(), rank = world.rank();
     const int64_t T = tokens_, d = hidden_, f = ffn_;
     const int E = experts_, k = top_k_, L = E / W;
-    TokenDispatcher disp(&ep, E, transport);
+    TokenDispatcher disp(&ep, E, *parse_config_name<EpTransportChoice>(transport));
     std::vector<float> send, recv, back, y(static_cast<size_t>(T * d)), gate, up;
     constexpr int kCols = 11;
     std::vector<double> per_iter;  // [iters, kCols] seconds, this rank

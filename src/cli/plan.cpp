@@ -10,6 +10,7 @@
 #include "trident/core/config.hpp"
 #include "trident/core/error.hpp"
 #include "trident/topo/mesh.hpp"
+#include "trident/train/check_config.hpp"
 
 namespace trident::cli {
 namespace {
@@ -50,7 +51,7 @@ class PlanCommand : public Command {
     for (const char* k : {"topology.nodes", "topology.devices_per_node", "topology.nvlink_domain"})
       cfg.key_origin.erase(k);
     const ClusterShape shape{nodes_, devices_, nvlink};
-    validate_config(cfg, shape.world());
+    train::check_config(cfg, shape.world());
 
     Mesh mesh;
     try {
@@ -71,14 +72,14 @@ class PlanCommand : public Command {
     const auto& d = cfg.data;
     const int chunks = p.pp * p.vpp;
     const long long global_batch = 1LL * d.micro_batch_size * d.num_microbatches * mesh.dp;
-    const double bubble = p.schedule == "interleaved"
+    const double bubble = p.schedule == PipelineSchedule::interleaved
                               ? double(p.pp - 1) / (p.vpp * d.num_microbatches)
                               : double(p.pp - 1) / d.num_microbatches;
     if (format_ == "json") {
       std::ostringstream o;
       std::string mesh_text = mesh_json(mesh, list_groups_);
       o << "{\"config\": \"" << escape(cfg.source) << "\", \"model_hash\": \"" << model_hash(cfg)
-        << "\", \"schedule\": \"" << p.schedule << "\", \"vpp\": " << p.vpp
+        << "\", \"schedule\": \"" << config_name(p.schedule) << "\", \"vpp\": " << p.vpp
         << ", \"num_microbatches\": " << d.num_microbatches
         << ", \"layers_per_chunk\": " << cfg.model.n_layers / chunks
         << ", \"global_batch\": " << global_batch << ", \"seq_len\": " << d.seq_len
@@ -88,14 +89,14 @@ class PlanCommand : public Command {
       std::cout << o.str();
     } else {
       std::cout << "plan for " << cfg.source << " (model " << model_hash(cfg) << ")\n"
-                << mesh_summary_text(mesh, list_groups_) << "pipeline: schedule " << p.schedule
-                << ", " << chunks << " model chunks (vpp=" << p.vpp << ") of "
-                << cfg.model.n_layers / chunks << " layers, " << d.num_microbatches
+                << mesh_summary_text(mesh, list_groups_) << "pipeline: schedule "
+                << config_name(p.schedule) << ", " << chunks << " model chunks (vpp=" << p.vpp
+                << ") of " << cfg.model.n_layers / chunks << " layers, " << d.num_microbatches
                 << " micro-batches, bubble " << fixed(100 * bubble) << "% ((p-1)/"
-                << (p.schedule == "interleaved" ? "(v*m)" : "m") << ")\n"
+                << (p.schedule == PipelineSchedule::interleaved ? "(v*m)" : "m") << ")\n"
                 << "data: global batch " << global_batch << " sequences of " << d.seq_len
-                << " tokens, " << d.seq_len / p.cp << " tokens per CP rank (" << p.cp_layout
-                << ")\n";
+                << " tokens, " << d.seq_len / p.cp << " tokens per CP rank ("
+                << config_name(p.cp_layout) << ")\n";
       if (cfg.model.n_experts > 0)
         std::cout << "experts: " << cfg.model.n_experts << " per MoE layer, "
                   << cfg.model.n_experts / p.ep << " per rank, top_k " << cfg.model.top_k << "\n";

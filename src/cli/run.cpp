@@ -20,6 +20,7 @@
 #include "trident/io/run_file.hpp"
 #include "trident/kernels/gemm.hpp"
 #include "trident/topo/topology.hpp"
+#include "trident/train/check_config.hpp"
 #include "trident/train/checkpointing.hpp"
 #include "trident/train/trainer.hpp"
 
@@ -66,7 +67,7 @@ int RunCommand::run() {
 
   Config cfg = load_config(config_, sets_);
   if (!output_.empty()) cfg.output.file = output_;
-  validate_config(cfg, world_size);
+  train::check_config(cfg, world_size);
   auto job = world_communicator(cfg.runtime.timeout_s);
   Topology topo = detect_topology(*job, cfg);
   auto comms = build_communicators(*job, cfg, std::move(topo));
@@ -110,10 +111,11 @@ int RunCommand::run() {
   train::install_stop_signals();
   const bool lead = world_rank == 0;
   if (lead) {
-    std::printf("trident run: %s on %d ranks (pp=%d dp=%d cp=%d ep=%d, %s), %lld tokens/step -> %s\n",
-                config_.c_str(), world_size, comms->mesh.pp, comms->mesh.dp, comms->mesh.cp,
-                comms->mesh.ep, cfg.parallel.schedule.c_str(),
-                static_cast<long long>(trainer.tokens_per_step()), path.c_str());
+    std::printf(
+        "trident run: %s on %d ranks (pp=%d dp=%d cp=%d ep=%d, %s), %lld tokens/step -> %s\n",
+        config_.c_str(), world_size, comms->mesh.pp, comms->mesh.dp, comms->mesh.cp, comms->mesh.ep,
+        config_name(cfg.parallel.schedule).c_str(),
+        static_cast<long long>(trainer.tokens_per_step()), path.c_str());
     if (!ckpt.empty())
       std::printf("resumed from %s at step %lld\n", ckpt.c_str(), static_cast<long long>(start));
     std::fflush(stdout);

@@ -10,6 +10,7 @@
 #include "trident/core/config.hpp"
 #include "trident/core/error.hpp"
 #include "trident/topo/topology.hpp"
+#include "trident/train/check_config.hpp"
 
 namespace trident::cli {
 namespace {
@@ -49,7 +50,7 @@ class TopoCommand : public Command {
       throw InputError("--format " + format_ + ": must be text or json");
     const int world_size = comm_world_size(), rank = comm_world_rank();
     Config cfg = load_config(config_path_, sets_);
-    validate_config(cfg, world_size);
+    train::check_config(cfg, world_size);
     auto world = world_communicator(cfg.runtime.timeout_s);
     Topology topo = detect_topology(*world, cfg);
     std::unique_ptr<Communicators> comms;

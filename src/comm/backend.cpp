@@ -11,8 +11,6 @@
 
 namespace trident {
 
-const char* comm_backend_name(CommBackend b) { return b == CommBackend::nccl ? "nccl" : "mpi"; }
-
 bool nccl_built() {
 #ifdef TRIDENT_HAVE_NCCL
   return true;
@@ -34,18 +32,16 @@ int visible_gpus() {
 
 }  // namespace
 
-CommChoice choose_comm_backend(const std::string& comm_setting, const std::string& kernel_backend) {
+CommChoice choose_comm_backend(CommBackend setting, Backend kernel_backend) {
   CommChoice c;
-  if (comm_setting == "mpi") return c;
-  if (comm_setting == "auto") {
-    if (nccl_built() && kernel_backend != "cpu" && visible_gpus() > 0)
+  if (setting == CommBackend::mpi) return c;
+  if (setting == CommBackend::automatic) {
+    if (nccl_built() && kernel_backend != Backend::cpu && visible_gpus() > 0)
       c.backend = CommBackend::nccl;
     return c;
   }
-  const std::string key = "runtime.comm = \"" + comm_setting + "\": ";
-  if (comm_setting != "nccl") {
-    c.error = key + "must be \"mpi\", \"nccl\" or \"auto\"";
-  } else if (!nccl_built()) {
+  const std::string key = "runtime.comm = \"nccl\": ";
+  if (!nccl_built()) {
     c.error = key + "this build has no NCCL (built without CUDA/NCCL); use \"mpi\" or \"auto\"";
   } else if (visible_gpus() == 0) {
     c.error =
@@ -56,9 +52,8 @@ CommChoice choose_comm_backend(const std::string& comm_setting, const std::strin
   return c;
 }
 
-CommBackend agree_comm_backend(Communicator& world, const std::string& comm_setting,
-                               const std::string& kernel_backend) {
-  CommChoice mine = choose_comm_backend(comm_setting, kernel_backend);
+CommBackend agree_comm_backend(Communicator& world, CommBackend setting, Backend kernel_backend) {
+  CommChoice mine = choose_comm_backend(setting, kernel_backend);
   // The first failing rank's line, on every rank: an input error that all
   // ranks raise alike ends the job cleanly with exit code 2.
   Communicator& control = world.host();
@@ -83,7 +78,7 @@ std::unique_ptr<Communicator> comm_group(Communicator& world, CommBackend backen
   if (group && backend == CommBackend::nccl)
     return std::make_unique<NcclCommunicator>(std::move(group));
 #else
-  TRIDENT_CHECK(backend == CommBackend::mpi, "comm_group: NCCL is not built");
+  TRIDENT_CHECK(backend == CommBackend::mpi, "comm_group: only MPI is built");
 #endif
   return group;
 }

@@ -40,6 +40,9 @@ struct KeyDef {
   std::vector<std::string> choices;
   bool nonempty = false;  // String: must not be ""
   bool unique = false;    // lists: no element twice
+  // String keys held as an enum: read and write the field by its spelling.
+  std::function<std::string(Config&)> get_choice;
+  std::function<void(Config&, const std::string&)> set_choice;
 
   std::string full() const { return section + "." + name; }
 };
@@ -61,10 +64,17 @@ KeyDef float_key(const char* sec, const char* name, std::function<void*(Config&)
   k.hi_open = hi_open;
   return k;
 }
-KeyDef enum_key(const char* sec, const char* name, std::function<void*(Config&)> ref,
-                std::vector<std::string> choices) {
-  KeyDef k{sec, name, Kind::String, std::move(ref)};
+// A key held as an enum (core/config.hpp's ConfigNames); `choices` lists
+// its spellings in the order the error message names them.
+template <typename F>
+KeyDef choice_key(const char* sec, const char* name, F field, std::vector<std::string> choices) {
+  using E = std::remove_reference_t<decltype(field(std::declval<Config&>()))>;
+  KeyDef k{sec, name, Kind::String, [field](Config& c) -> void* { return &field(c); }};
+  for (const auto& ch : choices)
+    if (!parse_config_name<E>(ch)) throw std::logic_error("config: no value spelt " + ch);
   k.choices = std::move(choices);
+  k.get_choice = [field](Config& c) { return config_name(field(c)); };
+  k.set_choice = [field](Config& c, const std::string& v) { field(c) = *parse_config_name<E>(v); };
   return k;
 }
 KeyDef string_key(const char* sec, const char* name, std::function<void*(Config&)> ref,
@@ -104,8 +114,8 @@ const std::vector<KeyDef>& key_table() {
         "model", "top_k", [](Config& c) { return &c.model.top_k; }, 1));
     t.push_back(int_key(
         "model", "moe_every", [](Config& c) { return &c.model.moe_every; }, 1));
-    t.push_back(enum_key("model", "router", [](Config& c) { return &c.model.router; },
-                         {"softmax", "sigmoid_bias"}));
+    t.push_back(choice_key("model", "router", [](Config & c) -> auto& { return c.model.router; },
+                           {"softmax", "sigmoid_bias"}));
     t.push_back(float_key(
         "model", "capacity_factor", [](Config& c) { return &c.model.capacity_factor; }, 0, false));
     t.push_back(float_key(
@@ -121,8 +131,8 @@ const std::vector<KeyDef>& key_table() {
     t.push_back(float_key(
         "model", "init_std", [](Config& c) { return &c.model.init_std; }, 0, true));
     // [data]
-    t.push_back(enum_key("data", "task", [](Config& c) { return &c.data.task; },
-                         {"recall", "copy", "tokens"}));
+    t.push_back(choice_key("data", "task", [](Config & c) -> auto& { return c.data.task; },
+                           {"recall", "copy", "tokens"}));
     t.push_back(int_key(
         "data", "seq_len", [](Config& c) { return &c.data.seq_len; }, 1));
     t.push_back(int_key(
@@ -136,8 +146,9 @@ const std::vector<KeyDef>& key_table() {
     }
     t.push_back(string_key(
         "data", "token_file", [](Config& c) { return &c.data.token_file; }, false));
-    t.push_back(enum_key("data", "token_dtype", [](Config& c) { return &c.data.token_dtype; },
-                         {"uint16", "uint32"}));
+    t.push_back(choice_key("data", "token_dtype",
+                           [](Config & c) -> auto& { return c.data.token_dtype; },
+                           {"uint16", "uint32"}));
     // [parallel]
     t.push_back(int_key(
         "parallel", "pp", [](Config& c) { return &c.parallel.pp; }, 1));
@@ -145,12 +156,14 @@ const std::vector<KeyDef>& key_table() {
         "parallel", "vpp", [](Config& c) { return &c.parallel.vpp; }, 1));
     t.push_back(int_key(
         "parallel", "cp", [](Config& c) { return &c.parallel.cp; }, 1));
-    t.push_back(enum_key("parallel", "cp_layout", [](Config& c) { return &c.parallel.cp_layout; },
-                         {"zigzag", "contiguous"}));
+    t.push_back(choice_key("parallel", "cp_layout",
+                           [](Config & c) -> auto& { return c.parallel.cp_layout; },
+                           {"zigzag", "contiguous"}));
     t.push_back(int_key(
         "parallel", "ep", [](Config& c) { return &c.parallel.ep; }, 1));
-    t.push_back(enum_key("parallel", "schedule", [](Config& c) { return &c.parallel.schedule; },
-                         {"afab", "1f1b", "interleaved", "zb-h1"}));
+    t.push_back(choice_key("parallel", "schedule",
+                           [](Config & c) -> auto& { return c.parallel.schedule; },
+                           {"afab", "1f1b", "interleaved", "zb-h1"}));
     // [train]
     t.push_back(int_key(
         "train", "steps", [](Config& c) { return &c.train.steps; }, 1));
@@ -172,15 +185,16 @@ const std::vector<KeyDef>& key_table() {
     t.push_back(float_key(
         "train", "eps", [](Config& c) { return &c.train.eps; }, 0, true));
     // [runtime]
-    t.push_back(enum_key("runtime", "backend", [](Config& c) { return &c.runtime.backend; },
-                         {"cpu", "cuda", "auto"}));
-    t.push_back(enum_key("runtime", "comm", [](Config& c) { return &c.runtime.comm; },
-                         {"mpi", "nccl", "auto"}));
+    t.push_back(choice_key("runtime", "backend",
+                           [](Config & c) -> auto& { return c.runtime.backend; },
+                           {"cpu", "cuda", "auto"}));
+    t.push_back(choice_key("runtime", "comm", [](Config & c) -> auto& { return c.runtime.comm; },
+                           {"mpi", "nccl", "auto"}));
     t.push_back(float_key(
         "runtime", "timeout_s", [](Config& c) { return &c.runtime.timeout_s; }, 0, true));
-    t.push_back(enum_key("runtime", "ep_transport",
-                         [](Config& c) { return &c.runtime.ep_transport; },
-                         {"alltoallv", "shm", "auto"}));
+    t.push_back(choice_key("runtime", "ep_transport",
+                           [](Config & c) -> auto& { return c.runtime.ep_transport; },
+                           {"alltoallv", "shm", "auto"}));
     t.push_back(float_key(
         "runtime", "ep_shm_limit_mb", [](Config& c) { return &c.runtime.ep_shm_limit_mb; }, 0,
         false));
@@ -450,7 +464,10 @@ void apply(Config& cfg, const KeyDef& k, const toml::node& n, const std::string&
       if (!is_choice(k, *v))
         fail(origin, k.full(), "must be one of " + choices_text(k) + " (got " + quote(*v) + ")");
       if (k.nonempty && v->empty()) fail(origin, k.full(), "must not be empty");
-      *static_cast<std::string*>(field) = *v;
+      if (k.set_choice)
+        k.set_choice(cfg, *v);
+      else
+        *static_cast<std::string*>(field) = *v;
       break;
     }
     case Kind::IntList: {
@@ -555,23 +572,6 @@ void apply_override(Config& cfg, const std::string& text) {
   cfg.key_origin[k->full()] = origin;
 }
 
-// --- cross-key rules -------------------------------------------------------
-
-struct Checker {
-  const Config& cfg;
-
-  // Points at the first of `keys` that was given explicitly; the rule text
-  // names every key involved, so the message is clear whichever is chosen.
-  [[noreturn]] void fail_keys(std::initializer_list<const char*> keys,
-                              const std::string& rule) const {
-    for (const char* k : keys) {
-      auto it = cfg.key_origin.find(k);
-      if (it != cfg.key_origin.end()) fail(it->second, k, rule);
-    }
-    fail(cfg.source, *keys.begin(), rule);
-  }
-};
-
 std::string s(long long v) { return std::to_string(v); }
 
 }  // namespace
@@ -658,131 +658,108 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   return cfg;
 }
 
-int min_microbatches(const std::string& schedule, int pp, int vpp) {
-  if (schedule == "afab" || schedule == "1f1b" || schedule == "zb-h1") return 1;
-  if (schedule == "interleaved") return std::max(pp, 1);
-  throw InputError("schedule '" + schedule + "': must be one of afab, 1f1b, interleaved, zb-h1");
+void config_rule_failed(const Config& cfg, std::initializer_list<const char*> keys,
+                        const std::string& rule) {
+  // The rule text names every key involved, so pointing at the first one that
+  // was given explicitly is clear whichever it is.
+  for (const char* k : keys) {
+    auto it = cfg.key_origin.find(k);
+    if (it != cfg.key_origin.end()) fail(it->second, k, rule);
+  }
+  fail(cfg.source, *keys.begin(), rule);
 }
 
-void validate_config(const Config& cfg, int world_size) {
-  const Checker c{cfg};
-  const ModelConfig& m = cfg.model;
-  const DataConfig& d = cfg.data;
-  const ParallelConfig& p = cfg.parallel;
+namespace {
 
-  // Attention shapes.
+void check_model(const Config& cfg) {
+  const ModelConfig& m = cfg.model;
+  auto failed = [&](std::initializer_list<const char*> keys, const std::string& rule) {
+    config_rule_failed(cfg, keys, rule);
+  };
   if (m.n_kv_heads > m.n_heads || m.n_heads % m.n_kv_heads != 0)
-    c.fail_keys({"model.n_kv_heads", "model.n_heads"},
-                "model.n_heads=" + s(m.n_heads) + " must be a multiple of model.n_kv_heads=" +
-                    s(m.n_kv_heads) + " (grouped-query attention)");
+    failed({"model.n_kv_heads", "model.n_heads"},
+           "model.n_heads=" + s(m.n_heads) + " must be a multiple of model.n_kv_heads=" +
+               s(m.n_kv_heads) + " (grouped-query attention)");
   if (m.d_model % m.n_heads != 0)
-    c.fail_keys(
-        {"model.d_model", "model.n_heads"},
-        "model.d_model=" + s(m.d_model) + " must be divisible by model.n_heads=" + s(m.n_heads));
+    failed({"model.d_model", "model.n_heads"},
+           "model.d_model=" + s(m.d_model) + " must be divisible by model.n_heads=" + s(m.n_heads));
   if (m.head_dim() % 2 != 0)
-    c.fail_keys({"model.d_model", "model.n_heads"},
-                "head_dim = model.d_model/model.n_heads = " + s(m.head_dim()) +
-                    " must be even (RoPE rotates pairs)");
-  // Experts.
-  if (m.n_experts > 0) {
-    if (m.top_k > m.n_experts)
-      c.fail_keys({"model.top_k", "model.n_experts"},
-                  "model.top_k=" + s(m.top_k) + " must be <= model.n_experts=" + s(m.n_experts));
-    if (m.n_experts % p.ep != 0)
-      c.fail_keys(
-          {"parallel.ep", "model.n_experts"},
-          "model.n_experts=" + s(m.n_experts) + " must be divisible by parallel.ep=" + s(p.ep));
-    if (m.moe_every > m.n_layers)
-      c.fail_keys({"model.moe_every", "model.n_layers"},
-                  "model.moe_every=" + s(m.moe_every) + " must be <= model.n_layers=" +
-                      s(m.n_layers) + " (otherwise no layer is an MoE layer)");
-  } else if (p.ep > 1) {
-    c.fail_keys({"parallel.ep", "model.n_experts"},
-                "parallel.ep=" + s(p.ep) + " needs an MoE model (model.n_experts > 0)");
-  }
-  // Context parallelism splits the sequence.
-  if (p.cp_layout == "zigzag" && d.seq_len % (2 * p.cp) != 0)
-    c.fail_keys({"data.seq_len", "parallel.cp", "parallel.cp_layout"},
-                "data.seq_len=" + s(d.seq_len) + " must be divisible by 2*parallel.cp=" +
-                    s(2 * p.cp) + " (zigzag layout: 2*cp chunks)");
-  if (p.cp_layout == "contiguous" && d.seq_len % p.cp != 0)
-    c.fail_keys({"data.seq_len", "parallel.cp", "parallel.cp_layout"},
-                "data.seq_len=" + s(d.seq_len) + " must be divisible by parallel.cp=" + s(p.cp) +
-                    " (contiguous layout)");
-  // Pipeline.
-  if (p.vpp > 1 && p.schedule != "interleaved")
-    c.fail_keys({"parallel.vpp", "parallel.schedule"},
-                "parallel.vpp=" + s(p.vpp) +
-                    " > 1 needs parallel.schedule = \"interleaved\" (got \"" + p.schedule + "\")");
-  if (p.schedule == "interleaved" && p.vpp < 2)
-    c.fail_keys(
-        {"parallel.schedule", "parallel.vpp"},
-        "parallel.schedule = \"interleaved\" needs parallel.vpp >= 2 (got " + s(p.vpp) + ")");
-  if (m.n_layers % (p.pp * p.vpp) != 0)
-    c.fail_keys({"model.n_layers", "parallel.pp", "parallel.vpp"},
-                "model.n_layers=" + s(m.n_layers) +
-                    " must be divisible by parallel.pp*parallel.vpp=" + s(p.pp * p.vpp) +
-                    " (every model chunk gets the same number of layers)");
-  const int min_m = min_microbatches(p.schedule, p.pp, p.vpp);
-  if (d.num_microbatches < min_m)
-    c.fail_keys({"data.num_microbatches", "parallel.schedule", "parallel.pp"},
-                "data.num_microbatches=" + s(d.num_microbatches) + " must be >= " + s(min_m) +
-                    " for schedule \"" + p.schedule + "\" with parallel.pp=" + s(p.pp));
-  if (p.schedule == "interleaved" && d.num_microbatches % p.pp != 0)
-    c.fail_keys({"data.num_microbatches", "parallel.schedule", "parallel.pp"},
-                "data.num_microbatches=" + s(d.num_microbatches) +
-                    " must be a multiple of parallel.pp=" + s(p.pp) +
-                    " for schedule \"interleaved\"");
-  // Data.
-  if (d.task == "tokens" && d.token_file.empty())
-    c.fail_keys({"data.task", "data.token_file"},
-                "data.task = \"tokens\" needs data.token_file (a flat binary file of token ids)");
-  if (d.task != "tokens" && !d.token_file.empty())
-    c.fail_keys(
-        {"data.token_file", "data.task"},
-        "data.token_file is only read with data.task = \"tokens\" (got \"" + d.task + "\")");
-  // Output.
+    failed({"model.d_model", "model.n_heads"},
+           "head_dim = model.d_model/model.n_heads = " + s(m.head_dim()) +
+               " must be even (RoPE rotates pairs)");
+  if (m.n_experts > 0 && m.top_k > m.n_experts)
+    failed({"model.top_k", "model.n_experts"},
+           "model.top_k=" + s(m.top_k) + " must be <= model.n_experts=" + s(m.n_experts));
+  if (m.n_experts > 0 && m.moe_every > m.n_layers)
+    failed({"model.moe_every", "model.n_layers"},
+           "model.moe_every=" + s(m.moe_every) + " must be <= model.n_layers=" + s(m.n_layers) +
+               " (otherwise no layer is an MoE layer)");
+}
+
+void check_data_and_output(const Config& cfg) {
+  const DataConfig& d = cfg.data;
+  auto failed = [&](std::initializer_list<const char*> keys, const std::string& rule) {
+    config_rule_failed(cfg, keys, rule);
+  };
+  if (d.task == DataTask::tokens && d.token_file.empty())
+    failed({"data.task", "data.token_file"},
+           "data.task = \"tokens\" needs data.token_file (a flat binary file of token ids)");
+  if (d.task != DataTask::tokens && !d.token_file.empty())
+    failed({"data.token_file", "data.task"},
+           "data.token_file is only read with data.task = \"tokens\" (got \"" +
+               config_name(d.task) + "\")");
   for (int l : cfg.output.activation_layers)
-    if (l >= m.n_layers)
-      c.fail_keys({"output.activation_layers", "model.n_layers"},
-                  "layer " + s(l) + " is outside [0, model.n_layers=" + s(m.n_layers) + ")");
+    if (l >= cfg.model.n_layers)
+      failed({"output.activation_layers", "model.n_layers"},
+             "layer " + s(l) + " is outside [0, model.n_layers=" + s(cfg.model.n_layers) + ")");
   for (int st : cfg.output.activation_steps)
     if (st > cfg.train.steps)
-      c.fail_keys(
-          {"output.activation_steps", "train.steps"},
-          "step " + s(st) + " is after the last step (train.steps=" + s(cfg.train.steps) + ")");
-  // Topology override.
-  if (cfg.topology) {
-    const TopologyOverride& t = *cfg.topology;
-    if (t.nvlink_domain > 0 && t.devices_per_node % t.nvlink_domain != 0)
-      c.fail_keys({"topology.nvlink_domain", "topology.devices_per_node"},
-                  "topology.nvlink_domain=" + s(t.nvlink_domain) +
-                      " must divide topology.devices_per_node=" + s(t.devices_per_node));
-    if (world_size > 0 && static_cast<long long>(t.nodes) * t.devices_per_node != world_size)
-      c.fail_keys({"topology.nodes", "topology.devices_per_node"},
-                  "topology.nodes*topology.devices_per_node = " + s(t.nodes) + "*" +
-                      s(t.devices_per_node) + " must equal the world size " + s(world_size));
-  }
-  if (world_size <= 0) return;
-  // Mesh sizes against the world.
+      failed({"output.activation_steps", "train.steps"},
+             "step " + s(st) + " is after the last step (train.steps=" + s(cfg.train.steps) + ")");
+}
+
+void check_topology(const Config& cfg, int world_size) {
+  if (!cfg.topology) return;
+  const TopologyOverride& t = *cfg.topology;
+  if (t.nvlink_domain > 0 && t.devices_per_node % t.nvlink_domain != 0)
+    config_rule_failed(cfg, {"topology.nvlink_domain", "topology.devices_per_node"},
+                       "topology.nvlink_domain=" + s(t.nvlink_domain) +
+                           " must divide topology.devices_per_node=" + s(t.devices_per_node));
+  if (world_size > 0 && static_cast<long long>(t.nodes) * t.devices_per_node != world_size)
+    config_rule_failed(cfg, {"topology.nodes", "topology.devices_per_node"},
+                       "topology.nodes*topology.devices_per_node = " + s(t.nodes) + "*" +
+                           s(t.devices_per_node) + " must equal the world size " + s(world_size));
+}
+
+// The mesh against the world: dp = world / (pp*cp) whole, and the global
+// batch that output.activation_samples index.
+void check_world(const Config& cfg, int world_size) {
+  const ParallelConfig& p = cfg.parallel;
+  const DataConfig& d = cfg.data;
   if (world_size % (p.pp * p.cp) != 0)
-    c.fail_keys({"parallel.pp", "parallel.cp"},
-                "world size " + s(world_size) + " must be divisible by parallel.pp*parallel.cp = " +
-                    s(p.pp) + "*" + s(p.cp) + " = " + s(static_cast<long long>(p.pp) * p.cp));
+    config_rule_failed(cfg, {"parallel.pp", "parallel.cp"},
+                       "world size " + s(world_size) +
+                           " must be divisible by parallel.pp*parallel.cp = " + s(p.pp) + "*" +
+                           s(p.cp) + " = " + s(static_cast<long long>(p.pp) * p.cp));
   const int dp = world_size / (p.pp * p.cp);
-  if ((dp * p.cp) % p.ep != 0)
-    c.fail_keys({"parallel.ep", "parallel.cp"},
-                "parallel.ep=" + s(p.ep) + " must divide dp*cp = " + s(dp) + "*" + s(p.cp) + " = " +
-                    s(dp * p.cp) + " (the ranks of one pipeline stage; world size " +
-                    s(world_size) + ")");
   const long long global_batch =
       static_cast<long long>(d.micro_batch_size) * d.num_microbatches * dp;
   for (int smp : cfg.output.activation_samples)
     if (smp >= global_batch)
-      c.fail_keys({"output.activation_samples", "data.micro_batch_size", "data.num_microbatches"},
-                  "sample " + s(smp) + " is outside the global batch [0, " + s(global_batch) +
-                      ") = data.micro_batch_size*data.num_microbatches*dp = " +
-                      s(d.micro_batch_size) + "*" + s(d.num_microbatches) + "*" + s(dp));
+      config_rule_failed(
+          cfg, {"output.activation_samples", "data.micro_batch_size", "data.num_microbatches"},
+          "sample " + s(smp) + " is outside the global batch [0, " + s(global_batch) +
+              ") = data.micro_batch_size*data.num_microbatches*dp = " + s(d.micro_batch_size) +
+              "*" + s(d.num_microbatches) + "*" + s(dp));
+}
+
+}  // namespace
+
+void validate_config(const Config& cfg, int world_size) {
+  check_model(cfg);
+  check_data_and_output(cfg);
+  check_topology(cfg, world_size);
+  if (world_size > 0) check_world(cfg, world_size);
 }
 
 std::string to_toml(const Config& cfg) {
@@ -812,7 +789,7 @@ std::string to_toml(const Config& cfg) {
         out << (*static_cast<bool*>(f) ? "true" : "false");
         break;
       case Kind::String:
-        out << quote(*static_cast<std::string*>(f));
+        out << quote(k.get_choice ? k.get_choice(c) : *static_cast<std::string*>(f));
         break;
       case Kind::IntList: {
         const auto& v = *static_cast<std::vector<int>*>(f);

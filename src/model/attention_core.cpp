@@ -54,8 +54,10 @@ class LocalAttention : public AttentionCore {
 class RingAttentionCore : public AttentionCore {
  public:
   RingAttentionCore(const Config& cfg, Communicator* cp)
-      : ring_(cp, cp::parse_layout(cfg.parallel.cp_layout), true, cfg.data.seq_len),
-        H_(cfg.model.n_heads), Hkv_(cfg.model.n_kv_heads), D_(cfg.model.head_dim()) {}
+      : ring_(cp, cfg.parallel.cp_layout, true, cfg.data.seq_len),
+        H_(cfg.model.n_heads),
+        Hkv_(cfg.model.n_kv_heads),
+        D_(cfg.model.head_dim()) {}
   void forward(const float* q, const float* k, const float* v, int64_t, float* out,
                float* lse) override {
     const double t0 = now_s(), c0 = ring_.counters().compute_s;
@@ -87,7 +89,7 @@ std::vector<int64_t> local_positions(const Config& cfg, const StageComms& comms)
   std::vector<int64_t> pos(size_t(cfg.data.seq_len));
   std::iota(pos.begin(), pos.end(), 0);
   if (!comms.cp || comms.cp->size() == 1) return pos;
-  const auto layout = cp::parse_layout(cfg.parallel.cp_layout);
+  const auto layout = cfg.parallel.cp_layout;
   cp::check_layout(cfg.data.seq_len, comms.cp->size(), layout);
   return cp::local_positions(cfg.data.seq_len, comms.cp->size(), comms.cp->rank(), layout);
 }

@@ -115,18 +115,14 @@ class TokenFile : public DataSource {
     global_batch_ = int64_t(d.micro_batch_size) * d.num_microbatches * dp;
     if (d.token_file.empty())
       throw InputError("data.token_file: task = \"tokens\" needs a token file");
-    int width = 0;
-    if (d.token_dtype == "uint16") width = 2;
-    else if (d.token_dtype == "uint32") width = 4;
-    else
-      throw InputError("data.token_dtype: must be \"uint16\" or \"uint32\" (got \"" +
-                       d.token_dtype + "\")");
+    const int width = d.token_dtype == TokenDType::uint16 ? 2 : 4;
     std::ifstream in(d.token_file, std::ios::binary);
     if (!in) throw InputError("data.token_file: cannot open '" + d.token_file + "'");
     std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (raw.size() % size_t(width) != 0)
       throw InputError("data.token_file: '" + d.token_file + "' has " + std::to_string(raw.size()) +
-                       " bytes, not a multiple of " + std::to_string(width) + " (" + d.token_dtype + ")");
+                       " bytes, not a multiple of " + std::to_string(width) + " (" +
+                       config_name(d.token_dtype) + ")");
     const size_t n = raw.size() / size_t(width);
     if (n < size_t(L_) + 1)
       throw InputError("data.token_file: '" + d.token_file + "' holds " + std::to_string(n) +
@@ -168,13 +164,15 @@ class TokenFile : public DataSource {
 }  // namespace
 
 std::unique_ptr<DataSource> make_data_source(const Config& cfg, int dp) {
-  const std::string& t = cfg.data.task;
-  if (t == "recall") return std::make_unique<RecallTask>(cfg);
-  if (t == "copy") return std::make_unique<CopyTask>(cfg);
-  if (t == "tokens") {
-    return std::make_unique<TokenFile>(cfg, dp);
+  switch (cfg.data.task) {
+    case DataTask::recall:
+      return std::make_unique<RecallTask>(cfg);
+    case DataTask::copy:
+      return std::make_unique<CopyTask>(cfg);
+    case DataTask::tokens:
+      return std::make_unique<TokenFile>(cfg, dp);
   }
-  throw InputError("data.task: must be \"recall\", \"copy\" or \"tokens\" (got \"" + t + "\")");
+  throw InputError("data.task: no such task");
 }
 
 }  // namespace trident::model

@@ -33,8 +33,8 @@ struct ExecutorPipeline : Trainer::Pipeline {
 void Trainer::init_pipeline() {
   const auto& p = cfg_.parallel;
   auto pipe = std::make_unique<ExecutorPipeline>();
-  pipe->lowered = pp::lower(pp::make_schedule(p.schedule, comms_.pp_size, cfg_.data.num_microbatches,
-                                              p.vpp));
+  pipe->lowered = pp::lower(pp::make_schedule(config_name(p.schedule), comms_.pp_size,
+                                              cfg_.data.num_microbatches, p.vpp));
   pp::validate(pipe->lowered);
   pipe->adapter = std::make_unique<StageAdapter>(*stage_);
   pipe_ = std::move(pipe);

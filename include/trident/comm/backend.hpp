@@ -1,4 +1,5 @@
-// Choice of the communication backend (runtime.comm), made once per job:
+// Choice of the communication backend (runtime.comm, core's CommBackend),
+// made once per job:
 //   mpi   MpiCommunicator, host buffers (always built)
 //   nccl  NcclCommunicator, device buffers; built when CUDA and NCCL are
 //         found (TRIDENT_HAVE_NCCL), usable on a rank that sees a GPU
@@ -11,31 +12,31 @@
 #include <string>
 
 #include "trident/comm/comm.hpp"
+#include "trident/core/config.hpp"
 
 namespace trident {
-
-enum class CommBackend : uint8_t { mpi, nccl };
-const char* comm_backend_name(CommBackend b);  // "mpi" | "nccl"
 
 // Whether this build has the NCCL backend.
 bool nccl_built();
 
-// runtime.comm resolved on this rank. `error` is one line naming
-// runtime.comm and why ("nccl" without NCCL in the build, or on a rank that
-// sees no GPU); empty when the choice is usable. Communicates nothing.
+// runtime.comm resolved on this rank (mpi or nccl, never automatic).
+// `error` is one line naming runtime.comm and why ("nccl" without NCCL in
+// the build, or on a rank that sees no GPU); empty when the choice is
+// usable. Communicates nothing.
 struct CommChoice {
   CommBackend backend = CommBackend::mpi;
   std::string error;
 };
-CommChoice choose_comm_backend(const std::string& comm_setting, const std::string& kernel_backend);
+CommChoice choose_comm_backend(CommBackend setting, Backend kernel_backend);
 
 // choose_comm_backend on every rank of world, agreed (collective): throws
-// InputError on every rank when any rank's choice is unusable.
-CommBackend agree_comm_backend(Communicator& world, const std::string& comm_setting,
-                               const std::string& kernel_backend);
+// InputError on every rank, with the first failing rank's line, when any
+// rank's choice is unusable.
+CommBackend agree_comm_backend(Communicator& world, CommBackend setting, Backend kernel_backend);
 
-// A group of world's ranks on `backend` (collective over world): the ranks
-// passing the same color (>= 0), ordered by key; its waits have timeout_s.
+// A group of world's ranks on `backend` (mpi or nccl; collective over
+// world): the ranks passing the same color (>= 0), ordered by key; its
+// waits have timeout_s.
 std::unique_ptr<Communicator> comm_group(Communicator& world, CommBackend backend, int color,
                                          int key, CommKind kind, std::string name,
                                          double timeout_s);

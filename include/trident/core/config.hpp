@@ -8,17 +8,85 @@
 // one line: "FILE:LINE: key: rule" (or "--set key=value: rule").
 // share/trident/config-reference.md documents every key.
 //
-// load_config() also runs validate_config(cfg, 0) (the rules that do not need
-// the world size); parse_config_text() only parses, so that tests and
+// Keys with a fixed set of values are enums here, parsed once; config_name()
+// gives back the TOML spelling. The rules of the parallel layers (cp, pp, ep)
+// live in those layers and report through config_rule_failed(); train's
+// check_config() runs every layer's rules.
+//
+// load_config() also runs validate_config(cfg, 0) (core's rules that do not
+// need the world size); parse_config_text() only parses, so that tests and
 // checkpoints can hold a config that a particular world would reject.
 #pragma once
+#include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace trident {
+
+// Values of the enum-valued keys, in the order of their TOML spellings
+// (config_names<E>()).
+enum class RouterScoring { softmax, sigmoid_bias };                     // model.router
+enum class DataTask { recall, copy, tokens };                           // data.task
+enum class TokenDType { uint16, uint32 };                               // data.token_dtype
+enum class CpLayout { contiguous, zigzag };                             // parallel.cp_layout
+enum class PipelineSchedule { afab, one_f_one_b, interleaved, zb_h1 };  // parallel.schedule
+enum class Backend { cpu, cuda, automatic };                            // runtime.backend
+enum class CommBackend { mpi, nccl, automatic };                        // runtime.comm
+enum class EpTransportChoice { alltoallv, shm, automatic };             // runtime.ep_transport
+
+template <typename E>
+struct ConfigNames;  // ::names: the TOML spelling of each value, in the enum's order
+template <>
+struct ConfigNames<RouterScoring> {
+  static constexpr std::array<std::string_view, 2> names = {"softmax", "sigmoid_bias"};
+};
+template <>
+struct ConfigNames<DataTask> {
+  static constexpr std::array<std::string_view, 3> names = {"recall", "copy", "tokens"};
+};
+template <>
+struct ConfigNames<TokenDType> {
+  static constexpr std::array<std::string_view, 2> names = {"uint16", "uint32"};
+};
+template <>
+struct ConfigNames<CpLayout> {
+  static constexpr std::array<std::string_view, 2> names = {"contiguous", "zigzag"};
+};
+template <>
+struct ConfigNames<PipelineSchedule> {
+  static constexpr std::array<std::string_view, 4> names = {"afab", "1f1b", "interleaved", "zb-h1"};
+};
+template <>
+struct ConfigNames<Backend> {
+  static constexpr std::array<std::string_view, 3> names = {"cpu", "cuda", "auto"};
+};
+template <>
+struct ConfigNames<CommBackend> {
+  static constexpr std::array<std::string_view, 3> names = {"mpi", "nccl", "auto"};
+};
+template <>
+struct ConfigNames<EpTransportChoice> {
+  static constexpr std::array<std::string_view, 3> names = {"alltoallv", "shm", "auto"};
+};
+
+// The TOML spelling of v ("1f1b" for PipelineSchedule::one_f_one_b).
+template <typename E>
+std::string config_name(E v) {
+  return std::string(ConfigNames<E>::names[static_cast<size_t>(v)]);
+}
+// The value spelt `name`, or nullopt.
+template <typename E>
+std::optional<E> parse_config_name(std::string_view name) {
+  const auto& n = ConfigNames<E>::names;
+  for (size_t i = 0; i < n.size(); ++i)
+    if (n[i] == name) return static_cast<E>(i);
+  return std::nullopt;
+}
 
 struct ModelConfig {
   int vocab_size = 64;
@@ -30,7 +98,7 @@ struct ModelConfig {
   int n_experts = 8;  // 0: dense FFN
   int top_k = 2;
   int moe_every = 1;               // every k-th layer is an MoE layer
-  std::string router = "softmax";  // "softmax" | "sigmoid_bias"
+  RouterScoring router = RouterScoring::softmax;
   double capacity_factor = 0.0;    // 0: dropless
   double aux_loss_coef = 0.01;
   double rope_theta = 10000.0;
@@ -49,13 +117,13 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string task = "recall";  // "recall" | "copy" | "tokens"
+  DataTask task = DataTask::recall;
   int seq_len = 256;
   int micro_batch_size = 2;
   int num_microbatches = 4;
   uint64_t seed = 1234;
   std::string token_file;              // task = "tokens": flat binary token ids
-  std::string token_dtype = "uint16";  // "uint16" | "uint32"
+  TokenDType token_dtype = TokenDType::uint16;
 
   bool operator==(const DataConfig&) const = default;
 };
@@ -64,9 +132,9 @@ struct ParallelConfig {
   int pp = 1;
   int vpp = 1;  // model chunks per pipeline rank
   int cp = 1;
-  std::string cp_layout = "zigzag";  // "zigzag" | "contiguous"
+  CpLayout cp_layout = CpLayout::zigzag;
   int ep = 1;
-  std::string schedule = "1f1b";  // "afab" | "1f1b" | "interleaved" | "zb-h1"
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   // dp = world_size / (pp * cp)
 
   bool operator==(const ParallelConfig&) const = default;
@@ -88,11 +156,11 @@ struct TrainConfig {
 };
 
 struct RuntimeConfig {
-  std::string backend = "auto";  // "cpu" | "cuda" | "auto"
-  std::string comm = "auto";     // "mpi" | "nccl" | "auto"
+  Backend backend = Backend::automatic;
+  CommBackend comm = CommBackend::automatic;
   double timeout_s = 300;        // watchdog deadline for any single wait
   // additions:
-  std::string ep_transport = "auto";  // "alltoallv" | "shm" | "auto" (MoE token exchange)
+  EpTransportChoice ep_transport = EpTransportChoice::automatic;  // MoE token exchange
   double ep_shm_limit_mb = 0;         // shared memory one MoE layer's exchange may hold; 0: no cap
 
   bool operator==(const RuntimeConfig&) const = default;
@@ -153,9 +221,17 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 Config parse_config_text(const std::string& toml_text, const std::string& source_name,
                          const std::vector<std::string>& overrides = {});
 
-// Cross-key rules, and those that need the world size (world_size <= 0: skip
-// those). Throws InputError naming the key(s) and the rule.
+// Core's cross-key rules (model shapes, data, output, topology, the mesh
+// against the world), and those that need the world size (world_size <= 0:
+// skip those). Throws InputError naming the key(s) and the rule. The parallel
+// layers' rules are theirs; train::check_config() runs them all.
 void validate_config(const Config& cfg, int world_size);
+
+// Throws the InputError of a rule that relates `keys`: it points at where the
+// first of them that was given explicitly came from (FILE:LINE or the --set),
+// else at the config file. Every layer's config rules report through it.
+[[noreturn]] void config_rule_failed(const Config& cfg, std::initializer_list<const char*> keys,
+                                     const std::string& rule);
 
 // The resolved config (all defaults filled) as TOML text; parse_config_text()
 // of it gives back an equal Config.
@@ -164,11 +240,6 @@ std::string to_toml(const Config& cfg);
 // Hash of what determines the model's parameters ([model] table): a
 // checkpoint from another model is refused by comparing it.
 std::string model_hash(const Config& cfg);
-
-// Minimum micro-batches the schedule needs for pp (and vpp): 1 for "afab",
-// "1f1b" and "zb-h1"; pp for "interleaved", which also needs
-// num_microbatches % pp == 0 (Megatron's rule; checked by validate_config).
-int min_microbatches(const std::string& schedule, int pp, int vpp);
 
 // Every key as "section.key", in the order of to_toml() (reference, tests).
 std::vector<std::string> config_keys();

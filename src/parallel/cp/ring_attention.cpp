@@ -31,6 +31,7 @@
 
 #include "trident/core/error.hpp"
 #include "trident/kernels/attention.hpp"
+#include "trident/parallel/cp/config_rules.hpp"
 
 namespace trident::cp {
 
@@ -54,8 +55,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 Layout parse_layout(const std::string& name) {
-  if (name == "contiguous") return Layout::contiguous;
-  if (name == "zigzag") return Layout::zigzag;
+  if (auto layout = parse_config_name<Layout>(name)) return *layout;
   throw InputError("cp layout '" + name + "': must be \"zigzag\" or \"contiguous\"");
 }
 
@@ -65,11 +65,8 @@ const char* layout_name(Layout layout) {
 
 void check_layout(int64_t seq_len, int cp, Layout layout) {
   if (cp < 1) throw InputError("parallel.cp=" + std::to_string(cp) + ": must be >= 1");
-  const int64_t chunks = layout == Layout::zigzag ? 2 * int64_t(cp) : int64_t(cp);
-  if (seq_len <= 0 || seq_len % chunks != 0)
-    throw InputError("data.seq_len=" + std::to_string(seq_len) + " must be a positive multiple of " +
-                     (layout == Layout::zigzag ? "2*parallel.cp=" : "parallel.cp=") +
-                     std::to_string(chunks) + " (" + layout_name(layout) + " layout)");
+  const std::string broken = layout_rule_broken(seq_len, cp, layout);
+  if (!broken.empty()) throw InputError(broken);
 }
 
 std::vector<TokenRun> local_runs(int64_t seq_len, int cp, int rank, Layout layout) {

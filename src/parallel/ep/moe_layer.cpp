@@ -26,7 +26,7 @@ RouterOptions router_options(const ModelConfig& cfg) {
   RouterOptions o;
   o.n_experts = cfg.n_experts;
   o.top_k = cfg.top_k;
-  o.scoring = parse_router_scoring(cfg.router);
+  o.scoring = cfg.router;
   o.norm_topk = cfg.norm_topk;
   o.aux_loss_coef = cfg.aux_loss_coef;
   o.z_loss_coef = cfg.z_loss_coef;
@@ -39,7 +39,7 @@ int ep_rank_of(Communicator* ep) { return ep ? ep->rank() : 0; }
 }  // namespace
 
 MoELayer::MoELayer(const ModelConfig& cfg, int layer_index, Communicator* ep, Communicator* cp,
-                   const std::string& transport, double shm_limit_bytes)
+                   EpTransportChoice transport, double shm_limit_bytes)
     : d_(cfg.d_model),
       f_(cfg.ffn_hidden),
       E_(cfg.n_experts),

@@ -11,8 +11,7 @@
 namespace trident::ep {
 
 RouterScoring parse_router_scoring(const std::string& name) {
-  if (name == "softmax") return RouterScoring::softmax;
-  if (name == "sigmoid_bias") return RouterScoring::sigmoid_bias;
+  if (auto scoring = parse_config_name<RouterScoring>(name)) return *scoring;
   throw InputError("model.router: \"" + name + "\" is not one of \"softmax\", \"sigmoid_bias\"");
 }
 

@@ -102,7 +102,7 @@ int DispatchPlan::peer_of_row(int64_t row) const {
   return ep_size - 1;
 }
 
-TokenDispatcher::TokenDispatcher(Communicator* ep, int n_experts, const std::string& transport,
+TokenDispatcher::TokenDispatcher(Communicator* ep, int n_experts, EpTransportChoice transport,
                                  double shm_limit_bytes)
     : ep_(ep && ep->size() > 1 ? ep : nullptr),
       n_experts_(n_experts),
@@ -113,15 +113,11 @@ TokenDispatcher::TokenDispatcher(Communicator* ep, int n_experts, const std::str
   TRIDENT_CHECK(n_experts > 0 && n_experts % ep_size_ == 0,
                 "n_experts " + std::to_string(n_experts) + " is not a multiple of ep " +
                     std::to_string(ep_size_));
-  if (transport != "alltoallv" && transport != "shm" && transport != "auto")
-    throw InputError(
-        "runtime.ep_transport: must be one of \"alltoallv\", \"shm\", \"auto\" (got \"" +
-        transport + "\")");
-  if (!ep_ || transport == "alltoallv") return;
+  if (!ep_ || transport == EpTransportChoice::alltoallv) return;
   std::string why;
   if (SharedWindow::node_local(*ep_, &why)) {
     transport_ = EpTransport::shm;
-  } else if (transport == "shm") {
+  } else if (transport == EpTransportChoice::shm) {
     throw InputError("runtime.ep_transport = \"shm\": the ep group spans nodes: " + why);
   } else {
     reason_ = why;

@@ -44,7 +44,7 @@ Config capture_config() {
   cfg.model.d_model = kHeads * kHeadDim;
   cfg.data.seq_len = static_cast<int>(kSeq);
   cfg.parallel.cp = kCp;
-  cfg.parallel.cp_layout = "zigzag";
+  cfg.parallel.cp_layout = CpLayout::zigzag;
   cfg.runtime.timeout_s = 30;
   cfg.topology = TopologyOverride{1, world_size(), world_size()};
   cfg.source = "<activation capture test>";

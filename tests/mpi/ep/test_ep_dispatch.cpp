@@ -64,7 +64,7 @@ TEST_CASE("identity experts round-trip tokens exactly; bytes equal the routed co
     auto x = randn("rt_x", T * d, 1.0f, uint64_t(rank) << 20);
     auto dy = randn("rt_dy", T * d, 1.0f, uint64_t(rank) << 20);
     for (const char* tr : kTransports) {
-      TokenDispatcher disp(mesh.ep_comm.get(), E, tr);
+      TokenDispatcher disp(mesh.ep_comm.get(), E, *parse_config_name<EpTransportChoice>(tr));
       std::vector<float> y, dx;
       DispatchPlan plan;
       DispatchTimes times;
@@ -114,7 +114,7 @@ TEST_CASE("every token on the last rank's expert: other ranks and experts receiv
   auto x = randn("one_x", T * d, 1.0f, uint64_t(rank) << 20);
   auto dy = randn("one_dy", T * d, 1.0f, uint64_t(rank) << 20);
   for (const char* tr : kTransports) {
-    TokenDispatcher disp(mesh.ep_comm.get(), E, tr);
+    TokenDispatcher disp(mesh.ep_comm.get(), E, *parse_config_name<EpTransportChoice>(tr));
     std::vector<float> y, dx;
     DispatchPlan plan;
     DispatchTimes times;
@@ -134,7 +134,7 @@ TEST_CASE("forwards in flight keep their rows until released, slots are reused",
   eptest::EpMesh mesh(W, 1);
   const int E = 4 * W, d = 6, k = 2;
   for (const char* tr : kTransports) {
-    TokenDispatcher disp(mesh.ep_comm.get(), E, tr);
+    TokenDispatcher disp(mesh.ep_comm.get(), E, *parse_config_name<EpTransportChoice>(tr));
     struct Fwd {
       std::vector<float> x;
       DispatchPlan plan;
@@ -215,7 +215,7 @@ TEST_CASE("past runtime.ep_shm_limit_mb the exchange falls back to alltoallv, sa
     return bad;
   };
   // The blocks of the first forward, measured without a limit.
-  TokenDispatcher free_disp(mesh.ep_comm.get(), E, "shm");
+  TokenDispatcher free_disp(mesh.ep_comm.get(), E, EpTransportChoice::shm);
   std::unique_ptr<ForwardRows> r0, r1;
   DispatchPlan p0, p1;
   std::vector<float> x0, x1;
@@ -226,7 +226,7 @@ TEST_CASE("past runtime.ep_shm_limit_mb the exchange falls back to alltoallv, sa
 
   // A limit that holds exactly those: the first forward keeps shm, the
   // second (more tokens, while the first is alive) does not fit.
-  TokenDispatcher disp(mesh.ep_comm.get(), E, "shm", first);
+  TokenDispatcher disp(mesh.ep_comm.get(), E, EpTransportChoice::shm, first);
   CHECK(run(disp, 0, r0, p0, x0) == 0);
   CHECK(disp.transport() == EpTransport::shm);
   CHECK(run(disp, 1, r1, p1, x1) == 0);

@@ -33,7 +33,7 @@ void run_case(const Case& cs, int ep, const char* transport) {
   cfg.ffn_hidden = 24;
   cfg.n_experts = 8;
   cfg.top_k = cs.top_k;
-  cfg.router = cs.router;
+  cfg.router = *parse_config_name<RouterScoring>(cs.router);
   cfg.norm_topk = cs.norm_topk;
   cfg.aux_loss_coef = 0.05;
   cfg.z_loss_coef = 0.01;
@@ -63,7 +63,8 @@ void run_case(const Case& cs, int ep, const char* transport) {
   ref.forward(xg.data(), Tg, sample_g, 2 * dp, yg.data(), rc, rs);
   ref.backward(dyg.data(), dxg.data(), rc, daux);
 
-  MoELayer layer(cfg, 2, mesh.ep_comm.get(), mesh.cp_comm.get(), transport);
+  MoELayer layer(cfg, 2, mesh.ep_comm.get(), mesh.cp_comm.get(),
+                 *parse_config_name<EpTransportChoice>(transport));
   prepare(layer);
   if (ep > 1) REQUIRE(ep_transport_name(layer.dispatcher().transport()) == std::string(transport));
   REQUIRE(layer.local_experts() == E / ep);

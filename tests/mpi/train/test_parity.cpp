@@ -26,7 +26,7 @@ Config tiny(int world) {
   c.model.n_experts = 4;
   c.model.top_k = 2;
   c.model.moe_every = 2;  // dense and MoE layers both present
-  c.data.task = "recall";
+  c.data.task = DataTask::recall;
   c.data.seq_len = 32;
   c.data.micro_batch_size = 1;
   c.data.num_microbatches = 4;
@@ -62,7 +62,7 @@ Curve run_mesh(const Config& cfg) {
 
 Curve run_serial(Config cfg, int dp) {
   cfg.parallel.pp = cfg.parallel.cp = cfg.parallel.ep = cfg.parallel.vpp = 1;
-  cfg.parallel.schedule = "1f1b";
+  cfg.parallel.schedule = PipelineSchedule::one_f_one_b;
   cfg.data.num_microbatches *= dp;
   train::Trainer t(cfg, {});
   Curve c;
@@ -81,7 +81,7 @@ void check_case(int pp, int cp, int ep, const std::string& schedule, int vpp = 1
   cfg.parallel.cp = cp;
   cfg.parallel.ep = ep;
   cfg.parallel.vpp = vpp;
-  cfg.parallel.schedule = schedule;
+  cfg.parallel.schedule = *parse_config_name<PipelineSchedule>(schedule);
   const int dp = world / (pp * cp);
   Curve par = run_mesh(cfg);
   if (testing::world_rank() != 0) return;

@@ -9,6 +9,8 @@
 
 #include "trident/core/config.hpp"
 #include "trident/core/error.hpp"
+#include "trident/parallel/pp/generators.hpp"
+#include "trident/train/check_config.hpp"
 
 using namespace trident;
 
@@ -28,10 +30,11 @@ std::string parse_error(const std::string& text, const std::vector<std::string>&
   return input_error_of([&] { parse_config_text(text, "t.toml", sets); });
 }
 
-// Parses, then checks the world-independent and world rules.
+// Parses, then checks every layer's world-independent and world rules.
 std::string validate_error(const std::string& text, int world,
                            const std::vector<std::string>& sets = {}) {
-  return input_error_of([&] { validate_config(parse_config_text(text, "t.toml", sets), world); });
+  return input_error_of(
+      [&] { train::check_config(parse_config_text(text, "t.toml", sets), world); });
 }
 
 std::string source_dir() {
@@ -53,11 +56,11 @@ TEST_CASE("defaults are DESIGN.md's") {
   CHECK(c.model.n_experts == 8);
   CHECK(c.model.top_k == 2);
   CHECK(c.model.moe_every == 1);
-  CHECK(c.model.router == "softmax");
+  CHECK(c.model.router == RouterScoring::softmax);
   CHECK(c.model.capacity_factor == 0.0);
   CHECK(c.model.aux_loss_coef == 0.01);
   CHECK(c.model.rope_theta == 10000.0);
-  CHECK(c.data.task == "recall");
+  CHECK(c.data.task == DataTask::recall);
   CHECK(c.data.seq_len == 256);
   CHECK(c.data.micro_batch_size == 2);
   CHECK(c.data.num_microbatches == 4);
@@ -65,16 +68,16 @@ TEST_CASE("defaults are DESIGN.md's") {
   CHECK(c.parallel.pp == 1);
   CHECK(c.parallel.vpp == 1);
   CHECK(c.parallel.cp == 1);
-  CHECK(c.parallel.cp_layout == "zigzag");
+  CHECK(c.parallel.cp_layout == CpLayout::zigzag);
   CHECK(c.parallel.ep == 1);
-  CHECK(c.parallel.schedule == "1f1b");
+  CHECK(c.parallel.schedule == PipelineSchedule::one_f_one_b);
   CHECK(c.train.steps == 100);
   CHECK(c.train.lr == 3e-3);
   CHECK(c.train.warmup_steps == 10);
   CHECK(c.train.weight_decay == 0.0);
   CHECK(c.train.grad_clip == 1.0);
-  CHECK(c.runtime.backend == "auto");
-  CHECK(c.runtime.comm == "auto");
+  CHECK(c.runtime.backend == Backend::automatic);
+  CHECK(c.runtime.comm == CommBackend::automatic);
   CHECK(c.runtime.timeout_s == 300);
   CHECK(c.output.file == "trident-%j.h5");
   CHECK(c.output.checkpoint_every == 0);
@@ -88,7 +91,7 @@ TEST_CASE("defaults are DESIGN.md's") {
   CHECK_FALSE(c.topology.has_value());
   CHECK(c == Config{});
   // The defaults pass every rule for a single rank.
-  CHECK(input_error_of([&] { validate_config(c, 1); }).empty());
+  CHECK(input_error_of([&] { train::check_config(c, 1); }).empty());
 }
 
 TEST_CASE("the quickstart example loads and validates for 8 ranks") {
@@ -100,7 +103,7 @@ TEST_CASE("the quickstart example loads and validates for 8 ranks") {
   REQUIRE(c.topology.has_value());
   CHECK(c.topology->nodes == 2);
   CHECK(c.topology->devices_per_node == 4);
-  CHECK(input_error_of([&] { validate_config(c, 8); }).empty());
+  CHECK(input_error_of([&] { train::check_config(c, 8); }).empty());
   // The key origins point at the file's lines.
   CHECK(c.key_origin.at("parallel.pp").find("quickstart.toml:") != std::string::npos);
 }
@@ -114,7 +117,7 @@ TEST_CASE("every example config validates") {
     // Examples for real clusters detect the topology; plan them with dp = 1.
     const int world = c.topology ? c.topology->nodes * c.topology->devices_per_node
                                  : c.parallel.pp * c.parallel.cp;
-    CHECK(input_error_of([&] { validate_config(c, world); }).empty());
+    CHECK(input_error_of([&] { train::check_config(c, world); }).empty());
   }
 }
 
@@ -125,7 +128,7 @@ TEST_CASE("--set overrides parse their value as TOML") {
        "output.file=\"a b.h5\"", "model.norm_topk=false", "data.seed=77",
        " runtime.timeout_s = 12 ", "output.activations=[\"q\"]"});
   CHECK(c.train.lr == 1e-3);
-  CHECK(c.parallel.schedule == "zb-h1");  // a bare string
+  CHECK(c.parallel.schedule == PipelineSchedule::zb_h1);  // a bare string
   CHECK(c.output.activation_steps == std::vector<int>{1, 2});
   CHECK(c.output.file == "a b.h5");
   CHECK_FALSE(c.model.norm_topk);
@@ -187,7 +190,7 @@ Config random_config(std::mt19937& rng) {
   c.model.n_experts = pick(0, 256);
   c.model.top_k = pick(1, 8);
   c.model.moe_every = pick(1, 4);
-  c.model.router = pick(0, 1) ? "softmax" : "sigmoid_bias";
+  c.model.router = pick(0, 1) ? RouterScoring::softmax : RouterScoring::sigmoid_bias;
   c.model.capacity_factor = real(0, 4);
   c.model.aux_loss_coef = real(0, 1) * 1e-3;
   c.model.rope_theta = real(1, 1e7);
@@ -195,20 +198,19 @@ Config random_config(std::mt19937& rng) {
   c.model.z_loss_coef = real(0, 1e-2);
   c.model.router_bias_rate = 1e-3 / 3;
   c.model.init_std = real(1e-4, 1);
-  c.data.task = std::vector<std::string>{"recall", "copy", "tokens"}[pick(0, 2)];
+  c.data.task = DataTask(pick(0, 2));
   c.data.seq_len = pick(1, 1 << 20);
   c.data.micro_batch_size = pick(1, 64);
   c.data.num_microbatches = pick(1, 64);
   c.data.seed = std::uniform_int_distribution<uint64_t>(0, (1ULL << 63) - 1)(rng);
   c.data.token_file = "dir with space/\"quoted\"\\tokens\t.bin";
-  c.data.token_dtype = pick(0, 1) ? "uint16" : "uint32";
+  c.data.token_dtype = pick(0, 1) ? TokenDType::uint16 : TokenDType::uint32;
   c.parallel.pp = pick(1, 16);
   c.parallel.vpp = pick(1, 4);
   c.parallel.cp = pick(1, 16);
-  c.parallel.cp_layout = pick(0, 1) ? "zigzag" : "contiguous";
+  c.parallel.cp_layout = pick(0, 1) ? CpLayout::zigzag : CpLayout::contiguous;
   c.parallel.ep = pick(1, 16);
-  c.parallel.schedule =
-      std::vector<std::string>{"afab", "1f1b", "interleaved", "zb-h1"}[pick(0, 3)];
+  c.parallel.schedule = PipelineSchedule(pick(0, 3));
   c.train.steps = pick(1, 100000);
   c.train.lr = real(1e-6, 1e-1);
   c.train.warmup_steps = pick(0, 1000);
@@ -218,8 +220,8 @@ Config random_config(std::mt19937& rng) {
   c.train.beta1 = real(0, 0.999);
   c.train.beta2 = real(0, 0.999);
   c.train.eps = 1e-300 * real(1, 2);
-  c.runtime.backend = std::vector<std::string>{"cpu", "cuda", "auto"}[pick(0, 2)];
-  c.runtime.comm = std::vector<std::string>{"mpi", "nccl", "auto"}[pick(0, 2)];
+  c.runtime.backend = Backend(pick(0, 2));
+  c.runtime.comm = CommBackend(pick(0, 2));
   c.runtime.timeout_s = real(0.001, 1e5);
   c.output.file = "out-\u00e9t\u00e9-%j.h5";
   c.output.checkpoint_every = pick(0, 1000);
@@ -342,15 +344,16 @@ TEST_CASE("model_hash covers exactly the [model] table") {
   other.data.seed = 99;
   CHECK(model_hash(other) == h);  // a different run of the same model
 
-  std::vector<std::function<void(Config&)>> model_changes = {[](Config& c) { c.model.vocab_size += 1; },
-                                                             [](Config& c) { c.model.d_model *= 2; },
-                                                             [](Config& c) { c.model.n_layers += 1; },
-                                                             [](Config& c) { c.model.n_kv_heads = 2; },
-                                                             [](Config& c) { c.model.n_experts = 0; },
-                                                             [](Config& c) { c.model.router = "sigmoid_bias"; },
-                                                             [](Config& c) { c.model.rope_theta = 5e5; },
-                                                             [](Config& c) { c.model.init_std = 0.0200001; },
-                                                             [](Config& c) { c.model.norm_topk = false; }};
+  std::vector<std::function<void(Config&)>> model_changes = {
+      [](Config& c) { c.model.vocab_size += 1; },
+      [](Config& c) { c.model.d_model *= 2; },
+      [](Config& c) { c.model.n_layers += 1; },
+      [](Config& c) { c.model.n_kv_heads = 2; },
+      [](Config& c) { c.model.n_experts = 0; },
+      [](Config& c) { c.model.router = RouterScoring::sigmoid_bias; },
+      [](Config& c) { c.model.rope_theta = 5e5; },
+      [](Config& c) { c.model.init_std = 0.0200001; },
+      [](Config& c) { c.model.norm_topk = false; }};
   for (size_t i = 0; i < model_changes.size(); ++i) {
     Config c = base;
     model_changes[i](c);
@@ -361,12 +364,12 @@ TEST_CASE("model_hash covers exactly the [model] table") {
 
 TEST_CASE("min_microbatches per schedule") {
   for (int pp : {1, 2, 3, 8}) {
-    CHECK(min_microbatches("afab", pp, 1) == 1);
-    CHECK(min_microbatches("1f1b", pp, 1) == 1);
-    CHECK(min_microbatches("zb-h1", pp, 1) == 1);
-    CHECK(min_microbatches("interleaved", pp, 2) == pp);
+    CHECK(pp::min_microbatches("afab", pp, 1) == 1);
+    CHECK(pp::min_microbatches("1f1b", pp, 1) == 1);
+    CHECK(pp::min_microbatches("zb-h1", pp, 1) == 1);
+    CHECK(pp::min_microbatches("interleaved", pp, 2) == pp);
   }
-  CHECK_THROWS_AS(min_microbatches("gpipe", 2, 1), InputError);
+  CHECK_THROWS_AS(parse_config_text("[parallel]\nschedule = \"gpipe\"\n", "t.toml"), InputError);
 }
 
 TEST_CASE("syntax, unknown keys and types are reported at their line") {

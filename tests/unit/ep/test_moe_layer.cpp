@@ -85,7 +85,7 @@ TEST_CASE("MoE layer gradients match finite differences", "[moe]") {
   for (std::string scoring : {"softmax", "sigmoid_bias"}) {
     INFO(scoring);
     auto cfg = small_cfg(4, 2);
-    cfg.router = scoring;
+    cfg.router = *parse_config_name<RouterScoring>(scoring);
     MoELayer layer(cfg, 3, nullptr, nullptr);
     const int T = 6, d = cfg.d_model;
     auto x = randn("fd_x", T * d), g = randn("fd_g", T * d);
@@ -122,7 +122,7 @@ TEST_CASE("MoE layer gradients match finite differences", "[moe]") {
 
 TEST_CASE("identity experts with weights 1/k round-trip the input, forward and backward", "[moe]") {
   auto cfg = small_cfg(8, 2);
-  cfg.router = "softmax";
+  cfg.router = RouterScoring::softmax;
   MoELayer layer(cfg, 0, nullptr, nullptr);
   // Zero router: p = 1/8, renormalised top-2 weights are exactly 1/2.
   layer.router_weight().value.zero();
@@ -186,7 +186,7 @@ TEST_CASE("parameters are named, tagged and initialised independently of ep", "[
   ref.init_normal(float(cfg.init_std));
   CHECK(ref.value.data == ps[1 + 3 * 6 + 2]->value.data);
   CHECK(layer.buffers().empty());
-  cfg.router = "sigmoid_bias";
+  cfg.router = RouterScoring::sigmoid_bias;
   MoELayer sig(cfg, 5, nullptr, nullptr);
   REQUIRE(sig.buffers().size() == 1);
   CHECK(sig.buffers()[0]->reduce == GradReduce::none);

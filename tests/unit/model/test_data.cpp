@@ -49,7 +49,7 @@ TEST_CASE("token file: windows, dtype and a file shorter than one sample", "[dat
     }
   }
   Config c;
-  c.data.task = "tokens";
+  c.data.task = DataTask::tokens;
   c.data.token_file = path;
   c.data.seq_len = 16;
   c.model.vocab_size = 50;

@@ -27,7 +27,7 @@ Config tiny(int n_experts) {
   c.model.top_k = 2;
   c.model.init_std = 0.3;  // large weights: gradients well above fp32 noise
   c.model.aux_loss_coef = 0.05;
-  c.data.task = "copy";
+  c.data.task = DataTask::copy;
   c.data.seq_len = 12;
   c.data.micro_batch_size = 2;
   c.data.num_microbatches = 2;

@@ -18,7 +18,7 @@ Config small_recall() {
   c.model.n_kv_heads = 2;
   c.model.ffn_hidden = 64;
   c.model.n_experts = 4;
-  c.data.task = "recall";
+  c.data.task = DataTask::recall;
   c.data.seq_len = 64;
   c.data.micro_batch_size = 2;
   c.data.num_microbatches = 2;

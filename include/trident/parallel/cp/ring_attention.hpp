@@ -17,24 +17,25 @@
 // Positions are global, so RoPE and the causal mask use the token's place in
 // the whole sequence.
 #pragma once
-#include <functional>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "trident/comm/comm.hpp"
+#include "trident/core/config.hpp"
 
 namespace trident::cp {
 
-enum class Layout { contiguous, zigzag };
+using Layout = CpLayout;  // parallel.cp_layout
 
 // "contiguous" | "zigzag"; anything else is an InputError.
 Layout parse_layout(const std::string& name);
 const char* layout_name(Layout layout);
 
 // Throws InputError unless seq_len splits into the layout's chunks (seq_len %
-// cp for contiguous, seq_len % (2*cp) for zigzag) and cp >= 1.
+// cp for contiguous, seq_len % (2*cp) for zigzag; cp/config_rules.hpp) and cp >= 1.
 void check_layout(int64_t seq_len, int cp, Layout layout);
 
 // A run of consecutive global positions held by one rank: local rows

@@ -54,10 +54,9 @@ class MoELayer {
  public:
   // ep: nullptr or size 1 keeps every expert local. cp: shares the samples
   // for the aux statistics; nullptr when every sample is whole on this rank.
-  // transport: runtime.ep_transport ("alltoallv" | "cma" | "auto"); see
-  // TokenDispatcher. Collective over ep.
+  // transport: runtime.ep_transport; see TokenDispatcher. Collective over ep.
   MoELayer(const ModelConfig& cfg, int layer_index, Communicator* ep, Communicator* cp,
-           const std::string& transport = "auto", double shm_limit_bytes = 0);
+           EpTransportChoice transport = EpTransportChoice::automatic, double shm_limit_bytes = 0);
   ~MoELayer();
 
   std::vector<Param*> params();   // router, then local experts (gate, up, down each)

@@ -25,10 +25,11 @@
 #include <vector>
 
 #include "trident/comm/comm.hpp"
+#include "trident/core/config.hpp"
 
 namespace trident::ep {
 
-enum class RouterScoring { softmax, sigmoid_bias };
+using RouterScoring = trident::RouterScoring;                 // model.router
 RouterScoring parse_router_scoring(const std::string& name);  // InputError on unknown
 
 struct RouterOptions {

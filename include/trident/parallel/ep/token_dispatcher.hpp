@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "trident/comm/comm.hpp"
+#include "trident/core/config.hpp"
 
 namespace trident {
 class SharedWindow;
@@ -125,13 +126,14 @@ class ForwardRows {
 class TokenDispatcher {
  public:
   // ep: nullptr or size 1 keeps every expert local (no communication).
-  // transport: "alltoallv", "shm" or "auto" (shm when every ep rank is on
-  // this node, else alltoallv). Collective over ep. "shm" across nodes is an
+  // transport: alltoallv, shm or automatic (shm when every ep rank is on
+  // this node, else alltoallv). Collective over ep. shm across nodes is an
   // InputError naming runtime.ep_transport.
   // shm_limit_bytes: the most shared memory this dispatcher's blocks may
   // hold, all ranks together (runtime.ep_shm_limit_mb; 0: only /dev/shm's
   // free space limits it). Past it, every rank falls back to alltoallv.
-  TokenDispatcher(Communicator* ep, int n_experts, const std::string& transport = "auto",
+  TokenDispatcher(Communicator* ep, int n_experts,
+                  EpTransportChoice transport = EpTransportChoice::automatic,
                   double shm_limit_bytes = 0);
   ~TokenDispatcher();
   TokenDispatcher(const TokenDispatcher&) = delete;

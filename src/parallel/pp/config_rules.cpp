@@ -1,0 +1,39 @@
+// Pipeline parallelism's config rules (see pp/config_rules.hpp).
+#include "trident/parallel/pp/config_rules.hpp"
+
+#include "trident/parallel/pp/generators.hpp"
+
+namespace trident::pp {
+
+void check_config(const Config& cfg) {
+  const ParallelConfig& p = cfg.parallel;
+  const DataConfig& d = cfg.data;
+  auto s = [](long long v) { return std::to_string(v); };
+  const bool interleaved = p.schedule == PipelineSchedule::interleaved;
+  const std::string name = config_name(p.schedule);
+  if (p.vpp > 1 && !interleaved)
+    config_rule_failed(cfg, {"parallel.vpp", "parallel.schedule"},
+                       "parallel.vpp=" + s(p.vpp) +
+                           " > 1 needs parallel.schedule = \"interleaved\" (got \"" + name + "\")");
+  if (interleaved && p.vpp < 2)
+    config_rule_failed(
+        cfg, {"parallel.schedule", "parallel.vpp"},
+        "parallel.schedule = \"interleaved\" needs parallel.vpp >= 2 (got " + s(p.vpp) + ")");
+  if (cfg.model.n_layers % (p.pp * p.vpp) != 0)
+    config_rule_failed(cfg, {"model.n_layers", "parallel.pp", "parallel.vpp"},
+                       "model.n_layers=" + s(cfg.model.n_layers) +
+                           " must be divisible by parallel.pp*parallel.vpp=" + s(p.pp * p.vpp) +
+                           " (every model chunk gets the same number of layers)");
+  const int min_m = min_microbatches(name, p.pp, p.vpp);
+  if (d.num_microbatches < min_m)
+    config_rule_failed(cfg, {"data.num_microbatches", "parallel.schedule", "parallel.pp"},
+                       "data.num_microbatches=" + s(d.num_microbatches) + " must be >= " +
+                           s(min_m) + " for schedule \"" + name + "\" with parallel.pp=" + s(p.pp));
+  if (interleaved && d.num_microbatches % p.pp != 0)
+    config_rule_failed(cfg, {"data.num_microbatches", "parallel.schedule", "parallel.pp"},
+                       "data.num_microbatches=" + s(d.num_microbatches) +
+                           " must be a multiple of parallel.pp=" + s(p.pp) +
+                           " for schedule \"interleaved\"");
+}
+
+}  // namespace trident::pp
