@@ -121,7 +121,7 @@ struct RankRecord {
   int local_rank = 0, local_size = 1;
   int device = -1, cuda_devices = 0;
   int device_forced = 0;  // TRIDENT_DEVICE was set on that rank
-  int nvml = 0, active_links = 0;
+  int nvml = 0, active_links = 0, island = 0;
   char host[96] = {0};
   char fabric[48] = {0};
 };
@@ -147,6 +147,8 @@ int nvlink_domain_of(const std::vector<RankRecord>& recs, int ranks_per_node) {
       }));
     } else if (r.active_links == 0) {
       d = 1;
+    } else if (r.island > 0) {
+      d = r.island;  // e.g. two 4-GPU NVLink islands in an 8-GPU node without NVSwitch
     }
     domain = std::min(domain, d);
   }
@@ -183,6 +185,7 @@ Topology detect_topology(Communicator& world, const Config& cfg) {
     const NvlinkProbe nv = probe_nvlink(me.device);
     me.nvml = nv.nvml;
     me.active_links = nv.active_links;
+    me.island = nv.island;
     copy_label(me.fabric, sizeof me.fabric, nv.fabric);
   }
   copy_label(me.host, sizeof me.host, host_label());

@@ -3,11 +3,12 @@
 // them at run time (NVML's header is not even part of the CUDA toolkit).
 #include <dlfcn.h>
 
-#include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "trident/topo/devices.hpp"
+#include "trident/topo/nvlink.hpp"
 
 namespace trident {
 
@@ -84,11 +85,29 @@ struct FabricInfo {
 constexpr unsigned char kFabricStateCompleted = 3;
 constexpr unsigned kMaxNvlinks = 18;  // NVML_NVLINK_MAX_LINKS on Hopper
 
+// nvmlPciInfo_t (nvml.h): only busId is read.
+struct PciInfo {
+  char bus_id_legacy[16];
+  unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
+  char bus_id[32];
+};
+// nvmlIntNvLinkDeviceType_t values
+constexpr int kRemoteGpu = 0, kRemoteSwitch = 2;
+
 struct NvmlApi {
   int (*getHandleByPciBusId)(const char*, void**) = nullptr;
   int (*getNvLinkState)(void*, unsigned, int*) = nullptr;
   int (*getGpuFabricInfo)(void*, FabricInfo*) = nullptr;
+  // For the node's NVLink islands (optional: without them, active links only).
+  int (*getCount)(unsigned*) = nullptr;
+  int (*getHandleByIndex)(unsigned, void**) = nullptr;
+  int (*getPciInfo)(void*, PciInfo*) = nullptr;
+  int (*getRemotePciInfo)(void*, unsigned, PciInfo*) = nullptr;
+  int (*getRemoteDeviceType)(void*, unsigned, int*) = nullptr;
   bool ok = false;
+  bool islands() const {
+    return getCount && getHandleByIndex && getPciInfo && getRemotePciInfo && getRemoteDeviceType;
+  }
 };
 
 const NvmlApi& nvml_api() {
@@ -101,10 +120,49 @@ const NvmlApi& nvml_api() {
     bind(lib, "nvmlDeviceGetHandleByPciBusId_v2", a.getHandleByPciBusId);
     bind(lib, "nvmlDeviceGetNvLinkState", a.getNvLinkState);
     bind(lib, "nvmlDeviceGetGpuFabricInfo", a.getGpuFabricInfo);  // optional (newer drivers)
+    bind(lib, "nvmlDeviceGetCount_v2", a.getCount);
+    bind(lib, "nvmlDeviceGetHandleByIndex_v2", a.getHandleByIndex);
+    bind(lib, "nvmlDeviceGetPciInfo_v3", a.getPciInfo);
+    bind(lib, "nvmlDeviceGetNvLinkRemotePciInfo_v2", a.getRemotePciInfo);
+    bind(lib, "nvmlDeviceGetNvLinkRemoteDeviceType", a.getRemoteDeviceType);
     a.ok = init && a.getHandleByPciBusId && a.getNvLinkState && init() == 0;
     return a;
   }();
   return api;
+}
+
+// Every GPU of the node as NVML enumerates it, with where its active links go.
+std::vector<NvlinkDevice> probe_node_links(const NvmlApi& nv) {
+  std::vector<NvlinkDevice> devices;
+  unsigned count = 0;
+  if (!nv.islands() || nv.getCount(&count) != 0) return devices;
+  for (unsigned i = 0; i < count; ++i) {
+    void* h = nullptr;
+    PciInfo pci{};
+    if (nv.getHandleByIndex(i, &h) != 0 || nv.getPciInfo(h, &pci) != 0) return {};
+    NvlinkDevice d;
+    d.bus_id = canonical_bus_id(pci.bus_id);
+    for (unsigned link = 0; link < kMaxNvlinks; ++link) {
+      int active = 0, type = -1;
+      if (nv.getNvLinkState(h, link, &active) != 0) break;  // past the device's links
+      if (!active || nv.getRemoteDeviceType(h, link, &type) != 0) continue;
+      PciInfo remote{};
+      if (type == kRemoteSwitch) ++d.switch_links;
+      if (type == kRemoteGpu && nv.getRemotePciInfo(h, link, &remote) == 0)
+        d.gpu_peers.push_back(canonical_bus_id(remote.bus_id));
+    }
+    devices.push_back(std::move(d));
+  }
+  return devices;
+}
+
+// Devices in the NVLink island of the GPU with PCI bus id `bus`; 0 unknown.
+int island_of(const NvmlApi& nv, const std::string& bus) {
+  const std::vector<NvlinkDevice> devices = probe_node_links(nv);
+  const std::string want = canonical_bus_id(bus);
+  for (size_t i = 0; i < devices.size(); ++i)
+    if (devices[i].bus_id == want) return nvlink_island_size(devices, int(i));
+  return 0;
 }
 
 }  // namespace
@@ -136,16 +194,10 @@ NvlinkProbe probe_nvlink(int device) {
   }
   if (nv.getGpuFabricInfo) {
     FabricInfo f{};
-    if (nv.getGpuFabricInfo(handle, &f) == 0 && f.state == kFabricStateCompleted && f.status == 0) {
-      bool any = false;
-      for (unsigned char b : f.cluster_uuid) any = any || b != 0;
-      if (any) {
-        char hex[40] = {0};
-        for (int i = 0; i < 16; ++i) std::snprintf(hex + 2 * i, 3, "%02x", f.cluster_uuid[i]);
-        p.fabric = std::string(hex) + ":" + std::to_string(f.clique_id);
-      }
-    }
+    if (nv.getGpuFabricInfo(handle, &f) == 0 && f.state == kFabricStateCompleted && f.status == 0)
+      p.fabric = fabric_label(f.cluster_uuid, f.clique_id);
   }
+  p.island = island_of(nv, bus);
   return p;
 }
 

@@ -1,5 +1,6 @@
-// pp > 1: the step's micro-batches run under the configured schedule through
-// the pipeline executor, with the model stage as the executor's unit of work.
+// The step's micro-batches run under the configured schedule through the
+// pipeline executor, with the model stage as the executor's unit of work
+// (pp = 1 as well: one stage, nothing sent).
 #include "trident/core/error.hpp"
 #include "trident/parallel/pp/executor.hpp"
 #include "trident/parallel/pp/generators.hpp"
@@ -42,9 +43,11 @@ void Trainer::init_pipeline() {
 
 void Trainer::run_pipeline(int64_t step, std::vector<TimelineEvent>& events, double& compute_s) {
   auto& pipe = static_cast<ExecutorPipeline&>(*pipe_);
-  TRIDENT_CHECK(comms_.pp, "pipeline parallelism without a pp communicator");
-  pp::ExecResult r = pp::execute(pipe.lowered, comms_.pp_rank, *pipe.adapter, *comms_.pp, int(step),
-                                 cfg_.output.timeline ? &events : nullptr);
+  TRIDENT_CHECK(comms_.pp || comms_.pp_size == 1, "pipeline parallelism without a pp communicator");
+  pp::ExecOptions options;
+  options.world_rank = comms_.world ? comms_.world->rank() : 0;
+  pp::ExecResult r = pp::execute(pipe.lowered, comms_.pp_rank, *pipe.adapter, comms_.pp, int(step),
+                                 cfg_.output.timeline ? &events : nullptr, options);
   compute_s += r.busy_s;
 }
 

@@ -15,7 +15,7 @@ Trainer::Trainer(const Config& cfg, TrainComms comms) : cfg_(cfg), comms_(comms)
   positions_ = model::local_positions(cfg_, sc);
   stage_ = std::make_unique<model::ModelStage>(cfg_, comms_.pp_rank, comms_.pp_size, sc);
   opt_ = std::make_unique<AdamW>(stage_->params(), cfg_.train);
-  if (comms_.pp_size > 1) init_pipeline();
+  init_pipeline();
 }
 
 Trainer::~Trainer() = default;
@@ -29,45 +29,6 @@ int64_t Trainer::samples_per_step() const {
   return int64_t(cfg_.data.micro_batch_size) * cfg_.data.num_microbatches * comms_.dp_size;
 }
 
-// pp = 1: each micro-batch runs forward through this rank's chunks and straight
-// back, so only one micro-batch's activations are alive at a time.
-void Trainer::run_microbatches(int64_t step, std::vector<TimelineEvent>& events,
-                               double& compute_s) {
-  if (comms_.pp_size > 1) {
-    run_pipeline(step, events, compute_s);
-    return;
-  }
-  model::ModelStage& st = *stage_;
-  const int rank = comms_.world ? comms_.world->rank() : 0;
-  const int nc = st.n_chunks();
-  auto timed = [&](const char* kind, int chunk, int mb, auto&& fn) {
-    const double t0 = now_s();
-    fn();
-    const double t1 = now_s();
-    compute_s += t1 - t0;
-    if (cfg_.output.timeline)
-      events.push_back(TimelineEvent{rank, step, kind, chunk, chunk, mb, t0, t1});
-  };
-  for (int m = 0; m < st.n_microbatches(); ++m) {
-    std::vector<std::vector<float>> acts(size_t(nc + 1));
-    for (int c = 0; c < nc; ++c) {
-      if (c + 1 < nc) acts[size_t(c + 1)].resize(size_t(st.boundary_numel(c, m)));
-      timed("F", c, m, [&] {
-        st.forward(c, m, c == 0 ? nullptr : acts[size_t(c)].data(),
-                   c + 1 < nc ? acts[size_t(c + 1)].data() : nullptr);
-      });
-    }
-    std::vector<float> g_out, g_in;
-    for (int c = nc; c-- > 0;) {
-      if (c > 0) g_in.assign(size_t(st.boundary_numel(c, m)), 0.0f);
-      timed("B", c, m, [&] {
-        st.backward(c, m, c + 1 < nc ? g_out.data() : nullptr, c > 0 ? g_in.data() : nullptr, true);
-      });
-      std::swap(g_out, g_in);
-    }
-  }
-}
-
 StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* capture) {
   StepResult res;
   const CommCounters before = comm_counters();
@@ -78,7 +39,7 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
   for (Param* p : stage_->params()) p->grad.zero();
   stage_->begin_step(model::make_microbatches(*data_, d, step, comms_.dp_rank, positions_),
                      float(1.0 / n_targets), float(1.0 / double(n_seq)), capture);
-  run_microbatches(step, res.events, res.compute_s);
+  run_pipeline(step, res.events, res.compute_s);
   {
     // ATTN_F/ATTN_B: begin of the call, length = kernel time on this rank.
     const int rank = comms_.world ? comms_.world->rank() : 0;

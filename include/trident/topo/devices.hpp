@@ -14,6 +14,7 @@ struct NvlinkProbe {
   bool nvml = false;     // libnvidia-ml.so.1 loaded and initialised
   int active_links = 0;  // NVLinks of this device in the active state
   std::string fabric;    // "<clusterUuid hex>:<cliqueId>" for multi-node NVLink, else ""
+  int island = 0;        // GPUs of this node in this device's NVLink island (0: unknown)
 };
 
 // NVLink facts of CUDA device `device` (index as CUDA enumerates it; NVML's

@@ -1,7 +1,7 @@
 // Trainer: one training step of this rank's part of the model.
 //
 // A step: cut the step's global batch into this rank's micro-batches, run
-// them through the pipeline schedule (or straight through when pp = 1), sum
+// them through the pipeline schedule (pp = 1 too: one stage), sum
 // gradients over their replicas (parallel/dp), agree on the loss, clip by
 // the global gradient norm, update with AdamW and move the router bias.
 // The loss is the mean over every target token of the global batch, so every
@@ -42,7 +42,7 @@ struct StepResult {
 
 class Trainer {
  public:
-  // The lowered schedule and its executor (pp > 1; defined in train/pipeline.cpp).
+  // The lowered schedule and its executor (defined in train/pipeline.cpp).
   struct Pipeline {
     virtual ~Pipeline() = default;
   };
@@ -62,7 +62,6 @@ class Trainer {
   const std::vector<int64_t>& positions() const { return positions_; }
 
  private:
-  void run_microbatches(int64_t step, std::vector<TimelineEvent>& events, double& compute_s);
   void init_pipeline();
   void run_pipeline(int64_t step, std::vector<TimelineEvent>& events, double& compute_s);
 

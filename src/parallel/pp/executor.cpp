@@ -67,17 +67,25 @@ void wait_for(Communicator& pp, Request& r, double poll_s, Fn&& between_polls) {
 
 ExecResult execute(const Schedule& s, int me, PipelineStage& stage, Communicator& pp, int step,
                    std::vector<TimelineEvent>* timeline, const ExecOptions& options) {
+  return execute(s, me, stage, &pp, step, timeline, options);
+}
+
+ExecResult execute(const Schedule& s, int me, PipelineStage& stage, Communicator* pp, int step,
+                   std::vector<TimelineEvent>* timeline, const ExecOptions& options) {
   const double t_entry = now_s();
-  TRIDENT_CHECK(pp.size() == s.pp,
+  // pp = 1 may come without a communicator: its lowered list holds no
+  // SEND/RECV, and the collectives below are skipped.
+  const int pp_size = pp ? pp->size() : 1, pp_rank = pp ? pp->rank() : 0;
+  TRIDENT_CHECK(pp_size == s.pp,
                 "execute: schedule '" + s.name + "' has pp=" + std::to_string(s.pp) +
-                    " but the pp communicator has " + std::to_string(pp.size()) + " ranks");
-  TRIDENT_CHECK(me == pp.rank(), "execute: my_pp_rank " + std::to_string(me) +
-                                     " is not this process's rank in pp (" +
-                                     std::to_string(pp.rank()) + ")");
+                    " but the pp communicator has " + std::to_string(pp_size) + " ranks");
+  TRIDENT_CHECK(me == pp_rank, "execute: my_pp_rank " + std::to_string(me) +
+                                   " is not this process's rank in pp (" + std::to_string(pp_rank) +
+                                   ")");
   const int S = s.num_stages(), M = s.microbatches, last = S - 1;
-  TRIDENT_CHECK(message_tag(s, last, M - 1, true) <= pp.max_tag(),
+  TRIDENT_CHECK(!pp || message_tag(s, last, M - 1, true) <= pp->max_tag(),
                 "execute: " + std::to_string(M) + " micro-batches x " + std::to_string(S) +
-                    " stages exceed the tag range of " + pp.name());
+                    " stages exceed the tag range of pp");
   const bool split = s.split_backward;
   const auto& row = s.ranks[me];
   auto at = [M](int st, int mb) { return static_cast<size_t>(st) * M + mb; };
@@ -100,20 +108,20 @@ ExecResult execute(const Schedule& s, int me, PipelineStage& stage, Communicator
       if (a.op == Op::RECV_F) {
         auto& buf = input[at(a.stage, a.microbatch)];
         buf.allocate(stage.boundary_numel(s.chunk_of(a.stage - 1), a.microbatch));
-        recv[posted] = pp.irecv(buf.data.get(), buf.bytes(), s.rank_of(a.stage - 1),
-                                message_tag(s, a.stage - 1, a.microbatch, false));
+        recv[posted] = pp->irecv(buf.data.get(), buf.bytes(), s.rank_of(a.stage - 1),
+                                 message_tag(s, a.stage - 1, a.microbatch, false));
       } else if (a.op == Op::RECV_B) {
         auto& buf = grad_output[at(a.stage, a.microbatch)];
         buf.allocate(stage.boundary_numel(s.chunk_of(a.stage), a.microbatch));
-        recv[posted] = pp.irecv(buf.data.get(), buf.bytes(), s.rank_of(a.stage + 1),
-                                message_tag(s, a.stage + 1, a.microbatch, true));
+        recv[posted] = pp->irecv(buf.data.get(), buf.bytes(), s.rank_of(a.stage + 1),
+                                 message_tag(s, a.stage + 1, a.microbatch, true));
       }
     }
   };
   auto reap_sends = [&](bool block) {
     for (auto it = sends.begin(); it != sends.end();) {
-      if (block) pp.wait(it->req);
-      if (block || pp.test(it->req)) {
+      if (block) pp->wait(it->req);
+      if (block || pp->test(it->req)) {
         it->buffer->reset();
         it = sends.erase(it);
       } else {
@@ -162,20 +170,20 @@ ExecResult execute(const Schedule& s, int me, PipelineStage& stage, Communicator
         --live;
         break;
       case Op::SEND_F:
-        sends.push_back({pp.isend(output[k].data.get(), output[k].bytes(), s.rank_of(st + 1),
-                                  message_tag(s, st, mb, false)),
+        sends.push_back({pp->isend(output[k].data.get(), output[k].bytes(), s.rank_of(st + 1),
+                                   message_tag(s, st, mb, false)),
                          &output[k]});
         res.bytes_sent += static_cast<int64_t>(output[k].bytes());
         break;
       case Op::SEND_B:
-        sends.push_back({pp.isend(grad_input[k].data.get(), grad_input[k].bytes(),
-                                  s.rank_of(st - 1), message_tag(s, st, mb, true)),
+        sends.push_back({pp->isend(grad_input[k].data.get(), grad_input[k].bytes(),
+                                   s.rank_of(st - 1), message_tag(s, st, mb, true)),
                          &grad_input[k]});
         res.bytes_sent += static_cast<int64_t>(grad_input[k].bytes());
         break;
       case Op::RECV_F:
       case Op::RECV_B:
-        wait_for(pp, recv[i], options.recv_poll_s, [&] { reap_sends(false); });
+        wait_for(*pp, recv[i], options.recv_poll_s, [&] { reap_sends(false); });
         break;
     }
     const double t1 = now_s();
@@ -212,12 +220,12 @@ ExecResult execute(const Schedule& s, int me, PipelineStage& stage, Communicator
     span[0] = -res.actions.front().t_begin_s;
     span[1] = res.actions.back().t_end_s;
   }
-  pp.allreduce_max(span, 2);
+  if (pp_size > 1) pp->allreduce_max(span, 2);
   res.makespan_s = span[1] + span[0];
   res.bubble_fraction = res.makespan_s > 0 ? 1.0 - res.busy_s / res.makespan_s : 0.0;
 
   if (timeline) {
-    const int world_rank = pp.world_rank_of(me);
+    const int world_rank = pp ? pp->world_rank_of(me) : options.world_rank;
     for (const auto& t : res.actions) {
       TimelineEvent e;
       e.rank = world_rank;

@@ -75,6 +75,7 @@ struct ExecOptions {
   // tokens/s with 0.1 s against 7.5-9.4k with 0), and in bench schedule it made
   // no measurable difference.
   double recv_poll_s = 0.0;
+  int world_rank = 0;  // the timeline's rank when there is no pp communicator
 };
 
 // Runs rank `my_pp_rank`'s list of `lowered` (validate()d by the caller or
@@ -82,6 +83,10 @@ struct ExecOptions {
 // one event per action to timeline if given (rank = world rank, kind = op
 // name). Throws TimeoutError through Communicator if a peer never delivers.
 ExecResult execute(const Schedule& lowered, int my_pp_rank, PipelineStage& stage, Communicator& pp,
+                   int step, std::vector<TimelineEvent>* timeline, const ExecOptions& options = {});
+// The same; pp may be null when lowered.pp == 1 (one rank, or a stage whose pp
+// group is itself): nothing is sent, the makespan is this rank's.
+ExecResult execute(const Schedule& lowered, int my_pp_rank, PipelineStage& stage, Communicator* pp,
                    int step, std::vector<TimelineEvent>* timeline, const ExecOptions& options = {});
 
 // Tag of the message (sending stage, micro-batch, direction): distinct for

@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 
-from . import attention, bench, compare, plots, summary, trace
+from . import attention, bench, compare, plots, predicted, summary, trace
 from .runfile import AnalysisError, RunFile
 
 
@@ -67,6 +67,13 @@ def cmd_bench(a) -> int:
     return 0
 
 
+def cmd_predicted(a) -> int:
+    with RunFile(a.file) as rf:
+        res = predicted.compare(rf, a.prediction, a.skip)
+    print(json.dumps(res, indent=2) if a.json else predicted.format_text(res))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="trident-analyze", description="Analyse trident HDF5 run files and bench files.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -104,6 +111,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--table", nargs="*", default=[], help="only these tables (e.g. ring ring_steps)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_bench)
+    s = sub.add_parser("predicted", help="measured step time, time split and memory next to the planner's prediction")
+    s.add_argument("file")
+    s.add_argument("--prediction", default=None, help="JSON of trident plan --format json (default: the run file's)")
+    s.add_argument("--skip", type=int, default=1, help="warm-up steps left out of the medians (default 1)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_predicted)
     return p
 
 

@@ -1,0 +1,102 @@
+// Cost model: what one rank does for one action of a pipeline schedule (F, B,
+// W of one micro-batch through one model chunk) and what it holds in memory,
+// in FLOPs and bytes, from the model config and the mesh alone.
+//
+// The counts follow the code of src/model (share/trident/planner.md writes
+// every formula out): T = micro_batch_size * seq_len / cp tokens per rank and
+// micro-batch; a multiply-add is 2 FLOPs; floats are 4 bytes.
+//  - GEMM, forward: attention projections 2 T d (2 H D + 2 Hkv D), dense FFN
+//    6 T d f, MoE router 2 T d E and experts 6 (T k imbalance) d f, LM head
+//    2 T d V. B (input gradients) and W (weight gradients) each repeat the
+//    forward GEMMs; the zero-bubble split defers only the attention
+//    projections' and the head's weight gradients to W (the SwiGLU and MoE
+//    kernels produce both gradients in one pass).
+//  - Attention core: 4 H D FLOPs per (query, key) pair the causal mask keeps,
+//    on the rank with the most pairs (zig-zag: exactly 1/cp of them;
+//    contiguous: the last rank); backward 2.5 times forward (P recomputed).
+//  - Memory-bound bytes: norms, RoPE, residuals, copies, SwiGLU gating,
+//    cross-entropy (counts in planner.md); backward twice forward.
+//  - Communication per action: the CP ring sends cp-1 K/V blocks forward and
+//    K/V plus dK/dV blocks backward; the MoE exchange sends (ep-1)/ep of the
+//    routed rows out and back (dispatch, combine), forward and backward.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "trident/core/config.hpp"
+
+namespace trident::plan {
+
+// One candidate: mesh, schedule and the split of the global batch.
+struct MeshPlan {
+  int pp = 1, vpp = 1, cp = 1, ep = 1, dp = 1;
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
+  CpLayout cp_layout = CpLayout::zigzag;
+  int micro_batch_size = 1, microbatches = 1;
+
+  long long global_batch() const { return 1LL * micro_batch_size * microbatches * dp; }
+  bool split_backward() const { return schedule == PipelineSchedule::zb_h1; }
+  std::string str() const;  // "pp=2 vpp=1 cp=2 ep=1 dp=2 1f1b zigzag mbs=2 m=4"
+};
+
+// The config's own mesh on a world of `world` ranks.
+MeshPlan mesh_plan_of(const Config& cfg, int world);
+// cfg with the plan's parallel and data keys.
+Config with_plan(Config cfg, const MeshPlan& plan);
+
+// Work of one action on one rank, by the rate that prices it.
+struct Work {
+  double gemm_flops = 0;
+  double attention_flops = 0;
+  double memory_bytes = 0;
+  Work& operator+=(const Work& o);
+};
+
+// Bytes this rank sends during one action, by parallelism.
+struct ActionComm {
+  double cp_bytes = 0;   // ring K/V (and dK/dV in B)
+  int cp_steps = 0;      // ring steps (messages each way)
+  double ep_bytes = 0;   // all-to-all rows out (dispatch + combine)
+  int ep_exchanges = 0;  // all-to-all calls
+};
+
+// One virtual stage's actions for one micro-batch.
+struct ChunkCost {
+  int layers = 0, moe_layers = 0;
+  bool first = false, last = false;  // holds the embedding / the head and loss
+  Work f, b, w;                      // b: input gradient (plus what B computes anyway)
+  ActionComm f_comm, b_comm;
+  double attention_flops_total_f = 0;  // attention FLOPs of all cp ranks (for balance)
+  double boundary_bytes = 0;           // hidden states sent to the next stage
+  double params = 0;                   // parameters this rank holds for the chunk
+  double expert_params = 0;            // of which expert weights (reduced over replicas)
+  double activation_bytes = 0;         // cache kept from F until the last backward
+};
+
+// Expected most-loaded rank's routed rows over the mean (>= 1): with N
+// routed copies spread over ep ranks uniformly at random, the maximum is
+// about mean + sd * sqrt(2 ln ep) (normal approximation of the multinomial).
+double moe_imbalance(double routed_copies, int ep);
+
+// Causal (query, key) pairs of one sequence held by the busiest CP rank.
+double causal_pairs_busiest_rank(long long seq_len, int cp, CpLayout layout);
+
+ChunkCost chunk_cost(const Config& cfg, const MeshPlan& plan, int virtual_stage);
+
+// Memory of one rank, bytes.
+struct MemoryEstimate {
+  double params = 0, grads = 0, optimizer = 0;  // fp32 weights, grads, AdamW m and v
+  double activations = 0;                       // peak in-flight caches
+  double comm_buffers = 0;                      // pipeline boundary buffers, ring/MoE buffers
+  double workspace = 0;                         // largest transient of one action
+  double total() const {
+    return params + grads + optimizer + activations + comm_buffers + workspace;
+  }
+};
+
+// Memory of pipeline rank `pp_rank` with `peak_inflight` (chunk, micro-batch)
+// caches alive at once (the simulator's count).
+MemoryEstimate memory_of_rank(const Config& cfg, const MeshPlan& plan, int pp_rank,
+                              int peak_inflight);
+
+}  // namespace trident::plan

@@ -1,0 +1,51 @@
+// Machine profile: what one device (or one CPU rank) of a machine computes per
+// second and how fast its links carry bytes, the numbers that turn the cost
+// model's FLOPs and bytes into seconds.
+//
+// A profile is a TOML file (share/trident/machines/*.toml, or written by
+// `trident plan --calibrate`); share/trident/planner.md lists its keys. Rates
+// are per device running alone; a CPU node whose ranks outnumber its cores
+// (cores_per_node > 0) shares the cores, which slows every rank by
+// ranks_per_node / cores_per_node.
+#pragma once
+#include <string>
+
+namespace trident::plan {
+
+// A link class: how two ranks of a group reach each other.
+enum class LinkClass { nvlink, node, network };  // same NVLink domain, same node, across nodes
+const char* link_class_name(LinkClass c);
+
+struct Link {
+  double bandwidth_Bps = 0;  // bytes per second, one direction, one rank's share
+  double latency_s = 0;      // per message
+  double seconds(double bytes, int messages = 1) const {
+    return messages * latency_s + bytes / bandwidth_Bps;
+  }
+};
+
+struct MachineProfile {
+  std::string name;
+  std::string source;          // where the figures come from (published, calibrated on ...)
+  double memory_bytes = 0;     // per device; the default limit of --memory-gb
+  int cores_per_node = 0;      // 0: one device per rank, never oversubscribed
+  double gemm_flops = 0;       // dense matrix products, FLOP/s
+  double attention_flops = 0;  // attention core (QK^T, softmax, PV), FLOP/s
+  double memory_Bps = 0;       // memory-bound ops, bytes read + written per second
+  double peak_flops = 0;  // the datasheet's dense peak (for model FLOP utilisation); 0: unknown
+  Link nvlink, node, network;
+  double step_overhead_s = 0;  // fixed cost of a step (launches, bookkeeping)
+
+  const Link& link(LinkClass c) const;
+  // How much slower each rank runs when ranks_per_node ranks share the cores.
+  double oversubscription(int ranks_per_node) const;
+};
+
+// Reads a profile; throws InputError with one line "FILE:LINE: key: rule"
+// (missing key, unknown key, wrong type, value not > 0).
+MachineProfile load_machine(const std::string& path);
+MachineProfile parse_machine_text(const std::string& toml_text, const std::string& source_name);
+// TOML text that parse_machine_text() reads back to an equal profile.
+std::string machine_to_toml(const MachineProfile& m);
+
+}  // namespace trident::plan

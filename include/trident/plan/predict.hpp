@@ -1,0 +1,68 @@
+// Prediction: step time, time split and memory per rank of one mesh on one
+// machine. The cost model's FLOPs and bytes become seconds through the
+// machine profile; the pipeline schedule simulator (parallel/pp) runs the
+// schedule with those per-action costs and the stage-to-stage latency; the
+// gradient reduction, the step's small agreements (loss, norm, expert loads)
+// and the optimizer follow it.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "trident/core/config.hpp"
+#include "trident/plan/cost_model.hpp"
+#include "trident/plan/machine.hpp"
+#include "trident/topo/mesh.hpp"
+
+namespace trident::plan {
+
+// Where each step's time goes on the busiest rank, seconds.
+struct TimeSplit {
+  double compute = 0;  // F, B, W kernels
+  double cp = 0;       // ring K/V not hidden behind attention
+  double ep = 0;       // MoE all-to-all exchanges
+  double pp = 0;       // stage-to-stage transfers on the critical path
+  double bubble = 0;   // pipeline idle time
+  double dp = 0;       // gradient reduction
+  double other = 0;    // small agreements, optimizer, fixed overhead
+};
+
+struct Prediction {
+  MeshPlan plan;
+  double step_time_s = 0;
+  double tokens_per_s = 0;
+  double bubble_fraction = 0;        // simulator's mean over pipeline ranks
+  double model_flops = 0;            // FLOPs of one step's model math (3 x forward)
+  double mfu = 0;                    // model_flops / (step * world * peak); 0 without a peak
+  double t_f = 0, t_b = 0, t_w = 0;  // seconds per action of the slowest virtual stage
+  double pp_latency_s = 0;           // stage-to-stage hand-over
+  int peak_inflight = 0;             // most caches alive on one rank
+  TimeSplit split;
+  MemoryEstimate memory;  // of the rank that needs the most
+  int memory_pp_rank = 0;
+  LinkClass cp_link = LinkClass::nvlink, ep_link = LinkClass::nvlink, pp_link = LinkClass::nvlink,
+            dp_link = LinkClass::nvlink;
+};
+
+// Per-action seconds before the pipeline is simulated; the search uses it to
+// bound a mesh's step time from below.
+struct ActionTimes {
+  double t_f = 0, t_b = 0, t_w = 0, latency = 0;
+  double compute = 0, cp = 0, ep = 0;  // per micro-batch over the rank's chunks
+  double after_pipeline = 0;           // dp reduction + agreements + optimizer + overhead
+  double dp = 0;
+  double lower_bound_s() const;  // step time with no bubble
+  int microbatches = 1, vpp = 1;
+};
+ActionTimes action_times(const Config& cfg, const MeshPlan& plan, const ClusterShape& shape,
+                         const MachineProfile& m);
+
+// Full prediction (simulates the schedule twice: with and without the
+// stage-to-stage latency, to split transfer time from bubble when detailed).
+Prediction predict(const Config& cfg, const MeshPlan& plan, const ClusterShape& shape,
+                   const MachineProfile& m, bool detailed = true);
+
+// Text report and one JSON object.
+std::string prediction_text(const Prediction& p, double memory_limit_bytes);
+std::string prediction_json(const Prediction& p);
+
+}  // namespace trident::plan

@@ -1,0 +1,139 @@
+// GEMMs through cuBLAS (row-major on top of its column-major API), the
+// linear layer, the SwiGLU MLP and the grouped expert GEMM built on them.
+#include <string>
+
+#include "common.cuh"
+
+namespace trident::kernels::cuda {
+namespace {
+
+int to_int(int64_t v, const char* what) {
+  TRIDENT_CHECK(plan::fits_int32(v), std::string("cuBLAS GEMM: ") + what + " = " +
+                                         std::to_string(v) + " does not fit in 32 bits");
+  return int(v);
+}
+
+// One GemmEx call: types of A/B and C, fp32 accumulation. fp32 inputs use
+// the pedantic compute type (no TF32, no emulation), bf16 the plain fp32 one.
+void gemm_ex(const Ctx& c, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+             const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
+             int64_t ldc, cudaDataType_t ab, cudaDataType_t ct) {
+  if (M == 0 || N == 0) return;
+  const plan::ColumnMajorGemm g = plan::column_major(trans_a, trans_b, M, N, K);
+  const cublasComputeType_t compute =
+      ab == CUDA_R_32F ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
+  CUBLAS_CHECK(cublasGemmEx(blas_of(c), g.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            g.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N, to_int(g.m, "N"),
+                            to_int(g.n, "M"), to_int(g.k, "K"), &alpha, B, ab, to_int(ldb, "ldb"),
+                            A, ab, to_int(lda, "lda"), &beta, C, ct, to_int(ldc, "ldc"), compute,
+                            CUBLAS_GEMM_DEFAULT));
+}
+
+__global__ void swiglu_gate_kernel(const float* gate, const float* up, int64_t n, float* h) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const float a = gate[i], s = 1.0f / (1.0f + expf(-a));
+    h[i] = a * s * up[i];
+  }
+}
+
+// From dh = dy·Wdᵀ: d(gate) into dgate, d(up) in place of dh.
+__global__ void swiglu_gate_backward_kernel(const float* gate, const float* up, int64_t n,
+                                            float* dh, float* dgate) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const float a = gate[i], s = 1.0f / (1.0f + expf(-a)), g = dh[i];
+    dgate[i] = g * up[i] * s * (1.0f + a * (1.0f - s));
+    dh[i] = g * a * s;
+  }
+}
+
+}  // namespace
+
+void sgemm(const Ctx& c, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+           int64_t ldc) {
+  gemm_ex(c, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, CUDA_R_32F,
+          CUDA_R_32F);
+}
+
+void gemm_bf16(const Ctx& c, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+               float alpha, const Bf16* A, int64_t lda, const Bf16* B, int64_t ldb, float beta,
+               float* C, int64_t ldc) {
+  gemm_ex(c, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, CUDA_R_16BF,
+          CUDA_R_32F);
+}
+
+void gemm_bf16_out(const Ctx& c, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                   float alpha, const Bf16* A, int64_t lda, const Bf16* B, int64_t ldb, float beta,
+                   Bf16* C, int64_t ldc) {
+  gemm_ex(c, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, CUDA_R_16BF,
+          CUDA_R_16BF);
+}
+
+void linear_forward(const Ctx& c, const float* x, const float* w, int64_t T, int64_t in,
+                    int64_t out, float* y) {
+  sgemm(c, false, true, T, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+}
+
+void linear_backward_input(const Ctx& c, const float* dy, const float* w, int64_t T, int64_t in,
+                           int64_t out, float* dx, float beta) {
+  sgemm(c, false, false, T, in, out, 1.0f, dy, out, w, in, beta, dx, in);
+}
+
+void linear_backward_weight(const Ctx& c, const float* dy, const float* x, int64_t T, int64_t in,
+                            int64_t out, float* dw) {
+  if (T == 0) return;
+  sgemm(c, true, false, out, in, T, 1.0f, dy, out, x, in, 1.0f, dw, in);
+}
+
+void swiglu_forward(const Ctx& c, const float* x, int64_t T, int64_t d, int64_t f,
+                    const float* w_gate, const float* w_up, const float* w_down, float* y,
+                    float* gate, float* up) {
+  if (T == 0) return;
+  sgemm(c, false, false, T, f, d, 1.0f, x, d, w_gate, f, 0.0f, gate, f);
+  sgemm(c, false, false, T, f, d, 1.0f, x, d, w_up, f, 0.0f, up, f);
+  Scratch h(c, size_t(T * f) * sizeof(float));
+  swiglu_gate_kernel<<<plan::grid_for(T * f), plan::kThreads, 0, stream_of(c)>>>(gate, up, T * f,
+                                                                                 h.as<float>());
+  CUDA_CHECK_LAUNCH();
+  sgemm(c, false, false, T, d, f, 1.0f, h.as<float>(), f, w_down, d, 0.0f, y, d);
+}
+
+void swiglu_backward(const Ctx& c, const float* x, const float* gate, const float* up,
+                     const float* dy, int64_t T, int64_t d, int64_t f, const float* w_gate,
+                     const float* w_up, const float* w_down, float* dx, float* dw_gate,
+                     float* dw_up, float* dw_down) {
+  if (T == 0) return;
+  const int64_t n = T * f;
+  Scratch buf(c, size_t(2 * n) * sizeof(float));
+  float* h = buf.as<float>();
+  float* dh = h + n;
+  swiglu_gate_kernel<<<plan::grid_for(n), plan::kThreads, 0, stream_of(c)>>>(gate, up, n, h);
+  CUDA_CHECK_LAUNCH();
+  sgemm(c, true, false, f, d, T, 1.0f, h, f, dy, d, 1.0f, dw_down, d);
+  sgemm(c, false, true, T, f, d, 1.0f, dy, d, w_down, d, 0.0f, dh, f);
+  // h is free again: it receives d(gate).
+  swiglu_gate_backward_kernel<<<plan::grid_for(n), plan::kThreads, 0, stream_of(c)>>>(gate, up, n,
+                                                                                      dh, h);
+  CUDA_CHECK_LAUNCH();
+  sgemm(c, true, false, d, f, T, 1.0f, x, d, h, f, 1.0f, dw_gate, f);
+  sgemm(c, true, false, d, f, T, 1.0f, x, d, dh, f, 1.0f, dw_up, f);
+  if (dx) {
+    sgemm(c, false, true, T, d, f, 1.0f, h, f, w_gate, f, 0.0f, dx, d);
+    sgemm(c, false, true, T, d, f, 1.0f, dh, f, w_up, f, 1.0f, dx, d);
+  }
+}
+
+void grouped_gemm(const Ctx& c, const float* x, const float* const* w, const int64_t* offsets,
+                  int E, int64_t in, int64_t out, float beta, float* y) {
+  for (int e = 0; e < E; ++e) {
+    const int64_t rows = offsets[e + 1] - offsets[e];
+    TRIDENT_CHECK(rows >= 0, "grouped_gemm: offsets must not decrease");
+    if (rows == 0) continue;
+    sgemm(c, false, false, rows, out, in, 1.0f, x + offsets[e] * in, in, w[e], out, beta,
+          y + offsets[e] * out, out);
+  }
+}
+
+}  // namespace trident::kernels::cuda

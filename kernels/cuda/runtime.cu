@@ -1,0 +1,178 @@
+// Device discovery, the stream-ordered allocator, streams, events and the
+// StreamContext of include/trident/kernels/cuda/runtime.hpp.
+#include <cstdint>
+
+#include "trident/kernels/cuda/check.hpp"
+#include "trident/kernels/cuda/deadline.hpp"
+#include "trident/kernels/cuda/runtime.hpp"
+
+namespace trident::kernels::cuda {
+namespace {
+
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+cudaEvent_t as_event(void* e) { return static_cast<cudaEvent_t>(e); }
+
+// The device whose memory, stream or handle is made next: CUDA's current
+// device is per thread, so every entry point that creates something sets it.
+void use_device(int device) { CUDA_CHECK(cudaSetDevice(device)); }
+
+}  // namespace
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the error so later queries start clean
+    return 0;
+  }
+  return n;
+}
+
+std::string no_device_reason() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e);
+  }
+  return n == 0 ? "no CUDA device visible" : "";
+}
+
+CudaAllocator::CudaAllocator(int device, void* stream) : device_(device), stream_(stream) {
+  use_device(device);
+  cudaMemPool_t pool;
+  CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  uint64_t keep = UINT64_MAX;
+  CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+}
+
+void* CudaAllocator::allocate(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = nullptr;
+  const cudaError_t e = cudaMallocAsync(&p, bytes, as_stream(stream_));
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw Error("cuda:" + std::to_string(device_) + ": cannot allocate " + std::to_string(bytes) +
+                " bytes (" + cudaGetErrorString(e) + "); " + std::to_string(bytes_in_use()) +
+                " bytes in use");
+  }
+  count_alloc(bytes);
+  return p;
+}
+
+void CudaAllocator::deallocate(void* p, size_t bytes) noexcept {
+  if (!p) return;
+  // A failure here means the context is already broken; the next checked
+  // call reports it, and a destructor must not throw.
+  (void)cudaFreeAsync(p, as_stream(stream_));
+  count_free(bytes);
+}
+
+Stream::Stream(int device) {
+  use_device(device);
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  s_ = s;
+}
+
+Stream::~Stream() {
+  if (s_) (void)cudaStreamDestroy(as_stream(s_));
+}
+
+void Stream::synchronize(double timeout_s, const std::string& what) const {
+  wait_until(
+      [&] {
+        const cudaError_t e = cudaStreamQuery(as_stream(s_));
+        if (e == cudaErrorNotReady) return false;
+        CUDA_CHECK(e);
+        return true;
+      },
+      timeout_s, what);
+}
+
+Event::Event() {
+  cudaEvent_t e;
+  CUDA_CHECK(cudaEventCreate(&e));
+  e_ = e;
+}
+
+Event::~Event() {
+  if (e_) (void)cudaEventDestroy(as_event(e_));
+}
+
+void Event::record(void* stream) { CUDA_CHECK(cudaEventRecord(as_event(e_), as_stream(stream))); }
+
+bool Event::ready() const {
+  const cudaError_t e = cudaEventQuery(as_event(e_));
+  if (e == cudaErrorNotReady) return false;
+  CUDA_CHECK(e);
+  return true;
+}
+
+void Event::wait(double timeout_s, const std::string& what) const {
+  wait_until([&] { return ready(); }, timeout_s, what);
+}
+
+void Event::wait_on(void* stream) const {
+  CUDA_CHECK(cudaStreamWaitEvent(as_stream(stream), as_event(e_), 0));
+}
+
+float Event::elapsed_ms(const Event& start) const {
+  float ms = 0.0f;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, as_event(start.e_), as_event(e_)));
+  return ms;
+}
+
+StreamContext::StreamContext(int device) : device_(device) {
+  stream_ = std::make_unique<Stream>(device);
+  alloc_ = std::make_unique<CudaAllocator>(device, stream_->get());
+  workspace_ = std::make_unique<Workspace>(*alloc_);
+  cublasHandle_t h;
+  CUBLAS_CHECK(cublasCreate(&h));
+  blas_ = h;
+  CUBLAS_CHECK(cublasSetStream(h, as_stream(stream_->get())));
+  // Pedantic math: fp32 GEMMs stay fp32 (no TF32, whatever
+  // NVIDIA_TF32_OVERRIDE says), which the parity runs need. bf16 GEMMs choose
+  // their compute type per call.
+  CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH));
+}
+
+StreamContext::~StreamContext() {
+  (void)cudaSetDevice(device_);
+  workspace_.reset();  // frees on the stream, which must still exist
+  (void)cudaStreamSynchronize(as_stream(stream_->get()));
+  if (blas_) (void)cublasDestroy(static_cast<cublasHandle_t>(blas_));
+}
+
+void copy_to_device(const Ctx& c, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, as_stream(c.stream)));
+}
+
+void copy_device(const Ctx& c, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, as_stream(c.stream)));
+}
+
+void fill_zero(const Ctx& c, void* dst, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, as_stream(c.stream)));
+}
+
+void synchronize(const Ctx& c, double timeout_s, const std::string& what) {
+  Event done;
+  done.record(c.stream);
+  done.wait(timeout_s, what);
+}
+
+void copy_to_host(const Ctx& c, void* dst, const void* src, size_t bytes, double timeout_s) {
+  if (bytes == 0) return;
+  // A copy into pageable memory returns only when it is done, without a
+  // deadline; waiting for the work before it first (polled) leaves the copy
+  // itself as the only blocking part, and it cannot hang on a kernel.
+  synchronize(c, timeout_s,
+              "work before a copy of " + std::to_string(bytes) + " bytes to the host");
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, as_stream(c.stream)));
+  synchronize(c, timeout_s, "copy of " + std::to_string(bytes) + " bytes to the host");
+}
+
+}  // namespace trident::kernels::cuda

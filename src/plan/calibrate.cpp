@@ -1,0 +1,224 @@
+// Calibration benchmarks (see calibrate.hpp): each is a small closure timed by
+// one harness, on one rank alone or on every rank at once.
+#include "trident/plan/calibrate.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "trident/kernels/attention.hpp"
+#include "trident/kernels/gemm.hpp"
+#include "trident/kernels/ops.hpp"
+#include "trident/plan/cost_model.hpp"
+
+namespace trident::plan {
+namespace {
+
+// Median seconds of fn over repetitions lasting about `budget` seconds.
+double median_time(const std::function<void()>& fn, double budget) {
+  std::vector<double> t;
+  const double start = now_s();
+  do {
+    const double t0 = now_s();
+    fn();
+    t.push_back(now_s() - t0);
+  } while (now_s() - start < budget || t.size() < 3);
+  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+  return t[t.size() / 2];
+}
+
+// Rank `who` runs fn while the others sleep (they would otherwise spin in MPI
+// and take the cores); every rank gets the median.
+double alone(Communicator& world, int who, const std::function<void()>& fn, double budget) {
+  double t = 0;
+  world.barrier();
+  if (world.rank() == who)
+    t = median_time(fn, budget);
+  else
+    std::this_thread::sleep_for(std::chrono::duration<double>(budget * 2 + 0.1));
+  world.allreduce_max(&t, 1);
+  return t;
+}
+
+// Every rank runs fn at once; the mean of their medians.
+double together(Communicator& world, const std::function<void()>& fn, double budget) {
+  world.barrier();
+  double t = median_time(fn, budget);
+  world.allreduce_sum(&t, 1);
+  return t / world.size();
+}
+
+std::vector<float> filled(size_t n, float base) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = base + 1e-3f * float(i % 97);
+  return v;
+}
+
+// One-way seconds of a ping-pong of `bytes` between ranks a and b (others sleep).
+double one_way(Communicator& world, int a, int b, size_t bytes, double budget) {
+  std::vector<char> buf(std::max<size_t>(bytes, 1));
+  const int me = world.rank();
+  const bool in = me == a || me == b;
+  double t = 0;
+  world.barrier();
+  if (in) {
+    const int peer = me == a ? b : a;
+    auto round_trip = [&] {
+      if (me == a) {
+        Request s = world.isend(buf.data(), bytes, peer, 71);
+        world.wait(s);
+        Request r = world.irecv(buf.data(), bytes, peer, 72);
+        world.wait(r);
+      } else {
+        Request r = world.irecv(buf.data(), bytes, peer, 71);
+        world.wait(r);
+        Request s = world.isend(buf.data(), bytes, peer, 72);
+        world.wait(s);
+      }
+    };
+    // Both sides must make the same number of round trips: a fixed count,
+    // sized from a first estimate on rank a and agreed through the pair.
+    round_trip();
+    const double t0 = now_s();
+    round_trip();
+    const double once = std::max(now_s() - t0, 1e-7);
+    const int n = int(std::clamp(budget / once, 10.0, 20000.0));
+    int count = n;
+    if (me == a) {
+      Request s = world.isend(&count, sizeof count, peer, 73);
+      world.wait(s);
+    } else {
+      Request r = world.irecv(&count, sizeof count, peer, 73);
+      world.wait(r);
+    }
+    std::vector<double> times;
+    for (int i = 0; i < count; ++i) {
+      const double s0 = now_s();
+      round_trip();
+      times.push_back(now_s() - s0);
+    }
+    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+    t = times[times.size() / 2] / 2;
+  } else {
+    std::this_thread::sleep_for(std::chrono::duration<double>(budget * 2 + 0.1));
+  }
+  world.allreduce_max(&t, 1);
+  return t;
+}
+
+Link measure_link(Communicator& world, int a, int b, size_t big, double budget) {
+  Link l;
+  l.latency_s = one_way(world, a, b, 8, budget);
+  const double t = one_way(world, a, b, big, budget);
+  l.bandwidth_Bps = double(big) / std::max(t - l.latency_s, 1e-9);
+  return l;
+}
+
+double host_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  while (in >> key >> kb)
+    if (key == "MemTotal:") return kb * 1024;
+  return 0;
+}
+
+}  // namespace
+
+namespace {
+
+struct Rates {
+  double gemm_alone = 0, gemm_together = 0, attention = 0, memory = 0;
+};
+
+// The config's shapes: one micro-batch of one rank (its cp share).
+Rates measure_compute(Communicator& world, const Config& cfg, double budget) {
+  const ModelConfig& mc = cfg.model;
+  const int64_t seq = cfg.data.seq_len / cfg.parallel.cp;
+  const int64_t T = int64_t(cfg.data.micro_batch_size) * seq, d = mc.d_model;
+  const int64_t f = std::max<int64_t>(mc.ffn_hidden, d);
+  const auto a = filled(size_t(T * d), 0.5f), b = filled(size_t(d * f), -0.25f);
+  std::vector<float> c(size_t(T * f));
+  auto gemm = [&] {
+    kernels::sgemm(false, false, T, f, d, 1.0f, a.data(), d, b.data(), f, 0.0f, c.data(), f);
+  };
+  const double gemm_flops = 2.0 * T * d * f;
+  Rates r;
+  r.gemm_alone = gemm_flops / alone(world, 0, gemm, budget);
+  r.gemm_together = gemm_flops / together(world, gemm, budget);
+
+  kernels::AttnShape s;
+  s.Tq = s.Tk = seq;
+  s.H = mc.n_heads, s.Hkv = mc.n_kv_heads, s.D = mc.head_dim();
+  s.scale = 1.0f / std::sqrt(float(s.D));
+  s.causal = true;
+  const auto q = filled(size_t(seq * s.H * s.D), 0.1f),
+             kv = filled(size_t(seq * s.Hkv * s.D), 0.2f);
+  std::vector<float> out(q.size()), lse(size_t(seq * s.H)), dq(q.size()), dk(kv.size()),
+      dv(kv.size());
+  const auto dout = filled(q.size(), 0.3f);
+  auto attention = [&] {
+    kernels::attention_forward(s, q.data(), kv.data(), kv.data(), out.data(), lse.data());
+    kernels::attention_backward(s, q.data(), kv.data(), kv.data(), out.data(), lse.data(),
+                                dout.data(), dq.data(), dk.data(), dv.data());
+  };
+  const double attn_flops =
+      3.5 * causal_pairs_busiest_rank(seq, 1, CpLayout::zigzag) * 4 * s.H * s.D;
+  r.attention = attn_flops / alone(world, 0, attention, budget);
+
+  std::vector<float> y = filled(size_t(T * d), 1.0f);
+  auto add = [&] { kernels::add_inplace(y.data(), a.data(), T * d); };
+  r.memory = 12.0 * T * d / alone(world, 0, add, budget);  // read x and y, write y
+  return r;
+}
+
+}  // namespace
+
+MachineProfile calibrate_machine(Communicator& world, const std::vector<int>& node_of,
+                                 const Config& cfg, const CalibrationOptions& opt) {
+  const int n = world.size();
+  const int per_node = int(std::count(node_of.begin(), node_of.end(), node_of[0]));
+  const Rates r = measure_compute(world, cfg, opt.seconds);
+  MachineProfile m;
+  char host[256] = "unknown";
+  gethostname(host, sizeof host - 1);
+  const std::time_t now = std::time(nullptr);
+  char when[32];
+  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  m.name = std::string("calibrated on ") + host;
+  m.source = std::string("trident plan --calibrate, ") + std::to_string(n) + " ranks (" +
+             std::to_string(per_node) + " per node), " + when;
+  m.gemm_flops = r.gemm_alone;
+  m.attention_flops = r.attention;
+  m.memory_Bps = r.memory;
+  // Ranks that run at once: every rank's share of the solo rate, summed.
+  const double running =
+      std::clamp(std::round(per_node * r.gemm_together / r.gemm_alone), 1.0, double(per_node));
+  m.cores_per_node = running < per_node ? int(running) : 0;
+  m.memory_bytes = host_memory_bytes() / per_node;
+  const size_t big = size_t(cfg.data.micro_batch_size) * cfg.data.seq_len * cfg.model.d_model * 4;
+  if (n > 1) {
+    const int same = node_of[1] == node_of[0] ? 1 : -1;
+    m.node = same > 0 ? measure_link(world, 0, 1, big, opt.seconds) : Link{};
+    int other = -1;
+    for (int i = 1; i < n && other < 0; ++i)
+      if (node_of[size_t(i)] != node_of[0]) other = i;
+    m.network = other > 0 ? measure_link(world, 0, other, big, opt.seconds) : m.node;
+    if (same < 0) m.node = m.network;
+  } else {
+    m.node = m.network = Link{1e10, 1e-6};
+    m.source += "; one rank: links not measured";
+  }
+  if (n > 1 && std::count(node_of.begin(), node_of.end(), node_of[0]) == n)
+    m.source += "; one node: network copied from the node link";
+  m.nvlink = m.node;  // a CPU node has no NVLink: its domain is the node's shared memory
+  return m;
+}
+
+}  // namespace trident::plan

@@ -1,0 +1,224 @@
+// Cost model: FLOPs, bytes and memory of one rank's actions, counted from
+// the model's code (see cost_model.hpp and share/trident/planner.md).
+#include "trident/plan/cost_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "trident/core/error.hpp"
+
+namespace trident::plan {
+namespace {
+
+constexpr double kFloat = 4;           // bytes per fp32 value
+constexpr double kIndex = 4;           // bytes per int32 routing entry
+constexpr double kAttnBackward = 2.5;  // attention backward / forward FLOPs (P recomputed)
+
+// Layers [begin, end) of virtual stage vs of n (the model's layer_range rule).
+std::pair<int, int> stage_layers(int n_layers, int n_virtual, int vs) {
+  const int base = n_layers / n_virtual, extra = n_layers % n_virtual;
+  const int begin = vs * base + std::min(vs, extra);
+  return {begin, begin + base + (vs < extra ? 1 : 0)};
+}
+
+// Shapes of one micro-batch on one rank.
+struct Shapes {
+  double T, d, H, Hkv, D, f, E, k, V, mbs, R;
+  Shapes(const Config& cfg, const MeshPlan& p) {
+    const ModelConfig& m = cfg.model;
+    mbs = p.micro_batch_size;
+    T = mbs * double(cfg.data.seq_len) / p.cp;
+    d = m.d_model;
+    H = m.n_heads;
+    Hkv = m.n_kv_heads;
+    D = m.head_dim();
+    f = m.ffn_hidden;
+    E = m.n_experts;
+    k = m.top_k;
+    V = m.vocab_size;
+    // expert-side rows of the busiest rank: the ep ranks' T k copies over ep ranks
+    R = E > 0 ? T * k * moe_imbalance(T * k * p.ep, p.ep) : 0;
+  }
+};
+
+void add_attention_layer(const Shapes& s, double pairs, ChunkCost& c) {
+  const double proj = 2 * s.T * s.d * (2 * s.H * s.D + 2 * s.Hkv * s.D);
+  const double core = s.mbs * pairs * 4 * s.H * s.D;
+  const double mem = kFloat * (7 * s.T * s.d + 2 * s.T * (s.H + s.Hkv) * s.D);
+  c.f += Work{proj, core, mem};
+  c.b += Work{proj, kAttnBackward * core, 2 * mem};
+  c.w += Work{proj, 0, 0};
+  c.activation_bytes +=
+      kFloat * (2 * s.T * s.d + 2 * s.T * s.H * s.D + 2 * s.T * s.Hkv * s.D + s.T * s.H + s.T);
+}
+
+void add_ffn_layer(const Shapes& s, bool moe, ChunkCost& c) {
+  double gemm, mem = kFloat * 7 * s.T * s.d;
+  double act = kFloat * (2 * s.T * s.d + s.T);
+  if (moe) {
+    gemm = 2 * s.T * s.d * s.E + 6 * s.R * s.d * s.f;
+    mem += kFloat * (2 * s.T * s.E + 4 * s.T * s.k * s.d + 3 * s.R * s.f);
+    act += kFloat * (s.T * s.d + 2 * s.T * s.E + 2 * s.T) + kIndex * 3 * s.T * s.k +
+           8 * 2 * s.T * s.k + kFloat * (2 * s.R * s.d + 2 * s.R * s.f);
+  } else {
+    gemm = 6 * s.T * s.d * s.f;
+    mem += kFloat * 3 * s.T * s.f;
+    act += kFloat * 2 * s.T * s.f;
+  }
+  // The SwiGLU and MoE kernels compute input and weight gradients in one
+  // pass, so B carries both whether or not the schedule splits backward.
+  c.f += Work{gemm, 0, mem};
+  c.b += Work{2 * gemm, 0, 2 * mem};
+  c.activation_bytes += act;
+}
+
+}  // namespace
+
+std::string MeshPlan::str() const {
+  std::ostringstream o;
+  o << "pp=" << pp << " vpp=" << vpp << " cp=" << cp << " ep=" << ep << " dp=" << dp << " "
+    << config_name(schedule) << " " << config_name(cp_layout) << " mbs=" << micro_batch_size
+    << " m=" << microbatches;
+  return o.str();
+}
+
+MeshPlan mesh_plan_of(const Config& cfg, int world) {
+  MeshPlan p;
+  p.pp = cfg.parallel.pp;
+  p.vpp = cfg.parallel.vpp;
+  p.cp = cfg.parallel.cp;
+  p.ep = cfg.parallel.ep;
+  p.dp = world / (p.pp * p.cp);
+  p.schedule = cfg.parallel.schedule;
+  p.cp_layout = cfg.parallel.cp_layout;
+  p.micro_batch_size = cfg.data.micro_batch_size;
+  p.microbatches = cfg.data.num_microbatches;
+  return p;
+}
+
+Config with_plan(Config cfg, const MeshPlan& p) {
+  cfg.parallel.pp = p.pp;
+  cfg.parallel.vpp = p.vpp;
+  cfg.parallel.cp = p.cp;
+  cfg.parallel.ep = p.ep;
+  cfg.parallel.schedule = p.schedule;
+  cfg.parallel.cp_layout = p.cp_layout;
+  cfg.data.micro_batch_size = p.micro_batch_size;
+  cfg.data.num_microbatches = p.microbatches;
+  return cfg;
+}
+
+Work& Work::operator+=(const Work& o) {
+  gemm_flops += o.gemm_flops;
+  attention_flops += o.attention_flops;
+  memory_bytes += o.memory_bytes;
+  return *this;
+}
+
+double moe_imbalance(double routed_copies, int ep) {
+  if (ep <= 1 || routed_copies <= 0) return 1.0;
+  const double p = 1.0 / ep, mean = routed_copies * p;
+  const double sd = std::sqrt(routed_copies * p * (1 - p));
+  return (mean + sd * std::sqrt(2 * std::log(double(ep)))) / mean;
+}
+
+double causal_pairs_busiest_rank(long long seq_len, int cp, CpLayout layout) {
+  const double S = double(seq_len);
+  if (cp <= 1) return S * (S + 1) / 2;
+  if (layout == CpLayout::zigzag) {
+    // rank r holds chunks r and 2cp-1-r of size c: (2cp-1) c^2 + c(c+1) pairs, 1/cp of all
+    const double c = S / (2.0 * cp);
+    return 2 * cp * c * c + c;
+  }
+  const double c = S / cp;  // the last rank sees every earlier chunk
+  return (cp - 1) * c * c + c * (c + 1) / 2;
+}
+
+ChunkCost chunk_cost(const Config& cfg, const MeshPlan& p, int vs) {
+  const int n_virtual = p.pp * p.vpp;
+  TRIDENT_CHECK(vs >= 0 && vs < n_virtual, "virtual stage out of range");
+  const Shapes s(cfg, p);
+  ChunkCost c;
+  const auto [begin, end] = stage_layers(cfg.model.n_layers, n_virtual, vs);
+  c.first = vs == 0;
+  c.last = vs == n_virtual - 1;
+  c.layers = end - begin;
+  const double pairs = causal_pairs_busiest_rank(cfg.data.seq_len, p.cp, p.cp_layout);
+  c.attention_flops_total_f =
+      c.layers * s.mbs * (double(cfg.data.seq_len) * (cfg.data.seq_len + 1) / 2) * 4 * s.H * s.D;
+  const double attn_params = 2 * s.d + 2 * s.H * s.D * s.d + 2 * s.Hkv * s.D * s.d;  // + 2 norms
+  for (int l = begin; l < end; ++l) {
+    const bool moe = cfg.model.is_moe_layer(l);
+    add_attention_layer(s, pairs, c);
+    add_ffn_layer(s, moe, c);
+    c.params += attn_params;
+    if (moe) {
+      c.moe_layers += 1;
+      const double experts = (s.E / p.ep) * 3 * s.d * s.f;
+      c.params += s.E * s.d + experts;
+      c.expert_params += experts;
+    } else {
+      c.params += 3 * s.d * s.f;
+    }
+  }
+  if (c.first) {
+    c.f.memory_bytes += kFloat * 2 * s.T * s.d;  // embedding gather
+    c.b.memory_bytes += kFloat * 2 * s.T * s.d;
+    c.params += s.V * s.d;
+  }
+  if (c.last) {
+    const double head = 2 * s.T * s.d * s.V;
+    c.f += Work{head, 0, kFloat * (2 * s.T * s.d + 3 * s.T * s.V)};
+    c.b += Work{head, 0, kFloat * 2 * s.T * s.d};
+    c.w += Work{head, 0, 0};
+    c.params += s.d + s.V * s.d;
+    c.activation_bytes += kFloat * (2 * s.T * s.d + s.T * s.V + s.T);
+  }
+  if (p.cp > 1) {
+    // per layer and sample: K and V of Ls = T/mbs tokens, cp-1 ring steps
+    const double kv = kFloat * 2 * (s.T / s.mbs) * s.Hkv * s.D;
+    c.f_comm.cp_bytes = c.layers * s.mbs * (p.cp - 1) * kv;
+    c.f_comm.cp_steps = c.layers * int(s.mbs) * (p.cp - 1);
+    c.b_comm.cp_bytes = 2 * c.f_comm.cp_bytes;  // K/V travel again and dK/dV come home
+    c.b_comm.cp_steps = c.f_comm.cp_steps;
+  }
+  if (p.ep > 1 && c.moe_layers > 0) {
+    const double rows_out = s.T * s.k * double(p.ep - 1) / p.ep;
+    c.f_comm.ep_bytes = c.moe_layers * 2 * rows_out * s.d * kFloat;  // dispatch + combine
+    c.f_comm.ep_exchanges = c.moe_layers * 2;
+    c.b_comm.ep_bytes = c.f_comm.ep_bytes;  // the gradients take the same way back
+    c.b_comm.ep_exchanges = c.f_comm.ep_exchanges;
+  }
+  c.boundary_bytes = c.last ? 0 : kFloat * s.T * s.d;
+  return c;
+}
+
+MemoryEstimate memory_of_rank(const Config& cfg, const MeshPlan& p, int pp_rank,
+                              int peak_inflight) {
+  const Shapes s(cfg, p);
+  MemoryEstimate m;
+  double cache = 0, comm = 0, work = 0;
+  for (int c = 0; c < p.vpp; ++c) {
+    const ChunkCost cc = chunk_cost(cfg, p, c * p.pp + pp_rank);
+    m.params += kFloat * cc.params;
+    cache += cc.activation_bytes;
+    const double logits = cc.last ? s.T * s.V : 0;
+    work = std::max(work,
+                    kFloat * std::max(2 * s.T * s.d + logits,
+                                      3 * s.T * s.d + 2 * s.T * s.H * s.D + 2 * s.T * s.Hkv * s.D));
+  }
+  m.grads = m.params;
+  m.optimizer = 2 * m.params;
+  // In-flight caches: the rank's chunks share the count; use their mean size.
+  m.activations = peak_inflight * cache / p.vpp;
+  if (p.pp > 1) comm += kFloat * 2 * s.T * s.d * peak_inflight;  // boundary in + grad buffers
+  if (p.cp > 1)
+    comm += kFloat * 2 * 2 * 2 * (s.T / s.mbs) * s.Hkv * s.D;  // K/V (+dK/dV) double buffer
+  if (p.ep > 1 && cfg.model.n_experts > 0) comm += kFloat * 2 * s.T * s.k * s.d;  // send rows
+  m.comm_buffers = comm;
+  m.workspace = work;
+  return m;
+}
+
+}  // namespace trident::plan

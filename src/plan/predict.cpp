@@ -1,0 +1,263 @@
+// Prediction of one mesh: cost model -> seconds per action -> schedule
+// simulator -> step time, split and memory (see predict.hpp).
+#include "trident/plan/predict.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "trident/parallel/pp/generators.hpp"
+#include "trident/parallel/pp/simulator.hpp"
+
+namespace trident::plan {
+namespace {
+
+constexpr double kAdamWBytesPerParam = 36;  // read p g m v, write p m v, zero g, norm reads g
+constexpr int kStepAgreements = 6;          // loss, grad norm, step span, bubble, comm bytes, clock
+
+LinkClass class_of(const ClusterShape& s, long long a, long long b) {
+  if (a / s.devices_per_node != b / s.devices_per_node) return LinkClass::network;
+  if (a / s.nvlink_domain != b / s.nvlink_domain) return LinkClass::node;
+  return LinkClass::nvlink;
+}
+// An aligned run of n ranks starting at 0 spans the class of its ends.
+LinkClass span_class(const ClusterShape& s, long long n) { return class_of(s, 0, n - 1); }
+
+LinkClass worst(LinkClass a, LinkClass b) { return int(a) > int(b) ? a : b; }
+
+LinkClass pp_class(const ClusterShape& s, const MeshPlan& p) {
+  LinkClass c = LinkClass::nvlink;
+  const long long stage = 1LL * p.dp * p.cp;
+  for (int i = 0; i + 1 < p.pp && c != LinkClass::network; ++i)
+    c = worst(c, class_of(s, i * stage, (i + 1) * stage));
+  return c;
+}
+
+// Ring allreduce of `bytes` over n ranks.
+double allreduce_s(const Link& l, double bytes, long long n) {
+  if (n <= 1) return 0;
+  return 2.0 * (n - 1) * l.latency_s + 2.0 * (n - 1) / n * bytes / l.bandwidth_Bps;
+}
+
+struct Rates {
+  const MachineProfile& m;
+  double slow;
+  double compute(const Work& w) const {
+    return slow * (w.gemm_flops / m.gemm_flops + w.attention_flops / m.attention_flops +
+                   w.memory_bytes / m.memory_Bps);
+  }
+};
+
+// Exposed seconds of the CP ring in one action: each step's transfer hides
+// behind that step's share of the attention kernel.
+double ring_exposed(const Rates& r, const Link& l, const ActionComm& c, double attn_flops, int cp) {
+  if (c.cp_steps == 0) return 0;
+  const double per_step_comm = r.slow * l.seconds(c.cp_bytes / c.cp_steps);
+  const double per_step_compute =
+      r.slow * attn_flops / r.m.attention_flops / cp / (double(c.cp_steps) / (cp - 1));
+  return c.cp_steps * std::max(0.0, per_step_comm - per_step_compute);
+}
+
+double exchange_s(const Rates& r, const Link& l, const ActionComm& c, int ep, double imbalance) {
+  if (c.ep_exchanges == 0) return 0;
+  return r.slow *
+         (c.ep_exchanges * (ep - 1) * l.latency_s + imbalance * c.ep_bytes / l.bandwidth_Bps);
+}
+
+}  // namespace
+
+double ActionTimes::lower_bound_s() const {
+  return microbatches * vpp * (t_f + t_b + t_w) + after_pipeline;
+}
+
+ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShape& shape,
+                         const MachineProfile& m) {
+  const Rates r{m, m.oversubscription(shape.devices_per_node)};
+  const Link& cp_link = m.link(span_class(shape, p.cp));
+  const Link& ep_link = m.link(span_class(shape, p.ep));
+  const double T = double(p.micro_batch_size) * cfg.data.seq_len / p.cp;
+  const double imb = cfg.model.n_experts > 0 ? moe_imbalance(T * cfg.model.top_k * p.ep, p.ep) : 1;
+  ActionTimes a;
+  a.microbatches = p.microbatches;
+  a.vpp = p.vpp;
+  double max_params = 0, dense_grad = 0, expert_grad = 0;
+  std::vector<double> rank_params(size_t(p.pp), 0), rank_expert(size_t(p.pp), 0);
+  for (int vs = 0; vs < p.pp * p.vpp; ++vs) {
+    const ChunkCost c = chunk_cost(cfg, p, vs);
+    const double cp_f = ring_exposed(r, cp_link, c.f_comm, c.f.attention_flops, p.cp);
+    const double cp_b = ring_exposed(r, cp_link, c.b_comm, c.b.attention_flops, p.cp);
+    const double ep_f = exchange_s(r, ep_link, c.f_comm, p.ep, imb);
+    const double ep_b = exchange_s(r, ep_link, c.b_comm, p.ep, imb);
+    const double f = r.compute(c.f) + cp_f + ep_f, b = r.compute(c.b) + cp_b + ep_b,
+                 w = r.compute(c.w);
+    if (f + b + w > a.t_f + a.t_b + a.t_w) {  // the slowest stage sets the pace
+      a.t_f = f, a.t_b = b, a.t_w = w;
+      a.compute = p.vpp * (r.compute(c.f) + r.compute(c.b) + r.compute(c.w));
+      a.cp = p.vpp * (cp_f + cp_b);
+      a.ep = p.vpp * (ep_f + ep_b);
+    }
+    rank_params[size_t(vs % p.pp)] += c.params;
+    rank_expert[size_t(vs % p.pp)] += c.expert_params;
+    if (vs == 0) a.latency = r.slow * m.link(pp_class(shape, p)).seconds(c.boundary_bytes);
+  }
+  for (int i = 0; i < p.pp; ++i) {
+    if (rank_params[size_t(i)] <= max_params) continue;
+    max_params = rank_params[size_t(i)];
+    expert_grad = 4 * rank_expert[size_t(i)];
+    dense_grad = 4 * (rank_params[size_t(i)] - rank_expert[size_t(i)]);
+  }
+  const long long stage = 1LL * p.dp * p.cp;
+  const Link& dp_link = m.link(span_class(shape, stage));
+  a.dp = r.slow * (allreduce_s(dp_link, dense_grad, stage) +
+                   allreduce_s(dp_link, expert_grad, stage / p.ep));
+  const long long world = stage * p.pp;
+  int moe_layers = 0;
+  for (int l = 0; l < cfg.model.n_layers; ++l) moe_layers += cfg.model.is_moe_layer(l) ? 1 : 0;
+  const double agreements = (kStepAgreements + moe_layers) * 2 *
+                            std::ceil(std::log2(double(std::max(2LL, world)))) *
+                            m.link(span_class(shape, world)).latency_s * (world > 1 ? 1 : 0);
+  a.after_pipeline = a.dp +
+                     r.slow * (agreements + kAdamWBytesPerParam * max_params / m.memory_Bps) +
+                     m.step_overhead_s;
+  return a;
+}
+
+namespace {
+
+// FLOPs of one step's model math: 3 x the forward (backward = 2 x forward),
+// every routed copy once (no imbalance), causal attention pairs only.
+double model_flops_per_step(const Config& cfg, const MeshPlan& p) {
+  const ModelConfig& mc = cfg.model;
+  const double d = mc.d_model, HD = double(mc.n_heads) * mc.head_dim(),
+               KD = double(mc.n_kv_heads) * mc.head_dim(), S = cfg.data.seq_len;
+  double per_token = 0;  // forward matmul FLOPs per token
+  for (int l = 0; l < mc.n_layers; ++l) {
+    per_token += 2 * d * (2 * HD + 2 * KD);
+    per_token += mc.is_moe_layer(l) ? 2 * d * mc.n_experts + 6.0 * mc.top_k * d * mc.ffn_hidden
+                                    : 6 * d * mc.ffn_hidden;
+  }
+  per_token += 2 * d * mc.vocab_size;
+  const double sequences = double(p.global_batch());
+  const double attention = mc.n_layers * (S * (S + 1) / 2) * 4 * HD;  // per sequence, forward
+  return 3 * sequences * (S * per_token + attention);
+}
+
+pp::SimResult simulate_plan(const MeshPlan& p, const pp::SimCosts& c) {
+  return pp::simulate(
+      pp::lower(pp::make_schedule(config_name(p.schedule), p.pp, p.microbatches, p.vpp)), c);
+}
+
+}  // namespace
+
+Prediction predict(const Config& cfg, const MeshPlan& p, const ClusterShape& shape,
+                   const MachineProfile& m, bool detailed) {
+  const ActionTimes a = action_times(cfg, p, shape, m);
+  pp::SimCosts costs{a.t_f, a.t_b, a.t_w, a.latency};
+  const pp::SimResult sim = simulate_plan(p, costs);
+  Prediction out;
+  out.plan = p;
+  out.t_f = a.t_f, out.t_b = a.t_b, out.t_w = a.t_w, out.pp_latency_s = a.latency;
+  out.step_time_s = sim.makespan + a.after_pipeline;
+  out.tokens_per_s = double(p.global_batch()) * cfg.data.seq_len / out.step_time_s;
+  out.bubble_fraction = sim.mean_bubble();
+  out.model_flops = model_flops_per_step(cfg, p);
+  const double world = double(p.pp) * p.dp * p.cp;
+  out.mfu = m.peak_flops > 0 ? out.model_flops / (out.step_time_s * world * m.peak_flops) : 0;
+  const double busy = p.microbatches * (a.compute + a.cp + a.ep);
+  out.split.compute = p.microbatches * a.compute;
+  out.split.cp = p.microbatches * a.cp;
+  out.split.ep = p.microbatches * a.ep;
+  out.split.dp = a.dp;
+  out.split.other = a.after_pipeline - a.dp;
+  double no_latency = sim.makespan;
+  if (detailed && a.latency > 0) {
+    costs.latency = 0;
+    no_latency = simulate_plan(p, costs).makespan;
+  }
+  out.split.pp = sim.makespan - no_latency;
+  out.split.bubble = std::max(0.0, no_latency - busy);
+  for (int r = 0; r < p.pp; ++r) {
+    const MemoryEstimate mem = memory_of_rank(cfg, p, r, sim.ranks[size_t(r)].peak_inflight);
+    out.peak_inflight = std::max(out.peak_inflight, sim.ranks[size_t(r)].peak_inflight);
+    if (mem.total() > out.memory.total()) out.memory = mem, out.memory_pp_rank = r;
+  }
+  out.cp_link = span_class(shape, p.cp);
+  out.ep_link = span_class(shape, p.ep);
+  out.pp_link = pp_class(shape, p);
+  out.dp_link = span_class(shape, 1LL * p.dp * p.cp);
+  return out;
+}
+
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+// Seconds with a unit that keeps three significant digits readable.
+std::string seconds_text(double s) {
+  if (s >= 1) return fmt("%.3f s", s);
+  if (s >= 1e-3) return fmt("%.3f ms", s * 1e3);
+  return fmt("%.1f us", s * 1e6);
+}
+
+std::string gb(double bytes) { return fmt("%.3f GB", bytes / 1e9); }
+
+}  // namespace
+
+std::string prediction_text(const Prediction& p, double limit) {
+  std::ostringstream o;
+  const TimeSplit& s = p.split;
+  const double step = p.step_time_s;
+  auto part = [&](const char* name, double v) {
+    return std::string(name) + " " + seconds_text(v) + " (" + fmt("%.1f", 100 * v / step) + "%)";
+  };
+  o << "prediction for " << p.plan.str() << "\n"
+    << "  step " << seconds_text(step) << ", " << fmt("%.4g", p.tokens_per_s)
+    << " tokens/s, bubble " << fmt("%.1f", 100 * p.bubble_fraction) << "%";
+  if (p.mfu > 0) o << ", MFU " << fmt("%.1f", 100 * p.mfu) << "%";
+  o << "\n  time: " << part("compute", s.compute) << ", " << part("bubble", s.bubble) << ", "
+    << part("cp", s.cp) << ", " << part("ep", s.ep) << ", " << part("pp", s.pp) << ", "
+    << part("dp", s.dp) << ", " << part("other", s.other) << "\n"
+    << "  per action: F " << seconds_text(p.t_f) << ", B " << seconds_text(p.t_b) << ", W "
+    << seconds_text(p.t_w) << ", stage hand-over " << seconds_text(p.pp_latency_s) << "\n"
+    << "  links: cp " << link_class_name(p.cp_link) << ", ep " << link_class_name(p.ep_link)
+    << ", pp " << link_class_name(p.pp_link) << ", dp " << link_class_name(p.dp_link) << "\n";
+  const MemoryEstimate& m = p.memory;
+  o << "  memory (pp rank " << p.memory_pp_rank << "): " << gb(m.total()) << " = params "
+    << gb(m.params) << " + grads " << gb(m.grads) << " + optimizer " << gb(m.optimizer)
+    << " + activations " << gb(m.activations) << " (" << p.peak_inflight << " in flight) + buffers "
+    << gb(m.comm_buffers) << " + workspace " << gb(m.workspace);
+  if (limit > 0) o << "; limit " << gb(limit) << (m.total() <= limit ? ", fits" : ", DOES NOT FIT");
+  o << "\n";
+  return o.str();
+}
+
+std::string prediction_json(const Prediction& p) {
+  std::ostringstream o;
+  o.precision(9);
+  const MeshPlan& m = p.plan;
+  const TimeSplit& s = p.split;
+  const MemoryEstimate& e = p.memory;
+  o << "{\"pp\": " << m.pp << ", \"vpp\": " << m.vpp << ", \"cp\": " << m.cp << ", \"ep\": " << m.ep
+    << ", \"dp\": " << m.dp << ", \"schedule\": \"" << config_name(m.schedule)
+    << "\", \"cp_layout\": \"" << config_name(m.cp_layout)
+    << "\", \"micro_batch_size\": " << m.micro_batch_size
+    << ", \"num_microbatches\": " << m.microbatches << ", \"step_time_s\": " << p.step_time_s
+    << ", \"tokens_per_s\": " << p.tokens_per_s << ", \"bubble_fraction\": " << p.bubble_fraction
+    << ", \"mfu\": " << p.mfu << ", \"t_f_s\": " << p.t_f << ", \"t_b_s\": " << p.t_b
+    << ", \"t_w_s\": " << p.t_w << ", \"time_split_s\": {\"compute\": " << s.compute
+    << ", \"bubble\": " << s.bubble << ", \"cp\": " << s.cp << ", \"ep\": " << s.ep
+    << ", \"pp\": " << s.pp << ", \"dp\": " << s.dp << ", \"other\": " << s.other
+    << "}, \"memory_bytes\": {\"total\": " << e.total() << ", \"params\": " << e.params
+    << ", \"grads\": " << e.grads << ", \"optimizer\": " << e.optimizer
+    << ", \"activations\": " << e.activations << ", \"comm_buffers\": " << e.comm_buffers
+    << ", \"workspace\": " << e.workspace << ", \"pp_rank\": " << p.memory_pp_rank
+    << "}, \"peak_inflight\": " << p.peak_inflight << "}";
+  return o.str();
+}
+
+}  // namespace trident::plan

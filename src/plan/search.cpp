@@ -1,0 +1,195 @@
+// Mesh search: enumerate, check legality, price, bound, simulate the
+// promising ones (see search.hpp).
+#include "trident/plan/search.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+
+#include "trident/core/error.hpp"
+#include "trident/train/check_config.hpp"
+
+namespace trident::plan {
+namespace {
+
+std::vector<int> divisors(long long n) {
+  std::vector<int> out;
+  for (long long d = 1; d * d <= n; ++d) {
+    if (n % d) continue;
+    out.push_back(int(d));
+    if (d != n / d) out.push_back(int(n / d));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+struct Candidate {
+  MeshPlan plan;
+  double lower_bound = 0;
+};
+
+// Every (schedule, vpp) worth trying for pp pipeline ranks.
+std::vector<std::pair<PipelineSchedule, int>> schedules_for(int pp, int n_layers) {
+  if (pp == 1) return {{PipelineSchedule::one_f_one_b, 1}};  // all schedules coincide
+  std::vector<std::pair<PipelineSchedule, int>> out = {{PipelineSchedule::afab, 1},
+                                                       {PipelineSchedule::one_f_one_b, 1},
+                                                       {PipelineSchedule::zb_h1, 1}};
+  for (int v = 2; v * pp <= n_layers && v <= 8; ++v)
+    out.push_back({PipelineSchedule::interleaved, v});
+  return out;
+}
+
+// The meshes (pp, cp, ep) and schedules, before the batch split.
+std::vector<MeshPlan> meshes(const Config& cfg, const ClusterShape& shape) {
+  std::vector<MeshPlan> out;
+  const long long world = shape.world();
+  for (int pp : divisors(world)) {
+    if (pp > cfg.model.n_layers) break;
+    for (int cp : divisors(world / pp)) {
+      if (shape.nvlink_domain % cp) continue;
+      const long long stage = world / pp;
+      for (int ep : divisors(stage)) {
+        if (cfg.model.n_experts == 0 ? ep > 1 : cfg.model.n_experts % ep != 0) continue;
+        for (auto [sched, vpp] : schedules_for(pp, cfg.model.n_layers)) {
+          for (CpLayout layout : {CpLayout::zigzag, CpLayout::contiguous}) {
+            if (cp == 1 && layout != cfg.parallel.cp_layout) continue;
+            MeshPlan p;
+            p.pp = pp, p.cp = cp, p.ep = ep, p.vpp = vpp, p.dp = int(stage / cp);
+            p.schedule = sched, p.cp_layout = layout;
+            out.push_back(p);
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string plan_refusal(const Config& cfg, const ClusterShape& shape, const MeshPlan& plan) {
+  const MeshCheck mc = check_mesh(shape, {plan.pp, plan.cp, plan.ep}, cfg.model.n_experts);
+  if (!mc.ok()) return mc.key + ": " + mc.rule;
+  if (1LL * plan.pp * plan.cp * plan.dp != shape.world()) return "pp*cp*dp must be the world size";
+  try {
+    train::check_config(with_plan(cfg, plan), shape.world());
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return {};
+}
+
+namespace {
+
+// Memory no schedule can go below: every rank holds one micro-batch's cache.
+double memory_lower_bound(const Config& cfg, const MeshPlan& p) {
+  return std::max(memory_of_rank(cfg, p, 0, 1).total(),
+                  memory_of_rank(cfg, p, p.pp - 1, 1).total());
+}
+
+long long default_global_batch(const Config& cfg, const ClusterShape& shape) {
+  const long long world = shape.world(), pc = 1LL * cfg.parallel.pp * cfg.parallel.cp;
+  if (world % pc != 0)
+    throw InputError("--global-batch: needed, because the config's pp*cp = " + std::to_string(pc) +
+                     " does not divide " + std::to_string(world) + " ranks");
+  return 1LL * cfg.data.micro_batch_size * cfg.data.num_microbatches * (world / pc);
+}
+
+// Legal candidates with their step-time bounds; counts go into r.
+std::vector<Candidate> legal_candidates(const Config& cfg, const ClusterShape& shape,
+                                        const MachineProfile& m, const SearchOptions& opt,
+                                        SearchResult& r) {
+  std::vector<Candidate> out;
+  for (MeshPlan p : meshes(cfg, shape)) {
+    if (r.global_batch % p.dp) continue;
+    for (int mbs : divisors(r.global_batch / p.dp)) {
+      p.micro_batch_size = mbs;
+      p.microbatches = int(r.global_batch / p.dp / mbs);
+      ++r.candidates;
+      if (!plan_refusal(cfg, shape, p).empty()) continue;
+      ++r.legal;
+      if (opt.memory_limit_bytes > 0 && memory_lower_bound(cfg, p) > opt.memory_limit_bytes) {
+        ++r.refused_memory;
+        continue;
+      }
+      out.push_back({p, action_times(cfg, p, shape, m).lower_bound_s()});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+SearchResult search(const Config& cfg, const ClusterShape& shape, const MachineProfile& m,
+                    const SearchOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  SearchResult r;
+  r.global_batch = opt.global_batch > 0 ? opt.global_batch : default_global_batch(cfg, shape);
+  std::vector<Candidate> cands = legal_candidates(cfg, shape, m, opt, r);
+  std::sort(cands.begin(), cands.end(),
+            [](const Candidate& a, const Candidate& b) { return a.lower_bound < b.lower_bound; });
+  const size_t k = size_t(std::max(1, opt.top_k));
+  for (const Candidate& c : cands) {
+    if (r.best.size() == k && c.lower_bound >= r.best.back().step_time_s) break;
+    Prediction p = predict(cfg, c.plan, shape, m, false);
+    ++r.simulated;
+    if (opt.memory_limit_bytes > 0 && p.memory.total() > opt.memory_limit_bytes) {
+      ++r.refused_memory;
+      continue;
+    }
+    auto at = std::upper_bound(
+        r.best.begin(), r.best.end(), p,
+        [](const Prediction& a, const Prediction& b) { return a.step_time_s < b.step_time_s; });
+    r.best.insert(at, std::move(p));
+    if (r.best.size() > k) r.best.pop_back();
+  }
+  if (r.best.empty()) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%.3f GB", opt.memory_limit_bytes / 1e9);
+    throw InputError("--search: no legal mesh of " + std::to_string(shape.world()) + " ranks " +
+                     (r.legal == 0
+                          ? std::string("for a global batch of ") + std::to_string(r.global_batch) +
+                                " sequences (" + std::to_string(r.candidates) +
+                                " candidates, none legal)"
+                          : "fits --memory-gb " + std::string(buf) + " (" +
+                                std::to_string(r.legal) + " legal meshes, all too large)"));
+  }
+  for (Prediction& p : r.best) p = predict(cfg, p.plan, shape, m, true);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+std::string search_text(const SearchResult& r, double limit) {
+  std::ostringstream o;
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "search: %lld candidates, %lld legal, %lld refused for memory, %lld simulated, "
+                "global batch %lld sequences, %.2f s\n",
+                r.candidates, r.legal, r.refused_memory, r.simulated, r.global_batch, r.seconds);
+  o << line;
+  o << "rank  step_s      tokens/s    bubble  memory_GB  mesh\n";
+  for (size_t i = 0; i < r.best.size(); ++i) {
+    const Prediction& p = r.best[i];
+    std::snprintf(line, sizeof line, "%4zu  %-10.4g  %-10.4g  %5.1f%%  %9.3f  %s\n", i + 1,
+                  p.step_time_s, p.tokens_per_s, 100 * p.bubble_fraction, p.memory.total() / 1e9,
+                  p.plan.str().c_str());
+    o << line;
+  }
+  if (!r.best.empty()) o << "\nfirst choice:\n" << prediction_text(r.best.front(), limit);
+  return o.str();
+}
+
+std::string search_json(const SearchResult& r) {
+  std::ostringstream o;
+  o.precision(9);
+  o << "{\"candidates\": " << r.candidates << ", \"legal\": " << r.legal
+    << ", \"refused_memory\": " << r.refused_memory << ", \"simulated\": " << r.simulated
+    << ", \"global_batch\": " << r.global_batch << ", \"seconds\": " << r.seconds
+    << ", \"best\": [";
+  for (size_t i = 0; i < r.best.size(); ++i) o << (i ? ", " : "") << prediction_json(r.best[i]);
+  o << "]}\n";
+  return o.str();
+}
+
+}  // namespace trident::plan

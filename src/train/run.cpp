@@ -1,0 +1,221 @@
+// The training job (see train/run.hpp): resume, run file, the step loop with
+// its checkpoint cadence and stop-signal consensus, and the closing summary.
+#include "trident/train/run.hpp"
+
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+
+#include "trident/core/error.hpp"
+#include "trident/io/checkpoint.hpp"
+#include "trident/io/run_file.hpp"
+#include "trident/train/checkpointing.hpp"
+#include "trident/train/trainer.hpp"
+
+namespace trident::train {
+namespace {
+
+double peak_rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::atof(line.c_str() + 6) * 1024.0;
+  return 0.0;
+}
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : fallback;
+}
+
+TrainComms train_comms(Communicators& c) {
+  TrainComms tc;
+  tc.world = c.world.get();
+  tc.pp = c.pp.get();
+  tc.cp = c.cp.get();
+  tc.ep = c.ep.get();
+  tc.dpcp = c.dpcp.get();
+  tc.expert_replica = c.expert_replica.get();
+  tc.pp_rank = c.me.pp;
+  tc.pp_size = c.mesh.pp;
+  tc.dp_rank = c.me.dp;
+  tc.dp_size = c.mesh.dp;
+  return tc;
+}
+
+// Where the run starts: --resume [CKPT], or the latest checkpoint after a
+// Slurm requeue (none yet: from the start).
+struct ResumePoint {
+  int64_t step = 0;
+  std::string checkpoint;
+};
+
+ResumePoint resume_point(const Config& cfg, const RunRequest& req, Trainer& trainer) {
+  ResumePoint at;
+  const bool slurm_restart = env_int("SLURM_RESTART_COUNT", 0) > 0;
+  if (!req.resume && !slurm_restart) return at;
+  at.checkpoint =
+      req.resume_from.empty() ? latest_checkpoint(cfg.output.checkpoint_dir) : req.resume_from;
+  if (at.checkpoint.empty() && req.resume)
+    throw InputError("--resume: no checkpoint in output.checkpoint_dir '" +
+                     cfg.output.checkpoint_dir + "'");
+  if (!at.checkpoint.empty()) at.step = load_checkpoint(trainer, at.checkpoint);
+  if (at.step > cfg.train.steps)
+    throw InputError("--resume: checkpoint '" + at.checkpoint + "' is at step " +
+                     std::to_string(at.step) +
+                     ", past train.steps = " + std::to_string(cfg.train.steps));
+  return at;
+}
+
+// Test hooks: a real signal (or SIGKILL) raised by one rank at a given step.
+struct TestHooks {
+  int rank = env_int("TRIDENT_TEST_RANK", 0);
+  int signal_at = env_int("TRIDENT_TEST_SIGNAL_AT_STEP", -1);
+  int kill_at = env_int("TRIDENT_TEST_KILL_AT_STEP", -1);
+};
+
+model::CaptureRequest capture_request(const Config& cfg) {
+  model::CaptureRequest capture;
+  const OutputConfig& o = cfg.output;
+  capture.layers.insert(o.activation_layers.begin(), o.activation_layers.end());
+  capture.samples.insert(o.activation_samples.begin(), o.activation_samples.end());
+  capture.names.insert(o.activations.begin(), o.activations.end());
+  return capture;
+}
+
+void print_step(const StepResult& r) {
+  const StepMetrics& m = r.metrics;
+  std::printf(
+      "step %5lld | loss %.4f | aux %.4f | lr %.2e | %8.0f tok/s | %.3f s | bubble %4.1f%% "
+      "| comm MB cp %.2f pp %.2f ep %.2f dp %.2f\n",
+      static_cast<long long>(m.step), m.loss, m.aux_loss, m.lr, m.tokens_per_s, m.step_time_s,
+      100.0 * m.bubble_fraction, r.comm_bytes[0] / 1e6, r.comm_bytes[1] / 1e6,
+      r.comm_bytes[2] / 1e6, r.comm_bytes[3] / 1e6);
+  std::fflush(stdout);
+}
+
+// What the steps leave for the summary.
+struct LoopTotals {
+  double first_loss = NAN, last_loss = NAN, total_time = 0, compute_s = 0;
+  int64_t steps_run = 0, last_ckpt_step = -1;
+  std::string last_ckpt;
+  int stopped_by = 0;  // the signal every rank agreed to stop on (0: none)
+};
+
+// Steps [start, train.steps), until then or until a stop signal.
+LoopTotals run_steps(Trainer& trainer, RunFile& file, int64_t start) {
+  const Config& cfg = trainer.config();
+  Communicator* world = trainer.comms().world;
+  const int rank = world->rank();
+  const TestHooks hooks;
+  const std::set<int> capture_steps(cfg.output.activation_steps.begin(),
+                                    cfg.output.activation_steps.end());
+  model::CaptureRequest capture = capture_request(cfg);
+  LoopTotals tot;
+  for (int64_t step = start; step < cfg.train.steps; ++step) {
+    if (rank == hooks.rank && step == hooks.kill_at) std::raise(SIGKILL);
+    const bool cap = capture_steps.count(int(step)) && capture.active();
+    StepResult r = trainer.train_step(step, cap ? &capture : nullptr);
+    file.append_step(r.metrics, r.comm_bytes, r.expert_tokens);
+    if (cfg.output.timeline) file.append_events(r.events);
+    if (cap) write_activations(file, cfg, world, step, trainer.positions(), r.captures);
+    file.flush();
+    if (std::isnan(tot.first_loss)) tot.first_loss = r.metrics.loss;
+    tot.last_loss = r.metrics.loss;
+    tot.total_time += r.metrics.step_time_s;
+    tot.compute_s += r.compute_s;
+    ++tot.steps_run;
+    if (rank == 0) print_step(r);
+    if (rank == hooks.rank && step == hooks.signal_at) std::raise(SIGUSR1);
+    // every rank sees the same decision at the same step boundary
+    int stop = stop_signal_received();
+    world->allreduce_max(&stop, 1);
+    const int64_t done = step + 1;
+    const int every = cfg.output.checkpoint_every;
+    if ((every > 0 && done % every == 0) || stop || done == cfg.train.steps) {
+      tot.last_ckpt = save_checkpoint(trainer, done);
+      tot.last_ckpt_step = done;
+    }
+    if (stop) {
+      tot.stopped_by = stop;
+      break;
+    }
+  }
+  return tot;
+}
+
+// Per-rank summaries into the run file, and the closing lines on rank 0.
+void summarise(Trainer& trainer, RunFile& file, const LoopTotals& tot, const CommCounters& at_start,
+               const std::string& path) {
+  Communicator* world = trainer.comms().world;
+  RankSummary rs;
+  rs.rank = world->rank();
+  rs.peak_rss_bytes = peak_rss_bytes();
+  rs.compute_s = tot.compute_s;
+  const CommCounters comm_total = comm_counters() - at_start;
+  for (int k = 0; k < 4; ++k) rs.comm_wait_s[k] = comm_total.wait_s[size_t(k)];
+  file.write_rank_summaries(rs);
+  double peak = rs.peak_rss_bytes;
+  world->allreduce_max(&peak, 1);
+  // cp and ep waits happen inside F/B (ring, all-to-all); pp and dp waits outside them
+  double sums[3] = {tot.compute_s, rs.comm_wait_s[0] + rs.comm_wait_s[2],
+                    rs.comm_wait_s[1] + rs.comm_wait_s[3]};
+  world->allreduce_sum(sums, 3);
+  file.set_root_attr("stopped_by_signal", tot.stopped_by ? std::to_string(tot.stopped_by) : "");
+  file.close();
+  if (world->rank() != 0) return;
+  const double denom = tot.total_time * world->size();
+  auto pct = [&](double x) { return denom > 0 ? 100.0 * x / denom : 0.0; };
+  const double tokens = double(trainer.tokens_per_step()) * double(tot.steps_run);
+  std::printf(
+      "done: %lld steps, loss %.4f -> %.4f, %.0f tokens/s; of rank time: F/B/W %.0f%% "
+      "(of which cp+ep wait %.0f%%), pp+dp wait %.0f%%; peak RSS %.0f MB/rank; run file %s\n",
+      static_cast<long long>(tot.steps_run), tot.first_loss, tot.last_loss,
+      tot.total_time > 0 ? tokens / tot.total_time : 0.0, pct(sums[0]), pct(sums[1]), pct(sums[2]),
+      peak / 1e6, path.c_str());
+  if (!tot.last_ckpt.empty()) std::printf("checkpoint: %s\n", tot.last_ckpt.c_str());
+  if (tot.stopped_by)
+    std::printf("stopped by signal %d at step %lld: checkpoint written, resume with --resume\n",
+                tot.stopped_by, static_cast<long long>(tot.last_ckpt_step));
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int run(const Config& cfg, Communicators& comms, const RunRequest& request) {
+  Trainer trainer(cfg, train_comms(comms));
+  validate_activation_request(cfg, trainer.samples_per_step());
+  const ResumePoint at = resume_point(cfg, request, trainer);
+
+  // Every input is valid: now the run file may exist.
+  const std::string path = resolve_output_name(cfg.output.file, *comms.world);
+  const char* job = std::getenv("SLURM_JOB_ID");
+  RunFile file(path, *comms.world, cfg, comms, job ? job : "");
+  file.set_root_attr("command_line", request.command_line);
+  if (!at.checkpoint.empty()) file.set_root_attr("resumed_from", at.checkpoint);
+  if (!request.prediction_json.empty()) file.set_root_attr("prediction", request.prediction_json);
+  install_stop_signals();
+  const bool lead = comms.world->rank() == 0;
+  if (lead) {
+    std::printf(
+        "trident run: %s on %d ranks (pp=%d dp=%d cp=%d ep=%d, %s), %lld tokens/step -> %s\n",
+        request.config_path.c_str(), comms.world->size(), comms.mesh.pp, comms.mesh.dp,
+        comms.mesh.cp, comms.mesh.ep, config_name(cfg.parallel.schedule).c_str(),
+        static_cast<long long>(trainer.tokens_per_step()), path.c_str());
+    if (!at.checkpoint.empty())
+      std::printf("resumed from %s at step %lld\n", at.checkpoint.c_str(),
+                  static_cast<long long>(at.step));
+    std::fflush(stdout);
+  }
+  const CommCounters at_start = comm_counters();
+  const LoopTotals tot = run_steps(trainer, file, at.step);
+  if (tot.last_ckpt_step < 0 && at.step == cfg.train.steps && lead)
+    std::printf("nothing to do: the checkpoint is at train.steps = %d\n", cfg.train.steps);
+  summarise(trainer, file, tot, at_start, path);
+  return 0;
+}
+
+}  // namespace trident::train

@@ -1,0 +1,119 @@
+// The GPU test harness's runner (see harness.hpp). Exit codes: 0 all cases
+// passed, 1 a case failed, 77 no device (SKIP, with the reason on stdout).
+#include "harness.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <exception>
+
+namespace gpu_test {
+
+std::vector<Case>& registry() {
+  static std::vector<Case> cases;
+  return cases;
+}
+
+int& failures() {
+  static int n = 0;
+  return n;
+}
+
+void expect(bool cond, const std::string& what) {
+  if (cond) return;
+  ++failures();
+  std::printf("    FAILED: %s\n", what.c_str());
+}
+
+double check_close(const std::string& what, const std::vector<float>& got,
+                   const std::vector<float>& want, double tol) {
+  if (got.size() != want.size()) {
+    expect(false,
+           what + ": size " + std::to_string(got.size()) + " != " + std::to_string(want.size()));
+    return INFINITY;
+  }
+  double max_diff = 0.0, max_ref = 0.0;
+  size_t worst = 0, bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i]) && std::isfinite(want[i])) ++bad;
+    // Equal values (also equal infinities: the -inf LSE of a masked row)
+    // differ by 0, not by inf - inf.
+    const double d = got[i] == want[i] ? 0.0 : std::fabs(double(got[i]) - double(want[i]));
+    if (std::isfinite(want[i])) max_ref = std::max(max_ref, std::fabs(double(want[i])));
+    if (d > max_diff || std::isnan(d)) {
+      max_diff = std::isnan(d) ? INFINITY : d;
+      worst = i;
+    }
+  }
+  const double rel = max_ref > 0.0 ? max_diff / max_ref : max_diff;
+  char line[256];
+  std::snprintf(line, sizeof line, "%s: rel %.2e (tol %.0e, n %zu, worst [%zu] %g vs %g)",
+                what.c_str(), rel, tol, got.size(), worst, got.empty() ? 0.0 : got[worst],
+                want.empty() ? 0.0 : want[worst]);
+  std::printf("    %s\n", line);
+  expect(bad == 0, what + ": " + std::to_string(bad) + " non-finite values");
+  expect(rel <= tol, line);
+  return rel;
+}
+
+std::vector<float> randn(size_t n, const std::string& name, float scale) {
+  std::mt19937_64 gen(std::hash<std::string>{}(name));
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> x(n);
+  for (auto& v : x) v = dist(gen);
+  return x;
+}
+
+std::vector<cuda::Bf16> to_bits(const std::vector<float>& x) {
+  std::vector<cuda::Bf16> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    uint32_t u;
+    std::memcpy(&u, &x[i], 4);
+    u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even (inputs are finite)
+    out[i].bits = uint16_t(u >> 16);
+  }
+  return out;
+}
+
+std::vector<float> from_bits(const std::vector<cuda::Bf16>& x) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint32_t u = uint32_t(x[i].bits) << 16;
+    std::memcpy(&out[i], &u, 4);
+  }
+  return out;
+}
+
+std::vector<float> round_bf16(const std::vector<float>& x) { return from_bits(to_bits(x)); }
+
+}  // namespace gpu_test
+
+int main(int argc, char** argv) {
+  using namespace gpu_test;
+  if (cuda::device_count() == 0) {
+    std::printf("SKIP: no CUDA device visible (%s); these tests need a GPU\n",
+                cuda::no_device_reason().c_str());
+    return 77;
+  }
+  const char* filter = argc > 1 ? argv[1] : "";
+  cuda::StreamContext dc(0);
+  int failed_cases = 0, ran = 0;
+  for (const Case& c : registry()) {
+    if (!std::strstr(c.name, filter)) continue;
+    ++ran;
+    failures() = 0;
+    std::printf("[ RUN  ] %s\n", c.name);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      c.fn(dc);
+      dc.stream().synchronize(120.0, c.name);
+    } catch (const std::exception& e) {
+      expect(false, std::string("exception: ") + e.what());
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("[ %s ] %s (%.2f s)\n", failures() ? "FAIL" : " OK ", c.name, s);
+    failed_cases += failures() ? 1 : 0;
+  }
+  std::printf("%d of %d cases failed\n", failed_cases, ran);
+  return failed_cases || ran == 0 ? 1 : 0;
+}

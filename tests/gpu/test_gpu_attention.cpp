@@ -1,0 +1,169 @@
+// CUDA flash attention against the CPU reference (kernels/cpu/attention.cpp):
+// forward (output and LSE) and backward (dQ, dK, dV accumulated onto random
+// values), causal and full, GQA, sequences that are not multiples of any
+// tile, offset positions, fully masked rows (0 output, -inf LSE, no NaN),
+// head dims 16..256, the resume and merge that ring attention uses, and
+// bf16 storage.
+#include <limits>
+
+#include "harness.hpp"
+#include "trident/kernels/attention.hpp"
+
+namespace cpu = trident::kernels;
+using trident::kernels::AttnShape;
+using namespace gpu_test;
+
+namespace {
+
+AttnShape shape(int64_t Tq, int64_t Tk, int H, int Hkv, int D, bool causal, int64_t q_pos0 = 0,
+                int64_t k_pos0 = 0) {
+  AttnShape s;
+  s.Tq = Tq;
+  s.Tk = Tk;
+  s.H = H;
+  s.Hkv = Hkv;
+  s.D = D;
+  s.scale = 1.0f / std::sqrt(float(D));
+  s.causal = causal;
+  s.q_pos0 = q_pos0;
+  s.k_pos0 = k_pos0;
+  return s;
+}
+
+std::string name_of(const AttnShape& s) {
+  return "Tq " + std::to_string(s.Tq) + " Tk " + std::to_string(s.Tk) + " H " +
+         std::to_string(s.H) + "/" + std::to_string(s.Hkv) + " D " + std::to_string(s.D) +
+         (s.causal ? " causal" : " full") + " q0 " + std::to_string(s.q_pos0) + " k0 " +
+         std::to_string(s.k_pos0);
+}
+
+struct Inputs {
+  std::vector<float> q, k, v, dout, dq0, dk0, dv0;
+};
+
+Inputs inputs(const AttnShape& s, bool bf16) {
+  const size_t nq = static_cast<size_t>(s.Tq * s.H * s.D),
+               nk = static_cast<size_t>(s.Tk * s.Hkv * s.D);
+  Inputs in{randn(nq, "q"),   randn(nk, "k"),   randn(nk, "v"),  randn(nq, "dout"),
+            randn(nq, "dq0"), randn(nk, "dk0"), randn(nk, "dv0")};
+  if (bf16)
+    for (auto* x : {&in.q, &in.k, &in.v, &in.dout}) *x = round_bf16(*x);
+  return in;
+}
+
+void check_fp32(cuda::StreamContext& dc, const AttnShape& s) {
+  const std::string tag = name_of(s);
+  const Inputs in = inputs(s, false);
+  std::vector<float> out(in.q.size()), lse(static_cast<size_t>(s.Tq * s.H));
+  cpu::attention_forward(s, in.q.data(), in.k.data(), in.v.data(), out.data(), lse.data());
+  Buf<float> q(dc, in.q), k(dc, in.k), v(dc, in.v), o(dc, out.size()), l(dc, lse.size());
+  cuda::attention_forward(dc.ctx(), s, q, k, v, o, l);
+  const auto got_out = o.host();
+  check_close("fwd out " + tag, got_out, out, 1e-5);
+  check_close("fwd lse " + tag, l.host(), lse, 1e-5);
+
+  auto dq = in.dq0, dk = in.dk0, dv = in.dv0;
+  cpu::attention_backward(s, in.q.data(), in.k.data(), in.v.data(), out.data(), lse.data(),
+                          in.dout.data(), dq.data(), dk.data(), dv.data());
+  Buf<float> dout(dc, in.dout), gdq(dc, in.dq0), gdk(dc, in.dk0), gdv(dc, in.dv0);
+  cuda::attention_backward(dc.ctx(), s, q, k, v, o, l, dout, gdq, gdk, gdv);
+  check_close("bwd dq " + tag, gdq.host(), dq, 1e-5);
+  check_close("bwd dk " + tag, gdk.host(), dk, 1e-5);
+  check_close("bwd dv " + tag, gdv.host(), dv, 1e-5);
+}
+
+}  // namespace
+
+GPU_TEST("attention fp32 against the CPU: shapes, GQA, tile remainders, offsets") {
+  check_fp32(dc, shape(77, 77, 4, 2, 16, true));
+  check_fp32(dc, shape(300, 300, 2, 1, 64, false));
+  check_fp32(dc, shape(130, 200, 4, 4, 128, true, 100, 0));
+  check_fp32(dc, shape(33, 65, 6, 2, 96, true, 64, 0));
+  check_fp32(dc, shape(40, 40, 2, 1, 256, true));
+  check_fp32(dc, shape(1, 1, 1, 1, 8, true));
+  check_fp32(dc, shape(17, 500, 8, 1, 32, false));
+}
+
+GPU_TEST("attention fully masked rows: 0 output, -inf LSE, no NaN anywhere") {
+  // Keys start at position 20, queries at 0: query rows 0..19 see nothing.
+  const AttnShape s = shape(50, 40, 3, 1, 64, true, 0, 20);
+  check_fp32(dc, s);
+  const Inputs in = inputs(s, false);
+  Buf<float> q(dc, in.q), k(dc, in.k), v(dc, in.v), o(dc, in.q.size()),
+      l(dc, static_cast<size_t>(s.Tq * s.H));
+  cuda::attention_forward(dc.ctx(), s, q, k, v, o, l);
+  const auto out = o.host(), lse = l.host();
+  for (int64_t i = 0; i < 20; ++i)
+    for (int h = 0; h < s.H; ++h) {
+      expect(lse[static_cast<size_t>(i * s.H + h)] == -std::numeric_limits<float>::infinity(),
+             "row " + std::to_string(i) + " LSE is -inf");
+      for (int d = 0; d < s.D; ++d)
+        expect(out[static_cast<size_t>((i * s.H + h) * s.D + d)] == 0.0f, "masked row output is 0");
+    }
+  // Every row masked (keys entirely in the future): a ring step below the diagonal.
+  const AttnShape all = shape(30, 30, 2, 2, 32, true, 0, 100);
+  check_fp32(dc, all);
+}
+
+GPU_TEST("attention resume and merge over split key sets equal one pass") {
+  const AttnShape full = shape(150, 150, 4, 2, 64, true);
+  const Inputs in = inputs(full, false);
+  Buf<float> q(dc, in.q), k(dc, in.k), v(dc, in.v);
+  Buf<float> o(dc, in.q.size()), l(dc, static_cast<size_t>(full.Tq * full.H));
+  cuda::attention_forward(dc.ctx(), full, q, k, v, o, l);
+  const int64_t split = 61, kv_row = int64_t(full.Hkv) * full.D;
+  AttnShape a = full, b = full;
+  a.Tk = split;
+  b.Tk = full.Tk - split;
+  b.k_pos0 = split;
+  // Resume: seeded with -inf / 0, the first half, then the second.
+  std::vector<float> lse0(static_cast<size_t>(full.Tq * full.H),
+                          -std::numeric_limits<float>::infinity());
+  Buf<float> ro(dc, in.q.size()), rl(dc, lse0);
+  cuda::attention_forward_resume(dc.ctx(), a, q, k, v, ro, rl);
+  cuda::attention_forward_resume(dc.ctx(), b, q, k.get() + split * kv_row, v.get() + split * kv_row,
+                                 ro, rl);
+  check_close("resume out", ro.host(), o.host(), 1e-5);
+  check_close("resume lse", rl.host(), l.host(), 1e-5);
+  // Merge: two partial forwards, merged.
+  Buf<float> mo(dc, in.q.size()), ml(dc, lse0.size()), bo(dc, in.q.size()), bl(dc, lse0.size());
+  cuda::attention_forward(dc.ctx(), a, q, k, v, mo, ml);
+  cuda::attention_forward(dc.ctx(), b, q, k.get() + split * kv_row, v.get() + split * kv_row, bo,
+                          bl);
+  cuda::merge_partial_attention(dc.ctx(), full.Tq * full.H, full.D, mo, ml, bo, bl);
+  check_close("merge out", mo.host(), o.host(), 1e-5);
+  check_close("merge lse", ml.host(), l.host(), 1e-5);
+  // The CPU merge of the same GPU partials agrees too.
+  cuda::attention_forward(dc.ctx(), a, q, k, v, mo, ml);
+  auto ao = mo.host(), al = ml.host();
+  const auto bo_h = bo.host(), bl_h = bl.host();
+  cpu::merge_partial_attention(full.Tq * full.H, full.D, ao.data(), al.data(), bo_h.data(),
+                               bl_h.data());
+  check_close("cpu merge of gpu partials", ao, o.host(), 1e-5);
+}
+
+GPU_TEST("attention bf16 storage against the fp32 CPU reference") {
+  for (const AttnShape& s : {shape(200, 200, 4, 2, 128, true), shape(96, 160, 2, 2, 64, false)}) {
+    const std::string tag = name_of(s);
+    const Inputs in = inputs(s, true);
+    std::vector<float> out(in.q.size()), lse(static_cast<size_t>(s.Tq * s.H));
+    cpu::attention_forward(s, in.q.data(), in.k.data(), in.v.data(), out.data(), lse.data());
+    Buf<cuda::Bf16> q(dc, to_bits(in.q)), k(dc, to_bits(in.k)), v(dc, to_bits(in.v)),
+        o(dc, out.size()), dout(dc, to_bits(in.dout));
+    Buf<float> l(dc, lse.size());
+    cuda::attention_forward_bf16(dc.ctx(), s, q, k, v, o, l);
+    check_close("bf16 fwd out " + tag, from_bits(o.host()), out, 2e-2);
+    check_close("bf16 fwd lse " + tag, l.host(), lse, 2e-2);
+    // The backward from the bf16 output, against the CPU's from the same.
+    const auto out16 = from_bits(o.host());
+    const auto lse16 = l.host();
+    auto dq = in.dq0, dk = in.dk0, dv = in.dv0;
+    cpu::attention_backward(s, in.q.data(), in.k.data(), in.v.data(), out16.data(), lse16.data(),
+                            in.dout.data(), dq.data(), dk.data(), dv.data());
+    Buf<float> gdq(dc, in.dq0), gdk(dc, in.dk0), gdv(dc, in.dv0);
+    cuda::attention_backward_bf16(dc.ctx(), s, q, k, v, o, l, dout, gdq, gdk, gdv);
+    check_close("bf16 bwd dq " + tag, gdq.host(), dq, 2e-2);
+    check_close("bf16 bwd dk " + tag, gdk.host(), dk, 2e-2);
+    check_close("bf16 bwd dv " + tag, gdv.host(), dv, 2e-2);
+  }
+}

@@ -1,0 +1,191 @@
+// Cost model against hand counts: FLOPs and bytes of each action equal the
+// formulas of planner.md evaluated by hand for small shapes, the parameter
+// count equals the model's own, memory equals a hand count, and a prediction
+// without latency equals the schedule's textbook makespan.
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "trident/model/transformer.hpp"
+#include "trident/plan/cost_model.hpp"
+#include "trident/plan/predict.hpp"
+
+using namespace trident;
+using namespace trident::plan;
+
+namespace {
+
+// d=8, H=2, Hkv=1, D=4, f=16, V=32, 2 dense layers, seq 16, 2 sequences per
+// micro-batch: T = 32 tokens per action.
+Config dense_config() {
+  Config c;
+  c.model.vocab_size = 32;
+  c.model.d_model = 8;
+  c.model.n_layers = 2;
+  c.model.n_heads = 2;
+  c.model.n_kv_heads = 1;
+  c.model.ffn_hidden = 16;
+  c.model.n_experts = 0;
+  c.data.seq_len = 16;
+  c.data.micro_batch_size = 2;
+  c.data.num_microbatches = 4;
+  c.parallel = ParallelConfig{};
+  return c;
+}
+
+MeshPlan serial_plan(const Config& c) { return mesh_plan_of(c, 1); }
+
+MachineProfile unit_machine() {
+  MachineProfile m;
+  m.name = "unit";
+  m.gemm_flops = 1e9;
+  m.attention_flops = 5e8;
+  m.memory_Bps = 2e9;
+  m.nvlink = m.node = m.network = Link{1e9, 1e-6};
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("causal pairs of the busiest CP rank") {
+  CHECK(causal_pairs_busiest_rank(16, 1, CpLayout::zigzag) == 136);  // 16*17/2
+  // zig-zag, cp=2: chunks of 4; rank 0 holds chunks 0 and 3: 10 + (12*4 + 10) = 68 = 136/2
+  CHECK(causal_pairs_busiest_rank(16, 2, CpLayout::zigzag) == 68);
+  // contiguous, cp=2: the last rank sees 8x8 earlier pairs and 36 on its diagonal
+  CHECK(causal_pairs_busiest_rank(16, 2, CpLayout::contiguous) == 100);
+  // zig-zag, cp=4, S=32: chunks of 4; rank 0 (chunks 0 and 7): 10 + (28*4 + 10) = 132 = 528/4
+  CHECK(causal_pairs_busiest_rank(32, 4, CpLayout::zigzag) == 132);
+}
+
+TEST_CASE("FLOPs and bytes of F, B and W on a dense chunk equal the hand count") {
+  const Config c = dense_config();
+  const ChunkCost cc = chunk_cost(c, serial_plan(c), 0);
+  const double T = 32, d = 8, f = 16, V = 32;
+  const double proj = 2 * T * d * (2 * 2 * 4 + 2 * 1 * 4);  // Q, O: H*D = 8; K, V: Hkv*D = 4
+  const double ffn = 6 * T * d * f;
+  const double head = 2 * T * d * V;
+  CHECK(proj == 12288);
+  CHECK(cc.f.gemm_flops == 2 * (proj + ffn) + head);
+  CHECK(cc.b.gemm_flops == 2 * (proj + 2 * ffn) + head);
+  CHECK(cc.w.gemm_flops == 2 * proj + head);
+  const double attn = 2 /*samples*/ * 136 /*pairs*/ * 4 * 2 /*H*/ * 4 /*D*/;
+  CHECK(cc.f.attention_flops == 2 * attn);
+  CHECK(cc.b.attention_flops == 2 * 2.5 * attn);
+  CHECK(cc.w.attention_flops == 0);
+  const double attn_mem = 4 * (7 * T * d + 2 * T * (2 + 1) * 4);
+  const double ffn_mem = 4 * (7 * T * d + 3 * T * f);
+  const double embed_mem = 4 * 2 * T * d, head_mem = 4 * (2 * T * d + 3 * T * V);
+  CHECK(cc.f.memory_bytes == 2 * (attn_mem + ffn_mem) + embed_mem + head_mem);
+  CHECK(cc.f.memory_bytes == 63488);
+  CHECK(cc.b.memory_bytes == 2 * 2 * (attn_mem + ffn_mem) + embed_mem + 4 * 2 * T * d);
+  CHECK(cc.boundary_bytes == 0);  // the only stage is the last
+  CHECK(cc.f_comm.cp_bytes == 0);
+  CHECK(cc.f_comm.ep_bytes == 0);
+}
+
+TEST_CASE("the cost model's parameter count is the model's") {
+  for (int experts : {0, 4}) {
+    Config c = dense_config();
+    c.model.n_experts = experts;
+    c.model.top_k = 2;
+    c.model.moe_every = 2;
+    model::ModelStage stage(c, 0, 1, model::StageComms{});
+    double numel = 0;
+    for (Param* p : stage.params()) numel += double(p->value.numel());
+    CHECK(chunk_cost(c, serial_plan(c), 0).params == numel);
+  }
+  CHECK(chunk_cost(dense_config(), serial_plan(dense_config()), 0).params == 1704);
+}
+
+TEST_CASE("communication bytes per action: ring K/V, MoE exchange, stage boundary") {
+  Config c = dense_config();
+  c.model.n_experts = 4;
+  c.model.top_k = 2;
+  MeshPlan p = serial_plan(c);
+  p.pp = 2, p.cp = 2, p.ep = 2, p.dp = 1;
+  const ChunkCost first = chunk_cost(c, p, 0);
+  const double T = 16;  // 2 sequences x 16 tokens / cp
+  // one layer per stage; per sample: one ring step of K and V (8 tokens x Hkv*D = 4)
+  CHECK(first.f_comm.cp_steps == 2);
+  CHECK(first.f_comm.cp_bytes == 2 * 4 * 2 * 8 * 4);
+  CHECK(first.b_comm.cp_bytes == 2 * first.f_comm.cp_bytes);
+  // dispatch + combine of the T k (ep-1)/ep rows that leave the rank
+  CHECK(first.f_comm.ep_exchanges == 2);
+  CHECK(first.f_comm.ep_bytes == 2 * (T * 2 * 0.5) * 8 * 4);
+  CHECK(first.b_comm.ep_bytes == first.f_comm.ep_bytes);
+  CHECK(first.boundary_bytes == 4 * T * 8);
+  // the busiest expert rank: N = T k ep copies over ep ranks
+  const double N = T * 2 * 2, mean = N / 2, sd = std::sqrt(N * 0.25);
+  CHECK(moe_imbalance(N, 2) == Approx((mean + sd * std::sqrt(2 * std::log(2.0))) / mean));
+  CHECK(moe_imbalance(N, 1) == 1.0);
+}
+
+TEST_CASE("memory of a rank equals the hand count") {
+  const Config c = dense_config();
+  const double T = 32, d = 8, f = 16, V = 32;
+  const double params = 4 * 1704;
+  const double attn_cache = 4 * (2 * T * d + 2 * T * 8 + 2 * T * 4 + T * 2 + T);
+  const double ffn_cache = 4 * (2 * T * d + T) + 4 * 2 * T * f;
+  const double head_cache = 4 * (2 * T * d + T * V + T);
+  const double cache = 2 * (attn_cache + ffn_cache) + head_cache;
+  CHECK(cache == 29824);
+  const double workspace = 4 * std::max(2 * T * d + T * V, 3 * T * d + 2 * T * 8 + 2 * T * 4);
+  for (int inflight : {1, 3}) {
+    const MemoryEstimate m = memory_of_rank(c, serial_plan(c), 0, inflight);
+    CHECK(m.params == params);
+    CHECK(m.grads == params);
+    CHECK(m.optimizer == 2 * params);
+    CHECK(m.activations == inflight * cache);
+    CHECK(m.comm_buffers == 0);
+    CHECK(m.workspace == workspace);
+    CHECK(m.total() == 4 * params + inflight * cache + workspace);
+  }
+}
+
+TEST_CASE("a prediction prices each action at the machine's rates") {
+  const Config c = dense_config();
+  const MeshPlan p = serial_plan(c);
+  const MachineProfile m = unit_machine();
+  const ChunkCost cc = chunk_cost(c, p, 0);
+  auto sec = [&](const Work& w) {
+    return w.gemm_flops / 1e9 + w.attention_flops / 5e8 + w.memory_bytes / 2e9;
+  };
+  const Prediction pr = predict(c, p, ClusterShape{1, 1, 1}, m);
+  CHECK(pr.t_f == Approx(sec(cc.f)));
+  CHECK(pr.t_b == Approx(sec(cc.b)));
+  CHECK(pr.t_w == Approx(sec(cc.w)));
+  // one rank: the micro-batches back to back, then the optimizer (36 B per parameter)
+  const double optimizer = 36 * 1704 / 2e9;
+  CHECK(pr.step_time_s == Approx(4 * (pr.t_f + pr.t_b + pr.t_w) + optimizer));
+  CHECK(pr.split.compute == Approx(4 * (pr.t_f + pr.t_b + pr.t_w)));
+  CHECK(pr.split.bubble == Approx(0).margin(1e-12));
+  CHECK(pr.tokens_per_s == Approx(4 * 2 * 16 / pr.step_time_s));
+  // two ranks sharing one core run at half speed
+  MachineProfile shared = m;
+  shared.cores_per_node = 1;
+  const Prediction slow = predict(c, p, ClusterShape{1, 1, 1}, shared);
+  CHECK(slow.step_time_s == Approx(pr.step_time_s));
+  MeshPlan two = p;
+  two.dp = 2;
+  two.microbatches = 2;
+  const Prediction dp2 = predict(c, two, ClusterShape{1, 2, 2}, shared);
+  CHECK(dp2.t_f == Approx(2 * pr.t_f));
+}
+
+TEST_CASE("without latency, 1F1B on equal stages takes (m + p - 1)(tF + tB + tW)") {
+  Config c = dense_config();
+  c.model.n_layers = 4;
+  MachineProfile m = unit_machine();
+  m.nvlink = m.node = m.network = Link{1e30, 0};
+  for (int micro : {2, 4, 8}) {
+    MeshPlan p = serial_plan(c);
+    p.pp = 2;
+    p.microbatches = micro;
+    const Prediction pr = predict(c, p, ClusterShape{1, 2, 2}, m);
+    const double per = pr.t_f + pr.t_b + pr.t_w;
+    const double most = std::max(chunk_cost(c, p, 0).params, chunk_cost(c, p, 1).params);
+    const double optimizer = 36 * most / 2e9;  // the rank with the most parameters
+    CHECK(pr.step_time_s == Approx((micro + 1) * per + optimizer));
+    CHECK(pr.split.bubble == Approx(per));
+    CHECK(pr.peak_inflight == 2);
+  }
+}

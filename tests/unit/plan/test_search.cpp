@@ -1,0 +1,115 @@
+// Search: every mesh it proposes is one the mapping rules and the config
+// rules accept and that fits the memory limit; with room for all, it lists
+// exactly the legal fitting meshes in order; the pruned answer equals the
+// exhaustive one; an impossible search is refused with one line.
+#include <algorithm>
+#include <catch2/catch.hpp>
+
+#include "trident/core/error.hpp"
+#include "trident/plan/search.hpp"
+
+using namespace trident;
+using namespace trident::plan;
+
+namespace {
+
+Config moe_config() {
+  Config c;
+  c.model.vocab_size = 64;
+  c.model.d_model = 64;
+  c.model.n_layers = 8;
+  c.model.n_heads = 4;
+  c.model.n_kv_heads = 2;
+  c.model.ffn_hidden = 128;
+  c.model.n_experts = 8;
+  c.model.top_k = 2;
+  c.data.seq_len = 256;
+  c.data.micro_batch_size = 2;
+  c.data.num_microbatches = 8;
+  return c;
+}
+
+MachineProfile gpu_like() {
+  MachineProfile m;
+  m.name = "test";
+  m.gemm_flops = 4e14;
+  m.attention_flops = 2e14;
+  m.memory_Bps = 2e12;
+  m.nvlink = Link{2e11, 3e-6};
+  m.node = Link{5e10, 5e-6};
+  m.network = Link{4e10, 1e-5};
+  m.step_overhead_s = 1e-4;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("with room for every mesh the search lists exactly the legal ones, fastest first") {
+  const Config c = moe_config();
+  const ClusterShape shape{2, 4, 2};
+  SearchOptions opt;
+  opt.top_k = 1 << 20;
+  const SearchResult r = search(c, shape, gpu_like(), opt);
+  CHECK(r.legal > 20);
+  CHECK(r.refused_memory == 0);
+  CHECK(long(r.best.size()) == r.legal);
+  for (size_t i = 0; i < r.best.size(); ++i) {
+    INFO(r.best[i].plan.str());
+    CHECK(plan_refusal(c, shape, r.best[i].plan).empty());
+    CHECK(r.best[i].plan.global_batch() == r.global_batch);
+    if (i) CHECK(r.best[i - 1].step_time_s <= r.best[i].step_time_s);
+  }
+  // the pruned search finds the same best meshes
+  opt.top_k = 3;
+  const SearchResult pruned = search(c, shape, gpu_like(), opt);
+  REQUIRE(pruned.best.size() == 3);
+  CHECK(pruned.simulated < r.simulated);
+  for (int i = 0; i < 3; ++i) CHECK(pruned.best[i].step_time_s == Approx(r.best[i].step_time_s));
+}
+
+TEST_CASE("the search never proposes a mesh the rules or the memory limit refuse") {
+  const Config c = moe_config();
+  for (ClusterShape shape : {ClusterShape{1, 8, 8}, ClusterShape{2, 4, 2}, ClusterShape{4, 2, 1}}) {
+    SearchOptions all;
+    all.top_k = 1 << 20;
+    const SearchResult every = search(c, shape, gpu_like(), all);
+    std::vector<double> mem;
+    for (const Prediction& p : every.best) mem.push_back(p.memory.total());
+    std::sort(mem.begin(), mem.end());
+    SearchOptions opt = all;
+    opt.memory_limit_bytes = mem[mem.size() / 2];  // half of them fit
+    const SearchResult r = search(c, shape, gpu_like(), opt);
+    CHECK(r.refused_memory > 0);
+    CHECK(r.best.size() + size_t(r.refused_memory) == size_t(r.legal));
+    for (const Prediction& p : r.best) {
+      INFO(p.plan.str());
+      CHECK(p.memory.total() <= opt.memory_limit_bytes);
+      CHECK(plan_refusal(c, shape, p.plan).empty());
+      CHECK(check_mesh(shape, {p.plan.pp, p.plan.cp, p.plan.ep}, c.model.n_experts).ok());
+      CHECK(shape.nvlink_domain % p.plan.cp == 0);
+    }
+  }
+  // a refused request stays refused: cp beyond the NVLink domain
+  MeshPlan wide;
+  wide.cp = 4, wide.dp = 2, wide.microbatches = 8, wide.micro_batch_size = 2;
+  CHECK(plan_refusal(c, ClusterShape{2, 4, 2}, wide).find("NVLink domain") != std::string::npos);
+}
+
+TEST_CASE("an impossible search is refused with one line") {
+  const Config c = moe_config();
+  SearchOptions opt;
+  opt.memory_limit_bytes = 1000;
+  CHECK_THROWS_WITH(
+      search(c, ClusterShape{1, 8, 8}, gpu_like(), opt),
+      Catch::Matchers::StartsWith("--search: no legal mesh of 8 ranks fits --memory-gb 0.000"));
+  opt.memory_limit_bytes = 0;
+  // 3 sequences on 8 ranks: dp = 1, so pp*cp = 8 with pp <= 2 layers, and
+  // cp >= 4 does not divide a 250-token sequence
+  opt.global_batch = 3;
+  Config odd = c;
+  odd.data.seq_len = 250;
+  odd.model.n_layers = 2;
+  CHECK_THROWS_WITH(
+      search(odd, ClusterShape{1, 8, 8}, gpu_like(), opt),
+      Catch::Matchers::StartsWith("--search: no legal mesh of 8 ranks for a global batch of 3"));
+}
