@@ -12,6 +12,12 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${TRIDENT_BUILD_DIR:-$repo/build}
 jobs=${TRIDENT_JOBS:-$(nproc)}
 
+# CUDA is built whenever nvcc exists (TRIDENT_CUDA=AUTO); the toolkit's usual
+# place is not always on PATH (CI shells, sudo), so point CMake at it.
+if [[ -z ${CUDACXX:-} ]] && ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  export CUDACXX=/usr/local/cuda/bin/nvcc
+fi
+
 cmake -S "$repo" -B "$build" -G Ninja \
   -DCMAKE_BUILD_TYPE="${TRIDENT_BUILD_TYPE:-RelWithDebInfo}" \
   -DTRIDENT_WERROR=ON "$@"

@@ -59,7 +59,8 @@ __device__ __forceinline__ void accumulate_rows(float (&acc)[DC], float w, const
   }
 }
 
-// Forward (and its resume): grid (query blocks, H).
+// Forward (and its resume): grid (query blocks, H). The loops over a warp's
+// rows are unrolled so that the per-row state stays in registers.
 template <class T, int DC>
 __global__ void __launch_bounds__(kAttnThreads)
     attn_forward_kernel(AttnShape s, const T* q, const T* k, const T* v, T* out, float* lse,
@@ -76,6 +77,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   stage_rows(qs, D, kAttnBlockRows, q, ldq, i0, rows, int64_t(h) * D, D);
 
   float m[kAttnRowsPerWarp], l[kAttnRowsPerWarp], acc[kAttnRowsPerWarp][DC];
+#pragma unroll
   for (int r = 0; r < kAttnRowsPerWarp; ++r) {
     const int64_t i = i0 + warp * kAttnRowsPerWarp + r;
     const float seed = (resume && i < s.Tq) ? lse[i * s.H + h] : -INFINITY;
@@ -94,6 +96,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     stage_rows(ks, D + 1, kAttnTile, k, ldkv, j0, cols, int64_t(g) * D, D);
     stage_rows(vs, D, kAttnTile, v, ldkv, j0, cols, int64_t(g) * D, D);
     __syncthreads();
+#pragma unroll
     for (int r = 0; r < kAttnRowsPerWarp; ++r) {
       const int row = warp * kAttnRowsPerWarp + r;
       const int64_t i = i0 + row;
@@ -112,6 +115,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     }
   }
 
+#pragma unroll
   for (int r = 0; r < kAttnRowsPerWarp; ++r) {
     const int64_t i = i0 + warp * kAttnRowsPerWarp + r;
     if (i >= s.Tq) break;
@@ -174,6 +178,7 @@ __global__ void __launch_bounds__(kAttnThreads)
 
   float acc[kAttnRowsPerWarp][DC] = {};
   float row_lse[kAttnRowsPerWarp], row_delta[kAttnRowsPerWarp];
+#pragma unroll
   for (int r = 0; r < kAttnRowsPerWarp; ++r) {
     const int64_t i = i0 + warp * kAttnRowsPerWarp + r;
     row_lse[r] = i < s.Tq ? lse[i * s.H + h] : -INFINITY;
@@ -187,6 +192,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     stage_rows(ks, D + 1, kAttnTile, k, ldkv, j0, cols, int64_t(g) * D, D);
     stage_rows(vs, D + 1, kAttnTile, v, ldkv, j0, cols, int64_t(g) * D, D);
     __syncthreads();
+#pragma unroll
     for (int r = 0; r < kAttnRowsPerWarp; ++r) {
       const int row = warp * kAttnRowsPerWarp + r;
       const int64_t i = i0 + row;
@@ -198,6 +204,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     }
   }
 
+#pragma unroll
   for (int r = 0; r < kAttnRowsPerWarp; ++r) {
     const int64_t i = i0 + warp * kAttnRowsPerWarp + r;
     if (i >= s.Tq) break;
@@ -243,6 +250,7 @@ __global__ void __launch_bounds__(kAttnThreads)
         dlt[t] = t < n ? delta[(i0 + t) * s.H + h] : 0.0f;
       }
       __syncthreads();
+#pragma unroll
       for (int r = 0; r < kAttnRowsPerWarp; ++r) {
         const int row = warp * kAttnRowsPerWarp + r;
         const int64_t j = j0 + row;
@@ -256,6 +264,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     }
   }
 
+#pragma unroll
   for (int r = 0; r < kAttnRowsPerWarp; ++r) {
     const int64_t j = j0 + warp * kAttnRowsPerWarp + r;
     if (j >= s.Tk) break;

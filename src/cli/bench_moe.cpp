@@ -220,7 +220,8 @@ class BenchMoeCommand : public Command {
     const int W = world.size(), rank = world.rank();
     const int64_t T = tokens_, d = hidden_, f = ffn_;
     const int E = experts_, k = top_k_, L = E / W;
-    TokenDispatcher disp(&ep, E, *parse_config_name<EpTransportChoice>(transport));
+    const kernels::Ctx ctx;
+    TokenDispatcher disp(&ep, E, *parse_config_name<EpTransportChoice>(transport), 0, ctx);
     std::vector<float> send, recv, back, y(static_cast<size_t>(T * d)), gate, up;
     constexpr int kCols = 11;
     std::vector<double> per_iter;  // [iters, kCols] seconds, this rank
@@ -265,12 +266,12 @@ class BenchMoeCommand : public Command {
 
       // The send rows of the raw all-to-all (and of the local reference).
       send.resize(size_t(S * d));
-      kernels::gather_rows(x.data(), d, plan.send_token.data(), S, send.data());
+      kernels::gather_rows(ctx, x.data(), d, plan.send_token.data(), S, send.data());
       if (verify) {
         // Identity experts: y must be the weighted sum of the token's own
         // copies, computed here without any communication.
         std::vector<float> local(size_t(T * d));
-        kernels::combine_rows(send.data(), d, plan.row_of.data(), weight.data(), T, k,
+        kernels::combine_rows(ctx, send.data(), d, plan.row_of.data(), weight.data(), T, k,
                               local.data());
         for (size_t i = 0; i < local.size(); ++i) wrong += local[i] != y[i];
         // The ep counters count bytes that leave the rank: both transfers
@@ -284,18 +285,21 @@ class BenchMoeCommand : public Command {
         bytes_bad += S != T * k;  // dropless: no padding, every copy sent once
         continue;
       }
-      // The same bytes through a plain all-to-all-v of rows, both ways.
+      // The same bytes through a plain all-to-all-v of rows, both ways; rows
+      // arrive source-major, as MPI delivers them.
       const size_t row_bytes = size_t(d) * sizeof(float);
+      std::vector<int64_t> rd(size_t(W), 0);
+      for (int r = 1; r < W; ++r) rd[size_t(r)] = rd[size_t(r - 1)] + plan.recv_rows[size_t(r - 1)];
       recv.resize(size_t(R * d));
       back.resize(size_t(S * d));
       world.barrier();
       t0 = now_s();
-      ep.alltoallv(send.data(), plan.send_rows, plan.send_displ, recv.data(), plan.recv_rows,
-                   plan.recv_displ, row_bytes);
+      ep.alltoallv(send.data(), plan.send_rows, plan.send_displ, recv.data(), plan.recv_rows, rd,
+                   row_bytes);
       const double raw_fwd = now_s() - t0;
       t0 = now_s();
-      ep.alltoallv(recv.data(), plan.recv_rows, plan.recv_displ, back.data(), plan.send_rows,
-                   plan.send_displ, row_bytes);
+      ep.alltoallv(recv.data(), plan.recv_rows, rd, back.data(), plan.send_rows, plan.send_displ,
+                   row_bytes);
       const double raw_rev = now_s() - t0;
       if (!timed) continue;
       // count, permute, a2a dispatch, expert, a2a combine, combine, raw fwd,

@@ -115,11 +115,13 @@ class BenchScheduleCommand : public Command {
   explicit BenchScheduleCommand(CLI::App& parent) {
     auto* app = parent.add_subcommand(
         "schedule", "Pipeline executor: measured vs simulated bubble (mpirun -np PP)");
-    app->add_option("--schedule", schedule_, "all | afab | 1f1b | interleaved | zb-h1")
+    app->add_option("--schedule", schedule_,
+                    "all | afab | 1f1b | interleaved | zb-h1 | zb-v | dualpipev")
         ->capture_default_str();
     app->add_option("--pp", pp_, "pipeline ranks (= mpirun -np)")->required();
     app->add_option("--microbatches", m_, "micro-batches per step")->required();
-    app->add_option("--vpp", vpp_, "chunks per rank for the interleaved schedule")
+    app->add_option("--vpp", vpp_,
+                    "chunks per rank for the interleaved schedule (zb-v and dualpipev: always 2)")
         ->capture_default_str();
     app->add_option("--tf", tf_ms_,
                     "forward time of a rank's share of the model per micro-batch (ms)")
@@ -128,7 +130,8 @@ class BenchScheduleCommand : public Command {
     tw_opt_ =
         app->add_option("--tw", tw_ms_,
                         "weight-gradient time (ms; default: --tf). Non-split schedules run "
-                        "B = tb + tw; interleaved runs each of its vpp chunks at 1/vpp of these");
+                        "B = tb + tw; schedules with v chunks per rank (interleaved, zb-v, "
+                        "dualpipev) run each chunk at 1/v of these");
     app->add_option("--steps", steps_, "measured steps per schedule (after one warm-up step)")
         ->capture_default_str();
     app->add_option("--bytes", bytes_, "bytes of each activation / gradient message")
@@ -151,9 +154,11 @@ class BenchScheduleCommand : public Command {
     const int world = comm_world_size(), me = comm_world_rank();
     if (!tw_opt_->count()) tw_ms_ = tf_ms_;
     validate_flags(world);
-    std::vector<std::string> names;
+    std::vector<std::string> names, skipped;
     if (schedule_ == "all") {
-      names = schedule_names();
+      // Every schedule whose rules accept this pp and m (the others are named in a note).
+      for (const std::string& n : schedule_names())
+        (m_ >= min_microbatches(n, pp_, chunks(n)) ? names : skipped).push_back(n);
     } else {
       names = {schedule_ == "gpipe" ? "afab" : schedule_};
     }
@@ -198,7 +203,7 @@ class BenchScheduleCommand : public Command {
     double worst_dev = 0, worst_dev_hop = 0, worst_overhead = 0;
 
     for (const std::string& name : names) {
-      const int v = name == "interleaved" ? vpp_ : 1;
+      const int v = chunks(name);
       const Schedule s = lower(make_schedule(name, pp_, m_, v));
       // The same model split into v chunks: each chunk does 1/v of the work.
       const double f = tf_ms_ / v, b = tb_ms_ / v, w = tw_ms_ / v;
@@ -268,7 +273,9 @@ class BenchScheduleCommand : public Command {
       double shortest_ms = 1e300;
       for (double t : {tf_ms_, tb_ms_, tw_ms_})
         if (t > 0) shortest_ms = std::min(shortest_ms, t);
-      if (std::find(names.begin(), names.end(), "interleaved") != names.end()) shortest_ms /= vpp_;
+      int most_chunks = 1;
+      for (const std::string& n : names) most_chunks = std::max(most_chunks, chunks(n));
+      shortest_ms /= most_chunks;
       summary.notes = {
           "bubble = 1 - busy/makespan, makespan = first action begin to last action end over "
           "ranks (as in the simulator); mean over ranks",
@@ -283,6 +290,10 @@ class BenchScheduleCommand : public Command {
               " pp from sim_hop (target < 2), worst overhead " + fmt(worst_overhead * 1e6) +
               " us/action (" + fmt(100.0 * worst_overhead / (shortest_ms * 1e-3)) +
               "% of the shortest action)"};
+      for (const std::string& n : skipped)
+        summary.notes.push_back(n + " not run: it needs at least " +
+                                std::to_string(min_microbatches(n, pp_, chunks(n))) +
+                                " micro-batches at pp=" + std::to_string(pp_));
       std::printf("%s\n%s\n", summary.format().c_str(), per_rank.format().c_str());
       std::fflush(stdout);
       if (!output_.empty()) {
@@ -295,6 +306,11 @@ class BenchScheduleCommand : public Command {
   }
 
  private:
+  // Chunks per rank the named schedule runs here: --vpp for interleaved.
+  int chunks(const std::string& name) const {
+    return name == "interleaved" ? vpp_ : default_vpp(name);
+  }
+
   static std::string fmt(double v) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%g", v);
@@ -310,7 +326,8 @@ class BenchScheduleCommand : public Command {
       const auto& n = schedule_names();
       if (std::find(n.begin(), n.end(), schedule_) == n.end())
         throw InputError("--schedule " + schedule_ +
-                         ": unknown (expected all, afab, 1f1b, interleaved or zb-h1)");
+                         ": unknown (expected all, afab, 1f1b, interleaved, zb-h1, zb-v or "
+                         "dualpipev)");
     }
     if (m_ < 1) throw InputError("--microbatches " + std::to_string(m_) + ": must be >= 1");
     if (vpp_ < 1) throw InputError("--vpp " + std::to_string(vpp_) + ": must be >= 1");

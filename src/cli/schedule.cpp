@@ -1,13 +1,14 @@
 // `trident schedule`: generate (or import) a pipeline schedule, print its
 // per-rank action lists, export it as CSV, and simulate it: deadlock check,
 // makespan, bubble and activation memory per rank, and the ASCII timeline.
+#include "trident/parallel/pp/schedule.hpp"
+
 #include <cstdio>
 #include <iostream>
 
 #include "commands.hpp"
 #include "trident/core/error.hpp"
 #include "trident/parallel/pp/generators.hpp"
-#include "trident/parallel/pp/schedule.hpp"
 #include "trident/parallel/pp/simulator.hpp"
 
 namespace trident::cli {
@@ -16,12 +17,14 @@ namespace {
 class ScheduleCommand : public Command {
  public:
   explicit ScheduleCommand(CLI::App& parent) {
-    auto* app = parent.add_subcommand(
-        "schedule", "Generate, export, import and simulate pipeline schedules");
-    app->add_option("name", name_, "afab | 1f1b | interleaved | zb-h1 (omit with --import)");
+    auto* app = parent.add_subcommand("schedule",
+                                      "Generate, export, import and simulate pipeline schedules");
+    app->add_option("name", name_,
+                    "afab | 1f1b | interleaved | zb-h1 | zb-v | dualpipev (omit with --import)");
     pp_opt_ = app->add_option("--pp", pp_, "pipeline ranks");
     m_opt_ = app->add_option("--microbatches", m_, "micro-batches per step");
-    app->add_option("--vpp", vpp_, "model chunks per rank (interleaved)")->capture_default_str();
+    vpp_opt_ = app->add_option(
+        "--vpp", vpp_, "model chunks per rank (interleaved; zb-v and dualpipev: 2, the default)");
     app->add_flag("--simulate", simulate_, "simulate: deadlock, makespan, bubble, timeline");
     app->add_option("--export", export_, "write the lowered schedule as CSV");
     app->add_option("--import", import_,
@@ -42,8 +45,7 @@ class ScheduleCommand : public Command {
       if (!(v >= 0)) throw InputError(std::string(flag) + ": must be >= 0");
     Schedule s;
     if (!import_.empty()) {
-      if (!name_.empty())
-        throw InputError("schedule: give either NAME or --import FILE, not both");
+      if (!name_.empty()) throw InputError("schedule: give either NAME or --import FILE, not both");
       if (pp_opt_->count() || m_opt_->count())
         throw InputError("--import: --pp and --microbatches come from the file; do not pass them");
       s = read_csv_file(import_);
@@ -53,10 +55,14 @@ class ScheduleCommand : public Command {
       }
       validate(s);
     } else {
-      if (name_.empty()) throw InputError("schedule: NAME (afab, 1f1b, interleaved, zb-h1) or --import FILE is required");
+      if (name_.empty())
+        throw InputError(
+            "schedule: NAME (afab, 1f1b, interleaved, zb-h1, zb-v, dualpipev) or --import FILE is "
+            "required");
       if (!pp_opt_->count()) throw InputError("--pp: required");
       if (!m_opt_->count()) throw InputError("--microbatches: required");
-      s = lower(make_schedule(name_, pp_, m_, vpp_));
+      const int vpp = vpp_opt_->count() ? vpp_ : default_vpp(name_);
+      s = lower(make_schedule(name_, pp_, m_, vpp));
       validate(s);
     }
     // Simulate before exporting so that a broken schedule leaves no file.
@@ -87,6 +93,7 @@ class ScheduleCommand : public Command {
   pp::SimCosts costs_;
   CLI::Option* pp_opt_ = nullptr;
   CLI::Option* m_opt_ = nullptr;
+  CLI::Option* vpp_opt_ = nullptr;
 };
 
 }  // namespace

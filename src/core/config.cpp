@@ -163,7 +163,7 @@ const std::vector<KeyDef>& key_table() {
         "parallel", "ep", [](Config& c) { return &c.parallel.ep; }, 1));
     t.push_back(choice_key("parallel", "schedule",
                            [](Config & c) -> auto& { return c.parallel.schedule; },
-                           {"afab", "1f1b", "interleaved", "zb-h1"}));
+                           {"afab", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev"}));
     // [train]
     t.push_back(int_key(
         "train", "steps", [](Config& c) { return &c.train.steps; }, 1));

@@ -10,22 +10,36 @@
 namespace trident::model {
 namespace {
 
+struct MoEState : FfnState {
+  ep::MoELayer::Cache cache;
+};
+
 class MoEFeedForward : public FeedForward {
  public:
   MoEFeedForward(const Config& cfg, int layer, const StageComms& comms)
       : layer_(cfg.model, layer, comms.ep, comms.cp && comms.cp->size() > 1 ? comms.cp : nullptr,
-               cfg.runtime.ep_transport, cfg.runtime.ep_shm_limit_mb * 1048576.0) {
+               cfg.runtime.ep_transport, cfg.runtime.ep_shm_limit_mb * 1048576.0),
+        seq_len_(cfg.data.seq_len) {
     for (int l = 0; l < layer; ++l) moe_index_ += cfg.model.is_moe_layer(l) ? 1 : 0;
   }
   std::vector<Param*> params() override { return layer_.params(); }
   void forward(const MicroBatch& mb, const float* x, int64_t T, float* y, FfnCache& c,
                FfnStats& stats) override {
+    // Each token's sample, and its index in the micro-batch as one rank
+    // holds it (capacity is decided over whole sequences, whatever the cp split).
     std::vector<int> sample_of_token(static_cast<size_t>(T));
-    for (int64_t t = 0; t < T; ++t) sample_of_token[size_t(t)] = int(t / mb.local_seq);
-    c.moe = std::make_shared<ep::MoELayer::Cache>();
-    auto& cache = *std::any_cast<std::shared_ptr<ep::MoELayer::Cache>&>(c.moe);
+    std::vector<int64_t> token_index(static_cast<size_t>(T));
+    const bool placed = int64_t(mb.positions.size()) == mb.local_seq;
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t s = t / mb.local_seq, i = t % mb.local_seq;
+      sample_of_token[size_t(t)] = int(s);
+      token_index[size_t(t)] = s * seq_len_ + (placed ? mb.positions[size_t(i)] : i);
+    }
+    auto state = std::make_unique<MoEState>();
+    auto& cache = state->cache;
+    c.moe = std::move(state);
     ep::MoEStats s;
-    layer_.forward(x, T, sample_of_token, int(mb.n_samples), y, cache, s);
+    layer_.forward(x, T, sample_of_token, int(mb.n_samples), y, cache, s, token_index.data());
     // the z-loss is trained through the same scale, so it is reported with aux
     stats.aux_loss_sum = s.aux_loss_sum + s.z_loss_sum;
     stats.moe_index = moe_index_;
@@ -33,7 +47,7 @@ class MoEFeedForward : public FeedForward {
     if (stats.capture_router_logits) stats.router_logits = cache.router_logits();
   }
   void backward(const float* dy, float* dx, int64_t, FfnCache& c, float aux_scale) override {
-    auto& cache = *std::any_cast<std::shared_ptr<ep::MoELayer::Cache>&>(c.moe);
+    auto& cache = static_cast<MoEState&>(*c.moe).cache;
     layer_.backward(dy, dx, cache, aux_scale);
     c.moe.reset();
   }
@@ -54,6 +68,7 @@ class MoEFeedForward : public FeedForward {
 
  private:
   ep::MoELayer layer_;
+  int64_t seq_len_;
   int moe_index_ = 0;
   std::vector<Param*> last_buffers_;
 };

@@ -407,7 +407,8 @@ class Chunk {
 
 // ---- ModelStage ----
 
-ModelStage::ModelStage(const Config& cfg, int pp_rank, int pp, StageComms comms)
+ModelStage::ModelStage(const Config& cfg, int pp_rank, int pp, StageComms comms,
+                       const std::vector<int>& stages)
     : cfg_(cfg), pp_rank_(pp_rank), pp_(pp), comms_(comms) {
   const int vpp = cfg.parallel.vpp;
   const int n_virtual = pp * vpp;
@@ -418,8 +419,12 @@ ModelStage::ModelStage(const Config& cfg, int pp_rank, int pp, StageComms comms)
   int moe_layers = 0;
   for (int l = 0; l < cfg.model.n_layers; ++l) moe_layers += cfg.model.is_moe_layer(l) ? 1 : 0;
   expert_tokens_.assign(size_t(moe_layers), std::vector<int64_t>(size_t(cfg.model.n_experts), 0));
+  TRIDENT_CHECK(stages.empty() || static_cast<int>(stages.size()) == vpp,
+                "ModelStage: " + std::to_string(stages.size()) + " stages for vpp = " +
+                    std::to_string(vpp));
   for (int c = 0; c < vpp; ++c)
-    chunks_.push_back(std::make_unique<Chunk>(*this, c * pp + pp_rank, n_virtual));
+    chunks_.push_back(std::make_unique<Chunk>(
+        *this, stages.empty() ? c * pp + pp_rank : stages[size_t(c)], n_virtual));
 }
 
 ModelStage::~ModelStage() = default;

@@ -6,6 +6,7 @@
 #include "trident/core/error.hpp"
 #include "trident/model/blocks.hpp"
 #include "trident/parallel/dp/grad_reduce.hpp"
+#include "trident/parallel/pp/generators.hpp"
 
 namespace trident::train {
 
@@ -13,7 +14,10 @@ Trainer::Trainer(const Config& cfg, TrainComms comms) : cfg_(cfg), comms_(comms)
   data_ = model::make_data_source(cfg_, comms_.dp_size);
   model::StageComms sc{comms_.cp, comms_.ep};
   positions_ = model::local_positions(cfg_, sc);
-  stage_ = std::make_unique<model::ModelStage>(cfg_, comms_.pp_rank, comms_.pp_size, sc);
+  const pp::Placement placement =
+      pp::schedule_placement(config_name(cfg_.parallel.schedule), comms_.pp_size, cfg_.parallel.vpp);
+  stage_ = std::make_unique<model::ModelStage>(cfg_, comms_.pp_rank, comms_.pp_size, sc,
+                                               placement.stages.at(size_t(comms_.pp_rank)));
   opt_ = std::make_unique<AdamW>(stage_->params(), cfg_.train);
   init_pipeline();
 }

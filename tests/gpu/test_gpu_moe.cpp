@@ -8,11 +8,14 @@
 #include "harness.hpp"
 #include "trident/kernels/gemm.hpp"
 #include "trident/kernels/moe.hpp"
+#include "trident/kernels/router.hpp"
 
 namespace cpu = trident::kernels;
 using namespace gpu_test;
 
 namespace {
+
+const trident::kernels::Ctx kHost{};  // the CPU reference runs on the host
 
 // Slot rows of a combine: token t's copy j at row (t * k + j) permuted, every
 // fifth copy dropped (-1).
@@ -35,7 +38,7 @@ GPU_TEST("topk_rows with ties and zero tokens") {
   Buf<float> gs(dc, scores);
   Buf<int> gi(dc, idx.size());
   cuda::topk_rows(dc.ctx(), gs, T, E, k, gi);
-  cpu::topk_rows(scores.data(), T, E, k, idx.data());
+  cpu::topk_rows(kHost, scores.data(), nullptr, T, E, k, idx.data());
   expect(gi.host() == idx, "top-k indices equal the CPU's (ties to the lower expert)");
   cuda::topk_rows(dc.ctx(), gs, 0, E, k, gi);
 }
@@ -55,19 +58,19 @@ GPU_TEST("gather, combine, combine backward, scatter-add") {
   std::vector<float> g(static_cast<size_t>(n * d));
   Buf<float> gg(dc, g.size());
   cuda::gather_rows(dc.ctx(), gx, d, gsrc, n, gg);
-  cpu::gather_rows(x.data(), d, src.data(), n, g.data());
+  cpu::gather_rows(kHost, x.data(), d, src.data(), n, g.data());
   check_close("gather_rows", gg.host(), g, 0.0);
 
   std::vector<float> y(static_cast<size_t>(T * d));
   Buf<float> gy(dc, y.size());
   cuda::combine_rows(dc.ctx(), grows, d, grow, gw, T, k, gy);
-  cpu::combine_rows(rows.data(), d, row.data(), weight.data(), T, k, y.data());
+  cpu::combine_rows(kHost, rows.data(), d, row.data(), weight.data(), T, k, y.data());
   check_close("combine_rows", gy.host(), y, 1e-6);
 
   std::vector<float> drows(static_cast<size_t>(n * d), 0.0f), dweight(static_cast<size_t>(n));
   Buf<float> gdrows(dc, drows.size()), gdweight(dc, dweight.size());
   cuda::combine_rows_backward(dc.ctx(), grows, gdy, d, grow, gw, T, k, gdrows, gdweight);
-  cpu::combine_rows_backward(rows.data(), dy.data(), d, row.data(), weight.data(), T, k,
+  cpu::combine_rows_backward(kHost, rows.data(), dy.data(), d, row.data(), weight.data(), T, k,
                              drows.data(), dweight.data());
   check_close("combine_rows_backward drows", gdrows.host(), drows, 1e-6);
   check_close("combine_rows_backward dweight", gdweight.host(), dweight, 1e-5);
@@ -75,7 +78,7 @@ GPU_TEST("gather, combine, combine backward, scatter-add") {
   std::vector<float> dx(static_cast<size_t>(T * d));
   Buf<float> gdx(dc, dx.size());
   cuda::scatter_add_rows(dc.ctx(), grows, d, grow, T, k, gdx);
-  cpu::scatter_add_rows(rows.data(), d, row.data(), T, k, dx.data());
+  cpu::scatter_add_rows(kHost, rows.data(), d, row.data(), T, k, dx.data());
   check_close("scatter_add_rows", gdx.host(), dx, 1e-6);
 
   // A rank that received no tokens.

@@ -34,7 +34,7 @@ enum class RouterScoring { softmax, sigmoid_bias };                     // model
 enum class DataTask { recall, copy, tokens };                           // data.task
 enum class TokenDType { uint16, uint32 };                               // data.token_dtype
 enum class CpLayout { contiguous, zigzag };                             // parallel.cp_layout
-enum class PipelineSchedule { afab, one_f_one_b, interleaved, zb_h1 };  // parallel.schedule
+enum class PipelineSchedule { afab, one_f_one_b, interleaved, zb_h1, zb_v, dualpipev };  // parallel.schedule
 enum class Backend { cpu, cuda, automatic };                            // runtime.backend
 enum class CommBackend { mpi, nccl, automatic };                        // runtime.comm
 enum class EpTransportChoice { alltoallv, shm, automatic };             // runtime.ep_transport
@@ -59,7 +59,8 @@ struct ConfigNames<CpLayout> {
 };
 template <>
 struct ConfigNames<PipelineSchedule> {
-  static constexpr std::array<std::string_view, 4> names = {"afab", "1f1b", "interleaved", "zb-h1"};
+  static constexpr std::array<std::string_view, 6> names = {"afab",  "1f1b", "interleaved",
+                                                            "zb-h1", "zb-v", "dualpipev"};
 };
 template <>
 struct ConfigNames<Backend> {

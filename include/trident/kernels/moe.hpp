@@ -1,43 +1,65 @@
-// Token-level MoE kernels: top-k selection, the expert-major permutation of
-// token rows and its weighted inverse. Row-major fp32, d floats per row.
+// Token-level MoE kernels: the permutation of token rows into expert order
+// (permute, before dispatch) and its weighted inverse (unpermute, the
+// combine), with their backward passes. Row-major fp32, d floats per row.
+//
+// Both directions are driven by an index plan computed once per routing
+// (ep::DispatchPlan): src_row [n] names the token of each permuted row, and
+// row [T*k] names the permuted row of each copy (t, j) (-1: dropped). A
+// kernel is then one gather or scatter pass, with no per-token callback,
+// so that a device backend can run it as one launch.
 //
 // Every loop runs in a fixed order (tokens ascending, then the k slots), so
 // results do not depend on how experts are spread over ranks.
 #pragma once
+#include <algorithm>
 #include <cstdint>
+
+#include "trident/kernels/context.hpp"
 
 namespace trident::kernels {
 
-// For each of T rows of `scores` [T, E], the k largest entries, best first;
-// ties go to the lower expert index. idx [T, k].
-void topk_rows(const float* scores, int64_t T, int E, int k, int* idx);
+// Permuted rows [S, d] as an unpermute reads them: one buffer, or several
+// segments (one per expert when the rows stay where the experts wrote
+// them, as the shm transport leaves them). Row r lies in the segment s with
+// first[s] <= r < first[s + 1], at base[s] + (r - first[s]) * d.
+struct RowSource {
+  const float* rows = nullptr;         // one buffer (segments == 0)
+  const float* const* base = nullptr;  // [segments]
+  const int64_t* first = nullptr;      // [segments + 1], ascending
+  int segments = 0;
 
-// out[i, :] = x[src_row[i], :] for i < n (the permutation before dispatch).
-void gather_rows(const float* x, int64_t d, const int64_t* src_row, int64_t n, float* out);
+  RowSource() = default;
+  RowSource(const float* contiguous) : rows(contiguous) {}  // NOLINT: a buffer is a source
+  RowSource(const float* const* b, const int64_t* f, int n) : base(b), first(f), segments(n) {}
 
-// The combine: for each token t and slot j < k with row[t*k + j] >= 0,
-// y[t, :] += weight[t*k + j] * rows[row[t*k + j], :], slots in order. y is
-// overwritten first (a token with every copy dropped gets zeros).
-void combine_rows(const float* rows, int64_t d, const int64_t* row, const float* weight, int64_t T,
-                  int k, float* y);
+  const float* row(int64_t r, int64_t d) const {
+    if (segments == 0) return rows + r * d;
+    const int s = int(std::upper_bound(first + 1, first + segments + 1, r) - (first + 1));
+    return base[s] + (r - first[s]) * d;
+  }
+};
 
-// One token of the combine: y[:] = sum over j < k, in order, of
-// w[j] * rows[j][:] (rows[j] nullptr: a dropped copy; w nullptr: weights 1).
-void combine_row(const float* const* rows, const float* w, int k, int64_t d, float* y);
+// Permute: out[i, :] = x[src_row[i], :] for i < n.
+void gather_rows(const Ctx& ctx, const float* x, int64_t d, const int64_t* src_row, int64_t n,
+                 float* out);
 
-// One token of the backward: for each copy j with row[j] >= 0,
-// drows[row[j], :] = w[j] * dy[:] and dweight[j] = <dy, rows[j]> (else 0).
-void combine_row_backward(const float* const* rows, const float* dy, int64_t d, const int64_t* row,
-                          const float* w, int k, float* drows, float* dweight);
+// Unpermute (the combine): y[t, :] = sum over slots j < k with
+// row[t*k + j] >= 0, in order, of weight[t*k + j] * rows[row[t*k + j], :]
+// (weight nullptr: 1). y is overwritten (a token with every copy dropped
+// gets zeros).
+void combine_rows(const Ctx& ctx, const RowSource& rows, int64_t d, const int64_t* row,
+                  const float* weight, int64_t T, int k, float* y);
 
 // Backward of combine_rows: drows[row] = weight * dy[t] and
-// dweight[t*k + j] = <dy[t], rows[row]> (0 for dropped copies).
-void combine_rows_backward(const float* rows, const float* dy, int64_t d, const int64_t* row,
-                           const float* weight, int64_t T, int k, float* drows, float* dweight);
+// dweight[t*k + j] = <dy[t], rows[row]> (0 for dropped copies). drows [S, d]
+// is written only at the rows of kept copies.
+void combine_rows_backward(const Ctx& ctx, const RowSource& rows, const float* dy, int64_t d,
+                           const int64_t* row, const float* weight, int64_t T, int k, float* drows,
+                           float* dweight);
 
-// Backward of the gather (scatter-add over the k copies): dx[t] = sum over
-// slots j of drows[row[t*k + j]], slots in order; dx is overwritten.
-void scatter_add_rows(const float* drows, int64_t d, const int64_t* row, int64_t T, int k,
-                      float* dx);
+// Backward of the permute (scatter-add over the k copies): dx[t] = sum
+// over slots j of drows[row[t*k + j]], slots in order; dx is overwritten.
+void scatter_add_rows(const Ctx& ctx, const float* drows, int64_t d, const int64_t* row, int64_t T,
+                      int k, float* dx);
 
 }  // namespace trident::kernels

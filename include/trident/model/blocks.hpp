@@ -4,7 +4,6 @@
 //                  (local kernel with cp = 1, RingAttention over the cp group)
 //   FeedForward    dense SwiGLU or the expert-parallel MoE layer
 #pragma once
-#include <any>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -50,11 +49,17 @@ struct FfnStats {
   std::vector<float> router_logits;         // [T, n_experts] when asked
 };
 
+// What an FFN keeps between forward and backward beyond gate and up (the
+// MoE layer's cache), owned by the FfnCache.
+struct FfnState {
+  virtual ~FfnState() = default;
+};
+
 // Per-micro-batch state an FFN keeps between forward and backward.
 struct FfnCache {
   const float* x = nullptr;  // the FFN input (owned by the enclosing block's cache)
   Tensor gate, up;           // dense SwiGLU pre-activations
-  std::any moe;              // the MoE layer's own cache
+  std::unique_ptr<FfnState> moe;  // the MoE layer's own cache
 };
 
 class FeedForward {

@@ -7,8 +7,10 @@
 //   LM head -> cross-entropy
 //
 // The layers are split over pp * vpp virtual stages (contiguous ranges, the
-// first stages take one more layer when it does not divide); virtual stage
-// c * pp + r is chunk c of pipeline rank r. A ModelStage holds this rank's
+// first stages take one more layer when it does not divide); which rank holds
+// which stage is the schedule's placement (c * pp + r is chunk c of rank r in
+// the loop placement; rank r holds r and 2 pp - 1 - r in the V placement of
+// ZB-V and DualPipeV). A ModelStage holds this rank's
 // chunks and runs forward/backward of one (chunk, micro-batch) at a time, so
 // any pipeline schedule can drive it; it keeps one activation cache per
 // micro-batch in flight. Stage boundaries carry hidden states [tokens, d] and
@@ -91,9 +93,13 @@ struct AttnSpan {
 
 class ModelStage {
  public:
-  // pp_rank/pp, vpp from the mesh and config. Builds and initialises the
-  // parameters of this rank's chunks (counter-RNG, same on every mesh).
-  ModelStage(const Config& cfg, int pp_rank, int pp, StageComms comms);
+  // pp_rank/pp, vpp from the mesh and config; stages: the virtual stages this
+  // rank holds, ascending (chunk c is stages[c]), from the schedule's
+  // placement; empty: the loop placement (chunk c is stage c * pp + pp_rank).
+  // Builds and initialises the parameters of this rank's chunks (counter-RNG,
+  // same on every mesh).
+  ModelStage(const Config& cfg, int pp_rank, int pp, StageComms comms,
+             const std::vector<int>& stages = {});
   ~ModelStage();
   ModelStage(const ModelStage&) = delete;
   ModelStage& operator=(const ModelStage&) = delete;

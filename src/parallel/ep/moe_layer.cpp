@@ -6,7 +6,6 @@
 
 #include "trident/core/error.hpp"
 #include "trident/kernels/gemm.hpp"
-#include "trident/kernels/moe.hpp"
 #include "trident/kernels/swiglu.hpp"
 
 namespace trident::ep {
@@ -39,15 +38,16 @@ int ep_rank_of(Communicator* ep) { return ep ? ep->rank() : 0; }
 }  // namespace
 
 MoELayer::MoELayer(const ModelConfig& cfg, int layer_index, Communicator* ep, Communicator* cp,
-                   EpTransportChoice transport, double shm_limit_bytes)
-    : d_(cfg.d_model),
+                   EpTransportChoice transport, double shm_limit_bytes, const kernels::Ctx& ctx)
+    : ctx_(ctx),
+      d_(cfg.d_model),
       f_(cfg.ffn_hidden),
       E_(cfg.n_experts),
       k_(cfg.top_k),
       L_(cfg.n_experts / std::max(1, ep_size_of(ep))),
       first_(ep_rank_of(ep) * L_),
       router_(router_options(cfg)),
-      dispatcher_(ep, cfg.n_experts, transport, shm_limit_bytes),
+      dispatcher_(ep, cfg.n_experts, transport, shm_limit_bytes, ctx),
       cp_(cp) {
   const std::string base = "layers." + std::to_string(layer_index) + ".moe.";
   router_w_ = Param(base + "router", {d_, E_}, GradReduce::dense);
@@ -110,14 +110,15 @@ void MoELayer::run_experts_forward(Cache& c, float* out, DispatchTimes& times) {
 }
 
 void MoELayer::forward(const float* x, int64_t T, const std::vector<int>& sample_of_token,
-                       int n_samples, float* y, Cache& c, MoEStats& stats) {
+                       int n_samples, float* y, Cache& c, MoEStats& stats,
+                       const int64_t* token_index) {
   DispatchTimes times;
   c.n_samples = n_samples;
   c.x.assign(x, x + T * d_);
   std::vector<float> logits(static_cast<size_t>(T * E_));
   kernels::sgemm(false, false, T, E_, d_, 1.0f, x, d_, router_w_.value.ptr(), E_, 0.0f,
                  logits.data(), E_);
-  router_.route(logits.data(), T, sample_of_token, n_samples, cp_, c.routing);
+  router_.route(ctx_, logits.data(), T, sample_of_token, n_samples, cp_, c.routing, token_index);
 
   c.plan = dispatcher_.plan(c.routing.expert.data(), T, k_, &times);
   const int64_t R = c.plan.received();
@@ -136,24 +137,10 @@ void MoELayer::forward(const float* x, int64_t T, const std::vector<int>& sample
   stats.times = times;
 }
 
-void MoELayer::backward(const float* dy, float* dx, Cache& c, float daux_scale) {
+// Each expert's rows are one block; the SwiGLU runs per source chunk of it,
+// in source order, so that the weight gradients add up in a fixed order.
+void MoELayer::run_experts_backward(Cache& c, const float* dout, float* din) {
   const DispatchPlan& p = c.plan;
-  const int64_t T = p.T, S = p.sent(), R = p.received();
-  // Backward of the combine: w * dy to each copy's row, dy . row to its weight.
-  std::vector<float> drows(static_cast<size_t>(S * d_));
-  std::vector<float> dweight(static_cast<size_t>(T * k_));
-  const int64_t* row_of = p.row_of.data();
-  const float* weight = c.routing.weight.data();
-  dispatcher_.visit_forward(
-      p, *c.rows, d_,
-      [&](int64_t t, const float* const* rows) {
-        kernels::combine_row_backward(rows, dy + t * d_, d_, row_of + t * k_, weight + t * k_, k_,
-                                      drows.data(), dweight.data() + t * k_);
-      });
-  std::vector<float> dout(static_cast<size_t>(R * d_));
-  dispatcher_.dispatch_rows(p, drows.data(), dout.data(), d_);
-
-  std::vector<float> din(static_cast<size_t>(R * d_), 0.0f);
   for (int e = 0; e < L_; ++e) {
     for (int r = 0; r < p.ep_size; ++r) {
       const int64_t rows = p.chunk_rows[r * L_ + e], off = p.chunk_offset[r * L_ + e];
@@ -162,20 +149,34 @@ void MoELayer::backward(const float* dy, float* dx, Cache& c, float daux_scale) 
       const float* gate = c.gate.data() + off * f_;
       const float* up = c.up.data() + off * f_;
       if (custom_) {
-        custom_->backward(e, xin, gate, up, dout.data() + off * d_, rows, din.data() + off * d_);
+        custom_->backward(e, xin, gate, up, dout + off * d_, rows, din + off * d_);
       } else {
         Param &wg = expert_param(e, 0), &wu = expert_param(e, 1), &wd = expert_param(e, 2);
-        kernels::swiglu_backward(
-            xin, gate, up, dout.data() + off * d_, rows, d_, f_, wg.value.ptr(), wu.value.ptr(),
-            wd.value.ptr(), din.data() + off * d_, wg.grad.ptr(), wu.grad.ptr(), wd.grad.ptr());
+        kernels::swiglu_backward(xin, gate, up, dout + off * d_, rows, d_, f_, wg.value.ptr(),
+                                 wu.value.ptr(), wd.value.ptr(), din + off * d_, wg.grad.ptr(),
+                                 wu.grad.ptr(), wd.grad.ptr());
       }
     }
   }
+}
+
+void MoELayer::backward(const float* dy, float* dx, Cache& c, float daux_scale) {
+  const DispatchPlan& p = c.plan;
+  const int64_t T = p.T, S = p.sent(), R = p.received();
+  // Backward of the combine: w * dy to each copy's row, dy . row to its weight.
+  std::vector<float> drows(static_cast<size_t>(S * d_));
+  std::vector<float> dweight(static_cast<size_t>(T * k_));
+  dispatcher_.combine_backward(p, *c.rows, dy, c.routing.weight.data(), drows.data(),
+                               dweight.data(), d_);
+  std::vector<float> dout(static_cast<size_t>(R * d_));
+  dispatcher_.dispatch_rows(p, drows.data(), dout.data(), d_);
+  std::vector<float> din(static_cast<size_t>(R * d_), 0.0f);
+  run_experts_backward(c, dout.data(), din.data());
   // Backward of the dispatch: each token's copies summed back.
   dispatcher_.combine(p, din.data(), nullptr, dx, d_);
 
   std::vector<float> dlogits(static_cast<size_t>(T * E_));
-  router_.backward(c.routing, dweight.data(), daux_scale, dlogits.data());
+  router_.backward(ctx_, c.routing, dweight.data(), daux_scale, dlogits.data());
   kernels::sgemm(true, false, d_, E_, T, 1.0f, c.x.data(), d_, dlogits.data(), E_, 1.0f,
                  router_w_.grad.ptr(), E_);
   kernels::sgemm(false, true, T, d_, E_, 1.0f, dlogits.data(), E_, router_w_.value.ptr(), E_, 1.0f,

@@ -11,14 +11,22 @@ void check_config(const Config& cfg) {
   auto s = [](long long v) { return std::to_string(v); };
   const bool interleaved = p.schedule == PipelineSchedule::interleaved;
   const std::string name = config_name(p.schedule);
-  if (p.vpp > 1 && !interleaved)
+  const bool v_shaped = default_vpp(name) == 2;
+  if (p.vpp > 1 && !interleaved && !v_shaped)
     config_rule_failed(cfg, {"parallel.vpp", "parallel.schedule"},
                        "parallel.vpp=" + s(p.vpp) +
-                           " > 1 needs parallel.schedule = \"interleaved\" (got \"" + name + "\")");
+                           " > 1 needs parallel.schedule = \"interleaved\" (got \"" + name +
+                           "\"), or \"zb-v\" / \"dualpipev\" with parallel.vpp = 2");
   if (interleaved && p.vpp < 2)
     config_rule_failed(
         cfg, {"parallel.schedule", "parallel.vpp"},
         "parallel.schedule = \"interleaved\" needs parallel.vpp >= 2 (got " + s(p.vpp) + ")");
+  if (v_shaped && p.vpp != 2)
+    config_rule_failed(cfg, {"parallel.schedule", "parallel.vpp"},
+                       "parallel.schedule = \"" + name +
+                           "\" holds two chunks per rank (V placement) and needs parallel.vpp = 2 "
+                           "(got " +
+                           s(p.vpp) + ")");
   if (cfg.model.n_layers % (p.pp * p.vpp) != 0)
     config_rule_failed(cfg, {"model.n_layers", "parallel.pp", "parallel.vpp"},
                        "model.n_layers=" + s(cfg.model.n_layers) +
@@ -29,11 +37,6 @@ void check_config(const Config& cfg) {
     config_rule_failed(cfg, {"data.num_microbatches", "parallel.schedule", "parallel.pp"},
                        "data.num_microbatches=" + s(d.num_microbatches) + " must be >= " +
                            s(min_m) + " for schedule \"" + name + "\" with parallel.pp=" + s(p.pp));
-  if (interleaved && d.num_microbatches % p.pp != 0)
-    config_rule_failed(cfg, {"data.num_microbatches", "parallel.schedule", "parallel.pp"},
-                       "data.num_microbatches=" + s(d.num_microbatches) +
-                           " must be a multiple of parallel.pp=" + s(p.pp) +
-                           " for schedule \"interleaved\"");
 }
 
 }  // namespace trident::pp

@@ -1,8 +1,9 @@
 // Schedule generators: the per-rank compute order of AFAB, 1F1B, interleaved
-// 1F1B and ZB-H1, plus their rules and closed-form bubbles.
+// 1F1B, ZB-H1, ZB-V and DualPipeV, plus their rules and closed-form bubbles.
 #include "trident/parallel/pp/generators.hpp"
 
 #include <algorithm>
+#include <deque>
 #include <utility>
 
 #include "trident/core/error.hpp"
@@ -18,6 +19,7 @@ Schedule empty_schedule(const std::string& name, int pp, int m, int vpp, bool sp
   s.vpp = vpp;
   s.microbatches = m;
   s.split_backward = split;
+  s.placement = schedule_placement(name, pp, vpp);
   s.ranks.resize(pp);
   return s;
 }
@@ -26,35 +28,88 @@ void require(bool ok, const std::string& msg) {
   if (!ok) throw InputError(msg);
 }
 
+bool v_shaped(const std::string& name) { return name == "zb-v" || name == "dualpipev"; }
+
 void check_common(const std::string& name, int pp, int m, int vpp) {
   require(pp >= 1, "--pp " + std::to_string(pp) + ": must be >= 1");
   require(vpp >= 1, "--vpp " + std::to_string(vpp) + ": must be >= 1");
   require(m >= 1, "--microbatches " + std::to_string(m) + ": must be >= 1");
-  require(vpp == 1 || name == "interleaved",
+  require(vpp == 1 || name == "interleaved" || v_shaped(name),
           "--vpp " + std::to_string(vpp) +
-              ": more than one chunk per rank needs the interleaved schedule (got '" + name + "')");
+              ": more than one chunk per rank needs the interleaved, zb-v or dualpipev schedule "
+              "(got '" +
+              name + "')");
+  require(!v_shaped(name) || vpp == 2,
+          "--vpp " + std::to_string(vpp) + ": schedule '" + name +
+              "' holds two chunks per rank (V placement: stages r and 2*pp-1-r); needs --vpp 2");
   const int need = min_microbatches(name, pp, vpp);
   require(m >= need, "--microbatches " + std::to_string(m) + ": schedule '" + name +
                          "' with pp=" + std::to_string(pp) + " vpp=" + std::to_string(vpp) +
                          " needs at least " + std::to_string(need) + " micro-batches");
-  // The same rule as the config's (data.num_microbatches), so that every
-  // schedule the CLI accepts is one a training run accepts.
-  require(name != "interleaved" || m % pp == 0,
-          "--microbatches " + std::to_string(m) +
-              ": schedule 'interleaved' needs a multiple of --pp " + std::to_string(pp));
+}
+
+// One rank's list under construction for the V schedules: per-chunk counters
+// of F, B and W, so each call appends the chunk's next micro-batch.
+struct VRow {
+  VRow(std::vector<Action>& r, int chunk0_stage, int chunk1_stage)
+      : row(r), stage{chunk0_stage, chunk1_stage} {}
+  std::vector<Action>& row;
+  int stage[2];  // chunk 0 (going down the ranks) and chunk 1 (coming back)
+  int f[2] = {0, 0}, b[2] = {0, 0}, w[2] = {0, 0};
+  std::deque<std::pair<int, int>> deferred;  // (chunk, micro-batch) whose W waits
+
+  void forward(int c, bool overlapped = false) {
+    row.push_back({stage[c], Op::F, f[c]++, overlapped});
+  }
+  void input_grad(int c) {  // B now, W deferred
+    deferred.push_back({c, b[c]});
+    row.push_back({stage[c], Op::B, b[c]++});
+  }
+  void weight_grad(int c) { row.push_back({stage[c], Op::W, w[c]++}); }
+  void full_backward(int c) {  // B and W together
+    const int mb = b[c]++;
+    row.push_back({stage[c], Op::B, mb});
+    row.push_back({stage[c], Op::W, mb});
+    ++w[c];
+  }
+  void oldest_deferred_weight_grad() {
+    if (deferred.empty()) return;
+    const auto [c, mb] = deferred.front();
+    deferred.pop_front();
+    row.push_back({stage[c], Op::W, mb});
+    ++w[c];
+  }
+};
+
+// Keeps the actions of micro-batches below m (the V schedules generate for
+// more to fill the V).
+void drop_extra_microbatches(Schedule& s) {
+  for (auto& row : s.ranks)
+    std::erase_if(row, [&](const Action& a) { return a.microbatch >= s.microbatches; });
 }
 
 }  // namespace
 
+int default_vpp(const std::string& name) { return v_shaped(name) ? 2 : 1; }
+
+Placement schedule_placement(const std::string& name, int pp, int vpp) {
+  return v_shaped(name) ? Placement::v_shape(pp) : Placement::loop(pp, vpp);
+}
+
 const std::vector<std::string>& schedule_names() {
-  static const std::vector<std::string> names = {"afab", "1f1b", "interleaved", "zb-h1"};
+  static const std::vector<std::string> names = {"afab",  "1f1b", "interleaved",
+                                                 "zb-h1", "zb-v", "dualpipev"};
   return names;
 }
 
 int min_microbatches(const std::string& name, int pp, int vpp) {
-  if (name == "afab" || name == "gpipe" || name == "1f1b" || name == "zb-h1") return 1;
-  if (name == "interleaved") return std::max(pp, 1);
-  throw InputError("schedule '" + name + "': unknown (expected afab, 1f1b, interleaved or zb-h1)");
+  (void)vpp;
+  if (name == "afab" || name == "gpipe" || name == "1f1b" || name == "zb-h1" ||
+      name == "interleaved" || name == "zb-v")
+    return 1;
+  if (name == "dualpipev") return 2 * std::max(pp, 1);
+  throw InputError("schedule '" + name +
+                   "': unknown (expected afab, 1f1b, interleaved, zb-h1, zb-v or dualpipev)");
 }
 
 Schedule make_schedule(const std::string& name, int pp, int m, int vpp) {
@@ -73,6 +128,14 @@ Schedule make_schedule(const std::string& name, int pp, int m, int vpp) {
   if (name == "zb-h1") {
     check_common(name, pp, m, vpp);
     return zero_bubble_h1(pp, m);
+  }
+  if (name == "zb-v") {
+    check_common(name, pp, m, vpp);
+    return zero_bubble_v(pp, m);
+  }
+  if (name == "dualpipev") {
+    check_common(name, pp, m, vpp);
+    return dual_pipe_v(pp, m);
   }
   min_microbatches(name, pp, vpp);  // throws the unknown-name error
   throw InputError("schedule '" + name + "': unknown");
@@ -172,6 +235,102 @@ Schedule zero_bubble_h1(int pp, int m) {
   return s;
 }
 
+Schedule zero_bubble_v(int pp, int m) {
+  Schedule s = empty_schedule("zb-v", pp, m, 2, true);
+  const int n = std::max(m, 2 * pp - 1);
+  for (int r = 0; r < pp; ++r) {
+    VRow v(s.ranks[r], s.stage_of(r, 0), s.stage_of(r, 1));
+    // Warm-up: chunk-0 forwards until the first micro-batch has come down the
+    // V and back up to this rank; chunk 1's first backwards run as soon as
+    // each forward is done (B and W right away: nothing to fill yet).
+    for (int i = 0; i < 2 * (pp - r) - 1; ++i) v.forward(0);
+    for (int i = 0; i < r; ++i) {
+      v.forward(1);
+      v.forward(0);
+    }
+    for (int i = 0; i < pp - r; ++i) {
+      v.forward(1);
+      v.full_backward(1);
+    }
+    // Steady state: F, B, W on each chunk in turn.
+    while (v.f[1] < v.f[0] || v.f[0] < n) {
+      if (v.f[0] < n) v.forward(0);
+      v.full_backward(0);
+      v.forward(1);
+      v.full_backward(1);
+    }
+    // Cool-down: the input gradients first, so they reach the ranks that
+    // wait for them; the weight gradients fill the time after.
+    for (int i = 0; i < r; ++i) {
+      v.row.push_back({v.stage[0], Op::B, v.b[0]++});
+      v.row.push_back({v.stage[1], Op::B, v.b[1]++});
+    }
+    for (int i = 0; i < pp - r; ++i) {
+      v.row.push_back({v.stage[0], Op::B, v.b[0]++});
+      v.weight_grad(0);
+    }
+    while (v.w[1] < v.b[1]) v.weight_grad(1);
+    while (v.w[0] < v.b[0]) v.weight_grad(0);
+  }
+  drop_extra_microbatches(s);
+  return s;
+}
+
+Schedule dual_pipe_v(int pp, int m) {
+  Schedule s = empty_schedule("dualpipev", pp, m, 2, true);
+  for (int r = 0; r < pp; ++r) {
+    VRow v(s.ranks[r], s.stage_of(r, 0), s.stage_of(r, 1));
+    auto overlapped_slot = [&](int f_chunk, int b_chunk) {
+      v.forward(f_chunk, true);
+      v.full_backward(b_chunk);
+    };
+    // 1-2: forwards down the V, then alternating with chunk 1 from the turn.
+    for (int i = 0; i < 2 * (pp - r - 1); ++i) v.forward(0);
+    for (int i = 0; i < r + 1; ++i) {
+      v.forward(0);
+      v.forward(1);
+    }
+    // 3: chunk 1's first backwards; their W's go straight after (zero bubble).
+    for (int i = 0; i < pp - r - 1; ++i) {
+      v.input_grad(1);
+      v.oldest_deferred_weight_grad();
+      v.forward(1);
+    }
+    // 4: the steady state, two overlapped F+B slots per step (the last rank's
+    // first pair runs serially: the turn of the V leaves nothing to overlap).
+    for (int i = 0; i < m - 2 * pp + r + 1; ++i) {
+      if (i == 0 && r == pp - 1) {
+        v.forward(0);
+        v.full_backward(1);
+      } else {
+        overlapped_slot(0, 1);
+      }
+      overlapped_slot(1, 0);
+    }
+    // 5: chunk 1 drains while chunk 0's backwards still overlap its forwards.
+    for (int i = 0; i < pp - r - 1; ++i) {
+      v.full_backward(1);
+      overlapped_slot(1, 0);
+    }
+    // 6-8: the remaining backwards; from the middle of step 6 on, their W's
+    // are deferred into the tail where the pipeline drains.
+    bool split = false;
+    auto backward = [&](int c) { split ? v.input_grad(c) : v.full_backward(c); };
+    for (int i = 0; i < r + 1; ++i) {
+      if (i == (r + 1) / 2 && r % 2 == 1) split = true;
+      backward(1);
+      if (i == (r + 1) / 2 && r % 2 == 0) split = true;
+      backward(0);
+    }
+    for (int i = 0; i < pp - r - 1; ++i) {
+      v.oldest_deferred_weight_grad();
+      backward(0);
+    }
+    while (!v.deferred.empty()) v.oldest_deferred_weight_grad();
+  }
+  return s;
+}
+
 ClosedForm closed_form_bubble(const std::string& name, int pp, int m, int vpp, double t_f,
                               double t_b, double t_w) {
   ClosedForm c;
@@ -180,7 +339,7 @@ ClosedForm closed_form_bubble(const std::string& name, int pp, int m, int vpp, d
     c.ratio = p1 / m;
     c.formula = "(p-1)/m";
   } else if (name == "interleaved") {
-    if (m % pp != 0) return c;
+    if (m < pp) return c;
     c.ratio = p1 / (static_cast<double>(vpp) * m);
     c.formula = "(p-1)/(v*m)";
   } else if (name == "zb-h1") {

@@ -22,27 +22,37 @@ std::string where_prefix(const std::string& name) { return name.empty() ? "" : n
 
 const char* op_name(Op op) {
   switch (op) {
-    case Op::F: return "F";
-    case Op::B: return "B";
-    case Op::W: return "W";
-    case Op::SEND_F: return "SEND_F";
-    case Op::RECV_F: return "RECV_F";
-    case Op::SEND_B: return "SEND_B";
-    case Op::RECV_B: return "RECV_B";
+    case Op::F:
+      return "F";
+    case Op::B:
+      return "B";
+    case Op::W:
+      return "W";
+    case Op::SEND_F:
+      return "SEND_F";
+    case Op::RECV_F:
+      return "RECV_F";
+    case Op::SEND_B:
+      return "SEND_B";
+    case Op::RECV_B:
+      return "RECV_B";
   }
   return "?";
 }
 
 std::string Action::str() const {
-  return std::to_string(stage) + op_name(op) + std::to_string(microbatch);
+  return std::to_string(stage) + op_name(op) + std::to_string(microbatch) + (overlapped ? "+" : "");
 }
 
 Action parse_action(std::string_view text, const std::string& where) {
+  const std::string original(text);
   auto bad = [&](const char* why) -> InputError {
-    return InputError(where + ": action '" + std::string(text) + "': " + why +
+    return InputError(where + ": action '" + original + "': " + why +
                       " (expected <stage><F|B|W|SEND_F|RECV_F|SEND_B|RECV_B><microbatch>, "
                       "e.g. 1F3)");
   };
+  const bool overlapped = !text.empty() && text.back() == '+';
+  if (overlapped) text.remove_suffix(1);
   size_t i = 0;
   while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
   if (i == 0) throw bad("no stage number");
@@ -60,9 +70,54 @@ Action parse_action(std::string_view text, const std::string& where) {
     }
   }
   if (!found) throw bad("unknown op");
+  if (overlapped && a.op != Op::F) throw bad("only an F shares a slot with the next B ('+')");
+  a.overlapped = overlapped;
   a.stage = std::stoi(std::string(text.substr(0, i)));
   a.microbatch = std::stoi(std::string(text.substr(j)));
   return a;
+}
+
+Placement Placement::from_ranks(std::vector<int> rank_of_stage, int pp, const std::string& where) {
+  Placement p;
+  p.rank = std::move(rank_of_stage);
+  p.chunk.assign(p.rank.size(), 0);
+  p.stages.assign(size_t(std::max(pp, 0)), {});
+  for (size_t st = 0; st < p.rank.size(); ++st) {
+    const int r = p.rank[st];
+    if (r < 0 || r >= pp)
+      throw InputError(where + ": stage " + std::to_string(st) + " placed on rank " +
+                       std::to_string(r) + ", outside [0, " + std::to_string(pp) + ")");
+    p.chunk[st] = static_cast<int>(p.stages[size_t(r)].size());
+    p.stages[size_t(r)].push_back(static_cast<int>(st));
+  }
+  for (int r = 0; r < pp; ++r)
+    if (p.stages[size_t(r)].size() != p.stages[0].size())
+      throw InputError(where + ": rank " + std::to_string(r) + " holds " +
+                       std::to_string(p.stages[size_t(r)].size()) + " stages but rank 0 holds " +
+                       std::to_string(p.stages[0].size()) + " (every rank holds the same number)");
+  return p;
+}
+
+Placement Placement::loop(int pp, int vpp) {
+  std::vector<int> rank(size_t(pp) * size_t(vpp));
+  for (size_t st = 0; st < rank.size(); ++st) rank[st] = static_cast<int>(st) % pp;
+  return from_ranks(std::move(rank), pp, "loop placement");
+}
+
+Placement Placement::v_shape(int pp) {
+  std::vector<int> rank(2 * size_t(pp));
+  for (int r = 0; r < pp; ++r) {
+    rank[size_t(r)] = r;
+    rank[size_t(2 * pp - 1 - r)] = r;
+  }
+  return from_ranks(std::move(rank), pp, "V placement");
+}
+
+std::string Placement::kind() const {
+  const int pp = static_cast<int>(stages.size());
+  if (pp > 0 && *this == loop(pp, static_cast<int>(rank.size()) / pp)) return "loop";
+  if (pp > 0 && rank.size() == 2 * size_t(pp) && *this == v_shape(pp)) return "v";
+  return "custom";
 }
 
 bool Schedule::has_comm() const {
@@ -83,20 +138,39 @@ Schedule lower(const Schedule& in) {
   Schedule out = in;
   const int last = in.num_stages() - 1;
   for (int r = 0; r < in.pp; ++r) {
+    // The receive before a compute, and the send after it, where the peer
+    // stage is on another rank.
+    auto recv_for = [&](const Action& a, std::vector<Action>& row) {
+      if (a.op == Op::F && a.stage > 0 && in.rank_of(a.stage - 1) != r)
+        row.push_back({a.stage, Op::RECV_F, a.microbatch});
+      if (a.op == Op::B && a.stage < last && in.rank_of(a.stage + 1) != r)
+        row.push_back({a.stage, Op::RECV_B, a.microbatch});
+    };
+    auto compute_and_send = [&](const Action& a, std::vector<Action>& row) {
+      row.push_back(a);
+      if (a.op == Op::F && a.stage < last && in.rank_of(a.stage + 1) != r)
+        row.push_back({a.stage, Op::SEND_F, a.microbatch});
+      if (a.op == Op::B && a.stage > 0 && in.rank_of(a.stage - 1) != r)
+        row.push_back({a.stage, Op::SEND_B, a.microbatch});
+    };
+    const auto& src = in.ranks[r];
     std::vector<Action> row;
-    for (const Action& a : in.ranks[r]) {
-      const int s = a.stage, mb = a.microbatch;
-      if (a.op == Op::F) {
-        if (s > 0 && in.rank_of(s - 1) != r) row.push_back({s, Op::RECV_F, mb});
-        row.push_back(a);
-        if (s < last && in.rank_of(s + 1) != r) row.push_back({s, Op::SEND_F, mb});
-      } else if (a.op == Op::B) {
-        if (s < last && in.rank_of(s + 1) != r) row.push_back({s, Op::RECV_B, mb});
-        row.push_back(a);
-        if (s > 0 && in.rank_of(s - 1) != r) row.push_back({s, Op::SEND_B, mb});
-      } else {
-        row.push_back(a);
+    for (size_t i = 0; i < src.size(); ++i) {
+      const Action& a = src[i];
+      if (a.overlapped) {
+        TRIDENT_CHECK(i + 1 < src.size() && src[i + 1].op == Op::B,
+                      "lower(): " + a.str() + " on rank " + std::to_string(r) +
+                          " shares a slot but no B follows it");
+        // One slot: both inputs in before it starts; the F's output is sent
+        // while the B computes.
+        recv_for(a, row);
+        recv_for(src[i + 1], row);
+        compute_and_send(a, row);
+        compute_and_send(src[++i], row);
+        continue;
       }
+      recv_for(a, row);
+      compute_and_send(a, row);
     }
     out.ranks[r] = std::move(row);
   }
@@ -110,27 +184,44 @@ void validate(const Schedule& s) {
   if (static_cast<int>(s.ranks.size()) != s.pp)
     throw InputError(pre + "schedule has " + std::to_string(s.ranks.size()) +
                      " rank rows but pp = " + std::to_string(s.pp));
+  if (s.placement.rank.size() != size_t(s.num_stages()) ||
+      s.placement.stages.size() != size_t(s.pp))
+    throw InputError(pre + "placement covers " + std::to_string(s.placement.rank.size()) +
+                     " stages on " + std::to_string(s.placement.stages.size()) +
+                     " ranks, not pp * vpp = " + std::to_string(s.num_stages()) + " on " +
+                     std::to_string(s.pp));
   const int S = s.num_stages(), M = s.microbatches, last = S - 1;
   // Position of each action on its rank, -1 if absent; duplicates are errors.
-  auto key = [&](int stage, Op op, int mb) { return (static_cast<size_t>(op) * S + stage) * M + mb; };
+  auto key = [&](int stage, Op op, int mb) {
+    return (static_cast<size_t>(op) * S + stage) * M + mb;
+  };
   std::vector<int> pos(7 * static_cast<size_t>(S) * M, -1);
   for (int r = 0; r < s.pp; ++r) {
     for (size_t i = 0; i < s.ranks[r].size(); ++i) {
       const Action& a = s.ranks[r][i];
       if (a.stage < 0 || a.stage >= S)
-        throw InputError(pre + "rank " + std::to_string(r) + ": " + a.str() + ": stage out of range [0, " +
-                         std::to_string(S) + ")");
+        throw InputError(pre + "rank " + std::to_string(r) + ": " + a.str() +
+                         ": stage out of range [0, " + std::to_string(S) + ")");
       if (a.microbatch < 0 || a.microbatch >= M)
         throw InputError(pre + "rank " + std::to_string(r) + ": " + a.str() +
                          ": micro-batch out of range [0, " + std::to_string(M) + ")");
       if (s.rank_of(a.stage) != r)
         throw InputError(pre + "rank " + std::to_string(r) + ": " + a.str() + ": stage " +
                          std::to_string(a.stage) + " belongs to rank " +
-                         std::to_string(s.rank_of(a.stage)) + " (stage = chunk * pp + rank)");
+                         std::to_string(s.rank_of(a.stage)) + " (" + s.placement.kind() +
+                         " placement)");
+      if (a.overlapped) {
+        auto next = std::find_if(s.ranks[r].begin() + long(i) + 1, s.ranks[r].end(),
+                                 [](const Action& x) { return is_compute(x.op); });
+        if (a.op != Op::F || next == s.ranks[r].end() || next->op != Op::B)
+          throw InputError(pre + "rank " + std::to_string(r) + ": " + a.str() +
+                           ": an overlapped slot is an F followed by a B on the same rank");
+      }
       if (a.op == Op::W && !s.split_backward)
         throw InputError(pre + a.str() + ": W in a schedule without a B/W split");
       int& p = pos[key(a.stage, a.op, a.microbatch)];
-      if (p >= 0) throw InputError(pre + "rank " + std::to_string(r) + ": " + a.str() + " appears twice");
+      if (p >= 0)
+        throw InputError(pre + "rank " + std::to_string(r) + ": " + a.str() + " appears twice");
       p = static_cast<int>(i);
     }
   }
@@ -144,11 +235,14 @@ void validate(const Schedule& s) {
     const bool next_remote = st < last && s.rank_of(st + 1) != r;
     for (int mb = 0; mb < M; ++mb) {
       const int f = at(st, Op::F, mb), b = at(st, Op::B, mb), w = at(st, Op::W, mb);
-      if (f < 0) throw InputError(pre + "incomplete schedule: " + name(st, Op::F, mb) + " is missing" + on);
-      if (b < 0) throw InputError(pre + "incomplete schedule: " + name(st, Op::B, mb) + " is missing" + on);
+      if (f < 0)
+        throw InputError(pre + "incomplete schedule: " + name(st, Op::F, mb) + " is missing" + on);
+      if (b < 0)
+        throw InputError(pre + "incomplete schedule: " + name(st, Op::B, mb) + " is missing" + on);
       if (s.split_backward && w < 0)
         throw InputError(pre + "incomplete schedule: " + name(st, Op::W, mb) + " is missing" + on);
-      if (b < f) throw InputError(pre + name(st, Op::B, mb) + " runs before " + name(st, Op::F, mb) + on);
+      if (b < f)
+        throw InputError(pre + name(st, Op::B, mb) + " runs before " + name(st, Op::F, mb) + on);
       if (s.split_backward && w < b)
         throw InputError(pre + name(st, Op::W, mb) + " runs before " + name(st, Op::B, mb) + on);
       // Where F's input and B's output gradient come from.
@@ -156,24 +250,29 @@ void validate(const Schedule& s) {
         if (prev_remote) {
           const int rf = at(st, Op::RECV_F, mb);
           if (lowered && rf < 0)
-            throw InputError(pre + "incomplete schedule: " + name(st, Op::RECV_F, mb) + " is missing" + on);
+            throw InputError(pre + "incomplete schedule: " + name(st, Op::RECV_F, mb) +
+                             " is missing" + on);
           if (lowered && rf > f)
             throw InputError(pre + name(st, Op::F, mb) + " runs before its input arrives (" +
                              name(st, Op::RECV_F, mb) + ")" + on);
         } else if (at(st - 1, Op::F, mb) > f) {
-          throw InputError(pre + name(st, Op::F, mb) + " runs before " + name(st - 1, Op::F, mb) + on);
+          throw InputError(pre + name(st, Op::F, mb) + " runs before " + name(st - 1, Op::F, mb) +
+                           on);
         }
       }
       if (st < last) {
         if (next_remote) {
           const int rb = at(st, Op::RECV_B, mb);
           if (lowered && rb < 0)
-            throw InputError(pre + "incomplete schedule: " + name(st, Op::RECV_B, mb) + " is missing" + on);
+            throw InputError(pre + "incomplete schedule: " + name(st, Op::RECV_B, mb) +
+                             " is missing" + on);
           if (lowered && rb > b)
-            throw InputError(pre + name(st, Op::B, mb) + " runs before its output gradient arrives (" +
+            throw InputError(pre + name(st, Op::B, mb) +
+                             " runs before its output gradient arrives (" +
                              name(st, Op::RECV_B, mb) + ")" + on);
         } else if (at(st + 1, Op::B, mb) > b) {
-          throw InputError(pre + name(st, Op::B, mb) + " runs before " + name(st + 1, Op::B, mb) + on);
+          throw InputError(pre + name(st, Op::B, mb) + " runs before " + name(st + 1, Op::B, mb) +
+                           on);
         }
       }
       if (!lowered) continue;
@@ -181,19 +280,24 @@ void validate(const Schedule& s) {
       const int sf = at(st, Op::SEND_F, mb), sb = at(st, Op::SEND_B, mb);
       if (next_remote) {
         if (sf < 0)
-          throw InputError(pre + "incomplete schedule: " + name(st, Op::SEND_F, mb) + " is missing" + on);
-        if (sf < f) throw InputError(pre + name(st, Op::SEND_F, mb) + " before " + name(st, Op::F, mb) + on);
+          throw InputError(pre + "incomplete schedule: " + name(st, Op::SEND_F, mb) +
+                           " is missing" + on);
+        if (sf < f)
+          throw InputError(pre + name(st, Op::SEND_F, mb) + " before " + name(st, Op::F, mb) + on);
       } else if (sf >= 0 || at(st, Op::RECV_B, mb) >= 0) {
         throw InputError(pre + name(st, sf >= 0 ? Op::SEND_F : Op::RECV_B, mb) +
                          ": no peer rank (next stage is on the same rank or does not exist)" + on);
       }
       if (prev_remote) {
         if (sb < 0)
-          throw InputError(pre + "incomplete schedule: " + name(st, Op::SEND_B, mb) + " is missing" + on);
-        if (sb < b) throw InputError(pre + name(st, Op::SEND_B, mb) + " before " + name(st, Op::B, mb) + on);
+          throw InputError(pre + "incomplete schedule: " + name(st, Op::SEND_B, mb) +
+                           " is missing" + on);
+        if (sb < b)
+          throw InputError(pre + name(st, Op::SEND_B, mb) + " before " + name(st, Op::B, mb) + on);
       } else if (sb >= 0 || at(st, Op::RECV_F, mb) >= 0) {
         throw InputError(pre + name(st, sb >= 0 ? Op::SEND_B : Op::RECV_F, mb) +
-                         ": no peer rank (previous stage is on the same rank or does not exist)" + on);
+                         ": no peer rank (previous stage is on the same rank or does not exist)" +
+                         on);
       }
     }
   }
@@ -202,7 +306,7 @@ void validate(const Schedule& s) {
 std::string to_csv(const Schedule& s) {
   std::ostringstream o;
   o << "# trident schedule " << s.name << " pp=" << s.pp << " vpp=" << s.vpp
-    << " microbatches=" << s.microbatches << "\n";
+    << " microbatches=" << s.microbatches << " placement=" << s.placement.kind() << "\n";
   for (const auto& row : s.ranks) {
     for (size_t i = 0; i < row.size(); ++i) o << (i ? "," : "") << row[i].str();
     o << "\n";
@@ -216,6 +320,7 @@ Schedule from_csv(const std::string& text, const std::string& source_name) {
   std::istringstream in(text);
   std::string line;
   int line_no = 0, max_stage = -1, max_mb = -1;
+  std::map<int, int> stage_row;  // stage -> the row (rank) that first names it
   while (std::getline(in, line)) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -229,6 +334,13 @@ Schedule from_csv(const std::string& text, const std::string& source_name) {
       if (b == std::string::npos) continue;  // empty cell: padding
       Action a = parse_action(std::string_view(cell).substr(b, e - b + 1),
                               source_name + ":" + std::to_string(line_no));
+      const int rank = static_cast<int>(s.ranks.size());
+      const auto [it, fresh] = stage_row.emplace(a.stage, rank);
+      if (!fresh && it->second != rank)
+        throw InputError(source_name + ":" + std::to_string(line_no) + ": rank " +
+                         std::to_string(rank) + ": " + a.str() + ": stage " +
+                         std::to_string(a.stage) + " belongs to rank " +
+                         std::to_string(it->second) + " (a stage runs on one rank)");
       max_stage = std::max(max_stage, a.stage);
       max_mb = std::max(max_mb, a.microbatch);
       if (a.op == Op::W) s.split_backward = true;
@@ -240,6 +352,12 @@ Schedule from_csv(const std::string& text, const std::string& source_name) {
   s.pp = static_cast<int>(s.ranks.size());
   s.vpp = std::max(1, (max_stage + s.pp) / s.pp);
   s.microbatches = std::max(1, max_mb + 1);
+  std::vector<int> rank_of_stage(size_t(s.num_stages()));
+  for (int st = 0; st < s.num_stages(); ++st) {
+    const auto it = stage_row.find(st);
+    rank_of_stage[size_t(st)] = it != stage_row.end() ? it->second : st % s.pp;
+  }
+  s.placement = Placement::from_ranks(std::move(rank_of_stage), s.pp, source_name);
   return s;
 }
 

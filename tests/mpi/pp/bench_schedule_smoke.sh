@@ -9,7 +9,7 @@ timeout 120 "${mpirun[@]}" -np 2 "$bin" bench schedule --pp 2 --microbatches 4 -
   --steps 1 --bytes 256 --output "$tmp/b.h5" >"$tmp/out" 2>&1
 rc=$?
 if [[ $rc -ne 0 ]]; then echo "FAIL bench rc=$rc"; cat "$tmp/out"; fail=1; fi
-for s in afab 1f1b interleaved zb-h1; do
+for s in afab 1f1b interleaved zb-h1 zb-v dualpipev; do
   grep -qE "^ +$s " "$tmp/out" || { echo "FAIL no row for $s"; cat "$tmp/out"; fail=1; }
 done
 check_h5 "$tmp/b.h5" <<'PY'
@@ -17,7 +17,7 @@ t = f["bench/schedule_timeline"]
 kinds = {k.decode() if isinstance(k, bytes) else k for k in t["kind"][:]}
 assert {"F", "B", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B"} <= kinds, kinds
 assert (t["t_end_s"][:] >= t["t_begin_s"][:]).all()
-assert len(f["bench/schedule/#wrong"][:]) == 4
+assert len(f["bench/schedule/#wrong"][:]) == 6
 assert (f["bench/schedule/hop_us"][:] >= 0).all()
 print("ok   hdf5")
 PY

@@ -1,7 +1,8 @@
 // Gradient parity of the pipeline executor: a stack of tanh MLP layers split
 // into pp * vpp virtual stages, run under every schedule, gives the loss and
-// the weight gradients of the whole stack computed on one rank. ZB-H1 runs a
-// real B/W split (B: input gradient only; W: weight gradients later).
+// the weight gradients of the whole stack computed on one rank. ZB-H1, ZB-V and
+// DualPipeV run a real B/W split (B: input gradient only; W: weight gradients
+// later); ZB-V and DualPipeV place stages r and 2p-1-r on rank r.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -217,12 +218,13 @@ TEST_CASE("every schedule gives the one-rank loss and gradients", "[pp][mpi]") {
     for (int m : {3, p, 2 * p + 1}) cases.push_back({name, m, 1});
   for (int m : {3, p, 2 * p + 1}) cases.push_back({"interleaved", m, 2});
   cases.push_back({"interleaved", 2 * p, 3});
+  // The V placement: rank r holds stages r and 2p-1-r.
+  for (int m : {1, 3, p, 2 * p + 1}) cases.push_back({"zb-v", m, 2});
+  for (int m : {2 * p, 2 * p + 3}) cases.push_back({"dualpipev", m, 2});
 
   for (const Case& c : cases) {
     INFO("rank " << me << " " << c.name << " p=" << p << " m=" << c.m << " v=" << c.v);
-    // Interleaved through its generator: any m (make_schedule wants a multiple of p).
-    const Schedule s = lower(c.name == "interleaved" ? interleaved_one_f_one_b(p, c.m, c.v)
-                                                     : make_schedule(c.name, p, c.m, c.v));
+    const Schedule s = lower(make_schedule(c.name, p, c.m, c.v));
     const int n_layers = s.num_stages() * kLayersPerStage;
     const Serial ref(n_layers, c.m);
 

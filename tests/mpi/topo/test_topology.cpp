@@ -165,8 +165,8 @@ TEST_CASE("communicators hold the mesh's ranks for every shape and pp/cp/ep", "[
   CHECK(any_rank(total_bad) == 0);
 }
 
-TEST_CASE("8 ranks as 2 nodes x 4: pp=2 cp=2, ep=2 and ep=4", "[topo]") {
-  if (world_size() != 8) return;  // the shape needs exactly 8 ranks
+TEST_CASE("8 ranks as 2 nodes x 4: pp=2 cp=2, ep=2 and ep=4", "[topo][np8]") {
+  REQUIRE(world_size() == 8);  // the shape needs exactly 8 ranks
   EnvGuard g("TRIDENT_TOPOLOGY");
   unsetenv("TRIDENT_TOPOLOGY");
   for (int ep : {2, 4}) {

@@ -210,7 +210,7 @@ Config random_config(std::mt19937& rng) {
   c.parallel.cp = pick(1, 16);
   c.parallel.cp_layout = pick(0, 1) ? CpLayout::zigzag : CpLayout::contiguous;
   c.parallel.ep = pick(1, 16);
-  c.parallel.schedule = PipelineSchedule(pick(0, 3));
+  c.parallel.schedule = PipelineSchedule(pick(0, 5));
   c.train.steps = pick(1, 100000);
   c.train.lr = real(1e-6, 1e-1);
   c.train.warmup_steps = pick(0, 1000);
@@ -367,7 +367,9 @@ TEST_CASE("min_microbatches per schedule") {
     CHECK(pp::min_microbatches("afab", pp, 1) == 1);
     CHECK(pp::min_microbatches("1f1b", pp, 1) == 1);
     CHECK(pp::min_microbatches("zb-h1", pp, 1) == 1);
-    CHECK(pp::min_microbatches("interleaved", pp, 2) == pp);
+    CHECK(pp::min_microbatches("interleaved", pp, 2) == 1);
+    CHECK(pp::min_microbatches("zb-v", pp, 2) == 1);
+    CHECK(pp::min_microbatches("dualpipev", pp, 2) == 2 * pp);
   }
   CHECK_THROWS_AS(parse_config_text("[parallel]\nschedule = \"gpipe\"\n", "t.toml"), InputError);
 }
@@ -563,7 +565,7 @@ TEST_CASE("cross-key rules") {
        "layout)"},
       {"[parallel]\nvpp = 2\n", 0,
        "t.toml:2: parallel.vpp: parallel.vpp=2 > 1 needs parallel.schedule = \"interleaved\" (got "
-       "\"1f1b\")"},
+       "\"1f1b\"), or \"zb-v\" / \"dualpipev\" with parallel.vpp = 2"},
       {"[parallel]\nschedule = \"interleaved\"\n", 0,
        "t.toml:2: parallel.schedule: parallel.schedule = \"interleaved\" needs parallel.vpp >= 2 "
        "(got 1)"},
@@ -573,16 +575,14 @@ TEST_CASE("cross-key rules") {
       {"[model]\nn_layers = 8\n[parallel]\npp = 2\nvpp = 3\nschedule = \"interleaved\"\n", 0,
        "t.toml:2: model.n_layers: model.n_layers=8 must be divisible by parallel.pp*parallel.vpp=6 "
        "..."},
-      {"[model]\nn_layers = 8\n[data]\nnum_microbatches = 2\n[parallel]\npp = 4\nvpp = 2\n"
-       "schedule = \"interleaved\"\n",
-       0,
-       "t.toml:4: data.num_microbatches: data.num_microbatches=2 must be >= 4 for schedule "
-       "\"interleaved\" with parallel.pp=4"},
       {"[model]\nn_layers = 8\n[data]\nnum_microbatches = 6\n[parallel]\npp = 4\nvpp = 2\n"
-       "schedule = \"interleaved\"\n",
+       "schedule = \"dualpipev\"\n",
        0,
-       "t.toml:4: data.num_microbatches: data.num_microbatches=6 must be a multiple of "
-       "parallel.pp=4 for schedule \"interleaved\""},
+       "t.toml:4: data.num_microbatches: data.num_microbatches=6 must be >= 8 for schedule "
+       "\"dualpipev\" with parallel.pp=4"},
+      {"[model]\nn_layers = 8\n[parallel]\npp = 4\nschedule = \"zb-v\"\n", 0,
+       "t.toml:5: parallel.schedule: parallel.schedule = \"zb-v\" holds two chunks per rank (V "
+       "placement) and needs parallel.vpp = 2 (got 1)"},
       {"[data]\ntask = \"tokens\"\n", 0,
        "t.toml:2: data.task: data.task = \"tokens\" needs data.token_file (a flat binary file of "
        "token ids)"},
@@ -631,6 +631,19 @@ TEST_CASE("cross-key rules pass at their boundaries") {
       {"[model]\nn_layers = 8\n[data]\nnum_microbatches = 1\n[parallel]\npp = 8\nschedule = "
        "\"zb-h1\"\n",
        8},
+      // Interleaved takes any micro-batch count (its generator places the remainder).
+      {"[model]\nn_layers = 8\n[data]\nnum_microbatches = 6\n[parallel]\npp = 4\nvpp = 2\n"
+       "schedule = \"interleaved\"\n",
+       4},
+      {"[model]\nn_layers = 8\n[data]\nnum_microbatches = 2\n[parallel]\npp = 4\nvpp = 2\n"
+       "schedule = \"interleaved\"\n",
+       4},
+      {"[model]\nn_layers = 8\n[data]\nnum_microbatches = 5\n[parallel]\npp = 4\nvpp = 2\n"
+       "schedule = \"zb-v\"\n",
+       4},
+      {"[model]\nn_layers = 8\n[data]\nnum_microbatches = 8\n[parallel]\npp = 4\nvpp = 2\n"
+       "schedule = \"dualpipev\"\n",
+       4},
       {"[data]\ntask = \"tokens\"\ntoken_file = \"t.bin\"\n", 0},
       {"[output]\nactivation_layers = [3]\n", 0},
       {"[train]\nsteps = 10\n[output]\nactivation_steps = [0, 10]\n", 0},

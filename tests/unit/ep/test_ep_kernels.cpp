@@ -6,6 +6,7 @@
 #include "ep_test_util.hpp"
 #include "trident/core/tensor.hpp"
 #include "trident/kernels/moe.hpp"
+#include "trident/kernels/router.hpp"
 #include "trident/kernels/swiglu.hpp"
 
 using namespace trident;
@@ -96,7 +97,7 @@ TEST_CASE("topk_rows picks the k largest, ties to the lower expert", "[moe]") {
   std::vector<float> s = {0.1f, 0.7f, 0.3f, 0.7f, 0.2f,  //
                           1.0f, 1.0f, 1.0f, 1.0f, 1.0f};
   std::vector<int> idx(2 * 3);
-  kernels::topk_rows(s.data(), 2, 5, 3, idx.data());
+  kernels::topk_rows(kernels::Ctx{}, s.data(), nullptr, 2, 5, 3, idx.data());
   CHECK(idx == std::vector<int>{1, 3, 2, 0, 1, 2});
 }
 
@@ -107,8 +108,9 @@ TEST_CASE("combine and scatter-add are the adjoints of each other", "[moe]") {
   const int S = 10;
   auto rows = randn("rows", S * d), w = randn("w", T * k), dy = randn("dy", T * d);
   std::vector<float> y(T * d), drows(S * d, 0.f), dw(T * k);
-  kernels::combine_rows(rows.data(), d, row.data(), w.data(), T, k, y.data());
-  kernels::combine_rows_backward(rows.data(), dy.data(), d, row.data(), w.data(), T, k,
+  const kernels::Ctx ctx;
+  kernels::combine_rows(ctx, rows.data(), d, row.data(), w.data(), T, k, y.data());
+  kernels::combine_rows_backward(ctx, rows.data(), dy.data(), d, row.data(), w.data(), T, k,
                                  drows.data(), dw.data());
   CHECK(eptest::dot(y, dy) == Approx(eptest::dot(rows, drows)).epsilon(1e-5));
   // dweight is the derivative of <y, dy> in each weight.
@@ -123,7 +125,7 @@ TEST_CASE("combine and scatter-add are the adjoints of each other", "[moe]") {
   for (int i = 0; i < T * k; ++i)
     if (row[i] >= 0) src[row[i]] = i / k;
   std::vector<float> gathered(S * d), dx(T * d);
-  kernels::gather_rows(x.data(), d, src.data(), S, gathered.data());
-  kernels::scatter_add_rows(drows.data(), d, row.data(), T, k, dx.data());
+  kernels::gather_rows(ctx, x.data(), d, src.data(), S, gathered.data());
+  kernels::scatter_add_rows(ctx, drows.data(), d, row.data(), T, k, dx.data());
   CHECK(eptest::dot(gathered, drows) == Approx(eptest::dot(x, dx)).epsilon(1e-5));
 }

@@ -38,8 +38,15 @@ check deadlock_other_side 2 "rank 1 waits at 1RECV_F1 for 0SEND_F1" -- \
 check missing_b 2 "0B1 is missing" -- "$bin" schedule --import "$data/missing_b.csv" --simulate
 check no_microbatches 2 "--microbatches 0" -- \
   "$bin" schedule interleaved --pp 4 --vpp 2 --microbatches 0
-check interleaved_not_multiple 2 "multiple of --pp 4" -- \
+check interleaved_any_m 0 "closed form (p-1)/(v*m) = 0.2143" -- \
   "$bin" schedule interleaved --pp 4 --vpp 2 --microbatches 7 --simulate
+check zb_v 0 "makespan 51, mean bubble 0.0588" -- \
+  "$bin" schedule zb-v --pp 4 --microbatches 8 --simulate --tf 1 --tb 1 --tw 1
+check dualpipev 0 "makespan 51, mean bubble 0.0588" -- \
+  "$bin" schedule dualpipev --pp 4 --microbatches 8 --simulate --tf 1 --tb 1 --tw 1
+check dualpipev_few 2 "--microbatches 7: schedule 'dualpipev' with pp=4 vpp=2 needs at least 8" -- \
+  "$bin" schedule dualpipev --pp 4 --microbatches 7
+check zb_v_vpp 2 "needs --vpp 2" -- "$bin" schedule zb-v --pp 4 --vpp 3 --microbatches 8
 check vpp_needs_interleaved 2 "--vpp 2" -- "$bin" schedule 1f1b --pp 4 --vpp 2 --microbatches 8
 check unknown 2 "gpipe2" -- "$bin" schedule gpipe2 --pp 4 --microbatches 8
 check negative_cost 2 "--tb" -- "$bin" schedule 1f1b --pp 2 --microbatches 2 --tb -1 --simulate

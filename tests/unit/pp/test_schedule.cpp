@@ -35,16 +35,16 @@ std::vector<Case> sweep() {
     for (int v : {2, 3, 4})
       for (int m = 1; m <= 2 * p + 3; ++m) cases.push_back({"interleaved", p, m, v});
   for (int m : {24, 29, 32}) cases.push_back({"interleaved", 8, m, 2});
+  // The V schedules: ZB-V for any m, DualPipeV from m = 2p.
+  for (int p : {1, 2, 3, 4, 5, 8})
+    for (int m : {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17})
+      cases.push_back({"zb-v", p, m, 2});
+  for (int p : {1, 2, 3, 4, 5, 8})
+    for (int m = 2 * p; m <= 2 * p + 9; ++m) cases.push_back({"dualpipev", p, m, 2});
   return cases;
 }
 
-// The named schedule, except that interleaved goes through its generator
-// directly: make_schedule keeps the config's multiple-of-pp rule, the
-// generator takes any micro-batch count and the sweep covers them all.
-Schedule generate(const Case& c) {
-  return c.name == "interleaved" ? interleaved_one_f_one_b(c.p, c.m, c.v)
-                                 : make_schedule(c.name, c.p, c.m, c.v);
-}
+Schedule generate(const Case& c) { return make_schedule(c.name, c.p, c.m, c.v); }
 
 std::string describe(const Case& c) {
   return c.name + " p=" + std::to_string(c.p) + " m=" + std::to_string(c.m) + " v=" + std::to_string(c.v);
@@ -58,11 +58,11 @@ void check_each_compute_once(const Schedule& s) {
     for (size_t i = 0; i < s.ranks[r].size(); ++i) {
       const Action& a = s.ranks[r][i];
       if (!is_compute(a.op)) continue;
-      REQUIRE(a.stage % s.pp == r);
+      REQUIRE(s.rank_of(a.stage) == r);
       where[{a.stage, a.microbatch, static_cast<int>(a.op)}].push_back(i);
     }
     for (int c = 0; c < s.vpp; ++c) {
-      const int st = c * s.pp + r;
+      const int st = s.stage_of(r, c);
       for (int mb = 0; mb < s.microbatches; ++mb) {
         const auto& f = where[{st, mb, int(Op::F)}];
         const auto& b = where[{st, mb, int(Op::B)}];
@@ -113,7 +113,12 @@ TEST_CASE("sweep: every schedule lowers and simulates without deadlock", "[pp]")
         sends += a.op == Op::SEND_F || a.op == Op::SEND_B;
         recvs += a.op == Op::RECV_F || a.op == Op::RECV_B;
       }
-    const int boundaries = c.p > 1 ? c.p * c.v - 1 : 0;  // stage pairs on different ranks
+    // Stage pairs on different ranks: all but the V's turn (and none for p = 1).
+    const bool v_shape = c.name == "zb-v" || c.name == "dualpipev";
+    const int boundaries = c.p > 1 ? c.p * c.v - 1 - (v_shape ? 1 : 0) : 0;
+    int remote_pairs = 0;
+    for (int st = 0; st + 1 < low.num_stages(); ++st) remote_pairs += low.rank_of(st) != low.rank_of(st + 1);
+    CHECK(remote_pairs == boundaries);
     CHECK(sends == 2 * boundaries * c.m);
     CHECK(recvs == sends);
 
@@ -141,7 +146,9 @@ TEST_CASE("closed forms exist where the literature gives one", "[pp]") {
   CHECK(closed_form_bubble("1f1b", 4, 8, 1, 1, 2, 1).ratio == Approx(3.0 / 8));
   CHECK(closed_form_bubble("afab", 4, 8, 1, 1, 2, 1).fraction == Approx(3.0 / 11));
   CHECK(closed_form_bubble("interleaved", 4, 8, 2, 1, 2, 1).ratio == Approx(3.0 / 16));
-  CHECK_FALSE(closed_form_bubble("interleaved", 4, 9, 2, 1, 2, 1).exists());
+  // Any m >= p (the sweep checks it against the simulator); none below.
+  CHECK(closed_form_bubble("interleaved", 4, 9, 2, 1, 2, 1).ratio == Approx(3.0 / 18));
+  CHECK_FALSE(closed_form_bubble("interleaved", 4, 3, 2, 1, 2, 1).exists());
   // ZB-H1 with tF = tB = tW: a third of 1F1B's bubble time.
   CHECK(closed_form_bubble("zb-h1", 4, 8, 1, 1, 1, 1).ratio ==
         Approx(closed_form_bubble("1f1b", 4, 8, 1, 1, 1, 1).ratio / 3));
@@ -192,13 +199,20 @@ TEST_CASE("rules: bad parameters are InputErrors naming the flag", "[pp]") {
   CHECK_THROWS_WITH(make_schedule("zb-h3", 4, 8, 1), Catch::Contains("zb-h3"));
   CHECK_THROWS_WITH(make_schedule("1f1b", 0, 8, 1), Catch::Contains("--pp"));
   CHECK_THROWS_WITH(make_schedule("afab", 2, 0, 1), Catch::Contains("--microbatches"));
-  // Named interleaved: a multiple of pp, like the config (the generator
-  // itself takes any count; the sweep simulates them all).
-  CHECK(min_microbatches("interleaved", 4, 2) == 4);
-  CHECK_THROWS_WITH(make_schedule("interleaved", 4, 3, 2), Catch::Contains("--microbatches 3"));
-  CHECK_THROWS_WITH(make_schedule("interleaved", 4, 6, 2), Catch::Contains("multiple of --pp 4"));
-  CHECK_NOTHROW(make_schedule("interleaved", 4, 8, 2));
-  CHECK_NOTHROW(interleaved_one_f_one_b(4, 3, 2));
+  // Interleaved takes any micro-batch count, as its generator does.
+  CHECK(min_microbatches("interleaved", 4, 2) == 1);
+  CHECK_NOTHROW(make_schedule("interleaved", 4, 3, 2));
+  CHECK_NOTHROW(make_schedule("interleaved", 4, 6, 2));
+  CHECK(make_schedule("interleaved", 4, 6, 2).ranks == interleaved_one_f_one_b(4, 6, 2).ranks);
+  // The V schedules hold two chunks per rank; DualPipeV needs m >= 2p.
+  CHECK_THROWS_WITH(make_schedule("zb-v", 4, 8, 1), Catch::Contains("--vpp 1") && Catch::Contains("--vpp 2"));
+  CHECK_THROWS_WITH(make_schedule("dualpipev", 4, 8, 3), Catch::Contains("--vpp 3"));
+  CHECK_THROWS_WITH(make_schedule("dualpipev", 4, 7, 2),
+                    Catch::Contains("--microbatches 7") && Catch::Contains("at least 8"));
+  CHECK(min_microbatches("dualpipev", 3, 2) == 6);
+  CHECK(min_microbatches("zb-v", 3, 2) == 1);
+  CHECK(default_vpp("zb-v") == 2);
+  CHECK(default_vpp("1f1b") == 1);
   CHECK(min_microbatches("1f1b", 8, 1) == 1);
   CHECK_THROWS_AS(min_microbatches("nope", 4, 1), InputError);
 }

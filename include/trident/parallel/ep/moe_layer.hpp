@@ -1,10 +1,11 @@
 // MoELayer: router + experts (SwiGLU MLPs) with expert parallelism.
 //
 // Forward: logits = x·W_router -> Router (top-k, aux/z losses, capacity) ->
-// TokenDispatcher (count exchange, expert-major permutation, all-to-all-v)
-// -> each local expert runs its SwiGLU on the rows it received -> reverse
-// all-to-all-v -> weighted un-permute in token order. Backward runs the same
-// steps in reverse. The residual is the caller's.
+// TokenDispatcher (count exchange, expert-major permutation, transfer to the
+// expert ranks) -> each local expert runs its SwiGLU on its rows (one
+// contiguous block per expert) -> transfer back -> weighted un-permute in
+// token order. Backward runs the same steps in reverse. The residual is the
+// caller's.
 //
 // Parameters: "layers.<L>.moe.router" [d, E] (GradReduce::dense) and, for
 // each local expert g, "layers.<L>.moe.experts.<g>.w_gate|w_up" [d, f] and
@@ -54,9 +55,11 @@ class MoELayer {
  public:
   // ep: nullptr or size 1 keeps every expert local. cp: shares the samples
   // for the aux statistics; nullptr when every sample is whole on this rank.
-  // transport: runtime.ep_transport; see TokenDispatcher. Collective over ep.
+  // transport: runtime.ep_transport; see TokenDispatcher. ctx: where the
+  // kernels run. Collective over ep.
   MoELayer(const ModelConfig& cfg, int layer_index, Communicator* ep, Communicator* cp,
-           EpTransportChoice transport = EpTransportChoice::automatic, double shm_limit_bytes = 0);
+           EpTransportChoice transport = EpTransportChoice::automatic, double shm_limit_bytes = 0,
+           const kernels::Ctx& ctx = {});
   ~MoELayer();
 
   std::vector<Param*> params();   // router, then local experts (gate, up, down each)
@@ -73,9 +76,11 @@ class MoELayer {
   };
 
   // x, y: [T, d]; sample_of_token [T] in [0, n_samples). y is overwritten
-  // with the expert mixture.
+  // with the expert mixture. token_index [T]: each token's index in the
+  // micro-batch that the cp group shares, as one rank holds it (see
+  // Router::route); nullptr: t.
   void forward(const float* x, int64_t T, const std::vector<int>& sample_of_token, int n_samples,
-               float* y, Cache& cache, MoEStats& stats);
+               float* y, Cache& cache, MoEStats& stats, const int64_t* token_index = nullptr);
   // dy [T, d] -> dx [T, d] (overwritten); gradients ACCUMULATE into the
   // params. daux_scale: d(total loss) / d(aux_loss_sum + z_loss_sum).
   void backward(const float* dy, float* dx, Cache& cache, float daux_scale);
@@ -87,6 +92,7 @@ class MoELayer {
   int first_local_expert() const { return first_; }
   Router& router() { return router_; }
   const TokenDispatcher& dispatcher() const { return dispatcher_; }
+  TokenDispatcher& dispatcher() { return dispatcher_; }
   Param& router_weight() { return router_w_; }
   Param& expert_param(int local_expert, int which);  // which: 0 gate, 1 up, 2 down
   // Replaces the SwiGLU experts (nullptr: back to SwiGLU). Not owned.
@@ -94,7 +100,9 @@ class MoELayer {
 
  private:
   void run_experts_forward(Cache& c, float* out, DispatchTimes& times);
+  void run_experts_backward(Cache& c, const float* dout, float* din);
 
+  kernels::Ctx ctx_;
   int d_, f_, E_, k_, L_, first_;
   Router router_;
   TokenDispatcher dispatcher_;

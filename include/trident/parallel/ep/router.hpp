@@ -1,5 +1,7 @@
 // Router of an MoE layer: from fp32 logits [T, E] to the k experts of each
 // token and their weights, the load-balancing losses, and capacity drops.
+// The maths are kernels (kernels/router.hpp); this layer reduces the
+// statistics over the CP group and decides what capacity drops.
 //
 // Scoring:
 //   softmax       p = softmax(logits); top-k of p; weights p (renormalised
@@ -16,9 +18,12 @@
 //   ranks add up to sum_s L_s. z-loss: z_coef * mean over the sequence of
 //   logsumexp(logits)^2, split the same way.
 // Capacity (capacity_factor > 0): each expert keeps at most
-//   ceil(cf * T * k / E) of this call's T tokens' copies, the highest routing
-//   weights first (ties: lower token, then lower slot); a dropped copy adds
-//   nothing and the token keeps its residual.
+//   ceil(cf * T * k / E) copies of the micro-batch's T tokens, the highest
+//   routing weights first (ties: lower token, then lower slot); a dropped
+//   copy adds nothing and the token keeps its residual. T and the token
+//   order are those of the whole micro-batch that the CP group shares (its
+//   sequences whole, as one rank holds them), so the drops do not depend on
+//   the cp split or layout.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -26,6 +31,8 @@
 
 #include "trident/comm/comm.hpp"
 #include "trident/core/config.hpp"
+#include "trident/kernels/context.hpp"
+#include "trident/kernels/router.hpp"
 
 namespace trident::ep {
 
@@ -46,14 +53,14 @@ struct RouterOptions {
 // One forward's routing, kept for backward.
 struct Routing {
   int64_t T = 0;
-  std::vector<float> logits;  // [T, E] as given
-  std::vector<float> probs;   // [T, E] softmax p or sigmoid s
-  std::vector<float> lse;     // [T] logsumexp of logits (z-loss)
-  std::vector<int> chosen;    // [T*k] top-k experts, best first
-  std::vector<int> expert;    // [T*k] chosen, or -1 where capacity dropped the copy
-  std::vector<float> weight;  // [T*k] routing weights of the chosen copies
-  std::vector<int> sample;    // [T] sample of each token
-  std::vector<double> f;      // [n_samples * E] f_i of each sample (CP-global)
+  std::vector<float> logits;       // [T, E] as given
+  std::vector<float> probs;        // [T, E] softmax p or sigmoid s
+  std::vector<float> lse;          // [T] logsumexp of logits (z-loss)
+  std::vector<int> chosen;         // [T*k] top-k experts, best first
+  std::vector<int> expert;         // [T*k] chosen, or -1 where capacity dropped the copy
+  std::vector<float> weight;       // [T*k] routing weights of the chosen copies
+  std::vector<int> sample;         // [T] sample of each token
+  std::vector<double> f;           // [n_samples * E] f_i of each sample (CP-global)
   std::vector<double> inv_tokens;  // [n_samples] 1 / T_s (CP-global; 0 for an empty sample)
   double aux_share = 0, z_share = 0;
   int64_t dropped = 0;
@@ -65,14 +72,19 @@ class Router {
   explicit Router(const RouterOptions& o);
 
   // sample_of_token [T] in [0, n_samples). cp: nullptr or the CP group that
-  // shares the sequences (aux/z statistics are summed over it).
-  void route(const float* logits, int64_t T, const std::vector<int>& sample_of_token,
-             int n_samples, Communicator* cp, Routing& r) const;
+  // shares the sequences (aux/z statistics are summed over it, capacity is
+  // decided over it). token_index [T]: each token's index in the micro-batch
+  // as one rank holds it (sample * seq_len + global position); nullptr: t.
+  // Every rank of cp routes the same number of tokens.
+  void route(const kernels::Ctx& ctx, const float* logits, int64_t T,
+             const std::vector<int>& sample_of_token, int n_samples, Communicator* cp, Routing& r,
+             const int64_t* token_index = nullptr) const;
 
   // dweight [T*k] (gradient of the loss w.r.t. the weights; 0 for dropped
   // copies) and daux_scale (gradient w.r.t. the returned aux + z shares)
   // -> dlogits [T, E], overwritten.
-  void backward(const Routing& r, const float* dweight, float daux_scale, float* dlogits) const;
+  void backward(const kernels::Ctx& ctx, const Routing& r, const float* dweight, float daux_scale,
+                float* dlogits) const;
 
   // sigmoid_bias: bias_i += rate * sign(mean(load) - load_i); load = copies
   // per expert summed over the whole global batch. No-op for softmax.
@@ -83,6 +95,10 @@ class Router {
   const std::vector<float>& bias() const { return bias_; }
 
  private:
+  kernels::RouterDims dims(int64_t T) const;
+  // r.expert from r.chosen: the copies over capacity dropped (see above).
+  void apply_capacity(Routing& r, Communicator* cp, const int64_t* token_index) const;
+
   RouterOptions o_;
   std::vector<float> bias_;  // [E], sigmoid_bias only
 };

@@ -1,22 +1,25 @@
-// Schedule generators: AFAB (GPipe), 1F1B, interleaved 1F1B and ZB-H1, each a
-// compute-only Schedule (lower() adds the communication).
+// Schedule generators: AFAB (GPipe), 1F1B, interleaved 1F1B, ZB-H1, ZB-V and
+// DualPipeV, each a compute-only Schedule (lower() adds the communication).
 //
-// Names accepted: "afab" (alias "gpipe"), "1f1b", "interleaved", "zb-h1".
-// Rules (checked by make_schedule; the config's data.num_microbatches rules
-// are the same, so the CLI and training accept the same schedules):
+// Names accepted: "afab" (alias "gpipe"), "1f1b", "interleaved", "zb-h1",
+// "zb-v", "dualpipev". Rules (checked by make_schedule; the config applies
+// the same ones, so the CLI and training accept the same schedules):
 //  - pp >= 1, vpp >= 1, microbatches >= 1;
-//  - vpp > 1 only for "interleaved";
-//  - "interleaved": microbatches a multiple of pp (so >= pp), as in Megatron.
-// The generator interleaved_one_f_one_b() itself takes any micro-batch count
-// (the sweep tests simulate and execute them all): micro-batches go through
-// the chunks in groups of pp (Megatron's order), and the remainder m % pp
-// joins the FIRST group, whose size g then sets the warm-up ((vpp-1) g +
+//  - vpp > 1 only for "interleaved", "zb-v" and "dualpipev";
+//  - "zb-v" and "dualpipev": vpp = 2 (the V placement: rank r holds stages r
+//    and 2 pp - 1 - r);
+//  - "dualpipev": microbatches >= 2 pp (its steady phase, one overlapped F+B
+//    pair per chunk, needs every stage busy), as in DeepSeek's DualPipeV.
+// Interleaved takes any micro-batch count: micro-batches go through the
+// chunks in groups of pp (Megatron's order), and the remainder m % pp joins
+// the FIRST group, whose size g then sets the warm-up ((vpp-1) g +
 // 2 (pp-1-rank) forwards). The alternatives fail: a short group at the end
 // deadlocks (pp=4 vpp=3 m=5: rank 0 waits for rank 3's forward while rank 3
 // waits for rank 0's backward), and a long group at the end makes a backward
-// come due before its forward. The named schedule keeps Megatron's rule
-// because only multiples are covered by the training parity tests and the
-// closed form.
+// come due before its forward.
+// ZB-V takes any micro-batch count: it is generated for max(m, 2 pp - 1)
+// micro-batches (what fills the V) and the actions of the extra ones are
+// dropped, which keeps the order of the rest (the sweep tests simulate them).
 #pragma once
 #include <string>
 #include <vector>
@@ -29,7 +32,7 @@ namespace trident::pp {
 const std::vector<std::string>& schedule_names();
 
 // The smallest micro-batch count the named schedule accepts for pp (and vpp):
-// pp for "interleaved", 1 for the others (see the rules above). InputError for
+// 2 pp for "dualpipev", 1 for the others (see the rules above). InputError for
 // an unknown name.
 int min_microbatches(const std::string& name, int pp, int vpp);
 
@@ -41,6 +44,16 @@ Schedule afab(int pp, int microbatches);
 Schedule one_f_one_b(int pp, int microbatches);
 Schedule interleaved_one_f_one_b(int pp, int microbatches, int vpp);
 Schedule zero_bubble_h1(int pp, int microbatches);
+Schedule zero_bubble_v(int pp, int microbatches);
+Schedule dual_pipe_v(int pp, int microbatches);
+
+// Chunks per rank when none is asked for: 2 for the V schedules, else 1.
+int default_vpp(const std::string& name);
+
+// Where the named schedule runs each virtual stage: the V placement for
+// "zb-v" and "dualpipev", the loop placement otherwise. The model's layer
+// partition and the executor both follow it.
+Placement schedule_placement(const std::string& name, int pp, int vpp);
 
 // Closed-form bubble of the schedule, where one exists (else a negative value):
 // the classic ratio bubble time / ideal time ((p-1)/m for AFAB and 1F1B,
@@ -48,8 +61,11 @@ Schedule zero_bubble_h1(int pp, int microbatches);
 // same as a fraction of the makespan (ratio / (1 + ratio)), which is what the
 // simulator and the executor measure. Costs as in SimCosts (t_b is the input
 // gradient, t_w the weight gradient; non-split schedules run B = t_b + t_w).
-// Interleaved has its closed form only when microbatches % pp == 0; ZB-H1 only
-// when the pipeline fills (microbatches >= pp) and t_w <= t_f + t_b.
+// Interleaved has its closed form when microbatches >= pp (the remainder in
+// the first group keeps it: the sweep test checks it); ZB-H1 only
+// when the pipeline fills (microbatches >= pp) and t_w <= t_f + t_b. ZB-V and
+// DualPipeV have none here (their bubble depends on the costs in ways the
+// simulator gives exactly).
 struct ClosedForm {
   double ratio = -1;     // bubble time / ideal time
   double fraction = -1;  // 1 - busy / makespan

@@ -7,9 +7,12 @@
 // lists are validated, simulated, executed, exported to CSV and imported from
 // hand-written CSV.
 //
-// Conventions (Megatron interleaving): virtual stage s = chunk * pp + rank, so
-// s lives on rank s % pp as chunk s / pp; stage 0 reads the data, the last
-// stage pp * vpp - 1 computes the loss. An action names the stage it runs on:
+// Virtual stages 0 .. pp * vpp - 1 run in order: stage 0 reads the data, the
+// last computes the loss. Which rank runs a stage is the schedule's Placement
+// (data, not a formula): the loop placement of Megatron's interleaving puts
+// stage s on rank s % pp, the V placement of ZB-V and DualPipeV puts stages r
+// and 2 pp - 1 - r on rank r. A stage's chunk is its index among its rank's
+// stages in ascending order. An action names the stage it runs on:
 // "1F3" is stage 1's forward of micro-batch 3, "0SEND_B2" is stage 0 sending
 // the input gradient of micro-batch 2 to stage -1 (never happens: stage 0 has
 // no predecessor), "2RECV_F5" is stage 2 receiving its input for micro-batch 5
@@ -28,29 +31,55 @@ const char* op_name(Op op);  // "F", ..., "RECV_B": the text form and the timeli
 inline bool is_compute(Op op) { return op == Op::F || op == Op::B || op == Op::W; }
 
 struct Action {
-  int stage = 0;  // virtual stage the action runs on (its rank is stage % pp)
+  int stage = 0;  // virtual stage the action runs on (its rank: Schedule::rank_of)
   Op op = Op::F;
   int microbatch = 0;
+  // On an F: it shares one slot with the next B on its rank (DualPipeV's
+  // overlapped F+B). lower() puts both receives before the slot and the F's
+  // send between the two computes, so the F's output travels while the B
+  // computes; the executor runs that order as it stands.
+  bool overlapped = false;
 
-  std::string str() const;  // compact text form: "<stage><OP><microbatch>"
+  // Compact text form: "<stage><OP><microbatch>", with a trailing "+" on an
+  // overlapped F ("0F3+").
+  std::string str() const;
   bool operator==(const Action&) const = default;
 };
 
 // Parses the compact text form; throws InputError naming `where` on bad text.
 Action parse_action(std::string_view text, const std::string& where);
 
+// Stage -> rank map. Every rank holds the same number of stages (vpp).
+struct Placement {
+  std::vector<int> rank;                 // rank[stage]
+  std::vector<int> chunk;                // chunk[stage]: index among its rank's stages
+  std::vector<std::vector<int>> stages;  // stages[rank][chunk], ascending
+
+  static Placement loop(int pp, int vpp);  // stage s on rank s % pp
+  static Placement v_shape(int pp);        // rank r: stages r and 2 pp - 1 - r
+  // From rank[stage]; InputError naming `where` unless every rank in [0, pp)
+  // holds the same number of stages.
+  static Placement from_ranks(std::vector<int> rank_of_stage, int pp, const std::string& where);
+  // "loop", "v" or "custom": how the CSV header and the reports name it.
+  std::string kind() const;
+  bool operator==(const Placement&) const = default;
+};
+
 struct Schedule {
-  std::string name;  // "afab", "1f1b", "interleaved", "zb-h1", or the CSV's file name
+  std::string name;  // "afab", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev", or a file name
   int pp = 1;
   int vpp = 1;
   int microbatches = 1;
   bool split_backward = false;  // true: B is the input gradient and W actions exist
+  Placement placement = Placement::loop(1, 1);
   std::vector<std::vector<Action>> ranks;  // ranks[r]: rank r's actions in execution order
 
   int num_stages() const { return pp * vpp; }
-  int rank_of(int stage) const { return stage % pp; }
-  int chunk_of(int stage) const { return stage / pp; }
-  int stage_of(int rank, int chunk) const { return chunk * pp + rank; }
+  int rank_of(int stage) const { return placement.rank.at(size_t(stage)); }
+  int chunk_of(int stage) const { return placement.chunk.at(size_t(stage)); }
+  int stage_of(int rank, int chunk) const {
+    return placement.stages.at(size_t(rank)).at(size_t(chunk));
+  }
   bool has_comm() const;  // lowered (any SEND/RECV present)
   size_t num_actions() const;
 };
@@ -78,10 +107,13 @@ Schedule lower(const Schedule& compute_only);
 void validate(const Schedule& s);
 
 // CSV: one line per rank, one action per cell ("0F0,0F1,0SEND_F0,..."), after
-// a comment line "# trident schedule NAME pp=P vpp=V microbatches=M". Import
-// reads lines that do not start with '#'; pp is the number of rows, vpp and
-// the micro-batch count come from the largest stage and micro-batch named,
-// split_backward from the presence of W. Import does not validate.
+// a comment line "# trident schedule NAME pp=P vpp=V microbatches=M
+// placement=K". Import reads lines that do not start with '#'; pp is the
+// number of rows, vpp and the micro-batch count come from the largest stage
+// and micro-batch named, split_backward from the presence of W, and the
+// placement from the row each stage's actions are on (loop for a stage that
+// no row names). A stage named on two rows is an InputError. Import does not
+// validate.
 std::string to_csv(const Schedule& s);
 Schedule from_csv(const std::string& text, const std::string& source_name);
 void write_csv_file(const Schedule& s, const std::string& path);  // InputError if unwritable

@@ -1,0 +1,14 @@
+// The implementations of the MoE and router ops (moe_backend_ops.inc), as
+// the public ops route to them: trident::kernels::cpu (kernels/cpu, always
+// built). Model and parallel code call the public ops in trident::kernels,
+// never these.
+#pragma once
+#include <cstdint>
+
+#include "trident/kernels/context.hpp"
+#include "trident/kernels/moe.hpp"
+#include "trident/kernels/router.hpp"
+
+namespace trident::kernels::cpu {
+#include "trident/kernels/moe_backend_ops.inc"
+}  // namespace trident::kernels::cpu

@@ -1,0 +1,88 @@
+// Transport: how the rows of a TokenDispatcher travel between the source
+// ranks and the expert ranks (layout in token_dispatcher.hpp). One
+// implementation per way of moving them, chosen once by make_transport:
+//
+//  - local: ep = 1; the expert side is the send order, nothing travels.
+//  - alltoallv: rows gathered into a send buffer, all-to-all-v over the ep
+//    communicator, then put in expert order (an index gather) on the expert
+//    side; the way back is the reverse.
+//  - shm (all ep ranks on one node, as the mesh puts them): shared memory
+//    (SharedWindow) that every rank maps. A source writes the rows for each
+//    expert straight from x into its place in the expert rank's inbox (the
+//    permutation is the copy); experts read their inputs there and write
+//    their outbox; a source reads its copies' rows where they lie in the
+//    peers' outboxes (the unpermute is the copy). Each transfer is write,
+//    fence (a barrier with memory syncs), read. Forwards that keep their
+//    rows hold a shared slot until the ForwardRows is destroyed; a slot is
+//    reused only after a collective has followed its release. When
+//    /dev/shm (or runtime.ep_shm_limit_mb) cannot hold a step's blocks,
+//    every rank falls back to alltoallv together.
+//
+// A nccl transport (device buffers, grouped send/recv on a communication
+// stream) implements the same interface.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "trident/parallel/ep/token_dispatcher.hpp"
+
+namespace trident::ep {
+
+// Rows in send order as a transport reads them: row i is
+// base[index[i]] (a permute from the token rows) or base[i] (index nullptr).
+struct SendRows {
+  const float* base = nullptr;
+  const int64_t* index = nullptr;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual EpTransport kind() const = 0;
+  // Why auto chose, or the transport fell back to, alltoallv ("" otherwise).
+  const std::string& reason() const { return reason_; }
+  void set_reason(std::string why) { reason_ = std::move(why); }
+  virtual double shm_bytes() const { return 0; }
+  virtual int shm_growths() const { return 0; }
+
+  // The count exchange (a collective of every ep rank) has just completed:
+  // nothing a peer did before it is still in progress.
+  virtual void synced() {}
+
+  // Rows of the send order to the expert side expert_in [R, d] (chunk
+  // layout). Collective over ep.
+  virtual void dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in, int64_t d,
+                        DispatchTimes* times) = 0;
+  // The rows of expert_side [R, d] that belong to this rank's copies, as a
+  // source in send order, valid until the next call on this transport (or,
+  // with keep, as long as keep). Collective over ep unless keep is filled.
+  virtual kernels::RowSource gather_back(const DispatchPlan& p, const float* expert_side, int64_t d,
+                                         KeptRows* keep, DispatchTimes* times) = 0;
+
+  // A forward that keeps its rows: x's rows dispatched into rows.in().
+  virtual std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const float* x,
+                                                        int64_t d, DispatchTimes* times) = 0;
+  // After the experts wrote rows.out(): brings them back (rows.returned()).
+  // Collective over ep.
+  virtual void return_forward(const DispatchPlan& p, ForwardRows& rows, int64_t d,
+                              DispatchTimes* times) = 0;
+
+ protected:
+  std::string reason_;
+};
+
+// ep: nullptr or size 1 gives the local transport; otherwise `choice`
+// (runtime.ep_transport), automatic being shm when every ep rank is on this
+// node. shm across nodes is an InputError naming runtime.ep_transport.
+std::unique_ptr<Transport> make_transport(Communicator* ep, EpTransportChoice choice,
+                                          double shm_limit_bytes, const kernels::Ctx& ctx);
+
+// The implementations (src/parallel/ep/transport/).
+std::unique_ptr<Transport> make_local_transport(const kernels::Ctx& ctx);
+std::unique_ptr<Transport> make_alltoallv_transport(Communicator& ep, const kernels::Ctx& ctx);
+std::unique_ptr<Transport> make_shm_transport(Communicator& ep, double shm_limit_bytes,
+                                              const kernels::Ctx& ctx);
+
+}  // namespace trident::ep

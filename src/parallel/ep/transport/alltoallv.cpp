@@ -1,0 +1,120 @@
+// The alltoallv transport: an all-to-all-v of token rows over the ep
+// communicator, as one message per (source, expert) block, so that rows
+// land where they belong: in expert order on the expert side, in send order
+// back on the source. Rows are gathered into a send buffer first; nothing
+// is packed or unpacked after.
+#include <cstring>
+#include <vector>
+
+#include "owned_rows.hpp"
+#include "trident/parallel/ep/transport.hpp"
+
+namespace trident::ep {
+namespace {
+
+constexpr size_t kRowBytes = sizeof(float);
+constexpr int kToExperts = 0x4550, kToSources = 0x4551;  // message tags of the two directions
+
+class AlltoallvTransport final : public Transport {
+ public:
+  AlltoallvTransport(Communicator& ep, const kernels::Ctx& ctx) : ep_(ep), ctx_(ctx) {}
+  EpTransport kind() const override { return EpTransport::alltoallv; }
+
+  void dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in, int64_t d,
+                DispatchTimes* times) override {
+    const int64_t S = p.sent();
+    const double t0 = ep_clock_s();
+    const float* rows = src.base;
+    if (src.index) {
+      if (send_.size() < size_t(S * d)) send_.resize(size_t(S * d));
+      kernels::gather_rows(ctx_, src.base, d, src.index, S, send_.data());
+      rows = send_.data();
+    }
+    const double t1 = ep_clock_s();
+    exchange(p, rows, expert_in, true, d);
+    if (times) {
+      times->permute += t1 - t0;
+      times->a2a += ep_clock_s() - t1;
+      times->a2a_bytes += double(S) * double(d) * kRowBytes;
+    }
+  }
+
+  kernels::RowSource gather_back(const DispatchPlan& p, const float* expert_side, int64_t d,
+                                 KeptRows* keep, DispatchTimes* times) override {
+    if (keep && keep->filled) return kernels::RowSource(keep->rows.data());
+    const int64_t S = p.sent();
+    std::vector<float>& back = keep ? keep->rows : back_;
+    if (back.size() < size_t(S * d)) back.resize(size_t(S * d));  // grow only
+    if (keep) keep->filled = true;
+    const double t0 = ep_clock_s();
+    exchange(p, expert_side, back.data(), false, d);
+    if (times) {
+      times->a2a += ep_clock_s() - t0;
+      times->a2a_bytes += double(p.received()) * double(d) * kRowBytes;
+    }
+    return kernels::RowSource(back.data());
+  }
+
+  std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const float* x, int64_t d,
+                                                DispatchTimes* times) override {
+    auto rows = std::make_unique<OwnedRows>(pool_, size_t(p.received() * d), size_t(p.sent() * d));
+    dispatch(p, SendRows{x, p.send_token.data()}, rows->in(), d, times);
+    return rows;
+  }
+
+  void return_forward(const DispatchPlan& p, ForwardRows& rows, int64_t d,
+                      DispatchTimes* times) override {
+    auto& own = static_cast<OwnedRows&>(rows);
+    own.set_returned(gather_back(p, own.out(), d, &own.kept, times));
+  }
+
+ private:
+  // Moves every block from `from` to `to`: to_experts, from this rank's
+  // send-order rows [S, d] to the expert sides (this rank's [R, d]
+  // receives); else the reverse. A block is the rows of one source for one
+  // expert, contiguous on both sides; blocks that stay on this rank are
+  // copied.
+  void exchange(const DispatchPlan& p, const float* from, float* to, bool to_experts, int64_t d) {
+    const int P = p.ep_size, L = p.local_experts, me = p.ep_rank;
+    const size_t row_bytes = kRowBytes * size_t(d);
+    const int tag = to_experts ? kToExperts : kToSources;
+    requests_.clear();
+    for (int s = 0; s < P; ++s)  // this rank's experts' blocks, one per source
+      for (int e = 0; e < L && s != me; ++e) {
+        const size_t bytes = row_bytes * size_t(p.chunk_rows[s * L + e]);
+        const int64_t at = p.chunk_offset[s * L + e] * d;
+        if (bytes == 0) continue;
+        requests_.push_back(to_experts ? ep_.irecv(to + at, bytes, s, tag)
+                                       : ep_.isend(from + at, bytes, s, tag));
+      }
+    for (int g = 0; g < p.n_experts; ++g) {  // this rank's blocks, one per expert
+      const int r = g / L;
+      const size_t bytes = row_bytes * size_t(p.tokens_per_expert[g]);
+      const int64_t at = p.expert_first[g] * d;
+      if (bytes == 0) continue;
+      if (r == me) {
+        const int64_t there = p.chunk_offset[me * L + (g - me * L)] * d;
+        std::memcpy(to + (to_experts ? there : at), from + (to_experts ? at : there), bytes);
+      } else {
+        requests_.push_back(to_experts ? ep_.isend(from + at, bytes, r, tag)
+                                       : ep_.irecv(to + at, bytes, r, tag));
+      }
+    }
+    ep_.wait_all(requests_);
+  }
+
+  Communicator& ep_;
+  kernels::Ctx ctx_;
+  std::shared_ptr<BufferPool> pool_ = std::make_shared<BufferPool>();
+  std::vector<float> send_;  // rows gathered for sending
+  std::vector<float> back_;  // rows back when the caller keeps none
+  std::vector<Request> requests_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_alltoallv_transport(Communicator& ep, const kernels::Ctx& ctx) {
+  return std::make_unique<AlltoallvTransport>(ep, ctx);
+}
+
+}  // namespace trident::ep

@@ -1,0 +1,331 @@
+// The shm transport: rows written straight into the expert ranks' shared
+// inboxes and read straight out of their outboxes (see transport.hpp).
+//
+// Rank r's block of a window holds its inbox [R_r, d] and then its outbox
+// [R_r, d], both in r's expert-side layout. A window grows (collectively,
+// decided from the counts that every rank has) when a step needs more; if
+// /dev/shm cannot hold it, every rank falls back to alltoallv together.
+// The transient transfers (dispatch, gather_back) share one window: a box
+// some peer may still be reading is fenced before anyone writes it again,
+// unless a collective has ordered everything since.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "trident/comm/shared_window.hpp"
+#include "trident/core/error.hpp"
+#include "trident/parallel/ep/transport.hpp"
+
+namespace trident::ep {
+namespace {
+
+constexpr size_t kRowBytes = sizeof(float);
+
+double window_bytes(const SharedWindow& w, int ranks) {
+  double b = 0;
+  for (int r = 0; r < ranks; ++r) b += double(w.block_bytes(r));
+  return b;
+}
+
+float* inbox_of(const SharedWindow& w, int r) { return reinterpret_cast<float*>(w.block(r)); }
+
+// Where this rank's rows of each expert g lie in g's rank's outbox.
+std::vector<const float*> outbox_bases(const SharedWindow& w, const DispatchPlan& p, int64_t d) {
+  const int L = p.local_experts;
+  std::vector<const float*> base(size_t(p.n_experts));
+  for (int g = 0; g < p.n_experts; ++g)
+    base[size_t(g)] = inbox_of(w, g / L) + (p.rows_at[g / L] + p.expert_at[g]) * d;
+  return base;
+}
+
+// Writes this rank's send rows into each expert's place on its rank: the
+// inbox of w, or `own` for this rank's experts (nullptr: its inbox too).
+void write_rows(const kernels::Ctx& ctx, const DispatchPlan& p, const SendRows& src,
+                const SharedWindow& w, float* own, int64_t d) {
+  const int P = p.ep_size, L = p.local_experts, me = p.ep_rank;
+  for (int i = 0; i < P; ++i) {
+    const int r = (me + i) % P;  // start at different peers: less contention
+    float* box = r == me && own ? own : inbox_of(w, r);
+    for (int g = r * L; g < (r + 1) * L; ++g) {
+      const int64_t first = p.expert_first[g], n = p.tokens_per_expert[g];
+      if (n == 0) continue;
+      float* dst = box + p.expert_at[g] * d;
+      if (src.index) {
+        kernels::gather_rows(ctx, src.base, d, src.index + first, n, dst);
+      } else {
+        std::memcpy(dst, src.base + first * d, kRowBytes * size_t(n * d));
+      }
+    }
+  }
+}
+
+// A forward's rows in a shared slot; releasing the slot is the destructor's.
+class SlotPool;
+class ShmRows final : public ForwardRows {
+ public:
+  ShmRows(std::shared_ptr<SlotPool> pool, int slot, float* in, float* out, int n_experts)
+      : pool_(std::move(pool)), slot_(slot), first_(size_t(n_experts) + 1) {
+    in_ = in;
+    out_ = out;
+  }
+  ~ShmRows() override;
+  int slot() const { return slot_; }
+  void set_returned(std::vector<const float*> base, const std::vector<int64_t>& first) {
+    base_ = std::move(base);
+    std::copy(first.begin(), first.end(), first_.begin());
+    returned_ = kernels::RowSource(base_.data(), first_.data(), int(base_.size()));
+    back_ = true;
+  }
+
+ private:
+  std::shared_ptr<SlotPool> pool_;
+  int slot_;
+  std::vector<const float*> base_;
+  std::vector<int64_t> first_;
+};
+
+// Shared slots for forwards that keep their rows. A slot is busy from
+// dispatch_forward to the ShmRows' destruction, then "released"; it
+// becomes free at the next collective the transport runs (count exchange
+// or fence), after which no peer can still read it. Every rank makes the
+// same calls in the same order, so all pick the same slot.
+class SlotPool {
+ public:
+  enum class State { free, busy, released };
+  struct Slot {
+    std::unique_ptr<SharedWindow> window;
+    State state = State::free;
+  };
+  std::vector<Slot> slots;
+  void release(int i) { slots.at(size_t(i)).state = State::released; }
+  void settle() {
+    for (auto& s : slots)
+      if (s.state == State::released) s.state = State::free;
+  }
+  int lowest_free() {
+    size_t s = 0;
+    while (s < slots.size() && slots[s].state != State::free) ++s;
+    if (s == slots.size()) slots.emplace_back();
+    return int(s);
+  }
+};
+
+ShmRows::~ShmRows() { pool_->release(slot_); }
+
+class ShmTransport final : public Transport {
+ public:
+  ShmTransport(Communicator& ep, double shm_limit_bytes, const kernels::Ctx& ctx)
+      : ep_(ep),
+        ctx_(ctx),
+        shm_limit_(shm_limit_bytes),
+        fallback_(make_alltoallv_transport(ep, ctx)) {}
+
+  EpTransport kind() const override {
+    return fell_back_ ? EpTransport::alltoallv : EpTransport::shm;
+  }
+  double shm_bytes() const override;
+  int shm_growths() const override { return growths_; }
+  void synced() override {
+    inbox_busy_ = outbox_busy_ = false;
+    slots_->settle();
+  }
+
+  void dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in, int64_t d,
+                DispatchTimes* times) override;
+  kernels::RowSource gather_back(const DispatchPlan& p, const float* expert_side, int64_t d,
+                                 KeptRows* keep, DispatchTimes* times) override;
+  std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const float* x, int64_t d,
+                                                DispatchTimes* times) override;
+  void return_forward(const DispatchPlan& p, ForwardRows& rows, int64_t d,
+                      DispatchTimes* times) override;
+
+ private:
+  // Whether window w holds (or was grown to hold) an inbox and an outbox of
+  // R_r rows of d floats on every rank r; false on every rank when there is
+  // no room: the transport is then alltoallv from here on.
+  bool fit(std::unique_ptr<SharedWindow>& w, const DispatchPlan& p, int64_t d);
+  // Collective: whether replacing blocks of old_bytes (all ranks) by
+  // new_bytes keeps within /dev/shm and the limit. Counts as a growth.
+  bool room(double old_bytes, double new_bytes);
+  void fence(SharedWindow& w) {
+    w.fence();
+    synced();
+  }
+  void account(double bytes) { comm_counters().add(CommKind::ep, bytes, 0.0); }
+
+  Communicator& ep_;
+  kernels::Ctx ctx_;
+  double shm_limit_;
+  std::unique_ptr<Transport> fallback_;
+  bool fell_back_ = false;
+  std::unique_ptr<SharedWindow> window_;  // transient transfers
+  std::shared_ptr<SlotPool> slots_ = std::make_shared<SlotPool>();
+  int growths_ = 0;
+  // A box some peer may still be reading (no collective since its last read).
+  bool inbox_busy_ = false, outbox_busy_ = false;
+  std::vector<const float*> bases_;  // gather_back's source
+};
+
+double ShmTransport::shm_bytes() const {
+  const int P = ep_.size();
+  double held = window_ ? window_bytes(*window_, P) : 0.0;
+  for (const auto& slot : slots_->slots)
+    if (slot.window) held += window_bytes(*slot.window, P);
+  return held;
+}
+
+bool ShmTransport::room(double old_bytes, double new_bytes) {
+  const double after = shm_bytes() - old_bytes + new_bytes;
+  int short_of_memory =
+      SharedWindow::free_bytes() < new_bytes + (64 << 20) || (shm_limit_ > 0 && after > shm_limit_)
+          ? 1
+          : 0;
+  ep_.allreduce_max(&short_of_memory, 1);
+  ++growths_;
+  return short_of_memory == 0;
+}
+
+// Grows with headroom, so that a step with a few more rows does not
+// reallocate; every rank computes the same sizes from the same counts, so
+// they agree without a message.
+bool ShmTransport::fit(std::unique_ptr<SharedWindow>& w, const DispatchPlan& p, int64_t d) {
+  if (fell_back_) return false;
+  const int P = p.ep_size;
+  const size_t row_bytes = kRowBytes * size_t(d);
+  bool fits = w != nullptr;
+  for (int r = 0; r < P && fits; ++r)
+    fits = 2 * size_t(p.rows_at[r]) * row_bytes <= w->block_bytes(r);
+  if (fits) return true;
+  size_t total = 0, mine = 0;
+  for (int r = 0; r < P; ++r) {
+    const size_t need = 2 * size_t(p.rows_at[r]) * row_bytes;
+    const size_t grown = std::max(w ? w->block_bytes(r) : 0, need + need / 4 + 4096);
+    total += grown;
+    if (r == p.ep_rank) mine = grown;
+  }
+  const bool ok = room(w ? window_bytes(*w, P) : 0.0, double(total));
+  w.reset();
+  if (ok) w = std::make_unique<SharedWindow>(ep_, mine);
+  synced();  // room's all-reduce ordered every earlier read
+  if (!ok) {
+    fell_back_ = true;  // every rank saw the same shortage
+    reason_ = "the ep group's shared blocks do not fit in /dev/shm or runtime.ep_shm_limit_mb";
+  }
+  return ok;
+}
+
+// Sources write their rows into the inboxes (their own rows to expert_in
+// directly); after the fence each expert rank copies the rest of its inbox
+// out. The inboxes stay busy until the next collective (or a fence before
+// the next write into them).
+void ShmTransport::dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in, int64_t d,
+                            DispatchTimes* times) {
+  if (!fit(window_, p, d)) return fallback_->dispatch(p, src, expert_in, d, times);
+  const double t0 = ep_clock_s();
+  const int P = p.ep_size, L = p.local_experts, me = p.ep_rank;
+  const size_t row_bytes = kRowBytes * size_t(d);
+  if (inbox_busy_) fence(*window_);
+  write_rows(ctx_, p, src, *window_, expert_in, d);
+  fence(*window_);
+  const float* in = inbox_of(*window_, me);
+  for (int r = 0; r < P; ++r) {
+    if (r == me) continue;
+    for (int e = 0; e < L; ++e) {
+      const int64_t off = p.chunk_offset[r * L + e];
+      std::memcpy(expert_in + off * d, in + off * d, row_bytes * size_t(p.chunk_rows[r * L + e]));
+    }
+  }
+  inbox_busy_ = true;
+  account(double(p.sent() - p.send_rows[me]) * double(row_bytes));
+  if (times) {
+    times->a2a += ep_clock_s() - t0;
+    times->a2a_bytes += double(p.sent()) * double(row_bytes);
+  }
+}
+
+// The expert rank puts its rows in its outbox; after the fence each source
+// reads its copies' rows where they lie in the peers' outboxes (copying
+// them into keep when asked); the outboxes stay busy until the next
+// collective.
+kernels::RowSource ShmTransport::gather_back(const DispatchPlan& p, const float* expert_side,
+                                             int64_t d, KeptRows* keep, DispatchTimes* times) {
+  if (keep && keep->filled) return kernels::RowSource(keep->rows.data());
+  if (!fit(window_, p, d)) return fallback_->gather_back(p, expert_side, d, keep, times);
+  const double t0 = ep_clock_s();
+  const int me = p.ep_rank;
+  const int64_t R = p.received();
+  const size_t row_bytes = kRowBytes * size_t(d);
+  float* out_me = inbox_of(*window_, me) + R * d;
+  if (outbox_busy_) fence(*window_);  // on every rank alike: the flag is the same everywhere
+  if (expert_side != out_me && R > 0) std::memcpy(out_me, expert_side, row_bytes * size_t(R));
+  fence(*window_);
+  outbox_busy_ = true;
+  bases_ = outbox_bases(*window_, p, d);
+  kernels::RowSource source(bases_.data(), p.expert_first.data(), p.n_experts);
+  account(double(R - p.recv_rows[me]) * double(row_bytes));
+  if (keep) {
+    if (keep->rows.size() < size_t(p.sent() * d)) keep->rows.resize(size_t(p.sent() * d));
+    keep->filled = true;
+    for (int g = 0; g < p.n_experts; ++g)
+      std::memcpy(keep->rows.data() + p.expert_first[g] * d, bases_[size_t(g)],
+                  row_bytes * size_t(p.tokens_per_expert[g]));
+    source = kernels::RowSource(keep->rows.data());
+  }
+  if (times) {
+    times->a2a += ep_clock_s() - t0;
+    times->a2a_bytes += double(R) * double(row_bytes);
+  }
+  return source;
+}
+
+std::unique_ptr<ForwardRows> ShmTransport::dispatch_forward(const DispatchPlan& p, const float* x,
+                                                            int64_t d, DispatchTimes* times) {
+  if (fell_back_) return fallback_->dispatch_forward(p, x, d, times);
+  // The lowest free slot (the same on every rank), grown if this step needs more.
+  const double t0 = ep_clock_s();
+  const int s = slots_->lowest_free();
+  SlotPool::Slot& slot = slots_->slots[size_t(s)];
+  if (!fit(slot.window, p, d)) return fallback_->dispatch_forward(p, x, d, times);
+  slot.state = SlotPool::State::busy;
+  SharedWindow& w = *slot.window;
+  const int me = p.ep_rank;
+  const int64_t R = p.received();
+  write_rows(ctx_, p, SendRows{x, p.send_token.data()}, w, nullptr, d);
+  fence(w);
+  auto rows =
+      std::make_unique<ShmRows>(slots_, s, inbox_of(w, me), inbox_of(w, me) + R * d, p.n_experts);
+  const double row_bytes = double(kRowBytes) * double(d);
+  account(double(p.sent() - p.send_rows[me]) * row_bytes);
+  if (times) {
+    times->a2a += ep_clock_s() - t0;
+    times->a2a_bytes += double(p.sent()) * row_bytes;
+  }
+  return rows;
+}
+
+// Every expert's outputs are in its outbox after the fence; the source reads
+// its rows there, where they lie, for the combine and again for the backward.
+void ShmTransport::return_forward(const DispatchPlan& p, ForwardRows& rows, int64_t d,
+                                  DispatchTimes* times) {
+  auto* mine = dynamic_cast<ShmRows*>(&rows);
+  if (!mine) return fallback_->return_forward(p, rows, d, times);
+  const double t0 = ep_clock_s();
+  SharedWindow& w = *slots_->slots.at(size_t(mine->slot())).window;
+  fence(w);
+  mine->set_returned(outbox_bases(w, p, d), p.expert_first);
+  const double row_bytes = double(kRowBytes) * double(d);
+  account(double(p.received() - p.recv_rows[p.ep_rank]) * row_bytes);
+  if (times) {
+    times->a2a += ep_clock_s() - t0;
+    times->a2a_bytes += double(p.received()) * row_bytes;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> make_shm_transport(Communicator& ep, double shm_limit_bytes,
+                                              const kernels::Ctx& ctx) {
+  return std::make_unique<ShmTransport>(ep, shm_limit_bytes, ctx);
+}
+
+}  // namespace trident::ep
