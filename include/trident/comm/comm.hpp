@@ -130,6 +130,13 @@ class Communicator {
   void* compute_stream() const { return compute_stream_; }
   virtual void wait_on_compute(Request& r) { wait(r); }
 
+  // Point-to-point operations posted between begin_group() and end_group()
+  // start together: a device backend needs that for a send and a receive
+  // between the same two ranks (NCCL would deadlock on them one by one);
+  // MPI starts each at once. Wait for a group's requests after end_group().
+  virtual void begin_group() {}
+  virtual void end_group() {}
+
   // Point to point (bytes). Tags distinguish concurrent streams.
   Request isend(const void* buf, size_t bytes, int peer, int tag);
   Request irecv(void* buf, size_t bytes, int peer, int tag);
@@ -188,6 +195,8 @@ class Communicator {
   // thrown: a device backend aborts its communicator so nothing stays stuck.
   virtual void on_timeout() {}
 
+  // A device backend hands operations on host buffers to its host group.
+  friend class NcclCommunicator;
   // For a backend's wait_on_compute: the operation behind a request.
   static PendingOp* pending_op(Request& r) { return r.op_.get(); }
   // Polls op until complete or the deadline; accounts bytes and the wait.
