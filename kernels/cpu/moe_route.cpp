@@ -1,6 +1,6 @@
 // The public MoE and router ops: each routes its call to the backend of
-// ctx.device (the CPU one today; a CUDA device is an error until the CUDA
-// backend implements moe_backend_ops.inc).
+// ctx.device (kernels/cuda for a CUDA device in a build with the CUDA
+// backend, else an error naming the op; kernels/cpu for the host).
 #include <string>
 
 #include "trident/core/error.hpp"
@@ -9,17 +9,22 @@
 namespace trident::kernels {
 namespace {
 
-void require_cpu(const Ctx& ctx, const char* op) {
-  if (!ctx.device.is_cpu())
-    throw Error(std::string("kernels::") + op + ": called with a cuda device, but this build " +
-                "has no CUDA implementation of the MoE and router ops");
+[[maybe_unused]] void no_cuda(const char* op) {
+  throw Error(std::string("kernels::") + op + ": called with a cuda device, but this build " +
+              "has no CUDA backend");
 }
 
 }  // namespace
 
-#define TRIDENT_ROUTE_MOE(op, ...) \
-  require_cpu(ctx, #op);           \
+#ifdef TRIDENT_HAVE_CUDA
+#define TRIDENT_ROUTE_MOE(op, ...)                             \
+  if (ctx.device.is_cuda()) return cuda::op(ctx, __VA_ARGS__); \
   return cpu::op(ctx, __VA_ARGS__)
+#else
+#define TRIDENT_ROUTE_MOE(op, ...)               \
+  if (ctx.device.is_cuda()) return no_cuda(#op); \
+  return cpu::op(ctx, __VA_ARGS__)
+#endif
 
 void gather_rows(const Ctx& ctx, const float* x, int64_t d, const int64_t* src_row, int64_t n,
                  float* out) {

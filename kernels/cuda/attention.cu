@@ -1,5 +1,7 @@
 // Flash attention on the GPU, forward and backward (the contract is
-// kernels/attention.hpp), with fp32 or bf16 storage and fp32 arithmetic.
+// kernels/attention.hpp), with fp32 or bf16 storage and fp32 arithmetic, on
+// CUDA cores. The bf16 forward with head dim 64 or 128 runs on tensor cores
+// instead (attention_tc.cu).
 //
 // All three kernels share one shape (plan.hpp): a block of kAttnWarps warps
 // owns kAttnBlockRows rows of one operand, kAttnRowsPerWarp per warp, and
@@ -17,6 +19,9 @@
 // first key (attn_query_begin), so masked tiles cost nothing; within a tile
 // the mask is per element. GQA: query head h reads kv head h / (H / Hkv)
 // through the row stride; the dK/dV kernel loops over the group's query heads.
+#include <type_traits>
+
+#include "attention_tc.cuh"
 #include "common.cuh"
 
 namespace trident::kernels::cuda {
@@ -356,6 +361,8 @@ void forward(const Ctx& c, const AttnShape& s, const T* q, const T* k, const T* 
              float* lse, bool resume) {
   check_attn_shape(s);
   if (s.Tq == 0) return;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    if (attention_forward_tc(c, s, q, k, v, out, lse, resume)) return;
   with_head_dim(s.D, [&]<int DC>() { forward_for<T, DC>(c, s, q, k, v, out, lse, resume); });
 }
 

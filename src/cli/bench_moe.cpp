@@ -140,8 +140,8 @@ class BenchMoeCommand : public Command {
         "dispatch = count exchange + permute + transfer; combine = transfer back + weighted "
         "un-permute; raw = MPI all-to-all-v forward + reverse of the same counts");
     main_t.notes.push_back(
-        "alltoallv: rows gathered into a send buffer, MPI all-to-all-v both ways, then the "
-        "weighted sum; shm: sources write rows from x straight into the expert ranks' shared "
+        "alltoallv: rows gathered into a send buffer, all-to-all-v both ways as one message per "
+        "(source, expert) block (rows land in expert order), then the weighted sum; shm: sources write rows from x straight into the expert ranks' shared "
         "inboxes (permute_ms is then only the index sort), experts read them there and write "
         "their shared outboxes, each source sums its copies' rows from there (a2a_comb_ms: the "
         "fence, combine_ms: reads + sums); both keep what the layer's backward needs");

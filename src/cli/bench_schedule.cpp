@@ -19,11 +19,13 @@
 #include <map>
 #include <thread>
 
+#include "bench_harness.hpp"
 #include "commands.hpp"
 #include "trident/comm/backend.hpp"
 #include "trident/comm/comm.hpp"
 #include "trident/comm/process.hpp"
 #include "trident/core/error.hpp"
+#include "trident/core/profiler.hpp"
 #include "trident/io/bench_report.hpp"
 #include "trident/parallel/pp/executor.hpp"
 #include "trident/parallel/pp/generators.hpp"
@@ -120,7 +122,7 @@ class BenchScheduleCommand : public Command {
         ->capture_default_str();
     app->add_option("--pp", pp_, "pipeline ranks (= mpirun -np)")->required();
     app->add_option("--microbatches", m_, "micro-batches per step")->required();
-    app->add_option("--vpp", vpp_,
+    vpp_opt_ = app->add_option("--vpp", vpp_,
                     "chunks per rank for the interleaved schedule (zb-v and dualpipev: always 2)")
         ->capture_default_str();
     app->add_option("--tf", tf_ms_,
@@ -147,169 +149,30 @@ class BenchScheduleCommand : public Command {
   }
   bool needs_mpi() const override { return true; }
 
-  int run() override {
-    // Sleeping work should end on time: the default 50 us timer slack of a
-    // normal thread would add to every action (Linux; harmless elsewhere).
-    prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-    const int world = comm_world_size(), me = comm_world_rank();
-    if (!tw_opt_->count()) tw_ms_ = tf_ms_;
-    validate_flags(world);
-    std::vector<std::string> names, skipped;
-    if (schedule_ == "all") {
-      // Every schedule whose rules accept this pp and m (the others are named in a note).
-      for (const std::string& n : schedule_names())
-        (m_ >= min_microbatches(n, pp_, chunks(n)) ? names : skipped).push_back(n);
-    } else {
-      names = {schedule_ == "gpipe" ? "afab" : schedule_};
-    }
-    auto job = world_communicator(timeout_s_);
-    sync_clock(*job);
-    auto pp_group = comm_group(*job, CommBackend::mpi, 0, me, CommKind::pp, "pp", timeout_s_);
-    Communicator &pp = *pp_group, &all = *job;
-
-    BenchTable summary, per_rank, timeline;
-    summary.name = "schedule";
-    summary.title = "trident bench schedule: pp=" + std::to_string(pp_) +
-                    " microbatches=" + std::to_string(m_) + " tF=" + fmt(tf_ms_) +
-                    " tB=" + fmt(tb_ms_) + " tW=" + fmt(tw_ms_) + " ms (" +
-                    (spin_ ? "spinning" : "sleeping") + "), " + std::to_string(steps_) +
-                    " measured steps, " + std::to_string(bytes_) + " B per message";
-    summary.columns = {"schedule",
-                       "v",
-                       "makespan_ms",
-                       "sim_ms",
-                       "bubble",
-                       "sim_bubble",
-                       "max_dev_pp",
-                       "hop_us",
-                       "sim_hop_bubble",
-                       "max_dev_hop_pp",
-                       "formula",
-                       "formula_bubble",
-                       "peak_act",
-                       "sim_peak_act",
-                       "overhead_us/action",
-                       "#wrong"};
-    per_rank.name = "schedule_ranks";
-    per_rank.title = "per rank";
-    per_rank.columns = {
-        "schedule",          "rank",       "bubble",       "sim_bubble", "dev_pp",
-        "sim_hop_bubble",    "dev_hop_pp", "recv_wait_ms", "peak_act",   "sim_peak_act",
-        "overhead_us/action"};
-    timeline.name = "schedule_timeline";
-    timeline.columns = {"schedule", "rank",       "step",      "kind",   "stage",
-                        "chunk",    "microbatch", "t_begin_s", "t_end_s"};
-    long long total_wrong = 0;
-    double worst_dev = 0, worst_dev_hop = 0, worst_overhead = 0;
-
-    for (const std::string& name : names) {
-      const int v = chunks(name);
-      const Schedule s = lower(make_schedule(name, pp_, m_, v));
-      // The same model split into v chunks: each chunk does 1/v of the work.
-      const double f = tf_ms_ / v, b = tb_ms_ / v, w = tw_ms_ / v;
-      const SimResult sim = simulate(s, SimCosts{f, b, w, 0.0});
-      const ClosedForm cf = closed_form_bubble(name, pp_, m_, v, f, b, w);
-      SyntheticStage stage(s, me, std::max<int64_t>(1, int64_t(bytes_ / sizeof(float))), f * 1e-3,
-                           b * 1e-3, w * 1e-3, spin_);
-
-      RankStats mine;
-      std::vector<TimelineEvent> events;
-      for (int step = 0; step <= steps_; ++step) {
-        std::vector<TimelineEvent> ev;
-        all.barrier();
-        ExecOptions opt;
-        opt.recv_poll_s = recv_poll_ms_ * 1e-3;
-        const ExecResult res = execute(s, me, stage, pp, step, step == steps_ ? &ev : nullptr, opt);
-        if (step == 0) continue;  // warm-up: first-touch buffers, connection set-up
-        mine.makespan_s += res.makespan_s / steps_;
-        mine.bubble += res.bubble_fraction / steps_;
-        mine.recv_wait_s += res.recv_wait_s / steps_;
-        mine.overhead_per_action_s += res.overhead_s / double(s.ranks[me].size()) / steps_;
-        mine.peak_inflight = std::max(mine.peak_inflight, double(res.peak_inflight));
-        if (step == steps_) events = std::move(ev);
-      }
-      mine.wrong = double(stage.wrong);
-
-      std::vector<RankStats> ranks(world);
-      all.allgather(&mine, ranks.data(), sizeof(RankStats));
-      const std::vector<EventRecord> every = gather_timeline(all, name, events, timeline);
-      if (me != 0) continue;
-      const double hop_s = hop_latency_s(every);
-      const SimResult sim_hop = simulate(s, SimCosts{f, b, w, hop_s * 1e3});
-
-      double dev = 0, dev_hop = 0, bubble = 0, overhead = 0, makespan = 0;
-      int peak = 0;
-      long long wrong = 0;
-      for (int r = 0; r < world; ++r) {
-        const RankStats& st = ranks[r];
-        const double d = 100.0 * std::abs(st.bubble - sim.ranks[r].bubble_fraction);
-        const double d_hop = 100.0 * std::abs(st.bubble - sim_hop.ranks[r].bubble_fraction);
-        dev = std::max(dev, d);
-        dev_hop = std::max(dev_hop, d_hop);
-        bubble += st.bubble / world;
-        overhead = std::max(overhead, st.overhead_per_action_s);
-        makespan = std::max(makespan, st.makespan_s);
-        peak = std::max(peak, int(st.peak_inflight));
-        wrong += (long long)st.wrong;
-        per_rank.add_row({name, (long long)r, st.bubble, sim.ranks[r].bubble_fraction, d,
-                          sim_hop.ranks[r].bubble_fraction, d_hop, st.recv_wait_s * 1e3,
-                          (long long)st.peak_inflight, (long long)sim.ranks[r].peak_inflight,
-                          st.overhead_per_action_s * 1e6});
-      }
-      summary.add_row({name, (long long)v, makespan * 1e3, sim.makespan, bubble, sim.mean_bubble(),
-                       dev, hop_s * 1e6, sim_hop.mean_bubble(), dev_hop,
-                       cf.exists() ? cf.formula : std::string("-"),
-                       cf.exists() ? cf.fraction : std::nan(""), (long long)peak,
-                       (long long)sim.max_peak_inflight(), overhead * 1e6, wrong});
-      total_wrong += wrong;
-      worst_dev = std::max(worst_dev, dev);
-      worst_dev_hop = std::max(worst_dev_hop, dev_hop);
-      worst_overhead = std::max(worst_overhead, overhead);
-    }
-
-    long long wrong_all = total_wrong;
-    all.broadcast(&wrong_all, sizeof wrong_all, 0);
-    if (me == 0) {
-      double shortest_ms = 1e300;
-      for (double t : {tf_ms_, tb_ms_, tw_ms_})
-        if (t > 0) shortest_ms = std::min(shortest_ms, t);
-      int most_chunks = 1;
-      for (const std::string& n : names) most_chunks = std::max(most_chunks, chunks(n));
-      shortest_ms /= most_chunks;
-      summary.notes = {
-          "bubble = 1 - busy/makespan, makespan = first action begin to last action end over "
-          "ranks (as in the simulator); mean over ranks",
-          "sim = simulator with the same costs, zero latency; sim_hop = with latency hop_us, "
-          "the median over this run's last step of receive end - send begin for messages "
-          "whose receiver was already waiting",
-          "formula_bubble = the closed form as a fraction of the makespan",
-          "max_dev_pp / max_dev_hop_pp = largest |measured - simulated| bubble over ranks, in "
-          "percentage points",
-          "overhead = elapsed - compute - receive waits - sends, per action (largest rank)",
-          "worst deviation " + fmt(worst_dev) + " pp from sim, " + fmt(worst_dev_hop) +
-              " pp from sim_hop (target < 2), worst overhead " + fmt(worst_overhead * 1e6) +
-              " us/action (" + fmt(100.0 * worst_overhead / (shortest_ms * 1e-3)) +
-              "% of the shortest action)"};
-      for (const std::string& n : skipped)
-        summary.notes.push_back(n + " not run: it needs at least " +
-                                std::to_string(min_microbatches(n, pp_, chunks(n))) +
-                                " micro-batches at pp=" + std::to_string(pp_));
-      std::printf("%s\n%s\n", summary.format().c_str(), per_rank.format().c_str());
-      std::fflush(stdout);
-      if (!output_.empty()) {
-        write_bench_file(output_, {summary, per_rank, timeline}, command_line());
-        std::printf("wrote %s (timeline of the last step: /bench/schedule_timeline)\n",
-                    output_.c_str());
-      }
-    }
-    return wrong_all == 0 ? 0 : 1;
-  }
+  int run() override;
 
  private:
+  // What one schedule measured: every rank's stats and (rank 0) every rank's
+  // last-step actions.
+  struct Measured {
+    std::vector<RankStats> ranks;
+    std::vector<EventRecord> every;
+  };
+  Measured measure(Communicator& pp, Communicator& all, const std::string& name, const Schedule& s,
+                   double f, double b, double w);
+  // Rank 0: the schedule's rows against the simulator (zero latency and the
+  // measured hop latency) and the closed form.
+  void add_rows(const std::string& name, int v, const Schedule& s, double f, double b, double w,
+                const Measured& got);
+  void finish(const std::vector<std::string>& names, const std::vector<std::string>& skipped);
   // Chunks per rank the named schedule runs here: --vpp for interleaved.
   int chunks(const std::string& name) const {
     return name == "interleaved" ? vpp_ : default_vpp(name);
   }
+
+  BenchTable summary_, per_rank_, timeline_;
+  long long total_wrong_ = 0;
+  double worst_dev_ = 0, worst_dev_hop_ = 0, worst_overhead_ = 0;
 
   static std::string fmt(double v) {
     char buf[32];
@@ -331,9 +194,12 @@ class BenchScheduleCommand : public Command {
     }
     if (m_ < 1) throw InputError("--microbatches " + std::to_string(m_) + ": must be >= 1");
     if (vpp_ < 1) throw InputError("--vpp " + std::to_string(vpp_) + ": must be >= 1");
-    if (vpp_ > 1 && schedule_ != "all" && schedule_ != "interleaved")
+    // --vpp sets the interleaved schedule's chunks (default 2); the V schedules
+    // always run 2, so it may be left out for them and for the others.
+    if (vpp_opt_->count() && vpp_ > 1 && schedule_ != "all" && schedule_ != "interleaved")
       throw InputError("--vpp " + std::to_string(vpp_) +
-                       ": only the interleaved schedule has chunks");
+                       ": only the interleaved schedule takes it (zb-v and dualpipev run 2 "
+                       "chunks per rank)");
     for (auto [v, flag] :
          {std::pair{tf_ms_, "--tf"}, std::pair{tb_ms_, "--tb"}, std::pair{tw_ms_, "--tw"}})
       if (!(v >= 0 && v <= 60000))
@@ -346,21 +212,19 @@ class BenchScheduleCommand : public Command {
       throw InputError("--recv-poll: must be in [0, 60000] ms");
   }
 
-  // Rank 0 collects every rank's events of the last step as table rows, with
-  // times relative to that step's first action, and returns them (the other
-  // ranks get an empty list).
+  // Rank 0 collects every rank's actions of the last step (this rank's:
+  // `spans`) as table rows, with times relative to that step's first action,
+  // and returns them (the other ranks get an empty list).
   std::vector<EventRecord> gather_timeline(Communicator& all, const std::string& name,
-                                           const std::vector<TimelineEvent>& events,
-                                           BenchTable& table) const {
-    int n = int(events.size());
+                                           const std::vector<prof::Span>& spans) {
+    int n = int(spans.size());
     all.allreduce_max(&n, 1);
     std::vector<EventRecord> mine(n, EventRecord{-1, 0, 0, 0, 0, 0, 0, 0});
-    for (size_t i = 0; i < events.size(); ++i) {
-      const auto& e = events[i];
+    for (size_t i = 0; i < spans.size(); ++i) {
+      const auto& e = spans[i];
       int op = 0;
-      while (op < 7 && e.kind != op_name(Op(op))) ++op;
-      mine[i] = {e.rank,          op,          e.stage,  e.chunk, e.microbatch,
-                 int32_t(e.step), e.t_begin_s, e.t_end_s};
+      while (op < 7 && std::string(e.kind) != op_name(Op(op))) ++op;
+      mine[i] = {all.rank(), op, e.stage, e.chunk, e.microbatch, steps_, e.t_begin_s, e.t_end_s};
     }
     std::vector<EventRecord> every(size_t(n) * all.size());
     all.allgather(mine.data(), every.data(), sizeof(EventRecord) * n);
@@ -370,9 +234,9 @@ class BenchScheduleCommand : public Command {
       if (e.rank >= 0) t0 = std::min(t0, e.t_begin_s);
     for (const auto& e : every) {
       if (e.rank < 0) continue;
-      table.add_row({name, (long long)e.rank, (long long)e.step, std::string(op_name(Op(e.op))),
-                     (long long)e.stage, (long long)e.chunk, (long long)e.microbatch,
-                     e.t_begin_s - t0, e.t_end_s - t0});
+      timeline_.add_row({name, (long long)e.rank, (long long)e.step, std::string(op_name(Op(e.op))),
+                         (long long)e.stage, (long long)e.chunk, (long long)e.microbatch,
+                         e.t_begin_s - t0, e.t_end_s - t0});
     }
     return every;
   }
@@ -412,7 +276,165 @@ class BenchScheduleCommand : public Command {
   int64_t bytes_ = 65536;
   bool spin_ = false;
   CLI::Option* tw_opt_ = nullptr;
+  CLI::Option* vpp_opt_ = nullptr;
 };
+
+BenchScheduleCommand::Measured BenchScheduleCommand::measure(Communicator& pp, Communicator& all,
+                                                             const std::string& name,
+                                                             const Schedule& s, double f, double b,
+                                                             double w) {
+  const int me = all.rank();
+  SyntheticStage stage(s, me, std::max<int64_t>(1, int64_t(bytes_ / sizeof(float))), f * 1e-3,
+                       b * 1e-3, w * 1e-3, spin_);
+  RankStats mine;
+  prof::Recorder last_step;  // the actions of the last measured step
+  for (int step = 0; step <= steps_; ++step) {
+    all.barrier();
+    ExecOptions opt;
+    opt.recv_poll_s = recv_poll_ms_ * 1e-3;
+    if (step == steps_) opt.profiler = &last_step;
+    const ExecResult res = execute(s, me, stage, pp, step, nullptr, opt);
+    if (step == 0) continue;  // warm-up: first-touch buffers, connection set-up
+    mine.makespan_s += res.makespan_s / steps_;
+    mine.bubble += res.bubble_fraction / steps_;
+    mine.recv_wait_s += res.recv_wait_s / steps_;
+    mine.overhead_per_action_s += res.overhead_s / double(s.ranks[me].size()) / steps_;
+    mine.peak_inflight = std::max(mine.peak_inflight, double(res.peak_inflight));
+  }
+  mine.wrong = double(stage.wrong);
+  Measured got;
+  got.ranks.resize(size_t(all.size()));
+  all.allgather(&mine, got.ranks.data(), sizeof(RankStats));
+  got.every = gather_timeline(all, name, last_step.spans());
+  return got;
+}
+
+void BenchScheduleCommand::add_rows(const std::string& name, int v, const Schedule& s, double f,
+                                    double b, double w, const Measured& got) {
+  const SimResult sim = simulate(s, SimCosts{f, b, w, 0.0});
+  const ClosedForm cf = closed_form_bubble(name, pp_, m_, v, f, b, w);
+  const double hop_s = hop_latency_s(got.every);
+  const SimResult sim_hop = simulate(s, SimCosts{f, b, w, hop_s * 1e3});
+  const int world = int(got.ranks.size());
+  double dev = 0, dev_hop = 0, bubble = 0, overhead = 0, makespan = 0;
+  int peak = 0;
+  long long wrong = 0;
+  for (int r = 0; r < world; ++r) {
+    const RankStats& st = got.ranks[size_t(r)];
+    const double d = 100.0 * std::abs(st.bubble - sim.ranks[r].bubble_fraction);
+    const double d_hop = 100.0 * std::abs(st.bubble - sim_hop.ranks[r].bubble_fraction);
+    dev = std::max(dev, d);
+    dev_hop = std::max(dev_hop, d_hop);
+    bubble += st.bubble / world;
+    overhead = std::max(overhead, st.overhead_per_action_s);
+    makespan = std::max(makespan, st.makespan_s);
+    peak = std::max(peak, int(st.peak_inflight));
+    wrong += (long long)st.wrong;
+    per_rank_.add_row({name, (long long)r, st.bubble, sim.ranks[r].bubble_fraction, d,
+                       sim_hop.ranks[r].bubble_fraction, d_hop, st.recv_wait_s * 1e3,
+                       (long long)st.peak_inflight, (long long)sim.ranks[r].peak_inflight,
+                       st.overhead_per_action_s * 1e6});
+  }
+  summary_.add_row({name, (long long)v, makespan * 1e3, sim.makespan, bubble, sim.mean_bubble(),
+                    dev, hop_s * 1e6, sim_hop.mean_bubble(), dev_hop,
+                    cf.exists() ? cf.formula : std::string("-"),
+                    cf.exists() ? cf.fraction : std::nan(""), (long long)peak,
+                    (long long)sim.max_peak_inflight(), overhead * 1e6, wrong});
+  total_wrong_ += wrong;
+  worst_dev_ = std::max(worst_dev_, dev);
+  worst_dev_hop_ = std::max(worst_dev_hop_, dev_hop);
+  worst_overhead_ = std::max(worst_overhead_, overhead);
+}
+
+void BenchScheduleCommand::finish(const std::vector<std::string>& names,
+                                  const std::vector<std::string>& skipped) {
+  double shortest_ms = 1e300;
+  for (double t : {tf_ms_, tb_ms_, tw_ms_})
+    if (t > 0) shortest_ms = std::min(shortest_ms, t);
+  int most_chunks = 1;
+  for (const std::string& n : names) most_chunks = std::max(most_chunks, chunks(n));
+  shortest_ms /= most_chunks;
+  summary_.notes = {
+      "bubble = 1 - busy/makespan, makespan = first action begin to last action end over "
+      "ranks (as in the simulator); mean over ranks",
+      "sim = simulator with the same costs, zero latency; sim_hop = with latency hop_us, "
+      "the median over this run's last step of receive end - send begin for messages "
+      "whose receiver was already waiting",
+      "formula_bubble = the closed form as a fraction of the makespan",
+      "max_dev_pp / max_dev_hop_pp = largest |measured - simulated| bubble over ranks, in "
+      "percentage points",
+      "overhead = elapsed - compute - receive waits - sends, per action (largest rank)",
+      "worst deviation " + fmt(worst_dev_) + " pp from sim, " + fmt(worst_dev_hop_) +
+          " pp from sim_hop (target < 2), worst overhead " + fmt(worst_overhead_ * 1e6) +
+          " us/action (" + fmt(100.0 * worst_overhead_ / (shortest_ms * 1e-3)) +
+          "% of the shortest action)"};
+  for (const std::string& n : skipped)
+    summary_.notes.push_back(n + " not run: it needs at least " +
+                             std::to_string(min_microbatches(n, pp_, chunks(n))) +
+                             " micro-batches at pp=" + std::to_string(pp_));
+  std::printf("%s\n%s\n", summary_.format().c_str(), per_rank_.format().c_str());
+  std::fflush(stdout);
+  if (!output_.empty()) {
+    write_bench_file(output_, {summary_, per_rank_, timeline_}, command_line());
+    std::printf("wrote %s (timeline of the last step: /bench/schedule_timeline)\n",
+                output_.c_str());
+  }
+}
+
+int BenchScheduleCommand::run() {
+  // Sleeping work should end on time: the default 50 us timer slack of a
+  // normal thread would add to every action (Linux; harmless elsewhere).
+  prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+  const int world = comm_world_size();
+  if (!tw_opt_->count()) tw_ms_ = tf_ms_;
+  validate_flags(world);
+  std::vector<std::string> names, skipped;
+  if (schedule_ == "all") {
+    // Every schedule whose rules accept this pp and m (the others are named in a note).
+    for (const std::string& n : schedule_names())
+      (m_ >= min_microbatches(n, pp_, chunks(n)) ? names : skipped).push_back(n);
+  } else {
+    names = {schedule_ == "gpipe" ? "afab" : schedule_};
+  }
+  auto job = world_communicator(timeout_s_);
+  sync_clock(*job);
+  auto pp_group =
+      comm_group(*job, CommBackend::mpi, 0, job->rank(), CommKind::pp, "pp", timeout_s_);
+  Communicator &pp = *pp_group, &all = *job;
+  summary_ = TableSpec{
+      "schedule",
+      "trident bench schedule: pp=" + std::to_string(pp_) + " microbatches=" + std::to_string(m_) +
+          " tF=" + fmt(tf_ms_) + " tB=" + fmt(tb_ms_) + " tW=" + fmt(tw_ms_) + " ms (" +
+          (spin_ ? "spinning" : "sleeping") + "), " + std::to_string(steps_) + " measured steps, " +
+          std::to_string(bytes_) + " B per message",
+      {"schedule", "v", "makespan_ms", "sim_ms", "bubble", "sim_bubble", "max_dev_pp", "hop_us",
+       "sim_hop_bubble", "max_dev_hop_pp", "formula", "formula_bubble", "peak_act", "sim_peak_act",
+       "overhead_us/action", "#wrong"},
+      {}}.make();
+  per_rank_ = TableSpec{
+      "schedule_ranks",
+      "per rank",
+      {"schedule", "rank", "bubble", "sim_bubble", "dev_pp", "sim_hop_bubble", "dev_hop_pp",
+       "recv_wait_ms", "peak_act", "sim_peak_act", "overhead_us/action"},
+      {}}.make();
+  timeline_ = TableSpec{
+      "schedule_timeline",
+      "",
+      {"schedule", "rank", "step", "kind", "stage", "chunk", "microbatch", "t_begin_s", "t_end_s"},
+      {}}.make();
+  for (const std::string& name : names) {
+    const int v = chunks(name);
+    const Schedule s = lower(make_schedule(name, pp_, m_, v));
+    // The same model split into v chunks: each chunk does 1/v of the work.
+    const double f = tf_ms_ / v, b = tb_ms_ / v, w = tw_ms_ / v;
+    const Measured got = measure(pp, all, name, s, f, b, w);
+    if (all.rank() == 0) add_rows(name, v, s, f, b, w, got);
+  }
+  long long wrong_all = total_wrong_;
+  all.broadcast(&wrong_all, sizeof wrong_all, 0);
+  if (all.rank() == 0) finish(names, skipped);
+  return wrong_all == 0 ? 0 : 1;
+}
 
 }  // namespace
 

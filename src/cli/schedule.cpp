@@ -5,11 +5,13 @@
 
 #include <cstdio>
 #include <iostream>
+#include <sstream>
 
 #include "commands.hpp"
 #include "trident/core/error.hpp"
 #include "trident/parallel/pp/generators.hpp"
 #include "trident/parallel/pp/simulator.hpp"
+#include "trident/parallel/pp/torch_csv.hpp"
 
 namespace trident::cli {
 namespace {
@@ -26,9 +28,16 @@ class ScheduleCommand : public Command {
     vpp_opt_ = app->add_option(
         "--vpp", vpp_, "model chunks per rank (interleaved; zb-v and dualpipev: 2, the default)");
     app->add_flag("--simulate", simulate_, "simulate: deadlock, makespan, bubble, timeline");
-    app->add_option("--export", export_, "write the lowered schedule as CSV");
+    app->add_option("--export", export_,
+                    "write the schedule as CSV (trident: lowered, with a header; torch: "
+                    "compute-only, what PyTorch's _load_csv reads)");
     app->add_option("--import", import_,
                     "read a schedule from CSV (one row per rank; compute-only rows are lowered)");
+    app->add_option("--format", format_,
+                    "CSV format of --import and --export: trident | torch | auto (import: "
+                    "trident when the file has a '#' line, which PyTorch never writes; export: "
+                    "trident)")
+        ->capture_default_str();
     app->add_option("--tf", costs_.t_f, "forward cost (time units)")->capture_default_str();
     app->add_option("--tb", costs_.t_b, "input-gradient cost (time units)")->capture_default_str();
     app->add_option("--tw", costs_.t_w, "weight-gradient cost (non-split B costs tb+tw)")
@@ -40,6 +49,8 @@ class ScheduleCommand : public Command {
 
   int run() override {
     using namespace trident::pp;
+    if (format_ != "auto" && format_ != "trident" && format_ != "torch")
+      throw InputError("--format " + format_ + ": must be trident, torch or auto");
     for (auto [v, flag] : {std::pair{costs_.t_f, "--tf"}, std::pair{costs_.t_b, "--tb"},
                            std::pair{costs_.t_w, "--tw"}, std::pair{costs_.latency, "--latency"}})
       if (!(v >= 0)) throw InputError(std::string(flag) + ": must be >= 0");
@@ -48,7 +59,7 @@ class ScheduleCommand : public Command {
       if (!name_.empty()) throw InputError("schedule: give either NAME or --import FILE, not both");
       if (pp_opt_->count() || m_opt_->count())
         throw InputError("--import: --pp and --microbatches come from the file; do not pass them");
-      s = read_csv_file(import_);
+      s = import_schedule();
       if (!s.has_comm()) {
         validate(s);  // compute order first, so the message names the missing compute
         s = lower(s);
@@ -80,14 +91,38 @@ class ScheduleCommand : public Command {
       std::cout << "\n" << format_timeline(s, sim);
     }
     if (!export_.empty()) {
-      write_csv_file(s, export_);
+      write_schedule_file(export_, format_ == "torch" ? to_torch_csv(s) : to_csv(s));
       std::printf("wrote %s\n", export_.c_str());
     }
     return 0;
   }
 
  private:
-  std::string name_, export_, import_;
+  // --import in the chosen (or detected) format; notes go to stdout.
+  pp::Schedule import_schedule() const {
+    const std::string text = pp::read_schedule_file(import_);
+    const bool torch = format_ == "torch" || (format_ == "auto" && !has_comment_line(text));
+    if (!torch) return pp::from_csv(text, import_);
+    pp::TorchImport in = pp::from_torch_csv(text, import_);
+    if (format_ == "auto")
+      in.notes.insert(in.notes.begin(), import_ +
+                                            ": read as PyTorch's format (no '#' line; --format "
+                                            "trident reads it as trident's)");
+    for (const std::string& n : in.notes) std::printf("note: %s\n", n.c_str());
+    return in.schedule;
+  }
+
+  static bool has_comment_line(const std::string& text) {
+    std::istringstream in(text);
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto first = line.find_first_not_of(" \t");
+      if (first != std::string::npos && line[first] == '#') return true;
+    }
+    return false;
+  }
+
+  std::string name_, export_, import_, format_ = "auto";
   int pp_ = 0, m_ = 0, vpp_ = 1;
   bool simulate_ = false;
   pp::SimCosts costs_;

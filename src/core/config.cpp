@@ -429,6 +429,45 @@ long long checked_int(const KeyDef& k, const toml::node& n, const std::string& o
   return *v;
 }
 
+std::vector<int> int_list(const KeyDef& k, const toml::node& n, const std::string& origin) {
+  const toml::array* arr = n.as_array();
+  if (!arr)
+    fail(origin, k.full(), std::string("expected an array of integers, got ") + type_name(n));
+  std::vector<int> out;
+  for (const toml::node& e : *arr) {
+    auto v = e.value_exact<int64_t>();
+    if (!v)
+      fail(origin, k.full(), std::string("expected an array of integers, found ") + type_name(e));
+    if (!in_range(k, static_cast<double>(*v)) || *v > INT_MAX)
+      fail(origin, k.full(),
+           "every element must be " + range_text(k) + " (got " + std::to_string(*v) + ")");
+    if (k.unique && std::find(out.begin(), out.end(), static_cast<int>(*v)) != out.end())
+      fail(origin, k.full(), "element " + std::to_string(*v) + " is listed twice");
+    out.push_back(static_cast<int>(*v));
+  }
+  return out;
+}
+
+std::vector<std::string> string_list(const KeyDef& k, const toml::node& n,
+                                     const std::string& origin) {
+  const toml::array* arr = n.as_array();
+  if (!arr)
+    fail(origin, k.full(), std::string("expected an array of strings, got ") + type_name(n));
+  std::vector<std::string> out;
+  for (const toml::node& e : *arr) {
+    auto v = e.value_exact<std::string>();
+    if (!v)
+      fail(origin, k.full(), std::string("expected an array of strings, found ") + type_name(e));
+    if (!is_choice(k, *v))
+      fail(origin, k.full(),
+           "every element must be one of " + choices_text(k) + " (got " + quote(*v) + ")");
+    if (k.unique && std::find(out.begin(), out.end(), *v) != out.end())
+      fail(origin, k.full(), "element " + quote(*v) + " is listed twice");
+    out.push_back(*v);
+  }
+  return out;
+}
+
 // Sets key k of cfg from TOML node n; origin names where n came from.
 void apply(Config& cfg, const KeyDef& k, const toml::node& n, const std::string& origin) {
   void* field = k.ref(cfg);
@@ -470,46 +509,12 @@ void apply(Config& cfg, const KeyDef& k, const toml::node& n, const std::string&
         *static_cast<std::string*>(field) = *v;
       break;
     }
-    case Kind::IntList: {
-      const toml::array* arr = n.as_array();
-      if (!arr)
-        fail(origin, k.full(), std::string("expected an array of integers, got ") + type_name(n));
-      std::vector<int> out;
-      for (const toml::node& e : *arr) {
-        auto v = e.value_exact<int64_t>();
-        if (!v)
-          fail(origin, k.full(),
-               std::string("expected an array of integers, found ") + type_name(e));
-        if (!in_range(k, static_cast<double>(*v)) || *v > INT_MAX)
-          fail(origin, k.full(),
-               "every element must be " + range_text(k) + " (got " + std::to_string(*v) + ")");
-        if (k.unique && std::find(out.begin(), out.end(), static_cast<int>(*v)) != out.end())
-          fail(origin, k.full(), "element " + std::to_string(*v) + " is listed twice");
-        out.push_back(static_cast<int>(*v));
-      }
-      *static_cast<std::vector<int>*>(field) = std::move(out);
+    case Kind::IntList:
+      *static_cast<std::vector<int>*>(field) = int_list(k, n, origin);
       break;
-    }
-    case Kind::StringList: {
-      const toml::array* arr = n.as_array();
-      if (!arr)
-        fail(origin, k.full(), std::string("expected an array of strings, got ") + type_name(n));
-      std::vector<std::string> out;
-      for (const toml::node& e : *arr) {
-        auto v = e.value_exact<std::string>();
-        if (!v)
-          fail(origin, k.full(),
-               std::string("expected an array of strings, found ") + type_name(e));
-        if (!is_choice(k, *v))
-          fail(origin, k.full(),
-               "every element must be one of " + choices_text(k) + " (got " + quote(*v) + ")");
-        if (k.unique && std::find(out.begin(), out.end(), *v) != out.end())
-          fail(origin, k.full(), "element " + quote(*v) + " is listed twice");
-        out.push_back(*v);
-      }
-      *static_cast<std::vector<std::string>*>(field) = std::move(out);
+    case Kind::StringList:
+      *static_cast<std::vector<std::string>*>(field) = string_list(k, n, origin);
       break;
-    }
   }
 }
 

@@ -69,6 +69,7 @@ Handle step_type() {
   member(t, "step", offsetof(StepMetrics, step), H5T_NATIVE_INT64);
   member(t, "loss", offsetof(StepMetrics, loss), H5T_NATIVE_DOUBLE);
   member(t, "aux_loss", offsetof(StepMetrics, aux_loss), H5T_NATIVE_DOUBLE);
+  member(t, "z_loss", offsetof(StepMetrics, z_loss), H5T_NATIVE_DOUBLE);
   member(t, "lr", offsetof(StepMetrics, lr), H5T_NATIVE_DOUBLE);
   member(t, "grad_norm", offsetof(StepMetrics, grad_norm), H5T_NATIVE_DOUBLE);
   member(t, "step_time_s", offsetof(StepMetrics, step_time_s), H5T_NATIVE_DOUBLE);

@@ -40,8 +40,8 @@ class MoEFeedForward : public FeedForward {
     c.moe = std::move(state);
     ep::MoEStats s;
     layer_.forward(x, T, sample_of_token, int(mb.n_samples), y, cache, s, token_index.data());
-    // the z-loss is trained through the same scale, so it is reported with aux
-    stats.aux_loss_sum = s.aux_loss_sum + s.z_loss_sum;
+    stats.aux_loss_sum = s.aux_loss_sum;
+    stats.z_loss_sum = s.z_loss_sum;
     stats.moe_index = moe_index_;
     stats.tokens_per_expert = s.tokens_per_expert;
     if (stats.capture_router_logits) stats.router_logits = cache.router_logits();

@@ -321,6 +321,7 @@ class Chunk {
         stats.capture_router_logits = true;
       ffn_[i]->forward(mb, y.ptr(), x.ptr(), c.ffn[i], stats);
       st_.aux_sum_ += stats.aux_loss_sum;
+      st_.z_sum_ += stats.z_loss_sum;
       if (stats.moe_index >= 0) {
         auto& row = st_.expert_tokens_.at(size_t(stats.moe_index));
         for (size_t e = 0; e < stats.tokens_per_expert.size(); ++e)
@@ -448,6 +449,7 @@ void ModelStage::begin_step(std::vector<MicroBatch> mbs, float loss_scale, float
   capture_ = capture;
   loss_sum_ = 0;
   aux_sum_ = 0;
+  z_sum_ = 0;
   for (auto& row : expert_tokens_) std::fill(row.begin(), row.end(), 0);
   captures_.clear();
 }

@@ -2,6 +2,7 @@
 // one harness, on one rank alone or on every rank at once.
 #include "trident/plan/calibrate.hpp"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,7 +16,11 @@
 #include "trident/kernels/attention.hpp"
 #include "trident/kernels/gemm.hpp"
 #include "trident/kernels/ops.hpp"
+#include "trident/model/blocks.hpp"
+#include "trident/model/data.hpp"
+#include "trident/model/transformer.hpp"
 #include "trident/plan/cost_model.hpp"
+#include "trident/plan/predict.hpp"
 
 namespace trident::plan {
 namespace {
@@ -120,6 +125,13 @@ Link measure_link(Communicator& world, int a, int b, size_t big, double budget) 
   return l;
 }
 
+// CPUs this process may run on (its affinity mask); 0 when unknown.
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+}
+
 double host_memory_bytes() {
   std::ifstream in("/proc/meminfo");
   std::string key;
@@ -178,6 +190,36 @@ Rates measure_compute(Communicator& world, const Config& cfg, double budget) {
   return r;
 }
 
+// The config's model on one rank (pp = cp = ep = 1): one micro-batch's
+// forward and backward, timed alone, over what the cost model prices them at
+// the rates measured above.
+double model_efficiency(Communicator& world, const Config& cfg, const MachineProfile& m,
+                        double budget) {
+  Config one = cfg;
+  one.parallel = ParallelConfig{};
+  one.data.num_microbatches = 1;
+  const MeshPlan plan = mesh_plan_of(one, 1);
+  model::ModelStage stage(one, 0, 1, model::StageComms{});
+  const auto data = model::make_data_source(one, 1);
+  const auto positions = model::local_positions(one, model::StageComms{});
+  const double targets = double(one.data.micro_batch_size) * double(data->targets_per_sample());
+  int64_t step = 0;
+  auto forward_backward = [&] {
+    stage.begin_step(model::make_microbatches(*data, one.data, step++, 0, positions),
+                     float(1.0 / targets), float(1.0 / one.data.micro_batch_size), nullptr);
+    stage.forward(0, 0, nullptr, nullptr);
+    stage.backward(0, 0, nullptr, nullptr, true);
+  };
+  const double measured = alone(world, 0, forward_backward, budget);
+  const ChunkCost c = chunk_cost(one, plan, 0);
+  Work all = c.f;
+  all += c.b;
+  all += c.w;
+  MachineProfile at_rates = m;
+  at_rates.efficiency = 1;
+  return compute_seconds(all, at_rates) / measured;
+}
+
 }  // namespace
 
 MachineProfile calibrate_machine(Communicator& world, const std::vector<int>& node_of,
@@ -197,10 +239,13 @@ MachineProfile calibrate_machine(Communicator& world, const std::vector<int>& no
   m.gemm_flops = r.gemm_alone;
   m.attention_flops = r.attention;
   m.memory_Bps = r.memory;
-  // Ranks that run at once: every rank's share of the solo rate, summed.
-  const double running =
+  // Ranks that run at once: every rank's share of the solo rate, summed, and
+  // never more than the CPUs there are (other jobs on the node blur the ratio).
+  double running =
       std::clamp(std::round(per_node * r.gemm_together / r.gemm_alone), 1.0, double(per_node));
+  if (usable_cpus() > 0) running = std::min(running, double(usable_cpus()));
   m.cores_per_node = running < per_node ? int(running) : 0;
+  m.efficiency = model_efficiency(world, cfg, m, opt.seconds);
   m.memory_bytes = host_memory_bytes() / per_node;
   const size_t big = size_t(cfg.data.micro_batch_size) * cfg.data.seq_len * cfg.model.d_model * 4;
   if (n > 1) {

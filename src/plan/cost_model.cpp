@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "trident/core/error.hpp"
+#include "trident/parallel/pp/generators.hpp"
 
 namespace trident::plan {
 namespace {
@@ -81,6 +82,10 @@ std::string MeshPlan::str() const {
     << config_name(schedule) << " " << config_name(cp_layout) << " mbs=" << micro_batch_size
     << " m=" << microbatches;
   return o.str();
+}
+
+pp::Placement placement_of(const MeshPlan& p) {
+  return pp::schedule_placement(config_name(p.schedule), p.pp, p.vpp);
 }
 
 MeshPlan mesh_plan_of(const Config& cfg, int world) {
@@ -199,8 +204,9 @@ MemoryEstimate memory_of_rank(const Config& cfg, const MeshPlan& p, int pp_rank,
   const Shapes s(cfg, p);
   MemoryEstimate m;
   double cache = 0, comm = 0, work = 0;
-  for (int c = 0; c < p.vpp; ++c) {
-    const ChunkCost cc = chunk_cost(cfg, p, c * p.pp + pp_rank);
+  const pp::Placement place = placement_of(p);
+  for (int stage : place.stages.at(size_t(pp_rank))) {
+    const ChunkCost cc = chunk_cost(cfg, p, stage);
     m.params += kFloat * cc.params;
     cache += cc.activation_bytes;
     const double logits = cc.last ? s.T * s.V : 0;

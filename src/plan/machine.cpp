@@ -23,7 +23,7 @@ struct NumericKey {
   double MachineProfile::*field;
   Link MachineProfile::*link = nullptr;  // set: field is ignored, link_field is used
   double Link::*link_field = nullptr;
-  bool optional = false;     // may be left out (then 0)
+  bool optional = false;     // may be left out (keeps MachineProfile's default)
   bool may_be_zero = false;  // latencies and overheads; rates must be > 0
 };
 
@@ -35,6 +35,7 @@ const std::vector<NumericKey>& numeric_keys() {
       {"compute.attention_tflops", 1e12, &M::attention_flops},
       {"compute.memory_gb_per_s", 1e9, &M::memory_Bps},
       {"compute.peak_tflops", 1e12, &M::peak_flops, nullptr, nullptr, true, true},
+      {"compute.efficiency", 1, &M::efficiency, nullptr, nullptr, true},
       {"link.nvlink.bandwidth_gb_per_s", 1e9, nullptr, &M::nvlink, &Link::bandwidth_Bps},
       {"link.nvlink.latency_us", 1e-6, nullptr, &M::nvlink, &Link::latency_s, false, true},
       {"link.node.bandwidth_gb_per_s", 1e9, nullptr, &M::node, &Link::bandwidth_Bps},

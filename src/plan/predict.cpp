@@ -40,40 +40,43 @@ double allreduce_s(const Link& l, double bytes, long long n) {
   return 2.0 * (n - 1) * l.latency_s + 2.0 * (n - 1) / n * bytes / l.bandwidth_Bps;
 }
 
-struct Rates {
-  const MachineProfile& m;
-  double slow;
-  double compute(const Work& w) const {
-    return slow * (w.gemm_flops / m.gemm_flops + w.attention_flops / m.attention_flops +
-                   w.memory_bytes / m.memory_Bps);
-  }
-};
-
 // Exposed seconds of the CP ring in one action: each step's transfer hides
 // behind that step's share of the attention kernel.
-double ring_exposed(const Rates& r, const Link& l, const ActionComm& c, double attn_flops, int cp) {
+double ring_exposed(const MachineProfile& m, const Link& l, const ActionComm& c, double attn_flops,
+                    int cp) {
   if (c.cp_steps == 0) return 0;
-  const double per_step_comm = r.slow * l.seconds(c.cp_bytes / c.cp_steps);
+  const double per_step_comm = l.seconds(c.cp_bytes / c.cp_steps);
   const double per_step_compute =
-      r.slow * attn_flops / r.m.attention_flops / cp / (double(c.cp_steps) / (cp - 1));
+      compute_seconds(Work{0, attn_flops, 0}, m) / cp / (double(c.cp_steps) / (cp - 1));
   return c.cp_steps * std::max(0.0, per_step_comm - per_step_compute);
 }
 
-double exchange_s(const Rates& r, const Link& l, const ActionComm& c, int ep, double imbalance) {
+double exchange_s(const Link& l, const ActionComm& c, int ep, double imbalance) {
   if (c.ep_exchanges == 0) return 0;
-  return r.slow *
-         (c.ep_exchanges * (ep - 1) * l.latency_s + imbalance * c.ep_bytes / l.bandwidth_Bps);
+  return c.ep_exchanges * (ep - 1) * l.latency_s + imbalance * c.ep_bytes / l.bandwidth_Bps;
 }
 
 }  // namespace
 
+double compute_seconds(const Work& w, const MachineProfile& m) {
+  return (w.gemm_flops / m.gemm_flops + w.attention_flops / m.attention_flops +
+          w.memory_bytes / m.memory_Bps) /
+         m.efficiency;
+}
+
+double ActionTimes::cpu_bound_s() const { return sharing * microbatches * compute; }
+
 double ActionTimes::lower_bound_s() const {
-  return microbatches * vpp * (t_f + t_b + t_w) + after_pipeline;
+  return std::max(microbatches * vpp * (t_f + t_b + t_w), cpu_bound_s()) + after_pipeline;
 }
 
 ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShape& shape,
                          const MachineProfile& m) {
-  const Rates r{m, m.oversubscription(shape.devices_per_node)};
+  // Actions run at the rates of a rank alone: ranks that wait yield their
+  // core, so how much the ranks of a node slow each other down is decided
+  // over the whole pipeline (predict), not per action. Everything after the
+  // pipeline runs on every rank at once.
+  const double sharing = m.oversubscription(shape.devices_per_node);
   const Link& cp_link = m.link(span_class(shape, p.cp));
   const Link& ep_link = m.link(span_class(shape, p.ep));
   const double T = double(p.micro_batch_size) * cfg.data.seq_len / p.cp;
@@ -83,23 +86,25 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
   a.vpp = p.vpp;
   double max_params = 0, dense_grad = 0, expert_grad = 0;
   std::vector<double> rank_params(size_t(p.pp), 0), rank_expert(size_t(p.pp), 0);
+  const pp::Placement place = placement_of(p);
   for (int vs = 0; vs < p.pp * p.vpp; ++vs) {
     const ChunkCost c = chunk_cost(cfg, p, vs);
-    const double cp_f = ring_exposed(r, cp_link, c.f_comm, c.f.attention_flops, p.cp);
-    const double cp_b = ring_exposed(r, cp_link, c.b_comm, c.b.attention_flops, p.cp);
-    const double ep_f = exchange_s(r, ep_link, c.f_comm, p.ep, imb);
-    const double ep_b = exchange_s(r, ep_link, c.b_comm, p.ep, imb);
-    const double f = r.compute(c.f) + cp_f + ep_f, b = r.compute(c.b) + cp_b + ep_b,
-                 w = r.compute(c.w);
+    const double cp_f = ring_exposed(m, cp_link, c.f_comm, c.f.attention_flops, p.cp);
+    const double cp_b = ring_exposed(m, cp_link, c.b_comm, c.b.attention_flops, p.cp);
+    const double ep_f = exchange_s(ep_link, c.f_comm, p.ep, imb);
+    const double ep_b = exchange_s(ep_link, c.b_comm, p.ep, imb);
+    const double f = compute_seconds(c.f, m) + cp_f + ep_f,
+                 b = compute_seconds(c.b, m) + cp_b + ep_b, w = compute_seconds(c.w, m);
     if (f + b + w > a.t_f + a.t_b + a.t_w) {  // the slowest stage sets the pace
       a.t_f = f, a.t_b = b, a.t_w = w;
-      a.compute = p.vpp * (r.compute(c.f) + r.compute(c.b) + r.compute(c.w));
+      a.compute =
+          p.vpp * (compute_seconds(c.f, m) + compute_seconds(c.b, m) + compute_seconds(c.w, m));
       a.cp = p.vpp * (cp_f + cp_b);
       a.ep = p.vpp * (ep_f + ep_b);
     }
-    rank_params[size_t(vs % p.pp)] += c.params;
-    rank_expert[size_t(vs % p.pp)] += c.expert_params;
-    if (vs == 0) a.latency = r.slow * m.link(pp_class(shape, p)).seconds(c.boundary_bytes);
+    rank_params[size_t(place.rank[size_t(vs)])] += c.params;
+    rank_expert[size_t(place.rank[size_t(vs)])] += c.expert_params;
+    if (vs == 0) a.latency = m.link(pp_class(shape, p)).seconds(c.boundary_bytes);
   }
   for (int i = 0; i < p.pp; ++i) {
     if (rank_params[size_t(i)] <= max_params) continue;
@@ -109,8 +114,9 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
   }
   const long long stage = 1LL * p.dp * p.cp;
   const Link& dp_link = m.link(span_class(shape, stage));
-  a.dp = r.slow * (allreduce_s(dp_link, dense_grad, stage) +
-                   allreduce_s(dp_link, expert_grad, stage / p.ep));
+  a.sharing = sharing;
+  a.dp = sharing * (allreduce_s(dp_link, dense_grad, stage) +
+                    allreduce_s(dp_link, expert_grad, stage / p.ep));
   const long long world = stage * p.pp;
   int moe_layers = 0;
   for (int l = 0; l < cfg.model.n_layers; ++l) moe_layers += cfg.model.is_moe_layer(l) ? 1 : 0;
@@ -118,7 +124,7 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
                             std::ceil(std::log2(double(std::max(2LL, world)))) *
                             m.link(span_class(shape, world)).latency_s * (world > 1 ? 1 : 0);
   a.after_pipeline = a.dp +
-                     r.slow * (agreements + kAdamWBytesPerParam * max_params / m.memory_Bps) +
+                     sharing * (agreements + kAdamWBytesPerParam * max_params / m.memory_Bps) +
                      m.step_overhead_s;
   return a;
 }
@@ -158,7 +164,10 @@ Prediction predict(const Config& cfg, const MeshPlan& p, const ClusterShape& sha
   Prediction out;
   out.plan = p;
   out.t_f = a.t_f, out.t_b = a.t_b, out.t_w = a.t_w, out.pp_latency_s = a.latency;
-  out.step_time_s = sim.makespan + a.after_pipeline;
+  // Ranks sharing cores: the pipeline takes at least its compute over the cores.
+  const double pipeline = std::max(sim.makespan, a.cpu_bound_s());
+  out.split.cores = pipeline - sim.makespan;
+  out.step_time_s = pipeline + a.after_pipeline;
   out.tokens_per_s = double(p.global_batch()) * cfg.data.seq_len / out.step_time_s;
   out.bubble_fraction = sim.mean_bubble();
   out.model_flops = model_flops_per_step(cfg, p);
@@ -221,7 +230,9 @@ std::string prediction_text(const Prediction& p, double limit) {
   if (p.mfu > 0) o << ", MFU " << fmt("%.1f", 100 * p.mfu) << "%";
   o << "\n  time: " << part("compute", s.compute) << ", " << part("bubble", s.bubble) << ", "
     << part("cp", s.cp) << ", " << part("ep", s.ep) << ", " << part("pp", s.pp) << ", "
-    << part("dp", s.dp) << ", " << part("other", s.other) << "\n"
+    << part("dp", s.dp) << ", " << part("other", s.other);
+  if (s.cores > 0) o << ", " << part("shared cores", s.cores);
+  o << "\n"
     << "  per action: F " << seconds_text(p.t_f) << ", B " << seconds_text(p.t_b) << ", W "
     << seconds_text(p.t_w) << ", stage hand-over " << seconds_text(p.pp_latency_s) << "\n"
     << "  links: cp " << link_class_name(p.cp_link) << ", ep " << link_class_name(p.ep_link)
@@ -252,11 +263,11 @@ std::string prediction_json(const Prediction& p) {
     << ", \"t_w_s\": " << p.t_w << ", \"time_split_s\": {\"compute\": " << s.compute
     << ", \"bubble\": " << s.bubble << ", \"cp\": " << s.cp << ", \"ep\": " << s.ep
     << ", \"pp\": " << s.pp << ", \"dp\": " << s.dp << ", \"other\": " << s.other
-    << "}, \"memory_bytes\": {\"total\": " << e.total() << ", \"params\": " << e.params
-    << ", \"grads\": " << e.grads << ", \"optimizer\": " << e.optimizer
-    << ", \"activations\": " << e.activations << ", \"comm_buffers\": " << e.comm_buffers
-    << ", \"workspace\": " << e.workspace << ", \"pp_rank\": " << p.memory_pp_rank
-    << "}, \"peak_inflight\": " << p.peak_inflight << "}";
+    << ", \"cores\": " << s.cores << "}, \"memory_bytes\": {\"total\": " << e.total()
+    << ", \"params\": " << e.params << ", \"grads\": " << e.grads
+    << ", \"optimizer\": " << e.optimizer << ", \"activations\": " << e.activations
+    << ", \"comm_buffers\": " << e.comm_buffers << ", \"workspace\": " << e.workspace
+    << ", \"pp_rank\": " << p.memory_pp_rank << "}, \"peak_inflight\": " << p.peak_inflight << "}";
   return o.str();
 }
 

@@ -37,6 +37,10 @@ std::vector<std::pair<PipelineSchedule, int>> schedules_for(int pp, int n_layers
                                                        {PipelineSchedule::zb_h1, 1}};
   for (int v = 2; v * pp <= n_layers && v <= 8; ++v)
     out.push_back({PipelineSchedule::interleaved, v});
+  if (2 * pp <= n_layers) {  // the V placement: two chunks per rank
+    out.push_back({PipelineSchedule::zb_v, 2});
+    out.push_back({PipelineSchedule::dualpipev, 2});
+  }
   return out;
 }
 

@@ -45,10 +45,12 @@ void validate_activation_request(const Config& cfg, int64_t global_batch) {
     if (st < 0) throw InputError("output.activation_steps: steps are counted from 0");
 }
 
-void write_activations(RunFile& file, const Config& cfg, Communicator* world, int64_t step,
-                       const std::vector<int64_t>& positions,
-                       const std::vector<model::Capture>& mine) {
-  // record: layer, name index, sample, width, rows; positions once per rank
+namespace {
+
+// This rank's captures as one message: its positions once, then per capture
+// layer, name index, sample, width, row count and the rows.
+std::vector<char> pack_captures(const std::vector<int64_t>& positions,
+                                const std::vector<model::Capture>& mine) {
   std::vector<char> buf;
   auto put = [&](const void* p, size_t n) {
     const char* c = static_cast<const char*>(p);
@@ -63,53 +65,77 @@ void write_activations(RunFile& file, const Config& cfg, Communicator* world, in
     put(head, sizeof head);
     put(c.rows.data(), c.rows.size() * sizeof(float));
   }
+  return buf;
+}
+
+using GlobalCaptures =
+    std::map<std::pair<int, int>, std::vector<float>>;  // (layer, name) -> [S, seq, width]
+
+// Puts one rank's message (pack_captures) into the global arrays.
+void unpack_captures(const std::vector<char>& p, const Config& cfg, GlobalCaptures& full) {
+  const int64_t seq = cfg.data.seq_len;
+  const auto& samples = cfg.output.activation_samples;
+  size_t off = 0;
+  auto get = [&](void* dst, size_t n) {
+    std::memcpy(dst, p.data() + off, n);
+    off += n;
+  };
+  int64_t n = 0;
+  get(&n, 8);
+  std::vector<int64_t> pos(static_cast<size_t>(n));
+  get(pos.data(), size_t(n) * 8);
+  while (off < p.size()) {
+    int64_t h[5];
+    get(h, sizeof h);
+    std::vector<float> rows(static_cast<size_t>(h[4]));
+    get(rows.data(), rows.size() * sizeof(float));
+    const int64_t width = h[3];
+    const int64_t s = std::find(samples.begin(), samples.end(), int(h[2])) - samples.begin();
+    auto& dst = full[{int(h[0]), int(h[1])}];
+    if (dst.empty())
+      dst.assign(size_t(int64_t(samples.size()) * seq * width),
+                 std::numeric_limits<float>::quiet_NaN());
+    for (int64_t i = 0; i < n; ++i)
+      std::copy_n(rows.data() + i * width, width, dst.data() + (s * seq + pos[size_t(i)]) * width);
+  }
+}
+
+// Every rank's captures assembled on rank 0 (empty elsewhere).
+GlobalCaptures gather_captures(const Config& cfg, Communicator* world,
+                               const std::vector<char>& buf) {
   const int size = world ? world->size() : 1, rank = world ? world->rank() : 0;
   std::vector<int64_t> sizes(static_cast<size_t>(size), 0);
   const int64_t my = int64_t(buf.size());
   if (size > 1) world->allgather(&my, sizes.data(), sizeof my);
   else sizes[0] = my;
-
-  const int64_t seq = cfg.data.seq_len;
-  const auto& samples = cfg.output.activation_samples;
-  std::map<std::pair<int, int>, std::vector<float>> full;  // (layer, name) -> [S, seq, width]
-  if (rank == 0) {
-    std::vector<std::vector<char>> parts(static_cast<size_t>(size));
-    parts[0] = buf;
-    std::vector<Request> reqs;
-    for (int r = 1; r < size; ++r) {
-      parts[size_t(r)].resize(size_t(sizes[size_t(r)]));
-      reqs.push_back(world->irecv(parts[size_t(r)].data(), parts[size_t(r)].size(), r, 7302));
-    }
-    if (!reqs.empty()) world->wait_all(reqs);
-    for (const auto& p : parts) {
-      size_t off = 0;
-      auto get = [&](void* dst, size_t n) {
-        std::memcpy(dst, p.data() + off, n);
-        off += n;
-      };
-      int64_t n = 0;
-      get(&n, 8);
-      std::vector<int64_t> pos(static_cast<size_t>(n));
-      get(pos.data(), size_t(n) * 8);
-      while (off < p.size()) {
-        int64_t h[5];
-        get(h, sizeof h);
-        std::vector<float> rows(static_cast<size_t>(h[4]));
-        get(rows.data(), rows.size() * sizeof(float));
-        const int64_t width = h[3];
-        const int64_t s = std::find(samples.begin(), samples.end(), int(h[2])) - samples.begin();
-        auto& dst = full[{int(h[0]), int(h[1])}];
-        if (dst.empty())
-          dst.assign(size_t(int64_t(samples.size()) * seq * width), std::numeric_limits<float>::quiet_NaN());
-        for (int64_t i = 0; i < n; ++i)
-          std::copy_n(rows.data() + i * width, width, dst.data() + (s * seq + pos[size_t(i)]) * width);
-      }
-    }
-  } else {
+  GlobalCaptures full;
+  if (rank != 0) {
     Request r = world->isend(buf.data(), buf.size(), 0, 7302);
     world->wait(r);
+    return full;
   }
-  const std::vector<int> ids(samples.begin(), samples.end());
+  std::vector<std::vector<char>> parts(static_cast<size_t>(size));
+  parts[0] = buf;
+  std::vector<Request> reqs;
+  for (int r = 1; r < size; ++r) {
+    parts[size_t(r)].resize(size_t(sizes[size_t(r)]));
+    reqs.push_back(world->irecv(parts[size_t(r)].data(), parts[size_t(r)].size(), r, 7302));
+  }
+  if (!reqs.empty()) world->wait_all(reqs);
+  for (const auto& p : parts) unpack_captures(p, cfg, full);
+  return full;
+}
+
+}  // namespace
+
+void write_activations(RunFile& file, const Config& cfg, Communicator* world, int64_t step,
+                       const std::vector<int64_t>& positions,
+                       const std::vector<model::Capture>& mine) {
+  const GlobalCaptures full = gather_captures(cfg, world, pack_captures(positions, mine));
+  const bool lead = !world || world->rank() == 0;
+  const int64_t seq = cfg.data.seq_len;
+  const std::vector<int> ids(cfg.output.activation_samples.begin(),
+                             cfg.output.activation_samples.end());
   std::vector<int64_t> all_pos(static_cast<size_t>(seq));
   for (int64_t i = 0; i < seq; ++i) all_pos[size_t(i)] = i;
   for (int layer : cfg.output.activation_layers) {
@@ -119,7 +145,7 @@ void write_activations(RunFile& file, const Config& cfg, Communicator* world, in
       for (int64_t d : trailing_shape(cfg.model, name)) shape.push_back(d);
       const float* local = nullptr;
       std::vector<int64_t> gp;
-      if (rank == 0) {
+      if (lead) {
         auto it = full.find({layer, name_index(name)});
         TRIDENT_CHECK(it != full.end(), "activation " + name + " of layer " + std::to_string(layer) +
                                             " was not captured by any rank");

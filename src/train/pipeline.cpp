@@ -45,9 +45,10 @@ void Trainer::run_pipeline(int64_t step, std::vector<TimelineEvent>& events, dou
   auto& pipe = static_cast<ExecutorPipeline&>(*pipe_);
   TRIDENT_CHECK(comms_.pp || comms_.pp_size == 1, "pipeline parallelism without a pp communicator");
   pp::ExecOptions options;
-  options.world_rank = comms_.world ? comms_.world->rank() : 0;
+  TimelineSink timeline(events, comms_.world ? comms_.world->rank() : 0, step);
+  if (cfg_.output.timeline) options.profiler = &timeline;
   pp::ExecResult r = pp::execute(pipe.lowered, comms_.pp_rank, *pipe.adapter, comms_.pp, int(step),
-                                 cfg_.output.timeline ? &events : nullptr, options);
+                                 nullptr, options);
   compute_s += r.busy_s;
 }
 

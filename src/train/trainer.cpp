@@ -46,18 +46,17 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
   run_pipeline(step, res.events, res.compute_s);
   {
     // ATTN_F/ATTN_B: begin of the call, length = kernel time on this rank.
-    const int rank = comms_.world ? comms_.world->rank() : 0;
+    TimelineSink timeline(res.events, comms_.world ? comms_.world->rank() : 0, step);
     for (const model::AttnSpan& a : stage_->take_attention_spans())
       if (cfg_.output.timeline)
-        res.events.push_back(TimelineEvent{rank, step, a.backward ? "ATTN_B" : "ATTN_F",
-                                           comms_.pp_rank, a.layer, -1, a.t_begin_s,
-                                           a.t_begin_s + a.compute_s});
+        timeline.span(prof::Span{a.backward ? "ATTN_B" : "ATTN_F", comms_.pp_rank, a.layer, -1,
+                                 a.t_begin_s, a.t_begin_s + a.compute_s});
   }
 
   dp::reduce_gradients(stage_->params(), comms_.dpcp, comms_.expert_replica);
 
-  double sums[2] = {stage_->loss_sum(), stage_->aux_sum()};
-  if (comms_.world && comms_.world->size() > 1) comms_.world->allreduce_sum(sums, 2);
+  double sums[3] = {stage_->loss_sum(), stage_->aux_sum(), stage_->z_sum()};
+  if (comms_.world && comms_.world->size() > 1) comms_.world->allreduce_sum(sums, 3);
   res.expert_tokens = stage_->expert_tokens();
   if (comms_.world && comms_.world->size() > 1)
     for (auto& row : res.expert_tokens) comms_.world->allreduce_sum(row.data(), row.size());
@@ -75,6 +74,7 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
   m.step = step;
   m.loss = sums[0] / n_targets;
   m.aux_loss = sums[1] / double(n_seq);
+  m.z_loss = sums[2] / double(n_seq);
   m.lr = lr;
   m.grad_norm = norm;
   // the step's makespan over all ranks, and each rank's idle share of it

@@ -130,6 +130,21 @@ def test_compare_parity_run_below_1e4(runs):
     assert "PASS" in r.stdout
 
 
+def test_z_loss_recorded_apart_from_aux_loss(runs):
+    """aux_loss is the load-balancing loss alone; the router z-loss is z_loss."""
+    zrun = trident_run(runs["tmp"], "ser1z", 1, ["model.z_loss_coef=0.01"])
+    with h5py.File(runs["ser"], "r") as f0, h5py.File(zrun, "r") as fz:
+        off, on = f0["metrics/steps"][()], fz["metrics/steps"][()]
+    assert (off["z_loss"] == 0).all()
+    assert (on["z_loss"] > 0).all()
+    # Step 0 starts from the same weights: the same load-balancing loss.
+    assert on["aux_loss"][0] == off["aux_loss"][0] > 0
+    r = analyze("compare", zrun, runs["ser"], "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads(r.stdout)
+    assert res["metrics"]["z_loss"]["b"] == [0.0, 0.0, 0.0]
+
+
 def test_attention_check_passes_on_real_capture(runs):
     for layer in (0, 1):
         r = analyze("attention", runs["par"], "--step", "1", "--layer", str(layer))

@@ -143,7 +143,10 @@ GPU_TEST("attention resume and merge over split key sets equal one pass") {
 }
 
 GPU_TEST("attention bf16 storage against the fp32 CPU reference") {
-  for (const AttnShape& s : {shape(200, 200, 4, 2, 128, true), shape(96, 160, 2, 2, 64, false)}) {
+  // D 64 and 128 run on tensor cores (attention_tc.cu), D 96 on CUDA cores;
+  // the third shape has fully masked rows (keys start at position 20).
+  for (const AttnShape& s : {shape(200, 200, 4, 2, 128, true), shape(96, 160, 2, 2, 64, false),
+                             shape(50, 40, 3, 1, 64, true, 0, 20), shape(70, 70, 2, 1, 96, true)}) {
     const std::string tag = name_of(s);
     const Inputs in = inputs(s, true);
     std::vector<float> out(in.q.size()), lse(static_cast<size_t>(s.Tq * s.H));
@@ -165,5 +168,30 @@ GPU_TEST("attention bf16 storage against the fp32 CPU reference") {
     check_close("bf16 bwd dq " + tag, gdq.host(), dq, 2e-2);
     check_close("bf16 bwd dk " + tag, gdk.host(), dk, 2e-2);
     check_close("bf16 bwd dv " + tag, gdv.host(), dv, 2e-2);
+  }
+}
+
+GPU_TEST("attention bf16 resume over split key sets equals one pass") {
+  for (int D : {64, 128, 96}) {
+    const AttnShape full = shape(140, 140, 4, 2, D, true);
+    const Inputs in = inputs(full, true);
+    Buf<cuda::Bf16> q(dc, to_bits(in.q)), k(dc, to_bits(in.k)), v(dc, to_bits(in.v));
+    Buf<cuda::Bf16> o(dc, in.q.size()), ro(dc, in.q.size());
+    Buf<float> l(dc, static_cast<size_t>(full.Tq * full.H));
+    cuda::attention_forward_bf16(dc.ctx(), full, q, k, v, o, l);
+    const int64_t split = 77, kv_row = int64_t(full.Hkv) * full.D;
+    AttnShape a = full, b = full;
+    a.Tk = split;
+    b.Tk = full.Tk - split;
+    b.k_pos0 = split;
+    std::vector<float> lse0(static_cast<size_t>(full.Tq * full.H),
+                            -std::numeric_limits<float>::infinity());
+    Buf<float> rl(dc, lse0);
+    cuda::attention_forward_resume_bf16(dc.ctx(), a, q, k, v, ro, rl);
+    cuda::attention_forward_resume_bf16(dc.ctx(), b, q, k.get() + split * kv_row,
+                                        v.get() + split * kv_row, ro, rl);
+    const std::string tag = "D " + std::to_string(D);
+    check_close("bf16 resume out " + tag, from_bits(ro.host()), from_bits(o.host()), 2e-2);
+    check_close("bf16 resume lse " + tag, rl.host(), l.host(), 2e-2);
   }
 }

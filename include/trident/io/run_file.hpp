@@ -20,7 +20,7 @@ namespace trident {
 
 struct StepMetrics {
   int64_t step = 0;
-  double loss = 0, aux_loss = 0, lr = 0, grad_norm = 0;
+  double loss = 0, aux_loss = 0, z_loss = 0, lr = 0, grad_norm = 0;
   double step_time_s = 0, tokens_per_s = 0, bubble_fraction = 0;
 };
 

@@ -1,7 +1,8 @@
 // The implementations of the MoE and router ops (moe_backend_ops.inc), as
 // the public ops route to them: trident::kernels::cpu (kernels/cpu, always
-// built). Model and parallel code call the public ops in trident::kernels,
-// never these.
+// built) and trident::kernels::cuda (kernels/cuda, under TRIDENT_HAVE_CUDA).
+// Model and parallel code call the public ops in trident::kernels, never
+// these.
 #pragma once
 #include <cstdint>
 
@@ -12,3 +13,8 @@
 namespace trident::kernels::cpu {
 #include "trident/kernels/moe_backend_ops.inc"
 }  // namespace trident::kernels::cpu
+
+// kernels/cuda (moe.cu, router.cu), built under TRIDENT_HAVE_CUDA.
+namespace trident::kernels::cuda {
+#include "trident/kernels/moe_backend_ops.inc"
+}  // namespace trident::kernels::cuda

@@ -42,7 +42,8 @@ std::vector<int64_t> local_positions(const Config& cfg, const StageComms& comms)
 
 // What an FFN forward hands back besides its output.
 struct FfnStats {
-  double aux_loss_sum = 0;                  // MoE: sum over this rank's sequences
+  double aux_loss_sum = 0;                  // MoE: load-balancing loss, sum over this rank's sequences
+  double z_loss_sum = 0;                    // MoE: router z-loss, the same way
   int moe_index = -1;                       // which MoE layer (0-based), -1 dense
   std::vector<int64_t> tokens_per_expert;   // MoE: this rank's routed copies per expert
   bool capture_router_logits = false;       // asked for by the caller

@@ -128,9 +128,11 @@ class ModelStage {
   void backward_weight(int chunk, int mb);
 
   // This step's sums on this rank: token losses (last stage only) and the
-  // MoE auxiliary loss (sum over sequences, unscaled).
+  // MoE load-balancing loss and router z-loss (sums over sequences, unscaled;
+  // both are trained through aux_scale).
   double loss_sum() const { return loss_sum_; }
   double aux_sum() const { return aux_sum_; }
+  double z_sum() const { return z_sum_; }
   // Tokens routed to each expert in this step by this rank, [moe layer][expert]
   // over all MoE layers of the model (zeros for layers not held here).
   const std::vector<std::vector<int64_t>>& expert_tokens() const { return expert_tokens_; }
@@ -154,7 +156,7 @@ class ModelStage {
   std::vector<MicroBatch> mbs_;
   float loss_scale_ = 1, aux_scale_ = 0;
   const CaptureRequest* capture_ = nullptr;
-  double loss_sum_ = 0, aux_sum_ = 0;
+  double loss_sum_ = 0, aux_sum_ = 0, z_sum_ = 0;
   std::vector<std::vector<int64_t>> expert_tokens_;
   std::vector<Capture> captures_;
   std::vector<AttnSpan> attn_spans_;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "trident/core/config.hpp"
+#include "trident/parallel/pp/schedule.hpp"
 
 namespace trident::plan {
 
@@ -35,9 +36,12 @@ struct MeshPlan {
   int micro_batch_size = 1, microbatches = 1;
 
   long long global_batch() const { return 1LL * micro_batch_size * microbatches * dp; }
-  bool split_backward() const { return schedule == PipelineSchedule::zb_h1; }
   std::string str() const;  // "pp=2 vpp=1 cp=2 ep=1 dp=2 1f1b zigzag mbs=2 m=4"
 };
+
+// Which rank runs each virtual stage under the plan's schedule (the loop
+// placement, or the V placement of zb-v and dualpipev).
+pp::Placement placement_of(const MeshPlan& plan);
 
 // The config's own mesh on a world of `world` ranks.
 MeshPlan mesh_plan_of(const Config& cfg, int world);

@@ -33,6 +33,10 @@ struct MachineProfile {
   double attention_flops = 0;  // attention core (QK^T, softmax, PV), FLOP/s
   double memory_Bps = 0;       // memory-bound ops, bytes read + written per second
   double peak_flops = 0;  // the datasheet's dense peak (for model FLOP utilisation); 0: unknown
+  // Share of the rates above that a model's actions reach (allocation,
+  // copies and small kernels included); 1: exactly the rates. Calibration
+  // measures it on the config's own layers.
+  double efficiency = 1;
   Link nvlink, node, network;
   double step_overhead_s = 0;  // fixed cost of a step (launches, bookkeeping)
 

@@ -24,6 +24,7 @@ struct TimeSplit {
   double bubble = 0;   // pipeline idle time
   double dp = 0;       // gradient reduction
   double other = 0;    // small agreements, optimizer, fixed overhead
+  double cores = 0;    // waiting for a core: the ranks outnumber the cores they share
 };
 
 struct Prediction {
@@ -43,6 +44,9 @@ struct Prediction {
             dp_link = LinkClass::nvlink;
 };
 
+// Seconds of `w` on one rank alone at the profile's rates and efficiency.
+double compute_seconds(const Work& w, const MachineProfile& m);
+
 // Per-action seconds before the pipeline is simulated; the search uses it to
 // bound a mesh's step time from below.
 struct ActionTimes {
@@ -50,8 +54,12 @@ struct ActionTimes {
   double compute = 0, cp = 0, ep = 0;  // per micro-batch over the rank's chunks
   double after_pipeline = 0;           // dp reduction + agreements + optimizer + overhead
   double dp = 0;
-  double lower_bound_s() const;  // step time with no bubble
+  double sharing = 1;  // ranks per core (>= 1), see MachineProfile::oversubscription
   int microbatches = 1, vpp = 1;
+  // The pipeline's compute spread over the cores a node's ranks share.
+  double cpu_bound_s() const;
+  // Step time no schedule can beat: no bubble, and no idle core.
+  double lower_bound_s() const;
 };
 ActionTimes action_times(const Config& cfg, const MeshPlan& plan, const ClusterShape& shape,
                          const MachineProfile& m);

@@ -2,8 +2,9 @@
 // step time, the best k kept.
 //
 // Candidates: pp (divisors of the world, at most n_layers), cp (inside an
-// NVLink domain), ep (dividing the experts and a stage), the four schedules
-// (interleaved with each vpp that leaves every chunk a layer), both CP
+// NVLink domain), ep (dividing the experts and a stage), the schedules
+// (interleaved with each vpp that leaves every chunk a layer; zb-v and
+// dualpipev on the V placement), both CP
 // layouts, and every split of the global batch into micro_batch_size x
 // num_microbatches per data-parallel rank. A candidate is legal when the
 // mapping rules (topo/mesh check_mesh) and every layer's config rules

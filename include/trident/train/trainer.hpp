@@ -16,6 +16,7 @@
 
 #include "trident/comm/comm.hpp"
 #include "trident/core/config.hpp"
+#include "trident/core/profiler.hpp"
 #include "trident/io/run_file.hpp"
 #include "trident/model/data.hpp"
 #include "trident/model/transformer.hpp"
@@ -72,6 +73,25 @@ class Trainer {
   std::unique_ptr<AdamW> opt_;
   std::vector<int64_t> positions_;
   std::unique_ptr<Pipeline> pipe_;
+};
+
+// The profiler spans of one step as this rank's timeline events
+// (/timeline/events); counters are not part of the timeline.
+class TimelineSink : public prof::Sink {
+ public:
+  TimelineSink(std::vector<TimelineEvent>& events, int rank, int64_t step)
+      : events_(events), rank_(rank), step_(step) {}
+  void span(const prof::Span& s) override {
+    events_.push_back(TimelineEvent{rank_, step_, s.kind, s.stage, s.chunk, s.microbatch,
+                                    s.t_begin_s, s.t_end_s});
+  }
+  void add(const char*, double) override {}
+  void peak(const char*, double) override {}
+
+ private:
+  std::vector<TimelineEvent>& events_;
+  int rank_;
+  int64_t step_;
 };
 
 // Writes this step's activation captures (every rank's) into the run file in

@@ -23,7 +23,6 @@
 #include "trident/parallel/cp/ring_attention.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <ctime>
 #include <initializer_list>
@@ -46,10 +45,6 @@ double thread_cpu_s() {
   timespec t;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace
@@ -118,7 +113,16 @@ RingAttention::RingAttention(Communicator* cp, Layout layout, bool causal, int64
 }
 
 void RingAttention::note_workspace(size_t bytes) {
-  counters_.peak_workspace_bytes = std::max(counters_.peak_workspace_bytes, bytes);
+  if (sink_) sink_->peak("ring.workspace_bytes", double(bytes));
+}
+
+void RingAttention::timed_wait(Request& r) {
+  if (!sink_) return comm_->wait(r);
+  prof::Span span{"ring.wait"};
+  span.t_begin_s = now_s();
+  comm_->wait(r);
+  span.t_end_s = now_s();
+  sink_->span(span);
 }
 
 namespace {
@@ -133,42 +137,53 @@ std::vector<TokenRun> query_tiles(const TokenRun& run) {
   return tiles;
 }
 
-// One compute span (a step's kernels, a dK/dV sum): its wall and thread CPU
-// time go to compute_s and compute_cpu_s, less the MPI tests made inside it,
-// which are communication (progress_s): with a shared-memory transport a test
-// can copy a whole block, and how much of that lands in which span depends on
-// the other ranks' timing, not on this rank's work.
+// One compute span (a step's kernels, a dK/dV sum), reported to the sink when
+// it ends: its length is its wall time less the MPI tests made inside it,
+// which are communication (ring.progress_s): with a shared-memory transport a
+// test can copy a whole block, and how much of that lands in which span
+// depends on the other ranks' timing, not on this rank's work. Without a sink
+// nothing is timed. The sink's enter/leave bracket it, outside the clock.
 class ComputeSpan {
  public:
-  // step: the ring step's entry of step_compute_s, or nullptr.
-  ComputeSpan(RingCounters& c, double* step)
-      : c_(c), step_(step), t0_(std::chrono::steady_clock::now()), c0_(thread_cpu_s()) {}
+  ComputeSpan(prof::Sink* sink, const char* kind, int step) : sink_(sink) {
+    if (!sink_) return;
+    sink_->enter(kind);
+    span_.kind = kind;
+    span_.chunk = step;
+    span_.t_begin_s = now_s();
+    c0_ = thread_cpu_s();
+  }
   ComputeSpan(const ComputeSpan&) = delete;
   ComputeSpan& operator=(const ComputeSpan&) = delete;
   ~ComputeSpan() {
-    const double compute = seconds_since(t0_) - progress_s_;
-    c_.compute_s += compute;
-    if (step_) *step_ += compute;
-    c_.compute_cpu_s += thread_cpu_s() - c0_ - progress_cpu_s_;
-    c_.progress_s += progress_s_;
+    if (!sink_) return;
+    const double cpu = thread_cpu_s() - c0_ - progress_cpu_s_;
+    span_.t_end_s = now_s() - progress_s_;
+    sink_->span(span_);
+    sink_->add("ring.compute_cpu_s", cpu);
+    sink_->add("ring.progress_s", progress_s_);
+    sink_->add("ring.flops", flops);
+    sink_->leave(span_.kind);
   }
   // Tests (never waits on) the ring's in-flight requests: each test lets MPI
   // advance them. Completed or empty requests cost nothing.
   void drive_progress(Communicator* comm, std::initializer_list<Request*> pending) {
     if (!comm) return;
-    const auto p0 = std::chrono::steady_clock::now();
-    const double u0 = thread_cpu_s();
+    if (!sink_) {
+      for (Request* r : pending) comm->test(*r);
+      return;
+    }
+    const double p0 = now_s(), u0 = thread_cpu_s();
     for (Request* r : pending) comm->test(*r);
-    progress_s_ += seconds_since(p0);
+    progress_s_ += now_s() - p0;
     progress_cpu_s_ += thread_cpu_s() - u0;
   }
+  double flops = 0;  // attention FLOPs of the span's kernel calls
 
  private:
-  RingCounters& c_;
-  double* step_;
-  std::chrono::steady_clock::time_point t0_;
-  double c0_;
-  double progress_s_ = 0, progress_cpu_s_ = 0;
+  prof::Sink* sink_;
+  prof::Span span_;
+  double c0_ = 0, progress_s_ = 0, progress_cpu_s_ = 0;
 };
 
 // The kernel call for queries of run qr against keys of run kr; false when
@@ -206,16 +221,14 @@ void RingAttention::forward(const float* q, const float* k, const float* v, int 
 
   const int next = (cp_rank_ + 1) % cp_size_, prev = (cp_rank_ - 1 + cp_size_) % cp_size_;
   for (int step = 0; step < cp_size_; ++step) {
-    double* step_slot = open_step();
     Request send, recv;
     if (comm_ && step + 1 < cp_size_) {
       recv = comm_->irecv(nxt.data(), nxt.size() * sizeof(float), prev, kTagKv);
       send = comm_->isend(cur.data(), cur.size() * sizeof(float), next, kTagKv);
-      counters_.bytes_sent += double(cur.size() * sizeof(float));
+      count("ring.bytes_sent", double(cur.size() * sizeof(float)));
     }
-    enter_compute();
     {
-      ComputeSpan span(counters_, step_slot);
+      ComputeSpan span(sink_, "ring.forward", step);
       // Key runs outermost: with two key runs (a zig-zag step below the
       // diagonal) the queries sweep one run's K/V at a time, so the working
       // set is that of a step with one key run and both query runs. Query
@@ -232,22 +245,19 @@ void RingAttention::forward(const float* q, const float* k, const float* v, int 
             kernels::attention_forward_resume(s, q + qo * H * D, cur.data() + ko * Hkv * D,
                                               cur.data() + nkv + ko * Hkv * D, out + qo * H * D,
                                               lse + qo * H);
-            counters_.flops += kernels::attention_flops(s, false);
+            if (sink_) span.flops += kernels::attention_flops(s, false);
           }
           span.drive_progress(comm_, {&recv, &send});
         }
       }
     }
-    leave_compute();
     if (comm_ && step + 1 < cp_size_) {
-      const auto w0 = std::chrono::steady_clock::now();
-      comm_->wait(recv);
-      comm_->wait(send);
-      counters_.wait_s += seconds_since(w0);
+      timed_wait(recv);
+      timed_wait(send);
       std::swap(cur, nxt);
     }
   }
-  counters_.calls += 1;
+  count("ring.calls", 1);
 }
 
 void RingAttention::backward(const float* q, const float* k, const float* v, const float* out,
@@ -269,22 +279,15 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
 
   const int next = (cp_rank_ + 1) % cp_size_, prev = (cp_rank_ - 1 + cp_size_) % cp_size_;
   Request dkv_send, dkv_recv;
-  auto timed_wait = [&](Request& r) {
-    const auto w0 = std::chrono::steady_clock::now();
-    comm_->wait(r);
-    counters_.wait_s += seconds_since(w0);
-  };
   for (int step = 0; step < cp_size_; ++step) {
-    double* step_slot = open_step();
     Request send, recv;
     if (comm_ && step + 1 < cp_size_) {
       recv = comm_->irecv(nxt.data(), nxt.size() * sizeof(float), prev, kTagKv);
       send = comm_->isend(cur.data(), cur.size() * sizeof(float), next, kTagKv);
-      counters_.bytes_sent += double(cur.size() * sizeof(float));
+      count("ring.bytes_sent", double(cur.size() * sizeof(float)));
     }
-    enter_compute();
     {
-      ComputeSpan span(counters_, step_slot);
+      ComputeSpan span(sink_, "ring.backward", step);
       std::fill(partial.begin(), partial.end(), 0.0f);
       for (const TokenRun& kr : runs_[source_rank(step)]) {
         for (const TokenRun& run : runs_[cp_rank_]) {
@@ -295,32 +298,29 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
             kernels::attention_backward(s, q + qo, cur.data() + ko, cur.data() + nkv + ko, out + qo,
                                         lse + qr.local_offset * H, dout + qo, dq + qo,
                                         partial.data() + ko, partial.data() + nkv + ko);
-            counters_.flops += kernels::attention_flops(s, true);
+            if (sink_) span.flops += kernels::attention_flops(s, true);
           }
           // The previous step's dK/dV accumulator is in flight too.
           span.drive_progress(comm_, {&recv, &send, &dkv_recv, &dkv_send});
         }
       }
     }
-    leave_compute();
     if (comm_) {
       if (step == 0) {
         std::swap(sending, partial);  // this rank's own block starts its journey
       } else {
         timed_wait(dkv_recv);  // the block's accumulator from the left neighbour
         timed_wait(dkv_send);  // the previous one has left: its buffer is free
-        enter_compute();
         {
-          ComputeSpan span(counters_, step_slot);
+          ComputeSpan span(sink_, "ring.backward", step);
           for (size_t i = 0; i < arriving.size(); ++i) arriving[i] += partial[i];
         }
-        leave_compute();
         std::swap(sending, arriving);
       }
       // After the last step this receive brings back this rank's own block.
       dkv_recv = comm_->irecv(arriving.data(), arriving.size() * sizeof(float), prev, kTagDkv);
       dkv_send = comm_->isend(sending.data(), sending.size() * sizeof(float), next, kTagDkv);
-      counters_.bytes_sent += double(sending.size() * sizeof(float));
+      count("ring.bytes_sent", double(sending.size() * sizeof(float)));
     }
     if (comm_ && step + 1 < cp_size_) {
       timed_wait(recv);
@@ -335,7 +335,7 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
   }
   std::copy(own.begin(), own.begin() + nkv, dk);
   std::copy(own.begin() + nkv, own.end(), dv);
-  counters_.calls += 1;
+  count("ring.calls", 1);
 }
 
 }  // namespace trident::cp

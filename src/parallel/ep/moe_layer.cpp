@@ -34,6 +34,30 @@ RouterOptions router_options(const ModelConfig& cfg) {
   return o;
 }
 int ep_size_of(Communicator* ep) { return ep ? ep->size() : 1; }
+
+// The layer's experts: a SwiGLU MLP per local expert; weight gradients
+// accumulate into the parameters.
+class SwigluExperts final : public ExpertBlockFn {
+ public:
+  SwigluExperts(MoELayer& layer, int64_t d, int64_t f) : layer_(layer), d_(d), f_(f) {}
+  void forward(int e, const float* x, int64_t rows, float* y, float* gate, float* up) override {
+    kernels::swiglu_forward(x, rows, d_, f_, layer_.expert_param(e, 0).value.ptr(),
+                            layer_.expert_param(e, 1).value.ptr(),
+                            layer_.expert_param(e, 2).value.ptr(), y, gate, up);
+  }
+  void backward(int e, const float* x, const float* gate, const float* up, const float* dy,
+                int64_t rows, float* dx) override {
+    Param &wg = layer_.expert_param(e, 0), &wu = layer_.expert_param(e, 1),
+          &wd = layer_.expert_param(e, 2);
+    kernels::swiglu_backward(x, gate, up, dy, rows, d_, f_, wg.value.ptr(), wu.value.ptr(),
+                             wd.value.ptr(), dx, wg.grad.ptr(), wu.grad.ptr(), wd.grad.ptr());
+  }
+
+ private:
+  MoELayer& layer_;
+  int64_t d_, f_;
+};
+
 int ep_rank_of(Communicator* ep) { return ep ? ep->rank() : 0; }
 }  // namespace
 
@@ -48,7 +72,9 @@ MoELayer::MoELayer(const ModelConfig& cfg, int layer_index, Communicator* ep, Co
       first_(ep_rank_of(ep) * L_),
       router_(router_options(cfg)),
       dispatcher_(ep, cfg.n_experts, transport, shm_limit_bytes, ctx),
-      cp_(cp) {
+      cp_(cp),
+      swiglu_(std::make_unique<SwigluExperts>(*this, cfg.d_model, cfg.ffn_hidden)),
+      expert_fn_(swiglu_.get()) {
   const std::string base = "layers." + std::to_string(layer_index) + ".moe.";
   router_w_ = Param(base + "router", {d_, E_}, GradReduce::dense);
   router_w_.init_normal(static_cast<float>(cfg.init_std));
@@ -97,13 +123,7 @@ void MoELayer::run_experts_forward(Cache& c, float* out, DispatchTimes& times) {
       float* gate = c.gate.data() + off * f_;
       float* up = c.up.data() + off * f_;
       const float* x = c.rows->in() + off * d_;
-      if (custom_) {
-        custom_->forward(e, x, rows, y, gate, up);
-      } else {
-        kernels::swiglu_forward(x, rows, d_, f_, expert_param(e, 0).value.ptr(),
-                                expert_param(e, 1).value.ptr(), expert_param(e, 2).value.ptr(), y,
-                                gate, up);
-      }
+      expert_fn_->forward(e, x, rows, y, gate, up);
     }
   }
   times.expert += ep_clock_s() - t0;
@@ -148,14 +168,7 @@ void MoELayer::run_experts_backward(Cache& c, const float* dout, float* din) {
       const float* xin = c.rows->in() + off * d_;
       const float* gate = c.gate.data() + off * f_;
       const float* up = c.up.data() + off * f_;
-      if (custom_) {
-        custom_->backward(e, xin, gate, up, dout + off * d_, rows, din + off * d_);
-      } else {
-        Param &wg = expert_param(e, 0), &wu = expert_param(e, 1), &wd = expert_param(e, 2);
-        kernels::swiglu_backward(xin, gate, up, dout + off * d_, rows, d_, f_, wg.value.ptr(),
-                                 wu.value.ptr(), wd.value.ptr(), din + off * d_, wg.grad.ptr(),
-                                 wu.grad.ptr(), wd.grad.ptr());
-      }
+      expert_fn_->backward(e, xin, gate, up, dout + off * d_, rows, din + off * d_);
     }
   }
 }

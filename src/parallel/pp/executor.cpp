@@ -63,6 +63,23 @@ void wait_for(Communicator& pp, Request& r, double poll_s, Fn&& between_polls) {
   comm_counters().wait_s[int(pp.kind())] += now_s() - t0;
 }
 
+// Positions of the receives that rank `me`'s schedule posts early, by the
+// position of the action that posts them.
+std::vector<std::vector<size_t>> early_post_table(const Schedule& s, int me) {
+  const auto& row = s.ranks[size_t(me)];
+  std::vector<std::vector<size_t>> early(row.size());
+  if (s.early_posts.empty()) return early;
+  for (const auto& e : s.early_posts[size_t(me)]) {
+    const auto recv = std::find(row.begin(), row.end(), e.recv);
+    const auto at = std::find(row.begin(), row.end(), e.at);
+    TRIDENT_CHECK(recv != row.end() && at < recv,
+                  "execute: early post of " + e.recv.str() + " at " + e.at.str() +
+                      " does not precede it on rank " + std::to_string(me));
+    early[size_t(at - row.begin())].push_back(size_t(recv - row.begin()));
+  }
+  return early;
+}
+
 }  // namespace
 
 ExecResult execute(const Schedule& s, int me, PipelineStage& stage, Communicator& pp, int step,
@@ -102,22 +119,27 @@ ExecResult execute(const Schedule& s, int me, PipelineStage& stage, Communicator
   for (size_t i = 0; i < row.size(); ++i)
     if (is_compute(row[i].op)) compute_at.push_back(i);
   size_t posted = 0, computes_started = 0;
-  auto post_receives_until = [&](size_t limit) {
-    for (; posted < limit; ++posted) {
-      const Action& a = row[posted];
-      if (a.op == Op::RECV_F) {
-        auto& buf = input[at(a.stage, a.microbatch)];
-        buf.allocate(stage.boundary_numel(s.chunk_of(a.stage - 1), a.microbatch));
-        recv[posted] = pp->irecv(buf.data.get(), buf.bytes(), s.rank_of(a.stage - 1),
-                                 message_tag(s, a.stage - 1, a.microbatch, false));
-      } else if (a.op == Op::RECV_B) {
-        auto& buf = grad_output[at(a.stage, a.microbatch)];
-        buf.allocate(stage.boundary_numel(s.chunk_of(a.stage), a.microbatch));
-        recv[posted] = pp->irecv(buf.data.get(), buf.bytes(), s.rank_of(a.stage + 1),
-                                 message_tag(s, a.stage + 1, a.microbatch, true));
-      }
+  std::vector<char> is_posted(row.size(), 0);
+  auto post = [&](size_t j) {
+    const Action& a = row[j];
+    if (is_posted[j] || (a.op != Op::RECV_F && a.op != Op::RECV_B)) return;
+    is_posted[j] = 1;
+    if (a.op == Op::RECV_F) {
+      auto& buf = input[at(a.stage, a.microbatch)];
+      buf.allocate(stage.boundary_numel(s.chunk_of(a.stage - 1), a.microbatch));
+      recv[j] = pp->irecv(buf.data.get(), buf.bytes(), s.rank_of(a.stage - 1),
+                          message_tag(s, a.stage - 1, a.microbatch, false));
+    } else {
+      auto& buf = grad_output[at(a.stage, a.microbatch)];
+      buf.allocate(stage.boundary_numel(s.chunk_of(a.stage), a.microbatch));
+      recv[j] = pp->irecv(buf.data.get(), buf.bytes(), s.rank_of(a.stage + 1),
+                          message_tag(s, a.stage + 1, a.microbatch, true));
     }
   };
+  auto post_receives_until = [&](size_t limit) {
+    for (; posted < limit; ++posted) post(posted);
+  };
+  const std::vector<std::vector<size_t>> early = early_post_table(s, me);
   auto reap_sends = [&](bool block) {
     for (auto it = sends.begin(); it != sends.end();) {
       if (block) pp->wait(it->req);
@@ -141,6 +163,7 @@ ExecResult execute(const Schedule& s, int me, PipelineStage& stage, Communicator
         computes_started + static_cast<size_t>(std::max(0, options.recv_lookahead));
     post_receives_until(
         std::max(i + 1, ahead < compute_at.size() ? compute_at[ahead] : row.size()));
+    for (size_t j : early[i]) post(j);
 
     const double t0 = now_s();
     switch (a.op) {
@@ -224,8 +247,13 @@ ExecResult execute(const Schedule& s, int me, PipelineStage& stage, Communicator
   res.makespan_s = span[1] + span[0];
   res.bubble_fraction = res.makespan_s > 0 ? 1.0 - res.busy_s / res.makespan_s : 0.0;
 
+  if (options.profiler)
+    for (const auto& t : res.actions)
+      options.profiler->span(prof::Span{op_name(t.action.op), t.action.stage,
+                                        s.chunk_of(t.action.stage), t.action.microbatch,
+                                        t.t_begin_s, t.t_end_s});
   if (timeline) {
-    const int world_rank = pp ? pp->world_rank_of(me) : options.world_rank;
+    const int world_rank = pp ? pp->world_rank_of(me) : 0;
     for (const auto& t : res.actions) {
       TimelineEvent e;
       e.rank = world_rank;

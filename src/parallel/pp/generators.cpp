@@ -342,6 +342,12 @@ ClosedForm closed_form_bubble(const std::string& name, int pp, int m, int vpp, d
     if (m < pp) return c;
     c.ratio = p1 / (static_cast<double>(vpp) * m);
     c.formula = "(p-1)/(v*m)";
+  } else if (name == "zb-v" || name == "dualpipev") {
+    // Equal costs only: the V's fill and drain then leave p-1 chunk actions
+    // idle per rank (the sweep test checks it against the simulator).
+    if (m < 2 * pp || t_f != t_b || t_b != t_w) return c;
+    c.ratio = p1 / (6.0 * m);
+    c.formula = "(p-1)/(6m) (tF=tB=tW)";
   } else if (name == "zb-h1") {
     if (m < pp || t_w > t_f + t_b) return c;
     c.ratio = p1 * (t_f + t_b - t_w) / (m * (t_f + t_b + t_w));

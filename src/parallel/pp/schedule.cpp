@@ -18,6 +18,24 @@ constexpr Op kAllOps[] = {Op::F, Op::B, Op::W, Op::SEND_F, Op::RECV_F, Op::SEND_
 
 std::string where_prefix(const std::string& name) { return name.empty() ? "" : name + ": "; }
 
+// Every early post names a RECV of its rank and an action before it.
+void validate_early_posts(const Schedule& s, const std::string& pre) {
+  if (s.early_posts.empty()) return;
+  if (s.early_posts.size() != size_t(s.pp))
+    throw InputError(pre + "early receive posts for " + std::to_string(s.early_posts.size()) +
+                     " ranks but pp = " + std::to_string(s.pp));
+  for (int r = 0; r < s.pp; ++r) {
+    const auto& row = s.ranks[size_t(r)];
+    for (const auto& e : s.early_posts[size_t(r)]) {
+      const auto recv = std::find(row.begin(), row.end(), e.recv);
+      const auto at = std::find(row.begin(), row.end(), e.at);
+      if (recv == row.end() || (e.recv.op != Op::RECV_F && e.recv.op != Op::RECV_B) || at >= recv)
+        throw InputError(pre + "rank " + std::to_string(r) + ": receive " + e.recv.str() +
+                         " posted at " + e.at.str() + ", which is not an earlier action");
+    }
+  }
+}
+
 }  // namespace
 
 const char* op_name(Op op) {
@@ -301,6 +319,7 @@ void validate(const Schedule& s) {
       }
     }
   }
+  validate_early_posts(s, pre);
 }
 
 std::string to_csv(const Schedule& s) {
@@ -314,42 +333,45 @@ std::string to_csv(const Schedule& s) {
   return o.str();
 }
 
-Schedule from_csv(const std::string& text, const std::string& source_name) {
-  Schedule s;
-  s.name = source_name;
+std::vector<CsvRow> read_csv_rows(const std::string& text) {
+  std::vector<CsvRow> rows;
   std::istringstream in(text);
   std::string line;
-  int line_no = 0, max_stage = -1, max_mb = -1;
-  std::map<int, int> stage_row;  // stage -> the row (rank) that first names it
+  int line_no = 0;
   while (std::getline(in, line)) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     const auto first = line.find_first_not_of(" \t");
     if (first == std::string::npos || line[first] == '#') continue;
-    std::vector<Action> row;
+    CsvRow row{line_no, {}};
     std::istringstream cells(line);
     std::string cell;
     while (std::getline(cells, cell, ',')) {
       const auto b = cell.find_first_not_of(" \t"), e = cell.find_last_not_of(" \t");
-      if (b == std::string::npos) continue;  // empty cell: padding
-      Action a = parse_action(std::string_view(cell).substr(b, e - b + 1),
-                              source_name + ":" + std::to_string(line_no));
-      const int rank = static_cast<int>(s.ranks.size());
-      const auto [it, fresh] = stage_row.emplace(a.stage, rank);
-      if (!fresh && it->second != rank)
-        throw InputError(source_name + ":" + std::to_string(line_no) + ": rank " +
-                         std::to_string(rank) + ": " + a.str() + ": stage " +
+      row.cells.push_back(b == std::string::npos ? "" : cell.substr(b, e - b + 1));
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+void infer_shape(Schedule& s, const std::string& source) {
+  if (s.ranks.empty()) throw InputError(source + ": no schedule rows (one line per rank)");
+  s.pp = static_cast<int>(s.ranks.size());
+  int max_stage = -1, max_mb = -1;
+  std::map<int, int> stage_row;  // stage -> the row (rank) that first names it
+  for (int r = 0; r < s.pp; ++r) {
+    for (const Action& a : s.ranks[size_t(r)]) {
+      const auto [it, fresh] = stage_row.emplace(a.stage, r);
+      if (!fresh && it->second != r)
+        throw InputError(source + ": rank " + std::to_string(r) + ": " + a.str() + ": stage " +
                          std::to_string(a.stage) + " belongs to rank " +
                          std::to_string(it->second) + " (a stage runs on one rank)");
       max_stage = std::max(max_stage, a.stage);
       max_mb = std::max(max_mb, a.microbatch);
       if (a.op == Op::W) s.split_backward = true;
-      row.push_back(a);
     }
-    s.ranks.push_back(std::move(row));
   }
-  if (s.ranks.empty()) throw InputError(source_name + ": no schedule rows (one line per rank)");
-  s.pp = static_cast<int>(s.ranks.size());
   s.vpp = std::max(1, (max_stage + s.pp) / s.pp);
   s.microbatches = std::max(1, max_mb + 1);
   std::vector<int> rank_of_stage(size_t(s.num_stages()));
@@ -357,24 +379,43 @@ Schedule from_csv(const std::string& text, const std::string& source_name) {
     const auto it = stage_row.find(st);
     rank_of_stage[size_t(st)] = it != stage_row.end() ? it->second : st % s.pp;
   }
-  s.placement = Placement::from_ranks(std::move(rank_of_stage), s.pp, source_name);
+  s.placement = Placement::from_ranks(std::move(rank_of_stage), s.pp, source);
+}
+
+Schedule from_csv(const std::string& text, const std::string& source_name) {
+  Schedule s;
+  s.name = source_name;
+  for (const CsvRow& line : read_csv_rows(text)) {
+    std::vector<Action> row;
+    for (const std::string& cell : line.cells)
+      if (!cell.empty())  // empty cell: padding
+        row.push_back(parse_action(cell, source_name + ":" + std::to_string(line.line_no)));
+    s.ranks.push_back(std::move(row));
+  }
+  infer_shape(s, source_name);
   return s;
 }
 
-void write_csv_file(const Schedule& s, const std::string& path) {
+void write_schedule_file(const std::string& path, const std::string& text) {
   std::ofstream f(path);
   if (!f) throw InputError("--export " + path + ": cannot open for writing");
-  f << to_csv(s);
+  f << text;
   if (!f) throw InputError("--export " + path + ": write failed");
 }
 
-Schedule read_csv_file(const std::string& path) {
+std::string read_schedule_file(const std::string& path) {
   std::ifstream f(path);
   if (!f) throw InputError("--import " + path + ": cannot open for reading");
   std::stringstream buf;
   buf << f.rdbuf();
-  return from_csv(buf.str(), path);
+  return buf.str();
 }
+
+void write_csv_file(const Schedule& s, const std::string& path) {
+  write_schedule_file(path, to_csv(s));
+}
+
+Schedule read_csv_file(const std::string& path) { return from_csv(read_schedule_file(path), path); }
 
 std::string format_actions(const Schedule& s) {
   std::ostringstream o;

@@ -7,6 +7,8 @@
 //
 // FLOPs count only the pairs the mask lets through (kernels::attention_flops:
 // 4·D per pair forward, 10·D backward), the same count sdpa_bench.py uses.
+// The backward's rate is its FLOPs over (forward + backward time) minus
+// (forward time), for trident and torch alike.
 // Exit 77 (SKIP) without a device, 1 on an error, else 0.
 #include <algorithm>
 #include <cmath>
@@ -127,11 +129,22 @@ std::map<std::string, double> read_torch(const std::string& file) {
   return rates;
 }
 
+// One shape's measurement: FLOPs of the forward and the backward and the
+// median times of the forward alone and of forward + backward.
 struct Row {
-  int64_t seq;
-  bool causal;
-  double fwd_tflops, fwdbwd_tflops;
+  double fwd_flops, bwd_flops, fwd_ms, all_ms;
 };
+
+// TFLOP/s of the three passes (fwd, bwd, fwd+bwd); the backward's time is
+// the difference of the two timed runs. -1 where not measurable.
+struct Rates {
+  double pass[3];
+};
+Rates rates_of(double f, double b, double fwd_ms, double all_ms) {
+  const double bwd_ms = all_ms - fwd_ms;
+  return {{f / (fwd_ms * 1e-3) / 1e12, bwd_ms > 0 ? b / (bwd_ms * 1e-3) / 1e12 : -1.0,
+           (f + b) / (all_ms * 1e-3) / 1e12}};
+}
 
 Row measure(cuda::StreamContext& dc, int64_t seq, bool causal, int heads, int iters) {
   AttnShape s;
@@ -163,9 +176,35 @@ Row measure(cuda::StreamContext& dc, int64_t seq, bool causal, int heads, int it
   for (auto* p : {q, k, v, o, dout}) dc.allocator().deallocate(p, n * sizeof(cuda::Bf16));
   for (auto* p : {dq, dk, dv}) dc.allocator().deallocate(p, n * sizeof(float));
   dc.allocator().deallocate(lse, size_t(seq) * heads * sizeof(float));
-  const double f = trident::kernels::attention_flops(s, false);
-  const double b = trident::kernels::attention_flops(s, true);
-  return {seq, causal, f / (fwd_ms * 1e-3) / 1e12, (f + b) / (all_ms * 1e-3) / 1e12};
+  return {trident::kernels::attention_flops(s, false), trident::kernels::attention_flops(s, true),
+          fwd_ms, all_ms};
+}
+
+// torch's rates for one shape from its fwd and fwd+bwd rates (the same
+// FLOP counts), or all -1 when the file has no such row.
+Rates torch_rates(const std::map<std::string, double>& torch, const std::string& key,
+                  const Row& r) {
+  const auto f = torch.find(key + " fwd"), fb = torch.find(key + " fwdbwd");
+  if (f == torch.end() || fb == torch.end() || f->second <= 0 || fb->second <= 0)
+    return {{-1.0, -1.0, -1.0}};
+  const double fwd_ms = r.fwd_flops / (f->second * 1e12) * 1e3;
+  const double all_ms = (r.fwd_flops + r.bwd_flops) / (fb->second * 1e12) * 1e3;
+  return rates_of(r.fwd_flops, r.bwd_flops, fwd_ms, all_ms);
+}
+
+void print_rate(int64_t seq, const char* mask, const char* pass, double tf, double gemm,
+                double torch_tf) {
+  std::printf("%6lld %-6s %-7s ", (long long)seq, mask, pass);
+  if (tf < 0)
+    std::printf("%9s %7s ", "-", "-");
+  else
+    std::printf("%9.1f %6.0f%% ", tf, 100.0 * tf / gemm);
+  if (torch_tf < 0)
+    std::printf("%9s %8s\n", "-", "-");
+  else if (tf < 0)
+    std::printf("%9.1f %8s\n", torch_tf, "-");
+  else
+    std::printf("%9.1f %7.2fx\n", torch_tf, tf / torch_tf);
 }
 
 int run(const Options& o) {
@@ -186,19 +225,12 @@ int run(const Options& o) {
   for (int64_t seq : seqs)
     for (bool causal : {true, false}) {
       const Row r = measure(dc, seq, causal, o.heads, o.iters);
-      for (int pass = 0; pass < 2; ++pass) {
-        const double tf = pass ? r.fwdbwd_tflops : r.fwd_tflops;
-        const char* mask = causal ? "causal" : "full";
-        const char* name = pass ? "fwd+bwd" : "fwd";
-        const auto it =
-            torch.find(std::to_string(seq) + " " + mask + " " + (pass ? "fwdbwd" : "fwd"));
-        if (it == torch.end())
-          std::printf("%6lld %-6s %-7s %9.1f %6.0f%% %9s %8s\n", (long long)seq, mask, name, tf,
-                      100.0 * tf / gemm, "-", "-");
-        else
-          std::printf("%6lld %-6s %-7s %9.1f %6.0f%% %9.1f %7.2fx\n", (long long)seq, mask, name,
-                      tf, 100.0 * tf / gemm, it->second, tf / it->second);
-      }
+      const char* mask = causal ? "causal" : "full";
+      const Rates mine = rates_of(r.fwd_flops, r.bwd_flops, r.fwd_ms, r.all_ms);
+      const Rates theirs = torch_rates(torch, std::to_string(seq) + " " + mask, r);
+      const char* names[3] = {"fwd", "bwd", "fwd+bwd"};
+      for (int p = 0; p < 3; ++p)
+        print_rate(seq, mask, names[p], mine.pass[p], gemm, theirs.pass[p]);
     }
   std::printf("targets: forward >= 50%% and backward >= 35%% of the GEMM rate, >= torch SDPA\n");
   return 0;

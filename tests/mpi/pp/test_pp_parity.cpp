@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <map>
 #include <memory>
 #include <vector>
@@ -19,6 +22,7 @@
 #include "trident/parallel/pp/executor.hpp"
 #include "trident/parallel/pp/generators.hpp"
 #include "trident/parallel/pp/simulator.hpp"
+#include "trident/parallel/pp/torch_csv.hpp"
 
 using namespace trident;
 using namespace trident::pp;
@@ -269,6 +273,38 @@ TEST_CASE("every schedule gives the one-rank loss and gradients", "[pp][mpi]") {
     }));
     CHECK(res.bytes_sent == boundaries_sent * kBatch * kDim * int64_t(sizeof(float)));
   }
+}
+
+TEST_CASE("PyTorch's compute+comms files run with the one-rank result", "[pp][mpi][np2]") {
+  MpiCommunicator pp(MPI_COMM_WORLD, CommKind::pp, "pp", 60.0, false);
+  REQUIRE(pp.size() == 2);
+  const char* src = std::getenv("TRIDENT_SOURCE_DIR");
+  REQUIRE(src != nullptr);
+  bool any_early = false;
+  for (const char* file : {"torch_p2m4_zbv_comms.csv", "torch_p2m4_dualpipev_comms.csv",
+                           "torch_p2m4_interleaved_comms.csv", "early_recv.csv"}) {
+    INFO("rank " << pp.rank() << " " << file);
+    std::ifstream f(std::string(src) + "/tests/unit/pp/data/torch/" + file);
+    REQUIRE(f.good());
+    std::stringstream text;
+    text << f.rdbuf();
+    const Schedule s = from_torch_csv(text.str(), file).schedule;
+    validate(s);
+    for (const auto& row : s.early_posts) any_early |= !row.empty();
+    const Serial ref(s.num_stages() * kLayersPerStage, s.microbatches);
+    MlpStack stack(s, pp.rank());
+    execute(s, pp.rank(), stack, pp, 0, nullptr);
+    double loss = stack.loss;
+    pp.allreduce_sum(&loss, 1);
+    CHECK(std::abs(loss - ref.loss) <= 1e-5 * std::abs(ref.loss));
+    CHECK(stack.weight_passes == s.microbatches * s.vpp);
+    for (const auto& [st, layers] : stack.layers_)
+      for (int k = 0; k < kLayersPerStage; ++k) {
+        CHECK(rel_diff(layers[k].dw, ref.layers[st * kLayersPerStage + k].dw) <= 1e-5);
+        CHECK(rel_diff(layers[k].db, ref.layers[st * kLayersPerStage + k].db) <= 1e-5);
+      }
+  }
+  CHECK(any_early);  // the files do post receives early
 }
 
 TEST_CASE("pp bytes are accounted on the pp counters", "[pp][mpi]") {

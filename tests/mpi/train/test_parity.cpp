@@ -182,6 +182,19 @@ std::vector<int> check_gradients(const Config& cfg, int dp) {
   return seen;
 }
 
+// Together the ranks hold every parameter of the one-rank model (`seen`:
+// this rank's, from check_gradients).
+void check_every_parameter_held(const Config& cfg, int dp, const std::vector<int>& seen) {
+  const size_t n_params = train::Trainer(serial_config(cfg, dp), {}).stage().params().size();
+  std::vector<int> held(n_params, 0);
+  for (int i : seen) held[size_t(i)] = 1;
+  MPI_Allreduce(MPI_IN_PLACE, held.data(), int(held.size()), MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  for (size_t i = 0; i < held.size(); ++i) {
+    INFO("one-rank parameter " << i << " is on no rank");
+    CHECK(held[i] == 1);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("every parameter's gradient after one step equals the one-rank gradient",
@@ -196,15 +209,20 @@ TEST_CASE("every parameter's gradient after one step equals the one-rank gradien
       cfg.parallel.vpp = 2;  // the V placement: stages r and 3-r on rank r
       cfg.runtime.ep_transport = EpTransportChoice::alltoallv;  // see the V test case above
     }
-    const std::vector<int> seen = check_gradients(cfg, 2);
-    // Together the ranks hold every parameter of the one-rank model.
-    const size_t n_params = train::Trainer(serial_config(cfg, 2), {}).stage().params().size();
-    std::vector<int> held(n_params, 0);
-    for (int i : seen) held[size_t(i)] = 1;
-    MPI_Allreduce(MPI_IN_PLACE, held.data(), int(held.size()), MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    for (size_t i = 0; i < held.size(); ++i) {
-      INFO("one-rank parameter " << i << " is on no rank");
-      CHECK(held[i] == 1);
-    }
+    check_every_parameter_held(cfg, 2, check_gradients(cfg, 2));
+  }
+}
+
+TEST_CASE("every parameter's gradient under the V schedules at pp = 4", "[parity][np4]") {
+  REQUIRE(testing::world_size() == 4);
+  for (const std::string schedule : {"zb-v", "dualpipev"}) {
+    INFO("schedule " << schedule);
+    Config cfg = tiny(4);
+    cfg.model.n_layers = 8;  // one layer per virtual stage
+    cfg.data.num_microbatches = 8;
+    cfg.parallel.pp = 4;
+    cfg.parallel.vpp = 2;
+    cfg.parallel.schedule = *parse_config_name<PipelineSchedule>(schedule);
+    check_every_parameter_held(cfg, 1, check_gradients(cfg, 1));
   }
 }

@@ -103,6 +103,13 @@ TEST_CASE("attention lane chunks and shared memory fit the GPUs") {
   CHECK(plan::attn_smem_bytes(plan::AttnKernel::forward, 128) <= 48 * 1024);
   // Exact size for one case: 16 rows of 64, a padded tile 32 x 65, a tile 32 x 64.
   CHECK(plan::attn_smem_bytes(plan::AttnKernel::forward, 64) == 4 * (16 * 64 + 32 * 65 + 32 * 64));
+  // The tensor-core forward: D 64 and 128 only, within the A100's limit.
+  CHECK(plan::attn_tc_supported(64));
+  CHECK(plan::attn_tc_supported(128));
+  CHECK_FALSE(plan::attn_tc_supported(96));
+  CHECK(plan::attn_tc_smem_bytes(128) ==
+        2 * (64 * 128 + 2 * 64 * 128) + 4 * (4 * 16 * 64 + 2 * 16 * 64 + 4 * 16 * 128));
+  CHECK(plan::attn_tc_smem_bytes(128) <= sm80_limit);
   AttnShape s;
   s.Tq = 1000;
   s.H = 8;

@@ -141,6 +141,22 @@ TEST_CASE("memory of a rank equals the hand count") {
   }
 }
 
+TEST_CASE("memory follows the schedule's placement of stages") {
+  Config c = dense_config();
+  c.model.n_layers = 4;
+  MeshPlan p = serial_plan(c);
+  p.pp = 2, p.vpp = 2;
+  auto params_of = [&](int rank) { return memory_of_rank(c, p, rank, 1).params / 4; };
+  p.schedule = PipelineSchedule::interleaved;  // loop: rank 0 holds stages 0 and 2
+  CHECK(params_of(0) == chunk_cost(c, p, 0).params + chunk_cost(c, p, 2).params);
+  p.schedule = PipelineSchedule::zb_v;  // V: rank 0 holds stages 0 and 3 (embedding and head)
+  CHECK(params_of(0) == chunk_cost(c, p, 0).params + chunk_cost(c, p, 3).params);
+  CHECK(params_of(1) == chunk_cost(c, p, 1).params + chunk_cost(c, p, 2).params);
+  const Prediction pr = predict(c, p, ClusterShape{1, 2, 2}, unit_machine());
+  CHECK(pr.memory_pp_rank == 0);
+  CHECK(pr.step_time_s > 0);
+}
+
 TEST_CASE("a prediction prices each action at the machine's rates") {
   const Config c = dense_config();
   const MeshPlan p = serial_plan(c);
@@ -159,16 +175,27 @@ TEST_CASE("a prediction prices each action at the machine's rates") {
   CHECK(pr.split.compute == Approx(4 * (pr.t_f + pr.t_b + pr.t_w)));
   CHECK(pr.split.bubble == Approx(0).margin(1e-12));
   CHECK(pr.tokens_per_s == Approx(4 * 2 * 16 / pr.step_time_s));
-  // two ranks sharing one core run at half speed
+  // a model that reaches half the benchmark rates takes twice as long per action
+  MachineProfile half = m;
+  half.efficiency = 0.5;
+  CHECK(predict(c, p, ClusterShape{1, 1, 1}, half).t_b == Approx(2 * pr.t_b));
+  // two ranks sharing one core: each action keeps its own time (a waiting
+  // rank yields its core), but the pipeline takes its compute over the core
   MachineProfile shared = m;
   shared.cores_per_node = 1;
-  const Prediction slow = predict(c, p, ClusterShape{1, 1, 1}, shared);
-  CHECK(slow.step_time_s == Approx(pr.step_time_s));
+  const Prediction alone = predict(c, p, ClusterShape{1, 1, 1}, shared);
+  CHECK(alone.step_time_s == Approx(pr.step_time_s));
   MeshPlan two = p;
   two.dp = 2;
   two.microbatches = 2;
   const Prediction dp2 = predict(c, two, ClusterShape{1, 2, 2}, shared);
-  CHECK(dp2.t_f == Approx(2 * pr.t_f));
+  const double per = pr.t_f + pr.t_b + pr.t_w;
+  CHECK(dp2.t_f == Approx(pr.t_f));
+  CHECK(dp2.split.cores == Approx(2 * per));  // 2 ranks x 2 micro-batches on one core, less 2 x per
+  // after the pipeline every rank works at once: optimizer and the 6 agreements
+  // (2 x log2(2) latencies each) at half speed
+  CHECK(dp2.split.other == Approx(2 * (optimizer + 6 * 2 * 1e-6)));
+  CHECK(dp2.step_time_s == Approx(4 * per + dp2.split.dp + dp2.split.other));
 }
 
 TEST_CASE("without latency, 1F1B on equal stages takes (m + p - 1)(tF + tB + tW)") {

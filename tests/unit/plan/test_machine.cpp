@@ -66,6 +66,10 @@ TEST_CASE("a machine profile reads in SI units") {
   CHECK(m.node.latency_s == Approx(5e-6));
   CHECK(m.network.bandwidth_Bps == Approx(50e9));
   CHECK(m.step_overhead_s == Approx(250e-6));
+  CHECK(m.efficiency == 1.0);  // optional, default 1
+  CHECK(parse_machine_text(
+            replaced(kGood, "peak_tflops = 989", "peak_tflops = 989\nefficiency = 0.4"), "box.toml")
+            .efficiency == Approx(0.4));
   CHECK(m.oversubscription(2) == 1.0);
   CHECK(m.oversubscription(8) == 4.0);
   CHECK(m.link(LinkClass::network).latency_s == Approx(10e-6));
@@ -83,6 +87,7 @@ TEST_CASE("a written profile reads back equal") {
   CHECK(r.node.bandwidth_Bps == Approx(m.node.bandwidth_Bps));
   CHECK(r.network.latency_s == Approx(m.network.latency_s));
   CHECK(r.step_overhead_s == Approx(m.step_overhead_s));
+  CHECK(r.efficiency == Approx(m.efficiency));
 }
 
 TEST_CASE("the shipped reference profiles read") {
@@ -106,6 +111,8 @@ TEST_CASE("bad machine files are refused with one line naming file, line and key
         "box.toml:13: link.nvlink.latency_us: must be a number >= 0");
   CHECK(refusal(replaced(kGood, "latency_us = 3", "latency_us = 3\nlatencyus = 4")) ==
         "box.toml:14: link.nvlink.latencyus: unknown key");
+  CHECK(refusal(replaced(kGood, "peak_tflops = 989", "efficiency = 0")) ==
+        "box.toml:10: compute.efficiency: must be a number > 0");
   CHECK(refusal(replaced(kGood, "cores_per_node = 2", "cores_per_node = 1.5")) ==
         "box.toml:5: machine.cores_per_node: must be an integer >= 0");
   CHECK(refusal(replaced(kGood, "name = \"test box\"\n", "")) == "box.toml: machine.name: missing");

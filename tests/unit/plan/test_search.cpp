@@ -4,6 +4,7 @@
 // exhaustive one; an impossible search is refused with one line.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <set>
 
 #include "trident/core/error.hpp"
 #include "trident/plan/search.hpp"
@@ -59,6 +60,10 @@ TEST_CASE("with room for every mesh the search lists exactly the legal ones, fas
     CHECK(r.best[i].plan.global_batch() == r.global_batch);
     if (i) CHECK(r.best[i - 1].step_time_s <= r.best[i].step_time_s);
   }
+  // every schedule family is among the candidates
+  std::set<PipelineSchedule> seen;
+  for (const Prediction& p : r.best) seen.insert(p.plan.schedule);
+  CHECK(seen.size() == 6);
   // the pruned search finds the same best meshes
   opt.top_k = 3;
   const SearchResult pruned = search(c, shape, gpu_like(), opt);

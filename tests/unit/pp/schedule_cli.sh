@@ -53,4 +53,20 @@ check negative_cost 2 "--tb" -- "$bin" schedule 1f1b --pp 2 --microbatches 2 --t
 check unwritable 2 "--export" -- \
   "$bin" schedule 1f1b --pp 2 --microbatches 2 --export /nonexistent-dir/x.csv
 check missing_file 2 "--import" -- "$bin" schedule --import "$tmp/none.csv"
+# PyTorch's format: its files import (FSDP and WAIT_SEND cells noted), trident's
+# export reads back, and a cell it cannot take is refused naming it.
+check torch_comms 0 "ignored 16 FSDP cells" -- \
+  "$bin" schedule --import "$data/torch/torch_p2m4_zbv_comms.csv" --simulate
+check torch_early_recv 0 "makespan 12," -- \
+  "$bin" schedule --import "$data/torch/early_recv.csv" --simulate
+check torch_as_trident 0 "makespan 16," -- \
+  "$bin" schedule --import "$data/torch/early_recv.csv" --format trident --simulate
+check torch_export 0 "wrote $tmp/dpv.csv" -- \
+  "$bin" schedule dualpipev --pp 4 --microbatches 9 --export "$tmp/dpv.csv" --format torch
+if grep -q -e '#' -e SEND "$tmp/dpv.csv"; then echo "FAIL torch export has a header or SEND"; fail=1; fi
+"$bin" schedule dualpipev --pp 4 --microbatches 9 --simulate | grep makespan >"$tmp/dpv_gen"
+check torch_round_trip 0 "$(cat "$tmp/dpv_gen")" -- "$bin" schedule --import "$tmp/dpv.csv" --simulate
+printf '0F0,0WAIT0\n' >"$tmp/bad_torch.csv"
+check torch_bad_cell 2 "cell '0WAIT0': unknown action" -- "$bin" schedule --import "$tmp/bad_torch.csv"
+check bad_format 2 "--format csv" -- "$bin" schedule 1f1b --pp 2 --microbatches 2 --format csv
 exit $fail

@@ -97,6 +97,7 @@ TEST_CASE("sweep: every schedule lowers and simulates without deadlock", "[pp]")
   REQUIRE(cases.size() >= 30);
   const SimCosts unit{1, 2, 1, 0};
   const SimCosts odd{1, 1.5, 0.75, 0};  // non-integer costs; tW < tF + tB
+  const SimCosts equal{0.5, 0.5, 0.5, 0};  // the V schedules' closed form
   int closed_checked = 0;
   for (const Case& c : cases) {
     INFO(describe(c));
@@ -122,7 +123,7 @@ TEST_CASE("sweep: every schedule lowers and simulates without deadlock", "[pp]")
     CHECK(sends == 2 * boundaries * c.m);
     CHECK(recvs == sends);
 
-    for (const SimCosts& costs : {unit, odd}) {
+    for (const SimCosts& costs : {unit, odd, equal}) {
       SimResult sim;
       REQUIRE_NOTHROW(sim = simulate(low, costs));
       // Busy time is fixed by the work; the makespan cannot beat it.
@@ -149,6 +150,12 @@ TEST_CASE("closed forms exist where the literature gives one", "[pp]") {
   // Any m >= p (the sweep checks it against the simulator); none below.
   CHECK(closed_form_bubble("interleaved", 4, 9, 2, 1, 2, 1).ratio == Approx(3.0 / 18));
   CHECK_FALSE(closed_form_bubble("interleaved", 4, 3, 2, 1, 2, 1).exists());
+  // ZB-V and DualPipeV with equal costs: p-1 idle chunk actions per rank
+  // (torch's ZB-V at p = 4, m = 8: 3/51 = 0.0588 of the makespan).
+  CHECK(closed_form_bubble("zb-v", 4, 8, 2, 1, 1, 1).fraction == Approx(3.0 / 51));
+  CHECK(closed_form_bubble("dualpipev", 4, 8, 2, 1, 1, 1).fraction == Approx(3.0 / 51));
+  CHECK_FALSE(closed_form_bubble("zb-v", 4, 8, 2, 1, 2, 1).exists());
+  CHECK_FALSE(closed_form_bubble("zb-v", 4, 7, 2, 1, 1, 1).exists());
   // ZB-H1 with tF = tB = tW: a third of 1F1B's bubble time.
   CHECK(closed_form_bubble("zb-h1", 4, 8, 1, 1, 1, 1).ratio ==
         Approx(closed_form_bubble("1f1b", 4, 8, 1, 1, 1, 1).ratio / 3));

@@ -13,6 +13,7 @@
 
 #include "trident/kernels/attention.hpp"
 #include "trident/kernels/context.hpp"
+#include "trident/kernels/moe_backends.hpp"
 #include "trident/kernels/ops.hpp"
 
 namespace trident::kernels::cuda {
@@ -104,17 +105,7 @@ void attention_backward_bf16(const Ctx& c, const AttnShape& s, const Bf16* q, co
                              const Bf16* v, const Bf16* out, const float* lse, const Bf16* dout,
                              float* dq, float* dk, float* dv);
 
-// ---- moe.hpp ----
-void topk_rows(const Ctx& c, const float* scores, int64_t T, int E, int k, int* idx);
-void gather_rows(const Ctx& c, const float* x, int64_t d, const int64_t* src_row, int64_t n,
-                 float* out);
-void combine_rows(const Ctx& c, const float* rows, int64_t d, const int64_t* row,
-                  const float* weight, int64_t T, int k, float* y);
-void combine_rows_backward(const Ctx& c, const float* rows, const float* dy, int64_t d,
-                           const int64_t* row, const float* weight, int64_t T, int k, float* drows,
-                           float* dweight);
-void scatter_add_rows(const Ctx& c, const float* drows, int64_t d, const int64_t* row, int64_t T,
-                      int k, float* dx);
+// ---- moe.hpp, router.hpp: declared with the CPU list (moe_backends.hpp) ----
 // Grouped expert GEMM: for each expert e, the rows [offset[e], offset[e+1])
 // of x ([rows, in]) times w[e] ([in, out], row-major) into the same rows of y
 // ([rows, out]); beta as in sgemm. offsets are host values (E + 1 entries);

@@ -88,6 +88,22 @@ constexpr size_t attn_workspace_bytes(const AttnShape& s, bool backward) {
   return backward ? size_t(s.Tq) * size_t(s.H) * sizeof(float) : 0;
 }
 
+// The bf16 tensor-core forward (attention_tc.cu): a block of kTcWarps warps
+// owns kTcRows query rows (16 per warp, one WMMA row block) and sweeps key
+// tiles of kTcTile rows. Shared memory holds the Q, K and V tiles in bf16 and,
+// per warp, its score block (fp32), probabilities (bf16) and output
+// accumulator (fp32, [16][D]).
+inline constexpr int kTcWarps = 4;
+inline constexpr int kTcRows = 16 * kTcWarps;
+inline constexpr int kTcTile = 64;
+inline constexpr int kTcThreads = kTcWarps * kWarp;
+constexpr bool attn_tc_supported(int D) { return D == 64 || D == 128; }
+constexpr size_t attn_tc_smem_bytes(int D) {
+  const size_t tiles = 2 * (size_t(kTcRows) * D + 2 * size_t(kTcTile) * D);  // Q, K, V bf16
+  const size_t per_warp = 4 * 16 * size_t(kTcTile) + 2 * 16 * size_t(kTcTile) + 4 * 16 * size_t(D);
+  return tiles + kTcWarps * per_warp;
+}
+
 // Elementwise kernels: a grid-stride loop over n items; blocks capped so a
 // huge n does not ask for more than the hardware schedules at once.
 inline constexpr int kThreads = 256;

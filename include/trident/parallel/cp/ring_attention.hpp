@@ -19,12 +19,12 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "trident/comm/comm.hpp"
 #include "trident/core/config.hpp"
+#include "trident/core/profiler.hpp"
 
 namespace trident::cp {
 
@@ -61,25 +61,6 @@ void scatter_to_local(const float* global, float* local, int64_t row_elems, int6
 void gather_to_global(const float* local, float* global, int64_t row_elems, int64_t seq_len,
                       int cp, int rank, Layout layout);
 
-// What the ring did since construction (or reset_counters()), for the bench
-// and the metrics. Times in seconds, work in FLOPs (attention_flops: masked
-// pairs not counted), bytes sent by this rank.
-struct RingCounters {
-  double flops = 0;           // attention FLOPs of this rank, forward and backward
-  double compute_s = 0;       // time in the attention kernels and merges
-  double compute_cpu_s = 0;   // the thread's CPU time over the same spans
-  double progress_s = 0;      // MPI tests made between query tiles (not in compute_s)
-  double wait_s = 0;          // time blocked waiting for ring transfers
-  double bytes_sent = 0;      // K/V (and dK/dV) bytes this rank sent
-  // With set_record_steps(true) only: compute_s of each ring step, in call
-  // order, cp entries per forward and cp per backward (a backward step's dK/dV
-  // sum included). Every rank has the same entries, so a benchmark can compare
-  // ranks step by step.
-  std::vector<double> step_compute_s;
-  size_t peak_workspace_bytes = 0;  // largest scratch memory one call held
-  int64_t calls = 0;          // forward + backward calls
-};
-
 class RingAttention {
  public:
   // cp: the CP communicator, or nullptr / size 1 for plain local attention.
@@ -105,19 +86,17 @@ class RingAttention {
                 const float* lse, const float* dout, int H, int Hkv, int D, float* dq, float* dk,
                 float* dv);
 
-  const RingCounters& counters() const { return counters_; }
-
-  // Called around every compute span (a step's kernels, a dK/dV sum),
-  // outside its timers: a benchmark can make ranks take turns computing so
-  // that, with more ranks than cores, each span is timed on a free core.
-  void set_compute_gate(std::function<void()> enter, std::function<void()> leave) {
-    gate_enter_ = std::move(enter);
-    gate_leave_ = std::move(leave);
-  }
-  void reset_counters() { counters_ = RingCounters{}; }
-  // Keep each step's compute time in counters().step_compute_s (grows with
-  // every call until reset_counters(): for benchmarks, off by default).
-  void set_record_steps(bool on) { record_steps_ = on; }
+  // Where the ring reports its work (nullptr: nowhere, and no clock is read).
+  // Spans: "ring.forward" / "ring.backward" per compute span (chunk = ring
+  // step; begin, and length = its kernel time without the MPI tests made in
+  // between; a backward step's dK/dV sum is a second span of that step),
+  // "ring.wait" per blocking wait on a ring transfer. Counters: ring.flops
+  // (attention_flops, masked pairs not counted), ring.bytes_sent (K/V and
+  // dK/dV), ring.progress_s (the MPI tests between query tiles),
+  // ring.compute_cpu_s (the thread's CPU time in the compute spans),
+  // ring.calls, and the peak ring.workspace_bytes (scratch one call held).
+  // Sink::enter/leave bracket every compute span.
+  void set_profiler(prof::Sink* sink) { sink_ = sink; }
 
  private:
   int source_rank(int step) const { return (cp_rank_ - step + cp_size_) % cp_size_; }
@@ -131,22 +110,12 @@ class RingAttention {
   int64_t local_tokens_ = 0;
   std::vector<int64_t> positions_;
   std::vector<std::vector<TokenRun>> runs_;  // runs of every rank of the ring
-  RingCounters counters_;
-  bool record_steps_ = false;
-  // Opens this step's entry of step_compute_s when recording; the slot its
-  // compute spans add to (nullptr when not recording).
-  double* open_step() {
-    if (!record_steps_) return nullptr;
-    counters_.step_compute_s.push_back(0.0);
-    return &counters_.step_compute_s.back();
+  prof::Sink* sink_ = nullptr;
+  void count(const char* counter, double amount) {
+    if (sink_) sink_->add(counter, amount);
   }
-  std::function<void()> gate_enter_, gate_leave_;
-  void enter_compute() const {
-    if (gate_enter_) gate_enter_();
-  }
-  void leave_compute() const {
-    if (gate_leave_) gate_leave_();
-  }
+  // A blocking wait on a ring transfer, reported as a "ring.wait" span.
+  void timed_wait(Request& r);
 };
 
 }  // namespace trident::cp

@@ -41,8 +41,8 @@ struct MoEStats {
   double imbalance() const;
 };
 
-// Where an expert's SwiGLU goes for each row block it receives: the default
-// is kernels::swiglu_*; tests put identity experts here.
+// The experts' computation on each row block they receive: the layer's
+// SwiGLU experts (kernels::swiglu_*) unless set_expert_fn names another.
 struct ExpertBlockFn {
   virtual ~ExpertBlockFn() = default;
   virtual void forward(int local_expert, const float* x, int64_t rows, float* y, float* gate,
@@ -61,6 +61,8 @@ class MoELayer {
            EpTransportChoice transport = EpTransportChoice::automatic, double shm_limit_bytes = 0,
            const kernels::Ctx& ctx = {});
   ~MoELayer();
+  MoELayer(const MoELayer&) = delete;  // its experts point back at it
+  MoELayer& operator=(const MoELayer&) = delete;
 
   std::vector<Param*> params();   // router, then local experts (gate, up, down each)
   std::vector<Param*> buffers();  // router bias (sigmoid_bias only), GradReduce::none
@@ -96,7 +98,7 @@ class MoELayer {
   Param& router_weight() { return router_w_; }
   Param& expert_param(int local_expert, int which);  // which: 0 gate, 1 up, 2 down
   // Replaces the SwiGLU experts (nullptr: back to SwiGLU). Not owned.
-  void set_expert_fn(ExpertBlockFn* fn) { custom_ = fn; }
+  void set_expert_fn(ExpertBlockFn* fn) { expert_fn_ = fn ? fn : swiglu_.get(); }
 
  private:
   void run_experts_forward(Cache& c, float* out, DispatchTimes& times);
@@ -110,7 +112,8 @@ class MoELayer {
   Param router_w_;
   Param bias_;
   std::vector<Param> experts_;  // [L * 3]
-  ExpertBlockFn* custom_ = nullptr;
+  std::unique_ptr<ExpertBlockFn> swiglu_;  // the SwiGLU experts over experts_
+  ExpertBlockFn* expert_fn_;               // what runs: swiglu_ or set_expert_fn's
 };
 
 }  // namespace trident::ep

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "trident/comm/comm.hpp"
+#include "trident/core/profiler.hpp"
 #include "trident/io/run_file.hpp"
 #include "trident/parallel/pp/schedule.hpp"
 
@@ -75,7 +76,9 @@ struct ExecOptions {
   // tokens/s with 0.1 s against 7.5-9.4k with 0), and in bench schedule it made
   // no measurable difference.
   double recv_poll_s = 0.0;
-  int world_rank = 0;  // the timeline's rank when there is no pp communicator
+  // Every action as a span (kind = op name, stage, chunk, micro-batch), in
+  // execution order, once the step is done.
+  prof::Sink* profiler = nullptr;
 };
 
 // Runs rank `my_pp_rank`'s list of `lowered` (validate()d by the caller or

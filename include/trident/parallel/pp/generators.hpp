@@ -64,8 +64,8 @@ Placement schedule_placement(const std::string& name, int pp, int vpp);
 // Interleaved has its closed form when microbatches >= pp (the remainder in
 // the first group keeps it: the sweep test checks it); ZB-H1 only
 // when the pipeline fills (microbatches >= pp) and t_w <= t_f + t_b. ZB-V and
-// DualPipeV have none here (their bubble depends on the costs in ways the
-// simulator gives exactly).
+// DualPipeV: (p-1)/(6m) when t_f = t_b = t_w and microbatches >= 2 pp (costs
+// of one chunk; other costs: the simulator).
 struct ClosedForm {
   double ratio = -1;     // bubble time / ideal time
   double fraction = -1;  // 1 - busy / makespan

@@ -73,6 +73,15 @@ struct Schedule {
   bool split_backward = false;  // true: B is the input gradient and W actions exist
   Placement placement = Placement::loop(1, 1);
   std::vector<std::vector<Action>> ranks;  // ranks[r]: rank r's actions in execution order
+  // Receives posted before their RECV action, as PyTorch's RECV means it
+  // (post here, wait at the compute): on rank r, each `recv` is posted when
+  // the action `at` (earlier in ranks[r]) starts. The RECV itself stays the
+  // wait. Empty, or one list per rank.
+  struct EarlyPost {
+    Action recv, at;
+    bool operator==(const EarlyPost&) const = default;
+  };
+  std::vector<std::vector<EarlyPost>> early_posts;
 
   int num_stages() const { return pp * vpp; }
   int rank_of(int stage) const { return placement.rank.at(size_t(stage)); }
@@ -116,8 +125,25 @@ void validate(const Schedule& s);
 // validate.
 std::string to_csv(const Schedule& s);
 Schedule from_csv(const std::string& text, const std::string& source_name);
+
+// The rows of a schedule CSV: lines that are neither empty nor '#' comments,
+// split at commas, cells trimmed (an empty cell stays, as "").
+struct CsvRow {
+  int line_no = 0;
+  std::vector<std::string> cells;
+};
+std::vector<CsvRow> read_csv_rows(const std::string& text);
+
+// Fills pp (the rows), vpp and micro-batches (the largest stage and
+// micro-batch named), split_backward (any W) and the placement (the row
+// each stage's actions are on; loop for a stage no row names) of a schedule
+// read from rows. InputError naming `source` for a stage on two rows.
+void infer_shape(Schedule& s, const std::string& source);
 void write_csv_file(const Schedule& s, const std::string& path);  // InputError if unwritable
 Schedule read_csv_file(const std::string& path);                  // InputError if unreadable
+// The file's text, and writing one (InputErrors naming --import / --export).
+std::string read_schedule_file(const std::string& path);
+void write_schedule_file(const std::string& path, const std::string& text);
 
 // Per-rank action lists as text, one line per rank ("rank 0: 0F0 0F1 ...").
 std::string format_actions(const Schedule& s);

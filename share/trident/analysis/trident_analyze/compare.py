@@ -9,7 +9,7 @@ import numpy as np
 
 from .runfile import AnalysisError, RunFile
 
-METRICS = ["loss", "aux_loss", "grad_norm", "lr"]
+METRICS = ["loss", "aux_loss", "z_loss", "grad_norm", "lr"]
 
 
 def rel_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -72,33 +72,42 @@ class AlltoallvTransport final : public Transport {
   // Moves every block from `from` to `to`: to_experts, from this rank's
   // send-order rows [S, d] to the expert sides (this rank's [R, d]
   // receives); else the reverse. A block is the rows of one source for one
-  // expert, contiguous on both sides; blocks that stay on this rank are
-  // copied.
+  // expert, contiguous on both sides. Receives are posted first; peers go
+  // in turn from the next rank on, so that not every rank starts at rank 0;
+  // the blocks that stay on this rank are copied while the others travel.
   void exchange(const DispatchPlan& p, const float* from, float* to, bool to_experts, int64_t d) {
     const int P = p.ep_size, L = p.local_experts, me = p.ep_rank;
     const size_t row_bytes = kRowBytes * size_t(d);
     const int tag = to_experts ? kToExperts : kToSources;
+    // fn(offset in floats, rows) for each block between this rank and peer
+    // r: on this rank's expert side (r the source), or in its send order (r
+    // the expert rank).
+    auto blocks = [&](int r, bool expert_side, auto&& fn) {
+      for (int e = 0; e < L; ++e) {
+        const int64_t n = expert_side ? p.chunk_rows[r * L + e] : p.tokens_per_expert[r * L + e];
+        if (n > 0) fn((expert_side ? p.chunk_offset[r * L + e] : p.expert_first[r * L + e]) * d, n);
+      }
+    };
     requests_.clear();
-    for (int s = 0; s < P; ++s)  // this rank's experts' blocks, one per source
-      for (int e = 0; e < L && s != me; ++e) {
-        const size_t bytes = row_bytes * size_t(p.chunk_rows[s * L + e]);
-        const int64_t at = p.chunk_offset[s * L + e] * d;
-        if (bytes == 0) continue;
-        requests_.push_back(to_experts ? ep_.irecv(to + at, bytes, s, tag)
-                                       : ep_.isend(from + at, bytes, s, tag));
-      }
-    for (int g = 0; g < p.n_experts; ++g) {  // this rank's blocks, one per expert
-      const int r = g / L;
-      const size_t bytes = row_bytes * size_t(p.tokens_per_expert[g]);
-      const int64_t at = p.expert_first[g] * d;
-      if (bytes == 0) continue;
-      if (r == me) {
-        const int64_t there = p.chunk_offset[me * L + (g - me * L)] * d;
-        std::memcpy(to + (to_experts ? there : at), from + (to_experts ? at : there), bytes);
-      } else {
-        requests_.push_back(to_experts ? ep_.isend(from + at, bytes, r, tag)
-                                       : ep_.irecv(to + at, bytes, r, tag));
-      }
+    for (int i = 1; i < P; ++i) {
+      const int r = (me + i) % P;
+      blocks(r, to_experts, [&](int64_t at, int64_t n) {
+        requests_.push_back(ep_.irecv(to + at, row_bytes * size_t(n), r, tag));
+      });
+    }
+    for (int i = 1; i < P; ++i) {
+      const int r = (me + i) % P;
+      blocks(r, !to_experts, [&](int64_t at, int64_t n) {
+        requests_.push_back(ep_.isend(from + at, row_bytes * size_t(n), r, tag));
+      });
+    }
+    for (int e = 0; e < L; ++e) {
+      if (p.chunk_rows[me * L + e] == 0) continue;
+      const int64_t sent_at = p.expert_first[me * L + e] * d,
+                    expert_at = p.chunk_offset[me * L + e] * d;
+      std::memcpy(to + (to_experts ? expert_at : sent_at),
+                  from + (to_experts ? sent_at : expert_at),
+                  row_bytes * size_t(p.chunk_rows[me * L + e]));
     }
     ep_.wait_all(requests_);
   }

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# `trident plan --calibrate` on 2 ranks of a small model: writes a profile
+# that `trident plan --machine` reads back, with positive rates, a measured
+# link, an efficiency, and no more cores than the machine has; without --out
+# it refuses with exit 2 and one line, and leaves no file.
+set -euo pipefail
+bin=${TRIDENT_BIN:?TRIDENT_BIN must point at the trident executable}
+src=${TRIDENT_SOURCE_DIR:?TRIDENT_SOURCE_DIR must point at the source tree}
+read -r -a mpirun <<<"${TRIDENT_MPIRUN:?TRIDENT_MPIRUN must hold the mpirun command}"
+quick=$src/share/trident/examples/quickstart.toml
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+"${mpirun[@]}" -np 2 "$bin" plan "$quick" --calibrate --out "$tmp/m.toml" --set data.seq_len=64 >"$tmp/out"
+cat "$tmp/out"
+[ -f "$tmp/m.toml" ] || fail "no profile written"
+[ ! -e "$tmp/m.toml.tmp" ] || fail "temporary file left behind"
+python3 - "$tmp/m.toml" "$(nproc)" <<'PY'
+import sys, tomllib
+m = tomllib.load(open(sys.argv[1], "rb"))
+c = m["compute"]
+assert c["gemm_tflops"] > 0 and c["attention_tflops"] > 0 and c["memory_gb_per_s"] > 0, c
+assert 0 < c["efficiency"] < 100, c
+link = m["link"]["node"]
+assert link["bandwidth_gb_per_s"] > 0 and link["latency_us"] > 0, link
+assert 0 <= m["machine"]["cores_per_node"] <= int(sys.argv[2]), m["machine"]
+print("calibrated profile: ok")
+PY
+"$bin" plan "$quick" --nodes 1 --devices-per-node 8 --machine "$tmp/m.toml" | grep -q "^prediction for" \
+  || fail "the calibrated profile does not predict"
+set +e
+"${mpirun[@]}" -np 2 "$bin" plan "$quick" --calibrate >"$tmp/o2" 2>"$tmp/e2"
+rc=$?
+set -e
+[ "$rc" -eq 2 ] || fail "--calibrate without --out exited $rc"
+grep -qF -- "--calibrate: needs --out FILE" "$tmp/e2" "$tmp/o2" || fail "no one-line refusal: $(cat "$tmp/e2")"
+echo "plan calibrate: ok"
