@@ -26,7 +26,6 @@ namespace trident::cli {
 namespace {
 
 using ep::DispatchPlan;
-using ep::DispatchTimes;
 using ep::TokenDispatcher;
 
 // k distinct experts per token. Balanced: round robin, every expert gets
@@ -222,6 +221,8 @@ class BenchMoeCommand : public Command {
     const int E = experts_, k = top_k_, L = E / W;
     const kernels::Ctx ctx;
     TokenDispatcher disp(&ep, E, *parse_config_name<EpTransportChoice>(transport), 0, ctx);
+    prof::Recorder tm(false);  // the phases of one iteration (cleared before each)
+    disp.set_profiler(&tm);
     std::vector<float> send, recv, back, y(static_cast<size_t>(T * d)), gate, up;
     constexpr int kCols = 11;
     std::vector<double> per_iter;  // [iters, kCols] seconds, this rank
@@ -232,11 +233,10 @@ class BenchMoeCommand : public Command {
       const bool verify = it < 0, timed = it >= warmup_;
       world.barrier();
       const double ep_bytes0 = comm_counters().bytes_sent[int(CommKind::ep)];
-      DispatchTimes tm;
-      plan = disp.plan(expert.data(), T, k, &tm);
+      tm.clear();
+      plan = disp.plan(expert.data(), T, k);
       const int64_t S = plan.sent(), R = plan.received();
-      std::unique_ptr<ep::ForwardRows> rows = disp.dispatch_forward(plan, x.data(), d, &tm);
-      const double a2a_dispatch = tm.a2a;
+      std::unique_ptr<ep::ForwardRows> rows = disp.dispatch_forward(plan, x.data(), d);
       // Experts read rows->in() and write rows->out() (shm: the shared
       // inbox and outbox); an identity expert is a copy, timed as expert
       // compute like the SwiGLU.
@@ -260,7 +260,7 @@ class BenchMoeCommand : public Command {
       // the busiest expert rank: the combine starts aligned, as the raw
       // all-to-all does.
       world.barrier();
-      disp.combine_forward(plan, *rows, weight.data(), y.data(), d, &tm);
+      disp.combine_forward(plan, *rows, weight.data(), y.data(), d);
       rows.reset();  // as the layer does after its backward
       const double ep_bytes = comm_counters().bytes_sent[int(CommKind::ep)] - ep_bytes0;
 
@@ -304,17 +304,19 @@ class BenchMoeCommand : public Command {
       if (!timed) continue;
       // count, permute, a2a dispatch, expert, a2a combine, combine, raw fwd,
       // raw rev, then dispatch, combine and raw totals.
-      const double a2a_combine = tm.a2a - a2a_dispatch;
-      const double v[kCols] = {tm.count_exchange,
-                               tm.permute,
+      const double count_s = tm.seconds("ep.count"), permute = tm.seconds("ep.permute");
+      const double a2a_dispatch = tm.seconds("ep.dispatch"), a2a_combine = tm.seconds("ep.return");
+      const double combine_s = tm.seconds("ep.combine");
+      const double v[kCols] = {count_s,
+                               permute,
                                a2a_dispatch,
                                expert_s,
                                a2a_combine,
-                               tm.combine,
+                               combine_s,
                                raw_fwd,
                                raw_rev,
-                               tm.count_exchange + tm.permute + a2a_dispatch,
-                               a2a_combine + tm.combine,
+                               count_s + permute + a2a_dispatch,
+                               a2a_combine + combine_s,
                                raw_fwd + raw_rev};
       per_iter.insert(per_iter.end(), v, v + kCols);
     }

@@ -13,17 +13,6 @@
 namespace trident::plan {
 namespace {
 
-std::vector<int> divisors(long long n) {
-  std::vector<int> out;
-  for (long long d = 1; d * d <= n; ++d) {
-    if (n % d) continue;
-    out.push_back(int(d));
-    if (d != n / d) out.push_back(int(n / d));
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 struct Candidate {
   MeshPlan plan;
   double lower_bound = 0;

@@ -12,18 +12,6 @@ namespace {
 
 std::string str(long long v) { return std::to_string(v); }
 
-std::vector<int> divisors(int n) {
-  std::vector<int> out;
-  for (int d = 1; static_cast<long long>(d) * d <= n; ++d) {
-    if (n % d == 0) {
-      out.push_back(d);
-      if (d != n / d) out.push_back(n / d);
-    }
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 std::vector<int> iota_from(int start, int count, int stride = 1) {
   std::vector<int> v(count);
   for (int i = 0; i < count; ++i) v[i] = start + i * stride;
@@ -60,6 +48,17 @@ std::string group_text(const std::vector<int>& g) {
 std::string span(int a, int b) { return a == b ? str(a) : str(a) + "-" + str(b); }
 
 }  // namespace
+
+std::vector<int> divisors(long long n) {
+  std::vector<int> out;
+  for (long long d = 1; d * d <= n; ++d) {
+    if (n % d) continue;
+    out.push_back(int(d));
+    if (d != n / d) out.push_back(int(n / d));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 MeshCheck check_mesh(const ClusterShape& shape, const MeshRequest& req, int n_experts) {
   const int dpn = shape.devices_per_node, nvl = shape.nvlink_domain;

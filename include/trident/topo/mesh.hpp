@@ -78,6 +78,9 @@ struct MeshCheck {
 };
 MeshCheck check_mesh(const ClusterShape& shape, const MeshRequest& req, int n_experts = 0);
 
+// The divisors of n (>= 1), ascending: the sizes a parallelism over n ranks can take.
+std::vector<int> divisors(long long n);
+
 // The fitting request nearest to req (fewest and smallest changes of pp, cp,
 // ep), for error messages; pp=1 cp=1 ep=1 always fits a valid shape.
 MeshRequest nearest_fitting_request(const ClusterShape& shape, const MeshRequest& req,

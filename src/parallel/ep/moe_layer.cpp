@@ -112,8 +112,7 @@ Param& MoELayer::expert_param(int local_expert, int which) {
   return experts_.at(static_cast<size_t>(local_expert) * 3 + which);
 }
 
-void MoELayer::run_experts_forward(Cache& c, float* out, DispatchTimes& times) {
-  const double t0 = ep_clock_s();
+void MoELayer::run_experts_forward(Cache& c, float* out) {
   const DispatchPlan& p = c.plan;
   for (int e = 0; e < L_; ++e) {
     for (int r = 0; r < p.ep_size; ++r) {
@@ -126,13 +125,11 @@ void MoELayer::run_experts_forward(Cache& c, float* out, DispatchTimes& times) {
       expert_fn_->forward(e, x, rows, y, gate, up);
     }
   }
-  times.expert += ep_clock_s() - t0;
 }
 
 void MoELayer::forward(const float* x, int64_t T, const std::vector<int>& sample_of_token,
                        int n_samples, float* y, Cache& c, MoEStats& stats,
                        const int64_t* token_index) {
-  DispatchTimes times;
   c.n_samples = n_samples;
   c.x.assign(x, x + T * d_);
   std::vector<float> logits(static_cast<size_t>(T * E_));
@@ -140,21 +137,18 @@ void MoELayer::forward(const float* x, int64_t T, const std::vector<int>& sample
                  logits.data(), E_);
   router_.route(ctx_, logits.data(), T, sample_of_token, n_samples, cp_, c.routing, token_index);
 
-  c.plan = dispatcher_.plan(c.routing.expert.data(), T, k_, &times);
+  c.plan = dispatcher_.plan(c.routing.expert.data(), T, k_);
   const int64_t R = c.plan.received();
-  c.rows = dispatcher_.dispatch_forward(c.plan, x, d_, &times);
+  c.rows = dispatcher_.dispatch_forward(c.plan, x, d_);
   c.gate.resize(static_cast<size_t>(R * f_));
   c.up.resize(static_cast<size_t>(R * f_));
-  run_experts_forward(c, c.rows->out(), times);
-  dispatcher_.combine_forward(c.plan, *c.rows, c.routing.weight.data(), y, d_, &times);
+  run_experts_forward(c, c.rows->out());
+  dispatcher_.combine_forward(c.plan, *c.rows, c.routing.weight.data(), y, d_);
 
   stats.aux_loss_sum = c.routing.aux_share;
   stats.z_loss_sum = c.routing.z_share;
   stats.tokens_per_expert = c.plan.tokens_per_expert;
   stats.dropped = c.routing.dropped;
-  stats.a2a_bytes = times.a2a_bytes;
-  stats.a2a_s = times.a2a;
-  stats.times = times;
 }
 
 // Each expert's rows are one block; the SwiGLU runs per source chunk of it,

@@ -3,18 +3,16 @@
 // the kernels' (see the header for the layout).
 #include "trident/parallel/ep/token_dispatcher.hpp"
 
-#include <chrono>
 #include <string>
 
 #include "trident/core/error.hpp"
 #include "trident/parallel/ep/transport.hpp"
 
 namespace trident::ep {
-
-// Steady clock (not now_s): the layer also runs without MPI initialised.
-double ep_clock_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+namespace {
+// now_s() when a sink listens; no clock is read otherwise.
+double stamp(const prof::Sink* sink) { return sink ? now_s() : 0.0; }
+}  // namespace
 
 const char* ep_transport_name(EpTransport t) {
   switch (t) {
@@ -119,8 +117,8 @@ void plan_receive(DispatchPlan& p) {
 
 }  // namespace
 
-DispatchPlan TokenDispatcher::plan(const int* expert, int64_t T, int k, DispatchTimes* times) {
-  const double t0 = ep_clock_s();
+DispatchPlan TokenDispatcher::plan(const int* expert, int64_t T, int k) {
+  const double t0 = stamp(sink_);
   DispatchPlan p;
   p.T = T;
   p.k = k;
@@ -131,7 +129,7 @@ DispatchPlan TokenDispatcher::plan(const int* expert, int64_t T, int k, Dispatch
   plan_send(p, expert);
   // Count exchange: every rank learns every rank's counts, which places
   // each source's rows on each expert rank without another message.
-  const double t1 = ep_clock_s();
+  const double t1 = stamp(sink_);
   if (ep_) {
     p.counts.assign(size_t(ep_size_) * n_experts_, 0);
     ep_->allgather(p.tokens_per_expert.data(), p.counts.data(),
@@ -139,54 +137,53 @@ DispatchPlan TokenDispatcher::plan(const int* expert, int64_t T, int k, Dispatch
   } else {
     p.counts = p.tokens_per_expert;
   }
-  const double t2 = ep_clock_s();
+  const double t2 = stamp(sink_);
   plan_receive(p);
   transport_->synced();
-  if (times) {
-    times->permute += (t1 - t0) + (ep_clock_s() - t2);  // index work is part of the permutation
-    times->count_exchange += t2 - t1;
+  if (sink_) {  // the index work is part of the permutation
+    sink_->span(prof::Span{"ep.permute", -1, -1, -1, t0, t1});
+    sink_->span(prof::Span{"ep.count", -1, -1, -1, t1, t2});
+    sink_->span(prof::Span{"ep.permute", -1, -1, -1, t2, now_s()});
   }
   return p;
 }
 
-void TokenDispatcher::dispatch(const DispatchPlan& p, const float* x, float* expert_in, int64_t d,
-                               DispatchTimes* times) {
-  transport_->dispatch(p, SendRows{x, p.send_token.data()}, expert_in, d, times);
+void TokenDispatcher::dispatch(const DispatchPlan& p, const float* x, float* expert_in, int64_t d) {
+  transport_->dispatch(p, SendRows{x, p.send_token.data()}, expert_in, d);
 }
 
 void TokenDispatcher::dispatch_rows(const DispatchPlan& p, const float* rows, float* expert_in,
-                                    int64_t d, DispatchTimes* times) {
-  transport_->dispatch(p, SendRows{rows, nullptr}, expert_in, d, times);
+                                    int64_t d) {
+  transport_->dispatch(p, SendRows{rows, nullptr}, expert_in, d);
 }
 
 void TokenDispatcher::combine(const DispatchPlan& p, const float* expert_side, const float* weight,
-                              float* y, int64_t d, KeptRows* keep, DispatchTimes* times) {
-  const kernels::RowSource rows = transport_->gather_back(p, expert_side, d, keep, times);
-  const double t0 = ep_clock_s();
+                              float* y, int64_t d, KeptRows* keep) {
+  const kernels::RowSource rows = transport_->gather_back(p, expert_side, d, keep);
+  const double t0 = stamp(sink_);
   kernels::combine_rows(ctx_, rows, d, p.row_of.data(), weight, p.T, p.k, y);
-  if (times) times->combine += ep_clock_s() - t0;
+  if (sink_) sink_->span(prof::Span{"ep.combine", -1, -1, -1, t0, now_s()});
 }
 
 void TokenDispatcher::combine_backward(const DispatchPlan& p, const float* expert_side,
                                        const float* dy, const float* weight, float* drows,
                                        float* dweight, int64_t d, KeptRows* keep) {
-  const kernels::RowSource rows = transport_->gather_back(p, expert_side, d, keep, nullptr);
+  const kernels::RowSource rows = transport_->gather_back(p, expert_side, d, keep);
   kernels::combine_rows_backward(ctx_, rows, dy, d, p.row_of.data(), weight, p.T, p.k, drows,
                                  dweight);
 }
 
 std::unique_ptr<ForwardRows> TokenDispatcher::dispatch_forward(const DispatchPlan& p,
-                                                               const float* x, int64_t d,
-                                                               DispatchTimes* times) {
-  return transport_->dispatch_forward(p, x, d, times);
+                                                               const float* x, int64_t d) {
+  return transport_->dispatch_forward(p, x, d);
 }
 
 void TokenDispatcher::combine_forward(const DispatchPlan& p, ForwardRows& rows, const float* weight,
-                                      float* y, int64_t d, DispatchTimes* times) {
-  transport_->return_forward(p, rows, d, times);
-  const double t0 = ep_clock_s();
+                                      float* y, int64_t d) {
+  transport_->return_forward(p, rows, d);
+  const double t0 = stamp(sink_);
   kernels::combine_rows(ctx_, rows.returned(), d, p.row_of.data(), weight, p.T, p.k, y);
-  if (times) times->combine += ep_clock_s() - t0;
+  if (sink_) sink_->span(prof::Span{"ep.combine", -1, -1, -1, t0, now_s()});
 }
 
 void TokenDispatcher::combine_backward(const DispatchPlan& p, const ForwardRows& rows,
@@ -194,6 +191,11 @@ void TokenDispatcher::combine_backward(const DispatchPlan& p, const ForwardRows&
                                        float* dweight, int64_t d) {
   kernels::combine_rows_backward(ctx_, rows.returned(), dy, d, p.row_of.data(), weight, p.T, p.k,
                                  drows, dweight);
+}
+
+void TokenDispatcher::set_profiler(prof::Sink* sink) {
+  sink_ = sink;
+  transport_->set_profiler(sink);
 }
 
 EpTransport TokenDispatcher::transport() const { return transport_->kind(); }

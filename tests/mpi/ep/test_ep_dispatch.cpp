@@ -21,15 +21,17 @@ namespace {
 void identity_round_trip(TokenDispatcher& disp, const std::vector<int>& expert,
                          const std::vector<float>& x, const std::vector<float>& dy, int64_t T,
                          int k, int64_t d, std::vector<float>& y, std::vector<float>& dx,
-                         DispatchPlan& plan, DispatchTimes& times) {
-  plan = disp.plan(expert.data(), T, k, &times);
+                         DispatchPlan& plan, prof::Recorder& forward) {
+  disp.set_profiler(&forward);  // the forward's transfers only
+  plan = disp.plan(expert.data(), T, k);
   const int64_t S = plan.sent(), R = plan.received();
   std::vector<float> at_expert(R * d);
-  disp.dispatch(plan, x.data(), at_expert.data(), d, &times);
+  disp.dispatch(plan, x.data(), at_expert.data(), d);
   std::vector<float> w(T * k, 1.0f / float(k));
   y.assign(T * d, -1.0f);
   KeptRows keep;
-  disp.combine(plan, at_expert.data(), w.data(), y.data(), d, &keep, &times);
+  disp.combine(plan, at_expert.data(), w.data(), y.data(), d, &keep);
+  disp.set_profiler(nullptr);
   // Backward: the combine's gradient travels like a dispatch, and back.
   std::vector<float> drows(S * d), dw(T * k), dexp(R * d);
   disp.combine_backward(plan, at_expert.data(), dy.data(), w.data(), drows.data(), dw.data(), d,
@@ -62,7 +64,7 @@ TEST_CASE("identity experts round-trip tokens exactly; bytes equal the routed co
       TokenDispatcher disp(mesh.ep_comm.get(), E, *parse_config_name<EpTransportChoice>(tr));
       std::vector<float> y, dx;
       DispatchPlan plan;
-      DispatchTimes times;
+      prof::Recorder times;
       const CommCounters before = comm_counters();
       identity_round_trip(disp, expert, x, dy, T, k, d, y, dx, plan, times);
       const CommCounters moved_by_rank = comm_counters() - before;
@@ -71,7 +73,7 @@ TEST_CASE("identity experts round-trip tokens exactly; bytes equal the routed co
       CHECK(dx == dy);  // k copies of dy/k gathered back
       CHECK(plan.sent() == T * k);
       if (W > 1)
-        CHECK(times.a2a_bytes == double(plan.sent() + plan.received()) * d * sizeof(float));
+        CHECK(times.counter("ep.bytes") == double(plan.sent() + plan.received()) * d * sizeof(float));
       // The ep counters see what leaves the rank: forward and backward, both
     // directions, plus the count exchange (E counts); the same whichever
     // transport moved the rows, but for one int each time the shm blocks grow.
@@ -112,7 +114,7 @@ TEST_CASE("every token on the last rank's expert: other ranks and experts receiv
     TokenDispatcher disp(mesh.ep_comm.get(), E, *parse_config_name<EpTransportChoice>(tr));
     std::vector<float> y, dx;
     DispatchPlan plan;
-    DispatchTimes times;
+    prof::Recorder times;
     identity_round_trip(disp, expert, x, dy, T, k, d, y, dx, plan, times);
     INFO("transport " << tr << " rank " << rank);
     CHECK(y == x);

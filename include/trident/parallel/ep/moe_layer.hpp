@@ -34,8 +34,6 @@ struct MoEStats {
   std::vector<int64_t>
       tokens_per_expert;            // [E] global expert ids: copies of this rank's tokens kept
   int64_t dropped = 0;              // copies dropped by capacity
-  double a2a_bytes = 0, a2a_s = 0;  // forward all-to-alls of this rank
-  DispatchTimes times;              // count exchange, permute, a2a, expert, combine
 
   // max/mean of tokens_per_expert (1 = balanced; 0 when nothing was routed).
   double imbalance() const;
@@ -101,7 +99,7 @@ class MoELayer {
   void set_expert_fn(ExpertBlockFn* fn) { expert_fn_ = fn ? fn : swiglu_.get(); }
 
  private:
-  void run_experts_forward(Cache& c, float* out, DispatchTimes& times);
+  void run_experts_forward(Cache& c, float* out);
   void run_experts_backward(Cache& c, const float* dout, float* din);
 
   kernels::Ctx ctx_;

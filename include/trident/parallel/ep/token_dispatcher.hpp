@@ -31,22 +31,20 @@
 
 #include "trident/comm/comm.hpp"
 #include "trident/core/config.hpp"
+#include "trident/core/profiler.hpp"
 #include "trident/kernels/context.hpp"
 #include "trident/kernels/moe.hpp"
 
 namespace trident::ep {
 
-// Where the time of one layer's token exchange went (seconds, this rank),
-// and the rows of its transfers in bytes (rows kept on the rank included, so
-// that one direction is exactly routed copies x d x 4; 0 without ep). The ep
-// counters (comm_counters) see only the bytes that leave the rank.
-struct DispatchTimes {
-  double count_exchange = 0, permute = 0, a2a = 0, expert = 0, combine = 0;
-  double a2a_bytes = 0;
-};
-
-// Seconds on a steady clock, for the times above.
-double ep_clock_s();
+// What the dispatcher reports to a profiler sink (set_profiler), per call:
+// spans "ep.count" (count exchange), "ep.permute" (index plan and gathers
+// outside a transfer), "ep.dispatch" and "ep.return" (the transfers to the
+// experts and back), "ep.combine" (the unpermute); counter "ep.bytes": the
+// rows of the transfers in bytes (rows kept on the rank included, so that
+// one direction is exactly routed copies x d x 4; 0 without ep). The ep
+// communicator counters (comm_counters) see only the bytes that leave the
+// rank.
 
 enum class EpTransport { local, alltoallv, shm };
 const char* ep_transport_name(EpTransport t);
@@ -121,15 +119,13 @@ class TokenDispatcher {
   // The expert-major permutation of the copies and the count exchange (an
   // all-gather of every rank's per-expert counts).
   // expert [T*k]: global expert of copy (t, j), -1 for a dropped copy.
-  DispatchPlan plan(const int* expert, int64_t T, int k, DispatchTimes* times = nullptr);
+  DispatchPlan plan(const int* expert, int64_t T, int k);
 
   // Dispatch: the rows x[send_token[r]] (x: [T, d]) to the expert side
   // expert_in [R, d] in chunk layout. Collective over ep.
-  void dispatch(const DispatchPlan& p, const float* x, float* expert_in, int64_t d,
-                DispatchTimes* times = nullptr);
+  void dispatch(const DispatchPlan& p, const float* x, float* expert_in, int64_t d);
   // The same for rows already in send order (rows [S, d]).
-  void dispatch_rows(const DispatchPlan& p, const float* rows, float* expert_in, int64_t d,
-                     DispatchTimes* times = nullptr);
+  void dispatch_rows(const DispatchPlan& p, const float* rows, float* expert_in, int64_t d);
   // y[t] = sum_j weight[t*k+j] * row(t, j) (weight nullptr: 1), in j order,
   // row(t, j) being copy (t, j)'s row of expert_side [R, d]: the combine,
   // and with weight nullptr the backward of the dispatch. keep: the rows
@@ -137,7 +133,7 @@ class TokenDispatcher {
   // the same filled keep reads them without communicating (on every rank
   // alike, so still in step). Collective over ep otherwise.
   void combine(const DispatchPlan& p, const float* expert_side, const float* weight, float* y,
-               int64_t d, KeptRows* keep = nullptr, DispatchTimes* times = nullptr);
+               int64_t d, KeptRows* keep = nullptr);
   // Backward of combine (kernels::combine_rows_backward on the rows that
   // come back): drows [S, d] in send order, dweight [T*k]. Same keep rules.
   void combine_backward(const DispatchPlan& p, const float* expert_side, const float* dy,
@@ -149,12 +145,14 @@ class TokenDispatcher {
   // them back, and the backward reads them again with combine_backward().
   // dispatch_forward and combine_forward are collective over ep;
   // combine_backward on ForwardRows is not.
-  std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const float* x, int64_t d,
-                                                DispatchTimes* times = nullptr);
+  std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const float* x, int64_t d);
   void combine_forward(const DispatchPlan& p, ForwardRows& rows, const float* weight, float* y,
-                       int64_t d, DispatchTimes* times = nullptr);
+                       int64_t d);
   void combine_backward(const DispatchPlan& p, const ForwardRows& rows, const float* dy,
                         const float* weight, float* drows, float* dweight, int64_t d);
+
+  // Spans and counters of every later call go to sink (nullptr: none).
+  void set_profiler(prof::Sink* sink);
 
   int ep_size() const { return ep_size_; }
   int ep_rank() const { return ep_rank_; }
@@ -171,6 +169,7 @@ class TokenDispatcher {
   Communicator* ep_;
   int n_experts_, ep_size_, ep_rank_;
   kernels::Ctx ctx_;
+  prof::Sink* sink_ = nullptr;
   std::unique_ptr<Transport> transport_;
 };
 

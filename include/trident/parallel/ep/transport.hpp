@@ -47,30 +47,42 @@ class Transport {
   virtual double shm_bytes() const { return 0; }
   virtual int shm_growths() const { return 0; }
 
+  // Spans and counters go to sink (see TokenDispatcher); nullptr: none.
+  virtual void set_profiler(prof::Sink* sink) { sink_ = sink; }
+
   // The count exchange (a collective of every ep rank) has just completed:
   // nothing a peer did before it is still in progress.
   virtual void synced() {}
 
   // Rows of the send order to the expert side expert_in [R, d] (chunk
   // layout). Collective over ep.
-  virtual void dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in, int64_t d,
-                        DispatchTimes* times) = 0;
+  virtual void dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in,
+                        int64_t d) = 0;
   // The rows of expert_side [R, d] that belong to this rank's copies, as a
   // source in send order, valid until the next call on this transport (or,
   // with keep, as long as keep). Collective over ep unless keep is filled.
   virtual kernels::RowSource gather_back(const DispatchPlan& p, const float* expert_side, int64_t d,
-                                         KeptRows* keep, DispatchTimes* times) = 0;
+                                         KeptRows* keep) = 0;
 
   // A forward that keeps its rows: x's rows dispatched into rows.in().
   virtual std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const float* x,
-                                                        int64_t d, DispatchTimes* times) = 0;
+                                                        int64_t d) = 0;
   // After the experts wrote rows.out(): brings them back (rows.returned()).
   // Collective over ep.
-  virtual void return_forward(const DispatchPlan& p, ForwardRows& rows, int64_t d,
-                              DispatchTimes* times) = 0;
+  virtual void return_forward(const DispatchPlan& p, ForwardRows& rows, int64_t d) = 0;
 
  protected:
+  // A span of `kind` from t0 to now, and a counter, when there is a sink.
+  double stamp() const { return sink_ ? now_s() : 0.0; }
+  void span(const char* kind, double t0) const {
+    if (sink_) sink_->span(prof::Span{kind, -1, -1, -1, t0, now_s()});
+  }
+  void count(const char* counter, double amount) const {
+    if (sink_) sink_->add(counter, amount);
+  }
+
   std::string reason_;
+  prof::Sink* sink_ = nullptr;
 };
 
 // ep: nullptr or size 1 gives the local transport; otherwise `choice`

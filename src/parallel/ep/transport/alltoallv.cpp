@@ -20,52 +20,46 @@ class AlltoallvTransport final : public Transport {
   AlltoallvTransport(Communicator& ep, const kernels::Ctx& ctx) : ep_(ep), ctx_(ctx) {}
   EpTransport kind() const override { return EpTransport::alltoallv; }
 
-  void dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in, int64_t d,
-                DispatchTimes* times) override {
+  void dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in, int64_t d) override {
     const int64_t S = p.sent();
-    const double t0 = ep_clock_s();
+    const double t0 = stamp();
     const float* rows = src.base;
     if (src.index) {
       if (send_.size() < size_t(S * d)) send_.resize(size_t(S * d));
       kernels::gather_rows(ctx_, src.base, d, src.index, S, send_.data());
       rows = send_.data();
     }
-    const double t1 = ep_clock_s();
+    const double t1 = stamp();
     exchange(p, rows, expert_in, true, d);
-    if (times) {
-      times->permute += t1 - t0;
-      times->a2a += ep_clock_s() - t1;
-      times->a2a_bytes += double(S) * double(d) * kRowBytes;
-    }
+    if (sink_) sink_->span(prof::Span{"ep.permute", -1, -1, -1, t0, t1});
+    span("ep.dispatch", t1);
+    count("ep.bytes", double(S) * double(d) * kRowBytes);
   }
 
   kernels::RowSource gather_back(const DispatchPlan& p, const float* expert_side, int64_t d,
-                                 KeptRows* keep, DispatchTimes* times) override {
+                                 KeptRows* keep) override {
     if (keep && keep->filled) return kernels::RowSource(keep->rows.data());
     const int64_t S = p.sent();
     std::vector<float>& back = keep ? keep->rows : back_;
     if (back.size() < size_t(S * d)) back.resize(size_t(S * d));  // grow only
     if (keep) keep->filled = true;
-    const double t0 = ep_clock_s();
+    const double t0 = stamp();
     exchange(p, expert_side, back.data(), false, d);
-    if (times) {
-      times->a2a += ep_clock_s() - t0;
-      times->a2a_bytes += double(p.received()) * double(d) * kRowBytes;
-    }
+    span("ep.return", t0);
+    count("ep.bytes", double(p.received()) * double(d) * kRowBytes);
     return kernels::RowSource(back.data());
   }
 
-  std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const float* x, int64_t d,
-                                                DispatchTimes* times) override {
+  std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const float* x,
+                                                int64_t d) override {
     auto rows = std::make_unique<OwnedRows>(pool_, size_t(p.received() * d), size_t(p.sent() * d));
-    dispatch(p, SendRows{x, p.send_token.data()}, rows->in(), d, times);
+    dispatch(p, SendRows{x, p.send_token.data()}, rows->in(), d);
     return rows;
   }
 
-  void return_forward(const DispatchPlan& p, ForwardRows& rows, int64_t d,
-                      DispatchTimes* times) override {
+  void return_forward(const DispatchPlan& p, ForwardRows& rows, int64_t d) override {
     auto& own = static_cast<OwnedRows&>(rows);
-    own.set_returned(gather_back(p, own.out(), d, &own.kept, times));
+    own.set_returned(gather_back(p, own.out(), d, &own.kept));
   }
 
  private:

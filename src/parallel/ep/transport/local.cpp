@@ -13,30 +13,29 @@ class LocalTransport final : public Transport {
   explicit LocalTransport(const kernels::Ctx& ctx) : ctx_(ctx) {}
   EpTransport kind() const override { return EpTransport::local; }
 
-  void dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in, int64_t d,
-                DispatchTimes* times) override {
-    const double t0 = ep_clock_s();
+  void dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in, int64_t d) override {
+    const double t0 = stamp();
     if (src.index) {
       kernels::gather_rows(ctx_, src.base, d, src.index, p.sent(), expert_in);
     } else if (p.sent() > 0) {
       std::memcpy(expert_in, src.base, sizeof(float) * size_t(p.sent() * d));
     }
-    if (times) times->permute += ep_clock_s() - t0;
+    span("ep.permute", t0);
   }
 
-  kernels::RowSource gather_back(const DispatchPlan&, const float* expert_side, int64_t, KeptRows*,
-                                 DispatchTimes*) override {
+  kernels::RowSource gather_back(const DispatchPlan&, const float* expert_side, int64_t,
+                                 KeptRows*) override {
     return kernels::RowSource(expert_side);
   }
 
-  std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const float* x, int64_t d,
-                                                DispatchTimes* times) override {
+  std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const float* x,
+                                                int64_t d) override {
     auto rows = std::make_unique<OwnedRows>(pool_, size_t(p.received() * d), 0);
-    dispatch(p, SendRows{x, p.send_token.data()}, rows->in(), d, times);
+    dispatch(p, SendRows{x, p.send_token.data()}, rows->in(), d);
     return rows;
   }
 
-  void return_forward(const DispatchPlan&, ForwardRows& rows, int64_t, DispatchTimes*) override {
+  void return_forward(const DispatchPlan&, ForwardRows& rows, int64_t) override {
     auto& own = static_cast<OwnedRows&>(rows);
     own.set_returned(kernels::RowSource(own.out()));
   }

@@ -125,19 +125,21 @@ class ShmTransport final : public Transport {
   }
   double shm_bytes() const override;
   int shm_growths() const override { return growths_; }
+  void set_profiler(prof::Sink* sink) override {
+    sink_ = sink;
+    fallback_->set_profiler(sink);
+  }
   void synced() override {
     inbox_busy_ = outbox_busy_ = false;
     slots_->settle();
   }
 
-  void dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in, int64_t d,
-                DispatchTimes* times) override;
+  void dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in, int64_t d) override;
   kernels::RowSource gather_back(const DispatchPlan& p, const float* expert_side, int64_t d,
-                                 KeptRows* keep, DispatchTimes* times) override;
-  std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const float* x, int64_t d,
-                                                DispatchTimes* times) override;
-  void return_forward(const DispatchPlan& p, ForwardRows& rows, int64_t d,
-                      DispatchTimes* times) override;
+                                 KeptRows* keep) override;
+  std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const float* x,
+                                                int64_t d) override;
+  void return_forward(const DispatchPlan& p, ForwardRows& rows, int64_t d) override;
 
  private:
   // Whether window w holds (or was grown to hold) an inbox and an outbox of
@@ -218,10 +220,10 @@ bool ShmTransport::fit(std::unique_ptr<SharedWindow>& w, const DispatchPlan& p, 
 // directly); after the fence each expert rank copies the rest of its inbox
 // out. The inboxes stay busy until the next collective (or a fence before
 // the next write into them).
-void ShmTransport::dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in, int64_t d,
-                            DispatchTimes* times) {
-  if (!fit(window_, p, d)) return fallback_->dispatch(p, src, expert_in, d, times);
-  const double t0 = ep_clock_s();
+void ShmTransport::dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in,
+                            int64_t d) {
+  if (!fit(window_, p, d)) return fallback_->dispatch(p, src, expert_in, d);
+  const double t0 = stamp();
   const int P = p.ep_size, L = p.local_experts, me = p.ep_rank;
   const size_t row_bytes = kRowBytes * size_t(d);
   if (inbox_busy_) fence(*window_);
@@ -237,10 +239,8 @@ void ShmTransport::dispatch(const DispatchPlan& p, const SendRows& src, float* e
   }
   inbox_busy_ = true;
   account(double(p.sent() - p.send_rows[me]) * double(row_bytes));
-  if (times) {
-    times->a2a += ep_clock_s() - t0;
-    times->a2a_bytes += double(p.sent()) * double(row_bytes);
-  }
+  span("ep.dispatch", t0);
+  count("ep.bytes", double(p.sent()) * double(row_bytes));
 }
 
 // The expert rank puts its rows in its outbox; after the fence each source
@@ -248,10 +248,10 @@ void ShmTransport::dispatch(const DispatchPlan& p, const SendRows& src, float* e
 // them into keep when asked); the outboxes stay busy until the next
 // collective.
 kernels::RowSource ShmTransport::gather_back(const DispatchPlan& p, const float* expert_side,
-                                             int64_t d, KeptRows* keep, DispatchTimes* times) {
+                                             int64_t d, KeptRows* keep) {
   if (keep && keep->filled) return kernels::RowSource(keep->rows.data());
-  if (!fit(window_, p, d)) return fallback_->gather_back(p, expert_side, d, keep, times);
-  const double t0 = ep_clock_s();
+  if (!fit(window_, p, d)) return fallback_->gather_back(p, expert_side, d, keep);
+  const double t0 = stamp();
   const int me = p.ep_rank;
   const int64_t R = p.received();
   const size_t row_bytes = kRowBytes * size_t(d);
@@ -271,21 +271,19 @@ kernels::RowSource ShmTransport::gather_back(const DispatchPlan& p, const float*
                   row_bytes * size_t(p.tokens_per_expert[g]));
     source = kernels::RowSource(keep->rows.data());
   }
-  if (times) {
-    times->a2a += ep_clock_s() - t0;
-    times->a2a_bytes += double(R) * double(row_bytes);
-  }
+  span("ep.return", t0);
+  count("ep.bytes", double(R) * double(row_bytes));
   return source;
 }
 
 std::unique_ptr<ForwardRows> ShmTransport::dispatch_forward(const DispatchPlan& p, const float* x,
-                                                            int64_t d, DispatchTimes* times) {
-  if (fell_back_) return fallback_->dispatch_forward(p, x, d, times);
+                                                            int64_t d) {
+  if (fell_back_) return fallback_->dispatch_forward(p, x, d);
   // The lowest free slot (the same on every rank), grown if this step needs more.
-  const double t0 = ep_clock_s();
+  const double t0 = stamp();
   const int s = slots_->lowest_free();
   SlotPool::Slot& slot = slots_->slots[size_t(s)];
-  if (!fit(slot.window, p, d)) return fallback_->dispatch_forward(p, x, d, times);
+  if (!fit(slot.window, p, d)) return fallback_->dispatch_forward(p, x, d);
   slot.state = SlotPool::State::busy;
   SharedWindow& w = *slot.window;
   const int me = p.ep_rank;
@@ -296,29 +294,24 @@ std::unique_ptr<ForwardRows> ShmTransport::dispatch_forward(const DispatchPlan& 
       std::make_unique<ShmRows>(slots_, s, inbox_of(w, me), inbox_of(w, me) + R * d, p.n_experts);
   const double row_bytes = double(kRowBytes) * double(d);
   account(double(p.sent() - p.send_rows[me]) * row_bytes);
-  if (times) {
-    times->a2a += ep_clock_s() - t0;
-    times->a2a_bytes += double(p.sent()) * row_bytes;
-  }
+  span("ep.dispatch", t0);
+  count("ep.bytes", double(p.sent()) * row_bytes);
   return rows;
 }
 
 // Every expert's outputs are in its outbox after the fence; the source reads
 // its rows there, where they lie, for the combine and again for the backward.
-void ShmTransport::return_forward(const DispatchPlan& p, ForwardRows& rows, int64_t d,
-                                  DispatchTimes* times) {
+void ShmTransport::return_forward(const DispatchPlan& p, ForwardRows& rows, int64_t d) {
   auto* mine = dynamic_cast<ShmRows*>(&rows);
-  if (!mine) return fallback_->return_forward(p, rows, d, times);
-  const double t0 = ep_clock_s();
+  if (!mine) return fallback_->return_forward(p, rows, d);
+  const double t0 = stamp();
   SharedWindow& w = *slots_->slots.at(size_t(mine->slot())).window;
   fence(w);
   mine->set_returned(outbox_bases(w, p, d), p.expert_first);
   const double row_bytes = double(kRowBytes) * double(d);
   account(double(p.received() - p.recv_rows[p.ep_rank]) * row_bytes);
-  if (times) {
-    times->a2a += ep_clock_s() - t0;
-    times->a2a_bytes += double(p.received()) * row_bytes;
-  }
+  span("ep.return", t0);
+  count("ep.bytes", double(p.received()) * row_bytes);
 }
 
 }  // namespace
