@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "commands.hpp"
+#include "trident/comm/process.hpp"
 #include "trident/core/config.hpp"
 #include "trident/core/error.hpp"
 #include "trident/io/bench_report.hpp"
@@ -209,12 +210,11 @@ class BenchCommCommand : public Command {
       if (chosen.empty()) throw InputError("--ops: name at least one operation");
     }
 
-    int world_size = 1, rank = 0;
-    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    const int world_size = comm_world_size(), rank = comm_world_rank();
     Config cfg = load_config(config_path_, sets_);
     train::check_config(cfg, world_size);
-    auto comms = build_communicators(MPI_COMM_WORLD, cfg, detect_topology(MPI_COMM_WORLD, cfg));
+    auto job = world_communicator(cfg.runtime.timeout_s);
+    auto comms = build_communicators(*job, cfg, detect_topology(*job, cfg));
     Communicator& world = *comms->world;
     Communicator* group = group_ == "world"  ? comms->world.get()
                           : group_ == "cp"   ? comms->cp.get()

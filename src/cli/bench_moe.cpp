@@ -1,19 +1,19 @@
 // `trident bench moe`: MoE dispatch and combine through TokenDispatcher (ep =
 // all ranks), with each transport (alltoallv, shm), against a plain
-// MPI_Alltoallv of the same bytes in the same run, for balanced and skewed
+// MPI all-to-all-v of the same bytes in the same run, for balanced and skewed
 // routing, with the time split into count exchange, permute, transfer,
 // expert compute and combine. Before timing, one pass
 // with identity experts checks every combined element against the local
 // weighted sum of the token's copies (#wrong), and the bytes the ep counters
 // saw against the routed copies; a mismatch makes the exit code 1.
-#include <mpi.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
 
 #include "commands.hpp"
+#include "trident/comm/backend.hpp"
 #include "trident/comm/comm.hpp"
+#include "trident/comm/process.hpp"
 #include "trident/core/error.hpp"
 #include "trident/core/rng.hpp"
 #include "trident/io/bench_report.hpp"
@@ -74,9 +74,7 @@ class BenchMoeCommand : public Command {
   bool needs_mpi() const override { return true; }
 
   int run() override {
-    int W = 1, rank = 0;
-    MPI_Comm_size(MPI_COMM_WORLD, &W);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    const int W = comm_world_size(), rank = comm_world_rank();
     auto positive = [](const char* flag, long long v) {
       if (v < 1) throw InputError(std::string(flag) + " " + std::to_string(v) + ": must be >= 1");
     };
@@ -95,11 +93,10 @@ class BenchMoeCommand : public Command {
                        std::to_string(W) + " ranks (experts are split evenly over ep = all ranks)");
     kernels::set_blas_threads(1);
 
-    MPI_Comm ep_mpi, world_mpi;
-    MPI_Comm_dup(MPI_COMM_WORLD, &ep_mpi);
-    MPI_Comm_dup(MPI_COMM_WORLD, &world_mpi);
-    Communicator ep(ep_mpi, CommKind::ep, "ep", 300.0, true);
-    Communicator world(world_mpi, CommKind::world, "world", 300.0, true);
+    auto job = world_communicator(300.0);
+    auto ep_group = comm_group(*job, CommBackend::mpi, 0, rank, CommKind::ep, "ep", 300.0);
+    auto world_group = comm_group(*job, CommBackend::mpi, 0, rank, CommKind::world, "world", 300.0);
+    Communicator &ep = *ep_group, &world = *world_group;
     const int64_t T = tokens_, d = hidden_, f = ffn_;
     const int E = experts_, k = top_k_, L = E / W;
 
@@ -124,8 +121,9 @@ class BenchMoeCommand : public Command {
     BenchTable main_t, split_t;
     main_t.name = "moe";
     std::ostringstream title;
-    title << "MoE dispatch + combine vs MPI_Alltoallv of the same bytes: " << W << " ranks (ep), d "
-          << d << ", " << T << " tokens/rank, top-" << k << " of " << E << " experts, "
+    title << "MoE dispatch + combine vs MPI all-to-all-v of the same bytes: " << W
+          << " ranks (ep), d " << d << ", " << T << " tokens/rank, top-" << k << " of " << E
+          << " experts, "
           << (f > 0 ? "SwiGLU experts f " + std::to_string(f) : std::string("identity experts"))
           << ", " << iters_ << " iterations";
     main_t.title = title.str();
@@ -139,7 +137,7 @@ class BenchMoeCommand : public Command {
                        "total_ms",    "raw_fwd_ms", "raw_rev_ms"};
     main_t.notes.push_back(
         "dispatch = count exchange + permute + transfer; combine = transfer back + weighted "
-        "un-permute; raw = MPI_Alltoallv forward + reverse of the same counts");
+        "un-permute; raw = MPI all-to-all-v forward + reverse of the same counts");
     main_t.notes.push_back(
         "alltoallv: rows gathered into a send buffer, all-to-all-v both ways as one message per "
         "(source, expert) block (rows land in expert order), then the weighted sum; shm: sources write rows from x straight into the expert ranks' shared "
@@ -213,7 +211,7 @@ class BenchMoeCommand : public Command {
 
   // One routing through one transport: a verified pass with identity
   // experts, then warm-up and timed iterations, each followed by the raw
-  // MPI_Alltoallv of the same counts. Times: slowest rank, median over iterations.
+  // MPI all-to-all-v of the same counts. Times: slowest rank, median over iterations.
   Result measure(Communicator& ep, Communicator& world, const std::string& transport,
                  const std::vector<int>& expert, const std::vector<float>& x,
                  const std::vector<float>& weight, const std::vector<float>& wg,
@@ -287,24 +285,21 @@ class BenchMoeCommand : public Command {
         bytes_bad += S != T * k;  // dropless: no padding, every copy sent once
         continue;
       }
-      // The same bytes through a plain MPI_Alltoallv, both ways.
-      std::vector<int> sc(W), sd(W), rc(W), rd(W);
-      for (int r = 0; r < W; ++r) {
-        sc[r] = int(plan.send_rows[r] * d);
-        sd[r] = int(plan.send_displ[r] * d);
-        rc[r] = int(plan.recv_rows[r] * d);
-        rd[r] = r == 0 ? 0 : rd[r - 1] + rc[r - 1];  // source-major, as MPI delivers
-      }
+      // The same bytes through a plain all-to-all-v of rows, both ways; rows
+      // arrive source-major, as MPI delivers them.
+      const size_t row_bytes = size_t(d) * sizeof(float);
+      std::vector<int64_t> rd(size_t(W), 0);
+      for (int r = 1; r < W; ++r) rd[size_t(r)] = rd[size_t(r - 1)] + plan.recv_rows[size_t(r - 1)];
       recv.resize(size_t(R * d));
       back.resize(size_t(S * d));
       world.barrier();
       t0 = now_s();
-      MPI_Alltoallv(send.data(), sc.data(), sd.data(), MPI_FLOAT, recv.data(), rc.data(),
-                    rd.data(), MPI_FLOAT, ep.mpi());
+      ep.alltoallv(send.data(), plan.send_rows, plan.send_displ, recv.data(), plan.recv_rows, rd,
+                   row_bytes);
       const double raw_fwd = now_s() - t0;
       t0 = now_s();
-      MPI_Alltoallv(recv.data(), rc.data(), rd.data(), MPI_FLOAT, back.data(), sc.data(),
-                    sd.data(), MPI_FLOAT, ep.mpi());
+      ep.alltoallv(recv.data(), plan.recv_rows, rd, back.data(), plan.send_rows, plan.send_displ,
+                   row_bytes);
       const double raw_rev = now_s() - t0;
       if (!timed) continue;
       // count, permute, a2a dispatch, expert, a2a combine, combine, raw fwd,

@@ -41,7 +41,9 @@
 #include "bench_harness.hpp"
 #include "commands.hpp"
 #include "list_flags.hpp"
+#include "trident/comm/backend.hpp"
 #include "trident/comm/comm.hpp"
+#include "trident/comm/process.hpp"
 #include "trident/core/error.hpp"
 #include "trident/core/profiler.hpp"
 #include "trident/core/rng.hpp"
@@ -598,10 +600,10 @@ int BenchRingCommand::run() {
   layouts_ = check_flags();
   kernels::set_blas_threads(threads_);
 
-  MPI_Comm ring_mpi;
-  MPI_Comm_dup(MPI_COMM_WORLD, &ring_mpi);
-  Communicator ring_comm(ring_mpi, CommKind::cp, "cp", timeout_s_, true);
-  Communicator world(MPI_COMM_WORLD, CommKind::world, "world", timeout_s_, false);
+  auto job = world_communicator(timeout_s_);
+  auto ring_group =
+      comm_group(*job, CommBackend::mpi, 0, job->rank(), CommKind::cp, "cp", timeout_s_);
+  Communicator &ring_comm = *ring_group, &world = *job;
   const int cp = world.size(), rank = world.rank();
   h_ = Heads{heads_, kv_heads_, head_dim_};
   // --serialize-compute: one lock file for the job, named by rank 0.

@@ -21,7 +21,9 @@
 
 #include "bench_harness.hpp"
 #include "commands.hpp"
+#include "trident/comm/backend.hpp"
 #include "trident/comm/comm.hpp"
+#include "trident/comm/process.hpp"
 #include "trident/core/error.hpp"
 #include "trident/core/profiler.hpp"
 #include "trident/io/bench_report.hpp"
@@ -382,8 +384,7 @@ int BenchScheduleCommand::run() {
   // Sleeping work should end on time: the default 50 us timer slack of a
   // normal thread would add to every action (Linux; harmless elsewhere).
   prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-  int world = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  const int world = comm_world_size();
   if (!tw_opt_->count()) tw_ms_ = tf_ms_;
   validate_flags(world);
   std::vector<std::string> names, skipped;
@@ -394,9 +395,11 @@ int BenchScheduleCommand::run() {
   } else {
     names = {schedule_ == "gpipe" ? "afab" : schedule_};
   }
-  sync_clock(MPI_COMM_WORLD);
-  Communicator pp(MPI_COMM_WORLD, CommKind::pp, "pp", timeout_s_, false);
-  Communicator all(MPI_COMM_WORLD, CommKind::world, "world", timeout_s_, false);
+  auto job = world_communicator(timeout_s_);
+  sync_clock(*job);
+  auto pp_group =
+      comm_group(*job, CommBackend::mpi, 0, job->rank(), CommKind::pp, "pp", timeout_s_);
+  Communicator &pp = *pp_group, &all = *job;
   summary_ = TableSpec{
       "schedule",
       "trident bench schedule: pp=" + std::to_string(pp_) + " microbatches=" + std::to_string(m_) +

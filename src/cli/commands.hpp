@@ -31,7 +31,7 @@ std::unique_ptr<Command> add_bench_schedule(CLI::App& bench);   // pipeline exec
 std::unique_ptr<Command> add_bench_moe(CLI::App& bench);        // dispatch/combine (mpirun)
 std::unique_ptr<Command> add_bench_comm(CLI::App& bench);       // collectives (mpirun)
 
-// The process's rank as the launcher sets it (before MPI_Init), 0 if none.
+// The process's rank as the launcher sets it (before MPI starts), 0 if none.
 int launcher_rank();
 // The command line as one string (recorded in output files).
 const std::string& command_line();

@@ -1,14 +1,12 @@
-// trident: entry point. Parses the command line, initialises MPI for the
-// commands that need it, runs the command, and turns errors into one line
-// and an exit code: 0 success, 2 invalid input, 1 anything else.
-#include <mpi.h>
-
-#include <chrono>
+// trident: entry point. Parses the command line, starts the communication
+// runtime (MPI) for the commands that need it, runs the command, and turns
+// errors into one line and an exit code: 0 success, 2 invalid input, 1
+// anything else.
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
 
 #include "commands.hpp"
+#include "trident/comm/process.hpp"
 #include "trident/core/error.hpp"
 
 namespace trident::cli {
@@ -16,50 +14,27 @@ namespace trident::cli {
 static std::string g_command_line;
 const std::string& command_line() { return g_command_line; }
 
-int launcher_rank() {
-  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
-    if (const char* s = std::getenv(v)) return std::atoi(s);
-  }
-  return 0;
-}
+int launcher_rank() { return comm_launcher_rank(); }
 
 namespace {
 
 // All ranks reached the error (the usual case: every rank validates the same
 // input)? Then finalise cleanly so the exit code is ours. Otherwise abort.
-bool all_ranks_agree_within(double seconds) {
-  MPI_Request req;
-  MPI_Ibarrier(MPI_COMM_WORLD, &req);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  int done = 0;
-  while (!done) {
-    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-    if (done) break;
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return true;
-}
-
 int finish_with_error(bool mpi_on, int code, const std::string& msg, bool symmetric) {
-  int rank = launcher_rank();
-  if (mpi_on) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const int rank = mpi_on ? comm_world_rank() : launcher_rank();
   if (!mpi_on) {
     if (rank == 0) std::fprintf(stderr, "trident: error: %s\n", msg.c_str());
     return code;
   }
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (symmetric && all_ranks_agree_within(10.0)) {
+  if (symmetric && comm_all_arrive_within(10.0)) {
     if (rank == 0) std::fprintf(stderr, "trident: error: %s\n", msg.c_str());
     std::fflush(stderr);
-    MPI_Finalize();
+    comm_finalize();
     return code;
   }
   std::fprintf(stderr, "trident: error: rank %d: %s\n", rank, msg.c_str());
   std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, code);
-  return code;
+  comm_abort(code);
 }
 
 }  // namespace
@@ -134,13 +109,11 @@ int main(int argc, char** argv) {
   bool mpi_on = false;
   try {
     if (chosen->needs_mpi()) {
-      int provided = 0;
-      MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
-      MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+      comm_init(&argc, &argv);
       mpi_on = true;
     }
     int rc = chosen->run();
-    if (mpi_on) MPI_Finalize();
+    if (mpi_on) comm_finalize();
     return rc;
   } catch (const InputError& e) {
     return finish_with_error(mpi_on, 2, e.what(), true);

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "commands.hpp"
+#include "trident/comm/process.hpp"
 #include "trident/core/config.hpp"
 #include "trident/core/error.hpp"
 #include "trident/kernels/gemm.hpp"
@@ -206,8 +207,9 @@ class PlanCommand : public Command {
     Config cfg = load_config(config_path_, sets_);
     cfg.topology.reset();  // measure the machine the job runs on, not the one the config names
     kernels::set_blas_threads(1);  // as trident run: the ranks already share the cores
-    Communicator world(MPI_COMM_WORLD, CommKind::world, "world", cfg.runtime.timeout_s, false);
-    const Topology topo = detect_topology(MPI_COMM_WORLD, cfg);
+    auto job = world_communicator(cfg.runtime.timeout_s);
+    Communicator& world = *job;
+    const Topology topo = detect_topology(world, cfg);
     std::vector<int> node_of;
     for (const RankInfo& r : topo.ranks) node_of.push_back(r.node);
     const plan::MachineProfile m = plan::calibrate_machine(world, node_of, cfg, {});

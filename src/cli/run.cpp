@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "commands.hpp"
+#include "trident/comm/process.hpp"
 #include "trident/kernels/gemm.hpp"
 #include "trident/plan/predict.hpp"
 #include "trident/topo/topology.hpp"
@@ -39,8 +40,7 @@ class RunCommand : public Command {
 };
 
 int RunCommand::run() {
-  int world_size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  const int world_size = comm_world_size();
   // one BLAS thread per rank: the ranks already share the cores
   kernels::set_blas_threads(1);
 
@@ -50,9 +50,10 @@ int RunCommand::run() {
   std::optional<plan::MachineProfile> machine;
   if (!machine_.empty())
     machine = plan::load_machine(machine_);  // bad file: exit 2 before any output
-  Topology topo = detect_topology(MPI_COMM_WORLD, cfg);
-  auto comms = build_communicators(MPI_COMM_WORLD, cfg, std::move(topo));
-  sync_clock(MPI_COMM_WORLD);
+  auto job = world_communicator(cfg.runtime.timeout_s);
+  Topology topo = detect_topology(*job, cfg);
+  auto comms = build_communicators(*job, cfg, std::move(topo));
+  sync_clock(*job);
 
   train::RunRequest request;
   request.config_path = config_;

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "commands.hpp"
+#include "trident/comm/process.hpp"
 #include "trident/core/config.hpp"
 #include "trident/core/error.hpp"
 #include "trident/topo/topology.hpp"
@@ -47,15 +48,14 @@ class TopoCommand : public Command {
   int run() override {
     if (format_ != "text" && format_ != "json")
       throw InputError("--format " + format_ + ": must be text or json");
-    int world_size = 1, rank = 0;
-    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    const int world_size = comm_world_size(), rank = comm_world_rank();
     Config cfg = load_config(config_path_, sets_);
     train::check_config(cfg, world_size);
-    Topology topo = detect_topology(MPI_COMM_WORLD, cfg);
+    auto world = world_communicator(cfg.runtime.timeout_s);
+    Topology topo = detect_topology(*world, cfg);
     std::unique_ptr<Communicators> comms;
     try {
-      comms = build_communicators(MPI_COMM_WORLD, cfg, std::move(topo));
+      comms = build_communicators(*world, cfg, std::move(topo));
     } catch (const MeshError& e) {
       // Point at the config line of the request that did not fit.
       auto it = cfg.key_origin.find(e.key);

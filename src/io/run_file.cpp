@@ -17,6 +17,8 @@
 #include <limits>
 #include <numeric>
 
+// The MPI communicator under world, for parallel HDF5's file driver only.
+#include "trident/comm/mpi/mpi_communicator.hpp"
 #include "trident/core/error.hpp"
 #include "trident/io/h5util.hpp"
 
@@ -196,27 +198,25 @@ Handle memory_rows(hid_t dset, hsize_t count) {
 }
 
 // Root's string on every rank (attribute values must be identical).
-std::string bcast_from(int root, const std::string& s, MPI_Comm comm) {
+std::string bcast_from(int root, const std::string& s, Communicator& comm) {
   int64_t n = static_cast<int64_t>(s.size());
-  MPI_Bcast(&n, 1, MPI_INT64_T, root, comm);
+  comm.broadcast(&n, sizeof n, root);
   std::string out = s;
   out.resize(static_cast<size_t>(n));
-  if (n > 0) MPI_Bcast(out.data(), static_cast<int>(n), MPI_CHAR, root, comm);
+  if (n > 0) comm.broadcast(out.data(), static_cast<size_t>(n), root);
   return out;
 }
 
 // Every rank learns whether all ranks passed their checks, and all throw the
 // first failing rank's message; no rank enters a collective HDF5 call that
 // another rank will never reach.
-void agree_or_throw(bool ok, const std::string& my_msg, MPI_Comm comm, bool input_error = false) {
-  int mine = ok ? 1 : 0, all = 1;
-  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm);
+void agree_or_throw(bool ok, const std::string& my_msg, Communicator& comm,
+                    bool input_error = false) {
+  int all = ok ? 1 : 0;
+  comm.allreduce_min(&all, 1);
   if (all) return;
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  int first_bad = ok ? size : rank, root = 0;
-  MPI_Allreduce(&first_bad, &root, 1, MPI_INT, MPI_MIN, comm);
+  int root = ok ? comm.size() : comm.rank();
+  comm.allreduce_min(&root, 1);
   std::string msg = bcast_from(root, my_msg, comm);
   if (input_error) throw InputError(msg);
   throw Error("run file: rank " + std::to_string(root) + ": " + msg);
@@ -227,14 +227,13 @@ void agree_or_throw(bool ok, const std::string& my_msg, MPI_Comm comm, bool inpu
 namespace {
 
 // True on every rank iff every rank passed the same vector.
-bool same_on_all_ranks(const std::vector<int64_t>& v, MPI_Comm comm) {
-  int64_t n[2] = {static_cast<int64_t>(v.size()), -static_cast<int64_t>(v.size())};
-  int64_t r[2];
-  MPI_Allreduce(n, r, 2, MPI_INT64_T, MPI_MAX, comm);
+bool same_on_all_ranks(const std::vector<int64_t>& v, Communicator& comm) {
+  int64_t r[2] = {static_cast<int64_t>(v.size()), -static_cast<int64_t>(v.size())};
+  comm.allreduce_max(r, 2);
   if (r[0] != -r[1]) return false;
-  std::vector<int64_t> lo(v), hi(v), mn(v.size()), mx(v.size());
-  MPI_Allreduce(lo.data(), mn.data(), static_cast<int>(v.size()), MPI_INT64_T, MPI_MIN, comm);
-  MPI_Allreduce(hi.data(), mx.data(), static_cast<int>(v.size()), MPI_INT64_T, MPI_MAX, comm);
+  std::vector<int64_t> mn(v), mx(v);
+  comm.allreduce_min(mn.data(), mn.size());
+  comm.allreduce_max(mx.data(), mx.size());
   return mn == mx;
 }
 
@@ -252,11 +251,11 @@ void copy_cstr(char* dst, size_t cap, const std::string& src) {
 
 }  // namespace
 
-RunFile::RunFile(const std::string& path, MPI_Comm world, const Config& cfg,
+RunFile::RunFile(const std::string& path, Communicator& world, const Config& cfg,
                  const Communicators& comms, const std::string& slurm_job_id)
-    : path_(path), world_(world) {
-  MPI_Comm_rank(world_, &rank_);
-  MPI_Comm_size(world_, &size_);
+    : path_(path), world_(world.host()) {
+  rank_ = world_.rank();
+  size_ = world_.size();
   h5::QuietErrors quiet;
 
   const bool has_topo_row = static_cast<int>(comms.topo.ranks.size()) > rank_;
@@ -272,7 +271,8 @@ RunFile::RunFile(const std::string& path, MPI_Comm world, const Config& cfg,
   n_experts_ = moe_layers_ > 0 ? cfg.model.n_experts : 0;
 
   Handle fapl = TRIDENT_H5_PLIST(H5Pcreate(H5P_FILE_ACCESS), "file access list");
-  TRIDENT_H5(H5Pset_fapl_mpio(fapl, world_, MPI_INFO_NULL), "MPI-IO driver");
+  const MpiHandles mpi = mpi_handles(world_);
+  TRIDENT_H5(H5Pset_fapl_mpio(fapl, mpi.comm, mpi.info), "MPI-IO driver");
   TRIDENT_H5(H5Pset_all_coll_metadata_ops(fapl, true), "collective metadata reads");
   TRIDENT_H5(H5Pset_coll_metadata_write(fapl, true), "collective metadata writes");
   hid_t f = H5Fcreate(path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
@@ -367,7 +367,7 @@ RunFile::~RunFile() {
   if (closed_ || file_ < 0) return;
   // H5Fclose is collective. While an exception unwinds, other ranks may be
   // elsewhere, so the file is left as last flushed (completed = 0); HDF5
-  // closes it at MPI_Finalize or the process simply ends.
+  // closes it when MPI is finalised or the process simply ends.
   if (std::uncaught_exceptions() > 0) return;
   h5::QuietErrors quiet;
   H5Fclose(file_);
@@ -450,7 +450,7 @@ void RunFile::append_events(const std::vector<TimelineEvent>& mine) {
 
   int64_t n = static_cast<int64_t>(rows.size());
   std::vector<int64_t> counts(static_cast<size_t>(size_));
-  MPI_Allgather(&n, 1, MPI_INT64_T, counts.data(), 1, MPI_INT64_T, world_);
+  world_.allgather(&n, counts.data(), sizeof n);
   const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
   if (total == 0) return;
   const int64_t offset =
@@ -624,9 +624,8 @@ void RunFile::close() {
   if (rc < 0) h5::fail(__FILE__, __LINE__, "close " + path_);
 }
 
-std::string resolve_output_name(const std::string& pattern, MPI_Comm world) {
-  int rank = 0;
-  MPI_Comm_rank(world, &rank);
+std::string resolve_output_name(const std::string& pattern, Communicator& world) {
+  const int rank = world.rank();
   std::string id;
   if (rank == 0) {
     const char* job = std::getenv("SLURM_JOB_ID");
@@ -641,7 +640,7 @@ std::string resolve_output_name(const std::string& pattern, MPI_Comm world) {
       id = std::string("local-") + buf;
     }
   }
-  id = bcast_from(0, id, world);
+  id = bcast_from(0, id, world.host());
   std::string out;
   for (size_t i = 0; i < pattern.size(); ++i) {
     if (pattern[i] == '%' && i + 1 < pattern.size() && pattern[i + 1] == 'j') {

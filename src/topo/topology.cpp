@@ -24,17 +24,6 @@ constexpr const char* kTopologyEnv = "TRIDENT_TOPOLOGY";
 constexpr const char* kDeviceEnv = "TRIDENT_DEVICE";
 constexpr const char* kTopologyEnvForm = "\"nodes=N,devices_per_node=G[,nvlink_domain=D]\"";
 
-int world_size_of(MPI_Comm c) {
-  int s = 1;
-  MPI_Comm_size(c, &s);
-  return s;
-}
-int rank_in(MPI_Comm c) {
-  int r = 0;
-  MPI_Comm_rank(c, &r);
-  return r;
-}
-
 bool parse_positive(const std::string& s, int& out) {
   if (s.empty() || s.size() > 9) return false;
   for (char ch : s)
@@ -170,18 +159,16 @@ int nvlink_domain_of(const std::vector<RankRecord>& recs, int ranks_per_node) {
 
 }  // namespace
 
-Topology detect_topology(MPI_Comm world, const Config& cfg) {
-  const int wsize = world_size_of(world), wrank = rank_in(world);
+Topology detect_topology(Communicator& world, const Config& cfg) {
+  const int wsize = world.size(), wrank = world.rank();
   // Input errors first, before any communication, so that every rank raises
   // the same one and nobody waits in a collective.
   const auto ov = topology_override(cfg);
   if (ov) check_override(ov->first, ov->second, wsize);
 
-  const double timeout = cfg.runtime.timeout_s > 0 ? cfg.runtime.timeout_s : 300.0;
-  MPI_Comm local_mpi;
-  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, wrank, MPI_INFO_NULL, &local_mpi);
-  Communicator local(local_mpi, CommKind::world, "node-local", timeout, true);
-  Communicator all(world, CommKind::world, "world", timeout, false);
+  auto local_group = world.host().split_node(CommKind::world, "node-local");
+  Communicator& local = *local_group;
+  Communicator& all = world.host();
 
   RankRecord me;
   me.local_rank = local.rank();
@@ -267,9 +254,9 @@ Topology detect_topology(MPI_Comm world, const Config& cfg) {
   return t;
 }
 
-std::unique_ptr<Communicators> build_communicators(MPI_Comm world, const Config& cfg,
+std::unique_ptr<Communicators> build_communicators(Communicator& world, const Config& cfg,
                                                    Topology topo) {
-  const int wsize = world_size_of(world), wrank = rank_in(world);
+  const int wsize = world.size(), wrank = world.rank();
   TRIDENT_CHECK(int(topo.ranks.size()) == wsize && topo.shape.world() == wsize,
                 "topology of " + std::to_string(topo.ranks.size()) + " ranks used on a world of " +
                     std::to_string(wsize));
@@ -284,21 +271,20 @@ std::unique_ptr<Communicators> build_communicators(MPI_Comm world, const Config&
   const int logical = c->topo.ranks[wrank].logical;
   c->me = c->mesh.coord(logical);
 
-  c->world = std::make_unique<Communicator>(world, CommKind::world, "world", timeout, false);
-  // MPI_Comm_split has no non-blocking form; a barrier with the deadline
-  // first makes sure every rank has arrived, so the splits cannot hang on a
-  // missing rank.
-  c->world->barrier();
+  // runtime.comm is this layer's key to apply; an unusable choice is an input
+  // error on every rank before any group exists.
+  c->comm_backend = agree_comm_backend(world, cfg.runtime.comm, cfg.runtime.backend);
+  // World stays on the host backend (control traffic, files); the mesh's
+  // groups are made on the chosen one.
+  c->world = comm_group(world, CommBackend::mpi, 0, wrank, CommKind::world, "world", timeout);
 
   auto split = [&](const std::vector<int>& group, CommKind kind, const char* name) {
     const auto pos = std::find(group.begin(), group.end(), logical);
     TRIDENT_CHECK(pos != group.end(), std::string("rank missing from its own ") + name + " group");
     // Groups of one kind are disjoint, so the smallest member names the group.
     const int color = *std::min_element(group.begin(), group.end());
-    MPI_Comm sub;
-    const int rc = MPI_Comm_split(world, color, int(pos - group.begin()), &sub);
-    TRIDENT_CHECK(rc == MPI_SUCCESS, std::string("MPI_Comm_split for ") + name + " failed");
-    auto comm = std::make_unique<Communicator>(sub, kind, name, timeout, true);
+    auto comm =
+        comm_group(world, c->comm_backend, color, int(pos - group.begin()), kind, name, timeout);
     for (int i = 0; i < comm->size(); ++i)
       TRIDENT_CHECK(i < int(group.size()) && comm->world_rank_of(i) == world_of_logical[group[i]],
                     std::string(name) + " communicator does not match the mesh's group");

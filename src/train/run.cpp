@@ -192,9 +192,9 @@ int run(const Config& cfg, Communicators& comms, const RunRequest& request) {
   const ResumePoint at = resume_point(cfg, request, trainer);
 
   // Every input is valid: now the run file may exist.
-  const std::string path = resolve_output_name(cfg.output.file, comms.world->mpi());
+  const std::string path = resolve_output_name(cfg.output.file, *comms.world);
   const char* job = std::getenv("SLURM_JOB_ID");
-  RunFile file(path, comms.world->mpi(), cfg, comms, job ? job : "");
+  RunFile file(path, *comms.world, cfg, comms, job ? job : "");
   file.set_root_attr("command_line", request.command_line);
   file.set_root_attr("backend", trainer.device().is_cuda() ? "cuda" : "cpu");
   if (!at.checkpoint.empty()) file.set_root_attr("resumed_from", at.checkpoint);

@@ -1,19 +1,34 @@
 // Communicator: one group of ranks (a cp ring, a pp group, an ep group, ...)
 // with byte and time accounting per kind, and a deadline on every wait.
 //
-// MPI (Open MPI over UCX) implements it for host buffers; the CUDA issue adds
-// NCCL behind the same calls for device buffers. Every blocking wait polls
-// its request until runtime.timeout_s and then throws TimeoutError naming the
-// rank, the operation and the peer, so a stuck job ends instead of hanging.
+// The seam between the layers above and the transports. This class is the
+// common part: argument checks, the accounting, the one watchdog loop and the
+// timeout messages. A backend (comm/mpi: MpiCommunicator, host buffers;
+// comm/nccl: NcclCommunicator, device buffers) only posts operations and
+// hands back a PendingOp that can be polled, so every wait of every backend
+// polls until runtime.timeout_s and then throws TimeoutError naming the rank,
+// the operation and the peer: a stuck job ends instead of hanging.
+// runtime.comm picks the backend once (comm/backend.hpp).
+//
+// Streams and events: a device backend runs its operations on its own
+// communication stream, ordered after the work queued so far on the compute
+// stream (set_compute_stream) by an event; wait_on_compute(r) makes later
+// compute-stream work wait for r without blocking the host; wait(r) blocks
+// the host. On the host backend the compute stream is null, an operation's
+// data is read when it is posted, overlap is progress polling (test()), and
+// wait_on_compute is wait.
+//
 // Sizes are in bytes for point-to-point and in elements for collectives.
+// Buffers live on device() (the host for MPI).
 #pragma once
-#include <mpi.h>
-
 #include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "trident/core/clock.hpp"
+#include "trident/core/device.hpp"
 
 namespace trident {
 
@@ -45,42 +60,82 @@ struct CommCounters {
 // the step's totals are one read).
 CommCounters& comm_counters();
 
-// A pending non-blocking operation. Move-only; wait() before destruction.
-// One destroyed while pending (an exception unwound past its wait) is
-// released: a receive is cancelled so nothing writes into a freed buffer.
+// A backend's posted operation: an MPI request, or a CUDA event recorded on
+// the communication stream behind the NCCL calls. poll() never blocks and
+// returns true once the operation is complete (its buffers may be reused).
+// Destroyed while still pending (an exception unwound past its wait), it is
+// released so that nothing writes into a freed buffer afterwards.
+class PendingOp {
+ public:
+  virtual ~PendingOp() = default;
+  virtual bool poll() = 0;
+};
+
+// A pending non-blocking operation of a Communicator. Move-only; wait()
+// before destruction (a pending one destroyed is released, see PendingOp).
 class Request {
  public:
   Request() = default;
-  Request(Request&&) noexcept;
-  Request& operator=(Request&&) noexcept;
-  Request(const Request&) = delete;
-  ~Request();
-  bool active() const { return req_ != MPI_REQUEST_NULL; }
+  bool active() const { return op_ != nullptr; }
 
  private:
   friend class Communicator;
-  MPI_Request req_ = MPI_REQUEST_NULL;
-  std::string what_;  // "send to rank 3 (cp)" for the timeout message
+  std::unique_ptr<PendingOp> op_;
+  std::string what_;  // "send of 64 B to rank 3 (world 5, tag 2)" for the timeout message
   CommKind kind_ = CommKind::world;
-  double bytes_ = 0;
-  bool is_send_ = false;
+  double bytes_ = 0;  // accounted as sent when complete
 };
+
+// Element types and reductions of the collectives.
+enum class ElemType : uint8_t { f32, f64, i32, i64 };
+enum class ReduceOp : uint8_t { sum, max, min };
+size_t elem_size(ElemType t);
+const char* elem_name(ElemType t);  // "float" | "double" | "int" | "int64_t"
 
 class Communicator {
  public:
-  // Wraps (does not duplicate) comm; takes ownership if owned is true.
-  Communicator(MPI_Comm comm, CommKind kind, std::string name, double timeout_s, bool owned);
-  ~Communicator();
+  virtual ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
   int rank() const { return rank_; }
-  int size() const { return size_; }
+  int size() const { return int(world_ranks_.size()); }
   CommKind kind() const { return kind_; }
   const std::string& name() const { return name_; }
-  MPI_Comm mpi() const { return comm_; }
   double timeout_s() const { return timeout_s_; }
   int world_rank_of(int group_rank) const;  // world rank of a member
+
+  // "mpi" | "nccl"; where the buffers of this communicator live.
+  virtual const char* backend_name() const = 0;
+  virtual Device device() const = 0;
+  // Largest tag point-to-point accepts (at least 32767).
+  virtual int max_tag() const = 0;
+  // The host (MPI) communicator of the same ranks: itself for MPI; the group
+  // a device communicator was bootstrapped on. Control traffic and libraries
+  // that need MPI (parallel HDF5, shared windows) go through it.
+  virtual Communicator& host() = 0;
+  const Communicator& host() const { return const_cast<Communicator*>(this)->host(); }
+
+  // Sub-groups, collective over this communicator: the ranks that pass the
+  // same color (>= 0), ordered by key, on the same backend; color < 0: this
+  // rank joins no group and gets nullptr. split_node: the ranks of this
+  // group that share this rank's node (host communicator).
+  virtual std::unique_ptr<Communicator> split(int color, int key, CommKind kind,
+                                              std::string name) = 0;
+  virtual std::unique_ptr<Communicator> split_node(CommKind kind, std::string name) = 0;
+
+  // Streams and events (see the file comment). stream: a cudaStream_t, or
+  // null for the host.
+  void set_compute_stream(void* stream) { compute_stream_ = stream; }
+  void* compute_stream() const { return compute_stream_; }
+  virtual void wait_on_compute(Request& r) { wait(r); }
+
+  // Point-to-point operations posted between begin_group() and end_group()
+  // start together: a device backend needs that for a send and a receive
+  // between the same two ranks (NCCL would deadlock on them one by one);
+  // MPI starts each at once. Wait for a group's requests after end_group().
+  virtual void begin_group() {}
+  virtual void end_group() {}
 
   // Point to point (bytes). Tags distinguish concurrent streams.
   Request isend(const void* buf, size_t bytes, int peer, int tag);
@@ -90,13 +145,18 @@ class Communicator {
   void wait_all(std::vector<Request>& rs);
   bool test(Request& r);  // true when complete (and then accounted)
 
-  // Collectives on float/double/int64 (in place), each with the deadline.
-  void allreduce_sum(float* data, size_t n);
-  void allreduce_sum(double* data, size_t n);
-  void allreduce_sum(int64_t* data, size_t n);
-  void allreduce_max(double* data, size_t n);
-  void allreduce_min(double* data, size_t n);
-  void allreduce_max(int* data, size_t n);
+  // Collectives (in place), each with the deadline. An empty reduction still
+  // takes part, so every rank issues the same sequence of collectives.
+  void allreduce_sum(float* data, size_t n) { allreduce(data, n, ElemType::f32, ReduceOp::sum); }
+  void allreduce_sum(double* data, size_t n) { allreduce(data, n, ElemType::f64, ReduceOp::sum); }
+  void allreduce_sum(int64_t* data, size_t n) { allreduce(data, n, ElemType::i64, ReduceOp::sum); }
+  void allreduce_max(double* data, size_t n) { allreduce(data, n, ElemType::f64, ReduceOp::max); }
+  void allreduce_max(int* data, size_t n) { allreduce(data, n, ElemType::i32, ReduceOp::max); }
+  void allreduce_max(int64_t* data, size_t n) { allreduce(data, n, ElemType::i64, ReduceOp::max); }
+  void allreduce_min(double* data, size_t n) { allreduce(data, n, ElemType::f64, ReduceOp::min); }
+  void allreduce_min(int* data, size_t n) { allreduce(data, n, ElemType::i32, ReduceOp::min); }
+  void allreduce_min(int64_t* data, size_t n) { allreduce(data, n, ElemType::i64, ReduceOp::min); }
+  void allreduce(void* data, size_t n, ElemType type, ReduceOp op);
   void broadcast(void* data, size_t bytes, int root);
   // Every rank contributes `bytes` bytes; out holds size()*bytes.
   void allgather(const void* in, void* out, size_t bytes);
@@ -105,27 +165,55 @@ class Communicator {
                  const std::vector<int64_t>& send_displs, void* recv,
                  const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs,
                  size_t elem_bytes);
-  // all-to-all of one int64 per peer (e.g. per-expert counts).
+  // all-to-all of `per_peer` int64 per peer (e.g. per-expert counts).
   void alltoall(const int64_t* send, int64_t* recv, size_t per_peer);
   void barrier();
 
- private:
-  void wait_mpi(MPI_Request& req, const std::string& what, CommKind kind, double bytes_sent);
+ protected:
+  // rank: this process's position; world_ranks: the world rank of each member.
+  Communicator(CommKind kind, std::string name, double timeout_s, int rank,
+               std::vector<int> world_ranks);
 
-  MPI_Comm comm_;
+  // The backend: post an operation (never block) and return its handle.
+  // Arguments are checked by the common part; counts are per peer.
+  virtual std::unique_ptr<PendingOp> post_send(const void* buf, size_t bytes, int peer,
+                                               int tag) = 0;
+  virtual std::unique_ptr<PendingOp> post_recv(void* buf, size_t bytes, int peer, int tag) = 0;
+  virtual std::unique_ptr<PendingOp> post_allreduce(void* data, size_t n, ElemType type,
+                                                    ReduceOp op) = 0;
+  virtual std::unique_ptr<PendingOp> post_broadcast(void* data, size_t bytes, int root) = 0;
+  virtual std::unique_ptr<PendingOp> post_allgather(const void* in, void* out, size_t bytes) = 0;
+  virtual std::unique_ptr<PendingOp> post_alltoallv(const void* send, const int64_t* send_counts,
+                                                    const int64_t* send_displs, void* recv,
+                                                    const int64_t* recv_counts,
+                                                    const int64_t* recv_displs,
+                                                    size_t elem_bytes) = 0;
+  virtual std::unique_ptr<PendingOp> post_barrier() = 0;
+  // Most elements one post_allreduce takes; larger reductions go in pieces.
+  virtual size_t max_elements_per_reduction() const = 0;
+  // Runs once when a wait passes its deadline, before TimeoutError is
+  // thrown: a device backend aborts its communicator so nothing stays stuck.
+  virtual void on_timeout() {}
+
+  // A device backend hands operations on host buffers to its host group.
+  friend class NcclCommunicator;
+  // For a backend's wait_on_compute: the operation behind a request.
+  static PendingOp* pending_op(Request& r) { return r.op_.get(); }
+  // Polls op until complete or the deadline; accounts bytes and the wait.
+  void await(PendingOp& op, const std::string& what, CommKind kind, double bytes_sent);
+
+ private:
   CommKind kind_;
   std::string name_;
   double timeout_s_;
-  bool owned_;
-  int rank_ = 0, size_ = 1;
+  int rank_;
   std::vector<int> world_ranks_;
+  void* compute_stream_ = nullptr;
 };
 
-// Clock shared by all ranks, seconds: CLOCK_MONOTONIC, which the processes
-// of one host share exactly, plus this host's offset from world rank 0's
-// host, measured by sync_clock() (a collective over `world`; 0 on rank 0's
-// host, and everywhere before the first call).
-double now_s();
-void sync_clock(MPI_Comm world);
+// Measures this host's clock offset to world rank 0's host and sets it in
+// core's clock (set_host_clock_offset); collective over `world`. Ranks that
+// share a host share the clock, so on one host nothing is measured.
+void sync_clock(Communicator& world);
 
 }  // namespace trident

@@ -1,5 +1,5 @@
 // SharedWindow: one block of shared memory per rank of a communicator whose
-// ranks all share a node (MPI_Win_allocate_shared), every block mapped into
+// ranks all share a node (an MPI shared-memory window of its host group), every block mapped into
 // every rank's address space, so peers read and write it with plain loads
 // and stores.
 //
@@ -10,9 +10,8 @@
 // part of the one copy, at memcpy speed. Ordering is the caller's: write,
 // fence(), read, fence() (see ep::TokenDispatcher).
 #pragma once
-#include <mpi.h>
-
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,7 +23,7 @@ class SharedWindow {
  public:
   // Collective over comm: this rank's block of `bytes` bytes (may be 0).
   SharedWindow(Communicator& comm, size_t bytes);
-  // Collective (MPI_Win_free), except while an exception unwinds: then the
+  // Collective (frees the window), except while an exception unwinds: then the
   // window is left to the process exit rather than block on peers that may
   // never come.
   ~SharedWindow();
@@ -36,7 +35,7 @@ class SharedWindow {
   size_t block_bytes(int r) const { return bytes_[size_t(r)]; }
 
   // Everybody's stores so far are visible to everybody afterwards: a memory
-  // barrier (MPI_Win_sync) on both sides of a barrier of comm, which waits
+  // barrier (a window sync) on both sides of a barrier of comm, which waits
   // with comm's deadline.
   void fence();
 
@@ -47,8 +46,9 @@ class SharedWindow {
   static double free_bytes();
 
  private:
+  struct Window;  // the MPI window, kept out of this header
   Communicator& comm_;
-  MPI_Win win_ = MPI_WIN_NULL;
+  std::unique_ptr<Window> win_;
   std::vector<char*> base_;
   std::vector<size_t> bytes_;
 };

@@ -6,7 +6,6 @@
 // a killed run leaves a readable file holding every completed step.
 #pragma once
 #include <hdf5.h>
-#include <mpi.h>
 
 #include <array>
 #include <cstdint>
@@ -46,8 +45,9 @@ class RunFile {
   // Callers create it only after every input has been validated, so bad input
   // never leaves a file behind; a killed run leaves it readable up to the last
   // flushed step.
-  RunFile(const std::string& path, MPI_Comm world, const Config& cfg, const Communicators& comms,
-          const std::string& slurm_job_id);
+  // world: every rank of the job (its host group opens the file).
+  RunFile(const std::string& path, Communicator& world, const Config& cfg,
+          const Communicators& comms, const std::string& slurm_job_id);
   ~RunFile();
   RunFile(const RunFile&) = delete;
   RunFile& operator=(const RunFile&) = delete;
@@ -85,7 +85,7 @@ class RunFile {
 
  private:
   std::string path_;
-  MPI_Comm world_;
+  Communicator& world_;  // host (MPI) group: collectives and the MPI-IO driver
   int rank_ = 0, size_ = 1;
   hid_t file_ = -1;
   int64_t steps_ = 0, events_ = 0;
@@ -95,6 +95,6 @@ class RunFile {
 
 // Resolve output.file: %j -> job id or "local-<UTC timestamp>" (same on all
 // ranks: rank 0's is broadcast).
-std::string resolve_output_name(const std::string& pattern, MPI_Comm world);
+std::string resolve_output_name(const std::string& pattern, Communicator& world);
 
 }  // namespace trident

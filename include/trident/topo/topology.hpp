@@ -1,16 +1,18 @@
 // Topology: what this job runs on (nodes, devices, NVLink domains) and the
 // communicators of each group kind, built from the mesh.
 //
-// Detection: nodes from MPI_COMM_TYPE_SHARED, labelled by SLURMD_NODENAME or
-// the host name; device = local rank % CUDA device count (TRIDENT_DEVICE
-// overrides); NVLink domains from NVML (dlopen'ed, optional). The [topology]
-// table or TRIDENT_TOPOLOGY="nodes=2,devices_per_node=4,nvlink_domain=4"
-// replaces detection; `source` records which was used.
+// Detection: nodes from the ranks that share memory (split_node), labelled
+// by SLURMD_NODENAME or the host name; device = local rank % CUDA device
+// count (TRIDENT_DEVICE overrides); NVLink domains from NVML (dlopen'ed,
+// optional). The [topology] table or
+// TRIDENT_TOPOLOGY="nodes=2,devices_per_node=4,nvlink_domain=4" replaces
+// detection; `source` records which was used.
 #pragma once
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "trident/comm/backend.hpp"
 #include "trident/comm/comm.hpp"
 #include "trident/core/config.hpp"
 #include "trident/topo/mesh.hpp"
@@ -33,7 +35,7 @@ struct Topology {
 
 // Collective over world. Throws InputError if the override does not match
 // the world size.
-Topology detect_topology(MPI_Comm world, const Config& cfg);
+Topology detect_topology(Communicator& world, const Config& cfg);
 
 // The communicators of one rank. Group ranks follow the mesh's order.
 struct Communicators {
@@ -41,15 +43,18 @@ struct Communicators {
   Topology topo;
   int world_rank = 0;
   RankCoord me;
+  // world is on MPI; the others on comm_backend (runtime.comm, resolved).
   std::unique_ptr<Communicator> world, cp, pp, dp, dpcp, ep, expert_replica;
+  CommBackend comm_backend = CommBackend::mpi;
   // pp neighbours as pp-group ranks (-1 at the ends).
   int pp_prev() const { return me.pp > 0 ? me.pp - 1 : -1; }
   int pp_next() const { return me.pp + 1 < mesh.pp ? me.pp + 1 : -1; }
 };
 
-// Maps the config's request onto the topology and splits the communicators.
-// Collective over world. Throws InputError for an impossible mesh.
-std::unique_ptr<Communicators> build_communicators(MPI_Comm world, const Config& cfg,
+// Maps the config's request onto the topology and splits the communicators
+// on runtime.comm's backend. Collective over world. Throws InputError for an
+// impossible mesh or an unusable runtime.comm.
+std::unique_ptr<Communicators> build_communicators(Communicator& world, const Config& cfg,
                                                    Topology topo);
 
 // Text table rank -> node, local rank, device, pp, dp, cp, ep (`trident topo`).

@@ -34,13 +34,6 @@ struct Buffer {
   size_t bytes() const { return size * sizeof(float); }
 };
 
-int tag_upper_bound(MPI_Comm comm) {
-  int* ub = nullptr;
-  int flag = 0;
-  MPI_Comm_get_attr(comm, MPI_TAG_UB, &ub, &flag);
-  return (flag && ub) ? *ub : 32767;  // 32767 is the least the MPI standard promises
-}
-
 // Sends whose buffers may stay alive before they are tested outside a wait.
 constexpr size_t kMaxPendingSends = 8;
 
@@ -107,9 +100,9 @@ ExecResult execute(const Schedule& s, int me, PipelineStage& stage, Communicator
                                    " is not this process's rank in pp (" + std::to_string(pp_rank) +
                                    ")");
   const int S = s.num_stages(), M = s.microbatches, last = S - 1;
-  TRIDENT_CHECK(!pp || message_tag(s, last, M - 1, true) <= tag_upper_bound(pp->mpi()),
+  TRIDENT_CHECK(!pp || message_tag(s, last, M - 1, true) <= pp->max_tag(),
                 "execute: " + std::to_string(M) + " micro-batches x " + std::to_string(S) +
-                    " stages exceed the MPI tag range");
+                    " stages exceed the tag range of pp");
   const bool split = s.split_backward;
   const auto& row = s.ranks[me];
   auto at = [M](int st, int mb) { return static_cast<size_t>(st) * M + mb; };
@@ -227,7 +220,7 @@ ExecResult execute(const Schedule& s, int me, PipelineStage& stage, Communicator
     }
     res.actions.push_back({a, t0, t1});
     // Sends are reaped while a RECV waits and at the end, not after every
-    // action: under Open MPI an MPI_Test that finds nothing to do yields the
+    // action: under Open MPI a test that finds nothing to do yields the
     // core when ranks oversubscribe it (mpi_yield_when_idle), which cost
     // 30-200 us per action here. Only a long run of sends without a receive
     // (more than kMaxPendingSends) is reaped in between.

@@ -14,6 +14,7 @@
 
 #include "mpi_test_util.hpp"
 #include "trident/comm/comm.hpp"
+#include "trident/comm/mpi/mpi_communicator.hpp"
 #include "trident/core/error.hpp"
 #include "trident/core/rng.hpp"
 
@@ -27,8 +28,8 @@ namespace {
 std::unique_ptr<Communicator> dup_world(CommKind kind, double timeout_s = 30.0) {
   MPI_Comm c;
   MPI_Comm_dup(MPI_COMM_WORLD, &c);
-  return std::make_unique<Communicator>(c, kind, "test-" + std::string(comm_kind_name(kind)),
-                                        timeout_s, true);
+  return std::make_unique<MpiCommunicator>(c, kind, "test-" + std::string(comm_kind_name(kind)),
+                                           timeout_s, true);
 }
 
 // Input of rank r, element i: random, never zero, regenerable on any rank.
@@ -281,7 +282,7 @@ TEST_CASE("world_rank_of maps group ranks back to world ranks", "[comm]") {
   MPI_Comm sub;
   const int wr = world_rank(), ws = world_size();
   MPI_Comm_split(MPI_COMM_WORLD, wr % 2, ws - wr, &sub);
-  Communicator c(sub, CommKind::dp, "parity", 30.0, true);
+  MpiCommunicator c(sub, CommKind::dp, "parity", 30.0, true);
   std::vector<int> expect;
   for (int r = ws - 1; r >= 0; --r)
     if (r % 2 == wr % 2) expect.push_back(r);
@@ -291,7 +292,8 @@ TEST_CASE("world_rank_of maps group ranks back to world ranks", "[comm]") {
 
 TEST_CASE("now_s is one clock: after sync, every rank's reading after a barrier is close",
           "[comm]") {
-  sync_clock(MPI_COMM_WORLD);
+  MpiCommunicator world(MPI_COMM_WORLD, CommKind::world, "world", 30.0, false);
+  sync_clock(world);
   auto c = dup_world(CommKind::world);
   // Readings taken after a barrier by all ranks lie within the barrier's
   // exit skew; a missing offset of seconds would show.
@@ -306,7 +308,8 @@ TEST_CASE("now_s is one clock: after sync, every rank's reading after a barrier 
 
 TEST_CASE("now_s on one host is one clock: a reading after a message is never before the sender's",
           "[comm][multirank]") {
-  sync_clock(MPI_COMM_WORLD);
+  MpiCommunicator world(MPI_COMM_WORLD, CommKind::world, "world", 30.0, false);
+  sync_clock(world);
   auto c = dup_world(CommKind::world);
   REQUIRE(c->size() >= 2);  // nothing to compare on 1 (not registered at np 1)
   char name[256] = {};

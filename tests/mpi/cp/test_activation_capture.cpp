@@ -139,7 +139,7 @@ TEST_CASE("cp=4 zig-zag ring: q, k, v, attn_out captured in global order reprodu
   const int64_t qrow = int64_t(kHeads) * kHeadDim, kvrow = int64_t(kKvHeads) * kHeadDim;
 
   const Config cfg = capture_config();
-  auto comms = build_communicators(MPI_COMM_WORLD, cfg, detect_topology(MPI_COMM_WORLD, cfg));
+  auto comms = build_communicators(trident::testing::world_comm(), cfg, detect_topology(trident::testing::world_comm(), cfg));
   REQUIRE(comms->cp);
   REQUIRE(comms->cp->size() == kCp);
 
@@ -173,7 +173,7 @@ TEST_CASE("cp=4 zig-zag ring: q, k, v, attn_out captured in global order reprodu
   const std::string path = dir.path + "/capture.h5";
   const int step = 7, layer = 0;
   {
-    RunFile rf(path, MPI_COMM_WORLD, cfg, *comms, "");
+    RunFile rf(path, trident::testing::world_comm(), cfg, *comms, "");
     const std::vector<int64_t> qshape = {S, kSeq, kHeads, kHeadDim};
     const std::vector<int64_t> kvshape = {S, kSeq, kKvHeads, kHeadDim};
     rf.write_activation(step, layer, "q", qshape, kSampleIds, lq.data(), ring.positions());

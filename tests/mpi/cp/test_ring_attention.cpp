@@ -29,7 +29,7 @@ namespace {
 std::unique_ptr<Communicator> split_cp(int cp) {
   MPI_Comm c;
   MPI_Comm_split(MPI_COMM_WORLD, world_rank() / cp, world_rank() % cp, &c);
-  return std::make_unique<Communicator>(c, CommKind::cp, "cp", 60.0, true);
+  return std::make_unique<MpiCommunicator>(c, CommKind::cp, "cp", 60.0, true);
 }
 
 std::vector<float> random_tensor(int64_t n, const std::string& name) {

@@ -41,8 +41,8 @@ Config capacity_model(double capacity_factor) {
 }
 
 std::vector<double> mesh_losses(const Config& cfg) {
-  Topology topo = detect_topology(MPI_COMM_WORLD, cfg);
-  auto comms = build_communicators(MPI_COMM_WORLD, cfg, std::move(topo));
+  Topology topo = detect_topology(trident::testing::world_comm(), cfg);
+  auto comms = build_communicators(trident::testing::world_comm(), cfg, std::move(topo));
   train::TrainComms tc{comms->world.get(), comms->pp.get(),   comms->cp.get(),
                        comms->ep.get(),    comms->dpcp.get(), comms->expert_replica.get(),
                        comms->me.pp,       comms->mesh.pp,    comms->me.dp,

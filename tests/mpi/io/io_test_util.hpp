@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "mpi_test_util.hpp"
 #include "trident/core/config.hpp"
 #include "trident/topo/topology.hpp"
 
@@ -31,7 +32,7 @@ inline Config io_test_config(int world) {
 }
 
 inline std::unique_ptr<Communicators> io_test_comms(const Config& cfg) {
-  return build_communicators(MPI_COMM_WORLD, cfg, detect_topology(MPI_COMM_WORLD, cfg));
+  return build_communicators(trident::testing::world_comm(), cfg, detect_topology(trident::testing::world_comm(), cfg));
 }
 
 // Zig-zag layout over 2*cp chunks of `chunk` positions: rank r holds chunk r

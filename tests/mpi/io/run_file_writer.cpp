@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 
+#include "mpi_test_util.hpp"
 #include "io_test_util.hpp"
 #include "trident/core/error.hpp"
 #include "trident/io/bench_report.hpp"
@@ -28,7 +29,7 @@ int write_run(const std::string& path, int steps, int kill_after) {
   Config cfg = testing::io_test_config(size);
   auto comms = testing::io_test_comms(cfg);
   const char* job = std::getenv("SLURM_JOB_ID");
-  RunFile rf(path, MPI_COMM_WORLD, cfg, *comms, job ? job : "");
+  RunFile rf(path, trident::testing::world_comm(), cfg, *comms, job ? job : "");
 
   const int64_t S = 2, chunk = 4, seq = 2 * size * chunk, heads = 2, hd = 3;
   for (int i = 0; i < steps; ++i) {

@@ -183,14 +183,14 @@ TEST_CASE("resolve_output_name: %j is the Slurm job id or one local timestamp fo
   const char* saved = std::getenv("SLURM_JOB_ID");
   std::string saved_value = saved ? saved : "";
   unsetenv("SLURM_JOB_ID");
-  std::string name = resolve_output_name("out-%j.h5", MPI_COMM_WORLD);
+  std::string name = resolve_output_name("out-%j.h5", trident::testing::world_comm());
   CHECK(std::regex_match(name, std::regex(R"(out-local-\d{8}-\d{6}\.h5)")));
   CHECK(name == rank0_string(name));
 
   // Only rank 0's environment counts: the others see another value.
   setenv("SLURM_JOB_ID", world_rank() == 0 ? "4242" : "999", 1);
-  CHECK(resolve_output_name("runs/%j/t-%j.h5", MPI_COMM_WORLD) == "runs/4242/t-4242.h5");
-  CHECK(resolve_output_name("plain.h5", MPI_COMM_WORLD) == "plain.h5");
+  CHECK(resolve_output_name("runs/%j/t-%j.h5", trident::testing::world_comm()) == "runs/4242/t-4242.h5");
+  CHECK(resolve_output_name("plain.h5", trident::testing::world_comm()) == "plain.h5");
   if (saved)
     setenv("SLURM_JOB_ID", saved_value.c_str(), 1);
   else
@@ -208,7 +208,7 @@ TEST_CASE("RunFile: every part written collectively reads back exactly") {
 
   const int64_t S = 2, chunk = 3, seq = 2 * P * chunk, heads = 2, hd = 3;
   {
-    RunFile rf(path, MPI_COMM_WORLD, cfg, *comms, me == 0 ? "job-7" : "not-rank-0");
+    RunFile rf(path, trident::testing::world_comm(), cfg, *comms, me == 0 ? "job-7" : "not-rank-0");
     for (int i = 0; i < 3; ++i) {
       if (i < 2) rf.append_events(events_of(i, me));
       if (me == 0) {
@@ -434,7 +434,7 @@ TEST_CASE("RunFile: bad arguments fail on every rank, and the file stays usable"
   auto comms = io_test_comms(cfg);
   const int64_t S = 1, seq = 2 * P;
   {
-    RunFile rf(path, MPI_COMM_WORLD, cfg, *comms, "");
+    RunFile rf(path, trident::testing::world_comm(), cfg, *comms, "");
     // Rank 0's expert_tokens have the wrong shape: every rank throws.
     CHECK_THROWS_AS(rf.append_step(StepMetrics{}, {1, 2, 3, 4}, {{1, 2}}), Error);
     // One rank's event kind is too long.
@@ -476,7 +476,7 @@ TEST_CASE("RunFile: an output path that cannot be created is an InputError on ev
   auto comms = io_test_comms(cfg);
   const std::string path = dir.path + "/no-such-dir/run.h5";
   try {
-    RunFile rf(path, MPI_COMM_WORLD, cfg, *comms, "");
+    RunFile rf(path, trident::testing::world_comm(), cfg, *comms, "");
     FAIL("no exception");
   } catch (const InputError& e) {
     CHECK_THAT(e.what(), Catch::Contains(path));

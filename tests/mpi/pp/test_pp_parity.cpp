@@ -215,7 +215,7 @@ struct Case {
 }  // namespace
 
 TEST_CASE("every schedule gives the one-rank loss and gradients", "[pp][mpi]") {
-  Communicator pp(MPI_COMM_WORLD, CommKind::pp, "pp", 60.0, false);
+  MpiCommunicator pp(MPI_COMM_WORLD, CommKind::pp, "pp", 60.0, false);
   const int p = pp.size(), me = pp.rank();
   std::vector<Case> cases;
   for (const std::string name : {"afab", "1f1b", "zb-h1"})
@@ -276,7 +276,7 @@ TEST_CASE("every schedule gives the one-rank loss and gradients", "[pp][mpi]") {
 }
 
 TEST_CASE("PyTorch's compute+comms files run with the one-rank result", "[pp][mpi][np2]") {
-  Communicator pp(MPI_COMM_WORLD, CommKind::pp, "pp", 60.0, false);
+  MpiCommunicator pp(MPI_COMM_WORLD, CommKind::pp, "pp", 60.0, false);
   REQUIRE(pp.size() == 2);
   const char* src = std::getenv("TRIDENT_SOURCE_DIR");
   REQUIRE(src != nullptr);
@@ -308,7 +308,7 @@ TEST_CASE("PyTorch's compute+comms files run with the one-rank result", "[pp][mp
 }
 
 TEST_CASE("pp bytes are accounted on the pp counters", "[pp][mpi]") {
-  Communicator pp(MPI_COMM_WORLD, CommKind::pp, "pp", 60.0, false);
+  MpiCommunicator pp(MPI_COMM_WORLD, CommKind::pp, "pp", 60.0, false);
   const Schedule s = lower(make_schedule("1f1b", pp.size(), 4));
   MlpStack stack(s, pp.rank());
   const CommCounters before = comm_counters();

@@ -52,7 +52,7 @@ std::vector<Member> members(const Communicator& comm, const Communicators& c) {
   Member m{c.world_rank, k.rank,    c.topo.ranks[c.world_rank].node, k.pp, k.dp, k.cp,
            k.ep,         k.ep_group};
   std::vector<Member> all(comm.size());
-  MPI_Allgather(&m, sizeof m, MPI_BYTE, all.data(), sizeof m, MPI_BYTE, comm.mpi());
+  MPI_Allgather(&m, sizeof m, MPI_BYTE, all.data(), sizeof m, MPI_BYTE, mpi_handles(comm).comm);
   return all;
 }
 
@@ -149,9 +149,9 @@ TEST_CASE("communicators hold the mesh's ranks for every shape and pp/cp/ep", "[
             } catch (const InputError&) {
               continue;  // an impossible request: the mesh's own tests cover the rules
             }
-            Topology t = detect_topology(MPI_COMM_WORLD, cfg);
+            Topology t = detect_topology(trident::testing::world_comm(), cfg);
             REQUIRE(t.source == "override");
-            auto c = build_communicators(MPI_COMM_WORLD, cfg, t);
+            auto c = build_communicators(trident::testing::world_comm(), cfg, t);
             const int bad = check_communicators(*c);
             INFO("nodes=" << nodes << " dpn=" << dpn << " nvl=" << nvl << " pp=" << pp
                           << " cp=" << cp << " ep=" << ep);
@@ -171,7 +171,7 @@ TEST_CASE("8 ranks as 2 nodes x 4: pp=2 cp=2, ep=2 and ep=4", "[topo][np8]") {
   unsetenv("TRIDENT_TOPOLOGY");
   for (int ep : {2, 4}) {
     Config cfg = override_config(2, 4, 4, 2, 2, ep);
-    auto c = build_communicators(MPI_COMM_WORLD, cfg, detect_topology(MPI_COMM_WORLD, cfg));
+    auto c = build_communicators(trident::testing::world_comm(), cfg, detect_topology(trident::testing::world_comm(), cfg));
     CHECK(check_communicators(*c) == 0);
     const int r = world_rank();
     // With the override, virtual node = rank / 4 and logical = world rank.
@@ -205,7 +205,7 @@ TEST_CASE("TRIDENT_TOPOLOGY wins over [topology]; malformed or mismatched input 
   Config cfg = override_config(w, 1, 1, 1, 1, 1);
   const std::string ok = "nodes=1,devices_per_node=" + std::to_string(w);
   setenv("TRIDENT_TOPOLOGY", ok.c_str(), 1);
-  Topology t = detect_topology(MPI_COMM_WORLD, cfg);
+  Topology t = detect_topology(trident::testing::world_comm(), cfg);
   CHECK(t.source == "override");
   CHECK(t.shape.nodes == 1);
   CHECK(t.shape.devices_per_node == w);
@@ -218,7 +218,7 @@ TEST_CASE("TRIDENT_TOPOLOGY wins over [topology]; malformed or mismatched input 
     setenv("TRIDENT_TOPOLOGY", bad, 1);
     std::string msg;
     try {
-      detect_topology(MPI_COMM_WORLD, cfg);
+      detect_topology(trident::testing::world_comm(), cfg);
     } catch (const InputError& e) {
       msg = e.what();
     }
@@ -231,7 +231,7 @@ TEST_CASE("TRIDENT_TOPOLOGY wins over [topology]; malformed or mismatched input 
   setenv("TRIDENT_TOPOLOGY", wrong.c_str(), 1);
   std::string msg;
   try {
-    detect_topology(MPI_COMM_WORLD, cfg);
+    detect_topology(trident::testing::world_comm(), cfg);
   } catch (const InputError& e) {
     msg = e.what();
   }
@@ -246,7 +246,7 @@ TEST_CASE("TRIDENT_TOPOLOGY wins over [topology]; malformed or mismatched input 
     Config bad_cfg = override_config(1, w, w + 1, 1, 1, 1);
     std::string m2;
     try {
-      detect_topology(MPI_COMM_WORLD, bad_cfg);
+      detect_topology(trident::testing::world_comm(), bad_cfg);
     } catch (const InputError& e) {
       m2 = e.what();
     }
@@ -262,7 +262,7 @@ TEST_CASE("an impossible mesh request is an InputError on every rank", "[topo]")
   Config cfg = override_config(1, w, w, 1, 2 * w, 1);  // cp larger than the world
   bool thrown = false;
   try {
-    build_communicators(MPI_COMM_WORLD, cfg, detect_topology(MPI_COMM_WORLD, cfg));
+    build_communicators(trident::testing::world_comm(), cfg, detect_topology(trident::testing::world_comm(), cfg));
   } catch (const InputError&) {
     thrown = true;
   }
@@ -275,7 +275,7 @@ TEST_CASE("detection: shared-memory nodes, host labels, devices", "[topo]") {
   unsetenv("TRIDENT_DEVICE");
   Config cfg;
   cfg.runtime.timeout_s = 30;
-  Topology t = detect_topology(MPI_COMM_WORLD, cfg);
+  Topology t = detect_topology(trident::testing::world_comm(), cfg);
   CHECK(t.source == "detected");
   const int w = world_size(), r = world_rank();
   MPI_Comm local;
@@ -317,7 +317,7 @@ TEST_CASE("detection: shared-memory nodes, host labels, devices", "[topo]") {
 
   // TRIDENT_DEVICE overrides the choice on every rank; a non-number is refused.
   setenv("TRIDENT_DEVICE", "0", 1);
-  CHECK(detect_topology(MPI_COMM_WORLD, cfg).ranks[r].device == 0);
+  CHECK(detect_topology(trident::testing::world_comm(), cfg).ranks[r].device == 0);
   setenv("TRIDENT_DEVICE", "gpu1", 1);
-  CHECK_THROWS_AS(detect_topology(MPI_COMM_WORLD, cfg), InputError);
+  CHECK_THROWS_AS(detect_topology(trident::testing::world_comm(), cfg), InputError);
 }

@@ -54,8 +54,8 @@ train::TrainComms train_comms(const Communicators& c) {
 }
 
 Curve run_mesh(const Config& cfg) {
-  Topology topo = detect_topology(MPI_COMM_WORLD, cfg);
-  auto comms = build_communicators(MPI_COMM_WORLD, cfg, std::move(topo));
+  Topology topo = detect_topology(trident::testing::world_comm(), cfg);
+  auto comms = build_communicators(trident::testing::world_comm(), cfg, std::move(topo));
   train::Trainer t(cfg, train_comms(*comms));
   Curve c;
   for (int s = 0; s < cfg.train.steps; ++s) {
@@ -152,8 +152,8 @@ namespace {
 // before clipping, which the optimizer applies as a scale). Returns the
 // indices, in the one-rank run's parameter order, of the parameters checked.
 std::vector<int> check_gradients(const Config& cfg, int dp) {
-  Topology topo = detect_topology(MPI_COMM_WORLD, cfg);
-  auto comms = build_communicators(MPI_COMM_WORLD, cfg, std::move(topo));
+  Topology topo = detect_topology(trident::testing::world_comm(), cfg);
+  auto comms = build_communicators(trident::testing::world_comm(), cfg, std::move(topo));
   train::Trainer mesh(cfg, train_comms(*comms));
   mesh.train_step(0);
   train::Trainer serial(serial_config(cfg, dp), {});

@@ -9,39 +9,46 @@
 #include <exception>
 
 #include "mpi_check.hpp"
+#include "trident/comm/mpi/mpi_communicator.hpp"
 #include "trident/core/error.hpp"
 
 namespace trident {
 
-SharedWindow::SharedWindow(Communicator& comm, size_t bytes) : comm_(comm) {
+struct SharedWindow::Window {
+  MPI_Win win = MPI_WIN_NULL;
+};
+
+SharedWindow::SharedWindow(Communicator& comm, size_t bytes)
+    : comm_(comm), win_(std::make_unique<Window>()) {
   const int P = comm.size();
   void* mine = nullptr;
-  MPI_CHECK(MPI_Win_allocate_shared(MPI_Aint(bytes), 1, MPI_INFO_NULL, comm.mpi(), &mine, &win_));
+  MPI_CHECK(MPI_Win_allocate_shared(MPI_Aint(bytes), 1, MPI_INFO_NULL, mpi_handles(comm).comm,
+                                    &mine, &win_->win));
   base_.resize(size_t(P));
   bytes_.resize(size_t(P));
   for (int r = 0; r < P; ++r) {
     MPI_Aint size = 0;
     int unit = 0;
     void* p = nullptr;
-    MPI_CHECK(MPI_Win_shared_query(win_, r, &size, &unit, &p));
+    MPI_CHECK(MPI_Win_shared_query(win_->win, r, &size, &unit, &p));
     base_[size_t(r)] = static_cast<char*>(p);
     bytes_[size_t(r)] = size_t(size);
   }
   // One passive-target epoch for the whole life of the window: loads and
   // stores need no further MPI calls, fence() orders them.
-  MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, win_));
+  MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, win_->win));
 }
 
 SharedWindow::~SharedWindow() {
-  if (win_ == MPI_WIN_NULL || std::uncaught_exceptions() > 0) return;
-  MPI_Win_unlock_all(win_);
-  MPI_Win_free(&win_);
+  if (win_->win == MPI_WIN_NULL || std::uncaught_exceptions() > 0) return;
+  MPI_Win_unlock_all(win_->win);
+  MPI_Win_free(&win_->win);
 }
 
 void SharedWindow::fence() {
-  MPI_Win_sync(win_);
+  MPI_Win_sync(win_->win);
   comm_.barrier();
-  MPI_Win_sync(win_);
+  MPI_Win_sync(win_->win);
 }
 
 bool SharedWindow::node_local(Communicator& comm, std::string* why_not) {

@@ -1,0 +1,67 @@
+// MpiCommunicator: the Communicator over MPI (Open MPI over UCX), for host
+// buffers. Every operation is posted non-blocking (MPI_Isend, MPI_Iallreduce,
+// ...) and its MPI request is the PendingOp that the common watchdog polls.
+//
+// The only header outside src/comm that includes mpi.h, and only for code
+// that must hand an MPI communicator to another library: parallel HDF5's
+// MPI-IO file driver (io's run file) and tests that build communicators from
+// MPI_COMM_WORLD. Everything else uses Communicator.
+#pragma once
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+
+#include "trident/comm/comm.hpp"
+
+namespace trident {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Wraps (does not duplicate) comm; frees it at destruction if owned.
+  MpiCommunicator(MPI_Comm comm, CommKind kind, std::string name, double timeout_s, bool owned);
+  ~MpiCommunicator() override;
+
+  MPI_Comm native() const { return comm_; }
+
+  const char* backend_name() const override { return "mpi"; }
+  Device device() const override { return Device::cpu(); }
+  int max_tag() const override;
+  Communicator& host() override { return *this; }
+  std::unique_ptr<Communicator> split(int color, int key, CommKind kind, std::string name) override;
+  std::unique_ptr<Communicator> split_node(CommKind kind, std::string name) override;
+  // The same split as split(), typed (a device backend bootstraps over it),
+  // with its own deadline.
+  std::unique_ptr<MpiCommunicator> split_mpi(int color, int key, CommKind kind, std::string name,
+                                             double timeout_s);
+
+ protected:
+  std::unique_ptr<PendingOp> post_send(const void* buf, size_t bytes, int peer, int tag) override;
+  std::unique_ptr<PendingOp> post_recv(void* buf, size_t bytes, int peer, int tag) override;
+  std::unique_ptr<PendingOp> post_allreduce(void* data, size_t n, ElemType type,
+                                            ReduceOp op) override;
+  std::unique_ptr<PendingOp> post_broadcast(void* data, size_t bytes, int root) override;
+  std::unique_ptr<PendingOp> post_allgather(const void* in, void* out, size_t bytes) override;
+  std::unique_ptr<PendingOp> post_alltoallv(const void* send, const int64_t* send_counts,
+                                            const int64_t* send_displs, void* recv,
+                                            const int64_t* recv_counts, const int64_t* recv_displs,
+                                            size_t elem_bytes) override;
+  std::unique_ptr<PendingOp> post_barrier() override;
+  size_t max_elements_per_reduction() const override;
+
+ private:
+  MPI_Comm comm_;
+  bool owned_;
+};
+
+// The MPI handles under a communicator (its host() group), for the one
+// library that must be handed them: parallel HDF5 (H5Pset_fapl_mpio takes
+// an MPI_Comm and an MPI_Info). Throws Error if the host communicator is not
+// an MpiCommunicator.
+struct MpiHandles {
+  MPI_Comm comm;
+  MPI_Info info;
+};
+MpiHandles mpi_handles(const Communicator& c);
+
+}  // namespace trident

@@ -1,0 +1,86 @@
+// runtime.comm resolved once per job and agreed by every rank, and the
+// factory that makes the mesh's groups on the chosen backend.
+#include "trident/comm/backend.hpp"
+
+#include "trident/comm/mpi/mpi_communicator.hpp"
+#include "trident/comm/process.hpp"
+#include "trident/core/error.hpp"
+#ifdef TRIDENT_HAVE_NCCL
+#include "trident/comm/nccl/nccl_communicator.hpp"
+#endif
+
+namespace trident {
+
+bool nccl_built() {
+#ifdef TRIDENT_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+// GPUs this process sees (0 in a build without NCCL).
+int visible_gpus() {
+#ifdef TRIDENT_HAVE_NCCL
+  return nccl_visible_devices();
+#else
+  return 0;
+#endif
+}
+
+}  // namespace
+
+CommChoice choose_comm_backend(CommBackend setting, Backend kernel_backend) {
+  CommChoice c;
+  if (setting == CommBackend::mpi) return c;
+  if (setting == CommBackend::automatic) {
+    if (nccl_built() && kernel_backend != Backend::cpu && visible_gpus() > 0)
+      c.backend = CommBackend::nccl;
+    return c;
+  }
+  const std::string key = "runtime.comm = \"nccl\": ";
+  if (!nccl_built()) {
+    c.error = key + "this build has no NCCL (built without CUDA/NCCL); use \"mpi\" or \"auto\"";
+  } else if (visible_gpus() == 0) {
+    c.error =
+        key + "rank " + std::to_string(comm_world_rank()) + " sees no GPU; use \"mpi\" or \"auto\"";
+  } else {
+    c.backend = CommBackend::nccl;
+  }
+  return c;
+}
+
+CommBackend agree_comm_backend(Communicator& world, CommBackend setting, Backend kernel_backend) {
+  CommChoice mine = choose_comm_backend(setting, kernel_backend);
+  // The first failing rank's line, on every rank: an input error that all
+  // ranks raise alike ends the job cleanly with exit code 2.
+  Communicator& control = world.host();
+  int first_bad = mine.error.empty() ? control.size() : control.rank();
+  control.allreduce_min(&first_bad, 1);
+  if (first_bad == control.size()) return mine.backend;
+  int64_t n = int64_t(mine.error.size());
+  control.broadcast(&n, sizeof n, first_bad);
+  std::string line = mine.error;
+  line.resize(size_t(n));
+  control.broadcast(line.data(), size_t(n), first_bad);
+  throw InputError(line);
+}
+
+std::unique_ptr<Communicator> comm_group(Communicator& world, CommBackend backend, int color,
+                                         int key, CommKind kind, std::string name,
+                                         double timeout_s) {
+  auto* control = dynamic_cast<MpiCommunicator*>(&world.host());
+  TRIDENT_CHECK(control != nullptr, "comm_group: world '" + world.name() + "' is not on MPI");
+  auto group = control->split_mpi(color, key, kind, std::move(name), timeout_s);
+#ifdef TRIDENT_HAVE_NCCL
+  if (group && backend == CommBackend::nccl)
+    return std::make_unique<NcclCommunicator>(std::move(group));
+#else
+  TRIDENT_CHECK(backend == CommBackend::mpi, "comm_group: only MPI is built");
+#endif
+  return group;
+}
+
+}  // namespace trident

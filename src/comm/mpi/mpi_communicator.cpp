@@ -1,0 +1,268 @@
+// MpiCommunicator: each operation posted as a non-blocking MPI call whose
+// request is polled by the common watchdog; byte-sized operations beyond
+// INT_MAX go through a derived datatype, reductions in INT_MAX pieces.
+#include "trident/comm/mpi/mpi_communicator.hpp"
+
+#include <climits>
+#include <string>
+#include <vector>
+
+#include "mpi_check.hpp"
+#include "trident/core/error.hpp"
+
+namespace trident {
+
+namespace {
+
+// Largest element count handed to one typed MPI call.
+constexpr size_t kMaxCount = size_t(INT_MAX);
+
+bool mpi_finalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
+// An MPI request. Released while pending only when a wait was skipped (an
+// exception unwound past it): a receive is cancelled so that no buffer is
+// written after it is gone; a send is released and completes on its own.
+class MpiRequest final : public PendingOp {
+ public:
+  explicit MpiRequest(bool is_recv) : is_recv_(is_recv) {}
+  ~MpiRequest() override {
+    if (req_ == MPI_REQUEST_NULL || mpi_finalized()) return;
+    if (is_recv_) MPI_Cancel(&req_);
+    MPI_Request_free(&req_);
+  }
+  bool poll() override {
+    int done = 0;
+    MPI_CHECK(MPI_Test(&req_, &done, MPI_STATUS_IGNORE));
+    return done != 0;
+  }
+  MPI_Request* handle() { return &req_; }
+
+ private:
+  MPI_Request req_ = MPI_REQUEST_NULL;
+  bool is_recv_;
+};
+
+// A datatype of exactly `bytes` bytes (count 1), so that sizes beyond INT_MAX
+// need no int count: q blocks of 1 GiB followed by the remainder. The extent
+// equals `bytes`, which allgather relies on to place each rank's block.
+class ByteSpan {
+ public:
+  explicit ByteSpan(size_t bytes) {
+    if (bytes <= kMaxCount) {
+      count_ = int(bytes);
+      return;
+    }
+    constexpr size_t kBlock = size_t(1) << 30;
+    MPI_Datatype block;
+    MPI_CHECK(MPI_Type_contiguous(int(kBlock), MPI_BYTE, &block));
+    const size_t q = bytes / kBlock, r = bytes % kBlock;
+    int lens[2] = {int(q), int(r)};
+    MPI_Aint displs[2] = {0, MPI_Aint(q * kBlock)};
+    MPI_Datatype types[2] = {block, MPI_BYTE};
+    MPI_CHECK(MPI_Type_create_struct(r ? 2 : 1, lens, displs, types, &type_));
+    MPI_CHECK(MPI_Type_commit(&type_));
+    MPI_Type_free(&block);
+    owned_ = true;
+    count_ = 1;
+  }
+  ~ByteSpan() {
+    // Freeing a datatype after the operation was posted is allowed: MPI keeps
+    // it alive until the operation completes.
+    if (owned_) MPI_Type_free(&type_);
+  }
+  ByteSpan(const ByteSpan&) = delete;
+  ByteSpan& operator=(const ByteSpan&) = delete;
+  MPI_Datatype type() const { return type_; }
+  int count() const { return count_; }
+
+ private:
+  MPI_Datatype type_ = MPI_BYTE;
+  int count_ = 0;
+  bool owned_ = false;
+};
+
+MPI_Datatype mpi_type(ElemType t) {
+  switch (t) {
+    case ElemType::f32:
+      return MPI_FLOAT;
+    case ElemType::f64:
+      return MPI_DOUBLE;
+    case ElemType::i32:
+      return MPI_INT;
+    case ElemType::i64:
+      return MPI_INT64_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+      return MPI_SUM;
+    case ReduceOp::max:
+      return MPI_MAX;
+    case ReduceOp::min:
+      return MPI_MIN;
+  }
+  return MPI_OP_NULL;
+}
+
+int rank_of(MPI_Comm comm) {
+  TRIDENT_CHECK(comm != MPI_COMM_NULL, "Communicator built on MPI_COMM_NULL");
+  int r = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &r));
+  return r;
+}
+
+// World rank of each member of comm.
+std::vector<int> world_ranks_of(MPI_Comm comm) {
+  int size = 0;
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  MPI_Group mine, world;
+  MPI_CHECK(MPI_Comm_group(comm, &mine));
+  MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  std::vector<int> local(size_t(size), 0), out(size_t(size), 0);
+  for (int i = 0; i < size; ++i) local[size_t(i)] = i;
+  MPI_CHECK(MPI_Group_translate_ranks(mine, size, local.data(), world, out.data()));
+  MPI_Group_free(&mine);
+  MPI_Group_free(&world);
+  return out;
+}
+
+// Counts and displacements of one all-to-all-v as MPI's ints.
+std::vector<int> to_int(const int64_t* v, size_t p, const std::string& where, const char* what) {
+  std::vector<int> out(p);
+  for (size_t i = 0; i < p; ++i) {
+    TRIDENT_CHECK(v[i] >= 0 && v[i] <= int64_t(INT_MAX), where + what + "[" + std::to_string(i) +
+                                                             "] = " + std::to_string(v[i]) +
+                                                             " elements is outside [0, INT_MAX]");
+    out[i] = int(v[i]);
+  }
+  return out;
+}
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, CommKind kind, std::string name, double timeout_s,
+                                 bool owned)
+    : Communicator(kind, std::move(name), timeout_s, rank_of(comm), world_ranks_of(comm)),
+      comm_(comm),
+      owned_(owned) {}
+
+MpiCommunicator::~MpiCommunicator() {
+  if (owned_ && !mpi_finalized() && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+int MpiCommunicator::max_tag() const {
+  int* ub = nullptr;
+  int flag = 0;
+  MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &flag);
+  return (flag && ub) ? *ub : 32767;  // 32767 is the least the MPI standard promises
+}
+
+std::unique_ptr<MpiCommunicator> MpiCommunicator::split_mpi(int color, int key, CommKind kind,
+                                                            std::string name, double timeout_s) {
+  // Splitting has no non-blocking form in MPI; a barrier with the deadline
+  // first makes sure every rank has arrived, so the split cannot hang on a
+  // missing rank.
+  barrier();
+  MPI_Comm sub = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split(comm_, color >= 0 ? color : MPI_UNDEFINED, key, &sub));
+  if (sub == MPI_COMM_NULL) return nullptr;
+  return std::make_unique<MpiCommunicator>(sub, kind, std::move(name), timeout_s, true);
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, CommKind kind,
+                                                     std::string name) {
+  return split_mpi(color, key, kind, std::move(name), timeout_s());
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split_node(CommKind kind, std::string name) {
+  barrier();
+  MPI_Comm sub = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank(), MPI_INFO_NULL, &sub));
+  return std::make_unique<MpiCommunicator>(sub, kind, std::move(name), timeout_s(), true);
+}
+
+// ---- posting ----
+
+std::unique_ptr<PendingOp> MpiCommunicator::post_send(const void* buf, size_t bytes, int peer,
+                                                      int tag) {
+  auto op = std::make_unique<MpiRequest>(false);
+  ByteSpan span(bytes);
+  MPI_CHECK(MPI_Isend(buf, span.count(), span.type(), peer, tag, comm_, op->handle()));
+  return op;
+}
+
+std::unique_ptr<PendingOp> MpiCommunicator::post_recv(void* buf, size_t bytes, int peer, int tag) {
+  auto op = std::make_unique<MpiRequest>(true);
+  ByteSpan span(bytes);
+  MPI_CHECK(MPI_Irecv(buf, span.count(), span.type(), peer, tag, comm_, op->handle()));
+  return op;
+}
+
+size_t MpiCommunicator::max_elements_per_reduction() const { return kMaxCount; }
+
+std::unique_ptr<PendingOp> MpiCommunicator::post_allreduce(void* data, size_t n, ElemType type,
+                                                           ReduceOp op) {
+  auto req = std::make_unique<MpiRequest>(false);
+  MPI_CHECK(
+      MPI_Iallreduce(MPI_IN_PLACE, data, int(n), mpi_type(type), mpi_op(op), comm_, req->handle()));
+  return req;
+}
+
+std::unique_ptr<PendingOp> MpiCommunicator::post_broadcast(void* data, size_t bytes, int root) {
+  auto req = std::make_unique<MpiRequest>(false);
+  ByteSpan span(bytes);
+  MPI_CHECK(MPI_Ibcast(data, span.count(), span.type(), root, comm_, req->handle()));
+  return req;
+}
+
+std::unique_ptr<PendingOp> MpiCommunicator::post_allgather(const void* in, void* out,
+                                                           size_t bytes) {
+  auto req = std::make_unique<MpiRequest>(false);
+  ByteSpan span(bytes);
+  MPI_CHECK(MPI_Iallgather(in, span.count(), span.type(), out, span.count(), span.type(), comm_,
+                           req->handle()));
+  return req;
+}
+
+std::unique_ptr<PendingOp> MpiCommunicator::post_alltoallv(
+    const void* send, const int64_t* send_counts, const int64_t* send_displs, void* recv,
+    const int64_t* recv_counts, const int64_t* recv_displs, size_t elem_bytes) {
+  const std::string where = "alltoallv on " + name() + ": ";
+  TRIDENT_CHECK(elem_bytes <= kMaxCount, where + "bad element size " + std::to_string(elem_bytes));
+  // Counts are in elements of a contiguous type of elem_bytes, so the int
+  // limit applies to elements (2^31 per peer), not to bytes.
+  const size_t p = size_t(size());
+  const auto sc = to_int(send_counts, p, where, "send_counts");
+  const auto sd = to_int(send_displs, p, where, "send_displs");
+  const auto rc = to_int(recv_counts, p, where, "recv_counts");
+  const auto rd = to_int(recv_displs, p, where, "recv_displs");
+  MPI_Datatype elem;
+  MPI_CHECK(MPI_Type_contiguous(int(elem_bytes), MPI_BYTE, &elem));
+  MPI_CHECK(MPI_Type_commit(&elem));
+  auto req = std::make_unique<MpiRequest>(false);
+  MPI_CHECK(MPI_Ialltoallv(send, sc.data(), sd.data(), elem, recv, rc.data(), rd.data(), elem,
+                           comm_, req->handle()));
+  MPI_Type_free(&elem);
+  return req;
+}
+
+std::unique_ptr<PendingOp> MpiCommunicator::post_barrier() {
+  auto req = std::make_unique<MpiRequest>(false);
+  MPI_CHECK(MPI_Ibarrier(comm_, req->handle()));
+  return req;
+}
+
+MpiHandles mpi_handles(const Communicator& c) {
+  const auto* m = dynamic_cast<const MpiCommunicator*>(&c.host());
+  TRIDENT_CHECK(m != nullptr, "communicator '" + c.name() + "' has no MPI host group");
+  return {m->native(), MPI_INFO_NULL};
+}
+
+}  // namespace trident

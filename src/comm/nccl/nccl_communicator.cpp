@@ -1,0 +1,359 @@
+// NcclCommunicator: NCCL calls on a communication stream, each completion a
+// CUDA event that the common watchdog polls together with NCCL's
+// asynchronous error; host buffers and barriers go to the MPI host group.
+#include "trident/comm/nccl/nccl_communicator.hpp"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <climits>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "trident/comm/p2p_plan.hpp"
+#include "trident/core/error.hpp"
+
+namespace trident {
+
+namespace {
+
+void cuda_check(cudaError_t rc, const char* call, const char* file, int line) {
+  if (rc == cudaSuccess) return;
+  throw_error(file, line, std::string(call) + " failed: " + cudaGetErrorString(rc));
+}
+#define CUDA_CHECK(call) cuda_check((call), #call, __FILE__, __LINE__)
+
+ncclDataType_t nccl_type(ElemType t) {
+  switch (t) {
+    case ElemType::f32:
+      return ncclFloat32;
+    case ElemType::f64:
+      return ncclFloat64;
+    case ElemType::i32:
+      return ncclInt32;
+    case ElemType::i64:
+      return ncclInt64;
+  }
+  return ncclUint8;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+      return ncclSum;
+    case ReduceOp::max:
+      return ncclMax;
+    case ReduceOp::min:
+      return ncclMin;
+  }
+  return ncclSum;
+}
+
+// Whether ptr is device (or managed) memory; host pointers go over MPI.
+bool on_device(const void* ptr) {
+  if (ptr == nullptr) return false;
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess) {
+    cudaGetLastError();  // an unregistered host pointer: clear the sticky-free error
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+// The completion of the operations enqueued before the event, plus NCCL's
+// asynchronous error (a failed peer turns into an Error, not a hang).
+class CudaEventOp final : public PendingOp {
+ public:
+  CudaEventOp(cudaEvent_t ev, ncclComm_t comm) : ev_(ev), comm_(comm) {}
+  ~CudaEventOp() override { cudaEventDestroy(ev_); }  // released once complete
+  bool poll() override {
+    const cudaError_t q = cudaEventQuery(ev_);
+    if (q == cudaSuccess) return true;
+    if (q != cudaErrorNotReady) cuda_check(q, "cudaEventQuery", __FILE__, __LINE__);
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(comm_, &async);
+    if (async != ncclSuccess && async != ncclInProgress)
+      throw Error(std::string("NCCL: ") + ncclGetErrorString(async));
+    return false;
+  }
+
+ private:
+  cudaEvent_t ev_;
+  ncclComm_t comm_;
+};
+
+// One operation after another: `next` is posted once `first` completes.
+class Sequence final : public PendingOp {
+ public:
+  Sequence(std::unique_ptr<PendingOp> first, std::function<std::unique_ptr<PendingOp>()> next)
+      : first_(std::move(first)), next_(std::move(next)) {}
+  bool poll() override {
+    if (first_) {
+      if (!first_->poll()) return false;
+      first_.reset();
+      second_ = next_();
+    }
+    return second_->poll();
+  }
+
+ private:
+  std::unique_ptr<PendingOp> first_, second_;
+  std::function<std::unique_ptr<PendingOp>()> next_;
+};
+
+// A group member's completion, shared by the group's operations and set
+// when the group is enqueued.
+class GroupMemberOp final : public PendingOp {
+ public:
+  explicit GroupMemberOp(std::shared_ptr<std::shared_ptr<PendingOp>> done)
+      : done_(std::move(done)) {}
+  bool poll() override {
+    TRIDENT_CHECK(*done_ != nullptr,
+                  "NCCL: a request of an open group was waited (end_group first)");
+    return (*done_)->poll();
+  }
+
+ private:
+  std::shared_ptr<std::shared_ptr<PendingOp>> done_;
+};
+
+// Complete from the start (an empty operation).
+class DoneOp final : public PendingOp {
+ public:
+  bool poll() override { return true; }
+};
+
+}  // namespace
+
+struct NcclCommunicator::Handles {
+  ncclComm_t comm = nullptr;
+  cudaEvent_t compute_done = nullptr;  // reused: recorded on compute, waited on by comm
+  bool aborted = false;
+  // The open group's completion slot (null outside a group).
+  std::shared_ptr<std::shared_ptr<PendingOp>> group;
+};
+
+int nccl_visible_devices() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+NcclCommunicator::NcclCommunicator(std::unique_ptr<Communicator> host)
+    : Communicator(host->kind(), host->name(), host->timeout_s(), host->rank(),
+                   [&] {
+                     std::vector<int> w(size_t(host->size()));
+                     for (int i = 0; i < host->size(); ++i) w[size_t(i)] = host->world_rank_of(i);
+                     return w;
+                   }()),
+      host_(std::move(host)),
+      h_(std::make_unique<Handles>()) {
+  CUDA_CHECK(cudaGetDevice(&device_));
+  cudaStream_t s = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  stream_ = s;
+  CUDA_CHECK(cudaEventCreateWithFlags(&h_->compute_done, cudaEventDisableTiming));
+  ncclUniqueId id{};
+  if (rank() == 0) settle(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  host_->broadcast(&id, sizeof id, 0);
+  // Non-blocking initialisation: a rank that never joins is a timeout.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  const ncclResult_t rc = ncclCommInitRankConfig(&h_->comm, size(), id, rank(), &config);
+  settle(rc, "ncclCommInitRankConfig");
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (h_->comm) {
+    if (h_->aborted) {
+      // already torn down by on_timeout
+    } else {
+      ncclCommFinalize(h_->comm);
+      ncclResult_t state = ncclInProgress;
+      const double t0 = monotonic_s();
+      while (state == ncclInProgress && monotonic_s() - t0 < timeout_s())
+        ncclCommGetAsyncError(h_->comm, &state);
+      if (state == ncclSuccess)
+        ncclCommDestroy(h_->comm);
+      else
+        ncclCommAbort(h_->comm);
+    }
+  }
+  if (h_->compute_done) cudaEventDestroy(h_->compute_done);
+  if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+}
+
+void NcclCommunicator::settle(int result, const char* call) {
+  auto rc = ncclResult_t(result);
+  const double t0 = monotonic_s();
+  while (rc == ncclInProgress && h_->comm) {
+    if (monotonic_s() - t0 > timeout_s()) {
+      on_timeout();
+      throw TimeoutError("rank " + std::to_string(world_rank_of(rank())) + ": " + call + " on " +
+                         name() + " (" + comm_kind_name(kind()) + ") timed out");
+    }
+    ncclCommGetAsyncError(h_->comm, &rc);
+  }
+  if (rc != ncclSuccess && rc != ncclInProgress)
+    throw Error(std::string(call) + " on " + name() + " failed: " + ncclGetErrorString(rc));
+}
+
+int NcclCommunicator::max_tag() const { return INT_MAX; }
+
+std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, CommKind kind,
+                                                      std::string name) {
+  auto group = host_->split(color, key, kind, std::move(name));
+  if (!group) return nullptr;
+  return std::make_unique<NcclCommunicator>(std::move(group));
+}
+
+std::unique_ptr<Communicator> NcclCommunicator::split_node(CommKind kind, std::string name) {
+  return host_->split_node(kind, std::move(name));
+}
+
+void NcclCommunicator::wait_on_compute(Request& r) {
+  auto* op = dynamic_cast<CudaEventOp*>(pending_op(r));
+  if (!op) {  // a host operation (or none): the host waits
+    wait(r);
+    return;
+  }
+  // The op's event was recorded on stream_; the compute stream waits for
+  // everything up to it, which includes the op.
+  cudaEvent_t ev = nullptr;
+  CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventRecord(ev, static_cast<cudaStream_t>(stream_)));
+  CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(compute_stream()), ev, 0));
+  cudaEventDestroy(ev);
+}
+
+void NcclCommunicator::begin_group() {
+  TRIDENT_CHECK(!h_->group, "NCCL: begin_group inside an open group on " + name());
+  follow_compute();
+  settle(ncclGroupStart(), "ncclGroupStart");
+  h_->group = std::make_shared<std::shared_ptr<PendingOp>>();
+}
+
+void NcclCommunicator::end_group() {
+  TRIDENT_CHECK(h_->group != nullptr, "NCCL: end_group without begin_group on " + name());
+  auto slot = std::move(h_->group);
+  h_->group.reset();
+  settle(ncclGroupEnd(), "ncclGroupEnd");
+  *slot = completion();
+}
+
+std::unique_ptr<PendingOp> NcclCommunicator::in_group() {
+  return std::make_unique<GroupMemberOp>(h_->group);
+}
+
+void NcclCommunicator::follow_compute() {
+  if (!compute_stream()) return;
+  CUDA_CHECK(cudaEventRecord(h_->compute_done, static_cast<cudaStream_t>(compute_stream())));
+  CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_), h_->compute_done, 0));
+}
+
+std::unique_ptr<PendingOp> NcclCommunicator::completion() {
+  cudaEvent_t ev = nullptr;
+  CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventRecord(ev, static_cast<cudaStream_t>(stream_)));
+  return std::make_unique<CudaEventOp>(ev, h_->comm);
+}
+
+std::unique_ptr<PendingOp> NcclCommunicator::post_send(const void* buf, size_t bytes, int peer,
+                                                       int tag) {
+  Communicator& h = *host_;
+  if (bytes > 0 && !on_device(buf)) return h.post_send(buf, bytes, peer, tag);
+  if (bytes == 0) return std::make_unique<DoneOp>();
+  if (!h_->group) follow_compute();
+  settle(ncclSend(buf, bytes, ncclUint8, peer, h_->comm, static_cast<cudaStream_t>(stream_)),
+         "ncclSend");
+  return h_->group ? in_group() : completion();
+}
+
+std::unique_ptr<PendingOp> NcclCommunicator::post_recv(void* buf, size_t bytes, int peer, int tag) {
+  Communicator& h = *host_;
+  if (bytes > 0 && !on_device(buf)) return h.post_recv(buf, bytes, peer, tag);
+  if (bytes == 0) return std::make_unique<DoneOp>();
+  if (!h_->group) follow_compute();
+  settle(ncclRecv(buf, bytes, ncclUint8, peer, h_->comm, static_cast<cudaStream_t>(stream_)),
+         "ncclRecv");
+  return h_->group ? in_group() : completion();
+}
+
+size_t NcclCommunicator::max_elements_per_reduction() const { return SIZE_MAX; }
+
+std::unique_ptr<PendingOp> NcclCommunicator::post_allreduce(void* data, size_t n, ElemType type,
+                                                            ReduceOp op) {
+  Communicator& h = *host_;
+  if (!on_device(data)) return h.post_allreduce(data, n, type, op);
+  follow_compute();
+  settle(ncclAllReduce(data, data, n, nccl_type(type), nccl_op(op), h_->comm,
+                       static_cast<cudaStream_t>(stream_)),
+         "ncclAllReduce");
+  return completion();
+}
+
+std::unique_ptr<PendingOp> NcclCommunicator::post_broadcast(void* data, size_t bytes, int root) {
+  Communicator& h = *host_;
+  if (!on_device(data)) return h.post_broadcast(data, bytes, root);
+  follow_compute();
+  settle(ncclBroadcast(data, data, bytes, ncclUint8, root, h_->comm,
+                       static_cast<cudaStream_t>(stream_)),
+         "ncclBroadcast");
+  return completion();
+}
+
+std::unique_ptr<PendingOp> NcclCommunicator::post_allgather(const void* in, void* out,
+                                                            size_t bytes) {
+  Communicator& h = *host_;
+  if (!on_device(out)) return h.post_allgather(in, out, bytes);
+  follow_compute();
+  settle(ncclAllGather(in, out, bytes, ncclUint8, h_->comm, static_cast<cudaStream_t>(stream_)),
+         "ncclAllGather");
+  return completion();
+}
+
+std::unique_ptr<PendingOp> NcclCommunicator::post_alltoallv(
+    const void* send, const int64_t* send_counts, const int64_t* send_displs, void* recv,
+    const int64_t* recv_counts, const int64_t* recv_displs, size_t elem_bytes) {
+  Communicator& h = *host_;
+  if (!on_device(recv) && !on_device(send))
+    return h.post_alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs,
+                            elem_bytes);
+  const AlltoallvPlan plan = alltoallv_plan(rank(), size(), send_counts, send_displs, recv_counts,
+                                            recv_displs, elem_bytes);
+  auto s = static_cast<cudaStream_t>(stream_);
+  const auto* src = static_cast<const char*>(send);
+  auto* dst = static_cast<char*>(recv);
+  follow_compute();
+  if (plan.self_copy)
+    CUDA_CHECK(cudaMemcpyAsync(dst + plan.self_recv_offset, src + plan.self_send_offset,
+                               plan.self_bytes, cudaMemcpyDeviceToDevice, s));
+  settle(ncclGroupStart(), "ncclGroupStart");
+  for (const P2pTransfer& t : plan.sends)
+    settle(ncclSend(src + t.offset, t.bytes, ncclUint8, t.peer, h_->comm, s), "ncclSend");
+  for (const P2pTransfer& t : plan.recvs)
+    settle(ncclRecv(dst + t.offset, t.bytes, ncclUint8, t.peer, h_->comm, s), "ncclRecv");
+  settle(ncclGroupEnd(), "ncclGroupEnd");
+  return completion();
+}
+
+std::unique_ptr<PendingOp> NcclCommunicator::post_barrier() {
+  // A barrier orders hosts; the device work posted before it completes
+  // first (polled with the deadline), so nothing is in flight behind it.
+  Communicator& h = *host_;
+  return std::make_unique<Sequence>(completion(), [&h] { return h.post_barrier(); });
+}
+
+void NcclCommunicator::on_timeout() {
+  if (h_->comm && !h_->aborted) {
+    ncclCommAbort(h_->comm);
+    h_->aborted = true;
+  }
+}
+
+}  // namespace trident
