@@ -36,7 +36,9 @@ CommChoice choose_comm_backend(CommBackend setting, Backend kernel_backend) {
   CommChoice c;
   if (setting == CommBackend::mpi) return c;
   if (setting == CommBackend::automatic) {
-    if (nccl_built() && kernel_backend != Backend::cpu && visible_gpus() > 0)
+    // NCCL moves device buffers; "auto" picks it only where the kernels are
+    // asked to run on the GPU, never for host tensors.
+    if (nccl_built() && kernel_backend == Backend::cuda && visible_gpus() > 0)
       c.backend = CommBackend::nccl;
     return c;
   }

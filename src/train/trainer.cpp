@@ -11,9 +11,28 @@
 
 namespace trident::train {
 
+namespace {
+
+// The device a training run uses. The kernels and communicators have CUDA
+// implementations, but the model's activations, parameters and optimizer
+// state are host Tensors, so handing the model a CUDA Ctx would pass host
+// pointers to device kernels. Until Tensor carries a device, "auto" trains on
+// the host and "cuda" is refused with the reason; select_device still runs
+// first, so a build without CUDA or a rank without a GPU says that instead.
+Device training_device(Backend backend, int local_rank) {
+  const Device d = kernels::select_device(backend, local_rank);
+  if (d.is_cpu() || backend == Backend::automatic) return Device::cpu();
+  throw InputError(
+      "runtime.backend: 'cuda' asked for, but trident run keeps the model's tensors on the "
+      "host in this version (the CUDA kernels are checked by scripts/gpu-check.sh); set "
+      "runtime.backend = \"cpu\" or \"auto\"");
+}
+
+}  // namespace
+
 Trainer::Trainer(const Config& cfg, TrainComms comms) : cfg_(cfg), comms_(comms) {
   device_ = std::make_unique<kernels::DeviceContext>(
-      kernels::select_device(cfg_.runtime.backend, comms_.local_rank));
+      training_device(cfg_.runtime.backend, comms_.local_rank));
   data_ = model::make_data_source(cfg_, comms_.dp_size);
   model::StageComms sc{comms_.cp, comms_.ep};
   positions_ = model::local_positions(cfg_, sc);

@@ -3,8 +3,8 @@
 //   mpi   MpiCommunicator, host buffers (always built)
 //   nccl  NcclCommunicator, device buffers; built when CUDA and NCCL are
 //         found (TRIDENT_HAVE_NCCL), usable on a rank that sees a GPU
-//   auto  nccl where it is built and a GPU is visible and the kernels do not
-//         run on the CPU (runtime.backend != "cpu"), else mpi
+//   auto  nccl where it is built, a GPU is visible and runtime.backend is
+//         "cuda", else mpi (host tensors travel over MPI)
 // The world communicator and control traffic stay on MPI; the groups of the
 // mesh (cp, pp, dp, ep, ...) are made on the chosen backend by comm_group().
 #pragma once
