@@ -73,31 +73,31 @@ void gemm_bf16_out(const Ctx& c, bool trans_a, bool trans_b, int64_t M, int64_t 
 
 void linear_forward(const Ctx& c, const float* x, const float* w, int64_t T, int64_t in,
                     int64_t out, float* y) {
-  sgemm(c, false, true, T, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+  cuda::sgemm(c, false, true, T, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
 }
 
 void linear_backward_input(const Ctx& c, const float* dy, const float* w, int64_t T, int64_t in,
                            int64_t out, float* dx, float beta) {
-  sgemm(c, false, false, T, in, out, 1.0f, dy, out, w, in, beta, dx, in);
+  cuda::sgemm(c, false, false, T, in, out, 1.0f, dy, out, w, in, beta, dx, in);
 }
 
 void linear_backward_weight(const Ctx& c, const float* dy, const float* x, int64_t T, int64_t in,
                             int64_t out, float* dw) {
   if (T == 0) return;
-  sgemm(c, true, false, out, in, T, 1.0f, dy, out, x, in, 1.0f, dw, in);
+  cuda::sgemm(c, true, false, out, in, T, 1.0f, dy, out, x, in, 1.0f, dw, in);
 }
 
 void swiglu_forward(const Ctx& c, const float* x, int64_t T, int64_t d, int64_t f,
                     const float* w_gate, const float* w_up, const float* w_down, float* y,
                     float* gate, float* up) {
   if (T == 0) return;
-  sgemm(c, false, false, T, f, d, 1.0f, x, d, w_gate, f, 0.0f, gate, f);
-  sgemm(c, false, false, T, f, d, 1.0f, x, d, w_up, f, 0.0f, up, f);
+  cuda::sgemm(c, false, false, T, f, d, 1.0f, x, d, w_gate, f, 0.0f, gate, f);
+  cuda::sgemm(c, false, false, T, f, d, 1.0f, x, d, w_up, f, 0.0f, up, f);
   Scratch h(c, size_t(T * f) * sizeof(float));
   swiglu_gate_kernel<<<plan::grid_for(T * f), plan::kThreads, 0, stream_of(c)>>>(gate, up, T * f,
                                                                                  h.as<float>());
   CUDA_CHECK_LAUNCH();
-  sgemm(c, false, false, T, d, f, 1.0f, h.as<float>(), f, w_down, d, 0.0f, y, d);
+  cuda::sgemm(c, false, false, T, d, f, 1.0f, h.as<float>(), f, w_down, d, 0.0f, y, d);
 }
 
 void swiglu_backward(const Ctx& c, const float* x, const float* gate, const float* up,
@@ -111,17 +111,17 @@ void swiglu_backward(const Ctx& c, const float* x, const float* gate, const floa
   float* dh = h + n;
   swiglu_gate_kernel<<<plan::grid_for(n), plan::kThreads, 0, stream_of(c)>>>(gate, up, n, h);
   CUDA_CHECK_LAUNCH();
-  sgemm(c, true, false, f, d, T, 1.0f, h, f, dy, d, 1.0f, dw_down, d);
-  sgemm(c, false, true, T, f, d, 1.0f, dy, d, w_down, d, 0.0f, dh, f);
+  cuda::sgemm(c, true, false, f, d, T, 1.0f, h, f, dy, d, 1.0f, dw_down, d);
+  cuda::sgemm(c, false, true, T, f, d, 1.0f, dy, d, w_down, d, 0.0f, dh, f);
   // h is free again: it receives d(gate).
   swiglu_gate_backward_kernel<<<plan::grid_for(n), plan::kThreads, 0, stream_of(c)>>>(gate, up, n,
                                                                                       dh, h);
   CUDA_CHECK_LAUNCH();
-  sgemm(c, true, false, d, f, T, 1.0f, x, d, h, f, 1.0f, dw_gate, f);
-  sgemm(c, true, false, d, f, T, 1.0f, x, d, dh, f, 1.0f, dw_up, f);
+  cuda::sgemm(c, true, false, d, f, T, 1.0f, x, d, h, f, 1.0f, dw_gate, f);
+  cuda::sgemm(c, true, false, d, f, T, 1.0f, x, d, dh, f, 1.0f, dw_up, f);
   if (dx) {
-    sgemm(c, false, true, T, d, f, 1.0f, h, f, w_gate, f, 0.0f, dx, d);
-    sgemm(c, false, true, T, d, f, 1.0f, dh, f, w_up, f, 1.0f, dx, d);
+    cuda::sgemm(c, false, true, T, d, f, 1.0f, h, f, w_gate, f, 0.0f, dx, d);
+    cuda::sgemm(c, false, true, T, d, f, 1.0f, dh, f, w_up, f, 1.0f, dx, d);
   }
 }
 
@@ -131,8 +131,8 @@ void grouped_gemm(const Ctx& c, const float* x, const float* const* w, const int
     const int64_t rows = offsets[e + 1] - offsets[e];
     TRIDENT_CHECK(rows >= 0, "grouped_gemm: offsets must not decrease");
     if (rows == 0) continue;
-    sgemm(c, false, false, rows, out, in, 1.0f, x + offsets[e] * in, in, w[e], out, beta,
-          y + offsets[e] * out, out);
+    cuda::sgemm(c, false, false, rows, out, in, 1.0f, x + offsets[e] * in, in, w[e], out, beta,
+                y + offsets[e] * out, out);
   }
 }
 
