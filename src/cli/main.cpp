@@ -73,7 +73,14 @@ int main(int argc, char** argv) {
     if (launcher_rank() == 0) return app.exit(e);
     return 0;
   } catch (const CLI::ParseError& e) {
-    if (launcher_rank() == 0) std::fprintf(stderr, "trident: error: %s\n", e.what());
+    // Under a launcher every rank fails the same way, and a rank that exits
+    // first makes the launcher kill rank 0 before it prints: the ranks meet
+    // and finish together, as for any other input error.
+    if (comm_launched()) {
+      comm_init(&argc, &argv);
+      return finish_with_error(true, 2, e.what(), true);
+    }
+    std::fprintf(stderr, "trident: error: %s\n", e.what());
     return 2;
   }
 

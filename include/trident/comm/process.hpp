@@ -12,6 +12,9 @@ namespace trident {
 // The rank the launcher (mpirun, srun) gave this process, readable before
 // comm_init; 0 when not launched by one.
 int comm_launcher_rank();
+// Whether a launcher (mpirun, srun) started this process, so that peers may
+// exist; readable before comm_init.
+bool comm_launched();
 
 // Initialises MPI (threads: serialized; errors are returned, not fatal).
 void comm_init(int* argc, char*** argv);

@@ -11,12 +11,24 @@
 
 namespace trident {
 
-int comm_launcher_rank() {
+namespace {
+
+// The launcher's rank variable of this process, or null.
+const char* launcher_rank_env() {
   for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
-    if (const char* s = std::getenv(v)) return std::atoi(s);
+    if (const char* s = std::getenv(v)) return s;
   }
-  return 0;
+  return nullptr;
 }
+
+}  // namespace
+
+int comm_launcher_rank() {
+  const char* s = launcher_rank_env();
+  return s ? std::atoi(s) : 0;
+}
+
+bool comm_launched() { return launcher_rank_env() != nullptr; }
 
 void comm_init(int* argc, char*** argv) {
   int provided = 0;
