@@ -210,8 +210,9 @@ double model_efficiency(Communicator& world, const Config& cfg, const MachinePro
   auto forward_backward = [&] {
     stage.begin_step(model::make_microbatches(*data, one.data, step++, 0, positions),
                      float(1.0 / targets), float(1.0 / one.data.micro_batch_size), nullptr);
-    stage.forward(0, 0, nullptr, nullptr);
-    stage.backward(0, 0, nullptr, nullptr, true);
+    Tensor none;
+    stage.forward(0, 0, Tensor(), none);
+    stage.backward(0, 0, Tensor(), none, true);
   };
   const double measured = alone(world, 0, forward_backward, budget);
   const ChunkCost c = chunk_cost(one, plan, 0);

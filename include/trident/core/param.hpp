@@ -35,7 +35,7 @@ struct Param {
   void init_normal(float std, uint64_t global_offset = 0) {
     rng::fill_normal(value.ptr(), value.numel(), rng::hash_name(name), global_offset, std);
   }
-  void init_constant(float c) { std::fill(value.data.begin(), value.data.end(), c); }
+  void init_constant(float c) { value.fill(c); }
 };
 
 }  // namespace trident

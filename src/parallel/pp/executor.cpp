@@ -18,20 +18,15 @@ int message_tag(const Schedule& s, int sending_stage, int microbatch, bool backw
 
 namespace {
 
-// A boundary buffer. Allocated without zero-filling (every float is written
-// by the receive or the stage before it is read); freed by reset().
+// A boundary buffer from the stage's allocator. Not zero-filled (every float
+// is written by the receive or the stage before it is read); reset() drops
+// the executor's handle (the stage may still hold the storage).
 struct Buffer {
-  std::unique_ptr<float[]> data;
-  size_t size = 0;
-  void allocate(int64_t n) {
-    size = static_cast<size_t>(n);
-    data = std::make_unique_for_overwrite<float[]>(size);
-  }
-  void reset() {
-    data.reset();
-    size = 0;
-  }
-  size_t bytes() const { return size * sizeof(float); }
+  Tensor t;
+  void allocate(Allocator& alloc, int64_t n) { t = Tensor::empty({n}, alloc); }
+  void reset() { t = Tensor(); }
+  void* data() const { return t.data_ptr(); }
+  size_t bytes() const { return t.bytes(); }
 };
 
 // Sends whose buffers may stay alive before they are tested outside a wait.
@@ -126,13 +121,13 @@ ExecResult execute(const Schedule& s, int me, PipelineStage& stage, Communicator
     is_posted[j] = 1;
     if (a.op == Op::RECV_F) {
       auto& buf = input[at(a.stage, a.microbatch)];
-      buf.allocate(stage.boundary_numel(s.chunk_of(a.stage - 1), a.microbatch));
-      recv[j] = pp->irecv(buf.data.get(), buf.bytes(), s.rank_of(a.stage - 1),
+      buf.allocate(stage.allocator(), stage.boundary_numel(s.chunk_of(a.stage - 1), a.microbatch));
+      recv[j] = pp->irecv(buf.data(), buf.bytes(), s.rank_of(a.stage - 1),
                           message_tag(s, a.stage - 1, a.microbatch, false));
     } else {
       auto& buf = grad_output[at(a.stage, a.microbatch)];
-      buf.allocate(stage.boundary_numel(s.chunk_of(a.stage), a.microbatch));
-      recv[j] = pp->irecv(buf.data.get(), buf.bytes(), s.rank_of(a.stage + 1),
+      buf.allocate(stage.allocator(), stage.boundary_numel(s.chunk_of(a.stage), a.microbatch));
+      recv[j] = pp->irecv(buf.data(), buf.bytes(), s.rank_of(a.stage + 1),
                           message_tag(s, a.stage + 1, a.microbatch, true));
     }
   };
@@ -169,16 +164,16 @@ ExecResult execute(const Schedule& s, int me, PipelineStage& stage, Communicator
     switch (a.op) {
       case Op::F: {
         auto& out = output[k];
-        if (st < last) out.allocate(stage.boundary_numel(chunk, mb));
-        stage.forward(chunk, mb, input[k].data.get(), out.data.get());
+        if (st < last) out.allocate(stage.allocator(), stage.boundary_numel(chunk, mb));
+        stage.forward(chunk, mb, input[k].t, out.t);
         if (local(st + 1)) input[at(st + 1, mb)] = std::move(out);
         res.peak_inflight = std::max(res.peak_inflight, ++live);
         break;
       }
       case Op::B: {
         auto& gin = grad_input[k];
-        if (st > 0) gin.allocate(static_cast<int64_t>(input[k].size));
-        stage.backward(chunk, mb, grad_output[k].data.get(), gin.data.get(), !split);
+        if (st > 0) gin.allocate(stage.allocator(), input[k].t.numel());
+        stage.backward(chunk, mb, grad_output[k].t, gin.t, !split);
         grad_output[k].reset();
         if (local(st - 1)) grad_output[at(st - 1, mb)] = std::move(gin);
         if (!split) {
@@ -193,13 +188,13 @@ ExecResult execute(const Schedule& s, int me, PipelineStage& stage, Communicator
         --live;
         break;
       case Op::SEND_F:
-        sends.push_back({pp->isend(output[k].data.get(), output[k].bytes(), s.rank_of(st + 1),
+        sends.push_back({pp->isend(output[k].data(), output[k].bytes(), s.rank_of(st + 1),
                                    message_tag(s, st, mb, false)),
                          &output[k]});
         res.bytes_sent += static_cast<int64_t>(output[k].bytes());
         break;
       case Op::SEND_B:
-        sends.push_back({pp->isend(grad_input[k].data.get(), grad_input[k].bytes(),
+        sends.push_back({pp->isend(grad_input[k].data(), grad_input[k].bytes(),
                                    s.rank_of(st - 1), message_tag(s, st, mb, true)),
                          &grad_input[k]});
         res.bytes_sent += static_cast<int64_t>(grad_input[k].bytes());
