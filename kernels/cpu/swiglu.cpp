@@ -1,5 +1,5 @@
-// SwiGLU MLP forward/backward on the CPU: three GEMMs each way through
-// kernels::sgemm, the gating done row by row in between.
+// SwiGLU MLP forward/backward on the CPU: three linear layers each way
+// (weights [out, in], as every weight), the gating done row by row between.
 #include <cmath>
 
 #include "scratch.hpp"
@@ -14,12 +14,12 @@ void swiglu_forward(const Ctx& ctx, const float* x, int64_t T, int64_t d, int64_
                     const float* w_gate, const float* w_up, const float* w_down, float* y,
                     float* gate, float* up) {
   if (T == 0) return;
-  cpu::sgemm(ctx, false, false, T, f, d, 1.0f, x, d, w_gate, f, 0.0f, gate, f);
-  cpu::sgemm(ctx, false, false, T, f, d, 1.0f, x, d, w_up, f, 0.0f, up, f);
+  cpu::linear_forward(ctx, x, w_gate, T, d, f, gate);
+  cpu::linear_forward(ctx, x, w_up, T, d, f, up);
   Scratch scratch(ctx, size_t(T * f));
   float* h = scratch.take(size_t(T * f));
   for (int64_t i = 0; i < T * f; ++i) h[i] = gate[i] * sigmoid(gate[i]) * up[i];
-  cpu::sgemm(ctx, false, false, T, d, f, 1.0f, h, f, w_down, d, 0.0f, y, d);
+  cpu::linear_forward(ctx, h, w_down, T, f, d, y);
 }
 
 void swiglu_backward(const Ctx& ctx, const float* x, const float* gate, const float* up,
@@ -31,9 +31,9 @@ void swiglu_backward(const Ctx& ctx, const float* x, const float* gate, const fl
   Scratch scratch(ctx, 2 * n);
   float *h = scratch.take(n), *dh = scratch.take(n);
   for (size_t i = 0; i < n; ++i) h[i] = gate[i] * sigmoid(gate[i]) * up[i];
-  // dWd += hᵀ·dy ; dh = dy·Wdᵀ
-  cpu::sgemm(ctx, true, false, f, d, T, 1.0f, h, f, dy, d, 1.0f, dw_down, d);
-  cpu::sgemm(ctx, false, true, T, f, d, 1.0f, dy, d, w_down, d, 0.0f, dh, f);
+  // dWd += dyᵀ·h ; dh = dy·Wd
+  cpu::linear_backward_weight(ctx, dy, h, T, f, d, dw_down);
+  cpu::linear_backward_input(ctx, dy, w_down, T, f, d, dh, 0.0f);
   // Reuse h for d(gate) and dh for d(up): silu'(a) = s(a)·(1 + a·(1 − s(a))).
   for (size_t i = 0; i < n; ++i) {
     const float a = gate[i], s = sigmoid(a);
@@ -41,11 +41,11 @@ void swiglu_backward(const Ctx& ctx, const float* x, const float* gate, const fl
     h[i] = g * up[i] * s * (1.0f + a * (1.0f - s));
     dh[i] = g * a * s;
   }
-  cpu::sgemm(ctx, true, false, d, f, T, 1.0f, x, d, h, f, 1.0f, dw_gate, f);
-  cpu::sgemm(ctx, true, false, d, f, T, 1.0f, x, d, dh, f, 1.0f, dw_up, f);
+  cpu::linear_backward_weight(ctx, h, x, T, d, f, dw_gate);
+  cpu::linear_backward_weight(ctx, dh, x, T, d, f, dw_up);
   if (dx) {
-    cpu::sgemm(ctx, false, true, T, d, f, 1.0f, h, f, w_gate, f, 0.0f, dx, d);
-    cpu::sgemm(ctx, false, true, T, d, f, 1.0f, dh, f, w_up, f, 1.0f, dx, d);
+    cpu::linear_backward_input(ctx, h, w_gate, T, d, f, dx, 0.0f);
+    cpu::linear_backward_input(ctx, dh, w_up, T, d, f, dx, 1.0f);
   }
 }
 

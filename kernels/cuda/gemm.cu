@@ -91,13 +91,13 @@ void swiglu_forward(const Ctx& c, const float* x, int64_t T, int64_t d, int64_t 
                     const float* w_gate, const float* w_up, const float* w_down, float* y,
                     float* gate, float* up) {
   if (T == 0) return;
-  cuda::sgemm(c, false, false, T, f, d, 1.0f, x, d, w_gate, f, 0.0f, gate, f);
-  cuda::sgemm(c, false, false, T, f, d, 1.0f, x, d, w_up, f, 0.0f, up, f);
+  cuda::linear_forward(c, x, w_gate, T, d, f, gate);
+  cuda::linear_forward(c, x, w_up, T, d, f, up);
   Scratch h(c, size_t(T * f) * sizeof(float));
   swiglu_gate_kernel<<<plan::grid_for(T * f), plan::kThreads, 0, stream_of(c)>>>(gate, up, T * f,
                                                                                  h.as<float>());
   CUDA_CHECK_LAUNCH();
-  cuda::sgemm(c, false, false, T, d, f, 1.0f, h.as<float>(), f, w_down, d, 0.0f, y, d);
+  cuda::linear_forward(c, h.as<float>(), w_down, T, f, d, y);
 }
 
 void swiglu_backward(const Ctx& c, const float* x, const float* gate, const float* up,
@@ -111,17 +111,17 @@ void swiglu_backward(const Ctx& c, const float* x, const float* gate, const floa
   float* dh = h + n;
   swiglu_gate_kernel<<<plan::grid_for(n), plan::kThreads, 0, stream_of(c)>>>(gate, up, n, h);
   CUDA_CHECK_LAUNCH();
-  cuda::sgemm(c, true, false, f, d, T, 1.0f, h, f, dy, d, 1.0f, dw_down, d);
-  cuda::sgemm(c, false, true, T, f, d, 1.0f, dy, d, w_down, d, 0.0f, dh, f);
+  cuda::linear_backward_weight(c, dy, h, T, f, d, dw_down);
+  cuda::linear_backward_input(c, dy, w_down, T, f, d, dh, 0.0f);
   // h is free again: it receives d(gate).
   swiglu_gate_backward_kernel<<<plan::grid_for(n), plan::kThreads, 0, stream_of(c)>>>(gate, up, n,
                                                                                       dh, h);
   CUDA_CHECK_LAUNCH();
-  cuda::sgemm(c, true, false, d, f, T, 1.0f, x, d, h, f, 1.0f, dw_gate, f);
-  cuda::sgemm(c, true, false, d, f, T, 1.0f, x, d, dh, f, 1.0f, dw_up, f);
+  cuda::linear_backward_weight(c, h, x, T, d, f, dw_gate);
+  cuda::linear_backward_weight(c, dh, x, T, d, f, dw_up);
   if (dx) {
-    cuda::sgemm(c, false, true, T, d, f, 1.0f, h, f, w_gate, f, 0.0f, dx, d);
-    cuda::sgemm(c, false, true, T, d, f, 1.0f, dh, f, w_up, f, 1.0f, dx, d);
+    cuda::linear_backward_input(c, h, w_gate, T, d, f, dx, 0.0f);
+    cuda::linear_backward_input(c, dh, w_up, T, d, f, dx, 1.0f);
   }
 }
 
@@ -131,7 +131,7 @@ void grouped_gemm(const Ctx& c, const float* x, const float* const* w, const int
     const int64_t rows = offsets[e + 1] - offsets[e];
     TRIDENT_CHECK(rows >= 0, "grouped_gemm: offsets must not decrease");
     if (rows == 0) continue;
-    cuda::sgemm(c, false, false, rows, out, in, 1.0f, x + offsets[e] * in, in, w[e], out, beta,
+    cuda::sgemm(c, false, true, rows, out, in, 1.0f, x + offsets[e] * in, in, w[e], in, beta,
                 y + offsets[e] * out, out);
   }
 }

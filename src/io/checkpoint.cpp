@@ -16,6 +16,10 @@
 namespace trident {
 namespace {
 
+// 2: every weight matrix stored [out, in] (1 stored the SwiGLU and router
+// weights [in, out]; a square one would load silently transposed).
+constexpr int64_t kFormatVersion = 2;
+
 uint64_t fnv1a(const void* p, size_t n) {
   const auto* b = static_cast<const unsigned char*>(p);
   uint64_t h = 1469598103934665603ULL;
@@ -77,7 +81,7 @@ void write_file(const std::string& tmp, const CheckpointMeta& meta, std::vector<
                              "create checkpoint " + tmp),
                   H5Fclose);
   h5::write_attr(file, "format", "trident-checkpoint");
-  h5::write_attr(file, "format_version", int64_t(1));
+  h5::write_attr(file, "format_version", kFormatVersion);
   h5::write_attr(file, "step", meta.step);
   h5::write_attr(file, "optimizer_steps", meta.optimizer_steps);
   h5::write_attr(file, "model_hash", meta.model_hash);
@@ -189,6 +193,13 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
   try {
     if (h5::read_string_attr(f, "format") != "trident-checkpoint")
       throw InputError("--resume: '" + path + "' is not a trident checkpoint (format attribute)");
+    const int64_t version = h5::read_int_attr(f, "format_version");
+    if (version != kFormatVersion)
+      throw InputError("--resume: checkpoint '" + path + "' has format_version " +
+                       std::to_string(version) + ", this trident reads " +
+                       std::to_string(kFormatVersion) +
+                       " only (since 2 every weight is stored [out, in]; version 1 stored the "
+                       "SwiGLU and router weights [in, out])");
     meta_.step = h5::read_int_attr(f, "step");
     meta_.optimizer_steps = h5::read_int_attr(f, "optimizer_steps");
     meta_.model_hash = h5::read_string_attr(f, "model_hash");

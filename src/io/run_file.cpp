@@ -114,6 +114,7 @@ Handle summary_type() {
   member(t, "rank", offsetof(RankSummary, rank), H5T_NATIVE_INT32);
   member(t, "peak_rss_bytes", offsetof(RankSummary, peak_rss_bytes), H5T_NATIVE_DOUBLE);
   member(t, "peak_device_bytes", offsetof(RankSummary, peak_device_bytes), H5T_NATIVE_DOUBLE);
+  member(t, "peak_alloc_bytes", offsetof(RankSummary, peak_alloc_bytes), H5T_NATIVE_DOUBLE);
   member(t, "compute_s", offsetof(RankSummary, compute_s), H5T_NATIVE_DOUBLE);
   hsize_t four[1] = {4};
   Handle arr = TRIDENT_H5_TYPE(H5Tarray_create2(H5T_NATIVE_DOUBLE, 1, four), "array type");

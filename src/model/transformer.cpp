@@ -224,18 +224,19 @@ struct FfnBlock {
   }
 };
 
-// Dense SwiGLU FFN (the shared kernel; weights [d, f], [d, f], [f, d]).
+// Dense SwiGLU FFN (the shared kernel; weights [f, d], [f, d], [d, f], keyed
+// in [in, out] order: core/param.hpp).
 class DenseSwiGLU : public FeedForward {
  public:
   DenseSwiGLU(const kernels::Ctx& ctx, const ModelConfig& m, int l)
       : ctx_(ctx), d_(m.d_model), f_(m.ffn_hidden) {
     const std::string p = "layers." + std::to_string(l) + ".ffn.";
-    w_gate_ = Param(p + "w_gate", {d_, f_});
-    w_up_ = Param(p + "w_up", {d_, f_});
-    w_down_ = Param(p + "w_down", {f_, d_});
-    w_gate_.init_normal(float(m.init_std));
-    w_up_.init_normal(float(m.init_std));
-    w_down_.init_normal(float(m.init_std) / std::sqrt(2.0f * float(m.n_layers)));
+    w_gate_ = Param(p + "w_gate", {f_, d_});
+    w_up_ = Param(p + "w_up", {f_, d_});
+    w_down_ = Param(p + "w_down", {d_, f_});
+    w_gate_.init_normal_in_out_keyed(float(m.init_std));
+    w_up_.init_normal_in_out_keyed(float(m.init_std));
+    w_down_.init_normal_in_out_keyed(float(m.init_std) / std::sqrt(2.0f * float(m.n_layers)));
   }
   std::vector<Param*> params() override { return {&w_gate_, &w_up_, &w_down_}; }
   void forward(const MicroBatch&, const float* x, int64_t T, float* y, FfnCache& c,

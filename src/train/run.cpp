@@ -9,6 +9,7 @@
 #include <fstream>
 #include <set>
 
+#include "trident/core/allocator.hpp"
 #include "trident/core/error.hpp"
 #include "trident/io/checkpoint.hpp"
 #include "trident/io/run_file.hpp"
@@ -155,6 +156,8 @@ void summarise(Trainer& trainer, RunFile& file, const LoopTotals& tot, const Com
   RankSummary rs;
   rs.rank = world->rank();
   rs.peak_rss_bytes = peak_rss_bytes();
+  rs.peak_alloc_bytes = double(cpu_allocator().peak_bytes());
+  if (trainer.device().is_cuda()) rs.peak_device_bytes = double(trainer.allocator().peak_bytes());
   rs.compute_s = tot.compute_s;
   const CommCounters comm_total = comm_counters() - at_start;
   for (int k = 0; k < 4; ++k) rs.comm_wait_s[k] = comm_total.wait_s[size_t(k)];

@@ -135,8 +135,8 @@ GPU_TEST("grouped expert GEMM with empty experts") {
   std::vector<float> y(sz(rows * out));
   for (int e = 0; e < E; ++e)
     if (counts[sz(e)] > 0)
-      ref::sgemm(kHost, false, false, counts[sz(e)], out, in, 1.0f, x.data() + offsets[sz(e)] * in,
-                 in, w[sz(e)].data(), out, 0.0f, y.data() + offsets[sz(e)] * out, out);
+      ref::linear_forward(kHost, x.data() + offsets[sz(e)] * in, w[sz(e)].data(), counts[sz(e)], in,
+                          out, y.data() + offsets[sz(e)] * out);
   Buf<float> gx(dc, x), gy(dc, y.size());
   cuda::grouped_gemm(dc.ctx(), gx, wptr.data(), offsets.data(), E, in, out, 0.0f, gy);
   check_close("grouped_gemm", gy.host(), y, 1e-5);

@@ -11,8 +11,11 @@
 // with an InputError naming the file and the problem.
 //
 // Layout: /tensors/<name> float32 (attribute fnv1a64), root attributes
-// format = "trident-checkpoint", format_version = 1, step (steps completed),
-// optimizer_steps, model_hash, config_toml, world_size, created_utc.
+// format = "trident-checkpoint", format_version = 2, step (steps completed),
+// optimizer_steps, model_hash, config_toml, world_size, created_utc. A file
+// of another format_version is refused (InputError): version 1 stored the
+// SwiGLU and router weights [in, out], version 2 stores every weight
+// [out, in].
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -36,6 +36,7 @@ struct TimelineEvent {
 struct RankSummary {
   int32_t rank = 0;
   double peak_rss_bytes = 0, peak_device_bytes = 0;
+  double peak_alloc_bytes = 0;  // the host allocator's peak (tensors, workspaces)
   double compute_s = 0, comm_wait_s[4] = {0, 0, 0, 0};
 };
 

@@ -1,8 +1,9 @@
-// SwiGLU MLP on a block of tokens: y = (silu(x·Wg) ⊙ (x·Wu)) · Wd.
+// SwiGLU MLP on a block of tokens: y = (silu(x·Wgᵀ) ⊙ (x·Wuᵀ)) · Wdᵀ.
 //
-// Shared by the MoE experts and the dense FFN. Row-major fp32; x [T, d],
-// w_gate and w_up [d, f], w_down [f, d], y [T, d]. Forward keeps the two
-// pre-activations (gate = x·Wg, up = x·Wu, [T, f] each) because backward
+// Shared by the MoE experts and the dense FFN. Row-major fp32; every weight
+// is stored [out, in] like a linear layer's: w_gate and w_up [f, d], w_down
+// [d, f]; x and y [T, d]. Forward keeps the two pre-activations
+// (gate = x·Wgᵀ, up = x·Wuᵀ, [T, f] each) because backward
 // needs them and recomputing them costs two of the three GEMMs.
 #pragma once
 #include <cstdint>

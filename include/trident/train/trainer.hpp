@@ -64,6 +64,8 @@ class Trainer {
   // Where this rank's kernels run ("cpu" | "cuda:N" recorded in the run file).
   Device device() const { return device_->device(); }
   const kernels::Ctx& ctx() const { return device_->ctx(); }
+  // The allocator of that device (its peak is the rank's measured memory).
+  const Allocator& allocator() const { return device_->allocator(); }
   int64_t tokens_per_step() const;  // tokens of the global batch
   int64_t samples_per_step() const;  // sequences of the global batch
   // Global positions of this rank's tokens of a sequence (its cp share).

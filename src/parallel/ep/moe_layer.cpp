@@ -5,7 +5,7 @@
 #include <string>
 
 #include "trident/core/error.hpp"
-#include "trident/kernels/gemm.hpp"
+#include "trident/kernels/ops.hpp"
 #include "trident/kernels/swiglu.hpp"
 
 namespace trident::ep {
@@ -78,8 +78,8 @@ MoELayer::MoELayer(const ModelConfig& cfg, int layer_index, Communicator* ep, Co
       swiglu_(std::make_unique<SwigluExperts>(*this, cfg.d_model, cfg.ffn_hidden, ctx)),
       expert_fn_(swiglu_.get()) {
   const std::string base = "layers." + std::to_string(layer_index) + ".moe.";
-  router_w_ = Param(base + "router", {d_, E_}, GradReduce::dense);
-  router_w_.init_normal(static_cast<float>(cfg.init_std));
+  router_w_ = Param(base + "router", {E_, d_}, GradReduce::dense);
+  router_w_.init_normal_in_out_keyed(static_cast<float>(cfg.init_std));
   bias_ = Param(base + "router_bias", {E_}, GradReduce::none);
   bias_.decay = false;
   static const char* kNames[3] = {"w_gate", "w_up", "w_down"};
@@ -87,10 +87,10 @@ MoELayer::MoELayer(const ModelConfig& cfg, int layer_index, Communicator* ep, Co
   for (int e = 0; e < L_; ++e) {
     for (int w = 0; w < 3; ++w) {
       std::vector<int64_t> shape =
-          w < 2 ? std::vector<int64_t>{d_, f_} : std::vector<int64_t>{f_, d_};
+          w < 2 ? std::vector<int64_t>{f_, d_} : std::vector<int64_t>{d_, f_};
       experts_.emplace_back(base + "experts." + std::to_string(first_ + e) + "." + kNames[w], shape,
                             GradReduce::expert);
-      experts_.back().init_normal(static_cast<float>(cfg.init_std));
+      experts_.back().init_normal_in_out_keyed(static_cast<float>(cfg.init_std));
     }
   }
 }
@@ -135,8 +135,7 @@ void MoELayer::forward(const float* x, int64_t T, const std::vector<int>& sample
   c.n_samples = n_samples;
   c.x.assign(x, x + T * d_);
   std::vector<float> logits(static_cast<size_t>(T * E_));
-  kernels::sgemm(ctx_, false, false, T, E_, d_, 1.0f, x, d_, router_w_.value.ptr(), E_, 0.0f,
-                 logits.data(), E_);
+  kernels::linear_forward(ctx_, x, router_w_.value.ptr(), T, d_, E_, logits.data());
   router_.route(ctx_, logits.data(), T, sample_of_token, n_samples, cp_, c.routing, token_index);
 
   c.plan = dispatcher_.plan(c.routing.expert.data(), T, k_);
@@ -186,10 +185,9 @@ void MoELayer::backward(const float* dy, float* dx, Cache& c, float daux_scale) 
 
   std::vector<float> dlogits(static_cast<size_t>(T * E_));
   router_.backward(ctx_, c.routing, dweight.data(), daux_scale, dlogits.data());
-  kernels::sgemm(ctx_, true, false, d_, E_, T, 1.0f, c.x.data(), d_, dlogits.data(), E_, 1.0f,
-                 router_w_.grad.ptr(), E_);
-  kernels::sgemm(ctx_, false, true, T, d_, E_, 1.0f, dlogits.data(), E_, router_w_.value.ptr(), E_,
-                 1.0f, dx, d_);
+  kernels::linear_backward_weight(ctx_, dlogits.data(), c.x.data(), T, d_, E_,
+                                  router_w_.grad.ptr());
+  kernels::linear_backward_input(ctx_, dlogits.data(), router_w_.value.ptr(), T, d_, E_, dx, 1.0f);
   c.rows.reset();  // after the backward's transfers: no peer reads these rows any more
 }
 

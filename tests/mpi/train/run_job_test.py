@@ -2,7 +2,8 @@
 """`trident run` end to end under mpirun: checkpoints and bit-for-bit resume
 (stopped by SIGUSR1 and resumed; a rank SIGKILLed and the last checkpoint
 resumed), a real SIGUSR1 sent to mpirun, and bad inputs (another model's
-checkpoint, a corrupted checkpoint, a token file shorter than one sample)
+checkpoint, a corrupted checkpoint, a checkpoint of an older format, a token
+file shorter than one sample)
 that must exit 2 with one clear line and leave no run file behind."""
 import os
 import shlex
@@ -213,6 +214,13 @@ def main():
         f.write(blob[: len(blob) // 3])
     bad(["job.toml", "--resume", "ck_bad/truncated.h5"], "--resume", "corrupted checkpoint (truncated)",
         "bad3.h5")
+    # a checkpoint of the previous format (SwiGLU and router weights [in, out])
+    with open("ck_bad/version1.h5", "wb") as f:
+        f.write(open(src, "rb").read())
+    with h5py.File("ck_bad/version1.h5", "r+") as f:
+        f.attrs["format_version"] = np.int64(1)
+    bad(["job.toml", "--resume", "ck_bad/version1.h5"], "has format_version 1",
+        "checkpoint of format_version 1", "bad5.h5")
     np.arange(20, dtype=np.uint16).tofile("short.bin")
     bad(["job.toml", "--set", "data.task=tokens", "--set", "data.token_file=short.bin"],
         "shorter than one sample", "token file shorter than one sample", "bad4.h5")

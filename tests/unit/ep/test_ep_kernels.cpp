@@ -14,7 +14,7 @@ using namespace trident;
 using trident::eptest::randn;
 
 namespace {
-// y = (silu(x Wg) * (x Wu)) Wd in double, loss = sum(y * g).
+// y = (silu(x Wgᵀ) * (x Wuᵀ)) Wdᵀ in double (weights [out, in]), loss = sum(y * g).
 double ref_swiglu_loss(const std::vector<double>& x, const std::vector<double>& wg,
                        const std::vector<double>& wu, const std::vector<double>& wd,
                        const std::vector<float>& g, int T, int d, int f,
@@ -26,14 +26,14 @@ double ref_swiglu_loss(const std::vector<double>& x, const std::vector<double>& 
     for (int j = 0; j < f; ++j) {
       double a = 0, b = 0;
       for (int i = 0; i < d; ++i) {
-        a += x[t * d + i] * wg[i * f + j];
-        b += x[t * d + i] * wu[i * f + j];
+        a += x[t * d + i] * wg[j * d + i];
+        b += x[t * d + i] * wu[j * d + i];
       }
       h[j] = a / (1.0 + std::exp(-a)) * b;
     }
     for (int c = 0; c < d; ++c) {
       double y = 0;
-      for (int j = 0; j < f; ++j) y += h[j] * wd[j * d + c];
+      for (int j = 0; j < f; ++j) y += h[j] * wd[c * f + j];
       if (y_out) (*y_out)[t * d + c] = y;
       loss += y * g[t * d + c];
     }

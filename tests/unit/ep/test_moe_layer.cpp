@@ -185,9 +185,18 @@ TEST_CASE("parameters are named, tagged and initialised independently of ep", "[
   CHECK(ps[0]->reduce == GradReduce::dense);
   CHECK(ps[1 + 3 * 6 + 2]->name == "layers.5.moe.experts.6.w_down");
   CHECK(ps[1 + 3 * 6 + 2]->reduce == GradReduce::expert);
-  Param ref("layers.5.moe.experts.6.w_down", {cfg.ffn_hidden, cfg.d_model});
-  ref.init_normal(float(cfg.init_std));
+  Param ref("layers.5.moe.experts.6.w_down", {cfg.d_model, cfg.ffn_hidden});
+  ref.init_normal_in_out_keyed(float(cfg.init_std));
   CHECK(std::ranges::equal(ref.value.values(), ps[1 + 3 * 6 + 2]->value.values()));
+  // Stored [out, in] = [d, f], element [c, j] has the value the [in, out]
+  // order keys at j * d + c.
+  const Tensor& wd = ps[1 + 3 * 6 + 2]->value;
+  REQUIRE(wd.shape() == std::vector<int64_t>{cfg.d_model, cfg.ffn_hidden});
+  const uint64_t key = rng::hash_name("layers.5.moe.experts.6.w_down");
+  for (int64_t c = 0; c < cfg.d_model; ++c)
+    for (int64_t j = 0; j < cfg.ffn_hidden; ++j)
+      CHECK(wd.ptr()[c * cfg.ffn_hidden + j] ==
+            float(cfg.init_std) * rng::normal(key, uint64_t(j * cfg.d_model + c)));
   CHECK(layer.buffers().empty());
   cfg.router = RouterScoring::sigmoid_bias;
   MoELayer sig(cfg, 5, nullptr, nullptr);

@@ -146,15 +146,15 @@ TEST_CASE("sgemm and swiglu give the same bits with and without a workspace", "[
   CHECK(a.dx == b.dx);
   CHECK(a.dwg == b.dwg);
   CHECK(a.dwd == b.dwd);
-  // y = (silu(x Wg) * (x Wu)) Wd, one element in fp64.
+  // y = (silu(x Wgᵀ) * (x Wuᵀ)) Wdᵀ (weights [out, in]), one element in fp64.
   double acc = 0;
   for (int64_t j = 0; j < f; ++j) {
     double g = 0, u = 0;
     for (int64_t i = 0; i < d; ++i) {
-      g += double(x[size_t(i)]) * wg[size_t(i * f + j)];
-      u += double(x[size_t(i)]) * wu[size_t(i * f + j)];
+      g += double(x[size_t(i)]) * wg[size_t(j * d + i)];
+      u += double(x[size_t(i)]) * wu[size_t(j * d + i)];
     }
-    acc += g / (1 + std::exp(-g)) * u * wd[size_t(j * d)];
+    acc += g / (1 + std::exp(-g)) * u * wd[size_t(j)];
   }
   CHECK(a.y[0] == Approx(acc).epsilon(1e-4));
 

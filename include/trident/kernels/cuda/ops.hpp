@@ -66,7 +66,7 @@ void attention_backward_bf16(const Ctx& c, const AttnShape& s, const Bf16* q, co
 
 // ---- moe.hpp, router.hpp: declared with the CPU list (moe_backends.hpp) ----
 // Grouped expert GEMM: for each expert e, the rows [offset[e], offset[e+1])
-// of x ([rows, in]) times w[e] ([in, out], row-major) into the same rows of y
+// of x ([rows, in]) times w[e]ᵀ (w[e] stored [out, in]) into the same rows of y
 // ([rows, out]); beta as in sgemm. offsets are host values (E + 1 entries);
 // an expert with no rows costs nothing.
 void grouped_gemm(const Ctx& c, const float* x, const float* const* w, const int64_t* offsets,

@@ -1,16 +1,18 @@
 // MoELayer: router + experts (SwiGLU MLPs) with expert parallelism.
 //
-// Forward: logits = x·W_router -> Router (top-k, aux/z losses, capacity) ->
+// Forward: logits = x·W_routerᵀ -> Router (top-k, aux/z losses, capacity) ->
 // TokenDispatcher (count exchange, expert-major permutation, transfer to the
 // expert ranks) -> each local expert runs its SwiGLU on its rows (one
 // contiguous block per expert) -> transfer back -> weighted un-permute in
 // token order. Backward runs the same steps in reverse. The residual is the
 // caller's.
 //
-// Parameters: "layers.<L>.moe.router" [d, E] (GradReduce::dense) and, for
-// each local expert g, "layers.<L>.moe.experts.<g>.w_gate|w_up" [d, f] and
-// ".w_down" [f, d] (GradReduce::expert). All are initialised from the
-// counter RNG by name, so any ep holds the values ep = 1 has. The
+// Parameters, stored [out, in]: "layers.<L>.moe.router" [E, d]
+// (GradReduce::dense) and, for each local expert g,
+// "layers.<L>.moe.experts.<g>.w_gate|w_up" [f, d] and ".w_down" [d, f]
+// (GradReduce::expert). All are initialised from the counter RNG by name
+// (keyed in [in, out] order, see core/param.hpp), so any ep holds the
+// values ep = 1 has. The
 // sigmoid_bias router's bias is state, not a parameter: buffers() gives it
 // (as a Param with GradReduce::none) for checkpoints.
 #pragma once

@@ -73,6 +73,8 @@ def summarize(rf: RunFile) -> dict:
             split["compute"] = max(0.0, split["compute"] - inside)
         if "peak_rss_bytes" in rs.dtype.names:
             out["peak_rss_mb_max"] = float(np.max(rs["peak_rss_bytes"]) / 2**20)
+        if "peak_alloc_bytes" in rs.dtype.names:
+            out["peak_alloc_mb_max"] = float(np.max(rs["peak_alloc_bytes"]) / 2**20)
     out["time_split"] = split
 
     cb = rf.comm_bytes()
@@ -121,5 +123,6 @@ def format_text(s: dict) -> str:
             L.append(f"experts       imbalance max/mean {ei['mean']:.3f} (mean over steps and layers); last step per layer "
                      + ", ".join(f"{x:.2f}" for x in ei["last_step"]))
         if "peak_rss_mb_max" in s:
-            L.append(f"memory        peak RSS {s['peak_rss_mb_max']:.0f} MB (max over ranks)")
+            alloc = f", allocator {s['peak_alloc_mb_max']:.1f} MB" if "peak_alloc_mb_max" in s else ""
+            L.append(f"memory        peak RSS {s['peak_rss_mb_max']:.0f} MB{alloc} (max over ranks)")
     return "\n".join(L)
