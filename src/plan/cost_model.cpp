@@ -7,7 +7,9 @@
 #include <sstream>
 
 #include "trident/core/error.hpp"
+#include "trident/kernels/attention.hpp"
 #include "trident/parallel/pp/generators.hpp"
+#include "trident/parallel/pp/simulator.hpp"
 
 namespace trident::plan {
 namespace {
@@ -43,6 +45,8 @@ struct Shapes {
   }
 };
 
+// Attention block: the cache x, h1, q, k, v, o, lse (tensors) and rstd (a
+// vector); a split backward keeps o, h1, a copy of dy and dq, dk, dv for W.
 void add_attention_layer(const Shapes& s, double pairs, ChunkCost& c) {
   const double proj = 2 * s.T * s.d * (2 * s.H * s.D + 2 * s.Hkv * s.D);
   const double core = s.mbs * pairs * 4 * s.H * s.D;
@@ -50,28 +54,53 @@ void add_attention_layer(const Shapes& s, double pairs, ChunkCost& c) {
   c.f += Work{proj, core, mem};
   c.b += Work{proj, kAttnBackward * core, 2 * mem};
   c.w += Work{proj, 0, 0};
-  c.activation_bytes +=
-      kFloat * (2 * s.T * s.d + 2 * s.T * s.H * s.D + 2 * s.T * s.Hkv * s.D + s.T * s.H + s.T);
+  const double qkv = 2 * s.T * s.H * s.D + 2 * s.T * s.Hkv * s.D;  // q, o and k, v (or grads)
+  c.tracked.cache += kFloat * (2 * s.T * s.d + qkv + s.T * s.H);
+  c.tracked.stash += kFloat * (2 * s.T * s.d + qkv);
+  c.untracked.cache += kFloat * s.T;
 }
 
+// FFN block: x, h (tensors), rstd (a vector), then the dense SwiGLU's gate
+// and up (tensors) or the MoE layer's cache (vectors: input, routing, plan,
+// expert-side rows and gate/up).
 void add_ffn_layer(const Shapes& s, bool moe, ChunkCost& c) {
   double gemm, mem = kFloat * 7 * s.T * s.d;
-  double act = kFloat * (2 * s.T * s.d + s.T);
+  c.tracked.cache += kFloat * 2 * s.T * s.d;
+  c.untracked.cache += kFloat * s.T;
   if (moe) {
     gemm = 2 * s.T * s.d * s.E + 6 * s.R * s.d * s.f;
     mem += kFloat * (2 * s.T * s.E + 4 * s.T * s.k * s.d + 3 * s.R * s.f);
-    act += kFloat * (s.T * s.d + 2 * s.T * s.E + 2 * s.T) + kIndex * 3 * s.T * s.k +
-           8 * 2 * s.T * s.k + kFloat * (2 * s.R * s.d + 2 * s.R * s.f);
+    c.untracked.cache += kFloat * (s.T * s.d + 2 * s.T * s.E + 2 * s.T) + kIndex * 3 * s.T * s.k +
+                         8 * 2 * s.T * s.k + kFloat * (2 * s.R * s.d + 2 * s.R * s.f);
+    // forward: router logits; backward: row and weight gradients, router logits' gradient
+    c.untracked.transient_f = std::max(c.untracked.transient_f, kFloat * s.T * s.E);
+    c.untracked.transient_b =
+        std::max(c.untracked.transient_b,
+                 kFloat * (s.T * s.k * s.d + s.T * s.k + 2 * s.R * s.d + s.T * s.E));
+    // one expert's rows from one source rank through the SwiGLU backward
+    const double rows = s.T * s.k / s.E * moe_imbalance(s.T * s.k, int(s.E));
+    c.workspace = std::max(c.workspace, kFloat * 2 * rows * s.f);
   } else {
     gemm = 6 * s.T * s.d * s.f;
     mem += kFloat * 3 * s.T * s.f;
-    act += kFloat * 2 * s.T * s.f;
+    c.tracked.cache += kFloat * 2 * s.T * s.f;
+    c.workspace = std::max(c.workspace, kFloat * 2 * s.T * s.f);  // SwiGLU backward: h, dh
   }
   // The SwiGLU and MoE kernels compute input and weight gradients in one
   // pass, so B carries both whether or not the schedule splits backward.
   c.f += Work{gemm, 0, mem};
   c.b += Work{2 * gemm, 0, 2 * mem};
-  c.activation_bytes += act;
+}
+
+// Temporaries of the chunk's F and B beyond its cache: the hidden states x
+// and y (dx and dy) of the whole action; the head's logits in F; in B the
+// largest of the head's or FFN's dh and the attention's dout, dq, dk, dv,
+// dh1 and dy copy (by then the layer's FFN cache is freed).
+void add_transients(const Shapes& s, double last_ffn_cache, ChunkCost& c) {
+  const double x_y = kFloat * 2 * s.T * s.d;
+  c.tracked.transient_f = x_y + (c.last ? kFloat * s.T * s.V : 0);
+  const double attn = kFloat * (2 * s.T * s.H * s.D + 2 * s.T * s.Hkv * s.D + 2 * s.T * s.d);
+  c.tracked.transient_b = x_y + std::max(kFloat * s.T * s.d, attn - last_ffn_cache);
 }
 
 }  // namespace
@@ -114,6 +143,14 @@ Config with_plan(Config cfg, const MeshPlan& p) {
   return cfg;
 }
 
+ChunkMemory& ChunkMemory::operator+=(const ChunkMemory& o) {
+  cache += o.cache;
+  stash += o.stash;
+  transient_f += o.transient_f;
+  transient_b += o.transient_b;
+  return *this;
+}
+
 Work& Work::operator+=(const Work& o) {
   gemm_flops += o.gemm_flops;
   attention_flops += o.attention_flops;
@@ -153,10 +190,13 @@ ChunkCost chunk_cost(const Config& cfg, const MeshPlan& p, int vs) {
   c.attention_flops_total_f =
       c.layers * s.mbs * (double(cfg.data.seq_len) * (cfg.data.seq_len + 1) / 2) * 4 * s.H * s.D;
   const double attn_params = 2 * s.d + 2 * s.H * s.D * s.d + 2 * s.Hkv * s.D * s.d;  // + 2 norms
+  double last_ffn_cache = 0;
   for (int l = begin; l < end; ++l) {
     const bool moe = cfg.model.is_moe_layer(l);
     add_attention_layer(s, pairs, c);
+    const double before = c.tracked.cache;
     add_ffn_layer(s, moe, c);
+    last_ffn_cache = c.tracked.cache - before;
     c.params += attn_params;
     if (moe) {
       c.moe_layers += 1;
@@ -178,8 +218,16 @@ ChunkCost chunk_cost(const Config& cfg, const MeshPlan& p, int vs) {
     c.b += Work{head, 0, kFloat * 2 * s.T * s.d};
     c.w += Work{head, 0, 0};
     c.params += s.d + s.V * s.d;
-    c.activation_bytes += kFloat * (2 * s.T * s.d + s.T * s.V + s.T);
+    // x_final, h_final and dlogits; a split backward keeps h_final and dlogits for W
+    c.tracked.cache += kFloat * (2 * s.T * s.d + s.T * s.V);
+    c.tracked.stash += kFloat * (s.T * s.d + s.T * s.V);
+    c.untracked.cache += kFloat * s.T;
   }
+  add_transients(s, last_ffn_cache, c);
+  kernels::AttnShape probe;
+  probe.D = s.D;
+  c.workspace = std::max(c.workspace, double(kernels::attention_workspace_bytes(probe, true)));
+  c.workspace = std::max(c.workspace, double(kernels::attention_workspace_bytes(probe, false)));
   if (p.cp > 1) {
     // per layer and sample: K and V of Ls = T/mbs tokens, cp-1 ring steps
     const double kv = kFloat * 2 * (s.T / s.mbs) * s.Hkv * s.D;
@@ -199,31 +247,97 @@ ChunkCost chunk_cost(const Config& cfg, const MeshPlan& p, int vs) {
   return c;
 }
 
-MemoryEstimate memory_of_rank(const Config& cfg, const MeshPlan& p, int pp_rank,
-                              int peak_inflight) {
+double activation_peak(const pp::Schedule& lowered, int rank,
+                       const std::vector<ChunkMemory>& per_stage) {
+  double live = 0, peak = 0;
+  for (const pp::Action& a : lowered.ranks.at(size_t(rank))) {
+    const ChunkMemory& m = per_stage.at(size_t(a.stage));
+    if (a.op == pp::Op::F) {
+      peak = std::max(peak, live + m.cache + m.transient_f);
+      live += m.cache;
+    } else if (a.op == pp::Op::B) {
+      peak = std::max(peak, live + m.transient_b);
+      live += (lowered.split_backward ? m.stash : 0) - m.cache;
+    } else if (a.op == pp::Op::W) {
+      live -= m.stash;
+    }
+  }
+  return peak;
+}
+
+namespace {
+
+// Everything but the activations; `inflight`: micro-batches whose pipeline
+// boundary buffers a rank holds at once.
+MemoryEstimate static_memory(const Config& cfg, const MeshPlan& p, int pp_rank, int inflight) {
   const Shapes s(cfg, p);
   MemoryEstimate m;
-  double cache = 0, comm = 0, work = 0;
+  double expert = 0, work = 0;
+  int layers = 0;
   const pp::Placement place = placement_of(p);
   for (int stage : place.stages.at(size_t(pp_rank))) {
     const ChunkCost cc = chunk_cost(cfg, p, stage);
     m.params += kFloat * cc.params;
-    cache += cc.activation_bytes;
-    const double logits = cc.last ? s.T * s.V : 0;
-    work = std::max(work,
-                    kFloat * std::max(2 * s.T * s.d + logits,
-                                      3 * s.T * s.d + 2 * s.T * s.H * s.D + 2 * s.T * s.Hkv * s.D));
+    expert += kFloat * cc.expert_params;
+    work = std::max(work, cc.workspace);
+    layers += cc.layers;
   }
   m.grads = m.params;
   m.optimizer = 2 * m.params;
-  // In-flight caches: the rank's chunks share the count; use their mean size.
-  m.activations = peak_inflight * cache / p.vpp;
-  if (p.pp > 1) comm += kFloat * 2 * s.T * s.d * peak_inflight;  // boundary in + grad buffers
-  if (p.cp > 1)
-    comm += kFloat * 2 * 2 * 2 * (s.T / s.mbs) * s.Hkv * s.D;  // K/V (+dK/dV) double buffer
+  // The gradient reduction packs each kind into the workspace, which keeps
+  // its largest size.
+  if (p.dp * p.cp > 1) work = std::max(work, m.params - expert);
+  if (p.dp * p.cp / p.ep > 1) work = std::max(work, expert);
+  m.workspace = work;
+  double comm = 0;
+  // the executor's input of each in-flight micro-batch, one output and one
+  // gradient in transit
+  if (p.pp > 1) comm += kFloat * s.T * s.d * (inflight + 2);
+  // every layer's ring keeps its backward's five K/V-sized buffers (current,
+  // next, partial dK/dV, sending, arriving) of one sample
+  if (p.cp > 1) comm += kFloat * layers * 5 * 2 * (s.T / s.mbs) * s.Hkv * s.D;
   if (p.ep > 1 && cfg.model.n_experts > 0) comm += kFloat * 2 * s.T * s.k * s.d;  // send rows
   m.comm_buffers = comm;
-  m.workspace = work;
+  m.untracked = comm;
+  return m;
+}
+
+// Per virtual stage: the memory the allocator sees, and all of it.
+void stage_memory(const Config& cfg, const MeshPlan& p, std::vector<ChunkMemory>& tracked,
+                  std::vector<ChunkMemory>& all) {
+  for (int vs = 0; vs < p.pp * p.vpp; ++vs) {
+    const ChunkCost cc = chunk_cost(cfg, p, vs);
+    tracked.push_back(cc.tracked);
+    all.push_back(cc.tracked);
+    all.back() += cc.untracked;
+  }
+}
+
+}  // namespace
+
+MemoryEstimate memory_of_rank(const Config& cfg, const MeshPlan& p, int pp_rank,
+                              const pp::Schedule& lowered) {
+  MemoryEstimate m = static_memory(cfg, p, pp_rank, pp::peak_inflight(lowered).at(size_t(pp_rank)));
+  std::vector<ChunkMemory> tracked, all;
+  stage_memory(cfg, p, tracked, all);
+  m.activations = activation_peak(lowered, pp_rank, all);
+  m.untracked += m.activations - activation_peak(lowered, pp_rank, tracked);
+  return m;
+}
+
+MemoryEstimate memory_lower_bound(const Config& cfg, const MeshPlan& p, int pp_rank) {
+  MemoryEstimate m = static_memory(cfg, p, pp_rank, 1);
+  std::vector<ChunkMemory> tracked, all;
+  stage_memory(cfg, p, tracked, all);
+  double act = 0, act_tracked = 0;
+  const pp::Placement place = placement_of(p);
+  for (int stage : place.stages.at(size_t(pp_rank))) {
+    const ChunkMemory &a = all[size_t(stage)], &t = tracked[size_t(stage)];
+    act = std::max(act, a.cache + std::max(a.transient_f, a.transient_b));
+    act_tracked = std::max(act_tracked, t.cache + std::max(t.transient_f, t.transient_b));
+  }
+  m.activations = act;
+  m.untracked += act - act_tracked;
   return m;
 }
 

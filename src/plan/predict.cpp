@@ -56,15 +56,44 @@ double exchange_s(const Link& l, const ActionComm& c, int ep, double imbalance) 
   return c.ep_exchanges * (ep - 1) * l.latency_s + imbalance * c.ep_bytes / l.bandwidth_Bps;
 }
 
+// Which schedule ranks share a node's cores, and how many of the node's ranks
+// each stands for: a node holds whole dp x cp groups of consecutive pipeline
+// ranks, or part of one group (pp is the outermost mesh dimension).
+CoreSharing core_sharing_of(const ClusterShape& shape, const MeshPlan& p, const MachineProfile& m) {
+  CoreSharing cs;
+  const long long group = 1LL * p.dp * p.cp, per_node = shape.devices_per_node;
+  cs.cores = m.cores_per_node > 0 ? m.cores_per_node : double(per_node);
+  for (int r = 0; r < p.pp; ++r) {
+    cs.node.push_back(group >= per_node ? r : int(r * group / per_node));
+    cs.weight.push_back(double(std::min(group, per_node)));
+  }
+  return cs;
+}
+
+// Compute of one step on the busiest node over its cores: no schedule makes
+// ranks that share cores finish sooner.
+double node_work_s(const ActionTimes& a, const pp::Placement& place) {
+  std::vector<double> node(a.cores.node.size(), 0.0);
+  for (size_t vs = 0; vs < a.stages.size(); ++vs) {
+    const size_t r = size_t(place.rank[vs]);
+    const StageTimes& t = a.stages[vs];
+    node[size_t(a.cores.node[r])] += a.cores.weight[r] * a.microbatches * (t.f + t.b + t.w);
+  }
+  return *std::max_element(node.begin(), node.end()) / a.cores.cores;
+}
+
 }  // namespace
+
+double optimizer_seconds(const MachineProfile& m, double params) {
+  return m.optimizer_s_per_param > 0 ? params * m.optimizer_s_per_param
+                                     : kAdamWBytesPerParam * params / m.memory_Bps;
+}
 
 double compute_seconds(const Work& w, const MachineProfile& m) {
   return (w.gemm_flops / m.gemm_flops + w.attention_flops / m.attention_flops +
           w.memory_bytes / m.memory_Bps) /
          m.efficiency;
 }
-
-double ActionTimes::cpu_bound_s() const { return sharing * microbatches * compute; }
 
 double ActionTimes::lower_bound_s() const {
   return std::max(microbatches * vpp * (t_f + t_b + t_w), cpu_bound_s()) + after_pipeline;
@@ -93,12 +122,17 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
     const double cp_b = ring_exposed(m, cp_link, c.b_comm, c.b.attention_flops, p.cp);
     const double ep_f = exchange_s(ep_link, c.f_comm, p.ep, imb);
     const double ep_b = exchange_s(ep_link, c.b_comm, p.ep, imb);
-    const double f = compute_seconds(c.f, m) + cp_f + ep_f,
-                 b = compute_seconds(c.b, m) + cp_b + ep_b, w = compute_seconds(c.w, m);
+    // the fixed cost of the chunk's layers: a third in F, the rest in B
+    // (backward makes about twice the forward's kernel calls)
+    const double fixed = m.layer_overhead_s * c.layers;
+    const double f = compute_seconds(c.f, m) + fixed / 3 + cp_f + ep_f,
+                 b = compute_seconds(c.b, m) + 2 * fixed / 3 + cp_b + ep_b,
+                 w = compute_seconds(c.w, m);
+    a.stages.push_back({f, b, w});
     if (f + b + w > a.t_f + a.t_b + a.t_w) {  // the slowest stage sets the pace
       a.t_f = f, a.t_b = b, a.t_w = w;
-      a.compute =
-          p.vpp * (compute_seconds(c.f, m) + compute_seconds(c.b, m) + compute_seconds(c.w, m));
+      a.compute = p.vpp * (compute_seconds(c.f, m) + compute_seconds(c.b, m) +
+                           compute_seconds(c.w, m) + fixed);
       a.cp = p.vpp * (cp_f + cp_b);
       a.ep = p.vpp * (ep_f + ep_b);
     }
@@ -115,6 +149,8 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
   const long long stage = 1LL * p.dp * p.cp;
   const Link& dp_link = m.link(span_class(shape, stage));
   a.sharing = sharing;
+  a.cores = core_sharing_of(shape, p, m);
+  if (sharing > 1) a.node_work_s = node_work_s(a, place);
   a.dp = sharing * (allreduce_s(dp_link, dense_grad, stage) +
                     allreduce_s(dp_link, expert_grad, stage / p.ep));
   const long long world = stage * p.pp;
@@ -123,9 +159,8 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
   const double agreements = (kStepAgreements + moe_layers) * 2 *
                             std::ceil(std::log2(double(std::max(2LL, world)))) *
                             m.link(span_class(shape, world)).latency_s * (world > 1 ? 1 : 0);
-  a.after_pipeline = a.dp +
-                     sharing * (agreements + kAdamWBytesPerParam * max_params / m.memory_Bps) +
-                     m.step_overhead_s;
+  a.after_pipeline =
+      a.dp + sharing * (agreements + optimizer_seconds(m, max_params)) + m.step_overhead_s;
   return a;
 }
 
@@ -149,9 +184,8 @@ double model_flops_per_step(const Config& cfg, const MeshPlan& p) {
   return 3 * sequences * (S * per_token + attention);
 }
 
-pp::SimResult simulate_plan(const MeshPlan& p, const pp::SimCosts& c) {
-  return pp::simulate(
-      pp::lower(pp::make_schedule(config_name(p.schedule), p.pp, p.microbatches, p.vpp)), c);
+pp::Schedule lowered_schedule(const MeshPlan& p) {
+  return pp::lower(pp::make_schedule(config_name(p.schedule), p.pp, p.microbatches, p.vpp));
 }
 
 }  // namespace
@@ -160,12 +194,17 @@ Prediction predict(const Config& cfg, const MeshPlan& p, const ClusterShape& sha
                    const MachineProfile& m, bool detailed) {
   const ActionTimes a = action_times(cfg, p, shape, m);
   pp::SimCosts costs{a.t_f, a.t_b, a.t_w, a.latency};
-  const pp::SimResult sim = simulate_plan(p, costs);
+  const pp::Schedule lowered = lowered_schedule(p);
+  const pp::SimResult sim = pp::simulate(lowered, costs);
   Prediction out;
   out.plan = p;
   out.t_f = a.t_f, out.t_b = a.t_b, out.t_w = a.t_w, out.pp_latency_s = a.latency;
-  // Ranks sharing cores: the pipeline takes at least its compute over the cores.
-  const double pipeline = std::max(sim.makespan, a.cpu_bound_s());
+  // Ranks sharing cores: replay the schedule with the cores shared by the
+  // ranks that have work at each moment.
+  double pipeline = sim.makespan;
+  if (a.sharing > 1)
+    pipeline =
+        std::max(pipeline, simulate_shared_cores(lowered, a.stages, a.latency, a.cores).makespan);
   out.split.cores = pipeline - sim.makespan;
   out.step_time_s = pipeline + a.after_pipeline;
   out.tokens_per_s = double(p.global_batch()) * cfg.data.seq_len / out.step_time_s;
@@ -182,12 +221,12 @@ Prediction predict(const Config& cfg, const MeshPlan& p, const ClusterShape& sha
   double no_latency = sim.makespan;
   if (detailed && a.latency > 0) {
     costs.latency = 0;
-    no_latency = simulate_plan(p, costs).makespan;
+    no_latency = pp::simulate(lowered, costs).makespan;
   }
   out.split.pp = sim.makespan - no_latency;
   out.split.bubble = std::max(0.0, no_latency - busy);
   for (int r = 0; r < p.pp; ++r) {
-    const MemoryEstimate mem = memory_of_rank(cfg, p, r, sim.ranks[size_t(r)].peak_inflight);
+    const MemoryEstimate mem = memory_of_rank(cfg, p, r, lowered);
     out.peak_inflight = std::max(out.peak_inflight, sim.ranks[size_t(r)].peak_inflight);
     if (mem.total() > out.memory.total()) out.memory = mem, out.memory_pp_rank = r;
   }
@@ -241,7 +280,8 @@ std::string prediction_text(const Prediction& p, double limit) {
   o << "  memory (pp rank " << p.memory_pp_rank << "): " << gb(m.total()) << " = params "
     << gb(m.params) << " + grads " << gb(m.grads) << " + optimizer " << gb(m.optimizer)
     << " + activations " << gb(m.activations) << " (" << p.peak_inflight << " in flight) + buffers "
-    << gb(m.comm_buffers) << " + workspace " << gb(m.workspace);
+    << gb(m.comm_buffers) << " + workspace " << gb(m.workspace) << "\n        (allocator "
+    << gb(m.allocator()) << ", outside it " << gb(m.untracked) << ")";
   if (limit > 0) o << "; limit " << gb(limit) << (m.total() <= limit ? ", fits" : ", DOES NOT FIT");
   o << "\n";
   return o.str();
@@ -267,6 +307,7 @@ std::string prediction_json(const Prediction& p) {
     << ", \"params\": " << e.params << ", \"grads\": " << e.grads
     << ", \"optimizer\": " << e.optimizer << ", \"activations\": " << e.activations
     << ", \"comm_buffers\": " << e.comm_buffers << ", \"workspace\": " << e.workspace
+    << ", \"allocator\": " << e.allocator() << ", \"untracked\": " << e.untracked
     << ", \"pp_rank\": " << p.memory_pp_rank << "}, \"peak_inflight\": " << p.peak_inflight << "}";
   return o.str();
 }

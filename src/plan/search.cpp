@@ -76,9 +76,9 @@ std::string plan_refusal(const Config& cfg, const ClusterShape& shape, const Mes
 namespace {
 
 // Memory no schedule can go below: every rank holds one micro-batch's cache.
-double memory_lower_bound(const Config& cfg, const MeshPlan& p) {
-  return std::max(memory_of_rank(cfg, p, 0, 1).total(),
-                  memory_of_rank(cfg, p, p.pp - 1, 1).total());
+double least_memory(const Config& cfg, const MeshPlan& p) {
+  return std::max(memory_lower_bound(cfg, p, 0).total(),
+                  memory_lower_bound(cfg, p, p.pp - 1).total());
 }
 
 long long default_global_batch(const Config& cfg, const ClusterShape& shape) {
@@ -102,7 +102,7 @@ std::vector<Candidate> legal_candidates(const Config& cfg, const ClusterShape& s
       ++r.candidates;
       if (!plan_refusal(cfg, shape, p).empty()) continue;
       ++r.legal;
-      if (opt.memory_limit_bytes > 0 && memory_lower_bound(cfg, p) > opt.memory_limit_bytes) {
+      if (opt.memory_limit_bytes > 0 && least_memory(cfg, p) > opt.memory_limit_bytes) {
         ++r.refused_memory;
         continue;
       }

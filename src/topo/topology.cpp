@@ -157,19 +157,9 @@ int nvlink_domain_of(const std::vector<RankRecord>& recs, int ranks_per_node) {
   return domain;
 }
 
-}  // namespace
-
-Topology detect_topology(Communicator& world, const Config& cfg) {
-  const int wsize = world.size(), wrank = world.rank();
-  // Input errors first, before any communication, so that every rank raises
-  // the same one and nobody waits in a collective.
-  const auto ov = topology_override(cfg);
-  if (ov) check_override(ov->first, ov->second, wsize);
-
-  auto local_group = world.host().split_node(CommKind::world, "node-local");
-  Communicator& local = *local_group;
-  Communicator& all = world.host();
-
+// What this rank knows about itself: its node (by the node's smallest world
+// rank), local rank, device and, without an override, its NVLink links.
+RankRecord describe_rank(Communicator& world, Communicator& local, bool probe_links) {
   RankRecord me;
   me.local_rank = local.rank();
   me.local_size = local.size();
@@ -177,11 +167,11 @@ Topology detect_topology(Communicator& world, const Config& cfg) {
   me.device = pick_device(me.local_rank, me.cuda_devices);  // may throw: before any collective
   me.device_forced = std::getenv(kDeviceEnv) && *std::getenv(kDeviceEnv);
   {
-    int neg = -wrank;  // min over the node as max of the negation
+    int neg = -world.rank();  // min over the node as max of the negation
     local.allreduce_max(&neg, 1);
     me.node_key = -neg;
   }
-  if (!ov && me.device >= 0 && me.device < std::max(1, me.cuda_devices)) {
+  if (probe_links && me.device >= 0 && me.device < std::max(1, me.cuda_devices)) {
     const NvlinkProbe nv = probe_nvlink(me.device);
     me.nvml = nv.nvml;
     me.active_links = nv.active_links;
@@ -189,68 +179,95 @@ Topology detect_topology(Communicator& world, const Config& cfg) {
     copy_label(me.fabric, sizeof me.fabric, nv.fabric);
   }
   copy_label(me.host, sizeof me.host, host_label());
+  return me;
+}
 
-  std::vector<RankRecord> recs(wsize);
-  all.allgather(&me, recs.data(), sizeof(RankRecord));
+// The ranks placed on the override's virtual nodes, in launch order.
+void place_on_override(Topology& t, const TopologyOverride& o,
+                       const std::vector<RankRecord>& recs) {
+  t.source = "override";
+  t.shape.nodes = o.nodes;
+  t.shape.devices_per_node = o.devices_per_node;
+  t.shape.nvlink_domain = o.nvlink_domain > 0 ? o.nvlink_domain : o.devices_per_node;
+  for (size_t r = 0; r < recs.size(); ++r) {
+    RankInfo& ri = t.ranks[r];
+    ri.rank = int(r);
+    ri.node = int(r) / o.devices_per_node;
+    ri.local_rank = int(r) % o.devices_per_node;
+    // The virtual node's device: as detection would pick it on a node of
+    // that many ranks (TRIDENT_DEVICE still wins on each rank).
+    ri.device = recs[r].device;
+    if (!recs[r].device_forced && recs[r].cuda_devices > 0)
+      ri.device = ri.local_rank % recs[r].cuda_devices;
+    ri.hostname = std::string(recs[r].host) + "/v" + std::to_string(ri.node);
+  }
+}
+
+// The ranks placed on the nodes they were detected on.
+void place_as_detected(Topology& t, const std::vector<RankRecord>& recs) {
+  t.source = "detected";
+  // Nodes numbered by their smallest world rank: the same on every rank,
+  // and launch order for the usual block placement.
+  std::vector<int> keys;
+  for (const auto& r : recs) keys.push_back(r.node_key);
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  std::map<int, int> node_of_key;
+  for (size_t i = 0; i < keys.size(); ++i) node_of_key[keys[i]] = int(i);
+  const int rpn = recs[0].local_size;
+  for (size_t r = 0; r < recs.size(); ++r) {
+    if (recs[r].local_size != rpn)
+      throw InputError("uneven ranks per node: " + std::string(recs[0].host) + " has " +
+                       std::to_string(rpn) + ", " + recs[r].host + " has " +
+                       std::to_string(recs[r].local_size) +
+                       "; launch the same number of ranks on every node, or set " + kTopologyEnv +
+                       "=" + kTopologyEnvForm);
+    RankInfo& ri = t.ranks[r];
+    ri.rank = int(r);
+    ri.node = node_of_key[recs[r].node_key];
+    ri.local_rank = recs[r].local_rank;
+    ri.device = recs[r].device;
+    ri.hostname = recs[r].host;
+  }
+  t.shape.nodes = int(keys.size());
+  t.shape.devices_per_node = rpn;
+  t.shape.nvlink_domain = nvlink_domain_of(recs, rpn);
+}
+
+// Logical order: node-major, then local rank.
+void number_logical(Topology& t) {
+  const int n = int(t.ranks.size());
+  std::vector<int> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    const RankInfo &x = t.ranks[size_t(a)], &y = t.ranks[size_t(b)];
+    return x.node != y.node ? x.node < y.node : x.local_rank < y.local_rank;
+  });
+  for (int l = 0; l < n; ++l) t.ranks[size_t(order[size_t(l)])].logical = l;
+}
+
+}  // namespace
+
+Topology detect_topology(Communicator& world, const Config& cfg) {
+  const int wsize = world.size();
+  // Input errors first, before any communication, so that every rank raises
+  // the same one and nobody waits in a collective.
+  const auto ov = topology_override(cfg);
+  if (ov) check_override(ov->first, ov->second, wsize);
+
+  auto local_group = world.host().split_node(CommKind::world, "node-local");
+  const RankRecord me = describe_rank(world, *local_group, !ov);
+  std::vector<RankRecord> recs(static_cast<size_t>(wsize));
+  world.host().allgather(&me, recs.data(), sizeof(RankRecord));
 
   Topology t;
   t.cuda_devices = me.cuda_devices;
-  t.ranks.resize(wsize);
-  if (ov) {
-    const TopologyOverride& o = ov->first;
-    t.source = "override";
-    t.shape.nodes = o.nodes;
-    t.shape.devices_per_node = o.devices_per_node;
-    t.shape.nvlink_domain = o.nvlink_domain > 0 ? o.nvlink_domain : o.devices_per_node;
-    for (int r = 0; r < wsize; ++r) {
-      RankInfo& ri = t.ranks[r];
-      ri.rank = r;
-      ri.node = r / o.devices_per_node;
-      ri.local_rank = r % o.devices_per_node;
-      // The virtual node's device: as detection would pick it on a node of
-      // that many ranks (TRIDENT_DEVICE still wins on each rank).
-      ri.device = recs[r].device;
-      if (!recs[r].device_forced && recs[r].cuda_devices > 0)
-        ri.device = ri.local_rank % recs[r].cuda_devices;
-      ri.hostname = std::string(recs[r].host) + "/v" + std::to_string(ri.node);
-    }
-  } else {
-    t.source = "detected";
-    // Nodes numbered by their smallest world rank: the same on every rank,
-    // and launch order for the usual block placement.
-    std::vector<int> keys;
-    for (const auto& r : recs) keys.push_back(r.node_key);
-    std::sort(keys.begin(), keys.end());
-    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-    std::map<int, int> node_of_key;
-    for (size_t i = 0; i < keys.size(); ++i) node_of_key[keys[i]] = int(i);
-    const int rpn = recs[0].local_size;
-    for (int r = 0; r < wsize; ++r) {
-      if (recs[r].local_size != rpn)
-        throw InputError("uneven ranks per node: " + std::string(recs[0].host) + " has " +
-                         std::to_string(rpn) + ", " + recs[r].host + " has " +
-                         std::to_string(recs[r].local_size) +
-                         "; launch the same number of ranks on every node, or set " + kTopologyEnv +
-                         "=" + kTopologyEnvForm);
-      RankInfo& ri = t.ranks[r];
-      ri.rank = r;
-      ri.node = node_of_key[recs[r].node_key];
-      ri.local_rank = recs[r].local_rank;
-      ri.device = recs[r].device;
-      ri.hostname = recs[r].host;
-    }
-    t.shape.nodes = int(keys.size());
-    t.shape.devices_per_node = rpn;
-    t.shape.nvlink_domain = nvlink_domain_of(recs, rpn);
-  }
-  // Logical order: node-major, then local rank.
-  std::vector<int> order(wsize);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    const RankInfo &x = t.ranks[a], &y = t.ranks[b];
-    return x.node != y.node ? x.node < y.node : x.local_rank < y.local_rank;
-  });
-  for (int l = 0; l < wsize; ++l) t.ranks[order[l]].logical = l;
+  t.ranks.resize(size_t(wsize));
+  if (ov)
+    place_on_override(t, ov->first, recs);
+  else
+    place_as_detected(t, recs);
+  number_logical(t);
   return t;
 }
 

@@ -62,7 +62,17 @@ def test_medians_after_warmup_and_the_memory_field(tmp_path):
     with RunFile(path) as rf:
         res = predicted.compare(rf, skip=0)
     assert rows(res)["peak_memory_bytes"]["measured"] == 1.2e6 and res["memory_field"] == "peak_alloc_bytes"
+    assert rows(res)["peak_memory_bytes"]["predicted"] == 1.1e6  # a prediction with the total only
     assert rows(res)["step_time_s"]["measured"] == pytest.approx(0.3)
+    # a prediction that splits off what the allocator holds is compared by that part
+    split = dict(PREDICTION, memory_bytes={"total": 1.1e6, "allocator": 0.96e6, "untracked": 0.14e6})
+    make_run(path, [5.0, 0.1, 0.3], prediction=split, alloc=(1.2e6, 0.9e6))
+    with RunFile(path) as rf:
+        r = rows(predicted.compare(rf))["peak_memory_bytes"]
+    assert r["predicted"] == 0.96e6 and r["ratio"] == pytest.approx(0.8)
+    make_run(path, [5.0, 0.1, 0.3], prediction=split)  # no allocator peak: the resident set against the total
+    with RunFile(path) as rf:
+        assert rows(predicted.compare(rf))["peak_memory_bytes"]["predicted"] == 1.1e6
 
 
 def test_prediction_from_a_plan_json_file(tmp_path, capsys):

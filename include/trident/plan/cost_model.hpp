@@ -64,6 +64,15 @@ struct ActionComm {
   int ep_exchanges = 0;  // all-to-all calls
 };
 
+// Bytes one micro-batch holds on one virtual stage, by how long it holds them.
+struct ChunkMemory {
+  double cache = 0;        // from F until its last backward (B; W when backward is split)
+  double stash = 0;        // from B until W when split: the weight gradients' inputs
+  double transient_f = 0;  // temporaries of an F at its peak
+  double transient_b = 0;  // temporaries of a B at its peak, beyond the cache still held
+  ChunkMemory& operator+=(const ChunkMemory& o);
+};
+
 // One virtual stage's actions for one micro-batch.
 struct ChunkCost {
   int layers = 0, moe_layers = 0;
@@ -74,7 +83,11 @@ struct ChunkCost {
   double boundary_bytes = 0;           // hidden states sent to the next stage
   double params = 0;                   // parameters this rank holds for the chunk
   double expert_params = 0;            // of which expert weights (reduced over replicas)
-  double activation_bytes = 0;         // cache kept from F until the last backward
+  // Activation memory: what tensors hold (the device allocator counts it) and
+  // what the code keeps in host vectors outside it (norm statistics, the MoE
+  // layer's routing, rows and expert activations).
+  ChunkMemory tracked, untracked;
+  double workspace = 0;  // largest scratch one kernel of the chunk asks the workspace for
 };
 
 // Expected most-loaded rank's routed rows over the mean (>= 1): with N
@@ -90,17 +103,29 @@ ChunkCost chunk_cost(const Config& cfg, const MeshPlan& plan, int virtual_stage)
 // Memory of one rank, bytes.
 struct MemoryEstimate {
   double params = 0, grads = 0, optimizer = 0;  // fp32 weights, grads, AdamW m and v
-  double activations = 0;                       // peak in-flight caches
-  double comm_buffers = 0;                      // pipeline boundary buffers, ring/MoE buffers
-  double workspace = 0;                         // largest transient of one action
+  double activations = 0;   // peak of in-flight caches plus the running action's temporaries
+  double comm_buffers = 0;  // pipeline boundary buffers, ring K/V buffers, MoE send rows
+  double workspace = 0;     // the kernels' scratch and the gradient-reduction packing buffer
+  // Of the above, bytes held outside the device allocator (host vectors and
+  // buffers that are not tensors): the allocator's peak is total - untracked.
+  double untracked = 0;
   double total() const {
     return params + grads + optimizer + activations + comm_buffers + workspace;
   }
+  double allocator() const { return total() - untracked; }
 };
 
-// Memory of pipeline rank `pp_rank` with `peak_inflight` (chunk, micro-batch)
-// caches alive at once (the simulator's count).
+// Peak bytes of the in-flight activations of one rank over its action list
+// in a lowered schedule: at each F, B and W, what the micro-batches between
+// their F and their last backward hold plus the action's own temporaries.
+double activation_peak(const pp::Schedule& lowered, int rank,
+                       const std::vector<ChunkMemory>& per_stage);
+
+// Memory of pipeline rank `pp_rank` under the lowered schedule (the simulator's
+// order of actions decides how many micro-batches are in flight).
 MemoryEstimate memory_of_rank(const Config& cfg, const MeshPlan& plan, int pp_rank,
-                              int peak_inflight);
+                              const pp::Schedule& lowered);
+// The same with one micro-batch in flight per chunk: no schedule holds less.
+MemoryEstimate memory_lower_bound(const Config& cfg, const MeshPlan& plan, int pp_rank);
 
 }  // namespace trident::plan

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "trident/core/config.hpp"
+#include "trident/plan/core_sharing.hpp"
 #include "trident/plan/cost_model.hpp"
 #include "trident/plan/machine.hpp"
 #include "trident/topo/mesh.hpp"
@@ -46,6 +47,8 @@ struct Prediction {
 
 // Seconds of `w` on one rank alone at the profile's rates and efficiency.
 double compute_seconds(const Work& w, const MachineProfile& m);
+// Seconds of the step's update (gradient norm and AdamW) of `params` parameters.
+double optimizer_seconds(const MachineProfile& m, double params);
 
 // Per-action seconds before the pipeline is simulated; the search uses it to
 // bound a mesh's step time from below.
@@ -56,8 +59,11 @@ struct ActionTimes {
   double dp = 0;
   double sharing = 1;  // ranks per core (>= 1), see MachineProfile::oversubscription
   int microbatches = 1, vpp = 1;
+  std::vector<StageTimes> stages;  // per virtual stage, at a rank's own rate
+  CoreSharing cores;               // which ranks share a node's cores
+  double node_work_s = 0;  // the busiest node's compute of a step over its cores (shared only)
   // The pipeline's compute spread over the cores a node's ranks share.
-  double cpu_bound_s() const;
+  double cpu_bound_s() const { return node_work_s; }
   // Step time no schedule can beat: no bubble, and no idle core.
   double lower_bound_s() const;
 };

@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
 """Prediction against measurement for the planner (share/trident/planner.md).
 
-Calibrates this machine (trident plan --calibrate under mpirun), then, for each
-mesh of one model: predicts it (trident plan --machine --format json), runs it
-(trident run --machine, so the run file records the prediction), and compares
-the median step time after the first step, and the steps' peak memory above the
-rank's memory before the first step (the kernel's resident-set high-water mark,
-reset when the steps begin: host tensors are not counted by an allocator yet)
-with the predicted activations + buffers + workspace. Also asks the search for its first
-choice for 4 ranks (at the 4-rank meshes' global batch) and runs it too.
+Calibrates this machine (trident plan --calibrate under mpirun), asks the search
+for its first choice for 4 ranks (at the 4-rank meshes' global batch), then runs
+every mesh of one model --runs times, round-robin over the meshes so that a change
+of load touches them alike (trident run --machine, so each run file records its
+prediction). Compares the median over runs of each run's median step time (the
+steps after the first) with the predicted step time, and the largest allocator
+peak over ranks and runs (/ranks/summary peak_alloc_bytes) with the predicted
+memory that the allocator holds (memory_bytes.allocator: the total less what the
+code keeps outside it).
 
 Usage (repository root, after a build; nothing else should run on the machine):
-  share/trident/benchmarks/planner-measure.py [--steps 4] [--out DIR]
+  share/trident/benchmarks/planner-measure.py [--steps 4] [--runs 3] [--out DIR]
 Prints a Markdown table and writes DIR/results.json.
 """
 from __future__ import annotations
@@ -74,94 +75,43 @@ def sh(cmd, **kw):
     return r.stdout
 
 
-def status_bytes(pid: int, key: str) -> float:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return float(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return float("nan")
+def mesh_name(sets: list[str], np_: int) -> str:
+    short = [s.replace("parallel.", "").replace("data.num_microbatches", "m").replace("data.micro_batch_size", "mbs")
+             .replace("=", "") for s in sets]
+    return ("mesh-" + "-".join(short) if sets else "mesh-dp") + f"-np{np_}"
 
 
-def rank_pids(marker: str) -> list[int]:
-    """The trident rank processes whose command line holds marker (not mpirun)."""
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"trident") and any(marker.encode() in a for a in argv):
-            pids.append(int(d))
-    return pids
+def predict_mesh(binary, cfg, machine, np_, sets):
+    setargs = [a for s in sets for a in ("--set", s)]
+    return json.loads(sh([binary, "plan", cfg, "--nodes", "1", "--devices-per-node", str(np_), "--machine", machine,
+                          "--format", "json"] + setargs))["prediction"]
 
 
-class StepMemory:
-    """Each rank's resident set when the steps begin, and its high-water mark
-    (the kernel's VmHWM, reset then through /proc/PID/clear_refs) once a later
-    step is done, before the final checkpoint: the steps' peak, with nothing
-    missed between samples."""
-
-    def __init__(self, marker: str):
-        self.marker = marker
-        self.before: dict[int, float] = {}
-        self.peak: dict[int, float] = {}
-
-    def steps_begin(self):
-        for p in rank_pids(self.marker):
-            self.before[p] = status_bytes(p, "VmRSS")
-            with open(f"/proc/{p}/clear_refs", "w") as f:
-                f.write("5")
-
-    def steps_done(self):
-        for p in self.before:
-            self.peak[p] = status_bytes(p, "VmHWM")
-
-    def grown(self) -> float:
-        return max((self.peak[p] - self.before[p] for p in self.peak), default=float("nan"))
-
-
-def run_mesh(binary, cfg, machine, np_, sets, steps, out):
-    name = "mesh-" + "-".join(s.replace("parallel.", "").replace("data.num_microbatches", "m").replace("=", "")
-                              for s in sets) if sets else "mesh-dp"
-    name = f"{name}-np{np_}"
+def run_mesh(binary, cfg, machine, np_, sets, steps, out, rep):
+    """One run: the median step time after the first step, and the largest
+    allocator peak over ranks (/ranks/summary peak_alloc_bytes)."""
+    name = mesh_name(sets, np_)
     setargs = [a for s in sets + [f"train.steps={steps}", f"output.checkpoint_dir={out}/ckpt-{name}"]
                for a in ("--set", s)]
-    pred = json.loads(sh([binary, "plan", cfg, "--nodes", "1", "--devices-per-node", str(np_), "--machine", machine,
-                          "--format", "json"] + setargs))["prediction"]
-    h5 = f"{out}/{name}.h5"
-    memory = StepMemory(h5)
-    proc = subprocess.Popen(MPIRUN + ["-np", str(np_), binary, "run", cfg, "--output", h5, "--machine", machine]
-                            + setargs, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if line.startswith("trident run:"):  # every rank has built its model (the run file is collective)
-            memory.steps_begin()
-        if line.startswith(f"step {steps - 2:5d}"):  # a step before the last: no checkpoint yet
-            memory.steps_done()
-    proc.wait()
-    if proc.returncode != 0:
-        sys.exit(f"run {name} failed:\n{''.join(lines[-30:])}")
+    h5 = f"{out}/{name}-r{rep}.h5"
+    r = subprocess.run(MPIRUN + ["-np", str(np_), binary, "run", cfg, "--output", h5, "--machine", machine] + setargs,
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"run {name} failed:\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}")
     with h5py.File(h5, "r") as f:
         st = np.asarray(f["/metrics/steps"]["step_time_s"], dtype=np.float64)[1:]
-    dyn_pred = pred["memory_bytes"]["activations"] + pred["memory_bytes"]["comm_buffers"] + \
-        pred["memory_bytes"]["workspace"]
-    return {"name": name, "ranks": np_, "sets": sets, "pred_step_s": pred["step_time_s"],
-            "meas_step_s": float(statistics.median(st)), "step_times": [float(x) for x in st],
-            "pred_step_mem": dyn_pred, "meas_step_mem": memory.grown(),
-            "pred_total_mem": pred["memory_bytes"]["total"], "prediction": pred}
+        rs = f["/ranks/summary"][()]
+    os.remove(h5)
+    return {"step_s": float(statistics.median(st)), "step_times": [float(x) for x in st],
+            "alloc_peak": float(np.max(rs["peak_alloc_bytes"])), "rss_peak": float(np.max(rs["peak_rss_bytes"])),
+            "load": os.getloadavg()[0]}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", default="build/trident")
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--runs", type=int, default=3, help="runs per mesh (the table gives their median)")
     ap.add_argument("--out", default="/tmp/trident-planner")
     ap.add_argument("--calibrate-ranks", type=int, default=4)
     ap.add_argument("--machine", default=None, help="use this profile instead of calibrating")
@@ -174,8 +124,7 @@ def main() -> int:
     if not a.machine:
         print(sh(MPIRUN + ["-np", str(a.calibrate_ranks), a.bin, "plan", cfg, "--calibrate", "--out", machine]))
     load_before = os.getloadavg()
-    results = [run_mesh(a.bin, cfg, machine, n, s, a.steps, a.out) for n, s in MESHES]
-    # the search's first choice for the 4-rank meshes (same global batch), run as well
+    # the search's first choice for the 4-rank meshes (same global batch) is measured with them
     big = 4
     search = json.loads(sh([a.bin, "plan", cfg, "--nodes", "1", "--devices-per-node", str(big), "--machine",
                             machine, "--search", "--top", "1", "--global-batch", str(GLOBAL_BATCH_4),
@@ -184,22 +133,40 @@ def main() -> int:
     first = [f"parallel.pp={b['pp']}", f"parallel.cp={b['cp']}", f"parallel.ep={b['ep']}",
              f"parallel.vpp={b['vpp']}", f"parallel.schedule={b['schedule']}", f"parallel.cp_layout={b['cp_layout']}",
              f"data.micro_batch_size={b['micro_batch_size']}", f"data.num_microbatches={b['num_microbatches']}"]
-    results.append(run_mesh(a.bin, cfg, machine, big, first, a.steps, a.out) | {"search_first": True})
+    meshes = MESHES + [(big, first)]
+    results = [{"name": mesh_name(s, n), "ranks": n, "sets": s, "prediction": predict_mesh(a.bin, cfg, machine, n, s),
+                "runs": []} for n, s in meshes]
+    results[-1]["search_first"] = True
+    # round-robin over the meshes, so that a change of load touches all of them alike
+    for rep in range(a.runs):
+        for res in results:
+            res["runs"].append(run_mesh(a.bin, cfg, machine, res["ranks"], res["sets"], a.steps, a.out, rep))
+            print(f"{res['name']} run {rep}: {res['runs'][-1]['step_s']:.3f} s, load {res['runs'][-1]['load']:.1f}",
+                  flush=True)
+    for res in results:
+        pm = res["prediction"]["memory_bytes"]
+        res |= {"pred_step_s": res["prediction"]["step_time_s"],
+                "meas_step_s": float(statistics.median(r["step_s"] for r in res["runs"])),
+                "pred_alloc": pm["allocator"], "pred_total": pm["total"],
+                "meas_alloc": max(r["alloc_peak"] for r in res["runs"]),
+                "meas_rss": max(r["rss_peak"] for r in res["runs"])}
     load_after = os.getloadavg()
-    print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f} (1 min)")
-    print("| ranks | mesh | predicted step s | measured median s | pred/meas | predicted step memory MB "
-          "| measured MB | pred/meas |")
-    print("|---|---|---|---|---|---|---|---|")
+    loads = [r["load"] for res in results for r in res["runs"]]
+    print(f"load average (1 min) before {load_before[0]:.1f}, during {min(loads):.1f}-{max(loads):.1f}, "
+          f"after {load_after[0]:.1f}; {a.runs} runs of {a.steps} steps per mesh")
+    print("| ranks | mesh | predicted step s | measured median s | pred/meas | predicted allocator peak MB "
+          "| measured allocator peak MB | pred/meas | predicted total MB |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         tag = " (search's first choice)" if r.get("search_first") else ""
-        print(f"| {r['ranks']} | {' '.join(r['sets']) or 'dp only'}{tag} | {r['pred_step_s']:.3f} | "
-              f"{r['meas_step_s']:.3f} | {r['pred_step_s'] / r['meas_step_s']:.2f} | "
-              f"{r['pred_step_mem'] / 1e6:.1f} | {r['meas_step_mem'] / 1e6:.1f} | "
-              f"{r['pred_step_mem'] / r['meas_step_mem']:.2f} |")
+        print(f"| {r['ranks']} | {' '.join(s.replace('parallel.', '').replace('data.', '') for s in r['sets']) or 'dp only'}"
+              f"{tag} | {r['pred_step_s']:.3f} | {r['meas_step_s']:.3f} | {r['pred_step_s'] / r['meas_step_s']:.2f} | "
+              f"{r['pred_alloc'] / 1e6:.2f} | {r['meas_alloc'] / 1e6:.2f} | {r['pred_alloc'] / r['meas_alloc']:.3f} | "
+              f"{r['pred_total'] / 1e6:.1f} |")
     same = [r for r in results if r["ranks"] == big]
     fastest = min(same, key=lambda r: r["meas_step_s"])
-    chosen = min(same, key=lambda r: r["pred_step_s"])
-    print(f"{big} ranks: predicted fastest {chosen['name']} measured {chosen['meas_step_s']:.3f} s; "
+    chosen = results[-1]
+    print(f"{big} ranks: the search's first choice {chosen['name']} measured {chosen['meas_step_s']:.3f} s; "
           f"measured fastest {fastest['name']} {fastest['meas_step_s']:.3f} s "
           f"({100 * (chosen['meas_step_s'] / fastest['meas_step_s'] - 1):.1f}% slower)")
     with open(f"{a.out}/results.json", "w") as f:

@@ -67,8 +67,8 @@ void check_layout(int64_t seq_len, int cp, Layout layout) {
 
 std::vector<TokenRun> local_runs(int64_t seq_len, int cp, int rank, Layout layout) {
   check_layout(seq_len, cp, layout);
-  TRIDENT_CHECK(rank >= 0 && rank < cp, "cp rank " + std::to_string(rank) + " outside cp=" +
-                                            std::to_string(cp));
+  TRIDENT_CHECK(rank >= 0 && rank < cp,
+                "cp rank " + std::to_string(rank) + " outside cp=" + std::to_string(cp));
   if (layout == Layout::contiguous) {
     const int64_t t = seq_len / cp;
     return {TokenRun{0, rank * t, t}};
@@ -85,18 +85,18 @@ std::vector<int64_t> local_positions(int64_t seq_len, int cp, int rank, Layout l
   return pos;
 }
 
-void scatter_to_local(const float* global, float* local, int64_t row_elems, int64_t seq_len,
-                      int cp, int rank, Layout layout) {
+void scatter_to_local(const float* global, float* local, int64_t row_elems, int64_t seq_len, int cp,
+                      int rank, Layout layout) {
   for (const TokenRun& r : local_runs(seq_len, cp, rank, layout))
     std::copy(global + r.pos0 * row_elems, global + (r.pos0 + r.length) * row_elems,
               local + r.local_offset * row_elems);
 }
 
-void gather_to_global(const float* local, float* global, int64_t row_elems, int64_t seq_len,
-                      int cp, int rank, Layout layout) {
+void gather_to_global(const float* local, float* global, int64_t row_elems, int64_t seq_len, int cp,
+                      int rank, Layout layout) {
   for (const TokenRun& r : local_runs(seq_len, cp, rank, layout))
-    std::copy(local + r.local_offset * row_elems,
-              local + (r.local_offset + r.length) * row_elems, global + r.pos0 * row_elems);
+    std::copy(local + r.local_offset * row_elems, local + (r.local_offset + r.length) * row_elems,
+              global + r.pos0 * row_elems);
 }
 
 RingAttention::RingAttention(Communicator* cp, Layout layout, bool causal, int64_t seq_len,
@@ -205,64 +205,111 @@ bool pair_shape(const TokenRun& qr, const TokenRun& kr, int H, int Hkv, int D, b
   return true;
 }
 
+// Every (query tile, key run) pair of one ring step that is not fully
+// masked: on_pair(qr, kr, shape), then after_query_run() after each of this
+// rank's query runs. Key runs outermost: with two key runs (a zig-zag step
+// below the diagonal) the queries sweep one run's K/V at a time, so the
+// working set is that of a step with one key run and both query runs (with
+// the query tile outermost a backward step's K, V, dK and dV no longer fit
+// the L2, which unbalances the ranks).
+template <typename OnPair, typename AfterRun>
+void for_each_pair(const std::vector<TokenRun>& key_runs, const std::vector<TokenRun>& my_runs,
+                   int H, int Hkv, int D, bool causal, OnPair&& on_pair,
+                   AfterRun&& after_query_run) {
+  for (const TokenRun& kr : key_runs) {
+    for (const TokenRun& run : my_runs) {
+      for (const TokenRun& qr : query_tiles(run)) {
+        kernels::AttnShape s;
+        if (pair_shape(qr, kr, H, Hkv, D, causal, &s)) on_pair(qr, kr, s);
+      }
+      after_query_run();
+    }
+  }
+}
+
 }  // namespace
+
+void RingAttention::load_kv(const float* k, const float* v, size_t nkv) {
+  buf_.cur.resize(2 * nkv);
+  buf_.nxt.resize(comm_ ? 2 * nkv : 0);
+  kernels::copy(ctx_, buf_.cur.data(), k, int64_t(nkv));
+  kernels::copy(ctx_, buf_.cur.data() + nkv, v, int64_t(nkv));
+}
+
+RingAttention::KvTransfer RingAttention::post_kv(int step) {
+  KvTransfer t;
+  if (!comm_ || step + 1 >= cp_size_) return t;
+  const int next = (cp_rank_ + 1) % cp_size_, prev = (cp_rank_ - 1 + cp_size_) % cp_size_;
+  t.recv = comm_->irecv(buf_.nxt.data(), buf_.nxt.size() * sizeof(float), prev, kTagKv);
+  t.send = comm_->isend(buf_.cur.data(), buf_.cur.size() * sizeof(float), next, kTagKv);
+  count("ring.bytes_sent", double(buf_.cur.size() * sizeof(float)));
+  return t;
+}
+
+void RingAttention::take_kv(int step, KvTransfer& t) {
+  if (!comm_ || step + 1 >= cp_size_) return;
+  timed_wait(t.recv);
+  timed_wait(t.send);
+  std::swap(buf_.cur, buf_.nxt);
+}
 
 void RingAttention::forward(const float* q, const float* k, const float* v, int H, int Hkv, int D,
                             float* out, float* lse) {
   const int64_t T = local_tokens_;
   const size_t nq = size_t(T) * H * D, nkv = size_t(T) * Hkv * D;
   // Double buffer of [K | V]: one in compute, one arriving.
-  std::vector<float>& cur = buf_.cur;
-  std::vector<float>& nxt = buf_.nxt;
-  cur.resize(2 * nkv);
-  nxt.resize(comm_ ? 2 * nkv : 0);
-  kernels::copy(ctx_, cur.data(), k, int64_t(nkv));
-  kernels::copy(ctx_, cur.data() + nkv, v, int64_t(nkv));
+  load_kv(k, v, nkv);
   kernels::fill(ctx_, out, int64_t(nq), 0.0f);
   kernels::fill(ctx_, lse, T * H, -std::numeric_limits<float>::infinity());
   kernels::AttnShape probe{T, T, H, Hkv, D, 1.0f, causal_, 0, 0};
-  note_workspace(sizeof(float) * (cur.size() + nxt.size()) +
+  note_workspace(sizeof(float) * (buf_.cur.size() + buf_.nxt.size()) +
                  kernels::attention_workspace_bytes(probe, false));
 
-  const int next = (cp_rank_ + 1) % cp_size_, prev = (cp_rank_ - 1 + cp_size_) % cp_size_;
   for (int step = 0; step < cp_size_; ++step) {
-    Request send, recv;
-    if (comm_ && step + 1 < cp_size_) {
-      recv = comm_->irecv(nxt.data(), nxt.size() * sizeof(float), prev, kTagKv);
-      send = comm_->isend(cur.data(), cur.size() * sizeof(float), next, kTagKv);
-      count("ring.bytes_sent", double(cur.size() * sizeof(float)));
-    }
+    KvTransfer kv = post_kv(step);
     {
       ComputeSpan span(sink_, "ring.forward", step);
-      // Key runs outermost: with two key runs (a zig-zag step below the
-      // diagonal) the queries sweep one run's K/V at a time, so the working
-      // set is that of a step with one key run and both query runs. Query
-      // tile outermost made such steps' backward 4-7% slower (its K, V, dK
-      // and dV no longer fit the L2), which unbalanced the ranks.
-      for (const TokenRun& kr : runs_[source_rank(step)]) {
-        for (const TokenRun& run : runs_[cp_rank_]) {
-          for (const TokenRun& qr : query_tiles(run)) {
-            kernels::AttnShape s;
-            if (!pair_shape(qr, kr, H, Hkv, D, causal_, &s)) continue;
+      const float* cur = buf_.cur.data();
+      for_each_pair(
+          runs_[source_rank(step)], runs_[cp_rank_], H, Hkv, D, causal_,
+          [&](const TokenRun& qr, const TokenRun& kr, const kernels::AttnShape& s) {
             const int64_t qo = qr.local_offset, ko = kr.local_offset;
             // Merges into (out, lse) as it goes: the LSE merge is the kernel's
             // online softmax continued from the keys of earlier pairs and steps.
-            kernels::attention_forward_resume(ctx_, s, q + qo * H * D, cur.data() + ko * Hkv * D,
-                                              cur.data() + nkv + ko * Hkv * D, out + qo * H * D,
+            kernels::attention_forward_resume(ctx_, s, q + qo * H * D, cur + ko * Hkv * D,
+                                              cur + nkv + ko * Hkv * D, out + qo * H * D,
                                               lse + qo * H);
             if (sink_) span.flops += kernels::attention_flops(s, false);
-          }
-          span.drive_progress(comm_, {&recv, &send});
-        }
-      }
+          },
+          [&] {
+            span.drive_progress(comm_, {&kv.recv, &kv.send});
+          });
     }
-    if (comm_ && step + 1 < cp_size_) {
-      timed_wait(recv);
-      timed_wait(send);
-      std::swap(cur, nxt);
-    }
+    take_kv(step, kv);
   }
   count("ring.calls", 1);
+}
+
+void RingAttention::pass_dkv(int step, Request& dkv_send, Request& dkv_recv) {
+  std::vector<float>& partial = buf_.partial;
+  std::vector<float>& sending = buf_.sending;
+  std::vector<float>& arriving = buf_.arriving;
+  if (step == 0) {
+    std::swap(sending, partial);  // this rank's own block starts its journey
+  } else {
+    timed_wait(dkv_recv);  // the block's accumulator from the left neighbour
+    timed_wait(dkv_send);  // the previous one has left: its buffer is free
+    {
+      ComputeSpan span(sink_, "ring.backward", step);
+      kernels::add_inplace(ctx_, arriving.data(), partial.data(), int64_t(arriving.size()));
+    }
+    std::swap(sending, arriving);
+  }
+  // After the last step this receive brings back this rank's own block.
+  const int next = (cp_rank_ + 1) % cp_size_, prev = (cp_rank_ - 1 + cp_size_) % cp_size_;
+  dkv_recv = comm_->irecv(arriving.data(), arriving.size() * sizeof(float), prev, kTagDkv);
+  dkv_send = comm_->isend(sending.data(), sending.size() * sizeof(float), next, kTagDkv);
+  count("ring.bytes_sent", double(sending.size() * sizeof(float)));
 }
 
 void RingAttention::backward(const float* q, const float* k, const float* v, const float* out,
@@ -270,78 +317,44 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
                              float* dk, float* dv) {
   const int64_t T = local_tokens_;
   const size_t nq = size_t(T) * H * D, nkv = size_t(T) * Hkv * D;
-  std::vector<float>& cur = buf_.cur;
-  std::vector<float>& nxt = buf_.nxt;
-  cur.resize(2 * nkv);
-  nxt.resize(comm_ ? 2 * nkv : 0);
+  load_kv(k, v, nkv);
   // [dK | dV]: the partial of the current step, the accumulator being sent
   // on, and the one arriving.
   std::vector<float>& partial = buf_.partial;
-  std::vector<float>& sending = buf_.sending;
-  std::vector<float>& arriving = buf_.arriving;
   partial.resize(2 * nkv);
-  sending.resize(comm_ ? 2 * nkv : 0);
-  arriving.resize(comm_ ? 2 * nkv : 0);
-  kernels::copy(ctx_, cur.data(), k, int64_t(nkv));
-  kernels::copy(ctx_, cur.data() + nkv, v, int64_t(nkv));
+  buf_.sending.resize(comm_ ? 2 * nkv : 0);
+  buf_.arriving.resize(comm_ ? 2 * nkv : 0);
   kernels::fill(ctx_, dq, int64_t(nq), 0.0f);
   kernels::AttnShape probe{T, T, H, Hkv, D, 1.0f, causal_, 0, 0};
-  note_workspace(sizeof(float) * (cur.size() + nxt.size() + partial.size() + sending.size() +
-                                  arriving.size()) +
+  note_workspace(sizeof(float) * (buf_.cur.size() + buf_.nxt.size() + partial.size() +
+                                  buf_.sending.size() + buf_.arriving.size()) +
                  kernels::attention_workspace_bytes(probe, true));
 
-  const int next = (cp_rank_ + 1) % cp_size_, prev = (cp_rank_ - 1 + cp_size_) % cp_size_;
   Request dkv_send, dkv_recv;
   for (int step = 0; step < cp_size_; ++step) {
-    Request send, recv;
-    if (comm_ && step + 1 < cp_size_) {
-      recv = comm_->irecv(nxt.data(), nxt.size() * sizeof(float), prev, kTagKv);
-      send = comm_->isend(cur.data(), cur.size() * sizeof(float), next, kTagKv);
-      count("ring.bytes_sent", double(cur.size() * sizeof(float)));
-    }
+    KvTransfer kv = post_kv(step);
     {
       ComputeSpan span(sink_, "ring.backward", step);
       kernels::fill(ctx_, partial.data(), int64_t(partial.size()), 0.0f);
-      for (const TokenRun& kr : runs_[source_rank(step)]) {
-        for (const TokenRun& run : runs_[cp_rank_]) {
-          for (const TokenRun& qr : query_tiles(run)) {
-            kernels::AttnShape s;
-            if (!pair_shape(qr, kr, H, Hkv, D, causal_, &s)) continue;
+      const float* cur = buf_.cur.data();
+      for_each_pair(
+          runs_[source_rank(step)], runs_[cp_rank_], H, Hkv, D, causal_,
+          [&](const TokenRun& qr, const TokenRun& kr, const kernels::AttnShape& s) {
             const int64_t qo = qr.local_offset * H * D, ko = kr.local_offset * Hkv * D;
-            kernels::attention_backward(ctx_, s, q + qo, cur.data() + ko, cur.data() + nkv + ko,
-                                        out + qo, lse + qr.local_offset * H, dout + qo, dq + qo,
+            kernels::attention_backward(ctx_, s, q + qo, cur + ko, cur + nkv + ko, out + qo,
+                                        lse + qr.local_offset * H, dout + qo, dq + qo,
                                         partial.data() + ko, partial.data() + nkv + ko);
             if (sink_) span.flops += kernels::attention_flops(s, true);
-          }
+          },
           // The previous step's dK/dV accumulator is in flight too.
-          span.drive_progress(comm_, {&recv, &send, &dkv_recv, &dkv_send});
-        }
-      }
+          [&] {
+            span.drive_progress(comm_, {&kv.recv, &kv.send, &dkv_recv, &dkv_send});
+          });
     }
-    if (comm_) {
-      if (step == 0) {
-        std::swap(sending, partial);  // this rank's own block starts its journey
-      } else {
-        timed_wait(dkv_recv);  // the block's accumulator from the left neighbour
-        timed_wait(dkv_send);  // the previous one has left: its buffer is free
-        {
-          ComputeSpan span(sink_, "ring.backward", step);
-          kernels::add_inplace(ctx_, arriving.data(), partial.data(), int64_t(arriving.size()));
-        }
-        std::swap(sending, arriving);
-      }
-      // After the last step this receive brings back this rank's own block.
-      dkv_recv = comm_->irecv(arriving.data(), arriving.size() * sizeof(float), prev, kTagDkv);
-      dkv_send = comm_->isend(sending.data(), sending.size() * sizeof(float), next, kTagDkv);
-      count("ring.bytes_sent", double(sending.size() * sizeof(float)));
-    }
-    if (comm_ && step + 1 < cp_size_) {
-      timed_wait(recv);
-      timed_wait(send);
-      std::swap(cur, nxt);
-    }
+    if (comm_) pass_dkv(step, dkv_send, dkv_recv);
+    take_kv(step, kv);
   }
-  const std::vector<float>& own = comm_ ? arriving : partial;
+  const std::vector<float>& own = comm_ ? buf_.arriving : partial;
   if (comm_) {
     timed_wait(dkv_recv);
     timed_wait(dkv_send);

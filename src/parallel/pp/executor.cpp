@@ -75,6 +75,231 @@ std::vector<std::vector<size_t>> early_post_table(const Schedule& s, int me) {
   return early;
 }
 
+void check_arguments(const Schedule& s, int me, const Communicator* pp) {
+  // pp = 1 may come without a communicator: its lowered list holds no
+  // SEND/RECV, and the collectives are skipped.
+  const int pp_size = pp ? pp->size() : 1, pp_rank = pp ? pp->rank() : 0;
+  TRIDENT_CHECK(pp_size == s.pp,
+                "execute: schedule '" + s.name + "' has pp=" + std::to_string(s.pp) +
+                    " but the pp communicator has " + std::to_string(pp_size) + " ranks");
+  TRIDENT_CHECK(me == pp_rank, "execute: my_pp_rank " + std::to_string(me) +
+                                   " is not this process's rank in pp (" + std::to_string(pp_rank) +
+                                   ")");
+  const int S = s.num_stages(), M = s.microbatches;
+  TRIDENT_CHECK(!pp || message_tag(s, S - 1, M - 1, true) <= pp->max_tag(),
+                "execute: " + std::to_string(M) + " micro-batches x " + std::to_string(S) +
+                    " stages exceed the tag range of pp");
+}
+
+// One rank's walk through its action list: the boundary buffers per
+// (stage, micro-batch), the posted receives and the sends in flight.
+class ScheduleWalk {
+ public:
+  ScheduleWalk(const Schedule& s, int me, PipelineStage& stage, Communicator* pp,
+               const ExecOptions& options)
+      : s_(s),
+        me_(me),
+        stage_(stage),
+        pp_(pp),
+        options_(options),
+        row_(s.ranks[size_t(me)]),
+        M_(s.microbatches),
+        last_(s.num_stages() - 1),
+        input_(size_t(s.num_stages()) * size_t(M_)),
+        output_(input_.size()),
+        grad_output_(input_.size()),
+        grad_input_(input_.size()),
+        recv_(row_.size()),
+        is_posted_(row_.size(), 0),
+        early_(early_post_table(s, me)) {
+    for (size_t i = 0; i < row_.size(); ++i)
+      if (is_compute(row_[i].op)) compute_at_.push_back(i);
+  }
+
+  // Runs every action in order, timing each into res.
+  void run(ExecResult& res) {
+    res.actions.reserve(row_.size());
+    for (size_t i = 0; i < row_.size(); ++i) {
+      post_receives_for(i);
+      const Action& a = row_[i];
+      const double t0 = now_s();
+      run_action(i, res);
+      const double t1 = now_s();
+      if (is_compute(a.op)) {
+        res.busy_s += t1 - t0;
+        ++computes_started_;
+      } else if (a.op == Op::RECV_F || a.op == Op::RECV_B) {
+        res.recv_wait_s += t1 - t0;
+      } else {
+        res.send_s += t1 - t0;
+      }
+      res.actions.push_back({a, t0, t1});
+      // Sends are reaped while a RECV waits and at the end, not after every
+      // action: under Open MPI a test that finds nothing to do yields the
+      // core when ranks oversubscribe it (mpi_yield_when_idle), which costs
+      // tens of microseconds per action. Only a long run of sends without a
+      // receive (more than kMaxPendingSends) is reaped in between.
+      if (sends_.size() > kMaxPendingSends) reap_sends(false);
+    }
+  }
+
+  // Waits for every send still in flight.
+  void finish_sends() { reap_sends(true); }
+
+ private:
+  size_t at(int st, int mb) const { return static_cast<size_t>(st) * size_t(M_) + size_t(mb); }
+  bool local(int st) const { return st >= 0 && st <= last_ && s_.rank_of(st) == me_; }
+
+  // Receives are posted up to recv_lookahead compute actions ahead, and
+  // those the schedule posts early at action i.
+  void post_receives_for(size_t i) {
+    const size_t ahead =
+        computes_started_ + static_cast<size_t>(std::max(0, options_.recv_lookahead));
+    const size_t limit =
+        std::max(i + 1, ahead < compute_at_.size() ? compute_at_[ahead] : row_.size());
+    for (; posted_ < limit; ++posted_) post(posted_);
+    for (size_t j : early_[i]) post(j);
+  }
+
+  void post(size_t j) {
+    const Action& a = row_[j];
+    if (is_posted_[j] || (a.op != Op::RECV_F && a.op != Op::RECV_B)) return;
+    is_posted_[j] = 1;
+    const bool fwd = a.op == Op::RECV_F;
+    const int from = fwd ? a.stage - 1 : a.stage + 1;  // the sending stage
+    auto& buf = (fwd ? input_ : grad_output_)[at(a.stage, a.microbatch)];
+    buf.allocate(stage_.allocator(),
+                 stage_.boundary_numel(s_.chunk_of(fwd ? a.stage - 1 : a.stage), a.microbatch));
+    recv_[j] = pp_->irecv(buf.data(), buf.bytes(), s_.rank_of(from),
+                          message_tag(s_, from, a.microbatch, !fwd));
+  }
+
+  void reap_sends(bool block) {
+    for (auto it = sends_.begin(); it != sends_.end();) {
+      if (block) pp_->wait(it->req);
+      if (block || pp_->test(it->req)) {
+        it->buffer->reset();
+        it = sends_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void run_action(size_t i, ExecResult& res) {
+    const Action& a = row_[i];
+    const int st = a.stage, mb = a.microbatch;
+    switch (a.op) {
+      case Op::F:
+        forward(st, mb, res);
+        break;
+      case Op::B:
+        backward(st, mb);
+        break;
+      case Op::W:
+        stage_.backward_weight(s_.chunk_of(st), mb);
+        input_[at(st, mb)].reset();
+        --live_;
+        break;
+      case Op::SEND_F:
+        send(output_[at(st, mb)], st + 1, message_tag(s_, st, mb, false), res);
+        break;
+      case Op::SEND_B:
+        send(grad_input_[at(st, mb)], st - 1, message_tag(s_, st, mb, true), res);
+        break;
+      case Op::RECV_F:
+      case Op::RECV_B:
+        wait_for(*pp_, recv_[i], options_.recv_poll_s, [&] { reap_sends(false); });
+        break;
+    }
+  }
+
+  void forward(int st, int mb, ExecResult& res) {
+    const int chunk = s_.chunk_of(st);
+    auto& out = output_[at(st, mb)];
+    if (st < last_) out.allocate(stage_.allocator(), stage_.boundary_numel(chunk, mb));
+    stage_.forward(chunk, mb, input_[at(st, mb)].t, out.t);
+    if (local(st + 1)) input_[at(st + 1, mb)] = std::move(out);
+    res.peak_inflight = std::max(res.peak_inflight, ++live_);
+  }
+
+  void backward(int st, int mb) {
+    const size_t k = at(st, mb);
+    const bool split = s_.split_backward;
+    auto& gin = grad_input_[k];
+    if (st > 0) gin.allocate(stage_.allocator(), input_[k].t.numel());
+    stage_.backward(s_.chunk_of(st), mb, grad_output_[k].t, gin.t, !split);
+    grad_output_[k].reset();
+    if (local(st - 1)) grad_output_[at(st - 1, mb)] = std::move(gin);
+    if (!split) {
+      input_[k].reset();
+      --live_;
+    }
+  }
+
+  void send(Buffer& buf, int to_stage, int tag, ExecResult& res) {
+    sends_.push_back({pp_->isend(buf.data(), buf.bytes(), s_.rank_of(to_stage), tag), &buf});
+    res.bytes_sent += static_cast<int64_t>(buf.bytes());
+  }
+
+  const Schedule& s_;
+  const int me_;
+  PipelineStage& stage_;
+  Communicator* pp_;
+  const ExecOptions& options_;
+  const std::vector<Action>& row_;
+  const int M_, last_;
+  // Buffers are declared before the requests so that a request unwound by an
+  // exception is cancelled while its buffer still exists.
+  std::vector<Buffer> input_, output_, grad_output_, grad_input_;
+  std::vector<Request> recv_;
+  std::vector<PendingSend> sends_;
+  std::vector<char> is_posted_;
+  const std::vector<std::vector<size_t>> early_;
+  std::vector<size_t> compute_at_;  // positions of F/B/W in the row
+  size_t posted_ = 0, computes_started_ = 0;
+  int live_ = 0;
+};
+
+// Makespan as the simulator counts it: from the first action's begin on any
+// rank to the last action's end on any rank (the simulator starts every
+// rank's first action at 0 and its sends take no time, so neither the entry
+// skew after a barrier nor the final wait for sends to complete is in it).
+void measure_makespan(ExecResult& res, Communicator* pp, double t_entry, double t_done) {
+  // (-first begin, last end); a rank without actions (none in a valid schedule): entry, exit
+  double span[2] = {-t_entry, t_done};
+  if (!res.actions.empty()) {
+    span[0] = -res.actions.front().t_begin_s;
+    span[1] = res.actions.back().t_end_s;
+  }
+  if (pp && pp->size() > 1) pp->allreduce_max(span, 2);
+  res.makespan_s = span[1] + span[0];
+  res.bubble_fraction = res.makespan_s > 0 ? 1.0 - res.busy_s / res.makespan_s : 0.0;
+}
+
+// The measured actions to the profiler sink and the run file's timeline.
+void report_actions(const ExecResult& res, const Schedule& s, int me, const Communicator* pp,
+                    int step, std::vector<TimelineEvent>* timeline, prof::Sink* profiler) {
+  if (profiler)
+    for (const auto& t : res.actions)
+      profiler->span(prof::Span{op_name(t.action.op), t.action.stage, s.chunk_of(t.action.stage),
+                                t.action.microbatch, t.t_begin_s, t.t_end_s});
+  if (!timeline) return;
+  const int world_rank = pp ? pp->world_rank_of(me) : 0;
+  for (const auto& t : res.actions) {
+    TimelineEvent e;
+    e.rank = world_rank;
+    e.step = step;
+    e.kind = op_name(t.action.op);
+    e.stage = t.action.stage;
+    e.chunk = s.chunk_of(t.action.stage);
+    e.microbatch = t.action.microbatch;
+    e.t_begin_s = t.t_begin_s;
+    e.t_end_s = t.t_end_s;
+    timeline->push_back(std::move(e));
+  }
+}
+
 }  // namespace
 
 ExecResult execute(const Schedule& s, int me, PipelineStage& stage, Communicator& pp, int step,
@@ -85,183 +310,20 @@ ExecResult execute(const Schedule& s, int me, PipelineStage& stage, Communicator
 ExecResult execute(const Schedule& s, int me, PipelineStage& stage, Communicator* pp, int step,
                    std::vector<TimelineEvent>* timeline, const ExecOptions& options) {
   const double t_entry = now_s();
-  // pp = 1 may come without a communicator: its lowered list holds no
-  // SEND/RECV, and the collectives below are skipped.
-  const int pp_size = pp ? pp->size() : 1, pp_rank = pp ? pp->rank() : 0;
-  TRIDENT_CHECK(pp_size == s.pp,
-                "execute: schedule '" + s.name + "' has pp=" + std::to_string(s.pp) +
-                    " but the pp communicator has " + std::to_string(pp_size) + " ranks");
-  TRIDENT_CHECK(me == pp_rank, "execute: my_pp_rank " + std::to_string(me) +
-                                   " is not this process's rank in pp (" + std::to_string(pp_rank) +
-                                   ")");
-  const int S = s.num_stages(), M = s.microbatches, last = S - 1;
-  TRIDENT_CHECK(!pp || message_tag(s, last, M - 1, true) <= pp->max_tag(),
-                "execute: " + std::to_string(M) + " micro-batches x " + std::to_string(S) +
-                    " stages exceed the tag range of pp");
-  const bool split = s.split_backward;
-  const auto& row = s.ranks[me];
-  auto at = [M](int st, int mb) { return static_cast<size_t>(st) * M + mb; };
-  auto local = [&](int st) { return st >= 0 && st <= last && s.rank_of(st) == me; };
-
-  // Buffers per (stage, micro-batch); declared before the requests so that a
-  // request unwound by an exception is cancelled while its buffer still exists.
-  std::vector<Buffer> input(static_cast<size_t>(S) * M), output(input.size()),
-      grad_output(input.size()), grad_input(input.size());
-  std::vector<Request> recv(row.size());
-  std::vector<PendingSend> sends;
-
-  std::vector<size_t> compute_at;  // positions of F/B/W in row
-  for (size_t i = 0; i < row.size(); ++i)
-    if (is_compute(row[i].op)) compute_at.push_back(i);
-  size_t posted = 0, computes_started = 0;
-  std::vector<char> is_posted(row.size(), 0);
-  auto post = [&](size_t j) {
-    const Action& a = row[j];
-    if (is_posted[j] || (a.op != Op::RECV_F && a.op != Op::RECV_B)) return;
-    is_posted[j] = 1;
-    if (a.op == Op::RECV_F) {
-      auto& buf = input[at(a.stage, a.microbatch)];
-      buf.allocate(stage.allocator(), stage.boundary_numel(s.chunk_of(a.stage - 1), a.microbatch));
-      recv[j] = pp->irecv(buf.data(), buf.bytes(), s.rank_of(a.stage - 1),
-                          message_tag(s, a.stage - 1, a.microbatch, false));
-    } else {
-      auto& buf = grad_output[at(a.stage, a.microbatch)];
-      buf.allocate(stage.allocator(), stage.boundary_numel(s.chunk_of(a.stage), a.microbatch));
-      recv[j] = pp->irecv(buf.data(), buf.bytes(), s.rank_of(a.stage + 1),
-                          message_tag(s, a.stage + 1, a.microbatch, true));
-    }
-  };
-  auto post_receives_until = [&](size_t limit) {
-    for (; posted < limit; ++posted) post(posted);
-  };
-  const std::vector<std::vector<size_t>> early = early_post_table(s, me);
-  auto reap_sends = [&](bool block) {
-    for (auto it = sends.begin(); it != sends.end();) {
-      if (block) pp->wait(it->req);
-      if (block || pp->test(it->req)) {
-        it->buffer->reset();
-        it = sends.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  };
-
+  check_arguments(s, me, pp);
   ExecResult res;
-  res.actions.reserve(row.size());
-  int live = 0;
-  for (size_t i = 0; i < row.size(); ++i) {
-    const Action& a = row[i];
-    const int st = a.stage, mb = a.microbatch, chunk = s.chunk_of(st);
-    const size_t k = at(st, mb);
-    const size_t ahead =
-        computes_started + static_cast<size_t>(std::max(0, options.recv_lookahead));
-    post_receives_until(
-        std::max(i + 1, ahead < compute_at.size() ? compute_at[ahead] : row.size()));
-    for (size_t j : early[i]) post(j);
-
-    const double t0 = now_s();
-    switch (a.op) {
-      case Op::F: {
-        auto& out = output[k];
-        if (st < last) out.allocate(stage.allocator(), stage.boundary_numel(chunk, mb));
-        stage.forward(chunk, mb, input[k].t, out.t);
-        if (local(st + 1)) input[at(st + 1, mb)] = std::move(out);
-        res.peak_inflight = std::max(res.peak_inflight, ++live);
-        break;
-      }
-      case Op::B: {
-        auto& gin = grad_input[k];
-        if (st > 0) gin.allocate(stage.allocator(), input[k].t.numel());
-        stage.backward(chunk, mb, grad_output[k].t, gin.t, !split);
-        grad_output[k].reset();
-        if (local(st - 1)) grad_output[at(st - 1, mb)] = std::move(gin);
-        if (!split) {
-          input[k].reset();
-          --live;
-        }
-        break;
-      }
-      case Op::W:
-        stage.backward_weight(chunk, mb);
-        input[k].reset();
-        --live;
-        break;
-      case Op::SEND_F:
-        sends.push_back({pp->isend(output[k].data(), output[k].bytes(), s.rank_of(st + 1),
-                                   message_tag(s, st, mb, false)),
-                         &output[k]});
-        res.bytes_sent += static_cast<int64_t>(output[k].bytes());
-        break;
-      case Op::SEND_B:
-        sends.push_back({pp->isend(grad_input[k].data(), grad_input[k].bytes(),
-                                   s.rank_of(st - 1), message_tag(s, st, mb, true)),
-                         &grad_input[k]});
-        res.bytes_sent += static_cast<int64_t>(grad_input[k].bytes());
-        break;
-      case Op::RECV_F:
-      case Op::RECV_B:
-        wait_for(*pp, recv[i], options.recv_poll_s, [&] { reap_sends(false); });
-        break;
-    }
-    const double t1 = now_s();
-    if (is_compute(a.op)) {
-      res.busy_s += t1 - t0;
-      ++computes_started;
-    } else if (a.op == Op::RECV_F || a.op == Op::RECV_B) {
-      res.recv_wait_s += t1 - t0;
-    } else {
-      res.send_s += t1 - t0;
-    }
-    res.actions.push_back({a, t0, t1});
-    // Sends are reaped while a RECV waits and at the end, not after every
-    // action: under Open MPI a test that finds nothing to do yields the
-    // core when ranks oversubscribe it (mpi_yield_when_idle), which cost
-    // 30-200 us per action here. Only a long run of sends without a receive
-    // (more than kMaxPendingSends) is reaped in between.
-    if (sends.size() > kMaxPendingSends) reap_sends(false);
+  {
+    ScheduleWalk walk(s, me, stage, pp, options);
+    walk.run(res);
+    const double t_sends = now_s();
+    walk.finish_sends();
+    const double t_done = now_s();
+    res.send_s += t_done - t_sends;
+    res.elapsed_s = t_done - t_entry;
+    res.overhead_s = res.elapsed_s - res.busy_s - res.recv_wait_s - res.send_s;
+    measure_makespan(res, pp, t_entry, t_done);
   }
-  const double t_sends = now_s();
-  reap_sends(true);
-  const double t_done = now_s();
-  res.send_s += t_done - t_sends;
-  res.elapsed_s = t_done - t_entry;
-  res.overhead_s = res.elapsed_s - res.busy_s - res.recv_wait_s - res.send_s;
-
-  // Makespan as the simulator counts it: from the first action's begin on any
-  // rank to the last action's end on any rank (the simulator starts every
-  // rank's first action at 0 and its sends take no time, so neither the entry
-  // skew after a barrier nor the final wait for sends to complete is in it).
-  // (-first begin, last end); a rank without actions (none in a valid schedule): entry, exit
-  double span[2] = {-t_entry, t_done};
-  if (!res.actions.empty()) {
-    span[0] = -res.actions.front().t_begin_s;
-    span[1] = res.actions.back().t_end_s;
-  }
-  if (pp_size > 1) pp->allreduce_max(span, 2);
-  res.makespan_s = span[1] + span[0];
-  res.bubble_fraction = res.makespan_s > 0 ? 1.0 - res.busy_s / res.makespan_s : 0.0;
-
-  if (options.profiler)
-    for (const auto& t : res.actions)
-      options.profiler->span(prof::Span{op_name(t.action.op), t.action.stage,
-                                        s.chunk_of(t.action.stage), t.action.microbatch,
-                                        t.t_begin_s, t.t_end_s});
-  if (timeline) {
-    const int world_rank = pp ? pp->world_rank_of(me) : 0;
-    for (const auto& t : res.actions) {
-      TimelineEvent e;
-      e.rank = world_rank;
-      e.step = step;
-      e.kind = op_name(t.action.op);
-      e.stage = t.action.stage;
-      e.chunk = s.chunk_of(t.action.stage);
-      e.microbatch = t.action.microbatch;
-      e.t_begin_s = t.t_begin_s;
-      e.t_end_s = t.t_end_s;
-      timeline->push_back(std::move(e));
-    }
-  }
+  report_actions(res, s, me, pp, step, timeline, options.profiler);
   return res;
 }
 

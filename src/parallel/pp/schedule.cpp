@@ -195,8 +195,9 @@ Schedule lower(const Schedule& in) {
   return out;
 }
 
-void validate(const Schedule& s) {
-  const std::string pre = where_prefix(s.name);
+namespace {
+
+void validate_shape(const Schedule& s, const std::string& pre) {
   if (s.pp < 1 || s.vpp < 1 || s.microbatches < 1)
     throw InputError(pre + "pp, vpp and micro-batches must be >= 1");
   if (static_cast<int>(s.ranks.size()) != s.pp)
@@ -208,117 +209,150 @@ void validate(const Schedule& s) {
                      " stages on " + std::to_string(s.placement.stages.size()) +
                      " ranks, not pp * vpp = " + std::to_string(s.num_stages()) + " on " +
                      std::to_string(s.pp));
-  const int S = s.num_stages(), M = s.microbatches, last = S - 1;
-  // Position of each action on its rank, -1 if absent; duplicates are errors.
-  auto key = [&](int stage, Op op, int mb) {
-    return (static_cast<size_t>(op) * S + stage) * M + mb;
-  };
-  std::vector<int> pos(7 * static_cast<size_t>(S) * M, -1);
-  for (int r = 0; r < s.pp; ++r) {
-    for (size_t i = 0; i < s.ranks[r].size(); ++i) {
-      const Action& a = s.ranks[r][i];
-      if (a.stage < 0 || a.stage >= S)
-        throw InputError(pre + "rank " + std::to_string(r) + ": " + a.str() +
-                         ": stage out of range [0, " + std::to_string(S) + ")");
-      if (a.microbatch < 0 || a.microbatch >= M)
-        throw InputError(pre + "rank " + std::to_string(r) + ": " + a.str() +
-                         ": micro-batch out of range [0, " + std::to_string(M) + ")");
-      if (s.rank_of(a.stage) != r)
-        throw InputError(pre + "rank " + std::to_string(r) + ": " + a.str() + ": stage " +
-                         std::to_string(a.stage) + " belongs to rank " +
-                         std::to_string(s.rank_of(a.stage)) + " (" + s.placement.kind() +
-                         " placement)");
-      if (a.overlapped) {
-        auto next = std::find_if(s.ranks[r].begin() + long(i) + 1, s.ranks[r].end(),
-                                 [](const Action& x) { return is_compute(x.op); });
-        if (a.op != Op::F || next == s.ranks[r].end() || next->op != Op::B)
-          throw InputError(pre + "rank " + std::to_string(r) + ": " + a.str() +
-                           ": an overlapped slot is an F followed by a B on the same rank");
+}
+
+// The checks of validate() over a schedule of valid shape: each action on
+// its own (range, owner, uniqueness), then per stage and micro-batch the
+// order of F, B, W, where their inputs come from, and the sends.
+class ScheduleCheck {
+ public:
+  ScheduleCheck(const Schedule& s, std::string pre)
+      : s_(s),
+        pre_(std::move(pre)),
+        S_(s.num_stages()),
+        M_(s.microbatches),
+        pos_(7 * static_cast<size_t>(S_) * size_t(M_), -1) {}
+
+  void run() {
+    for (int r = 0; r < s_.pp; ++r)
+      for (size_t i = 0; i < s_.ranks[size_t(r)].size(); ++i) index_action(r, i);
+    for (int st = 0; st < S_; ++st)
+      for (int mb = 0; mb < M_; ++mb) {
+        check_compute(st, mb);
+        check_inputs(st, mb);
+        if (s_.has_comm()) check_sends(st, mb);
       }
-      if (a.op == Op::W && !s.split_backward)
-        throw InputError(pre + a.str() + ": W in a schedule without a B/W split");
-      int& p = pos[key(a.stage, a.op, a.microbatch)];
-      if (p >= 0)
-        throw InputError(pre + "rank " + std::to_string(r) + ": " + a.str() + " appears twice");
-      p = static_cast<int>(i);
-    }
   }
-  auto at = [&](int stage, Op op, int mb) { return pos[key(stage, op, mb)]; };
-  auto name = [](int stage, Op op, int mb) { return Action{stage, op, mb}.str(); };
-  const bool lowered = s.has_comm();
-  for (int st = 0; st < S; ++st) {
-    const int r = s.rank_of(st);
-    const std::string on = " (rank " + std::to_string(r) + ")";
-    const bool prev_remote = st > 0 && s.rank_of(st - 1) != r;
-    const bool next_remote = st < last && s.rank_of(st + 1) != r;
-    for (int mb = 0; mb < M; ++mb) {
-      const int f = at(st, Op::F, mb), b = at(st, Op::B, mb), w = at(st, Op::W, mb);
-      if (f < 0)
-        throw InputError(pre + "incomplete schedule: " + name(st, Op::F, mb) + " is missing" + on);
-      if (b < 0)
-        throw InputError(pre + "incomplete schedule: " + name(st, Op::B, mb) + " is missing" + on);
-      if (s.split_backward && w < 0)
-        throw InputError(pre + "incomplete schedule: " + name(st, Op::W, mb) + " is missing" + on);
-      if (b < f)
-        throw InputError(pre + name(st, Op::B, mb) + " runs before " + name(st, Op::F, mb) + on);
-      if (s.split_backward && w < b)
-        throw InputError(pre + name(st, Op::W, mb) + " runs before " + name(st, Op::B, mb) + on);
-      // Where F's input and B's output gradient come from.
-      if (st > 0) {
-        if (prev_remote) {
-          const int rf = at(st, Op::RECV_F, mb);
-          if (lowered && rf < 0)
-            throw InputError(pre + "incomplete schedule: " + name(st, Op::RECV_F, mb) +
-                             " is missing" + on);
-          if (lowered && rf > f)
-            throw InputError(pre + name(st, Op::F, mb) + " runs before its input arrives (" +
-                             name(st, Op::RECV_F, mb) + ")" + on);
-        } else if (at(st - 1, Op::F, mb) > f) {
-          throw InputError(pre + name(st, Op::F, mb) + " runs before " + name(st - 1, Op::F, mb) +
-                           on);
-        }
+
+ private:
+  // Position of each action on its rank, -1 if absent.
+  int& pos(int stage, Op op, int mb) {
+    return pos_[(static_cast<size_t>(op) * size_t(S_) + size_t(stage)) * size_t(M_) + size_t(mb)];
+  }
+  static std::string name(int stage, Op op, int mb) { return Action{stage, op, mb}.str(); }
+  std::string on(int st) const { return " (rank " + std::to_string(s_.rank_of(st)) + ")"; }
+  bool prev_remote(int st) const { return st > 0 && s_.rank_of(st - 1) != s_.rank_of(st); }
+  bool next_remote(int st) const { return st < S_ - 1 && s_.rank_of(st + 1) != s_.rank_of(st); }
+  [[noreturn]] void missing(int st, Op op, int mb) const {
+    throw InputError(pre_ + "incomplete schedule: " + name(st, op, mb) + " is missing" + on(st));
+  }
+
+  void index_action(int r, size_t i) {
+    const auto& row = s_.ranks[size_t(r)];
+    const Action& a = row[i];
+    const std::string here = pre_ + "rank " + std::to_string(r) + ": " + a.str();
+    if (a.stage < 0 || a.stage >= S_)
+      throw InputError(here + ": stage out of range [0, " + std::to_string(S_) + ")");
+    if (a.microbatch < 0 || a.microbatch >= M_)
+      throw InputError(here + ": micro-batch out of range [0, " + std::to_string(M_) + ")");
+    if (s_.rank_of(a.stage) != r)
+      throw InputError(here + ": stage " + std::to_string(a.stage) + " belongs to rank " +
+                       std::to_string(s_.rank_of(a.stage)) + " (" + s_.placement.kind() +
+                       " placement)");
+    if (a.overlapped) {
+      auto next = std::find_if(row.begin() + long(i) + 1, row.end(),
+                               [](const Action& x) { return is_compute(x.op); });
+      if (a.op != Op::F || next == row.end() || next->op != Op::B)
+        throw InputError(here + ": an overlapped slot is an F followed by a B on the same rank");
+    }
+    if (a.op == Op::W && !s_.split_backward)
+      throw InputError(pre_ + a.str() + ": W in a schedule without a B/W split");
+    int& p = pos(a.stage, a.op, a.microbatch);
+    if (p >= 0) throw InputError(here + " appears twice");
+    p = static_cast<int>(i);
+  }
+
+  // F, B (and W) are all there, in that order.
+  void check_compute(int st, int mb) {
+    const int f = pos(st, Op::F, mb), b = pos(st, Op::B, mb), w = pos(st, Op::W, mb);
+    if (f < 0) missing(st, Op::F, mb);
+    if (b < 0) missing(st, Op::B, mb);
+    if (s_.split_backward && w < 0) missing(st, Op::W, mb);
+    if (b < f)
+      throw InputError(pre_ + name(st, Op::B, mb) + " runs before " + name(st, Op::F, mb) + on(st));
+    if (s_.split_backward && w < b)
+      throw InputError(pre_ + name(st, Op::W, mb) + " runs before " + name(st, Op::B, mb) + on(st));
+  }
+
+  // Where F's input and B's output gradient come from.
+  void check_inputs(int st, int mb) {
+    const bool lowered = s_.has_comm();
+    const int f = pos(st, Op::F, mb), b = pos(st, Op::B, mb);
+    if (st > 0) {
+      if (prev_remote(st)) {
+        const int rf = pos(st, Op::RECV_F, mb);
+        if (lowered && rf < 0) missing(st, Op::RECV_F, mb);
+        if (lowered && rf > f)
+          throw InputError(pre_ + name(st, Op::F, mb) + " runs before its input arrives (" +
+                           name(st, Op::RECV_F, mb) + ")" + on(st));
+      } else if (pos(st - 1, Op::F, mb) > f) {
+        throw InputError(pre_ + name(st, Op::F, mb) + " runs before " + name(st - 1, Op::F, mb) +
+                         on(st));
       }
-      if (st < last) {
-        if (next_remote) {
-          const int rb = at(st, Op::RECV_B, mb);
-          if (lowered && rb < 0)
-            throw InputError(pre + "incomplete schedule: " + name(st, Op::RECV_B, mb) +
-                             " is missing" + on);
-          if (lowered && rb > b)
-            throw InputError(pre + name(st, Op::B, mb) +
-                             " runs before its output gradient arrives (" +
-                             name(st, Op::RECV_B, mb) + ")" + on);
-        } else if (at(st + 1, Op::B, mb) > b) {
-          throw InputError(pre + name(st, Op::B, mb) + " runs before " + name(st + 1, Op::B, mb) +
-                           on);
-        }
-      }
-      if (!lowered) continue;
-      // Sends after the compute that produced the data, each matched by the peer.
-      const int sf = at(st, Op::SEND_F, mb), sb = at(st, Op::SEND_B, mb);
-      if (next_remote) {
-        if (sf < 0)
-          throw InputError(pre + "incomplete schedule: " + name(st, Op::SEND_F, mb) +
-                           " is missing" + on);
-        if (sf < f)
-          throw InputError(pre + name(st, Op::SEND_F, mb) + " before " + name(st, Op::F, mb) + on);
-      } else if (sf >= 0 || at(st, Op::RECV_B, mb) >= 0) {
-        throw InputError(pre + name(st, sf >= 0 ? Op::SEND_F : Op::RECV_B, mb) +
-                         ": no peer rank (next stage is on the same rank or does not exist)" + on);
-      }
-      if (prev_remote) {
-        if (sb < 0)
-          throw InputError(pre + "incomplete schedule: " + name(st, Op::SEND_B, mb) +
-                           " is missing" + on);
-        if (sb < b)
-          throw InputError(pre + name(st, Op::SEND_B, mb) + " before " + name(st, Op::B, mb) + on);
-      } else if (sb >= 0 || at(st, Op::RECV_F, mb) >= 0) {
-        throw InputError(pre + name(st, sb >= 0 ? Op::SEND_B : Op::RECV_F, mb) +
-                         ": no peer rank (previous stage is on the same rank or does not exist)" +
-                         on);
+    }
+    if (st < S_ - 1) {
+      if (next_remote(st)) {
+        const int rb = pos(st, Op::RECV_B, mb);
+        if (lowered && rb < 0) missing(st, Op::RECV_B, mb);
+        if (lowered && rb > b)
+          throw InputError(pre_ + name(st, Op::B, mb) +
+                           " runs before its output gradient arrives (" + name(st, Op::RECV_B, mb) +
+                           ")" + on(st));
+      } else if (pos(st + 1, Op::B, mb) > b) {
+        throw InputError(pre_ + name(st, Op::B, mb) + " runs before " + name(st + 1, Op::B, mb) +
+                         on(st));
       }
     }
   }
+
+  // Sends after the compute that produced the data, each matched by the peer.
+  void check_sends(int st, int mb) {
+    const int f = pos(st, Op::F, mb), b = pos(st, Op::B, mb);
+    const int sf = pos(st, Op::SEND_F, mb), sb = pos(st, Op::SEND_B, mb);
+    if (next_remote(st)) {
+      if (sf < 0) missing(st, Op::SEND_F, mb);
+      if (sf < f)
+        throw InputError(pre_ + name(st, Op::SEND_F, mb) + " before " + name(st, Op::F, mb) +
+                         on(st));
+    } else if (sf >= 0 || pos(st, Op::RECV_B, mb) >= 0) {
+      throw InputError(pre_ + name(st, sf >= 0 ? Op::SEND_F : Op::RECV_B, mb) +
+                       ": no peer rank (next stage is on the same rank or does not exist)" +
+                       on(st));
+    }
+    if (prev_remote(st)) {
+      if (sb < 0) missing(st, Op::SEND_B, mb);
+      if (sb < b)
+        throw InputError(pre_ + name(st, Op::SEND_B, mb) + " before " + name(st, Op::B, mb) +
+                         on(st));
+    } else if (sb >= 0 || pos(st, Op::RECV_F, mb) >= 0) {
+      throw InputError(pre_ + name(st, sb >= 0 ? Op::SEND_B : Op::RECV_F, mb) +
+                       ": no peer rank (previous stage is on the same rank or does not exist)" +
+                       on(st));
+    }
+  }
+
+  const Schedule& s_;
+  const std::string pre_;
+  const int S_, M_;
+  std::vector<int> pos_;
+};
+
+}  // namespace
+
+void validate(const Schedule& s) {
+  const std::string pre = where_prefix(s.name);
+  validate_shape(s, pre);
+  ScheduleCheck(s, pre).run();
   validate_early_posts(s, pre);
 }
 

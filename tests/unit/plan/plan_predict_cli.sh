@@ -27,8 +27,10 @@ assert (pr["pp"], pr["cp"], pr["ep"], pr["dp"]) == (2, 2, 2, 2), pr
 s = pr["time_split_s"]
 assert abs(sum(s.values()) - pr["step_time_s"]) <= 1e-6 * pr["step_time_s"], (s, pr)
 m = pr["memory_bytes"]
-parts = sum(v for k, v in m.items() if k not in ("total", "pp_rank"))
+parts = sum(v for k, v in m.items() if k not in ("total", "pp_rank", "allocator", "untracked"))
 assert abs(parts - m["total"]) <= 1e-6 * m["total"], m
+assert abs(m["allocator"] + m["untracked"] - m["total"]) <= 1e-6 * m["total"], m
+assert 0 < m["allocator"] <= m["total"], m
 assert p["mesh"]["pp"] == 2
 print("prediction json: ok")
 PY

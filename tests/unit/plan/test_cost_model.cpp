@@ -5,7 +5,9 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
+#include "trident/kernels/attention.hpp"
 #include "trident/model/transformer.hpp"
+#include "trident/parallel/pp/generators.hpp"
 #include "trident/plan/cost_model.hpp"
 #include "trident/plan/predict.hpp"
 
@@ -120,25 +122,82 @@ TEST_CASE("communication bytes per action: ring K/V, MoE exchange, stage boundar
 }
 
 TEST_CASE("memory of a rank equals the hand count") {
-  const Config c = dense_config();
+  // T = 32, d = 8, H*D = 8, Hkv*D = 4, H = 2, f = 16, V = 32; in floats:
+  // attention cache x, h1, q, k, v, o, lse = 2*256 + 2*256 + 2*128 + 64 = 1344,
+  // FFN block x, h = 512 plus gate, up = 1024; the head's x, h, dlogits =
+  // 512 + 1024; rstd vectors (outside the allocator) 32 per norm: 5 norms.
+  Config c = dense_config();
   const double T = 32, d = 8, f = 16, V = 32;
   const double params = 4 * 1704;
-  const double attn_cache = 4 * (2 * T * d + 2 * T * 8 + 2 * T * 4 + T * 2 + T);
-  const double ffn_cache = 4 * (2 * T * d + T) + 4 * 2 * T * f;
-  const double head_cache = 4 * (2 * T * d + T * V + T);
-  const double cache = 2 * (attn_cache + ffn_cache) + head_cache;
+  const double tracked_cache = 2 * (1344 + 1536) + 1536, untracked_cache = 5 * T;
+  CHECK(chunk_cost(c, serial_plan(c), 0).tracked.cache == 4 * tracked_cache);
+  CHECK(chunk_cost(c, serial_plan(c), 0).untracked.cache == 4 * untracked_cache);
+  const double cache = 4 * (tracked_cache + untracked_cache);
   CHECK(cache == 29824);
-  const double workspace = 4 * std::max(2 * T * d + T * V, 3 * T * d + 2 * T * 8 + 2 * T * 4);
-  for (int inflight : {1, 3}) {
-    const MemoryEstimate m = memory_of_rank(c, serial_plan(c), 0, inflight);
+  // F: x, y and the logits; B: dx, dy and the attention's dout, dq, dk, dv,
+  // dh1, dy copy (1280) less the FFN cache already freed (1536), or the FFN's dh (256)
+  const double t_f = 4 * (2 * T * d + T * V), t_b = 4 * (2 * T * d + T * d);
+  CHECK(chunk_cost(c, serial_plan(c), 0).tracked.transient_f == t_f);
+  CHECK(chunk_cost(c, serial_plan(c), 0).tracked.transient_b == t_b);
+  kernels::AttnShape probe;
+  probe.D = 4;
+  const double workspace =
+      std::max({4 * 2 * T * f, double(kernels::attention_workspace_bytes(probe, true)),
+                double(kernels::attention_workspace_bytes(probe, false))});
+  for (auto [sched, inflight] : {std::pair{"1f1b", 1}, std::pair{"afab", 3}}) {
+    MeshPlan p = serial_plan(c);
+    p.microbatches = 3;
+    const pp::Schedule s = pp::lower(pp::make_schedule(sched, 1, 3, 1));
+    const MemoryEstimate m = memory_of_rank(c, p, 0, s);
     CHECK(m.params == params);
     CHECK(m.grads == params);
     CHECK(m.optimizer == 2 * params);
-    CHECK(m.activations == inflight * cache);
+    // the peak comes at the last F: every cache held, and its temporaries
+    CHECK(m.activations == inflight * cache + t_f);
     CHECK(m.comm_buffers == 0);
     CHECK(m.workspace == workspace);
-    CHECK(m.total() == 4 * params + inflight * cache + workspace);
+    CHECK(m.untracked == 4 * inflight * untracked_cache);
+    CHECK(m.total() == 4 * params + inflight * cache + t_f + workspace);
+    CHECK(m.allocator() == m.total() - m.untracked);
   }
+  // data parallel: the gradient reduction packs all 1704 gradients into the
+  // workspace, which keeps the largest of its uses
+  MeshPlan dp2 = serial_plan(c);
+  dp2.dp = 2;
+  const pp::Schedule s = pp::lower(pp::make_schedule("1f1b", 1, 4, 1));
+  CHECK(memory_of_rank(c, dp2, 0, s).workspace == std::max(params, workspace));
+  // cp = 2 (T = 16, 8 tokens of a sample): each layer's ring keeps five
+  // buffers of K and V of one sample's 8 tokens x Hkv*D = 4
+  MeshPlan cp2 = serial_plan(c);
+  cp2.cp = 2;
+  CHECK(memory_of_rank(c, cp2, 0, s).comm_buffers == 4 * 2 * 5 * 2 * 8 * 4);
+  c.model.d_model = 256;  // gradients now outgrow the attention's scratch
+  CHECK(memory_of_rank(c, dp2, 0, s).workspace == memory_of_rank(c, dp2, 0, s).params);
+}
+
+TEST_CASE("activation peak follows the order of F, B and W") {
+  // one rank, two micro-batches: F0 F1 B0 B1 (W0 W1 when split); cache 10,
+  // stash 4, F temporaries 1, B temporaries 2
+  pp::Schedule s;
+  s.pp = 1;
+  s.vpp = 1;
+  s.microbatches = 2;
+  s.placement = pp::Placement::loop(1, 1);
+  s.ranks = {{{0, pp::Op::F, 0}, {0, pp::Op::F, 1}, {0, pp::Op::B, 0}, {0, pp::Op::B, 1}}};
+  const std::vector<ChunkMemory> m{{10, 4, 1, 2}};
+  CHECK(activation_peak(s, 0, m) == 22);  // B0 with both caches held
+  s.split_backward = true;
+  s.ranks[0].push_back({0, pp::Op::W, 0});
+  s.ranks[0].push_back({0, pp::Op::W, 1});
+  CHECK(activation_peak(s, 0, m) == 22);
+  // B0 before F1: the first cache has become the stash when F1 runs
+  s.ranks = {{{0, pp::Op::F, 0},
+              {0, pp::Op::B, 0},
+              {0, pp::Op::F, 1},
+              {0, pp::Op::B, 1},
+              {0, pp::Op::W, 0},
+              {0, pp::Op::W, 1}}};
+  CHECK(activation_peak(s, 0, m) == 16);  // B1: stash 4 + cache 10 + 2
 }
 
 TEST_CASE("memory follows the schedule's placement of stages") {
@@ -146,7 +205,7 @@ TEST_CASE("memory follows the schedule's placement of stages") {
   c.model.n_layers = 4;
   MeshPlan p = serial_plan(c);
   p.pp = 2, p.vpp = 2;
-  auto params_of = [&](int rank) { return memory_of_rank(c, p, rank, 1).params / 4; };
+  auto params_of = [&](int rank) { return memory_lower_bound(c, p, rank).params / 4; };
   p.schedule = PipelineSchedule::interleaved;  // loop: rank 0 holds stages 0 and 2
   CHECK(params_of(0) == chunk_cost(c, p, 0).params + chunk_cost(c, p, 2).params);
   p.schedule = PipelineSchedule::zb_v;  // V: rank 0 holds stages 0 and 3 (embedding and head)
@@ -215,4 +274,19 @@ TEST_CASE("without latency, 1F1B on equal stages takes (m + p - 1)(tF + tB + tW)
     CHECK(pr.split.bubble == Approx(per));
     CHECK(pr.peak_inflight == 2);
   }
+}
+
+TEST_CASE("a fixed cost per layer and a measured update rate add to the step") {
+  const Config c = dense_config();  // 2 layers, 1704 parameters, 4 micro-batches
+  const MeshPlan p = serial_plan(c);
+  MachineProfile m = unit_machine();
+  const Prediction base = predict(c, p, ClusterShape{1, 1, 1}, m);
+  m.layer_overhead_s = 3e-6;
+  m.optimizer_s_per_param = 2e-9;
+  const Prediction pr = predict(c, p, ClusterShape{1, 1, 1}, m);
+  CHECK(pr.t_f == Approx(base.t_f + 2 * 1e-6));  // a third of 2 layers x 3 us
+  CHECK(pr.t_b == Approx(base.t_b + 2 * 2e-6));
+  CHECK(pr.t_w == Approx(base.t_w));
+  CHECK(pr.split.other == Approx(1704 * 2e-9));  // one rank: no agreements
+  CHECK(pr.step_time_s == Approx(4 * (pr.t_f + pr.t_b + pr.t_w) + 1704 * 2e-9));
 }

@@ -56,11 +56,11 @@ std::vector<int64_t> local_positions(int64_t seq_len, int cp, int rank, Layout l
 
 // Copies the rows of `rank` out of a global [seq_len, row_elems] array into
 // local order [seq_len / cp, row_elems] (e.g. to shard a sequence's inputs).
-void scatter_to_local(const float* global, float* local, int64_t row_elems, int64_t seq_len,
-                      int cp, int rank, Layout layout);
+void scatter_to_local(const float* global, float* local, int64_t row_elems, int64_t seq_len, int cp,
+                      int rank, Layout layout);
 // The inverse: writes the local rows of `rank` to their global rows.
-void gather_to_global(const float* local, float* global, int64_t row_elems, int64_t seq_len,
-                      int cp, int rank, Layout layout);
+void gather_to_global(const float* local, float* global, int64_t row_elems, int64_t seq_len, int cp,
+                      int rank, Layout layout);
 
 class RingAttention {
  public:
@@ -85,9 +85,8 @@ class RingAttention {
                float* lse);
   // Gradients given the forward's out and lse. dq, dk, dv are OVERWRITTEN
   // (unlike the kernel's, which accumulate). Collective over the CP group.
-  void backward(const float* q, const float* k, const float* v, const float* out,
-                const float* lse, const float* dout, int H, int Hkv, int D, float* dq, float* dk,
-                float* dv);
+  void backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
+                const float* dout, int H, int Hkv, int D, float* dq, float* dk, float* dv);
 
   // Where the ring reports its work (nullptr: nowhere, and no clock is read).
   // Spans: "ring.forward" / "ring.backward" per compute span (chunk = ring
@@ -104,6 +103,17 @@ class RingAttention {
  private:
   int source_rank(int step) const { return (cp_rank_ - step + cp_size_) % cp_size_; }
   void note_workspace(size_t bytes);
+  // The K/V ring: this rank's block loaded into buf_.cur, the next block
+  // posted while a step computes, and taken over once it has arrived.
+  struct KvTransfer {
+    Request send, recv;
+  };
+  void load_kv(const float* k, const float* v, size_t nkv);
+  KvTransfer post_kv(int step);
+  void take_kv(int step, KvTransfer& t);
+  // Backward: this step's dK/dV partial joins the accumulator travelling
+  // the ring, which moves one rank on.
+  void pass_dkv(int step, Request& dkv_send, Request& dkv_recv);
 
   kernels::Ctx ctx_;
   // K/V blocks in flight and dK/dV accumulators, kept between calls (every
