@@ -20,8 +20,10 @@
 #include "trident/model/blocks.hpp"
 #include "trident/model/data.hpp"
 #include "trident/model/transformer.hpp"
+#include "trident/parallel/dp/grad_reduce.hpp"
 #include "trident/plan/cost_model.hpp"
 #include "trident/plan/predict.hpp"
+#include "trident/train/optimizer.hpp"
 
 namespace trident::plan {
 namespace {
@@ -193,34 +195,78 @@ Rates measure_compute(Communicator& world, const Config& cfg, double budget) {
   return r;
 }
 
-// The config's model on one rank (pp = cp = ep = 1): one micro-batch's
-// forward and backward, timed alone, over what the cost model prices them at
-// the rates measured above.
-double model_efficiency(Communicator& world, const Config& cfg, const MachineProfile& m,
-                        double budget) {
+// What the config's model on one rank (pp = cp = ep = 1) adds to the rates:
+// efficiency and the fixed cost per layer from one forward and backward at
+// two micro-batch sizes, and the step's update per parameter.
+struct ModelFit {
+  double efficiency = 1, layer_overhead_s = 0, optimizer_s_per_param = 0;
+};
+
+// One micro-batch's forward and backward of `mbs` sequences, timed alone, and
+// the cost model's price of the same work at the rates (efficiency 1).
+std::pair<double, double> forward_backward_seconds(Communicator& world, const Config& cfg,
+                                                   const MachineProfile& m, int mbs,
+                                                   double budget) {
   Config one = cfg;
   one.parallel = ParallelConfig{};
   one.data.num_microbatches = 1;
-  const MeshPlan plan = mesh_plan_of(one, 1);
+  one.data.micro_batch_size = mbs;
   model::ModelStage stage(one, 0, 1, model::StageComms{});
   const auto data = model::make_data_source(one, 1);
   const auto positions = model::local_positions(one, model::StageComms{});
-  const double targets = double(one.data.micro_batch_size) * double(data->targets_per_sample());
+  const double targets = double(mbs) * double(data->targets_per_sample());
   int64_t step = 0;
   auto forward_backward = [&] {
     stage.begin_step(model::make_microbatches(*data, one.data, step++, 0, positions),
-                     float(1.0 / targets), float(1.0 / one.data.micro_batch_size), nullptr);
-    stage.forward(0, 0, nullptr, nullptr);
-    stage.backward(0, 0, nullptr, nullptr, true);
+                     float(1.0 / targets), float(1.0 / mbs), nullptr);
+    Tensor none;
+    stage.forward(0, 0, Tensor(), none);
+    stage.backward(0, 0, Tensor(), none, true);
   };
   const double measured = alone(world, 0, forward_backward, budget);
-  const ChunkCost c = chunk_cost(one, plan, 0);
+  const ChunkCost c = chunk_cost(one, mesh_plan_of(one, 1), 0);
   Work all = c.f;
   all += c.b;
   all += c.w;
   MachineProfile at_rates = m;
   at_rates.efficiency = 1;
-  return compute_seconds(all, at_rates) / measured;
+  return {measured, compute_seconds(all, at_rates)};
+}
+
+// Gradient norm and AdamW over the model's parameters, alone.
+double update_seconds_per_param(Communicator& world, const Config& cfg, double budget) {
+  Config one = cfg;
+  one.parallel = ParallelConfig{};
+  model::ModelStage stage(one, 0, 1, model::StageComms{});
+  const kernels::DeviceContext host(Device::cpu());
+  const std::vector<Param*> params = stage.params();
+  train::AdamW opt(params, one.train, host.ctx());
+  double n = 0;
+  for (const Param* p : params) n += double(p->value.numel());
+  auto update = [&] {
+    const double norm = dp::global_grad_sumsq(params, nullptr, nullptr, nullptr, host.ctx());
+    opt.step(1e-9, float(1.0 / (1.0 + norm)));
+  };
+  return alone(world, 0, update, budget) / n;
+}
+
+ModelFit fit_model(Communicator& world, const Config& cfg, const MachineProfile& m, double budget) {
+  const int big = cfg.data.micro_batch_size, small = big > 1 ? big / 2 : 2;
+  const auto [t1, c1] = forward_backward_seconds(world, cfg, m, big, budget);
+  const auto [t2, c2] = forward_backward_seconds(world, cfg, m, small, budget);
+  ModelFit fit;
+  // t = fixed + c / efficiency through both points; a fit that makes the
+  // fixed part negative (noise, or a size that runs relatively slower) keeps
+  // the config's size exact with no fixed part
+  const double slope = (t1 - t2) / (c1 - c2), fixed = t1 - slope * c1;
+  if (slope > 0 && fixed >= 0) {
+    fit.efficiency = 1 / slope;
+    fit.layer_overhead_s = fixed / cfg.model.n_layers;
+  } else {
+    fit.efficiency = c1 / t1;
+  }
+  fit.optimizer_s_per_param = update_seconds_per_param(world, cfg, budget);
+  return fit;
 }
 
 }  // namespace
@@ -248,7 +294,10 @@ MachineProfile calibrate_machine(Communicator& world, const std::vector<int>& no
       std::clamp(std::round(per_node * r.gemm_together / r.gemm_alone), 1.0, double(per_node));
   if (usable_cpus() > 0) running = std::min(running, double(usable_cpus()));
   m.cores_per_node = running < per_node ? int(running) : 0;
-  m.efficiency = model_efficiency(world, cfg, m, opt.seconds);
+  const ModelFit fit = fit_model(world, cfg, m, opt.seconds);
+  m.efficiency = fit.efficiency;
+  m.layer_overhead_s = fit.layer_overhead_s;
+  m.optimizer_s_per_param = fit.optimizer_s_per_param;
   m.memory_bytes = host_memory_bytes() / per_node;
   const size_t big = size_t(cfg.data.micro_batch_size) * cfg.data.seq_len * cfg.model.d_model * 4;
   if (n > 1) {

@@ -36,6 +36,8 @@ const std::vector<NumericKey>& numeric_keys() {
       {"compute.memory_gb_per_s", 1e9, &M::memory_Bps},
       {"compute.peak_tflops", 1e12, &M::peak_flops, nullptr, nullptr, true, true},
       {"compute.efficiency", 1, &M::efficiency, nullptr, nullptr, true},
+      {"compute.optimizer_ns_per_param", 1e-9, &M::optimizer_s_per_param, nullptr, nullptr, true,
+       true},
       {"link.nvlink.bandwidth_gb_per_s", 1e9, nullptr, &M::nvlink, &Link::bandwidth_Bps},
       {"link.nvlink.latency_us", 1e-6, nullptr, &M::nvlink, &Link::latency_s, false, true},
       {"link.node.bandwidth_gb_per_s", 1e9, nullptr, &M::node, &Link::bandwidth_Bps},
@@ -43,6 +45,8 @@ const std::vector<NumericKey>& numeric_keys() {
       {"link.network.bandwidth_gb_per_s", 1e9, nullptr, &M::network, &Link::bandwidth_Bps},
       {"link.network.latency_us", 1e-6, nullptr, &M::network, &Link::latency_s, false, true},
       {"overhead.step_us", 1e-6, &M::step_overhead_s, nullptr, nullptr, true, true},
+      {"overhead.layer_us", 1e-6, &M::layer_overhead_s, nullptr, nullptr, true, true},
+
   };
   return keys;
 }

@@ -84,6 +84,11 @@ double node_work_s(const ActionTimes& a, const pp::Placement& place) {
 
 }  // namespace
 
+double optimizer_seconds(const MachineProfile& m, double params) {
+  return m.optimizer_s_per_param > 0 ? params * m.optimizer_s_per_param
+                                     : kAdamWBytesPerParam * params / m.memory_Bps;
+}
+
 double compute_seconds(const Work& w, const MachineProfile& m) {
   return (w.gemm_flops / m.gemm_flops + w.attention_flops / m.attention_flops +
           w.memory_bytes / m.memory_Bps) /
@@ -117,13 +122,17 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
     const double cp_b = ring_exposed(m, cp_link, c.b_comm, c.b.attention_flops, p.cp);
     const double ep_f = exchange_s(ep_link, c.f_comm, p.ep, imb);
     const double ep_b = exchange_s(ep_link, c.b_comm, p.ep, imb);
-    const double f = compute_seconds(c.f, m) + cp_f + ep_f,
-                 b = compute_seconds(c.b, m) + cp_b + ep_b, w = compute_seconds(c.w, m);
+    // the fixed cost of the chunk's layers: a third in F, the rest in B
+    // (backward makes about twice the forward's kernel calls)
+    const double fixed = m.layer_overhead_s * c.layers;
+    const double f = compute_seconds(c.f, m) + fixed / 3 + cp_f + ep_f,
+                 b = compute_seconds(c.b, m) + 2 * fixed / 3 + cp_b + ep_b,
+                 w = compute_seconds(c.w, m);
     a.stages.push_back({f, b, w});
     if (f + b + w > a.t_f + a.t_b + a.t_w) {  // the slowest stage sets the pace
       a.t_f = f, a.t_b = b, a.t_w = w;
-      a.compute =
-          p.vpp * (compute_seconds(c.f, m) + compute_seconds(c.b, m) + compute_seconds(c.w, m));
+      a.compute = p.vpp * (compute_seconds(c.f, m) + compute_seconds(c.b, m) +
+                           compute_seconds(c.w, m) + fixed);
       a.cp = p.vpp * (cp_f + cp_b);
       a.ep = p.vpp * (ep_f + ep_b);
     }
@@ -150,9 +159,8 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
   const double agreements = (kStepAgreements + moe_layers) * 2 *
                             std::ceil(std::log2(double(std::max(2LL, world)))) *
                             m.link(span_class(shape, world)).latency_s * (world > 1 ? 1 : 0);
-  a.after_pipeline = a.dp +
-                     sharing * (agreements + kAdamWBytesPerParam * max_params / m.memory_Bps) +
-                     m.step_overhead_s;
+  a.after_pipeline =
+      a.dp + sharing * (agreements + optimizer_seconds(m, max_params)) + m.step_overhead_s;
   return a;
 }
 

@@ -39,6 +39,13 @@ struct MachineProfile {
   double efficiency = 1;
   Link nvlink, node, network;
   double step_overhead_s = 0;  // fixed cost of a step (launches, bookkeeping)
+  // Fixed seconds per layer and micro-batch of a forward and backward beyond
+  // their work at the rates (kernel calls, allocations); calibration fits it
+  // from two micro-batch sizes.
+  double layer_overhead_s = 0;
+  // Seconds per parameter of the step's update (gradient norm and AdamW);
+  // 0: 36 bytes per parameter at memory_Bps.
+  double optimizer_s_per_param = 0;
 
   const Link& link(LinkClass c) const;
   // How much slower each rank runs when ranks_per_node ranks share the cores.

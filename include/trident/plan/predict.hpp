@@ -47,6 +47,8 @@ struct Prediction {
 
 // Seconds of `w` on one rank alone at the profile's rates and efficiency.
 double compute_seconds(const Work& w, const MachineProfile& m);
+// Seconds of the step's update (gradient norm and AdamW) of `params` parameters.
+double optimizer_seconds(const MachineProfile& m, double params);
 
 // Per-action seconds before the pipeline is simulated; the search uses it to
 // bound a mesh's step time from below.

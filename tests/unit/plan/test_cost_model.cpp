@@ -275,3 +275,18 @@ TEST_CASE("without latency, 1F1B on equal stages takes (m + p - 1)(tF + tB + tW)
     CHECK(pr.peak_inflight == 2);
   }
 }
+
+TEST_CASE("a fixed cost per layer and a measured update rate add to the step") {
+  const Config c = dense_config();  // 2 layers, 1704 parameters, 4 micro-batches
+  const MeshPlan p = serial_plan(c);
+  MachineProfile m = unit_machine();
+  const Prediction base = predict(c, p, ClusterShape{1, 1, 1}, m);
+  m.layer_overhead_s = 3e-6;
+  m.optimizer_s_per_param = 2e-9;
+  const Prediction pr = predict(c, p, ClusterShape{1, 1, 1}, m);
+  CHECK(pr.t_f == Approx(base.t_f + 2 * 1e-6));  // a third of 2 layers x 3 us
+  CHECK(pr.t_b == Approx(base.t_b + 2 * 2e-6));
+  CHECK(pr.t_w == Approx(base.t_w));
+  CHECK(pr.split.other == Approx(1704 * 2e-9));  // one rank: no agreements
+  CHECK(pr.step_time_s == Approx(4 * (pr.t_f + pr.t_b + pr.t_w) + 1704 * 2e-9));
+}

@@ -77,8 +77,12 @@ TEST_CASE("a machine profile reads in SI units") {
 }
 
 TEST_CASE("a written profile reads back equal") {
-  const MachineProfile m = parse_machine_text(kGood, "box.toml");
+  MachineProfile m = parse_machine_text(kGood, "box.toml");
+  m.layer_overhead_s = 25e-6;
+  m.optimizer_s_per_param = 3e-9;
   const MachineProfile r = parse_machine_text(machine_to_toml(m), "again.toml");
+  CHECK(r.layer_overhead_s == Approx(m.layer_overhead_s));
+  CHECK(r.optimizer_s_per_param == Approx(m.optimizer_s_per_param));
   CHECK(r.name == m.name);
   CHECK(r.cores_per_node == m.cores_per_node);
   CHECK(r.gemm_flops == Approx(m.gemm_flops));
