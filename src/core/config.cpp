@@ -184,6 +184,14 @@ const std::vector<KeyDef>& key_table() {
         "train", "beta2", [](Config& c) { return &c.train.beta2; }, 0, false, 1, true));
     t.push_back(float_key(
         "train", "eps", [](Config& c) { return &c.train.eps; }, 0, true));
+    t.push_back(choice_key("train", "on_nonfinite",
+                           [](Config & c) -> auto& { return c.train.on_nonfinite; },
+                           {"stop", "skip"}));
+    t.push_back(int_key(
+        "train", "max_skipped_steps", [](Config& c) { return &c.train.max_skipped_steps; }, 1));
+    t.push_back(float_key(
+        "train", "loss_spike_factor", [](Config& c) { return &c.train.loss_spike_factor; }, 0,
+        false));
     // [runtime]
     t.push_back(choice_key("runtime", "backend",
                            [](Config & c) -> auto& { return c.runtime.backend; },
@@ -198,6 +206,8 @@ const std::vector<KeyDef>& key_table() {
     t.push_back(float_key(
         "runtime", "ep_shm_limit_mb", [](Config& c) { return &c.runtime.ep_shm_limit_mb; }, 0,
         false));
+    t.push_back(int_key(
+        "runtime", "verify_every", [](Config& c) { return &c.runtime.verify_every; }, 0));
     // [output]
     t.push_back(string_key(
         "output", "file", [](Config& c) { return &c.output.file; }, true));

@@ -2,10 +2,13 @@
 // rename; per-rank reads with checksums (see io/checkpoint.hpp).
 #include "trident/io/checkpoint.hpp"
 
+#include <fcntl.h>
 #include <hdf5.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -75,10 +78,23 @@ std::vector<Unpacked> unpack(const std::vector<char>& buf) {
   return out;
 }
 
-void write_file(const std::string& tmp, const CheckpointMeta& meta, std::vector<Unpacked>& all) {
+// The first tensor holding a NaN or an infinity ("" if none): such a state
+// is never written, so that the last checkpoint stays a good one.
+std::string first_nonfinite(const std::vector<Unpacked>& all) {
+  for (const Unpacked& u : all)
+    for (float x : u.data)
+      if (!std::isfinite(x)) return u.name;
+  return "";
+}
+
+// The checkpoint as an HDF5 file image in memory (core driver): the bytes are
+// then written with POSIX calls, whose errors name the system's reason.
+std::vector<char> file_image(const CheckpointMeta& meta, std::vector<Unpacked>& all) {
   h5::QuietErrors quiet;
-  h5::Handle file(TRIDENT_H5(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
-                             "create checkpoint " + tmp),
+  h5::Handle fapl = TRIDENT_H5_PLIST(H5Pcreate(H5P_FILE_ACCESS), "file access list");
+  TRIDENT_H5(H5Pset_fapl_core(fapl, size_t(1) << 20, false), "in-memory file driver");
+  h5::Handle file(TRIDENT_H5(H5Fcreate("checkpoint-image", H5F_ACC_TRUNC, H5P_DEFAULT, fapl),
+                             "create checkpoint image"),
                   H5Fclose);
   h5::write_attr(file, "format", "trident-checkpoint");
   h5::write_attr(file, "format_version", kFormatVersion);
@@ -109,7 +125,73 @@ void write_file(const std::string& tmp, const CheckpointMeta& meta, std::vector<
                    std::to_string(fnv1a(u.data.data(), u.data.size() * sizeof(float))));
   }
   h5::write_attr(file, "tensor_count", int64_t(all.size()));
-  TRIDENT_H5(H5Fflush(file, H5F_SCOPE_GLOBAL), "flush checkpoint");
+  TRIDENT_H5(H5Fflush(file, H5F_SCOPE_GLOBAL), "flush checkpoint image");
+  const ssize_t size = TRIDENT_H5(H5Fget_file_image(file, nullptr, 0), "checkpoint image size");
+  std::vector<char> image(static_cast<size_t>(size));
+  TRIDENT_H5(H5Fget_file_image(file, image.data(), image.size()), "checkpoint image");
+  return image;
+}
+
+[[noreturn]] void system_error(const std::string& what, const std::string& path) {
+  throw Error("cannot " + what + " " + path + ": " + std::strerror(errno));
+}
+
+// Writes bytes to path and makes them durable (fsync), so that the rename
+// that follows never publishes a file whose data is still in flight.
+void write_durably(const std::string& path, const std::vector<char>& bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) system_error("create", path);
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      errno = err;
+      system_error("write", path);
+    }
+    done += size_t(n);
+  }
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+    system_error("sync", path);
+  }
+  if (::close(fd) != 0) system_error("close", path);
+}
+
+// tmp -> path, then the directory entry made durable too.
+void publish(const std::string& tmp, const std::string& path, const std::string& dir) {
+  if (::rename(tmp.c_str(), path.c_str()) != 0) system_error("rename " + tmp + " to", path);
+  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+// Rank 0's part: the gathered tensors into checkpoint_dir; "" or the error.
+std::string write_on_root(const std::string& dir, const std::string& path,
+                          const CheckpointMeta& meta, std::vector<Unpacked>& all) {
+  const std::string bad = first_nonfinite(all);
+  if (!bad.empty())
+    return "checkpoint " + path + ": tensor " + bad +
+           " holds a NaN or an infinity; not written (the previous checkpoint is kept)";
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  try {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw Error("cannot create directory " + dir + ": " + ec.message());
+    write_durably(tmp, file_image(meta, all));
+    publish(tmp, path, dir);
+    return "";
+  } catch (const std::exception& e) {
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    return "checkpoint " + path + ": " + e.what() + " (the previous checkpoint is kept)";
+  }
 }
 
 }  // namespace
@@ -145,16 +227,7 @@ std::string write_checkpoint(const std::string& dir, Communicator* world, const 
     std::vector<Unpacked> all;
     for (auto& p : parts)
       for (auto& u : unpack(p)) all.push_back(std::move(u));
-    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-    try {
-      std::filesystem::create_directories(dir);
-      write_file(tmp, meta, all);
-      std::filesystem::rename(tmp, path);
-    } catch (const std::exception& e) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      error = std::string("checkpoint ") + path + ": " + e.what();
-    }
+    error = write_on_root(dir, path, meta, all);
   } else if (my > 0) {
     Request r = world->isend(buf.data(), buf.size(), 0, 7301);
     world->wait(r);

@@ -30,6 +30,7 @@ using h5::Handle;
 
 constexpr size_t kKindBytes = 16;      // timeline event kind, NUL included
 constexpr size_t kHostnameBytes = 64;  // /topology/ranks hostname, NUL included
+constexpr size_t kDetailBytes = 96;    // /events detail, NUL included
 constexpr hsize_t kStepChunk = 256;
 constexpr hsize_t kEventChunk = 1024;
 const std::vector<std::string> kCommColumns = {"cp", "pp", "ep", "dp"};
@@ -47,6 +48,15 @@ struct EventRow {
   char kind[kKindBytes];
   int32_t stage, chunk, microbatch;
   double t_begin_s, t_end_s;
+};
+
+// One row of /events.
+struct RunEventRow {
+  int64_t step;
+  char kind[kKindBytes];
+  int32_t rank;
+  double value, reference;
+  char detail[kDetailBytes];
 };
 
 // The file keeps a packed copy of the memory layout (no padding bytes).
@@ -106,6 +116,19 @@ Handle event_type() {
   member(t, "microbatch", offsetof(EventRow, microbatch), H5T_NATIVE_INT32);
   member(t, "t_begin_s", offsetof(EventRow, t_begin_s), H5T_NATIVE_DOUBLE);
   member(t, "t_end_s", offsetof(EventRow, t_end_s), H5T_NATIVE_DOUBLE);
+  return t;
+}
+
+Handle run_event_type() {
+  Handle t = compound(sizeof(RunEventRow));
+  member(t, "step", offsetof(RunEventRow, step), H5T_NATIVE_INT64);
+  Handle k = h5::fixed_string_type(kKindBytes);
+  member(t, "kind", offsetof(RunEventRow, kind), k);
+  member(t, "rank", offsetof(RunEventRow, rank), H5T_NATIVE_INT32);
+  member(t, "value", offsetof(RunEventRow, value), H5T_NATIVE_DOUBLE);
+  member(t, "reference", offsetof(RunEventRow, reference), H5T_NATIVE_DOUBLE);
+  Handle d = h5::fixed_string_type(kDetailBytes);
+  member(t, "detail", offsetof(RunEventRow, detail), d);
   return t;
 }
 
@@ -360,6 +383,11 @@ RunFile::RunFile(const std::string& path, Communicator& world, const Config& cfg
     Handle ev = create_extendible(timeline, "events", et_file, {}, kEventChunk);
     h5::write_attr(ev, "clock", "seconds, one clock for all ranks (trident::now_s)");
   }
+  {
+    Handle et = run_event_type();
+    Handle et_file = packed(et);
+    create_extendible(file_, "events", et_file, {}, kStepChunk);
+  }
   h5::open_or_create_group(file_, "activations");
   flush();
 }
@@ -574,6 +602,30 @@ void RunFile::write_activation(int step, int layer, const std::string& name,
              "write " + where);
 }
 
+void RunFile::append_event(const RunEvent& e) {
+  TRIDENT_CHECK(!closed_, "run file " + path_ + ": append_event after close");
+  h5::QuietErrors quiet;
+  const bool ok = !e.kind.empty() && e.kind.size() < kKindBytes;
+  agree_or_throw(ok, "event kind '" + e.kind + "' must have 1 to 15 characters", world_);
+  RunEventRow row{};
+  row.step = e.step;
+  copy_cstr(row.kind, sizeof row.kind, e.kind);
+  row.rank = e.rank;
+  row.value = e.value;
+  row.reference = e.reference;
+  copy_cstr(row.detail, sizeof row.detail, e.detail);
+  Handle ev = open_dataset(file_, "events");
+  extend_rows(ev, static_cast<hsize_t>(run_events_ + 1));
+  if (rank_ == 0) {
+    Handle mtype = run_event_type();
+    Handle fsel = select_rows(ev, static_cast<hsize_t>(run_events_), 1);
+    Handle mem = memory_rows(ev, 1);
+    TRIDENT_H5(H5Dwrite(ev, mtype, mem, fsel, H5P_DEFAULT, &row), "write /events");
+  }
+  run_events_ += 1;
+  flush();
+}
+
 void RunFile::write_rank_summaries(const RankSummary& mine) {
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": write_rank_summaries after close");
   h5::QuietErrors quiet;
@@ -606,6 +658,24 @@ void RunFile::set_root_attr(const std::string& name, const std::string& value) {
   agree_or_throw(same_on_all_ranks({name_key(name)}, world_),
                  "set_root_attr: ranks passed different names", world_);
   h5::write_attr(file_, name, v);
+}
+
+void RunFile::set_root_attr(const std::string& name, double value) {
+  TRIDENT_CHECK(!closed_, "run file " + path_ + ": set_root_attr after close");
+  h5::QuietErrors quiet;
+  world_.broadcast(&value, sizeof value, 0);
+  agree_or_throw(same_on_all_ranks({name_key(name)}, world_),
+                 "set_root_attr: ranks passed different names", world_);
+  h5::write_attr(file_, name, value);
+}
+
+void RunFile::set_root_attr(const std::string& name, int64_t value) {
+  TRIDENT_CHECK(!closed_, "run file " + path_ + ": set_root_attr after close");
+  h5::QuietErrors quiet;
+  world_.broadcast(&value, sizeof value, 0);
+  agree_or_throw(same_on_all_ranks({name_key(name)}, world_),
+                 "set_root_attr: ranks passed different names", world_);
+  h5::write_attr(file_, name, value);
 }
 
 void RunFile::flush() {

@@ -14,6 +14,7 @@
 #include "trident/io/checkpoint.hpp"
 #include "trident/io/run_file.hpp"
 #include "trident/train/checkpointing.hpp"
+#include "trident/train/step_guard.hpp"
 #include "trident/train/trainer.hpp"
 
 namespace trident::train {
@@ -72,11 +73,15 @@ ResumePoint resume_point(const Config& cfg, const RunRequest& req, Trainer& trai
   return at;
 }
 
-// Test hooks: a real signal (or SIGKILL) raised by one rank at a given step.
+// Test hooks: a real signal (SIGUSR1, SIGKILL, SIGSTOP) raised by one rank
+// at a given step, and the gradient faults of train/trainer.hpp.
 struct TestHooks {
   int rank = env_int("TRIDENT_TEST_RANK", 0);
   int signal_at = env_int("TRIDENT_TEST_SIGNAL_AT_STEP", -1);
   int kill_at = env_int("TRIDENT_TEST_KILL_AT_STEP", -1);
+  int stop_at = env_int("TRIDENT_TEST_STOP_AT_STEP", -1);
+  GradientFault fault{env_int("TRIDENT_TEST_NAN_GRAD_AT_STEP", -1),
+                      env_int("TRIDENT_TEST_FLIP_GRAD_AT_STEP", -1)};
 };
 
 model::CaptureRequest capture_request(const Config& cfg) {
@@ -105,10 +110,118 @@ struct LoopTotals {
   int64_t steps_run = 0, last_ckpt_step = -1;
   std::string last_ckpt;
   int stopped_by = 0;  // the signal every rank agreed to stop on (0: none)
+  int exit_code = 0;   // 1: a guard ended the job
+  int64_t skipped = 0, skipped_in_row = 0, verified = 0;
+  double verify_s = 0;
 };
 
-// Steps [start, train.steps), until then or until a stop signal.
-LoopTotals run_steps(Trainer& trainer, RunFile& file, int64_t start) {
+// The last good checkpoint, for the guards' messages.
+std::string last_good(const LoopTotals& tot, const std::string& resumed_from) {
+  if (!tot.last_ckpt.empty()) return tot.last_ckpt + " (kept)";
+  if (!resumed_from.empty()) return resumed_from + " (resumed from, kept)";
+  return "none written yet";
+}
+
+// One line on stderr from one rank.
+void say(bool me, const char* level, const std::string& msg) {
+  if (!me) return;
+  std::fprintf(stderr, "trident: %s: %s\n", level, msg.c_str());
+  std::fflush(stderr);
+}
+
+// train.on_nonfinite: records the step, warns (skip) or ends the job (stop,
+// or train.max_skipped_steps in a row). Returns true when the job ends.
+bool nonfinite_step(const StepResult& r, const Config& cfg, Communicator* world, RunFile& file,
+                    LoopTotals& tot, const std::string& resumed_from) {
+  const int64_t step = r.metrics.step;
+  const int teller = r.nonfinite_rank >= 0 ? r.nonfinite_rank : 0;
+  char where[96] = {};
+  std::snprintf(where, sizeof where, "%s", r.nonfinite_param.c_str());
+  world->broadcast(where, sizeof where, teller);
+  const auto& t = cfg.train;
+  const bool skip = t.on_nonfinite == NonFinitePolicy::skip;
+  if (skip) ++tot.skipped;
+  if (skip) ++tot.skipped_in_row;
+  file.append_event(
+      {step, "nonfinite", r.nonfinite_rank, r.metrics.loss, r.metrics.grad_norm, where});
+  char what[320];
+  if (r.nonfinite_rank >= 0)
+    std::snprintf(what, sizeof what,
+                  "step %lld: non-finite gradient, first in parameter %s on rank %d (loss %g, grad "
+                  "norm %g)",
+                  static_cast<long long>(step), where, r.nonfinite_rank, r.metrics.loss,
+                  r.metrics.grad_norm);
+  else
+    std::snprintf(what, sizeof what,
+                  "step %lld: non-finite loss (loss %g, aux %g, grad norm %g); every gradient "
+                  "was finite before the reduction",
+                  static_cast<long long>(step), r.metrics.loss, r.metrics.aux_loss,
+                  r.metrics.grad_norm);
+  const bool me = world->rank() == teller;
+  if (skip && tot.skipped_in_row < t.max_skipped_steps) {
+    say(me, "warning",
+        std::string(what) + "; update skipped (" + std::to_string(tot.skipped_in_row) +
+            " in a row, train.max_skipped_steps = " + std::to_string(t.max_skipped_steps) + ")");
+    return false;
+  }
+  const std::string why = skip ? std::to_string(tot.skipped_in_row) +
+                                     " steps in a row skipped (train.max_skipped_steps)"
+                               : "train.on_nonfinite = \"stop\"";
+  file.append_event({step, "stop", r.nonfinite_rank, double(tot.skipped_in_row), 0, why});
+  say(me, "error",
+      std::string(what) + "; stopped (" + why +
+          "); last good checkpoint: " + last_good(tot, resumed_from));
+  tot.exit_code = 1;
+  return true;
+}
+
+// runtime.verify_every: a mismatch ends the job. Returns true when it does.
+bool verify_failed(const StepResult& r, Communicator* world, RunFile& file, LoopTotals& tot) {
+  if (!r.verified) return false;
+  ++tot.verified;
+  tot.verify_s += r.verify_s;
+  if (r.verify_mismatch.empty()) return false;
+  std::string ranks;
+  for (int x : r.verify_mismatch) ranks += (ranks.empty() ? "" : ", ") + std::to_string(x);
+  file.append_event({r.metrics.step, "verify_mismatch", r.verify_mismatch.front(),
+                     double(r.verify_mismatch.size()), 0, "ranks " + ranks});
+  say(world->rank() == r.verify_mismatch.front(), "error",
+      "step " + std::to_string(r.metrics.step) +
+          ": runtime.verify_every: the step re-executed from the same state gave other "
+          "gradients or losses (bitwise) on rank(s) " +
+          ranks + "; trident is deterministic, so suspect the hardware or memory of those ranks");
+  tot.exit_code = 1;
+  return true;
+}
+
+// train.loss_spike_factor: a stderr line and an event; every rank agrees.
+void check_spike(const StepResult& r, Communicator* world, RunFile& file,
+                 LossSpikeDetector& spikes) {
+  double median = spikes.add(r.metrics.loss);
+  world->broadcast(&median, sizeof median, 0);
+  if (median <= 0) return;
+  file.append_event({r.metrics.step, "loss_spike", -1, r.metrics.loss, median, ""});
+  char msg[200];
+  std::snprintf(msg, sizeof msg,
+                "step %lld: loss %.4f is more than train.loss_spike_factor times the running "
+                "median %.4f",
+                static_cast<long long>(r.metrics.step), r.metrics.loss, median);
+  say(world->rank() == 0, "warning", msg);
+}
+
+// The guards after a step's row is written. Returns true when the job ends.
+bool guards_stop(const StepResult& r, const Config& cfg, Communicator* world, RunFile& file,
+                 LoopTotals& tot, LossSpikeDetector& spikes, const std::string& resumed_from) {
+  if (verify_failed(r, world, file, tot)) return true;
+  if (!r.finite) return nonfinite_step(r, cfg, world, file, tot, resumed_from);
+  tot.skipped_in_row = 0;
+  if (cfg.train.loss_spike_factor > 0) check_spike(r, world, file, spikes);
+  return false;
+}
+
+// Steps [start, train.steps), until then, a stop signal or a guard's stop.
+LoopTotals run_steps(Trainer& trainer, RunFile& file, int64_t start,
+                     const std::string& resumed_from) {
   const Config& cfg = trainer.config();
   Communicator* world = trainer.comms().world;
   const int rank = world->rank();
@@ -116,9 +229,12 @@ LoopTotals run_steps(Trainer& trainer, RunFile& file, int64_t start) {
   const std::set<int> capture_steps(cfg.output.activation_steps.begin(),
                                     cfg.output.activation_steps.end());
   model::CaptureRequest capture = capture_request(cfg);
+  LossSpikeDetector spikes(cfg.train.loss_spike_factor);
+  if (rank == hooks.rank) trainer.set_gradient_fault(hooks.fault);
   LoopTotals tot;
   for (int64_t step = start; step < cfg.train.steps; ++step) {
     if (rank == hooks.rank && step == hooks.kill_at) std::raise(SIGKILL);
+    if (rank == hooks.rank && step == hooks.stop_at) std::raise(SIGSTOP);
     const bool cap = capture_steps.count(int(step)) && capture.active();
     StepResult r = trainer.train_step(step, cap ? &capture : nullptr);
     file.append_step(r.metrics, r.comm_bytes, r.expert_tokens);
@@ -131,6 +247,7 @@ LoopTotals run_steps(Trainer& trainer, RunFile& file, int64_t start) {
     tot.compute_s += r.compute_s;
     ++tot.steps_run;
     if (rank == 0) print_step(r);
+    if (guards_stop(r, cfg, world, file, tot, spikes, resumed_from)) break;
     if (rank == hooks.rank && step == hooks.signal_at) std::raise(SIGUSR1);
     // every rank sees the same decision at the same step boundary
     int stop = stop_signal_received();
@@ -169,6 +286,9 @@ void summarise(Trainer& trainer, RunFile& file, const LoopTotals& tot, const Com
                     rs.comm_wait_s[1] + rs.comm_wait_s[3]};
   world->allreduce_sum(sums, 3);
   file.set_root_attr("stopped_by_signal", tot.stopped_by ? std::to_string(tot.stopped_by) : "");
+  file.set_root_attr("skipped_steps", tot.skipped);
+  file.set_root_attr("verified_steps", tot.verified);
+  file.set_root_attr("verify_overhead_s", tot.verify_s);
   file.close();
   if (world->rank() != 0) return;
   const double denom = tot.total_time * world->size();
@@ -181,6 +301,14 @@ void summarise(Trainer& trainer, RunFile& file, const LoopTotals& tot, const Com
       tot.total_time > 0 ? tokens / tot.total_time : 0.0, pct(sums[0]), pct(sums[1]), pct(sums[2]),
       peak / 1e6, path.c_str());
   if (!tot.last_ckpt.empty()) std::printf("checkpoint: %s\n", tot.last_ckpt.c_str());
+  if (tot.skipped > 0)
+    std::printf("skipped: %lld step(s) with a non-finite loss or gradient (no update)\n",
+                static_cast<long long>(tot.skipped));
+  if (tot.verified > 0)
+    std::printf("verify: %lld step(s) re-executed, %s; overhead %.3f s (%.1f%% of step time)\n",
+                static_cast<long long>(tot.verified),
+                tot.exit_code ? "a mismatch ended the run" : "every one bitwise equal",
+                tot.verify_s, tot.total_time > 0 ? 100.0 * tot.verify_s / tot.total_time : 0.0);
   if (tot.stopped_by)
     std::printf("stopped by signal %d at step %lld: checkpoint written, resume with --resume\n",
                 tot.stopped_by, static_cast<long long>(tot.last_ckpt_step));
@@ -216,11 +344,11 @@ int run(const Config& cfg, Communicators& comms, const RunRequest& request) {
     std::fflush(stdout);
   }
   const CommCounters at_start = comm_counters();
-  const LoopTotals tot = run_steps(trainer, file, at.step);
+  const LoopTotals tot = run_steps(trainer, file, at.step, at.checkpoint);
   if (tot.last_ckpt_step < 0 && at.step == cfg.train.steps && lead)
     std::printf("nothing to do: the checkpoint is at train.steps = %d\n", cfg.train.steps);
   summarise(trainer, file, tot, at_start, path);
-  return 0;
+  return tot.exit_code;
 }
 
 }  // namespace trident::train

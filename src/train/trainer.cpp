@@ -2,12 +2,15 @@
 #include "trident/train/trainer.hpp"
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 
 #include "trident/core/error.hpp"
 #include "trident/kernels/ops.hpp"
 #include "trident/model/blocks.hpp"
 #include "trident/parallel/dp/grad_reduce.hpp"
 #include "trident/parallel/pp/generators.hpp"
+#include "trident/train/step_guard.hpp"
 
 namespace trident::train {
 
@@ -56,26 +59,84 @@ int64_t Trainer::samples_per_step() const {
   return int64_t(cfg_.data.micro_batch_size) * cfg_.data.num_microbatches * comms_.dp_size;
 }
 
-StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* capture) {
-  StepResult res;
-  const CommCounters before = comm_counters();
-  const double t_begin = now_s();
+void Trainer::compute_gradients(int64_t step, const model::CaptureRequest* capture,
+                                StepResult& res) {
   const auto& d = cfg_.data;
-  const int64_t n_seq = int64_t(d.micro_batch_size) * d.num_microbatches * comms_.dp_size;
+  const int64_t n_seq = samples_per_step();
   const double n_targets = double(n_seq) * double(data_->targets_per_sample());
   for (Param* p : stage_->params())
     kernels::fill(device_->ctx(), p->grad.ptr(), p->grad.numel(), 0.0f);
   stage_->begin_step(model::make_microbatches(*data_, d, step, comms_.dp_rank, positions_),
                      float(1.0 / n_targets), float(1.0 / double(n_seq)), capture);
   run_pipeline(step, res.events, res.compute_s);
-  {
-    // ATTN_F/ATTN_B: begin of the call, length = kernel time on this rank.
-    TimelineSink timeline(res.events, comms_.world ? comms_.world->rank() : 0, step);
-    for (const model::AttnSpan& a : stage_->take_attention_spans())
-      if (cfg_.output.timeline)
-        timeline.span(prof::Span{a.backward ? "ATTN_B" : "ATTN_F", comms_.pp_rank, a.layer, -1,
-                                 a.t_begin_s, a.t_begin_s + a.compute_s});
+  // ATTN_F/ATTN_B: begin of the call, length = kernel time on this rank.
+  TimelineSink timeline(res.events, comms_.world ? comms_.world->rank() : 0, step);
+  for (const model::AttnSpan& a : stage_->take_attention_spans())
+    if (cfg_.output.timeline)
+      timeline.span(prof::Span{a.backward ? "ATTN_B" : "ATTN_F", comms_.pp_rank, a.layer, -1,
+                               a.t_begin_s, a.t_begin_s + a.compute_s});
+  if (step == fault_.nan_at && !stage_->params().empty())
+    stage_->params().front()->grad.ptr()[0] = std::numeric_limits<float>::quiet_NaN();
+}
+
+void Trainer::verify_step(int64_t step, StepResult& res) {
+  const double t0 = now_s();
+  auto sums = [&] {
+    return std::vector<double>{stage_->loss_sum(), stage_->aux_sum(), stage_->z_sum()};
+  };
+  StepSnapshot first;
+  first.take(stage_->params(), sums());
+  StepResult again;  // its events and compute time are not this step's
+  compute_gradients(step, nullptr, again);
+  if (step == fault_.flip_at && !stage_->params().empty()) {
+    uint32_t bits;
+    float* g = stage_->params().front()->grad.ptr();
+    std::memcpy(&bits, g, sizeof bits);
+    bits ^= 1u;
+    std::memcpy(g, &bits, sizeof bits);
   }
+  const int differs = first.same_bits(stage_->params(), sums()) ? 0 : 1;
+  const int world = comms_.world ? comms_.world->size() : 1;
+  std::vector<int> all(size_t(world), differs);
+  if (world > 1) comms_.world->allgather(&differs, all.data(), sizeof(int));
+  res.verified = true;
+  for (int r = 0; r < world; ++r)
+    if (all[size_t(r)]) res.verify_mismatch.push_back(r);
+  res.verify_s = now_s() - t0;
+  if (world > 1) comms_.world->allreduce_max(&res.verify_s, 1);
+}
+
+void Trainer::agree_on_finite(int local_first, bool sums_finite, StepResult& res) {
+  const int world = comms_.world ? comms_.world->size() : 1;
+  const int rank = comms_.world ? comms_.world->rank() : 0;
+  const int n_layers = cfg_.model.n_layers;
+  const auto params = stage_->params();
+  // Rounding can differ between ranks near an overflow: one reduction makes
+  // the verdict (and where it came from) the same everywhere.
+  int64_t agree[2] = {sums_finite ? 1 : 0, kNoKey};
+  if (local_first >= 0)
+    agree[1] =
+        nonfinite_key(model_order_of(params[size_t(local_first)]->name, n_layers), rank, world);
+  if (world > 1) comms_.world->allreduce_min(agree, 2);
+  res.finite = agree[0] == 1 && agree[1] == kNoKey;
+  if (agree[1] == kNoKey) return;
+  res.nonfinite_rank = rank_of_key(agree[1], world);
+  if (res.nonfinite_rank == rank)
+    res.nonfinite_param = describe_param(params[size_t(local_first)]->name, n_layers);
+}
+
+StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* capture) {
+  StepResult res;
+  const CommCounters before = comm_counters();
+  const double t_begin = now_s();
+  const int64_t n_seq = samples_per_step();
+  const double n_targets = double(n_seq) * double(data_->targets_per_sample());
+  compute_gradients(step, capture, res);
+  res.captures = stage_->take_captures();
+  const int every = cfg_.runtime.verify_every;
+  if (every > 0 && (step + 1) % every == 0) verify_step(step, res);
+  // Where a non-finite value came from is visible only before the reduction.
+  const int local_first = first_nonfinite_gradient(stage_->params(), cfg_.model.n_layers);
 
   dp::reduce_gradients(stage_->params(), comms_.dpcp, comms_.expert_replica, device_->ctx());
 
@@ -84,16 +145,22 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
   res.expert_tokens = stage_->expert_tokens();
   if (comms_.world && comms_.world->size() > 1)
     for (auto& row : res.expert_tokens) comms_.world->allreduce_sum(row.data(), row.size());
-  stage_->update_router_bias(res.expert_tokens);
 
   const double norm = std::sqrt(dp::global_grad_sumsq(
       stage_->params(), comms_.dpcp, comms_.expert_replica, comms_.world, device_->ctx()));
-  const double clip = cfg_.train.grad_clip;
-  const float scale = clip > 0 && norm > clip ? float(clip / (norm + 1e-6)) : 1.0f;
   const double lr = learning_rate(cfg_.train, step);
-  opt_->step(lr, scale);
+  agree_on_finite(local_first,
+                  std::isfinite(sums[0]) && std::isfinite(sums[1]) && std::isfinite(sums[2]) &&
+                      std::isfinite(norm),
+                  res);
+  res.applied = res.finite && res.verify_mismatch.empty();
+  if (res.applied) {
+    stage_->update_router_bias(res.expert_tokens);
+    const double clip = cfg_.train.grad_clip;
+    const float scale = clip > 0 && norm > clip ? float(clip / (norm + 1e-6)) : 1.0f;
+    opt_->step(lr, scale);
+  }
 
-  const double t_end = now_s();
   StepMetrics& m = res.metrics;
   m.step = step;
   m.loss = sums[0] / n_targets;
@@ -101,6 +168,13 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
   m.z_loss = sums[2] / double(n_seq);
   m.lr = lr;
   m.grad_norm = norm;
+  fill_timing(res, before, t_begin);
+  return res;
+}
+
+void Trainer::fill_timing(StepResult& res, const CommCounters& before, double t_begin) {
+  const double t_end = now_s();
+  StepMetrics& m = res.metrics;
   // the step's makespan over all ranks, and each rank's idle share of it
   double span[2] = {-t_begin, t_end};
   double bubble = 0;
@@ -118,8 +192,6 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
   for (int k = 0; k < kNumCommKinds; ++k) res.comm_bytes[size_t(k)] = diff.bytes_sent[size_t(k)];
   if (comms_.world && comms_.world->size() > 1)
     comms_.world->allreduce_sum(res.comm_bytes.data(), res.comm_bytes.size());
-  res.captures = stage_->take_captures();
-  return res;
 }
 
 }  // namespace trident::train

@@ -45,6 +45,7 @@ enum class PipelineSchedule {
 enum class Backend { cpu, cuda, automatic };                            // runtime.backend
 enum class CommBackend { mpi, nccl, automatic };                        // runtime.comm
 enum class EpTransportChoice { alltoallv, shm, automatic };             // runtime.ep_transport
+enum class NonFinitePolicy { stop, skip };                              // train.on_nonfinite
 
 template <typename E>
 struct ConfigNames;  // ::names: the TOML spelling of each value, in the enum's order
@@ -80,6 +81,10 @@ struct ConfigNames<CommBackend> {
 template <>
 struct ConfigNames<EpTransportChoice> {
   static constexpr std::array<std::string_view, 3> names = {"alltoallv", "shm", "auto"};
+};
+template <>
+struct ConfigNames<NonFinitePolicy> {
+  static constexpr std::array<std::string_view, 2> names = {"stop", "skip"};
 };
 
 // The TOML spelling of v ("1f1b" for PipelineSchedule::one_f_one_b).
@@ -159,6 +164,11 @@ struct TrainConfig {
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
+  // A step whose loss, aux losses or gradient norm is not finite: stop the
+  // job (exit 1, no checkpoint of it) or skip its update.
+  NonFinitePolicy on_nonfinite = NonFinitePolicy::stop;
+  int max_skipped_steps = 5;       // skip: stop after this many skipped steps in a row
+  double loss_spike_factor = 0.0;  // warn when loss > factor x running median; 0: off
 
   bool operator==(const TrainConfig&) const = default;
 };
@@ -170,6 +180,7 @@ struct RuntimeConfig {
   // additions:
   EpTransportChoice ep_transport = EpTransportChoice::automatic;  // MoE token exchange
   double ep_shm_limit_mb = 0;         // shared memory one MoE layer's exchange may hold; 0: no cap
+  int verify_every = 0;  // every N-th step runs twice and compares bitwise; 0: off
 
   bool operator==(const RuntimeConfig&) const = default;
 };

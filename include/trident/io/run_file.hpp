@@ -32,6 +32,18 @@ struct TimelineEvent {
   double t_begin_s = 0, t_end_s = 0;  // one clock for all ranks (now_s())
 };
 
+// Something the step guards saw (/events): kind is "nonfinite" (a step's
+// loss, aux losses or gradient norm not finite), "loss_spike",
+// "verify_mismatch" or "stop" (the guards ended the job); value and reference
+// depend on the kind (share/trident/hdf5-layout.md).
+struct RunEvent {
+  int64_t step = 0;
+  std::string kind;   // at most 15 characters
+  int32_t rank = -1;  // the rank it concerns (-1: none in particular)
+  double value = 0, reference = 0;
+  std::string detail;  // at most 95 characters kept
+};
+
 // Per-rank scalar summary written once at the end (/ranks/summary).
 struct RankSummary {
   int32_t rank = 0;
@@ -62,8 +74,9 @@ class RunFile {
 
   // Rank 0's values are written; collective (dataset extension). Flushes the
   // file, so the row survives a crash that follows.
-  void append_step(const StepMetrics& m, const std::array<double, 4>& comm_bytes_all_ranks,
-                   const std::vector<std::vector<int64_t>>& expert_tokens /* [moe_layer][expert] */);
+  void append_step(
+      const StepMetrics& m, const std::array<double, 4>& comm_bytes_all_ranks,
+      const std::vector<std::vector<int64_t>>& expert_tokens /* [moe_layer][expert] */);
   // Each rank passes its own events; collective. One call appends every
   // rank's events, rank 0's first. kind has at most 15 characters.
   void append_events(const std::vector<TimelineEvent>& mine);
@@ -74,12 +87,17 @@ class RunFile {
   // passes the same step, layer, name, global_shape and sample_ids; exactly
   // one rank writes each position (unwritten positions read as NaN).
   void write_activation(int step, int layer, const std::string& name,
-                        const std::vector<int64_t>& global_shape, const std::vector<int>& sample_ids,
-                        const float* local, const std::vector<int64_t>& global_positions);
+                        const std::vector<int64_t>& global_shape,
+                        const std::vector<int>& sample_ids, const float* local,
+                        const std::vector<int64_t>& global_positions);
+  // Every rank passes the same event (rank 0's is written); collective.
+  void append_event(const RunEvent& e);
   // Per-rank summary at the end; collective.
   void write_rank_summaries(const RankSummary& mine);
   // Free-form attribute on the root group (rank 0's value); collective.
   void set_root_attr(const std::string& name, const std::string& value);
+  void set_root_attr(const std::string& name, double value);
+  void set_root_attr(const std::string& name, int64_t value);
   void flush();
   // Marks the run complete (root attribute completed = 1) and closes (collective).
   void close();
@@ -89,7 +107,7 @@ class RunFile {
   Communicator& world_;  // host (MPI) group: collectives and the MPI-IO driver
   int rank_ = 0, size_ = 1;
   hid_t file_ = -1;
-  int64_t steps_ = 0, events_ = 0;
+  int64_t steps_ = 0, events_ = 0, run_events_ = 0;
   int moe_layers_ = 0, n_experts_ = 0;
   bool closed_ = false;
 };

@@ -4,6 +4,13 @@
 // them through the pipeline schedule (pp = 1 too: one stage), sum
 // gradients over their replicas (parallel/dp), agree on the loss, clip by
 // the global gradient norm, update with AdamW and move the router bias.
+// The update is applied only when the loss, the aux losses and the gradient
+// norm are finite (the same values on every rank, so every rank decides
+// alike); otherwise parameters, optimizer state (AdamW's t included) and
+// router biases stay as they were, and the result says where the first
+// non-finite gradient appeared. Every runtime.verify_every-th step runs its
+// forward and backward twice and compares this rank's gradients and loss
+// sums bit for bit (a deterministic program differs only on faulty hardware).
 // The loss is the mean over every target token of the global batch, so every
 // mesh reports the one-rank loss. Serial use (unit tests) passes no
 // communicators at all.
@@ -41,6 +48,28 @@ struct StepResult {
   std::vector<TimelineEvent> events;       // this rank's F/B/W/SEND/RECV of the step
   double compute_s = 0;                    // this rank's time in F, B, W
   std::vector<model::Capture> captures;    // this rank's activation captures
+  // The guard, the same on every rank: loss, aux losses and gradient norm
+  // finite; the optimizer update applied (only when finite and, on a
+  // verified step, both runs agreed).
+  bool finite = true, applied = true;
+  // Not finite: the world rank whose own gradient (before the reduction)
+  // first held a NaN or infinity (model order, then rank; -1: none did, only
+  // the loss), and on that rank alone the parameter ("layers.2.attn.wq (layer 2)").
+  int nonfinite_rank = -1;
+  std::string nonfinite_param;
+  // runtime.verify_every: the step ran twice; the world ranks whose second
+  // run differed (the same list on every rank); the re-run's time (max over ranks).
+  bool verified = false;
+  std::vector<int> verify_mismatch;
+  double verify_s = 0;
+};
+
+// Test hooks, set from TRIDENT_TEST_* by train::run on one rank only: at
+// step nan_at this rank's first gradient element becomes NaN after the
+// backward; at step flip_at (a verified step) its lowest bit flips in the
+// re-run, as a memory fault would.
+struct GradientFault {
+  int64_t nan_at = -1, flip_at = -1;
 };
 
 class Trainer {
@@ -56,6 +85,7 @@ class Trainer {
 
   // Runs step `step` (0-based). capture: activations to keep (null: none).
   StepResult train_step(int64_t step, const model::CaptureRequest* capture = nullptr);
+  void set_gradient_fault(GradientFault f) { fault_ = f; }
 
   model::ModelStage& stage() { return *stage_; }
   AdamW& optimizer() { return *opt_; }
@@ -74,6 +104,15 @@ class Trainer {
  private:
   void init_pipeline();
   void run_pipeline(int64_t step, std::vector<TimelineEvent>& events, double& compute_s);
+  // Forward and backward of the step into the gradients (zeroed first).
+  void compute_gradients(int64_t step, const model::CaptureRequest* capture, StepResult& res);
+  // runtime.verify_every: runs the step again and compares (StepResult::verify_*).
+  void verify_step(int64_t step, StepResult& res);
+  // Agrees on StepResult::finite and on the first non-finite gradient
+  // (local_first: this rank's, before the reduction; sums_finite: its view of
+  // the reduced loss sums and norm).
+  void agree_on_finite(int local_first, bool sums_finite, StepResult& res);
+  void fill_timing(StepResult& res, const CommCounters& before, double t_begin);
 
   Config cfg_;
   TrainComms comms_;
@@ -83,6 +122,7 @@ class Trainer {
   std::unique_ptr<AdamW> opt_;
   std::vector<int64_t> positions_;
   std::unique_ptr<Pipeline> pipe_;
+  GradientFault fault_;
 };
 
 // The profiler spans of one step as this rank's timeline events

@@ -1,0 +1,91 @@
+// Helpers of the step guards (see train/step_guard.hpp).
+#include "trident/train/step_guard.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace trident::train {
+
+int model_order_of(const std::string& name, int n_layers) {
+  static const std::string kLayers = "layers.";
+  if (name.rfind(kLayers, 0) == 0) {
+    const size_t end = name.find('.', kLayers.size());
+    try {
+      return std::stoi(name.substr(kLayers.size(), end - kLayers.size()));
+    } catch (const std::exception&) {
+      return n_layers;
+    }
+  }
+  return name.rfind("embed", 0) == 0 ? -1 : n_layers;
+}
+
+std::string describe_param(const std::string& name, int n_layers) {
+  const int order = model_order_of(name, n_layers);
+  if (order < 0) return name + " (before layer 0)";
+  if (order >= n_layers) return name + " (after the last layer)";
+  return name + " (layer " + std::to_string(order) + ")";
+}
+
+int first_nonfinite_gradient(const std::vector<Param*>& params, int n_layers) {
+  int best = -1, best_order = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Param& p = *params[i];
+    const float* g = p.grad.ptr();
+    const int64_t n = p.grad.numel();
+    bool finite = true;
+    for (int64_t k = 0; k < n && finite; ++k) finite = std::isfinite(g[k]);
+    if (finite) continue;
+    const int order = model_order_of(p.name, n_layers);
+    if (best < 0 || order < best_order) {
+      best = int(i);
+      best_order = order;
+    }
+  }
+  return best;
+}
+
+int64_t nonfinite_key(int order, int rank, int world_size) {
+  return (int64_t(order) + 1) * world_size + rank;
+}
+
+int rank_of_key(int64_t key, int world_size) { return int(key % world_size); }
+
+double LossSpikeDetector::add(double loss) {
+  if (factor_ <= 0 || !std::isfinite(loss)) return 0;
+  double spike_of = 0;
+  if (recent_.size() >= min_steps_) {
+    std::vector<double> v(recent_.begin(), recent_.end());
+    std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
+    const double median = v[v.size() / 2];
+    if (loss > factor_ * median) spike_of = median;
+  }
+  recent_.push_back(loss);
+  if (recent_.size() > window_) recent_.pop_front();
+  return spike_of;
+}
+
+void StepSnapshot::take(const std::vector<Param*>& params, const std::vector<double>& sums) {
+  grads_.clear();
+  for (const Param* p : params)
+    grads_.insert(grads_.end(), p->grad.ptr(), p->grad.ptr() + p->grad.numel());
+  sums_ = sums;
+}
+
+bool StepSnapshot::same_bits(const std::vector<Param*>& params,
+                             const std::vector<double>& sums) const {
+  if (sums.size() != sums_.size() ||
+      std::memcmp(sums.data(), sums_.data(), sums.size() * sizeof(double)) != 0)
+    return false;
+  size_t off = 0;
+  for (const Param* p : params) {
+    const size_t n = size_t(p->grad.numel());
+    if (off + n > grads_.size() ||
+        std::memcmp(p->grad.ptr(), grads_.data() + off, n * sizeof(float)) != 0)
+      return false;
+    off += n;
+  }
+  return off == grads_.size();
+}
+
+}  // namespace trident::train
