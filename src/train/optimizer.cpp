@@ -19,7 +19,7 @@ double learning_rate(const TrainConfig& t, int64_t step) {
 AdamW::AdamW(std::vector<Param*> params, const TrainConfig& t, const kernels::Ctx& ctx)
     : ctx_(ctx), params_(std::move(params)), cfg_(t) {
   for (Param* p : params_)
-    state_.emplace(p->name, std::make_pair(Tensor(p->value.shape), Tensor(p->value.shape)));
+    state_.emplace(p->name, std::make_pair(Tensor(p->value.shape()), Tensor(p->value.shape())));
 }
 
 void AdamW::step(double lr, float grad_scale) {

@@ -106,7 +106,7 @@ std::vector<Param*> MoELayer::params() {
 std::vector<Param*> MoELayer::buffers() {
   if (router_.options().scoring != RouterScoring::sigmoid_bias) return {};
   // The bias lives in the router; mirror it so a checkpoint sees current values.
-  std::copy(router_.bias().begin(), router_.bias().end(), bias_.value.data.begin());
+  std::copy(router_.bias().begin(), router_.bias().end(), bias_.value.ptr());
   return {&bias_};
 }
 
