@@ -62,7 +62,7 @@ DeviceContext::DeviceContext(Device device) : backend_(std::make_unique<Backend>
   if (device.is_cpu()) {
     alloc_ = &cpu_allocator();
     backend_->workspace = std::make_unique<Workspace>(*alloc_);
-    ctx_ = Ctx{device, nullptr, nullptr, backend_->workspace.get()};
+    ctx_ = Ctx{device, nullptr, nullptr, backend_->workspace.get(), alloc_};
     return;
   }
 #ifdef TRIDENT_HAVE_CUDA

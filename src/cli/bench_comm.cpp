@@ -53,91 +53,108 @@ struct Buffers {
   std::vector<int64_t> sc, sd, rc, rd;
 };
 
+CommOp allreduce_op(Buffers& buf) {
+  return {"allreduce",
+          "bytes reduced per rank",
+          [](int p) { return 2.0 * (p - 1) / p; },
+          [](size_t bytes, int) { return bytes / sizeof(float); },
+          [](int) { return size_t(1); },
+          [&buf](Communicator& c, size_t n) {
+            buf.a.resize(n);
+            for (size_t i = 0; i < n; ++i) buf.a[i] = sum_value(c.rank(), i);
+          },
+          [&buf](Communicator& c, size_t n) { c.allreduce_sum(buf.a.data(), n); },
+          [&buf](Communicator& c, size_t n) {
+            int64_t bad = 0;
+            for (size_t i = 0; i < n; ++i) {
+              float ref = 0;
+              for (int r = 0; r < c.size(); ++r) ref += sum_value(r, i);
+              bad += buf.a[i] != ref;
+            }
+            return bad;
+          }};
+}
+
+CommOp allgather_op(Buffers& buf) {
+  return {"allgather",
+          "bytes gathered (all ranks)",
+          [](int p) { return double(p - 1) / p; },
+          [](size_t bytes, int p) { return bytes / sizeof(float) / size_t(p); },
+          [](int p) { return size_t(p); },
+          [&buf](Communicator& c, size_t n) {
+            buf.a.resize(n);
+            buf.b.assign(n * size_t(c.size()), -1.0f);
+            for (size_t i = 0; i < n; ++i) buf.a[i] = own_value(c.rank(), i);
+          },
+          [&buf](Communicator& c, size_t n) {
+            c.allgather(buf.a.data(), buf.b.data(), n * sizeof(float));
+          },
+          [&buf](Communicator& c, size_t n) {
+            int64_t bad = 0;
+            for (int r = 0; r < c.size(); ++r)
+              for (size_t i = 0; i < n; ++i) bad += buf.b[r * n + i] != own_value(r, i);
+            return bad;
+          }};
+}
+
+CommOp alltoall_op(Buffers& buf) {
+  return {"alltoall",
+          "bytes sent per rank",
+          [](int p) { return double(p - 1) / p; },
+          [](size_t bytes, int p) { return bytes / sizeof(float) / size_t(p); },
+          [](int p) { return size_t(p); },
+          [&buf](Communicator& c, size_t n) {
+            const int p = c.size();
+            buf.a.resize(n * p);
+            buf.b.assign(n * p, -1.0f);
+            buf.sc.assign(p, int64_t(n));
+            buf.rc = buf.sc;
+            buf.sd.resize(p);
+            for (int d = 0; d < p; ++d) buf.sd[d] = int64_t(d) * int64_t(n);
+            buf.rd = buf.sd;
+            for (int d = 0; d < p; ++d)
+              for (size_t j = 0; j < n; ++j) buf.a[d * n + j] = pair_value(c.rank(), d, p, j);
+          },
+          [&buf](Communicator& c, size_t) {
+            c.alltoallv(buf.a.data(), buf.sc, buf.sd, buf.b.data(), buf.rc, buf.rd, sizeof(float));
+          },
+          [&buf](Communicator& c, size_t n) {
+            int64_t bad = 0;
+            for (int s = 0; s < c.size(); ++s)
+              for (size_t j = 0; j < n; ++j)
+                bad += buf.b[s * n + j] != pair_value(s, c.rank(), c.size(), j);
+            return bad;
+          }};
+}
+
+CommOp sendrecv_op(Buffers& buf) {
+  return {"sendrecv",
+          "bytes sent per rank (ring)",
+          [](int) { return 1.0; },
+          [](size_t bytes, int) { return bytes / sizeof(float); },
+          [](int) { return size_t(1); },
+          [&buf](Communicator& c, size_t n) {
+            buf.a.resize(n);
+            buf.b.assign(n, -1.0f);
+            for (size_t i = 0; i < n; ++i) buf.a[i] = own_value(c.rank(), i);
+          },
+          [&buf](Communicator& c, size_t n) {
+            const int p = c.size(), me = c.rank();
+            buf.reqs.clear();
+            buf.reqs.push_back(c.irecv(buf.b.data(), n * sizeof(float), (me + p - 1) % p, 11));
+            buf.reqs.push_back(c.isend(buf.a.data(), n * sizeof(float), (me + 1) % p, 11));
+            c.wait_all(buf.reqs);
+          },
+          [&buf](Communicator& c, size_t n) {
+            const int prev = (c.rank() + c.size() - 1) % c.size();
+            int64_t bad = 0;
+            for (size_t i = 0; i < n; ++i) bad += buf.b[i] != own_value(prev, i);
+            return bad;
+          }};
+}
+
 std::vector<CommOp> make_ops(Buffers& buf) {
-  std::vector<CommOp> ops;
-  ops.push_back({"allreduce", "bytes reduced per rank", [](int p) { return 2.0 * (p - 1) / p; },
-                 [](size_t bytes, int) { return bytes / sizeof(float); },
-                 [](int) { return size_t(1); },
-                 [&buf](Communicator& c, size_t n) {
-                   buf.a.resize(n);
-                   for (size_t i = 0; i < n; ++i) buf.a[i] = sum_value(c.rank(), i);
-                 },
-                 [&buf](Communicator& c, size_t n) { c.allreduce_sum(buf.a.data(), n); },
-                 [&buf](Communicator& c, size_t n) {
-                   int64_t bad = 0;
-                   for (size_t i = 0; i < n; ++i) {
-                     float ref = 0;
-                     for (int r = 0; r < c.size(); ++r) ref += sum_value(r, i);
-                     bad += buf.a[i] != ref;
-                   }
-                   return bad;
-                 }});
-  ops.push_back({"allgather", "bytes gathered (all ranks)", [](int p) { return double(p - 1) / p; },
-                 [](size_t bytes, int p) { return bytes / sizeof(float) / size_t(p); },
-                 [](int p) { return size_t(p); },
-                 [&buf](Communicator& c, size_t n) {
-                   buf.a.resize(n);
-                   buf.b.assign(n * size_t(c.size()), -1.0f);
-                   for (size_t i = 0; i < n; ++i) buf.a[i] = own_value(c.rank(), i);
-                 },
-                 [&buf](Communicator& c, size_t n) {
-                   c.allgather(buf.a.data(), buf.b.data(), n * sizeof(float));
-                 },
-                 [&buf](Communicator& c, size_t n) {
-                   int64_t bad = 0;
-                   for (int r = 0; r < c.size(); ++r)
-                     for (size_t i = 0; i < n; ++i) bad += buf.b[r * n + i] != own_value(r, i);
-                   return bad;
-                 }});
-  ops.push_back({"alltoall", "bytes sent per rank", [](int p) { return double(p - 1) / p; },
-                 [](size_t bytes, int p) { return bytes / sizeof(float) / size_t(p); },
-                 [](int p) { return size_t(p); },
-                 [&buf](Communicator& c, size_t n) {
-                   const int p = c.size();
-                   buf.a.resize(n * p);
-                   buf.b.assign(n * p, -1.0f);
-                   buf.sc.assign(p, int64_t(n));
-                   buf.rc = buf.sc;
-                   buf.sd.resize(p);
-                   for (int d = 0; d < p; ++d) buf.sd[d] = int64_t(d) * int64_t(n);
-                   buf.rd = buf.sd;
-                   for (int d = 0; d < p; ++d)
-                     for (size_t j = 0; j < n; ++j)
-                       buf.a[d * n + j] = pair_value(c.rank(), d, p, j);
-                 },
-                 [&buf](Communicator& c, size_t) {
-                   c.alltoallv(buf.a.data(), buf.sc, buf.sd, buf.b.data(), buf.rc, buf.rd,
-                               sizeof(float));
-                 },
-                 [&buf](Communicator& c, size_t n) {
-                   int64_t bad = 0;
-                   for (int s = 0; s < c.size(); ++s)
-                     for (size_t j = 0; j < n; ++j)
-                       bad += buf.b[s * n + j] != pair_value(s, c.rank(), c.size(), j);
-                   return bad;
-                 }});
-  ops.push_back(
-      {"sendrecv", "bytes sent per rank (ring)", [](int) { return 1.0; },
-       [](size_t bytes, int) { return bytes / sizeof(float); }, [](int) { return size_t(1); },
-       [&buf](Communicator& c, size_t n) {
-         buf.a.resize(n);
-         buf.b.assign(n, -1.0f);
-         for (size_t i = 0; i < n; ++i) buf.a[i] = own_value(c.rank(), i);
-       },
-       [&buf](Communicator& c, size_t n) {
-         const int p = c.size(), me = c.rank();
-         buf.reqs.clear();
-         buf.reqs.push_back(c.irecv(buf.b.data(), n * sizeof(float), (me + p - 1) % p, 11));
-         buf.reqs.push_back(c.isend(buf.a.data(), n * sizeof(float), (me + 1) % p, 11));
-         c.wait_all(buf.reqs);
-       },
-       [&buf](Communicator& c, size_t n) {
-         const int prev = (c.rank() + c.size() - 1) % c.size();
-         int64_t bad = 0;
-         for (size_t i = 0; i < n; ++i) bad += buf.b[i] != own_value(prev, i);
-         return bad;
-       }});
-  return ops;
+  return {allreduce_op(buf), allgather_op(buf), alltoall_op(buf), sendrecv_op(buf)};
 }
 
 size_t parse_size(const std::string& flag, const std::string& s) {
@@ -185,30 +202,10 @@ class BenchCommCommand : public Command {
   int run() override {
     const size_t lo = parse_size("--min-bytes", min_bytes_);
     const size_t hi = parse_size("--max-bytes", max_bytes_);
-    if (lo > hi)
-      throw InputError("--min-bytes " + min_bytes_ + " is larger than --max-bytes " + max_bytes_);
-    if (iters_ < 1) throw InputError("--iters " + std::to_string(iters_) + ": must be >= 1");
-    if (warmup_ < 0) throw InputError("--warmup " + std::to_string(warmup_) + ": must be >= 0");
-    static const char* kGroups[] = {"world", "cp", "pp", "dp", "dpcp", "ep"};
-    if (std::find(std::begin(kGroups), std::end(kGroups), group_) == std::end(kGroups))
-      throw InputError("--group " + group_ + ": must be one of world, cp, pp, dp, dpcp, ep");
-
+    check_options(lo, hi);
     Buffers buf;
-    std::vector<CommOp> all_ops = make_ops(buf);
-    std::vector<const CommOp*> chosen;
-    {
-      std::stringstream ss(ops_);
-      std::string name;
-      while (std::getline(ss, name, ',')) {
-        auto it = std::find_if(all_ops.begin(), all_ops.end(),
-                               [&](const CommOp& o) { return name == o.name; });
-        if (it == all_ops.end())
-          throw InputError("--ops " + ops_ + ": unknown operation '" + name +
-                           "' (allreduce, allgather, alltoall, sendrecv)");
-        chosen.push_back(&*it);
-      }
-      if (chosen.empty()) throw InputError("--ops: name at least one operation");
-    }
+    const std::vector<CommOp> all_ops = make_ops(buf);
+    const std::vector<const CommOp*> chosen = chosen_ops(all_ops);
 
     const int world_size = comm_world_size(), rank = comm_world_rank();
     Config cfg = load_config(config_path_, sets_);
@@ -216,50 +213,14 @@ class BenchCommCommand : public Command {
     auto job = world_communicator(cfg.runtime.timeout_s);
     auto comms = build_communicators(*job, cfg, detect_topology(*job, cfg));
     Communicator& world = *comms->world;
-    Communicator* group = group_ == "world"  ? comms->world.get()
-                          : group_ == "cp"   ? comms->cp.get()
-                          : group_ == "pp"   ? comms->pp.get()
-                          : group_ == "dp"   ? comms->dp.get()
-                          : group_ == "dpcp" ? comms->dpcp.get()
-                                             : comms->ep.get();
-    const int p = group->size();
+    Communicator& group = group_communicator(*comms);
 
     std::vector<BenchTable> tables;
     int64_t total_wrong = 0;
     for (const CommOp* op : chosen) {
-      BenchTable t;
-      t.name = std::string("comm_") + op->name + (group_ == "world" ? "" : "_" + group_);
-      std::ostringstream title;
-      title << op->name << " on " << group_ << ": " << world_size / p << " group(s) of " << p
-            << " ranks at once, float32, " << iters_ << " iterations";
-      t.title = title.str();
-      t.columns = {"size_B", "count", "type", "time_us", "algbw_GB/s", "busbw_GB/s", "#wrong"};
-      char factor[32];
-      std::snprintf(factor, sizeof factor, "%.4g", op->bus_factor(p));
-      t.notes.push_back(std::string("size: ") + op->what + "; busbw = algbw x " + factor + " for " +
-                        std::to_string(p) + " ranks; time: slowest rank, mean over iterations");
-      for (size_t bytes = lo; bytes <= hi; bytes *= 2) {
-        const size_t n = op->count(bytes, p);
-        if (n == 0) continue;
-        // What is actually moved after rounding down to whole elements per rank.
-        const size_t elems = n * op->scale(p), moved = elems * sizeof(float);
-        // Correctness on fresh inputs, then the timed loop on the same buffers.
-        op->prepare(*group, n);
-        op->run(*group, n);
-        int64_t wrong = op->wrong(*group, n);
-        world.allreduce_sum(&wrong, 1);
-        total_wrong += wrong;
-        for (int i = 0; i < warmup_; ++i) op->run(*group, n);
-        world.barrier();
-        const double t0 = now_s();
-        for (int i = 0; i < iters_; ++i) op->run(*group, n);
-        double dt = (now_s() - t0) / iters_;
-        world.allreduce_max(&dt, 1);
-        const double algbw = double(moved) / dt / 1e9;
-        t.add_row({static_cast<long long>(moved), static_cast<long long>(elems),
-                   std::string("float"), dt * 1e6, algbw, algbw * op->bus_factor(p),
-                   static_cast<long long>(wrong)});
-      }
+      BenchTable t = table_of(*op, group.size(), world_size);
+      for (size_t bytes = lo; bytes <= hi; bytes *= 2)
+        total_wrong += measure(*op, bytes, group, world, t);
       if (rank == 0) {
         std::fputs(t.format().c_str(), stdout);
         std::fputs("\n", stdout);
@@ -282,6 +243,83 @@ class BenchCommCommand : public Command {
   }
 
  private:
+  void check_options(size_t lo, size_t hi) const {
+    if (lo > hi)
+      throw InputError("--min-bytes " + min_bytes_ + " is larger than --max-bytes " + max_bytes_);
+    if (iters_ < 1) throw InputError("--iters " + std::to_string(iters_) + ": must be >= 1");
+    if (warmup_ < 0) throw InputError("--warmup " + std::to_string(warmup_) + ": must be >= 0");
+    static const char* kGroups[] = {"world", "cp", "pp", "dp", "dpcp", "ep"};
+    if (std::find(std::begin(kGroups), std::end(kGroups), group_) == std::end(kGroups))
+      throw InputError("--group " + group_ + ": must be one of world, cp, pp, dp, dpcp, ep");
+  }
+
+  // The operations --ops names, in its order.
+  std::vector<const CommOp*> chosen_ops(const std::vector<CommOp>& all_ops) const {
+    std::vector<const CommOp*> chosen;
+    std::stringstream ss(ops_);
+    std::string name;
+    while (std::getline(ss, name, ',')) {
+      auto it = std::find_if(all_ops.begin(), all_ops.end(),
+                             [&](const CommOp& o) { return name == o.name; });
+      if (it == all_ops.end())
+        throw InputError("--ops " + ops_ + ": unknown operation '" + name +
+                         "' (allreduce, allgather, alltoall, sendrecv)");
+      chosen.push_back(&*it);
+    }
+    if (chosen.empty()) throw InputError("--ops: name at least one operation");
+    return chosen;
+  }
+
+  Communicator& group_communicator(Communicators& comms) const {
+    return *(group_ == "world"  ? comms.world.get()
+             : group_ == "cp"   ? comms.cp.get()
+             : group_ == "pp"   ? comms.pp.get()
+             : group_ == "dp"   ? comms.dp.get()
+             : group_ == "dpcp" ? comms.dpcp.get()
+                                : comms.ep.get());
+  }
+
+  // The empty table of one operation: name, title, columns, notes.
+  BenchTable table_of(const CommOp& op, int p, int world_size) const {
+    BenchTable t;
+    t.name = std::string("comm_") + op.name + (group_ == "world" ? "" : "_" + group_);
+    std::ostringstream title;
+    title << op.name << " on " << group_ << ": " << world_size / p << " group(s) of " << p
+          << " ranks at once, float32, " << iters_ << " iterations";
+    t.title = title.str();
+    t.columns = {"size_B", "count", "type", "time_us", "algbw_GB/s", "busbw_GB/s", "#wrong"};
+    char factor[32];
+    std::snprintf(factor, sizeof factor, "%.4g", op.bus_factor(p));
+    t.notes.push_back(std::string("size: ") + op.what + "; busbw = algbw x " + factor + " for " +
+                      std::to_string(p) + " ranks; time: slowest rank, mean over iterations");
+    return t;
+  }
+
+  // One size of one operation: correctness on fresh inputs, then the timed
+  // loop on the same buffers; a row of t. Returns the wrong elements (all ranks).
+  int64_t measure(const CommOp& op, size_t bytes, Communicator& group, Communicator& world,
+                  BenchTable& t) const {
+    const int p = group.size();
+    const size_t n = op.count(bytes, p);
+    if (n == 0) return 0;
+    // What is actually moved after rounding down to whole elements per rank.
+    const size_t elems = n * op.scale(p), moved = elems * sizeof(float);
+    op.prepare(group, n);
+    op.run(group, n);
+    int64_t wrong = op.wrong(group, n);
+    world.allreduce_sum(&wrong, 1);
+    for (int i = 0; i < warmup_; ++i) op.run(group, n);
+    world.barrier();
+    const double t0 = now_s();
+    for (int i = 0; i < iters_; ++i) op.run(group, n);
+    double dt = (now_s() - t0) / iters_;
+    world.allreduce_max(&dt, 1);
+    const double algbw = double(moved) / dt / 1e9;
+    t.add_row({static_cast<long long>(moved), static_cast<long long>(elems), std::string("float"),
+               dt * 1e6, algbw, algbw * op.bus_factor(p), static_cast<long long>(wrong)});
+    return wrong;
+  }
+
   std::string config_path_;
   std::vector<std::string> sets_;
   std::string group_ = "world";

@@ -55,6 +55,52 @@ std::vector<int> make_routing(bool skewed, int64_t T, int E, int k, int rank) {
   return expert;
 }
 
+// What every routing and transport is measured on: this rank's token rows,
+// the routing weights, and the local experts' SwiGLU weights (ffn > 0).
+struct MoeInputs {
+  std::vector<float> x, weight, wg, wu, wd;
+};
+
+MoeInputs make_inputs(int rank, int64_t T, int64_t d, int64_t f, int k, int L) {
+  MoeInputs in;
+  in.x.resize(static_cast<size_t>(T * d));
+  in.weight.resize(static_cast<size_t>(T * k));
+  rng::fill_normal(in.x.data(), T * d, rng::hash_name("bench.moe.x"), uint64_t(rank) * T * d, 1.0f);
+  for (int64_t t = 0; t < T; ++t) {
+    float s = 0;
+    for (int j = 0; j < k; ++j)
+      s += in.weight[t * k + j] = 0.1f + rng::uniform(rng::hash_name("bench.moe.w"), t * k + j);
+    for (int j = 0; j < k; ++j) in.weight[t * k + j] /= s;
+  }
+  if (f > 0) {
+    in.wg.resize(size_t(L) * d * f);
+    in.wu.resize(in.wg.size());
+    in.wd.resize(in.wg.size());
+    rng::fill_normal(in.wg.data(), int64_t(in.wg.size()), rng::hash_name("bench.moe.wg"), 0, 0.02f);
+    rng::fill_normal(in.wu.data(), int64_t(in.wu.size()), rng::hash_name("bench.moe.wu"), 0, 0.02f);
+    rng::fill_normal(in.wd.data(), int64_t(in.wd.size()), rng::hash_name("bench.moe.wd"), 0, 0.02f);
+  }
+  return in;
+}
+
+// The per-iteration times of measure(), in seconds: count, permute, a2a
+// dispatch, expert, a2a combine, combine, raw forward, raw reverse, then the
+// dispatch, combine and raw totals.
+constexpr int kCols = 11;
+
+// Slowest rank in each iteration, then the median over iterations (one
+// descheduled iteration on a shared machine does not move it).
+std::vector<double> slowest_rank_medians(Communicator& world, std::vector<double> per_iter,
+                                         int iters) {
+  world.allreduce_max(per_iter.data(), per_iter.size());
+  std::vector<double> med(kCols);
+  for (int c = 0; c < kCols; ++c) {
+    std::vector<double> col;
+    for (int it = 0; it < iters; ++it) col.push_back(per_iter[size_t(it) * kCols + size_t(c)]);
+    med[size_t(c)] = median(col);
+  }
+  return med;
+}
 
 class BenchMoeCommand : public Command {
  public:
@@ -66,8 +112,9 @@ class BenchMoeCommand : public Command {
     app->add_option("--ffn", ffn_, "Expert SwiGLU hidden size; 0: identity experts (no compute)");
     app->add_option("--iters", iters_, "Timed iterations per routing");
     app->add_option("--warmup", warmup_, "Untimed iterations per routing");
-    app->add_option("--transport", transport_,
-                    "Token exchange: alltoallv, shm, or all (both; shm where the ranks share a node)")
+    app->add_option(
+           "--transport", transport_,
+           "Token exchange: alltoallv, shm, or all (both; shm where the ranks share a node)")
         ->check(CLI::IsMember({"alltoallv", "shm", "all"}));
     app->add_option("--output", output_, "Write the tables to this HDF5 file");
   }
@@ -75,113 +122,26 @@ class BenchMoeCommand : public Command {
 
   int run() override {
     const int W = comm_world_size(), rank = comm_world_rank();
-    auto positive = [](const char* flag, long long v) {
-      if (v < 1) throw InputError(std::string(flag) + " " + std::to_string(v) + ": must be >= 1");
-    };
-    positive("--hidden", hidden_);
-    positive("--tokens", tokens_);
-    positive("--experts", experts_);
-    positive("--top-k", top_k_);
-    positive("--iters", iters_);
-    if (ffn_ < 0) throw InputError("--ffn " + std::to_string(ffn_) + ": must be >= 0");
-    if (warmup_ < 0) throw InputError("--warmup " + std::to_string(warmup_) + ": must be >= 0");
-    if (top_k_ > experts_)
-      throw InputError("--top-k " + std::to_string(top_k_) + ": must be <= --experts " +
-                       std::to_string(experts_));
-    if (experts_ % W != 0)
-      throw InputError("--experts " + std::to_string(experts_) + ": must be a multiple of the " +
-                       std::to_string(W) + " ranks (experts are split evenly over ep = all ranks)");
+    check_options(W);
     kernels::set_blas_threads(1);
 
     auto job = world_communicator(300.0);
     auto ep_group = comm_group(*job, CommBackend::mpi, 0, rank, CommKind::ep, "ep", 300.0);
     auto world_group = comm_group(*job, CommBackend::mpi, 0, rank, CommKind::world, "world", 300.0);
     Communicator &ep = *ep_group, &world = *world_group;
-    const int64_t T = tokens_, d = hidden_, f = ffn_;
-    const int E = experts_, k = top_k_, L = E / W;
+    const int E = experts_, k = top_k_;
+    const MoeInputs in = make_inputs(rank, tokens_, hidden_, ffn_, k, E / W);
 
-    std::vector<float> x(static_cast<size_t>(T * d)), weight(static_cast<size_t>(T * k));
-    rng::fill_normal(x.data(), T * d, rng::hash_name("bench.moe.x"), uint64_t(rank) * T * d, 1.0f);
-    for (int64_t t = 0; t < T; ++t) {
-      float s = 0;
-      for (int j = 0; j < k; ++j)
-        s += weight[t * k + j] = 0.1f + rng::uniform(rng::hash_name("bench.moe.w"), t * k + j);
-      for (int j = 0; j < k; ++j) weight[t * k + j] /= s;
-    }
-    std::vector<float> wg, wu, wd;
-    if (f > 0) {
-      wg.resize(size_t(L) * d * f);
-      wu.resize(wg.size());
-      wd.resize(wg.size());
-      rng::fill_normal(wg.data(), int64_t(wg.size()), rng::hash_name("bench.moe.wg"), 0, 0.02f);
-      rng::fill_normal(wu.data(), int64_t(wu.size()), rng::hash_name("bench.moe.wu"), 0, 0.02f);
-      rng::fill_normal(wd.data(), int64_t(wd.size()), rng::hash_name("bench.moe.wd"), 0, 0.02f);
-    }
-
-    BenchTable main_t, split_t;
-    main_t.name = "moe";
-    std::ostringstream title;
-    title << "MoE dispatch + combine vs MPI all-to-all-v of the same bytes: " << W
-          << " ranks (ep), d " << d << ", " << T << " tokens/rank, top-" << k << " of " << E
-          << " experts, "
-          << (f > 0 ? "SwiGLU experts f " + std::to_string(f) : std::string("identity experts"))
-          << ", " << iters_ << " iterations";
-    main_t.title = title.str();
-    main_t.columns = {"routing",    "transport",  "sent_B/rank", "max_recv_B", "dispatch_ms",
-                      "combine_ms", "raw_a2a_ms", "moe_GB/s",    "raw_GB/s",   "overhead_%",
-                      "imbalance",  "#wrong"};
-    split_t.name = "moe_split";
-    split_t.title = "Time split per iteration (ms, slowest rank, median over iterations)";
-    split_t.columns = {"routing",     "transport",  "count_ms",   "permute_ms",
-                       "a2a_disp_ms", "expert_ms",  "a2a_comb_ms", "combine_ms",
-                       "total_ms",    "raw_fwd_ms", "raw_rev_ms"};
-    main_t.notes.push_back(
-        "dispatch = count exchange + permute + transfer; combine = transfer back + weighted "
-        "un-permute; raw = MPI all-to-all-v forward + reverse of the same counts");
-    main_t.notes.push_back(
-        "alltoallv: rows gathered into a send buffer, all-to-all-v both ways as one message per "
-        "(source, expert) block (rows land in expert order), then the weighted sum; shm: sources write rows from x straight into the expert ranks' shared "
-        "inboxes (permute_ms is then only the index sort), experts read them there and write "
-        "their shared outboxes, each source sums its copies' rows from there (a2a_comb_ms: the "
-        "fence, combine_ms: reads + sums); both keep what the layer's backward needs");
-    main_t.notes.push_back(
-        "overhead = (dispatch + combine) / raw - 1 (expert compute and the wait for the slowest "
-        "expert rank excluded: a barrier precedes the combine); GB/s = 2 x sent "
-        "bytes per rank / time; times: slowest rank of each iteration, median over iterations "
-        "(each phase on its own, so the split need not add up to the totals exactly)");
-
-    std::vector<std::string> transports;
-    if (transport_ == "all") {
-      transports = {"alltoallv"};
-      TokenDispatcher probe(&ep, E, EpTransportChoice::automatic);
-      if (W == 1 || probe.transport() == ep::EpTransport::shm) {
-        transports.push_back("shm");
-      } else {
-        main_t.notes.push_back("shm not measured: " + probe.transport_reason());
-      }
-    } else {
-      transports = {transport_};
-    }
-
+    BenchTable main_t = main_table(W), split_t = split_table();
+    const std::vector<std::string> transports = transports_to_measure(ep, W, main_t);
     int64_t total_wrong = 0;
     for (bool skewed : {false, true}) {
       const char* name = skewed ? "skewed" : "balanced";
-      const std::vector<int> expert = make_routing(skewed, T, E, k, rank);
+      const std::vector<int> expert = make_routing(skewed, tokens_, E, k, rank);
       for (const std::string& tr : transports) {
-        const Result r = measure(ep, world, tr, expert, x, weight, wg, wu, wd);
+        const Result r = measure(ep, world, tr, expert, in);
         total_wrong += r.wrong;
-        const double sent_bytes = double(T) * k * d * sizeof(float);
-        const double moe_s = r.dispatch_s + r.combine_s;
-        main_t.add_row({std::string(name), tr, static_cast<long long>(sent_bytes),
-                        static_cast<long long>(r.max_recv_bytes), r.dispatch_s * 1e3,
-                        r.combine_s * 1e3, r.raw_s * 1e3, 2 * sent_bytes / moe_s / 1e9,
-                        2 * sent_bytes / r.raw_s / 1e9, 100.0 * (moe_s / r.raw_s - 1.0),
-                        r.imbalance, static_cast<long long>(r.wrong)});
-        const double* ph = r.phase;
-        split_t.add_row({std::string(name), tr, ph[0] * 1e3, ph[1] * 1e3, ph[2] * 1e3,
-                         ph[3] * 1e3, ph[4] * 1e3, ph[5] * 1e3,
-                         (ph[0] + ph[1] + ph[2] + ph[3] + ph[4] + ph[5]) * 1e3, ph[6] * 1e3,
-                         ph[7] * 1e3});
+        add_rows(name, tr, r, main_t, split_t);
       }
     }
     if (rank == 0) {
@@ -209,24 +169,179 @@ class BenchMoeCommand : public Command {
     int64_t wrong = 0;  // wrong elements plus wrong byte counts, over all ranks
   };
 
+  void check_options(int W) const {
+    auto positive = [](const char* flag, long long v) {
+      if (v < 1) throw InputError(std::string(flag) + " " + std::to_string(v) + ": must be >= 1");
+    };
+    positive("--hidden", hidden_);
+    positive("--tokens", tokens_);
+    positive("--experts", experts_);
+    positive("--top-k", top_k_);
+    positive("--iters", iters_);
+    if (ffn_ < 0) throw InputError("--ffn " + std::to_string(ffn_) + ": must be >= 0");
+    if (warmup_ < 0) throw InputError("--warmup " + std::to_string(warmup_) + ": must be >= 0");
+    if (top_k_ > experts_)
+      throw InputError("--top-k " + std::to_string(top_k_) + ": must be <= --experts " +
+                       std::to_string(experts_));
+    if (experts_ % W != 0)
+      throw InputError("--experts " + std::to_string(experts_) + ": must be a multiple of the " +
+                       std::to_string(W) + " ranks (experts are split evenly over ep = all ranks)");
+  }
+
+  BenchTable main_table(int W) const {
+    BenchTable t;
+    t.name = "moe";
+    std::ostringstream title;
+    title << "MoE dispatch + combine vs MPI all-to-all-v of the same bytes: " << W
+          << " ranks (ep), d " << hidden_ << ", " << tokens_ << " tokens/rank, top-" << top_k_
+          << " of " << experts_ << " experts, "
+          << (ffn_ > 0 ? "SwiGLU experts f " + std::to_string(ffn_)
+                       : std::string("identity experts"))
+          << ", " << iters_ << " iterations";
+    t.title = title.str();
+    t.columns = {"routing",     "transport",  "sent_B/rank", "max_recv_B",
+                 "dispatch_ms", "combine_ms", "raw_a2a_ms",  "moe_GB/s",
+                 "raw_GB/s",    "overhead_%", "imbalance",   "#wrong"};
+    t.notes.push_back(
+        "dispatch = count exchange + permute + transfer; combine = transfer back + weighted "
+        "un-permute; raw = MPI all-to-all-v forward + reverse of the same counts");
+    t.notes.push_back(
+        "alltoallv: rows gathered into a send buffer, all-to-all-v both ways as one message per "
+        "(source, expert) block (rows land in expert order), then the weighted sum; shm: sources "
+        "write rows from x straight into the expert ranks' shared "
+        "inboxes (permute_ms is then only the index sort), experts read them there and write "
+        "their shared outboxes, each source sums its copies' rows from there (a2a_comb_ms: the "
+        "fence, combine_ms: reads + sums); both keep what the layer's backward needs");
+    t.notes.push_back(
+        "overhead = (dispatch + combine) / raw - 1 (expert compute and the wait for the slowest "
+        "expert rank excluded: a barrier precedes the combine); GB/s = 2 x sent "
+        "bytes per rank / time; times: slowest rank of each iteration, median over iterations "
+        "(each phase on its own, so the split need not add up to the totals exactly)");
+    return t;
+  }
+
+  static BenchTable split_table() {
+    BenchTable t;
+    t.name = "moe_split";
+    t.title = "Time split per iteration (ms, slowest rank, median over iterations)";
+    t.columns = {"routing",     "transport",  "count_ms", "permute_ms", "a2a_disp_ms", "expert_ms",
+                 "a2a_comb_ms", "combine_ms", "total_ms", "raw_fwd_ms", "raw_rev_ms"};
+    return t;
+  }
+
+  // --transport all: alltoallv, and shm where the ranks can share memory
+  // (else a note on the table says why not).
+  std::vector<std::string> transports_to_measure(Communicator& ep, int W, BenchTable& t) const {
+    if (transport_ != "all") return {transport_};
+    std::vector<std::string> transports = {"alltoallv"};
+    TokenDispatcher probe(&ep, experts_, EpTransportChoice::automatic);
+    if (W == 1 || probe.transport() == ep::EpTransport::shm)
+      transports.push_back("shm");
+    else
+      t.notes.push_back("shm not measured: " + probe.transport_reason());
+    return transports;
+  }
+
+  void add_rows(const char* name, const std::string& tr, const Result& r, BenchTable& main_t,
+                BenchTable& split_t) const {
+    const double sent_bytes = double(tokens_) * top_k_ * hidden_ * sizeof(float);
+    const double moe_s = r.dispatch_s + r.combine_s;
+    main_t.add_row({std::string(name), tr, static_cast<long long>(sent_bytes),
+                    static_cast<long long>(r.max_recv_bytes), r.dispatch_s * 1e3, r.combine_s * 1e3,
+                    r.raw_s * 1e3, 2 * sent_bytes / moe_s / 1e9, 2 * sent_bytes / r.raw_s / 1e9,
+                    100.0 * (moe_s / r.raw_s - 1.0), r.imbalance, static_cast<long long>(r.wrong)});
+    const double* ph = r.phase;
+    split_t.add_row({std::string(name), tr, ph[0] * 1e3, ph[1] * 1e3, ph[2] * 1e3, ph[3] * 1e3,
+                     ph[4] * 1e3, ph[5] * 1e3,
+                     (ph[0] + ph[1] + ph[2] + ph[3] + ph[4] + ph[5]) * 1e3, ph[6] * 1e3,
+                     ph[7] * 1e3});
+  }
+
+  // The local experts on the received rows: rows->in() read, rows->out()
+  // written (shm: the shared inbox and outbox); an identity expert is a
+  // copy, timed as expert compute like the SwiGLU. Returns the seconds.
+  double run_experts(const DispatchPlan& plan, ep::ForwardRows& rows, bool identity,
+                     const MoeInputs& in, std::vector<float>& gate, std::vector<float>& up) const {
+    const int64_t d = hidden_, f = ffn_, R = plan.received();
+    const int L = experts_ / plan.ep_size;
+    const double t0 = now_s();
+    if (f == 0 || identity) {
+      std::copy(rows.in(), rows.in() + R * d, rows.out());
+      return now_s() - t0;
+    }
+    gate.resize(size_t(R * f));
+    up.resize(size_t(R * f));
+    for (int e = 0; e < L; ++e)
+      for (int r = 0; r < plan.ep_size; ++r) {
+        const int64_t n = plan.chunk_rows[r * L + e], off = plan.chunk_offset[r * L + e];
+        kernels::swiglu_forward(kernels::Ctx{}, rows.in() + off * d, n, d, f,
+                                in.wg.data() + e * d * f, in.wu.data() + e * d * f,
+                                in.wd.data() + e * d * f, rows.out() + off * d,
+                                gate.data() + off * f, up.data() + off * f);
+      }
+    return now_s() - t0;
+  }
+
+  // The verified pass (identity experts): wrong elements of y against the
+  // weighted sum of the token's own copies computed here without any
+  // communication, and wrong byte counts (the ep counters count bytes that
+  // leave the rank: both transfers and the count exchange, an all-gather of
+  // E counts, and one int when the shm blocks grow).
+  int64_t count_wrong(const DispatchPlan& plan, const std::vector<float>& send,
+                      const std::vector<float>& y, const MoeInputs& in, double ep_bytes,
+                      int growths) const {
+    const int64_t T = tokens_, d = hidden_, S = plan.sent(), R = plan.received();
+    const int k = top_k_, rank = plan.ep_rank;
+    std::vector<float> local(size_t(T * d));
+    kernels::combine_rows(kernels::Ctx{}, send.data(), d, plan.row_of.data(), in.weight.data(), T,
+                          k, local.data());
+    int64_t wrong = 0;
+    for (size_t i = 0; i < local.size(); ++i) wrong += local[i] != y[i];
+    const double off_rank =
+        double(S - plan.send_rows[rank] + R - plan.recv_rows[rank]) * double(d) * sizeof(float);
+    const double control = double(experts_) * sizeof(int64_t) + double(growths) * sizeof(int);
+    wrong += plan.ep_size > 1 && ep_bytes != off_rank + control;
+    wrong += S != T * k;  // dropless: no padding, every copy sent once
+    return wrong;
+  }
+
+  // The same bytes through a plain all-to-all-v of rows, both ways; rows
+  // arrive source-major, as MPI delivers them. Returns (forward, reverse) seconds.
+  std::pair<double, double> raw_alltoallv(Communicator& ep, Communicator& world,
+                                          const DispatchPlan& plan, const std::vector<float>& send,
+                                          std::vector<float>& recv,
+                                          std::vector<float>& back) const {
+    const int W = plan.ep_size;
+    const size_t row_bytes = size_t(hidden_) * sizeof(float);
+    std::vector<int64_t> rd(size_t(W), 0);
+    for (int r = 1; r < W; ++r) rd[size_t(r)] = rd[size_t(r - 1)] + plan.recv_rows[size_t(r - 1)];
+    recv.resize(size_t(plan.received() * hidden_));
+    back.resize(size_t(plan.sent() * hidden_));
+    world.barrier();
+    double t0 = now_s();
+    ep.alltoallv(send.data(), plan.send_rows, plan.send_displ, recv.data(), plan.recv_rows, rd,
+                 row_bytes);
+    const double fwd = now_s() - t0;
+    t0 = now_s();
+    ep.alltoallv(recv.data(), plan.recv_rows, rd, back.data(), plan.send_rows, plan.send_displ,
+                 row_bytes);
+    return {fwd, now_s() - t0};
+  }
+
   // One routing through one transport: a verified pass with identity
   // experts, then warm-up and timed iterations, each followed by the raw
   // MPI all-to-all-v of the same counts. Times: slowest rank, median over iterations.
   Result measure(Communicator& ep, Communicator& world, const std::string& transport,
-                 const std::vector<int>& expert, const std::vector<float>& x,
-                 const std::vector<float>& weight, const std::vector<float>& wg,
-                 const std::vector<float>& wu, const std::vector<float>& wd) {
-    const int W = world.size(), rank = world.rank();
-    const int64_t T = tokens_, d = hidden_, f = ffn_;
-    const int E = experts_, k = top_k_, L = E / W;
+                 const std::vector<int>& expert, const MoeInputs& in) {
+    const int64_t T = tokens_, d = hidden_;
+    const int k = top_k_;
     const kernels::Ctx ctx;
-    TokenDispatcher disp(&ep, E, *parse_config_name<EpTransportChoice>(transport), 0, ctx);
+    TokenDispatcher disp(&ep, experts_, *parse_config_name<EpTransportChoice>(transport), 0, ctx);
     prof::Recorder tm(false);  // the phases of one iteration (cleared before each)
     disp.set_profiler(&tm);
     std::vector<float> send, recv, back, y(static_cast<size_t>(T * d)), gate, up;
-    constexpr int kCols = 11;
     std::vector<double> per_iter;  // [iters, kCols] seconds, this rank
-    int64_t wrong = 0, bytes_bad = 0;
+    int64_t wrong = 0;
     DispatchPlan plan;
     for (int it = -1; it < warmup_ + iters_; ++it) {
       const int growths0 = disp.shm_growths();
@@ -235,75 +350,25 @@ class BenchMoeCommand : public Command {
       const double ep_bytes0 = comm_counters().bytes_sent[int(CommKind::ep)];
       tm.clear();
       plan = disp.plan(expert.data(), T, k);
-      const int64_t S = plan.sent(), R = plan.received();
-      std::unique_ptr<ep::ForwardRows> rows = disp.dispatch_forward(plan, x.data(), d);
-      // Experts read rows->in() and write rows->out() (shm: the shared
-      // inbox and outbox); an identity expert is a copy, timed as expert
-      // compute like the SwiGLU.
-      double t0 = now_s();
-      if (f == 0 || verify) {
-        std::copy(rows->in(), rows->in() + R * d, rows->out());
-      } else {
-        gate.resize(size_t(R * f));
-        up.resize(size_t(R * f));
-        for (int e = 0; e < L; ++e)
-          for (int r = 0; r < W; ++r) {
-            const int64_t n = plan.chunk_rows[r * L + e], off = plan.chunk_offset[r * L + e];
-            kernels::swiglu_forward(kernels::Ctx{}, rows->in() + off * d, n, d, f,
-                                    wg.data() + e * d * f, wu.data() + e * d * f,
-                                    wd.data() + e * d * f, rows->out() + off * d,
-                                    gate.data() + off * f, up.data() + off * f);
-          }
-      }
-      const double expert_s = now_s() - t0;
+      std::unique_ptr<ep::ForwardRows> rows = disp.dispatch_forward(plan, in.x.data(), d);
+      const double expert_s = run_experts(plan, *rows, verify, in, gate, up);
       // Expert compute is not the exchange's cost, and neither is waiting for
       // the busiest expert rank: the combine starts aligned, as the raw
       // all-to-all does.
       world.barrier();
-      disp.combine_forward(plan, *rows, weight.data(), y.data(), d);
+      disp.combine_forward(plan, *rows, in.weight.data(), y.data(), d);
       rows.reset();  // as the layer does after its backward
       const double ep_bytes = comm_counters().bytes_sent[int(CommKind::ep)] - ep_bytes0;
 
       // The send rows of the raw all-to-all (and of the local reference).
-      send.resize(size_t(S * d));
-      kernels::gather_rows(ctx, x.data(), d, plan.send_token.data(), S, send.data());
+      send.resize(size_t(plan.sent() * d));
+      kernels::gather_rows(ctx, in.x.data(), d, plan.send_token.data(), plan.sent(), send.data());
       if (verify) {
-        // Identity experts: y must be the weighted sum of the token's own
-        // copies, computed here without any communication.
-        std::vector<float> local(size_t(T * d));
-        kernels::combine_rows(ctx, send.data(), d, plan.row_of.data(), weight.data(), T, k,
-                              local.data());
-        for (size_t i = 0; i < local.size(); ++i) wrong += local[i] != y[i];
-        // The ep counters count bytes that leave the rank: both transfers
-        // and the count exchange (an all-gather of E counts), and one int
-        // when the shm blocks grow.
-        const double off_rank = double(S - plan.send_rows[rank] + R - plan.recv_rows[rank]) *
-                                double(d) * sizeof(float);
-        const double control =
-            double(E) * sizeof(int64_t) + double(disp.shm_growths() - growths0) * sizeof(int);
-        bytes_bad += W > 1 && ep_bytes != off_rank + control;
-        bytes_bad += S != T * k;  // dropless: no padding, every copy sent once
+        wrong += count_wrong(plan, send, y, in, ep_bytes, disp.shm_growths() - growths0);
         continue;
       }
-      // The same bytes through a plain all-to-all-v of rows, both ways; rows
-      // arrive source-major, as MPI delivers them.
-      const size_t row_bytes = size_t(d) * sizeof(float);
-      std::vector<int64_t> rd(size_t(W), 0);
-      for (int r = 1; r < W; ++r) rd[size_t(r)] = rd[size_t(r - 1)] + plan.recv_rows[size_t(r - 1)];
-      recv.resize(size_t(R * d));
-      back.resize(size_t(S * d));
-      world.barrier();
-      t0 = now_s();
-      ep.alltoallv(send.data(), plan.send_rows, plan.send_displ, recv.data(), plan.recv_rows, rd,
-                   row_bytes);
-      const double raw_fwd = now_s() - t0;
-      t0 = now_s();
-      ep.alltoallv(recv.data(), plan.recv_rows, rd, back.data(), plan.send_rows, plan.send_displ,
-                   row_bytes);
-      const double raw_rev = now_s() - t0;
+      const auto [raw_fwd, raw_rev] = raw_alltoallv(ep, world, plan, send, recv, back);
       if (!timed) continue;
-      // count, permute, a2a dispatch, expert, a2a combine, combine, raw fwd,
-      // raw rev, then dispatch, combine and raw totals.
       const double count_s = tm.seconds("ep.count"), permute = tm.seconds("ep.permute");
       const double a2a_dispatch = tm.seconds("ep.dispatch"), a2a_combine = tm.seconds("ep.return");
       const double combine_s = tm.seconds("ep.combine");
@@ -320,30 +385,27 @@ class BenchMoeCommand : public Command {
                                raw_fwd + raw_rev};
       per_iter.insert(per_iter.end(), v, v + kCols);
     }
-    // Slowest rank in each iteration, then the median over iterations (one
-    // descheduled iteration on a shared machine does not move it).
-    world.allreduce_max(per_iter.data(), per_iter.size());
-    double med[kCols];
-    for (int c = 0; c < kCols; ++c) {
-      std::vector<double> col;
-      for (int it = 0; it < iters_; ++it) col.push_back(per_iter[size_t(it) * kCols + c]);
-      med[c] = median(col);
-    }
+    return summarise(world, plan, slowest_rank_medians(world, per_iter, iters_), wrong);
+  }
+
+  // The result over all ranks: medians as phases and totals, the largest
+  // receive, the expert load imbalance and the wrong counts summed.
+  Result summarise(Communicator& world, const DispatchPlan& plan, const std::vector<double>& med,
+                   int64_t wrong) const {
     Result res;
-    int64_t counts[2] = {wrong, bytes_bad};
-    world.allreduce_sum(counts, 2);
+    world.allreduce_sum(&wrong, 1);
     double max_recv_rows = double(plan.received());
     world.allreduce_max(&max_recv_rows, 1);
     std::vector<int64_t> load = plan.tokens_per_expert;
     world.allreduce_sum(load.data(), load.size());
-    const double mean_load = double(T) * k * W / E;
-    std::copy(med, med + 8, res.phase);
+    const double mean_load = double(tokens_) * top_k_ * world.size() / experts_;
+    std::copy(med.begin(), med.begin() + 8, res.phase);
     res.dispatch_s = med[8];
     res.combine_s = med[9];
     res.raw_s = med[10];
-    res.max_recv_bytes = max_recv_rows * double(d) * sizeof(float);
+    res.max_recv_bytes = max_recv_rows * double(hidden_) * sizeof(float);
     res.imbalance = double(*std::max_element(load.begin(), load.end())) / mean_load;
-    res.wrong = counts[0] + counts[1];
+    res.wrong = wrong;
     return res;
   }
 

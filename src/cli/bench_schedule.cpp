@@ -45,19 +45,19 @@ class SyntheticStage : public PipelineStage {
 
   int64_t boundary_numel(int, int) override { return numel_; }
 
-  void forward(int chunk, int mb, const float* input, float* output) override {
+  void forward(int chunk, int mb, const Tensor& input, Tensor& output) override {
     const auto t0 = std::chrono::steady_clock::now();
     const int st = s_.stage_of(rank_, chunk);
-    if (input) check(input, st - 1, mb, 0.0f);
-    if (output) stamp(output, st, mb, 0.0f);
+    if (!input.empty()) check(input.ptr(), st - 1, mb, 0.0f);
+    if (!output.empty()) stamp(output.ptr(), st, mb, 0.0f);
     work(t0, f_s_);
   }
-  void backward(int chunk, int mb, const float* grad_output, float* grad_input,
+  void backward(int chunk, int mb, const Tensor& grad_output, Tensor& grad_input,
                 bool weight_grad) override {
     const auto t0 = std::chrono::steady_clock::now();
     const int st = s_.stage_of(rank_, chunk);
-    if (grad_output) check(grad_output, st + 1, mb, 0.5f);
-    if (grad_input) stamp(grad_input, st, mb, 0.5f);
+    if (!grad_output.empty()) check(grad_output.ptr(), st + 1, mb, 0.5f);
+    if (!grad_input.empty()) stamp(grad_input.ptr(), st, mb, 0.5f);
     work(t0, weight_grad ? b_s_ + w_s_ : b_s_);
   }
   void backward_weight(int, int) override { work(std::chrono::steady_clock::now(), w_s_); }

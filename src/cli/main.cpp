@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 
 #include "commands.hpp"
@@ -51,17 +52,8 @@ int finish_with_error(bool mpi_on, int code, const std::string& msg, bool symmet
   comm_exit_now(code);
 }
 
-}  // namespace
-}  // namespace trident::cli
-
-int main(int argc, char** argv) {
-  using namespace trident;
-  using namespace trident::cli;
-  for (int i = 0; i < argc; ++i) g_command_line += (i ? " " : "") + std::string(argv[i]);
-
-  CLI::App app{"trident: long-context MoE training across a cluster (CP x PP x EP)", "trident"};
-  app.set_version_flag("--version", std::string("trident ") + TRIDENT_VERSION);
-  app.require_subcommand(1);
+// Every command, in the order chosen_command's name tables follow.
+std::vector<std::unique_ptr<Command>> add_commands(CLI::App& app) {
   std::vector<std::unique_ptr<Command>> cmds;
   cmds.push_back(add_run_command(app));
   cmds.push_back(add_topo_command(app));
@@ -74,66 +66,68 @@ int main(int argc, char** argv) {
   cmds.push_back(add_bench_schedule(*bench));
   cmds.push_back(add_bench_moe(*bench));
   cmds.push_back(add_bench_comm(*bench));
+  return cmds;
+}
 
+// Parses the command line; an exit code when that ends the program (help,
+// version, a parse error).
+std::optional<int> parse(CLI::App& app, int* argc, char*** argv) {
   try {
-    app.parse(argc, argv);
+    app.parse(*argc, *argv);
   } catch (const CLI::CallForHelp& e) {
-    if (launcher_rank() == 0) return app.exit(e);
-    return 0;
+    return launcher_rank() == 0 ? app.exit(e) : 0;
   } catch (const CLI::CallForAllHelp& e) {
-    if (launcher_rank() == 0) return app.exit(e);
-    return 0;
+    return launcher_rank() == 0 ? app.exit(e) : 0;
   } catch (const CLI::CallForVersion& e) {
-    if (launcher_rank() == 0) return app.exit(e);
-    return 0;
+    return launcher_rank() == 0 ? app.exit(e) : 0;
   } catch (const CLI::ParseError& e) {
     // Under a launcher every rank fails the same way, and a rank that exits
     // first makes the launcher kill rank 0 before it prints: the ranks meet
     // and finish together, as for any other input error.
     if (comm_launched()) {
-      comm_init(&argc, &argv);
+      comm_init(argc, argv);
       return finish_with_error(true, 2, e.what(), true, comm_world_rank() == 0);
     }
     std::fprintf(stderr, "trident: error: %s\n", e.what());
     return 2;
   }
+  return std::nullopt;
+}
 
-  // The chosen command is the one whose subcommand was parsed; each Command
-  // remembers its CLI::App and reports selection through run() only when
-  // chosen, so find it by asking the parser.
-  Command* chosen = nullptr;
-  {
-    std::vector<CLI::App*> path;
-    for (CLI::App* a = &app; a;) {
-      auto subs = a->get_subcommands();
-      if (subs.empty()) break;
-      a = subs.front();
-      path.push_back(a);
-    }
-    const std::string leaf = path.empty() ? "" : path.back()->get_name();
-    const bool under_bench = path.size() == 2 && path.front()->get_name() == "bench";
-    static const char* top_names[] = {"run", "topo", "plan", "schedule"};
-    static const char* bench_names[] = {"attention", "ring", "schedule", "moe", "comm"};
-    if (under_bench) {
-      for (int i = 0; i < 5; ++i)
-        if (leaf == bench_names[i]) chosen = cmds[4 + i].get();
-    } else {
-      for (int i = 0; i < 4; ++i)
-        if (leaf == top_names[i]) chosen = cmds[i].get();
-    }
+// The chosen command is the one whose subcommand was parsed; each Command
+// remembers its CLI::App and reports selection through run() only when
+// chosen, so find it by asking the parser. nullptr: none.
+Command* chosen_command(CLI::App& app, const std::vector<std::unique_ptr<Command>>& cmds) {
+  std::vector<CLI::App*> path;
+  for (CLI::App* a = &app; a;) {
+    auto subs = a->get_subcommands();
+    if (subs.empty()) break;
+    a = subs.front();
+    path.push_back(a);
   }
-  if (!chosen) {
-    std::fprintf(stderr, "trident: error: no command chosen (see trident --help)\n");
-    return 2;
+  const std::string leaf = path.empty() ? "" : path.back()->get_name();
+  const bool under_bench = path.size() == 2 && path.front()->get_name() == "bench";
+  static const char* top_names[] = {"run", "topo", "plan", "schedule"};
+  static const char* bench_names[] = {"attention", "ring", "schedule", "moe", "comm"};
+  if (under_bench) {
+    for (int i = 0; i < 5; ++i)
+      if (leaf == bench_names[i]) return cmds[size_t(4 + i)].get();
+  } else {
+    for (int i = 0; i < 4; ++i)
+      if (leaf == top_names[i]) return cmds[size_t(i)].get();
   }
+  return nullptr;
+}
 
+// Runs the command, with the communication runtime when it needs one.
+int run_command(Command& chosen, int* argc, char*** argv) {
   bool mpi_on = false;
   try {
-    if (chosen->needs_mpi()) {
-      comm_init(&argc, &argv);
+    if (chosen.needs_mpi()) {
+      comm_init(argc, argv);
       mpi_on = true;
     }
-    int rc = chosen->run();
+    int rc = chosen.run();
     if (mpi_on) comm_finalize();
     return rc;
   } catch (const PeerFailure& e) {
@@ -150,4 +144,24 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return finish_with_error(mpi_on, 1, e.what(), false, true);
   }
+}
+
+}  // namespace
+}  // namespace trident::cli
+
+int main(int argc, char** argv) {
+  using namespace trident::cli;
+  for (int i = 0; i < argc; ++i) g_command_line += (i ? " " : "") + std::string(argv[i]);
+
+  CLI::App app{"trident: long-context MoE training across a cluster (CP x PP x EP)", "trident"};
+  app.set_version_flag("--version", std::string("trident ") + TRIDENT_VERSION);
+  app.require_subcommand(1);
+  const std::vector<std::unique_ptr<Command>> cmds = add_commands(app);
+  if (const std::optional<int> rc = parse(app, &argc, &argv)) return *rc;
+  Command* chosen = chosen_command(app, cmds);
+  if (!chosen) {
+    std::fprintf(stderr, "trident: error: no command chosen (see trident --help)\n");
+    return 2;
+  }
+  return run_command(*chosen, &argc, &argv);
 }

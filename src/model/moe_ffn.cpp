@@ -63,7 +63,7 @@ class MoEFeedForward : public FeedForward {
   // The routing bias lives in the router; the buffer is a mirror of it.
   void buffers_loaded() override {
     for (Param* p : last_buffers_)
-      std::copy(p->value.data.begin(), p->value.data.end(), layer_.router().bias().begin());
+      std::copy_n(p->value.ptr(), p->value.numel(), layer_.router().bias().begin());
   }
 
  private:

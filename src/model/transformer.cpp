@@ -17,6 +17,7 @@
 #include "trident/kernels/attention.hpp"
 #include "trident/kernels/ops.hpp"
 #include "trident/kernels/swiglu.hpp"
+#include "trident/kernels/tensor_ops.hpp"
 #include "trident/model/blocks.hpp"
 
 namespace trident::model {
@@ -54,9 +55,9 @@ struct AttentionBlock {
   Param norm, wq, wk, wv, wo;
   std::unique_ptr<AttentionCore> core;
 
+  // x is the block's input, shared with whoever produced it (not copied).
   struct Cache {
-    Tensor x, h1, q, k, v, o, lse;
-    std::vector<float> rstd;
+    Tensor x, h1, q, k, v, o, lse, rstd;
   };
 
   AttentionBlock(const kernels::Ctx& ctx, const ModelConfig& m, int l,
@@ -88,17 +89,17 @@ struct AttentionBlock {
   std::vector<Param*> params() { return {&norm, &wq, &wk, &wv, &wo}; }
 
   // x [T, d] -> y = x + attn(norm(x)) (y may not alias x).
-  void forward(const MicroBatch& mb, const float* x, float* y, Cache& c,
+  void forward(const MicroBatch& mb, const Tensor& x, Tensor& y, Cache& c,
                std::vector<Capture>* cap, const CaptureRequest* req) {
     const int64_t T = mb.tokens_total(), Ls = mb.local_seq;
-    c.x = Tensor({T, d});
-    std::copy_n(x, T * d, c.x.ptr());
-    c.h1 = Tensor({T, d});
-    c.rstd.assign(size_t(T), 0.0f);
-    kernels::rmsnorm_forward(ctx_, x, norm.value.ptr(), T, d, kNormEps, c.h1.ptr(), c.rstd.data());
-    c.q = Tensor({T, H * D});
-    c.k = Tensor({T, Hkv * D});
-    c.v = Tensor({T, Hkv * D});
+    c.x = x;
+    c.h1 = kernels::zeros(ctx_, {T, d});
+    c.rstd = kernels::zeros(ctx_, {T});
+    kernels::rmsnorm_forward(ctx_, x.ptr(), norm.value.ptr(), T, d, kNormEps, c.h1.ptr(),
+                             c.rstd.ptr());
+    c.q = kernels::zeros(ctx_, {T, H * D});
+    c.k = kernels::zeros(ctx_, {T, Hkv * D});
+    c.v = kernels::zeros(ctx_, {T, Hkv * D});
     kernels::linear_forward(ctx_, c.h1.ptr(), wq.value.ptr(), T, d, H * D, c.q.ptr());
     kernels::linear_forward(ctx_, c.h1.ptr(), wk.value.ptr(), T, d, Hkv * D, c.k.ptr());
     kernels::linear_forward(ctx_, c.h1.ptr(), wv.value.ptr(), T, d, Hkv * D, c.v.ptr());
@@ -107,8 +108,8 @@ struct AttentionBlock {
       kernels::rope_forward(ctx_, c.k.ptr() + s * Ls * Hkv * D, mb.positions.data(), Ls, Hkv, D,
                             theta);
     }
-    c.o = Tensor({T, H * D});
-    c.lse = Tensor({T, H});
+    c.o = kernels::zeros(ctx_, {T, H * D});
+    c.lse = kernels::zeros(ctx_, {T, H});
     for (int64_t s = 0; s < mb.n_samples; ++s)
       core->forward(c.q.ptr() + s * Ls * H * D, c.k.ptr() + s * Ls * Hkv * D,
                     c.v.ptr() + s * Ls * Hkv * D, Ls, c.o.ptr() + s * Ls * H * D,
@@ -128,18 +129,20 @@ struct AttentionBlock {
         keep("attn_out", c.o, H * D);
       }
     }
-    kernels::linear_forward(ctx_, c.o.ptr(), wo.value.ptr(), T, H * D, d, y);
-    kernels::add_inplace(ctx_, y, x, T * d);
+    kernels::linear_forward(ctx_, c.o.ptr(), wo.value.ptr(), T, H * D, d, y.ptr());
+    kernels::add_inplace(ctx_, y.ptr(), x.ptr(), T * d);
   }
 
   // dy [T, d] -> dx [T, d] (overwritten). Linear weight gradients go to
-  // `deferred` when it is given, else are computed now.
-  void backward(const MicroBatch& mb, const float* dy, float* dx, Cache& c,
+  // `deferred` when it is given, else are computed now; a deferred task
+  // shares dy, so the caller must not write to dy afterwards.
+  void backward(const MicroBatch& mb, const Tensor& dy, Tensor& dx, Cache& c,
                 std::vector<WeightGradTask>* deferred) {
     const int64_t T = mb.tokens_total(), Ls = mb.local_seq;
-    Tensor dout({T, H * D});
-    kernels::linear_backward_input(ctx_, dy, wo.value.ptr(), T, H * D, d, dout.ptr());
-    Tensor dq({T, H * D}), dk({T, Hkv * D}), dv({T, Hkv * D});
+    Tensor dout = kernels::zeros(ctx_, {T, H * D});
+    kernels::linear_backward_input(ctx_, dy.ptr(), wo.value.ptr(), T, H * D, d, dout.ptr());
+    Tensor dq = kernels::zeros(ctx_, {T, H * D}), dk = kernels::zeros(ctx_, {T, Hkv * D}),
+           dv = kernels::zeros(ctx_, {T, Hkv * D});
     for (int64_t s = 0; s < mb.n_samples; ++s)
       core->backward(c.q.ptr() + s * Ls * H * D, c.k.ptr() + s * Ls * Hkv * D,
                      c.v.ptr() + s * Ls * Hkv * D, Ls, c.o.ptr() + s * Ls * H * D,
@@ -151,16 +154,15 @@ struct AttentionBlock {
       kernels::rope_backward(ctx_, dk.ptr() + s * Ls * Hkv * D, mb.positions.data(), Ls, Hkv, D,
                              theta);
     }
-    Tensor dh1({T, d});
+    Tensor dh1 = kernels::zeros(ctx_, {T, d});
     kernels::linear_backward_input(ctx_, dq.ptr(), wq.value.ptr(), T, d, H * D, dh1.ptr());
     kernels::linear_backward_input(ctx_, dk.ptr(), wk.value.ptr(), T, d, Hkv * D, dh1.ptr(), 1.0f);
     kernels::linear_backward_input(ctx_, dv.ptr(), wv.value.ptr(), T, d, Hkv * D, dh1.ptr(), 1.0f);
-    kernels::rmsnorm_backward(ctx_, dh1.ptr(), c.x.ptr(), norm.value.ptr(), c.rstd.data(), T, d, dx,
-                              norm.grad.ptr());
-    kernels::add_inplace(ctx_, dx, dy, T * d);
+    kernels::rmsnorm_backward(ctx_, dh1.ptr(), c.x.ptr(), norm.value.ptr(), c.rstd.ptr(), T, d,
+                              dx.ptr(), norm.grad.ptr());
+    kernels::add_inplace(ctx_, dx.ptr(), dy.ptr(), T * d);
     std::vector<WeightGradTask> tasks;
-    tasks.push_back({&wo, std::move(c.o), Tensor(std::vector<int64_t>{T, d})});
-    std::copy_n(dy, T * d, tasks.back().dy.ptr());
+    tasks.push_back({&wo, std::move(c.o), dy});
     tasks.push_back({&wq, c.h1, std::move(dq)});
     tasks.push_back({&wk, c.h1, std::move(dk)});
     tasks.push_back({&wv, std::move(c.h1), std::move(dv)});
@@ -183,8 +185,7 @@ struct FfnBlock {
   std::unique_ptr<FeedForward> ffn;
 
   struct Cache {
-    Tensor x, h;
-    std::vector<float> rstd;
+    Tensor x, h, rstd;  // x shared with the block's producer
     FfnCache inner;
   };
 
@@ -201,24 +202,24 @@ struct FfnBlock {
     return ps;
   }
 
-  void forward(const MicroBatch& mb, const float* x, float* y, Cache& c, FfnStats& stats) {
+  void forward(const MicroBatch& mb, const Tensor& x, Tensor& y, Cache& c, FfnStats& stats) {
     const int64_t T = mb.tokens_total();
-    c.x = Tensor({T, d});
-    std::copy_n(x, T * d, c.x.ptr());
-    c.h = Tensor({T, d});
-    c.rstd.assign(size_t(T), 0.0f);
-    kernels::rmsnorm_forward(ctx_, x, norm.value.ptr(), T, d, kNormEps, c.h.ptr(), c.rstd.data());
-    ffn->forward(mb, c.h.ptr(), T, y, c.inner, stats);
-    kernels::add_inplace(ctx_, y, x, T * d);
+    c.x = x;
+    c.h = kernels::zeros(ctx_, {T, d});
+    c.rstd = kernels::zeros(ctx_, {T});
+    kernels::rmsnorm_forward(ctx_, x.ptr(), norm.value.ptr(), T, d, kNormEps, c.h.ptr(),
+                             c.rstd.ptr());
+    ffn->forward(mb, c.h.ptr(), T, y.ptr(), c.inner, stats);
+    kernels::add_inplace(ctx_, y.ptr(), x.ptr(), T * d);
   }
 
-  void backward(const MicroBatch& mb, const float* dy, float* dx, Cache& c, float aux_scale) {
+  void backward(const MicroBatch& mb, const Tensor& dy, Tensor& dx, Cache& c, float aux_scale) {
     const int64_t T = mb.tokens_total();
-    Tensor dh({T, d});
-    ffn->backward(dy, dh.ptr(), T, c.inner, aux_scale);
-    kernels::rmsnorm_backward(ctx_, dh.ptr(), c.x.ptr(), norm.value.ptr(), c.rstd.data(), T, d, dx,
-                              norm.grad.ptr());
-    kernels::add_inplace(ctx_, dx, dy, T * d);
+    Tensor dh = kernels::zeros(ctx_, {T, d});
+    ffn->backward(dy.ptr(), dh.ptr(), T, c.inner, aux_scale);
+    kernels::rmsnorm_backward(ctx_, dh.ptr(), c.x.ptr(), norm.value.ptr(), c.rstd.ptr(), T, d,
+                              dx.ptr(), norm.grad.ptr());
+    kernels::add_inplace(ctx_, dx.ptr(), dy.ptr(), T * d);
     c = Cache{};
   }
 };
@@ -241,8 +242,8 @@ class DenseSwiGLU : public FeedForward {
   void forward(const MicroBatch&, const float* x, int64_t T, float* y, FfnCache& c,
                FfnStats&) override {
     c.x = x;
-    c.gate = Tensor({T, f_});
-    c.up = Tensor({T, f_});
+    c.gate = kernels::zeros(ctx_, {T, f_});
+    c.up = kernels::zeros(ctx_, {T, f_});
     kernels::swiglu_forward(ctx_, x, T, d_, f_, w_gate_.value.ptr(), w_up_.value.ptr(),
                             w_down_.value.ptr(), y, c.gate.ptr(), c.up.ptr());
   }
@@ -320,26 +321,33 @@ class Chunk {
     return fs;
   }
 
-  void forward(int mbi, const float* input, float* output) {
+  // Every block writes a new tensor (the next block's caches share it); the
+  // last block of a non-last chunk writes straight into `output`.
+  void forward(int mbi, const Tensor& input, Tensor& output) {
     const MicroBatch& mb = st_.mbs_.at(size_t(mbi));
     const int64_t T = mb.tokens_total();
     Cache& c = cache_[mbi];
     c = Cache{};
     c.attn.resize(attn_.size());
     c.ffn.resize(ffn_.size());
-    Tensor x({T, d_}), y({T, d_});
-    if (first_)
+    Tensor x;
+    if (first_) {
+      x = kernels::zeros(ctx_, {T, d_});
       kernels::embedding_forward(ctx_, embed_.value.ptr(), mb.tokens.data(), T, d_, x.ptr());
-    else std::copy_n(input, T * d_, x.ptr());
+    } else {
+      x = input.reshape({T, d_});
+    }
     const bool capturing = st_.capture_ && st_.capture_->active();
     for (size_t i = 0; i < attn_.size(); ++i) {
-      attn_[i]->forward(mb, x.ptr(), y.ptr(), c.attn[i], capturing ? &st_.captures_ : nullptr,
-                        st_.capture_);
+      Tensor y = kernels::empty(ctx_, {T, d_});
+      attn_[i]->forward(mb, x, y, c.attn[i], capturing ? &st_.captures_ : nullptr, st_.capture_);
       FfnStats stats;
       if (capturing && st_.capture_->layers.count(ffn_[i]->layer) &&
           st_.capture_->names.count("router_logits"))
         stats.capture_router_logits = true;
-      ffn_[i]->forward(mb, y.ptr(), x.ptr(), c.ffn[i], stats);
+      x = !last_ && i + 1 == attn_.size() ? output.reshape({T, d_})
+                                          : kernels::empty(ctx_, {T, d_});
+      ffn_[i]->forward(mb, y, x, c.ffn[i], stats);
       st_.aux_sum_ += stats.aux_loss_sum;
       st_.z_sum_ += stats.z_loss_sum;
       if (stats.moe_index >= 0) {
@@ -360,47 +368,53 @@ class Chunk {
     }
     if (last_) {
       c.x_final = std::move(x);
-      c.h_final = Tensor({T, d_});
-      c.rstd_final.assign(size_t(T), 0.0f);
+      c.h_final = kernels::zeros(ctx_, {T, d_});
+      c.rstd_final = kernels::zeros(ctx_, {T});
       kernels::rmsnorm_forward(ctx_, c.x_final.ptr(), final_norm_.value.ptr(), T, d_, kNormEps,
-                               c.h_final.ptr(), c.rstd_final.data());
-      Tensor logits({T, V_});
+                               c.h_final.ptr(), c.rstd_final.ptr());
+      Tensor logits = kernels::zeros(ctx_, {T, V_});
       kernels::linear_forward(ctx_, c.h_final.ptr(), head_.value.ptr(), T, d_, V_, logits.ptr());
-      c.dlogits = Tensor({T, V_});
+      c.dlogits = kernels::zeros(ctx_, {T, V_});
       st_.loss_sum_ += kernels::cross_entropy(ctx_, logits.ptr(), mb.targets.data(), T, V_,
                                               st_.loss_scale_, c.dlogits.ptr());
-    } else {
-      std::copy_n(x.ptr(), T * d_, output);
+    } else if (!x.shares_storage_with(output)) {
+      kernels::copy(ctx_, output, x);  // a chunk without blocks
     }
   }
 
-  void backward(int mbi, const float* grad_output, float* grad_input, bool weight_grad) {
+  // Like forward, every block writes a new tensor: a deferred weight-gradient
+  // task shares its dy, which must not be overwritten before W.
+  void backward(int mbi, const Tensor& grad_output, Tensor& grad_input, bool weight_grad) {
     const MicroBatch& mb = st_.mbs_.at(size_t(mbi));
     const int64_t T = mb.tokens_total();
     auto it = cache_.find(mbi);
     TRIDENT_CHECK(it != cache_.end(), "backward of a micro-batch that has no forward cache");
     Cache& c = it->second;
     std::vector<WeightGradTask>* deferred = weight_grad ? nullptr : &stash_[mbi];
-    Tensor dx({T, d_}), dy({T, d_});
+    Tensor dy;
     if (last_) {
-      Tensor dh({T, d_});
+      Tensor dh = kernels::zeros(ctx_, {T, d_});
       kernels::linear_backward_input(ctx_, c.dlogits.ptr(), head_.value.ptr(), T, d_, V_, dh.ptr());
+      dy = kernels::empty(ctx_, {T, d_});
       kernels::rmsnorm_backward(ctx_, dh.ptr(), c.x_final.ptr(), final_norm_.value.ptr(),
-                                c.rstd_final.data(), T, d_, dy.ptr(), final_norm_.grad.ptr());
+                                c.rstd_final.ptr(), T, d_, dy.ptr(), final_norm_.grad.ptr());
       WeightGradTask t{&head_, std::move(c.h_final), std::move(c.dlogits)};
       if (deferred) deferred->push_back(std::move(t));
       else
         run_task(ctx_, t);
     } else {
-      std::copy_n(grad_output, T * d_, dy.ptr());
+      dy = grad_output.reshape({T, d_});
     }
     for (size_t i = attn_.size(); i-- > 0;) {
-      ffn_[i]->backward(mb, dy.ptr(), dx.ptr(), c.ffn[i], st_.aux_scale_);
-      attn_[i]->backward(mb, dx.ptr(), dy.ptr(), c.attn[i], deferred);
+      Tensor dx = kernels::empty(ctx_, {T, d_});
+      ffn_[i]->backward(mb, dy, dx, c.ffn[i], st_.aux_scale_);
+      dy = !first_ && i == 0 ? grad_input.reshape({T, d_}) : kernels::empty(ctx_, {T, d_});
+      attn_[i]->backward(mb, dx, dy, c.attn[i], deferred);
     }
     if (first_)
       kernels::embedding_backward(ctx_, dy.ptr(), mb.tokens.data(), T, d_, embed_.grad.ptr());
-    else std::copy_n(dy.ptr(), T * d_, grad_input);
+    else if (!dy.shares_storage_with(grad_input))
+      kernels::copy(ctx_, grad_input, dy);  // a chunk without blocks
     cache_.erase(it);
   }
 
@@ -415,8 +429,7 @@ class Chunk {
   struct Cache {
     std::vector<AttentionBlock::Cache> attn;
     std::vector<FfnBlock::Cache> ffn;
-    Tensor x_final, h_final, dlogits;
-    std::vector<float> rstd_final;
+    Tensor x_final, h_final, dlogits, rstd_final;
   };
   ModelStage& st_;
   kernels::Ctx ctx_;
@@ -481,11 +494,13 @@ int64_t ModelStage::boundary_numel(int, int mb) const {
   return mbs_.at(size_t(mb)).tokens_total() * cfg_.model.d_model;
 }
 
-void ModelStage::forward(int chunk, int mb, const float* input, float* output) {
+Allocator& ModelStage::allocator() const { return kernels::allocator_of(ctx_); }
+
+void ModelStage::forward(int chunk, int mb, const Tensor& input, Tensor& output) {
   chunks_.at(size_t(chunk))->forward(mb, input, output);
 }
 
-void ModelStage::backward(int chunk, int mb, const float* grad_output, float* grad_input,
+void ModelStage::backward(int chunk, int mb, const Tensor& grad_output, Tensor& grad_input,
                           bool weight_grad) {
   chunks_.at(size_t(chunk))->backward(mb, grad_output, grad_input, weight_grad);
 }

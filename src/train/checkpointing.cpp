@@ -31,12 +31,12 @@ std::string save_checkpoint(Trainer& t, int64_t steps_done) {
   std::vector<CheckpointTensor> mine;
   for (Param* p : t.stage().params()) {
     if (!owns(c, p->reduce)) continue;
-    mine.push_back({"param/" + p->name, p->value.shape, p->value.ptr()});
-    mine.push_back({"adam_m/" + p->name, p->value.shape, t.optimizer().m(p->name).ptr()});
-    mine.push_back({"adam_v/" + p->name, p->value.shape, t.optimizer().v(p->name).ptr()});
+    mine.push_back({"param/" + p->name, p->value.shape(), p->value.ptr()});
+    mine.push_back({"adam_m/" + p->name, p->value.shape(), t.optimizer().m(p->name).ptr()});
+    mine.push_back({"adam_v/" + p->name, p->value.shape(), t.optimizer().v(p->name).ptr()});
   }
   for (auto& [name, tensor] : t.stage().buffers())
-    if (owns(c, GradReduce::dense)) mine.push_back({"buffer/" + name, tensor->shape, tensor->ptr()});
+    if (owns(c, GradReduce::dense)) mine.push_back({"buffer/" + name, tensor->shape(), tensor->ptr()});
   return write_checkpoint(cfg.output.checkpoint_dir, c.world, meta, mine);
 }
 
@@ -48,11 +48,11 @@ int64_t load_checkpoint(Trainer& t, const std::string& path) {
                      r.meta().model_hash + ", this config's is " + want +
                      " (the [model] table must match the checkpoint's)");
   for (Param* p : t.stage().params()) {
-    r.read("param/" + p->name, p->value.shape, p->value.ptr());
-    r.read("adam_m/" + p->name, p->value.shape, t.optimizer().m(p->name).ptr());
-    r.read("adam_v/" + p->name, p->value.shape, t.optimizer().v(p->name).ptr());
+    r.read("param/" + p->name, p->value.shape(), p->value.ptr());
+    r.read("adam_m/" + p->name, p->value.shape(), t.optimizer().m(p->name).ptr());
+    r.read("adam_v/" + p->name, p->value.shape(), t.optimizer().v(p->name).ptr());
   }
-  for (auto& [name, tensor] : t.stage().buffers()) r.read("buffer/" + name, tensor->shape, tensor->ptr());
+  for (auto& [name, tensor] : t.stage().buffers()) r.read("buffer/" + name, tensor->shape(), tensor->ptr());
   t.stage().buffers_loaded();
   t.optimizer().set_steps_taken(r.meta().optimizer_steps);
   return r.meta().step;

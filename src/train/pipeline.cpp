@@ -14,8 +14,11 @@ class StageAdapter : public pp::PipelineStage {
  public:
   explicit StageAdapter(model::ModelStage& s) : s_(s) {}
   int64_t boundary_numel(int chunk, int mb) override { return s_.boundary_numel(chunk, mb); }
-  void forward(int chunk, int mb, const float* in, float* out) override { s_.forward(chunk, mb, in, out); }
-  void backward(int chunk, int mb, const float* g_out, float* g_in, bool weight_grad) override {
+  Allocator& allocator() override { return s_.allocator(); }
+  void forward(int chunk, int mb, const Tensor& in, Tensor& out) override {
+    s_.forward(chunk, mb, in, out);
+  }
+  void backward(int chunk, int mb, const Tensor& g_out, Tensor& g_in, bool weight_grad) override {
     s_.backward(chunk, mb, g_out, g_in, weight_grad);
   }
   void backward_weight(int chunk, int mb) override { s_.backward_weight(chunk, mb); }

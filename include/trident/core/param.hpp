@@ -47,16 +47,16 @@ struct Param {
   // A whole [out, in] weight keyed in [in, out] order:
   // value[o, i] = std * normal(hash(name), i * out + o).
   void init_normal_in_out_keyed(float std) {
-    TRIDENT_CHECK(value.shape.size() == 2,
+    TRIDENT_CHECK(value.ndim() == 2,
                   "init_normal_in_out_keyed: " + name + " is not a matrix");
-    const int64_t out = value.shape[0], in = value.shape[1];
+    const int64_t out = value.dim(0), in = value.dim(1);
     const uint64_t key = rng::hash_name(name);
     float* v = value.ptr();
     for (int64_t o = 0; o < out; ++o)
       for (int64_t i = 0; i < in; ++i)
         v[o * in + i] = std * rng::normal(key, static_cast<uint64_t>(i * out + o));
   }
-  void init_constant(float c) { std::fill(value.data.begin(), value.data.end(), c); }
+  void init_constant(float c) { value.fill(c); }
 };
 
 }  // namespace trident

@@ -7,6 +7,9 @@
 //   blas       cublasHandle_t on CUDA, bound to `stream`; unused on the CPU
 //   workspace  scratch memory that an op may use for the duration of the call
 //              (grown on demand, never shrunk); null: the op allocates its own
+//   alloc      where tensors made for this Ctx come from (kernels/tensor_ops.hpp:
+//              activations, caches, ring buffers); null: the host allocator,
+//              which only a host Ctx may use
 //
 // The handles are void* so that this header, and the layers above kernels,
 // compile without the CUDA headers. A Ctx is owned by whoever runs a stage
@@ -43,6 +46,10 @@ struct Ctx {
   void* stream = nullptr;
   void* blas = nullptr;
   Workspace* workspace = nullptr;
+  Allocator* alloc = nullptr;
 };
+
+// The allocator of ctx (ctx.alloc, or the host's for a host Ctx without one).
+Allocator& allocator_of(const Ctx& ctx);
 
 }  // namespace trident::kernels

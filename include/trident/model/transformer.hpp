@@ -120,13 +120,19 @@ class ModelStage {
 
   // Floats crossing a stage boundary for micro-batch mb: tokens * d_model.
   int64_t boundary_numel(int chunk, int mb) const;
-  // input: null for the first chunk (tokens come from the micro-batch);
-  // output: null for the last chunk (the loss is accumulated instead).
-  void forward(int chunk, int mb, const float* input, float* output);
-  // grad_output: null for the last chunk; grad_input: null for the first.
-  // weight_grad = false (zero-bubble B): only input gradients now; the
-  // linear layers' weight gradients are stashed for backward_weight().
-  void backward(int chunk, int mb, const float* grad_output, float* grad_input, bool weight_grad);
+  // Where the stage's activations and boundary buffers come from (its Ctx's).
+  Allocator& allocator() const;
+  // input: empty for the first chunk (tokens come from the micro-batch),
+  // else [boundary_numel] floats, kept (shared, not copied) until the
+  // micro-batch's backward; output: empty for the last chunk (the loss is
+  // accumulated instead), else filled.
+  void forward(int chunk, int mb, const Tensor& input, Tensor& output);
+  // grad_output: empty for the last chunk; grad_input: empty for the first,
+  // else filled. weight_grad = false (zero-bubble B): only input gradients
+  // now; the linear layers' weight gradients are stashed (sharing the
+  // gradient tensors) for backward_weight().
+  void backward(int chunk, int mb, const Tensor& grad_output, Tensor& grad_input,
+                bool weight_grad);
   void backward_weight(int chunk, int mb);
 
   // This step's sums on this rank: token losses (last stage only) and the

@@ -18,20 +18,15 @@ int message_tag(const Schedule& s, int sending_stage, int microbatch, bool backw
 
 namespace {
 
-// A boundary buffer. Allocated without zero-filling (every float is written
-// by the receive or the stage before it is read); freed by reset().
+// A boundary buffer from the stage's allocator. Not zero-filled (every float
+// is written by the receive or the stage before it is read); reset() drops
+// the executor's handle (the stage may still hold the storage).
 struct Buffer {
-  std::unique_ptr<float[]> data;
-  size_t size = 0;
-  void allocate(int64_t n) {
-    size = static_cast<size_t>(n);
-    data = std::make_unique_for_overwrite<float[]>(size);
-  }
-  void reset() {
-    data.reset();
-    size = 0;
-  }
-  size_t bytes() const { return size * sizeof(float); }
+  Tensor t;
+  void allocate(Allocator& alloc, int64_t n) { t = Tensor::empty({n}, alloc); }
+  void reset() { t = Tensor(); }
+  void* data() const { return t.data_ptr(); }
+  size_t bytes() const { return t.bytes(); }
 };
 
 // Sends whose buffers may stay alive before they are tested outside a wait.
@@ -173,8 +168,9 @@ class ScheduleWalk {
     const bool fwd = a.op == Op::RECV_F;
     const int from = fwd ? a.stage - 1 : a.stage + 1;  // the sending stage
     auto& buf = (fwd ? input_ : grad_output_)[at(a.stage, a.microbatch)];
-    buf.allocate(stage_.boundary_numel(s_.chunk_of(fwd ? a.stage - 1 : a.stage), a.microbatch));
-    recv_[j] = pp_->irecv(buf.data.get(), buf.bytes(), s_.rank_of(from),
+    buf.allocate(stage_.allocator(),
+                 stage_.boundary_numel(s_.chunk_of(fwd ? a.stage - 1 : a.stage), a.microbatch));
+    recv_[j] = pp_->irecv(buf.data(), buf.bytes(), s_.rank_of(from),
                           message_tag(s_, from, a.microbatch, !fwd));
   }
 
@@ -221,8 +217,8 @@ class ScheduleWalk {
   void forward(int st, int mb, ExecResult& res) {
     const int chunk = s_.chunk_of(st);
     auto& out = output_[at(st, mb)];
-    if (st < last_) out.allocate(stage_.boundary_numel(chunk, mb));
-    stage_.forward(chunk, mb, input_[at(st, mb)].data.get(), out.data.get());
+    if (st < last_) out.allocate(stage_.allocator(), stage_.boundary_numel(chunk, mb));
+    stage_.forward(chunk, mb, input_[at(st, mb)].t, out.t);
     if (local(st + 1)) input_[at(st + 1, mb)] = std::move(out);
     res.peak_inflight = std::max(res.peak_inflight, ++live_);
   }
@@ -231,8 +227,8 @@ class ScheduleWalk {
     const size_t k = at(st, mb);
     const bool split = s_.split_backward;
     auto& gin = grad_input_[k];
-    if (st > 0) gin.allocate(static_cast<int64_t>(input_[k].size));
-    stage_.backward(s_.chunk_of(st), mb, grad_output_[k].data.get(), gin.data.get(), !split);
+    if (st > 0) gin.allocate(stage_.allocator(), input_[k].t.numel());
+    stage_.backward(s_.chunk_of(st), mb, grad_output_[k].t, gin.t, !split);
     grad_output_[k].reset();
     if (local(st - 1)) grad_output_[at(st - 1, mb)] = std::move(gin);
     if (!split) {
@@ -242,7 +238,7 @@ class ScheduleWalk {
   }
 
   void send(Buffer& buf, int to_stage, int tag, ExecResult& res) {
-    sends_.push_back({pp_->isend(buf.data.get(), buf.bytes(), s_.rank_of(to_stage), tag), &buf});
+    sends_.push_back({pp_->isend(buf.data(), buf.bytes(), s_.rank_of(to_stage), tag), &buf});
     res.bytes_sent += static_cast<int64_t>(buf.bytes());
   }
 

@@ -96,49 +96,62 @@ Placement schedule_placement(const std::string& name, int pp, int vpp) {
   return v_shaped(name) ? Placement::v_shape(pp) : Placement::loop(pp, vpp);
 }
 
+namespace {
+
+// Every schedule by name: the fewest micro-batches it runs with, and its
+// generator. The one list the names, the rules and the dispatch read.
+struct ScheduleKind {
+  const char* name;
+  int (*min_microbatches)(int pp);
+  Schedule (*make)(int pp, int m, int vpp);
+};
+
+const std::vector<ScheduleKind>& schedule_kinds() {
+  static const std::vector<ScheduleKind> kinds = {
+      {"afab", [](int) { return 1; }, [](int pp, int m, int) { return afab(pp, m); }},
+      {"1f1b", [](int) { return 1; }, [](int pp, int m, int) { return one_f_one_b(pp, m); }},
+      {"interleaved", [](int) { return 1; },
+       [](int pp, int m, int vpp) { return interleaved_one_f_one_b(pp, m, vpp); }},
+      {"zb-h1", [](int) { return 1; }, [](int pp, int m, int) { return zero_bubble_h1(pp, m); }},
+      {"zb-v", [](int) { return 1; }, [](int pp, int m, int) { return zero_bubble_v(pp, m); }},
+      {"dualpipev", [](int pp) { return 2 * std::max(pp, 1); },
+       [](int pp, int m, int) { return dual_pipe_v(pp, m); }},
+  };
+  return kinds;
+}
+
+// The kind of a name ("gpipe" is afab); InputError naming the known ones.
+const ScheduleKind& schedule_kind(const std::string& name) {
+  const std::string canonical = name == "gpipe" ? "afab" : name;
+  const auto& kinds = schedule_kinds();
+  for (const ScheduleKind& k : kinds)
+    if (canonical == k.name) return k;
+  std::string expected;
+  for (size_t i = 0; i < kinds.size(); ++i)
+    expected += std::string(i == 0 ? "" : i + 1 == kinds.size() ? " or " : ", ") + kinds[i].name;
+  throw InputError("schedule '" + name + "': unknown (expected " + expected + ")");
+}
+
+}  // namespace
+
 const std::vector<std::string>& schedule_names() {
-  static const std::vector<std::string> names = {"afab",  "1f1b", "interleaved",
-                                                 "zb-h1", "zb-v", "dualpipev"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const ScheduleKind& k : schedule_kinds()) n.push_back(k.name);
+    return n;
+  }();
   return names;
 }
 
 int min_microbatches(const std::string& name, int pp, int vpp) {
   (void)vpp;
-  if (name == "afab" || name == "gpipe" || name == "1f1b" || name == "zb-h1" ||
-      name == "interleaved" || name == "zb-v")
-    return 1;
-  if (name == "dualpipev") return 2 * std::max(pp, 1);
-  throw InputError("schedule '" + name +
-                   "': unknown (expected afab, 1f1b, interleaved, zb-h1, zb-v or dualpipev)");
+  return schedule_kind(name).min_microbatches(pp);
 }
 
 Schedule make_schedule(const std::string& name, int pp, int m, int vpp) {
-  if (name == "afab" || name == "gpipe") {
-    check_common("afab", pp, m, vpp);
-    return afab(pp, m);
-  }
-  if (name == "1f1b") {
-    check_common(name, pp, m, vpp);
-    return one_f_one_b(pp, m);
-  }
-  if (name == "interleaved") {
-    check_common(name, pp, m, vpp);
-    return interleaved_one_f_one_b(pp, m, vpp);
-  }
-  if (name == "zb-h1") {
-    check_common(name, pp, m, vpp);
-    return zero_bubble_h1(pp, m);
-  }
-  if (name == "zb-v") {
-    check_common(name, pp, m, vpp);
-    return zero_bubble_v(pp, m);
-  }
-  if (name == "dualpipev") {
-    check_common(name, pp, m, vpp);
-    return dual_pipe_v(pp, m);
-  }
-  min_microbatches(name, pp, vpp);  // throws the unknown-name error
-  throw InputError("schedule '" + name + "': unknown");
+  const ScheduleKind& kind = schedule_kind(name);
+  check_common(kind.name, pp, m, vpp);
+  return kind.make(pp, m, vpp);
 }
 
 Schedule afab(int pp, int m) {

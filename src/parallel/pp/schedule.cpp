@@ -317,27 +317,26 @@ class ScheduleCheck {
 
   // Sends after the compute that produced the data, each matched by the peer.
   void check_sends(int st, int mb) {
-    const int f = pos(st, Op::F, mb), b = pos(st, Op::B, mb);
-    const int sf = pos(st, Op::SEND_F, mb), sb = pos(st, Op::SEND_B, mb);
-    if (next_remote(st)) {
-      if (sf < 0) missing(st, Op::SEND_F, mb);
-      if (sf < f)
-        throw InputError(pre_ + name(st, Op::SEND_F, mb) + " before " + name(st, Op::F, mb) +
+    check_send(st, mb, next_remote(st), {Op::SEND_F, Op::F, Op::RECV_B}, "next");
+    check_send(st, mb, prev_remote(st), {Op::SEND_B, Op::B, Op::RECV_F}, "previous");
+  }
+
+  // One direction: the send, the compute that produces what it sends, and
+  // the receive that comes back from the same neighbour.
+  struct SendSide {
+    Op send, compute, recv_back;
+  };
+  void check_send(int st, int mb, bool remote, SendSide op, const char* neighbour) {
+    const int sent = pos(st, op.send, mb);
+    if (remote) {
+      if (sent < 0) missing(st, op.send, mb);
+      if (sent < pos(st, op.compute, mb))
+        throw InputError(pre_ + name(st, op.send, mb) + " before " + name(st, op.compute, mb) +
                          on(st));
-    } else if (sf >= 0 || pos(st, Op::RECV_B, mb) >= 0) {
-      throw InputError(pre_ + name(st, sf >= 0 ? Op::SEND_F : Op::RECV_B, mb) +
-                       ": no peer rank (next stage is on the same rank or does not exist)" +
-                       on(st));
-    }
-    if (prev_remote(st)) {
-      if (sb < 0) missing(st, Op::SEND_B, mb);
-      if (sb < b)
-        throw InputError(pre_ + name(st, Op::SEND_B, mb) + " before " + name(st, Op::B, mb) +
-                         on(st));
-    } else if (sb >= 0 || pos(st, Op::RECV_F, mb) >= 0) {
-      throw InputError(pre_ + name(st, sb >= 0 ? Op::SEND_B : Op::RECV_F, mb) +
-                       ": no peer rank (previous stage is on the same rank or does not exist)" +
-                       on(st));
+    } else if (sent >= 0 || pos(st, op.recv_back, mb) >= 0) {
+      throw InputError(pre_ + name(st, sent >= 0 ? op.send : op.recv_back, mb) +
+                       ": no peer rank (" + neighbour +
+                       " stage is on the same rank or does not exist)" + on(st));
     }
   }
 

@@ -295,7 +295,7 @@ TEST_CASE("capacity drops with ep equal the one-rank drops of each rank's tokens
     for (int e = 0; e < layer.local_experts(); ++e)
       for (int w = 0; w < 3; ++w) {
         Param& p = layer.expert_param(e, w);
-        mesh.replicas->allreduce_sum(p.grad.ptr(), p.grad.data.size());
+        mesh.replicas->allreduce_sum(p.grad.ptr(), p.grad.numel());
         // Every rank adds the same slices in another order: fp32 sums agree to rounding.
         CHECK(rel_l2_diff(p.grad.ptr(),
                           ref.expert_param(layer.first_local_expert() + e, w).grad.ptr(),

@@ -2,6 +2,7 @@
 // one-rank computation of the same global tokens: outputs, dx, router and
 // expert gradients, aux and z losses, tokens per expert. Samples are split
 // over cp pairs, so the aux statistics must be reduced over cp to match.
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include "../../unit/ep/ep_test_util.hpp"
@@ -99,7 +100,7 @@ void run_case(const Case& cs, int ep, const char* transport) {
   CHECK(total == int64_t(Tg) * k);
 
   auto& rw = layer.router_weight().grad;
-  mesh.world->allreduce_sum(rw.ptr(), rw.data.size());
+  mesh.world->allreduce_sum(rw.ptr(), rw.numel());
   CHECK(rel_l2_diff(rw.ptr(), ref.router_weight().grad.ptr(), rw.numel()) < 1e-5);
   for (int e = 0; e < layer.local_experts(); ++e) {
     const int g = layer.first_local_expert() + e;
@@ -107,10 +108,10 @@ void run_case(const Case& cs, int ep, const char* transport) {
       Param& p = layer.expert_param(e, w);
       Param& q = ref.expert_param(g, w);
       REQUIRE(p.name == q.name);
-      CHECK(p.value.data == q.value.data);
-      mesh.replicas->allreduce_sum(p.grad.ptr(), p.grad.data.size());
+      CHECK(std::ranges::equal(p.value.values(), q.value.values()));
+      mesh.replicas->allreduce_sum(p.grad.ptr(), p.grad.numel());
       if (rs.tokens_per_expert[g] == 0) {
-        for (float v : p.grad.data) CHECK(v == 0.0f);
+        for (float v : p.grad.values()) CHECK(v == 0.0f);
       } else {
         CHECK(rel_l2_diff(p.grad.ptr(), q.grad.ptr(), p.grad.numel()) < 1e-5);
       }

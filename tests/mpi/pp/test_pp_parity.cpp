@@ -133,7 +133,9 @@ class MlpStack : public PipelineStage {
   }
   int64_t boundary_numel(int, int) override { return kBatch * kDim; }
 
-  void forward(int chunk, int mb, const float* input, float* output) override {
+  void forward(int chunk, int mb, const Tensor& input_t, Tensor& output_t) override {
+    const float* input = input_t.empty() ? nullptr : input_t.ptr();
+    float* output = output_t.empty() ? nullptr : output_t.ptr();
     const int st = s_.stage_of(rank_, chunk);
     Saved& sv = saved_[{st, mb}];
     REQUIRE(sv.xs.empty());  // each (stage, micro-batch) forward runs once
@@ -151,7 +153,10 @@ class MlpStack : public PipelineStage {
     if (output) std::copy(sv.xs.back().begin(), sv.xs.back().end(), output);
   }
 
-  void backward(int chunk, int mb, const float* grad_output, float* grad_input, bool weight_grad) override {
+  void backward(int chunk, int mb, const Tensor& grad_output_t, Tensor& grad_input_t,
+                bool weight_grad) override {
+    const float* grad_output = grad_output_t.empty() ? nullptr : grad_output_t.ptr();
+    float* grad_input = grad_input_t.empty() ? nullptr : grad_input_t.ptr();
     const int st = s_.stage_of(rank_, chunk);
     REQUIRE(weight_grad == !s_.split_backward);
     Saved& sv = saved_.at({st, mb});

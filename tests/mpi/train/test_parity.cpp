@@ -167,7 +167,7 @@ std::vector<int> check_gradients(const Config& cfg, int dp) {
     auto it = index.find(p->name);
     REQUIRE(it != index.end());
     const Param& r = *ref[size_t(it->second)];
-    REQUIRE(p->grad.shape == r.grad.shape);
+    REQUIRE(p->grad.shape() == r.grad.shape());
     double scale = 0;
     for (int64_t i = 0; i < r.grad.numel(); ++i)
       scale = std::max(scale, double(std::fabs(r.grad[i])));

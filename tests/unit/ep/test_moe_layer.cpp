@@ -2,6 +2,7 @@
 // expert, gradients match finite differences, identity experts round-trip,
 // capacity drops leave the residual alone.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 
 #include "ep_test_util.hpp"
@@ -77,7 +78,7 @@ TEST_CASE("one-expert top-1 MoE equals the dense SwiGLU MLP, forward and backwar
   CHECK(rel_l2_diff(wu.grad.ptr(), dwu.data(), d * f) < 1e-6);
   CHECK(rel_l2_diff(wd.grad.ptr(), dwd.data(), f * d) < 1e-6);
   // One expert takes everything with weight 1: the router gets no gradient.
-  for (float v : layer.router_weight().grad.data) CHECK(v == 0.0f);
+  for (float v : layer.router_weight().grad.values()) CHECK(v == 0.0f);
   CHECK(st.tokens_per_expert == std::vector<int64_t>{T});
   CHECK(st.aux_loss_sum == Approx(cfg.aux_loss_coef).epsilon(1e-12));
 }
@@ -100,23 +101,24 @@ TEST_CASE("MoE layer gradients match finite differences", "[moe]") {
     // Directional derivatives along random directions: fp32 forward, so a
     // step of 1e-2 and a loose tolerance; a wrong term is off by O(1).
     const float eps = 1e-2f;
-    auto directional = [&](std::vector<float>& v, const std::vector<float>& grad, const char* what) {
+    auto directional = [&](std::span<float> v, std::span<const float> grad, const char* what) {
       auto dir = randn(std::string("dir_") + what, int64_t(v.size()));
-      auto saved = v;
+      const std::vector<float> saved(v.begin(), v.end());
       for (size_t i = 0; i < v.size(); ++i) v[i] = saved[i] + eps * dir[i];
       double lp = layer_objective(layer, x, T, sample, g, daux);
       for (size_t i = 0; i < v.size(); ++i) v[i] = saved[i] - eps * dir[i];
       double lm = layer_objective(layer, x, T, sample, g, daux);
-      v = saved;
-      double num = (lp - lm) / (2 * eps), ana = eptest::dot(grad, dir);
+      std::copy(saved.begin(), saved.end(), v.begin());
+      double num = (lp - lm) / (2 * eps),
+             ana = eptest::dot(std::vector<float>(grad.begin(), grad.end()), dir);
       INFO(what << ": numeric " << num << " analytic " << ana);
       CHECK(std::fabs(num - ana) <= 2e-3 * std::max(1.0, std::fabs(num)));
     };
     directional(x, dx, "x");
-    directional(layer.router_weight().value.data, layer.router_weight().grad.data, "router");
+    directional(layer.router_weight().value.values(), layer.router_weight().grad.values(), "router");
     for (int e = 0; e < 4; ++e)
       for (int w = 0; w < 3; ++w)
-        directional(layer.expert_param(e, w).value.data, layer.expert_param(e, w).grad.data,
+        directional(layer.expert_param(e, w).value.values(), layer.expert_param(e, w).grad.values(),
                     "expert");
   }
 }
@@ -185,11 +187,11 @@ TEST_CASE("parameters are named, tagged and initialised independently of ep", "[
   CHECK(ps[1 + 3 * 6 + 2]->reduce == GradReduce::expert);
   Param ref("layers.5.moe.experts.6.w_down", {cfg.d_model, cfg.ffn_hidden});
   ref.init_normal_in_out_keyed(float(cfg.init_std));
-  CHECK(ref.value.data == ps[1 + 3 * 6 + 2]->value.data);
+  CHECK(std::ranges::equal(ref.value.values(), ps[1 + 3 * 6 + 2]->value.values()));
   // Stored [out, in] = [d, f], element [c, j] has the value the [in, out]
   // order keys at j * d + c.
   const Tensor& wd = ps[1 + 3 * 6 + 2]->value;
-  REQUIRE(wd.shape == std::vector<int64_t>{cfg.d_model, cfg.ffn_hidden});
+  REQUIRE(wd.shape() == std::vector<int64_t>{cfg.d_model, cfg.ffn_hidden});
   const uint64_t key = rng::hash_name("layers.5.moe.experts.6.w_down");
   for (int64_t c = 0; c < cfg.d_model; ++c)
     for (int64_t j = 0; j < cfg.ffn_hidden; ++j)

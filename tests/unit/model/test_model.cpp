@@ -59,18 +59,22 @@ double run(std::vector<ModelStage*> stages, const Config& c, bool backward, bool
   for (int ch = 0; ch < stages[0]->n_chunks(); ++ch)
     for (int r = 0; r < pp; ++r) order.push_back({stages[size_t(r)], ch});
   for (int m = 0; m < int(mbs.size()); ++m) {
-    std::vector<float> a(size_t(stages[0]->boundary_numel(0, m))), b(a.size());
+    // A stage may keep its input until the backward: a new buffer per hop.
+    const int64_t n = stages[0]->boundary_numel(0, m);
+    Tensor a;
     for (size_t i = 0; i < order.size(); ++i) {
       auto [s, ch] = order[i];
-      s->forward(ch, m, i == 0 ? nullptr : a.data(), i + 1 == order.size() ? nullptr : b.data());
-      std::swap(a, b);
+      Tensor b = i + 1 == order.size() ? Tensor() : Tensor({n});
+      s->forward(ch, m, a, b);
+      a = b;
     }
     if (!backward) continue;
+    Tensor g;
     for (size_t i = order.size(); i-- > 0;) {
       auto [s, ch] = order[i];
-      s->backward(ch, m, i + 1 == order.size() ? nullptr : a.data(), i == 0 ? nullptr : b.data(),
-                  !split);
-      std::swap(a, b);
+      Tensor gi = i == 0 ? Tensor() : Tensor({n});
+      s->backward(ch, m, g, gi, !split);
+      g = gi;
     }
     if (split)
       for (auto [s, ch] : order) s->backward_weight(ch, m);

@@ -82,7 +82,9 @@ class StreamContext {
   StreamContext(const StreamContext&) = delete;
   StreamContext& operator=(const StreamContext&) = delete;
 
-  Ctx ctx() { return Ctx{Device::cuda(device_), stream_->get(), blas_, workspace_.get()}; }
+  Ctx ctx() {
+    return Ctx{Device::cuda(device_), stream_->get(), blas_, workspace_.get(), alloc_.get()};
+  }
   Stream& stream() { return *stream_; }
   CudaAllocator& allocator() { return *alloc_; }
   int device() const { return device_; }

@@ -16,6 +16,7 @@
 
 #include "trident/comm/comm.hpp"
 #include "trident/core/profiler.hpp"
+#include "trident/core/tensor.hpp"
 #include "trident/io/run_file.hpp"
 #include "trident/parallel/pp/schedule.hpp"
 
@@ -31,17 +32,19 @@ class PipelineStage {
   // for every chunk index in [0, vpp) (in a transformer every boundary is
   // micro_batch x seq x d_model).
   virtual int64_t boundary_numel(int chunk, int microbatch) = 0;
-  // F. input: activation from the previous virtual stage (nullptr for virtual
-  // stage 0); it stays valid until the last backward of (chunk, microbatch)
-  // returns, so the stage may keep the pointer instead of a copy. output:
-  // buffer of boundary_numel(chunk, microbatch) floats to fill (nullptr for
-  // the last virtual stage, which computes the loss).
-  virtual void forward(int chunk, int microbatch, const float* input, float* output) = 0;
-  // B. grad_output: gradient from the next virtual stage (nullptr for the
-  // last: the loss starts it). grad_input: fill (nullptr for virtual stage 0).
+  // Where boundary buffers come from: the stage's device (the host by default).
+  virtual Allocator& allocator() { return cpu_allocator(); }
+  // F. input: activation from the previous virtual stage (empty for virtual
+  // stage 0); the executor does not write to it again, so the stage may keep
+  // it (a shared handle) instead of a copy. output: a buffer of
+  // boundary_numel(chunk, microbatch) floats to fill (empty for the last
+  // virtual stage, which computes the loss).
+  virtual void forward(int chunk, int microbatch, const Tensor& input, Tensor& output) = 0;
+  // B. grad_output: gradient from the next virtual stage (empty for the
+  // last: the loss starts it). grad_input: fill (empty for virtual stage 0).
   // weight_grad == true: also accumulate the weight gradients (schedules
   // without a B/W split); false: defer them to backward_weight.
-  virtual void backward(int chunk, int microbatch, const float* grad_output, float* grad_input,
+  virtual void backward(int chunk, int microbatch, const Tensor& grad_output, Tensor& grad_input,
                         bool weight_grad) = 0;
   virtual void backward_weight(int chunk, int microbatch) = 0;  // W of a split schedule
 };

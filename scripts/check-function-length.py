@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""Fails when a C++ function under the given folders is longer than the limit.
+
+    scripts/check-function-length.py [--max 80] [--allowlist FILE] [DIR ...]
+
+A function's length is counted from the first line of its signature
+(template line included) to the line of its closing brace. The scan needs
+nothing but Python: comments, string and character literals and preprocessor
+lines are blanked (line breaks kept), then braces are matched. A brace that
+opens at namespace or class level after a parameter list (or a constructor's
+initialiser list, a qualifier such as const/override/noexcept, or a trailing
+return type) opens a function body; anything nested inside a body (lambdas,
+local classes) counts toward that function. Braces of namespaces, classes,
+enums and initialisers (tables, `x{...}` members) are not functions.
+
+The allowlist (default: scripts/function-length-allowlist.txt) names
+functions that are declarative tables, one `path:function  reason` a line;
+an entry without a reason, or one that no longer matches a long function,
+is an error too, so the list cannot rot. Exit 0 when all is well, 1 with one
+line per offender otherwise, 2 for bad arguments.
+"""
+import argparse
+import os
+import re
+import sys
+
+SOURCE_SUFFIXES = (".cpp", ".hpp", ".h", ".cc", ".cu", ".cuh")
+QUALIFIER_END = re.compile(r"\b(const|override|final|noexcept|mutable|try)\s*$")
+TRAILING_RETURN = re.compile(r"\)[^()]*->[^=;{}]*$")
+SCOPE_HEAD = re.compile(r"\b(namespace|class|struct|union)\b[^()]*$|^\s*extern\s*$")
+ENUM_HEAD = re.compile(r"\benum\b")
+ACCESS_END = re.compile(r"\b(public|private|protected)\s*$")
+NAME = re.compile(r"((?:[A-Za-z_]\w*::)*(?:operator\s*[^\s(]+|~?[A-Za-z_]\w*))\s*(?:<[^()]*>)?\s*\($")
+
+
+def blank(text):
+    """Comments, literals and preprocessor lines replaced by spaces (newlines kept)."""
+    out = []
+    i, n = 0, len(text)
+    line_start = True
+    while i < n:
+        c = text[i]
+        if line_start and c == "#":
+            # a preprocessor line, with its backslash continuations
+            j = i
+            while j < n and not (text[j] == "\n" and text[j - 1] != "\\"):
+                j += 1
+            out.append(re.sub(r"[^\n]", " ", text[i:j]))
+            i = j
+            continue
+        if c == "\n":
+            line_start = True
+            out.append(c)
+            i += 1
+            continue
+        if not c.isspace():
+            line_start = False
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" " * (j - i))
+            i = j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append(re.sub(r"[^\n]", " ", text[i:j]))
+            i = j
+        elif c == "R" and text.startswith('R"', i) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
+            delim_end = text.find("(", i + 2)
+            close = ")" + text[i + 2:delim_end] + '"'
+            j = text.find(close, delim_end)
+            j = n if j < 0 else j + len(close)
+            out.append(re.sub(r"[^\n]", " ", text[i:j]))
+            i = j
+        elif c in "\"'":
+            if c == "'" and i > 0 and text[i - 1].isalnum():
+                out.append(c)  # digit separator (1'000'000)
+                i += 1
+                continue
+            j = i + 1
+            while j < n and text[j] != c:
+                j += 2 if text[j] == "\\" else 1
+            j = min(j + 1, n)
+            out.append(re.sub(r"[^\n]", " ", text[i:j]))
+            i = j
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def functions(text):
+    """(name, first line, last line) of every function body at namespace or class level."""
+    code = blank(text)
+    line_of = [0] * (len(code) + 1)
+    line = 1
+    for i, c in enumerate(code):
+        line_of[i] = line
+        if c == "\n":
+            line += 1
+    found = []
+    # frames: (kind, head start, open position); kind: scope, function, nested, init
+    stack = []
+    head_start = 0
+    for i, c in enumerate(code):
+        in_body = any(k in ("function", "nested") for k, _, _ in stack)
+        if c == "{":
+            if in_body:
+                stack.append(("nested", head_start, i))
+                continue
+            head = code[head_start:i]
+            stripped = head.rstrip()
+            if SCOPE_HEAD.search(head) and not ENUM_HEAD.search(head):
+                stack.append(("scope", head_start, i))
+                head_start = i + 1
+            elif "(" in head and (stripped.endswith(")") or stripped.endswith("}")
+                                  or QUALIFIER_END.search(stripped)
+                                  or TRAILING_RETURN.search(stripped)):
+                stack.append(("function", head_start, i))
+            else:
+                # an initialiser or an enum: its close does not end the head
+                stack.append(("init", head_start, i))
+        elif c == "}":
+            if not stack:
+                continue
+            kind, start, _ = stack.pop()
+            if kind == "function":
+                sig = code[start:]
+                first = start + (len(sig) - len(sig.lstrip()))
+                paren = code.find("(", first)
+                m = NAME.search(re.sub(r"\s+", " ", code[first:paren + 1]))
+                found.append((m.group(1).replace(" ", "") if m else "?", line_of[first], line_of[i]))
+                head_start = i + 1
+            elif kind == "scope":
+                head_start = i + 1
+            elif kind == "nested" and not any(k in ("function", "nested") for k, _, _ in stack):
+                head_start = i + 1
+        elif c == ";" and not in_body:
+            if not stack or stack[-1][0] != "init":
+                head_start = i + 1
+        elif c == ":" and not in_body and ACCESS_END.search(code[head_start:i]):
+            head_start = i + 1  # access specifier
+    return found
+
+
+def load_allowlist(path):
+    entries, errors = {}, []
+    if not path or not os.path.exists(path):
+        return entries, errors
+    with open(path, encoding="utf-8") as f:
+        for number, raw in enumerate(f, 1):
+            text = raw.strip()
+            if not text or text.startswith("#"):
+                continue
+            key, _, reason = text.partition(" ")
+            if not reason.strip():
+                errors.append("%s:%d: allowlist entry %s gives no reason" % (path, number, key))
+            entries[key] = number
+    return entries, errors
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dirs", nargs="*", default=["src"])
+    parser.add_argument("--max", type=int, default=80, help="longest allowed function, in lines")
+    parser.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    parser.add_argument("--allowlist", default=None)
+    args = parser.parse_args()
+    allow_path = args.allowlist or os.path.join(args.root, "scripts", "function-length-allowlist.txt")
+    allowed, problems = load_allowlist(allow_path)
+    used = set()
+    for d in args.dirs:
+        top = os.path.join(args.root, d)
+        if not os.path.isdir(top):
+            print("check-function-length: %s is not a folder" % top, file=sys.stderr)
+            return 2
+        for folder, _, files in sorted(os.walk(top)):
+            for name in sorted(files):
+                if not name.endswith(SOURCE_SUFFIXES):
+                    continue
+                path = os.path.join(folder, name)
+                rel = os.path.relpath(path, args.root)
+                with open(path, encoding="utf-8") as f:
+                    text = f.read()
+                for func, first, last in functions(text):
+                    length = last - first + 1
+                    if length <= args.max:
+                        continue
+                    key = "%s:%s" % (rel, func)
+                    if key in allowed:
+                        used.add(key)
+                        continue
+                    problems.append("%s:%d: %s is %d lines (at most %d; split it along its steps)"
+                                    % (rel, first, func, length, args.max))
+    for key, number in allowed.items():
+        if key not in used:
+            problems.append("%s:%d: allowlist entry %s matches no function over %d lines"
+                            % (allow_path, number, key, args.max))
+    for p in problems:
+        print(p)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
