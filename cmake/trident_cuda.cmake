@@ -19,7 +19,8 @@ function(trident_cuda_kernels target core)
        ${TRIDENT_ROOT}/kernels/cuda/*.cpp)
   add_library(${target} STATIC ${srcs})
   target_include_directories(${target} PUBLIC ${TRIDENT_ROOT}/include)
-  target_link_libraries(${target} PUBLIC ${core} CUDA::cudart CUDA::cublas)
+  # cuBLAS is dlopen'ed (kernels/cuda/cublas_api.cpp), not linked: see there.
+  target_link_libraries(${target} PUBLIC ${core} CUDA::cudart ${CMAKE_DL_LIBS})
   target_compile_definitions(${target} PUBLIC TRIDENT_HAVE_CUDA=1)
   set_target_properties(${target} PROPERTIES CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON
                         CUDA_EXTENSIONS OFF)

@@ -30,20 +30,26 @@ Tensor zeros(const Ctx& ctx, std::vector<int64_t> shape) {
   return t;
 }
 
+void reserve(const Ctx& ctx, Tensor& t, int64_t n) {
+  if (t.numel() < n) t = empty(ctx, {n});
+}
+
 namespace {
 
 // Bytes from src to dst where each lives (host or ctx's device).
-void copy_bytes(const Ctx& ctx, void* dst, Device to, const void* src, Device from,
-                size_t bytes) {
+void copy_bytes(const Ctx& ctx, void* dst, Device to, const void* src, Device from, size_t bytes) {
   if (bytes == 0) return;
   if (to.is_cpu() && from.is_cpu()) {
     std::memcpy(dst, src, bytes);
     return;
   }
 #ifdef TRIDENT_HAVE_CUDA
-  if (to.is_cpu()) cuda::copy_to_host(ctx, dst, src, bytes);
-  else if (from.is_cpu()) cuda::copy_to_device(ctx, dst, src, bytes);
-  else cuda::copy_device(ctx, dst, src, bytes);
+  if (to.is_cpu())
+    cuda::copy_to_host(ctx, dst, src, bytes);
+  else if (from.is_cpu())
+    cuda::copy_to_device(ctx, dst, src, bytes);
+  else
+    cuda::copy_device(ctx, dst, src, bytes);
 #else
   (void)ctx;
   throw Error("kernels: a copy between " + from.str() + " and " + to.str() +

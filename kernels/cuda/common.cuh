@@ -61,13 +61,15 @@ __device__ inline float block_max(float x, float* red) {
   return warp_max(lane < warps ? red[lane] : -INFINITY);
 }
 
-// Scratch device memory for one call: the Ctx's workspace when it has one,
-// else a stream-ordered allocation freed (in stream order) at scope exit.
+// Scratch device memory for one call: the Ctx's workspace when it has one
+// (and the caller allows it: an op whose output may itself be workspace
+// memory must not), else a stream-ordered allocation freed (in stream order)
+// at scope exit.
 class Scratch {
  public:
-  Scratch(const Ctx& c, size_t bytes) : stream_(stream_of(c)) {
+  Scratch(const Ctx& c, size_t bytes, bool may_use_workspace = true) : stream_(stream_of(c)) {
     if (bytes == 0) return;
-    if (c.workspace) {
+    if (c.workspace && may_use_workspace) {
       p_ = c.workspace->get(bytes);
     } else {
       CUDA_CHECK(cudaMallocAsync(&p_, bytes, stream_));

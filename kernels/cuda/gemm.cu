@@ -22,11 +22,11 @@ void gemm_ex(const Ctx& c, bool trans_a, bool trans_b, int64_t M, int64_t N, int
   const plan::ColumnMajorGemm g = plan::column_major(trans_a, trans_b, M, N, K);
   const cublasComputeType_t compute =
       ab == CUDA_R_32F ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
-  CUBLAS_CHECK(cublasGemmEx(blas_of(c), g.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N,
-                            g.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N, to_int(g.m, "N"),
-                            to_int(g.n, "M"), to_int(g.k, "K"), &alpha, B, ab, to_int(ldb, "ldb"),
-                            A, ab, to_int(lda, "lda"), &beta, C, ct, to_int(ldc, "ldc"), compute,
-                            CUBLAS_GEMM_DEFAULT));
+  CUBLAS_CHECK(cublas().gemm_ex(blas_of(c), g.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                g.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N, to_int(g.m, "N"),
+                                to_int(g.n, "M"), to_int(g.k, "K"), &alpha, B, ab,
+                                to_int(ldb, "ldb"), A, ab, to_int(lda, "lda"), &beta, C, ct,
+                                to_int(ldc, "ldc"), compute, CUBLAS_GEMM_DEFAULT));
 }
 
 __global__ void swiglu_gate_kernel(const float* gate, const float* up, int64_t n, float* h) {

@@ -71,11 +71,15 @@ __global__ void embedding_forward_kernel(const float* table, const int32_t* ids,
   GRID_STRIDE(e, T * d) out[e] = table[int64_t(ids[e / d]) * d + e % d];
 }
 
-// Tokens that share an id add into the same row: atomics (the order of the
-// additions differs from the CPU's, within fp32 rounding).
+// Tokens that share an id add into the same row. One thread per column
+// walks the tokens in order, so the additions happen in the CPU kernel's
+// order and a run is bitwise reproducible (atomics would add in whatever
+// order the blocks ran). Reads and writes stay coalesced across a warp.
 __global__ void embedding_backward_kernel(const float* dout, const int32_t* ids, int64_t T,
                                           int64_t d, float* dtable) {
-  GRID_STRIDE(e, T * d) atomicAdd(dtable + int64_t(ids[e / d]) * d + e % d, dout[e]);
+  const int64_t col = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (col >= d) return;
+  for (int64_t t = 0; t < T; ++t) dtable[int64_t(ids[t]) * d + col] += dout[t * d + col];
 }
 
 // One block per row: the row's loss into loss[t] (0 for a non-target row)
@@ -155,12 +159,22 @@ __global__ void add_kernel(float* y, const float* x, int64_t n) { GRID_STRIDE(i,
 
 __global__ void fill_kernel(float* x, int64_t n, float value) { GRID_STRIDE(i, n) x[i] = value; }
 
-__global__ void sum_squares_kernel(const float* x, int64_t n, double* out) {
+// Two passes, no atomics, so the sum is the same bits on every run: each
+// block's partial (a fixed grid-stride share), then one block adds the
+// partials in a fixed order into *out.
+__global__ void sum_squares_partial_kernel(const float* x, int64_t n, double* partial) {
   __shared__ double red[32];
   double s = 0.0;
   GRID_STRIDE(i, n) s += double(x[i]) * double(x[i]);
   s = block_sum(s, red);
-  if (threadIdx.x == 0) atomicAdd(out, s);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+__global__ void add_partials_kernel(const double* partial, int64_t n, double* out) {
+  __shared__ double red[32];
+  double s = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += partial[i];
+  s = block_sum(s, red);
+  if (threadIdx.x == 0) *out += s;
 }
 
 __global__ void to_bf16_kernel(const float* x, int64_t n, __nv_bfloat16* y) {
@@ -223,8 +237,8 @@ void embedding_forward(const Ctx& c, const float* table, const int32_t* ids, int
 void embedding_backward(const Ctx& c, const float* dout, const int32_t* ids, int64_t T, int64_t d,
                         float* dtable) {
   if (T * d == 0) return;
-  embedding_backward_kernel<<<plan::grid_for(T * d), plan::kThreads, 0, stream_of(c)>>>(
-      dout, ids, T, d, dtable);
+  const unsigned blocks = unsigned((d + plan::kThreads - 1) / plan::kThreads);
+  embedding_backward_kernel<<<blocks, plan::kThreads, 0, stream_of(c)>>>(dout, ids, T, d, dtable);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -274,7 +288,12 @@ void fill(const Ctx& c, float* x, int64_t n, float value) {
 
 void sum_squares_into(const Ctx& c, const float* x, int64_t n, double* out) {
   if (n == 0) return;
-  sum_squares_kernel<<<plan::grid_for(n), plan::kThreads, 0, stream_of(c)>>>(x, n, out);
+  const unsigned blocks = plan::grid_for(n);
+  Scratch partial(c, blocks * sizeof(double), /*may_use_workspace=*/false);  // out may be there
+  sum_squares_partial_kernel<<<blocks, plan::kThreads, 0, stream_of(c)>>>(x, n,
+                                                                          partial.as<double>());
+  CUDA_CHECK_LAUNCH();
+  add_partials_kernel<<<1, plan::kThreads, 0, stream_of(c)>>>(partial.as<double>(), blocks, out);
   CUDA_CHECK_LAUNCH();
 }
 

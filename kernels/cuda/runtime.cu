@@ -127,13 +127,13 @@ StreamContext::StreamContext(int device) : device_(device) {
   alloc_ = std::make_unique<CudaAllocator>(device, stream_->get());
   workspace_ = std::make_unique<Workspace>(*alloc_);
   cublasHandle_t h;
-  CUBLAS_CHECK(cublasCreate(&h));
+  CUBLAS_CHECK(cublas().create(&h));
   blas_ = h;
-  CUBLAS_CHECK(cublasSetStream(h, as_stream(stream_->get())));
+  CUBLAS_CHECK(cublas().set_stream(h, as_stream(stream_->get())));
   // Pedantic math: fp32 GEMMs stay fp32 (no TF32, whatever
   // NVIDIA_TF32_OVERRIDE says), which the parity runs need. bf16 GEMMs choose
   // their compute type per call.
-  CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH));
+  CUBLAS_CHECK(cublas().set_math_mode(h, CUBLAS_PEDANTIC_MATH));
 }
 
 StreamContext::~StreamContext() {
@@ -144,7 +144,7 @@ StreamContext::~StreamContext() {
   } catch (const std::exception&) {
     // A destructor cannot report; the stream and handle are released anyway.
   }
-  if (blas_) (void)cublasDestroy(static_cast<cublasHandle_t>(blas_));
+  if (blas_) (void)cublas().destroy(static_cast<cublasHandle_t>(blas_));
 }
 
 void copy_to_device(const Ctx& c, void* dst, const void* src, size_t bytes) {

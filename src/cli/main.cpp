@@ -2,9 +2,11 @@
 // runtime (MPI) for the commands that need it, runs the command, and turns
 // errors into one line and an exit code: 0 success, 2 invalid input, 1
 // anything else.
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <thread>
 
 #include "commands.hpp"
 #include "trident/comm/process.hpp"
@@ -19,23 +21,35 @@ int launcher_rank() { return comm_launcher_rank(); }
 
 namespace {
 
-// All ranks reached the error (the usual case: every rank validates the same
-// input)? Then finalise cleanly so the exit code is ours. Otherwise abort.
-int finish_with_error(bool mpi_on, int code, const std::string& msg, bool symmetric) {
+void print_error(const std::string& msg) {
+  std::fprintf(stderr, "trident: error: %s\n", msg.c_str());
+  std::fflush(stderr);
+}
+
+// The ending every rank of a job takes. All ranks reached the error (the
+// usual case: every rank validates the same input, or agreed on the
+// failure)? Then the one that knows prints, and all finalise cleanly so the
+// exit code is ours. Otherwise this rank failed alone: it tells the others
+// (they end quietly, see comm/process.hpp), prints unless a lower rank failed
+// at the same moment, and ends without waiting for anyone.
+int finish_with_error(bool mpi_on, int code, const std::string& msg, bool symmetric,
+                      bool reporter) {
   const int rank = mpi_on ? comm_world_rank() : launcher_rank();
   if (!mpi_on) {
-    if (rank == 0) std::fprintf(stderr, "trident: error: %s\n", msg.c_str());
+    if (rank == 0) print_error(msg);
     return code;
   }
   if (symmetric && comm_all_arrive_within(10.0)) {
-    if (rank == 0) std::fprintf(stderr, "trident: error: %s\n", msg.c_str());
-    std::fflush(stderr);
+    if (reporter) print_error(msg);
     comm_finalize();
     return code;
   }
-  std::fprintf(stderr, "trident: error: rank %d: %s\n", rank, msg.c_str());
-  std::fflush(stderr);
-  comm_abort(code);
+  comm_notify_failure(code, 2.0);
+  if (!comm_lower_rank_failed_within(0.5)) {
+    const std::string prefix = "rank " + std::to_string(rank) + ":";
+    print_error(msg.rfind(prefix, 0) == 0 ? msg : prefix + " " + msg);
+  }
+  comm_exit_now(code);
 }
 
 // Every command, in the order chosen_command's name tables follow.
@@ -72,7 +86,7 @@ std::optional<int> parse(CLI::App& app, int* argc, char*** argv) {
     // and finish together, as for any other input error.
     if (comm_launched()) {
       comm_init(argc, argv);
-      return finish_with_error(true, 2, e.what(), true);
+      return finish_with_error(true, 2, e.what(), true, comm_world_rank() == 0);
     }
     std::fprintf(stderr, "trident: error: %s\n", e.what());
     return 2;
@@ -116,10 +130,19 @@ int run_command(Command& chosen, int* argc, char*** argv) {
     int rc = chosen.run();
     if (mpi_on) comm_finalize();
     return rc;
+  } catch (const PeerFailure& e) {
+    // The failing rank says why within half a second (it first listens for
+    // a lower rank that failed alike); leaving first could let the launcher
+    // end it before it prints.
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    comm_exit_now(e.code);
   } catch (const InputError& e) {
-    return finish_with_error(mpi_on, 2, e.what(), true);
+    const bool lead = (mpi_on ? comm_world_rank() : launcher_rank()) == 0;
+    return finish_with_error(mpi_on, 2, e.what(), true, lead);
+  } catch (const AgreedError& e) {
+    return finish_with_error(mpi_on, 1, e.what(), true, e.reporter);
   } catch (const std::exception& e) {
-    return finish_with_error(mpi_on, 1, e.what(), false);
+    return finish_with_error(mpi_on, 1, e.what(), false, true);
   }
 }
 

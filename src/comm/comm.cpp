@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "trident/comm/process.hpp"
 #include "trident/core/error.hpp"
 
 namespace trident {
@@ -123,7 +124,11 @@ int Communicator::world_rank_of(int group_rank) const {
 void Communicator::await(PendingOp& op, const std::string& what, CommKind kind, double bytes_sent) {
   const double t0 = monotonic_s();
   Backoff backoff;
-  while (!op.poll()) {
+  for (unsigned polls = 1; !op.poll(); ++polls) {
+    // Another rank failed and said so: end now rather than at the deadline.
+    int failed_rank = 0, code = 0;
+    if (polls % 256 == 0 && comm_failure_notice(&failed_rank, &code))
+      throw PeerFailure(failed_rank, code);
     const double waited = monotonic_s() - t0;
     if (waited > timeout_s_) {
       comm_counters().wait_s[int(kind)] += waited;  // time lost, but no completed call
@@ -264,6 +269,29 @@ void Communicator::alltoall(const int64_t* send, int64_t* recv, size_t per_peer)
 void Communicator::barrier() {
   auto pending = post_barrier();
   await(*pending, "barrier over " + std::to_string(size()) + " ranks", kind_, 0.0);
+}
+
+// ---- agreement ----
+
+std::string broadcast_string(Communicator& comm, const std::string& s, int root) {
+  int64_t n = static_cast<int64_t>(s.size());
+  comm.broadcast(&n, sizeof n, root);
+  std::string out = s;
+  out.resize(static_cast<size_t>(n));
+  if (n > 0) comm.broadcast(out.data(), static_cast<size_t>(n), root);
+  return out;
+}
+
+CheckOutcome agree_on_check(Communicator& comm, bool passed, const std::string& message) {
+  CheckOutcome out;
+  int all = passed ? 1 : 0;
+  comm.allreduce_min(&all, 1);
+  if (all) return out;
+  out.all_passed = false;
+  out.rank = passed ? comm.size() : comm.rank();
+  comm.allreduce_min(&out.rank, 1);
+  out.message = broadcast_string(comm, message, out.rank);
+  return out;
 }
 
 }  // namespace trident

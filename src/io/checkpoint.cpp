@@ -235,21 +235,25 @@ std::string write_checkpoint(const std::string& dir, Communicator* world, const 
   // everyone learns whether the file is complete before going on
   int failed = error.empty() ? 0 : 1;
   if (world && size > 1) world->allreduce_max(&failed, 1);
-  if (failed) throw Error(error.empty() ? "checkpoint " + path + ": rank 0 failed to write it" : error);
+  // rank 0 knows why and says it; the others end with it
+  if (failed) throw AgreedError(error.empty() ? "checkpoint " + path + ": not written" : error, rank == 0);
   return path;
 }
 
-std::string latest_checkpoint(const std::string& dir) {
+std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
   std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) return "";
-  std::string best;
+  std::vector<std::string> names;
+  if (!std::filesystem::is_directory(dir, ec)) return names;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
     if (n.rfind("ckpt_step_", 0) == 0 && n.size() > 3 && n.substr(n.size() - 3) == ".h5" &&
-        n.find(".tmp") == std::string::npos && (best.empty() || n > std::filesystem::path(best).filename().string()))
-      best = e.path().string();
+        n.find(".tmp") == std::string::npos)
+      names.push_back(n);
   }
-  return best;
+  // fixed-width step numbers: the name order is the step order
+  std::sort(names.rbegin(), names.rend());
+  for (auto& n : names) n = (std::filesystem::path(dir) / n).string();
+  return names;
 }
 
 CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {

@@ -8,7 +8,11 @@
 // written by the ranks that own it.
 #include "trident/io/run_file.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -223,27 +227,19 @@ Handle memory_rows(hid_t dset, hsize_t count) {
 
 // Root's string on every rank (attribute values must be identical).
 std::string bcast_from(int root, const std::string& s, Communicator& comm) {
-  int64_t n = static_cast<int64_t>(s.size());
-  comm.broadcast(&n, sizeof n, root);
-  std::string out = s;
-  out.resize(static_cast<size_t>(n));
-  if (n > 0) comm.broadcast(out.data(), static_cast<size_t>(n), root);
-  return out;
+  return broadcast_string(comm, s, root);
 }
 
 // Every rank learns whether all ranks passed their checks, and all throw the
-// first failing rank's message; no rank enters a collective HDF5 call that
-// another rank will never reach.
+// first failing rank's message (printed by that rank); no rank enters a
+// collective HDF5 call that another rank will never reach.
 void agree_or_throw(bool ok, const std::string& my_msg, Communicator& comm,
                     bool input_error = false) {
-  int all = ok ? 1 : 0;
-  comm.allreduce_min(&all, 1);
-  if (all) return;
-  int root = ok ? comm.size() : comm.rank();
-  comm.allreduce_min(&root, 1);
-  std::string msg = bcast_from(root, my_msg, comm);
-  if (input_error) throw InputError(msg);
-  throw Error("run file: rank " + std::to_string(root) + ": " + msg);
+  const CheckOutcome c = agree_on_check(comm, ok, my_msg);
+  if (c.all_passed) return;
+  if (input_error) throw InputError(c.message);
+  throw AgreedError("run file: rank " + std::to_string(c.rank) + ": " + c.message,
+                    comm.rank() == c.rank);
 }
 
 }  // namespace
@@ -266,6 +262,14 @@ int64_t name_key(const std::string& s) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
   return static_cast<int64_t>(h >> 1);
+}
+
+// Why path cannot be created for writing (strerror), or "".
+std::string cannot_create(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return std::strerror(errno);
+  ::close(fd);
+  return "";
 }
 
 void copy_cstr(char* dst, size_t cap, const std::string& src) {
@@ -293,6 +297,12 @@ RunFile::RunFile(const std::string& path, Communicator& world, const Config& cfg
     if (cfg.model.is_moe_layer(l)) moe_ids.push_back(l);
   moe_layers_ = static_cast<int>(moe_ids.size());
   n_experts_ = moe_layers_ > 0 ? cfg.model.n_experts : 0;
+
+  // HDF5's MPI-IO message does not carry the system's reason: rank 0 asks
+  // the system first.
+  std::string why;
+  if (rank_ == 0) why = cannot_create(path_);
+  agree_or_throw(why.empty(), "output file " + path_ + ": cannot create it: " + why, world_, true);
 
   Handle fapl = TRIDENT_H5_PLIST(H5Pcreate(H5P_FILE_ACCESS), "file access list");
   const MpiHandles mpi = mpi_handles(world_);

@@ -9,7 +9,6 @@
 #include "trident/core/error.hpp"
 #include "trident/kernels/attention.hpp"
 #include "trident/parallel/pp/generators.hpp"
-#include "trident/parallel/pp/simulator.hpp"
 
 namespace trident::plan {
 namespace {
@@ -45,8 +44,9 @@ struct Shapes {
   }
 };
 
-// Attention block: the cache x, h1, q, k, v, o, lse (tensors) and rstd (a
-// vector); a split backward keeps o, h1, a copy of dy and dq, dk, dv for W.
+// Attention block: the cache x (its input, shared with whoever made it), h1,
+// rstd, q, k, v, o, lse; a split backward keeps o, h1, the incoming gradient
+// and dq, dk, dv for W.
 void add_attention_layer(const Shapes& s, double pairs, ChunkCost& c) {
   const double proj = 2 * s.T * s.d * (2 * s.H * s.D + 2 * s.Hkv * s.D);
   const double core = s.mbs * pairs * 4 * s.H * s.D;
@@ -55,18 +55,16 @@ void add_attention_layer(const Shapes& s, double pairs, ChunkCost& c) {
   c.b += Work{proj, kAttnBackward * core, 2 * mem};
   c.w += Work{proj, 0, 0};
   const double qkv = 2 * s.T * s.H * s.D + 2 * s.T * s.Hkv * s.D;  // q, o and k, v (or grads)
-  c.tracked.cache += kFloat * (2 * s.T * s.d + qkv + s.T * s.H);
+  c.tracked.cache += kFloat * (2 * s.T * s.d + s.T + qkv + s.T * s.H);
   c.tracked.stash += kFloat * (2 * s.T * s.d + qkv);
-  c.untracked.cache += kFloat * s.T;
 }
 
-// FFN block: x, h (tensors), rstd (a vector), then the dense SwiGLU's gate
-// and up (tensors) or the MoE layer's cache (vectors: input, routing, plan,
+// FFN block: x (the attention's output), h, rstd, then the dense SwiGLU's
+// gate and up, or the MoE layer's cache (host vectors: input, routing, plan,
 // expert-side rows and gate/up).
 void add_ffn_layer(const Shapes& s, bool moe, ChunkCost& c) {
   double gemm, mem = kFloat * 7 * s.T * s.d;
-  c.tracked.cache += kFloat * 2 * s.T * s.d;
-  c.untracked.cache += kFloat * s.T;
+  c.tracked.cache += kFloat * (2 * s.T * s.d + s.T);
   if (moe) {
     gemm = 2 * s.T * s.d * s.E + 6 * s.R * s.d * s.f;
     mem += kFloat * (2 * s.T * s.E + 4 * s.T * s.k * s.d + 3 * s.R * s.f);
@@ -92,15 +90,21 @@ void add_ffn_layer(const Shapes& s, bool moe, ChunkCost& c) {
   c.b += Work{2 * gemm, 0, 2 * mem};
 }
 
-// Temporaries of the chunk's F and B beyond its cache: the hidden states x
-// and y (dx and dy) of the whole action; the head's logits in F; in B the
-// largest of the head's or FFN's dh and the attention's dout, dq, dk, dv,
-// dh1 and dy copy (by then the layer's FFN cache is freed).
+// Temporaries of the chunk's F and B beyond its cache (every block writes a
+// new tensor; caches share them). F: the head's logits. B: the incoming
+// gradient, the block's new dx and, by phase, the FFN's dh; the attention's
+// new dy, dh1, dout, dq, dk, dv (its layer's FFN cache is freed by then); the
+// head's dh and dy; and from the second stage on the gradient sent back,
+// allocated when B starts. Both: the pipeline executor posts the receives of
+// the next two actions ahead (an input unless first, a gradient unless last).
 void add_transients(const Shapes& s, double last_ffn_cache, ChunkCost& c) {
-  const double x_y = kFloat * 2 * s.T * s.d;
-  c.tracked.transient_f = x_y + (c.last ? kFloat * s.T * s.V : 0);
-  const double attn = kFloat * (2 * s.T * s.H * s.D + 2 * s.T * s.Hkv * s.D + 2 * s.T * s.d);
-  c.tracked.transient_b = x_y + std::max(kFloat * s.T * s.d, attn - last_ffn_cache);
+  const double Td = kFloat * s.T * s.d;
+  const double ahead = Td * ((c.first ? 0 : 1) + (c.last ? 0 : 1));
+  c.tracked.transient_f = ahead + (c.last ? kFloat * s.T * s.V : 0);
+  const double attn =
+      4 * Td + kFloat * (2 * s.T * s.H * s.D + 2 * s.T * s.Hkv * s.D) - last_ffn_cache;
+  c.tracked.transient_b =
+      ahead + (c.first ? 0 : Td) + std::max({3 * Td, attn, c.last ? 2 * Td : 0});
 }
 
 }  // namespace
@@ -148,6 +152,7 @@ ChunkMemory& ChunkMemory::operator+=(const ChunkMemory& o) {
   stash += o.stash;
   transient_f += o.transient_f;
   transient_b += o.transient_b;
+  freed_early += o.freed_early;
   return *this;
 }
 
@@ -219,9 +224,13 @@ ChunkCost chunk_cost(const Config& cfg, const MeshPlan& p, int vs) {
     c.w += Work{head, 0, 0};
     c.params += s.d + s.V * s.d;
     // x_final, h_final and dlogits; a split backward keeps h_final and dlogits for W
-    c.tracked.cache += kFloat * (2 * s.T * s.d + s.T * s.V);
+    c.tracked.cache += kFloat * (2 * s.T * s.d + s.T + s.T * s.V);
     c.tracked.stash += kFloat * (s.T * s.d + s.T * s.V);
-    c.untracked.cache += kFloat * s.T;
+    // B computes the head's weight gradient first, then frees h_final and dlogits
+    c.tracked.freed_early = kFloat * (s.T * s.d + s.T * s.V);
+  } else {
+    // the output the executor sends on, held until the send is seen complete
+    c.tracked.cache += kFloat * s.T * s.d;
   }
   add_transients(s, last_ffn_cache, c);
   kernels::AttnShape probe;
@@ -256,7 +265,7 @@ double activation_peak(const pp::Schedule& lowered, int rank,
       peak = std::max(peak, live + m.cache + m.transient_f);
       live += m.cache;
     } else if (a.op == pp::Op::B) {
-      peak = std::max(peak, live + m.transient_b);
+      peak = std::max(peak, live + m.transient_b - (lowered.split_backward ? 0 : m.freed_early));
       live += (lowered.split_backward ? m.stash : 0) - m.cache;
     } else if (a.op == pp::Op::W) {
       live -= m.stash;
@@ -267,9 +276,9 @@ double activation_peak(const pp::Schedule& lowered, int rank,
 
 namespace {
 
-// Everything but the activations; `inflight`: micro-batches whose pipeline
-// boundary buffers a rank holds at once.
-MemoryEstimate static_memory(const Config& cfg, const MeshPlan& p, int pp_rank, int inflight) {
+// Everything but the activations (which include the pipeline's boundary
+// tensors).
+MemoryEstimate static_memory(const Config& cfg, const MeshPlan& p, int pp_rank) {
   const Shapes s(cfg, p);
   MemoryEstimate m;
   double expert = 0, work = 0;
@@ -290,9 +299,6 @@ MemoryEstimate static_memory(const Config& cfg, const MeshPlan& p, int pp_rank, 
   if (p.dp * p.cp / p.ep > 1) work = std::max(work, expert);
   m.workspace = work;
   double comm = 0;
-  // the executor's input of each in-flight micro-batch, one output and one
-  // gradient in transit
-  if (p.pp > 1) comm += kFloat * s.T * s.d * (inflight + 2);
   // every layer's ring keeps its backward's five K/V-sized buffers (current,
   // next, partial dK/dV, sending, arriving) of one sample
   if (p.cp > 1) comm += kFloat * layers * 5 * 2 * (s.T / s.mbs) * s.Hkv * s.D;
@@ -317,7 +323,7 @@ void stage_memory(const Config& cfg, const MeshPlan& p, std::vector<ChunkMemory>
 
 MemoryEstimate memory_of_rank(const Config& cfg, const MeshPlan& p, int pp_rank,
                               const pp::Schedule& lowered) {
-  MemoryEstimate m = static_memory(cfg, p, pp_rank, pp::peak_inflight(lowered).at(size_t(pp_rank)));
+  MemoryEstimate m = static_memory(cfg, p, pp_rank);
   std::vector<ChunkMemory> tracked, all;
   stage_memory(cfg, p, tracked, all);
   m.activations = activation_peak(lowered, pp_rank, all);
@@ -326,7 +332,7 @@ MemoryEstimate memory_of_rank(const Config& cfg, const MeshPlan& p, int pp_rank,
 }
 
 MemoryEstimate memory_lower_bound(const Config& cfg, const MeshPlan& p, int pp_rank) {
-  MemoryEstimate m = static_memory(cfg, p, pp_rank, 1);
+  MemoryEstimate m = static_memory(cfg, p, pp_rank);
   std::vector<ChunkMemory> tracked, all;
   stage_memory(cfg, p, tracked, all);
   double act = 0, act_tracked = 0;

@@ -227,6 +227,8 @@ Prediction predict(const Config& cfg, const MeshPlan& p, const ClusterShape& sha
   out.split.bubble = std::max(0.0, no_latency - busy);
   for (int r = 0; r < p.pp; ++r) {
     const MemoryEstimate mem = memory_of_rank(cfg, p, r, lowered);
+    out.rank_total.push_back(mem.total());
+    out.rank_allocator.push_back(mem.allocator());
     out.peak_inflight = std::max(out.peak_inflight, sim.ranks[size_t(r)].peak_inflight);
     if (mem.total() > out.memory.total()) out.memory = mem, out.memory_pp_rank = r;
   }
@@ -253,6 +255,12 @@ std::string seconds_text(double s) {
 }
 
 std::string gb(double bytes) { return fmt("%.3f GB", bytes / 1e9); }
+
+std::string join(const std::vector<double>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + fmt("%.9g", v[i]);
+  return out;
+}
 
 }  // namespace
 
@@ -308,7 +316,9 @@ std::string prediction_json(const Prediction& p) {
     << ", \"optimizer\": " << e.optimizer << ", \"activations\": " << e.activations
     << ", \"comm_buffers\": " << e.comm_buffers << ", \"workspace\": " << e.workspace
     << ", \"allocator\": " << e.allocator() << ", \"untracked\": " << e.untracked
-    << ", \"pp_rank\": " << p.memory_pp_rank << "}, \"peak_inflight\": " << p.peak_inflight << "}";
+    << ", \"pp_rank\": " << p.memory_pp_rank << ", \"per_pp_rank\": {\"total\": ["
+    << join(p.rank_total) << "], \"allocator\": [" << join(p.rank_allocator)
+    << "]}}, \"peak_inflight\": " << p.peak_inflight << "}";
   return o.str();
 }
 

@@ -89,6 +89,25 @@ long long default_global_batch(const Config& cfg, const ClusterShape& shape) {
   return 1LL * cfg.data.micro_batch_size * cfg.data.num_microbatches * (world / pc);
 }
 
+// The k best: by step time, then within a tie (steps within kStepTie of the
+// first of the run of ties) by memory.
+std::vector<Prediction> rank_predictions(std::vector<Prediction> all, size_t k) {
+  std::stable_sort(all.begin(), all.end(), [](const Prediction& a, const Prediction& b) {
+    return a.step_time_s < b.step_time_s;
+  });
+  for (size_t i = 0; i < all.size();) {
+    size_t j = i + 1;
+    while (j < all.size() && all[j].step_time_s <= all[i].step_time_s * (1 + kStepTie)) ++j;
+    std::stable_sort(all.begin() + long(i), all.begin() + long(j),
+                     [](const Prediction& a, const Prediction& b) {
+                       return a.memory.total() < b.memory.total();
+                     });
+    i = j;
+  }
+  if (all.size() > k) all.resize(k);
+  return all;
+}
+
 // Legal candidates with their step-time bounds; counts go into r.
 std::vector<Candidate> legal_candidates(const Config& cfg, const ClusterShape& shape,
                                         const MachineProfile& m, const SearchOptions& opt,
@@ -123,20 +142,22 @@ SearchResult search(const Config& cfg, const ClusterShape& shape, const MachineP
   std::sort(cands.begin(), cands.end(),
             [](const Candidate& a, const Candidate& b) { return a.lower_bound < b.lower_bound; });
   const size_t k = size_t(std::max(1, opt.top_k));
+  // Simulate until no remaining bound can come within the tie margin of the
+  // k-th best step; then rank by step, ties by memory.
+  std::vector<Prediction> fits;
+  std::vector<double> steps;  // the fitting predictions' steps, ascending
   for (const Candidate& c : cands) {
-    if (r.best.size() == k && c.lower_bound >= r.best.back().step_time_s) break;
+    if (steps.size() >= k && c.lower_bound > steps[k - 1] * (1 + kStepTie)) break;
     Prediction p = predict(cfg, c.plan, shape, m, false);
     ++r.simulated;
     if (opt.memory_limit_bytes > 0 && p.memory.total() > opt.memory_limit_bytes) {
       ++r.refused_memory;
       continue;
     }
-    auto at = std::upper_bound(
-        r.best.begin(), r.best.end(), p,
-        [](const Prediction& a, const Prediction& b) { return a.step_time_s < b.step_time_s; });
-    r.best.insert(at, std::move(p));
-    if (r.best.size() > k) r.best.pop_back();
+    steps.insert(std::upper_bound(steps.begin(), steps.end(), p.step_time_s), p.step_time_s);
+    fits.push_back(std::move(p));
   }
+  r.best = rank_predictions(std::move(fits), k);
   if (r.best.empty()) {
     char buf[96];
     std::snprintf(buf, sizeof buf, "%.3f GB", opt.memory_limit_bytes / 1e9);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "trident/kernels/ops.hpp"
+#include "trident/kernels/tensor_ops.hpp"
 
 namespace trident::train {
 
@@ -19,7 +20,8 @@ double learning_rate(const TrainConfig& t, int64_t step) {
 AdamW::AdamW(std::vector<Param*> params, const TrainConfig& t, const kernels::Ctx& ctx)
     : ctx_(ctx), params_(std::move(params)), cfg_(t) {
   for (Param* p : params_)
-    state_.emplace(p->name, std::make_pair(Tensor(p->value.shape()), Tensor(p->value.shape())));
+    state_.emplace(p->name, std::make_pair(kernels::zeros(ctx_, p->value.shape()),
+                                           kernels::zeros(ctx_, p->value.shape())));
 }
 
 void AdamW::step(double lr, float grad_scale) {

@@ -56,16 +56,57 @@ struct ResumePoint {
   std::string checkpoint;
 };
 
+// Loads `path` on every rank; the ranks agree on the outcome, so a file that
+// is damaged where only some ranks read ends every rank with that reason
+// (its first reporter's) at once. Returns "" or the reason.
+std::string load_everywhere(Trainer& trainer, const std::string& path, int64_t& step) {
+  std::string why;
+  try {
+    step = load_checkpoint(trainer, path);
+  } catch (const InputError& e) {
+    why = e.what();
+  }
+  return agree_on_check(*trainer.comms().world, why.empty(), why).message;
+}
+
+// The newest checkpoint in output.checkpoint_dir that loads on every rank;
+// damaged ones are named on stderr and passed over ("" if none is there).
+std::string resume_latest(const Config& cfg, Trainer& trainer, int64_t& step) {
+  Communicator& world = *trainer.comms().world;
+  std::string listed;  // rank 0's view of the directory, for every rank
+  for (const auto& p : checkpoints_newest_first(cfg.output.checkpoint_dir)) listed += p + "\n";
+  listed = broadcast_string(world, listed, 0);
+  std::vector<std::string> skipped;
+  for (size_t a = 0, b; (b = listed.find('\n', a)) != std::string::npos; a = b + 1) {
+    const std::string path = listed.substr(a, b - a);
+    const std::string why = load_everywhere(trainer, path, step);
+    if (why.empty()) return path;
+    if (world.rank() == 0)
+      std::fprintf(stderr, "trident: warning: not resuming from %s: %s\n", path.c_str(),
+                   why.c_str());
+    skipped.push_back(path);
+  }
+  if (!skipped.empty())
+    throw InputError("--resume: no checkpoint in output.checkpoint_dir '" +
+                     cfg.output.checkpoint_dir + "' loads (" + std::to_string(skipped.size()) +
+                     " damaged, see the warnings above)");
+  return "";
+}
+
 ResumePoint resume_point(const Config& cfg, const RunRequest& req, Trainer& trainer) {
   ResumePoint at;
   const bool slurm_restart = env_int("SLURM_RESTART_COUNT", 0) > 0;
   if (!req.resume && !slurm_restart) return at;
-  at.checkpoint =
-      req.resume_from.empty() ? latest_checkpoint(cfg.output.checkpoint_dir) : req.resume_from;
+  if (!req.resume_from.empty()) {
+    at.checkpoint = req.resume_from;
+    const std::string why = load_everywhere(trainer, at.checkpoint, at.step);
+    if (!why.empty()) throw InputError(why);
+  } else {
+    at.checkpoint = resume_latest(cfg, trainer, at.step);
+  }
   if (at.checkpoint.empty() && req.resume)
     throw InputError("--resume: no checkpoint in output.checkpoint_dir '" +
                      cfg.output.checkpoint_dir + "'");
-  if (!at.checkpoint.empty()) at.step = load_checkpoint(trainer, at.checkpoint);
   if (at.step > cfg.train.steps)
     throw InputError("--resume: checkpoint '" + at.checkpoint + "' is at step " +
                      std::to_string(at.step) +

@@ -16,12 +16,13 @@ namespace trident::train {
 
 namespace {
 
-// The device a training run uses. The kernels and communicators have CUDA
-// implementations, but the model's activations, parameters and optimizer
-// state are host Tensors, so handing the model a CUDA Ctx would pass host
-// pointers to device kernels. Until Tensor carries a device, "auto" trains on
-// the host and "cuda" is refused with the reason; select_device still runs
-// first, so a build without CUDA or a rank without a GPU says that instead.
+// The device a training run uses. The kernels, communicators and tensors
+// have CUDA implementations, but the parameters are initialised on the host
+// and not moved yet, and the micro-batches' token ids and the MoE routing
+// decisions are host arrays that the kernels would read as device pointers.
+// Until those move, "auto" trains on the host and "cuda" is refused with the
+// reason; select_device still runs first, so a build without CUDA or a rank
+// without a GPU says that instead.
 Device training_device(Backend backend, int local_rank) {
   const Device d = kernels::select_device(backend, local_rank);
   if (d.is_cpu() || backend == Backend::automatic) return Device::cpu();

@@ -211,6 +211,20 @@ class Communicator {
   void* compute_stream_ = nullptr;
 };
 
+// root's string on every rank of comm (collective).
+std::string broadcast_string(Communicator& comm, const std::string& s, int root);
+
+// A check every rank of comm made: whether all passed and, if not, the
+// lowest failing rank and its message, the same on every rank (collective),
+// so that all ranks can fail together with the reason of the rank that knows
+// it instead of some ranks waiting for the others until their deadline.
+struct CheckOutcome {
+  bool all_passed = true;
+  int rank = -1;
+  std::string message;
+};
+CheckOutcome agree_on_check(Communicator& comm, bool passed, const std::string& message);
+
 // Measures this host's clock offset to world rank 0's host and sets it in
 // core's clock (set_host_clock_offset); collective over `world`. Ranks that
 // share a host share the clock, so on one host nothing is measured.

@@ -21,8 +21,6 @@ void comm_init(int* argc, char*** argv);
 // Initialised and not yet finalised.
 bool comm_active();
 void comm_finalize();
-// Ends every rank of the job with `code` (MPI_Abort).
-[[noreturn]] void comm_abort(int code);
 
 // This process's rank and the job's size (comm_init first).
 int comm_world_rank();
@@ -30,8 +28,25 @@ int comm_world_size();
 
 // Whether every rank reaches this call within `seconds` (a barrier that
 // gives up instead of waiting forever): the error path uses it to finish
-// cleanly when all ranks failed alike, and to abort otherwise.
+// cleanly when all ranks failed alike. It runs on a control communicator of
+// its own, so it never meets the collectives of ranks still at work.
 bool comm_all_arrive_within(double seconds);
+
+// The failure notice. A rank that fails alone tells every other rank
+// (comm_notify_failure: its rank and exit code, sent on the control
+// communicator; it waits at most `seconds` for the sends). Every wait of a
+// Communicator polls for a notice and throws PeerFailure when one arrived,
+// so the other ranks end quietly within moments instead of at their
+// deadline, in a launcher's kill, or in library backtraces.
+void comm_notify_failure(int code, double seconds);
+// A notice that arrived (then *rank and *code are set); never blocks.
+bool comm_failure_notice(int* rank, int* code);
+// Whether a notice from a rank below this one arrives within `seconds`: of
+// ranks that failed at the same moment, the lowest one prints.
+bool comm_lower_rank_failed_within(double seconds);
+// Flushes stdout and stderr and ends this process with `code` at once,
+// without finalising MPI (peers may be gone or stuck).
+[[noreturn]] void comm_exit_now(int code);
 
 // Every rank of the job, on the host backend, with this deadline.
 std::unique_ptr<Communicator> world_communicator(double timeout_s);

@@ -27,12 +27,28 @@ struct TimeoutError : Error {
   using Error::Error;
 };
 
+// A failure the ranks of a job agreed on (a collective check that failed, a
+// guard's stop): every rank throws it at the same point, and only the rank
+// that knows the cause (reporter) prints it, so the job says it once.
+struct AgreedError : Error {
+  AgreedError(const std::string& msg, bool reporter_) : Error(msg), reporter(reporter_) {}
+  bool reporter;
+};
+
+// Another rank failed and told this one (comm's failure notice): this rank
+// ends quietly with that rank's exit code; the failing rank prints the reason.
+struct PeerFailure : Error {
+  PeerFailure(int rank_, int code_)
+      : Error("rank " + std::to_string(rank_) + " failed"), rank(rank_), code(code_) {}
+  int rank, code;
+};
+
 [[noreturn]] void throw_error(const char* file, int line, const std::string& msg);
 
 }  // namespace trident
 
 // Internal invariant check: throws trident::Error with file:line.
-#define TRIDENT_CHECK(cond, msg)                                        \
-  do {                                                                  \
-    if (!(cond)) ::trident::throw_error(__FILE__, __LINE__, (msg));     \
+#define TRIDENT_CHECK(cond, msg)                                    \
+  do {                                                              \
+    if (!(cond)) ::trident::throw_error(__FILE__, __LINE__, (msg)); \
   } while (0)

@@ -48,8 +48,8 @@ std::string checkpoint_path(const std::string& dir, int64_t step);
 std::string write_checkpoint(const std::string& dir, Communicator* world, const CheckpointMeta& meta,
                              const std::vector<CheckpointTensor>& mine);
 
-// The complete checkpoint with the highest step in dir ("" if none).
-std::string latest_checkpoint(const std::string& dir);
+// The complete checkpoints in dir (no temporary files), highest step first.
+std::vector<std::string> checkpoints_newest_first(const std::string& dir);
 
 class CheckpointReader {
  public:

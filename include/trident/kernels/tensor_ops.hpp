@@ -18,6 +18,10 @@ namespace trident::kernels {
 Tensor empty(const Ctx& ctx, std::vector<int64_t> shape, DType dtype = DType::f32);
 // f32 zeros on ctx's device.
 Tensor zeros(const Ctx& ctx, std::vector<int64_t> shape);
+// A buffer reused call after call: afterwards t holds at least n f32 on
+// ctx's device. It grows only; a growth drops the old elements and does not
+// initialise the new ones.
+void reserve(const Ctx& ctx, Tensor& t, int64_t n);
 // dst <- src (same dtype and numel, both on ctx's device; may be views).
 void copy(const Ctx& ctx, Tensor& dst, const Tensor& src);
 // A new tensor on ctx's device with src's shape and elements (src on the

@@ -70,6 +70,7 @@ struct ChunkMemory {
   double stash = 0;        // from B until W when split: the weight gradients' inputs
   double transient_f = 0;  // temporaries of an F at its peak
   double transient_b = 0;  // temporaries of a B at its peak, beyond the cache still held
+  double freed_early = 0;  // cache a B that runs W at once frees before its peak (the head's)
   ChunkMemory& operator+=(const ChunkMemory& o);
 };
 
@@ -84,8 +85,8 @@ struct ChunkCost {
   double params = 0;                   // parameters this rank holds for the chunk
   double expert_params = 0;            // of which expert weights (reduced over replicas)
   // Activation memory: what tensors hold (the device allocator counts it) and
-  // what the code keeps in host vectors outside it (norm statistics, the MoE
-  // layer's routing, rows and expert activations).
+  // what the code keeps in host vectors outside it (the MoE layer's routing,
+  // rows and expert activations).
   ChunkMemory tracked, untracked;
   double workspace = 0;  // largest scratch one kernel of the chunk asks the workspace for
 };
@@ -104,7 +105,7 @@ ChunkCost chunk_cost(const Config& cfg, const MeshPlan& plan, int virtual_stage)
 struct MemoryEstimate {
   double params = 0, grads = 0, optimizer = 0;  // fp32 weights, grads, AdamW m and v
   double activations = 0;   // peak of in-flight caches plus the running action's temporaries
-  double comm_buffers = 0;  // pipeline boundary buffers, ring K/V buffers, MoE send rows
+  double comm_buffers = 0;  // ring K/V buffers, MoE send rows (boundary tensors: activations)
   double workspace = 0;     // the kernels' scratch and the gradient-reduction packing buffer
   // Of the above, bytes held outside the device allocator (host vectors and
   // buffers that are not tensors): the allocator's peak is total - untracked.

@@ -41,6 +41,7 @@ struct Prediction {
   TimeSplit split;
   MemoryEstimate memory;  // of the rank that needs the most
   int memory_pp_rank = 0;
+  std::vector<double> rank_total, rank_allocator;  // memory of each pipeline rank, bytes
   LinkClass cp_link = LinkClass::nvlink, ep_link = LinkClass::nvlink, pp_link = LinkClass::nvlink,
             dp_link = LinkClass::nvlink;
 };

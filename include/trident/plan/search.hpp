@@ -9,7 +9,8 @@
 // num_microbatches per data-parallel rank. A candidate is legal when the
 // mapping rules (topo/mesh check_mesh) and every layer's config rules
 // (train::check_config) accept it, and it fits when its predicted memory is
-// within the limit. Candidates are priced without the simulator first (a
+// within the limit. Ranking: predicted step time, ties (kStepTie) by memory.
+// Candidates are priced without the simulator first (a
 // pipeline without bubble bounds the step from below); only those whose bound
 // can still beat the k-th best are simulated, which keeps 1024 nodes x 8
 // devices well inside a few seconds.
@@ -20,6 +21,10 @@
 #include "trident/plan/predict.hpp"
 
 namespace trident::plan {
+
+// Predicted steps closer than this share are a tie: the model does not
+// resolve them, and the search ranks the mesh with less memory first.
+inline constexpr double kStepTie = 1e-3;
 
 struct SearchOptions {
   int top_k = 5;

@@ -20,7 +20,8 @@ double learning_rate(const TrainConfig& t, int64_t step);
 
 class AdamW {
  public:
-  // The updates run as kernels on ctx (default: the host).
+  // The updates run as kernels on ctx (default: the host), and the moments
+  // live on ctx's device, from its allocator.
   AdamW(std::vector<Param*> params, const TrainConfig& t, const kernels::Ctx& ctx = {});
   // One update of every parameter with gradients multiplied by grad_scale.
   void step(double lr, float grad_scale);

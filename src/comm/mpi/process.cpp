@@ -1,10 +1,15 @@
 // Process start-up and shut-down over MPI, the world communicator, and the
-// bounded barrier of the error path.
+// error path's control communicator: the bounded barrier and the failure
+// notice (see comm/process.hpp).
 #include "trident/comm/process.hpp"
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
+#include <vector>
 
 #include "mpi_check.hpp"
 #include "trident/comm/mpi/mpi_communicator.hpp"
@@ -21,6 +26,36 @@ const char* launcher_rank_env() {
   return nullptr;
 }
 
+// The control communicator (a duplicate of the world, so that the error path
+// never meets the collectives of ranks still at work) and the receive posted
+// on it for failure notices: part of the process-wide MPI state.
+constexpr int kNoticeTag = 7777;
+MPI_Comm g_control = MPI_COMM_NULL;
+MPI_Request g_notice_req = MPI_REQUEST_NULL;
+int g_notice[2] = {-1, 0};                    // rank, exit code of the notice in flight
+int g_lowest_notice = -1, g_notice_code = 0;  // the lowest failed rank heard of so far
+
+void post_notice_receive() {
+  MPI_Irecv(g_notice, 2, MPI_INT, MPI_ANY_SOURCE, kNoticeTag, g_control, &g_notice_req);
+}
+
+// Takes every notice that has arrived; true if any has, ever.
+bool drain_notices() {
+  if (g_notice_req == MPI_REQUEST_NULL) return g_lowest_notice >= 0;
+  int done = 1;
+  while (done) {
+    done = 0;
+    if (MPI_Test(&g_notice_req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+    if (!done) break;
+    if (g_lowest_notice < 0 || g_notice[0] < g_lowest_notice) {
+      g_lowest_notice = g_notice[0];
+      g_notice_code = g_notice[1];
+    }
+    post_notice_receive();
+  }
+  return g_lowest_notice >= 0;
+}
+
 }  // namespace
 
 int comm_launcher_rank() {
@@ -34,6 +69,8 @@ void comm_init(int* argc, char*** argv) {
   int provided = 0;
   MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &g_control));
+  post_notice_receive();
 }
 
 bool comm_active() {
@@ -44,12 +81,13 @@ bool comm_active() {
 }
 
 void comm_finalize() {
-  if (comm_active()) MPI_Finalize();
-}
-
-void comm_abort(int code) {
-  MPI_Abort(MPI_COMM_WORLD, code);
-  std::_Exit(code);  // MPI_Abort does not return; this satisfies [[noreturn]]
+  if (!comm_active()) return;
+  if (g_notice_req != MPI_REQUEST_NULL) {
+    MPI_Cancel(&g_notice_req);
+    MPI_Request_free(&g_notice_req);
+  }
+  if (g_control != MPI_COMM_NULL) MPI_Comm_free(&g_control);
+  MPI_Finalize();
 }
 
 int comm_world_rank() {
@@ -66,7 +104,8 @@ int comm_world_size() {
 
 bool comm_all_arrive_within(double seconds) {
   MPI_Request req;
-  if (MPI_Ibarrier(MPI_COMM_WORLD, &req) != MPI_SUCCESS) return false;
+  const MPI_Comm comm = g_control != MPI_COMM_NULL ? g_control : MPI_COMM_WORLD;
+  if (MPI_Ibarrier(comm, &req) != MPI_SUCCESS) return false;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   int done = 0;
   while (true) {
@@ -75,6 +114,52 @@ bool comm_all_arrive_within(double seconds) {
     if (std::chrono::steady_clock::now() > deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+}
+
+void comm_notify_failure(int code, double seconds) {
+  if (g_control == MPI_COMM_NULL || !comm_active()) return;
+  const int me = comm_world_rank(), n = comm_world_size();
+  static int notice[2];  // read by the sends after this returns, if they are slow
+  notice[0] = me;
+  notice[1] = code;
+  std::vector<MPI_Request> sends;
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
+    sends.emplace_back();
+    if (MPI_Isend(notice, 2, MPI_INT, r, kNoticeTag, g_control, &sends.back()) != MPI_SUCCESS)
+      sends.pop_back();
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  int done = 0;
+  while (!sends.empty() && std::chrono::steady_clock::now() < deadline) {
+    if (MPI_Testall(int(sends.size()), sends.data(), &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+      break;
+    if (done) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+bool comm_failure_notice(int* rank, int* code) {
+  if (!drain_notices()) return false;
+  *rank = g_lowest_notice;
+  *code = g_notice_code;
+  return true;
+}
+
+bool comm_lower_rank_failed_within(double seconds) {
+  const int me = comm_world_rank();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (true) {
+    if (drain_notices() && g_lowest_notice < me) return true;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+void comm_exit_now(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::_exit(code);
 }
 
 std::unique_ptr<Communicator> world_communicator(double timeout_s) {

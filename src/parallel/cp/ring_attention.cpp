@@ -31,6 +31,7 @@
 #include "trident/core/error.hpp"
 #include "trident/kernels/attention.hpp"
 #include "trident/kernels/ops.hpp"
+#include "trident/kernels/tensor_ops.hpp"
 #include "trident/parallel/cp/config_rules.hpp"
 
 namespace trident::cp {
@@ -229,20 +230,24 @@ void for_each_pair(const std::vector<TokenRun>& key_runs, const std::vector<Toke
 
 }  // namespace
 
+void RingAttention::ensure(Tensor& t, size_t n) const {
+  if (size_t(t.numel()) != n) t = kernels::empty(ctx_, {int64_t(n)});
+}
+
 void RingAttention::load_kv(const float* k, const float* v, size_t nkv) {
-  buf_.cur.resize(2 * nkv);
-  buf_.nxt.resize(comm_ ? 2 * nkv : 0);
-  kernels::copy(ctx_, buf_.cur.data(), k, int64_t(nkv));
-  kernels::copy(ctx_, buf_.cur.data() + nkv, v, int64_t(nkv));
+  ensure(buf_.cur, 2 * nkv);
+  ensure(buf_.nxt, comm_ ? 2 * nkv : 0);
+  kernels::copy(ctx_, buf_.cur.ptr(), k, int64_t(nkv));
+  kernels::copy(ctx_, buf_.cur.ptr() + nkv, v, int64_t(nkv));
 }
 
 RingAttention::KvTransfer RingAttention::post_kv(int step) {
   KvTransfer t;
   if (!comm_ || step + 1 >= cp_size_) return t;
   const int next = (cp_rank_ + 1) % cp_size_, prev = (cp_rank_ - 1 + cp_size_) % cp_size_;
-  t.recv = comm_->irecv(buf_.nxt.data(), buf_.nxt.size() * sizeof(float), prev, kTagKv);
-  t.send = comm_->isend(buf_.cur.data(), buf_.cur.size() * sizeof(float), next, kTagKv);
-  count("ring.bytes_sent", double(buf_.cur.size() * sizeof(float)));
+  t.recv = comm_->irecv(buf_.nxt.ptr(), buf_.nxt.bytes(), prev, kTagKv);
+  t.send = comm_->isend(buf_.cur.ptr(), buf_.cur.bytes(), next, kTagKv);
+  count("ring.bytes_sent", double(buf_.cur.bytes()));
   return t;
 }
 
@@ -262,14 +267,14 @@ void RingAttention::forward(const float* q, const float* k, const float* v, int 
   kernels::fill(ctx_, out, int64_t(nq), 0.0f);
   kernels::fill(ctx_, lse, T * H, -std::numeric_limits<float>::infinity());
   kernels::AttnShape probe{T, T, H, Hkv, D, 1.0f, causal_, 0, 0};
-  note_workspace(sizeof(float) * (buf_.cur.size() + buf_.nxt.size()) +
+  note_workspace(buf_.cur.bytes() + buf_.nxt.bytes() +
                  kernels::attention_workspace_bytes(probe, false));
 
   for (int step = 0; step < cp_size_; ++step) {
     KvTransfer kv = post_kv(step);
     {
       ComputeSpan span(sink_, "ring.forward", step);
-      const float* cur = buf_.cur.data();
+      const float* cur = buf_.cur.ptr();
       for_each_pair(
           runs_[source_rank(step)], runs_[cp_rank_], H, Hkv, D, causal_,
           [&](const TokenRun& qr, const TokenRun& kr, const kernels::AttnShape& s) {
@@ -291,9 +296,9 @@ void RingAttention::forward(const float* q, const float* k, const float* v, int 
 }
 
 void RingAttention::pass_dkv(int step, Request& dkv_send, Request& dkv_recv) {
-  std::vector<float>& partial = buf_.partial;
-  std::vector<float>& sending = buf_.sending;
-  std::vector<float>& arriving = buf_.arriving;
+  Tensor& partial = buf_.partial;
+  Tensor& sending = buf_.sending;
+  Tensor& arriving = buf_.arriving;
   if (step == 0) {
     std::swap(sending, partial);  // this rank's own block starts its journey
   } else {
@@ -301,15 +306,15 @@ void RingAttention::pass_dkv(int step, Request& dkv_send, Request& dkv_recv) {
     timed_wait(dkv_send);  // the previous one has left: its buffer is free
     {
       ComputeSpan span(sink_, "ring.backward", step);
-      kernels::add_inplace(ctx_, arriving.data(), partial.data(), int64_t(arriving.size()));
+      kernels::add_inplace(ctx_, arriving.ptr(), partial.ptr(), arriving.numel());
     }
     std::swap(sending, arriving);
   }
   // After the last step this receive brings back this rank's own block.
   const int next = (cp_rank_ + 1) % cp_size_, prev = (cp_rank_ - 1 + cp_size_) % cp_size_;
-  dkv_recv = comm_->irecv(arriving.data(), arriving.size() * sizeof(float), prev, kTagDkv);
-  dkv_send = comm_->isend(sending.data(), sending.size() * sizeof(float), next, kTagDkv);
-  count("ring.bytes_sent", double(sending.size() * sizeof(float)));
+  dkv_recv = comm_->irecv(arriving.ptr(), arriving.bytes(), prev, kTagDkv);
+  dkv_send = comm_->isend(sending.ptr(), sending.bytes(), next, kTagDkv);
+  count("ring.bytes_sent", double(sending.bytes()));
 }
 
 void RingAttention::backward(const float* q, const float* k, const float* v, const float* out,
@@ -320,30 +325,29 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
   load_kv(k, v, nkv);
   // [dK | dV]: the partial of the current step, the accumulator being sent
   // on, and the one arriving.
-  std::vector<float>& partial = buf_.partial;
-  partial.resize(2 * nkv);
-  buf_.sending.resize(comm_ ? 2 * nkv : 0);
-  buf_.arriving.resize(comm_ ? 2 * nkv : 0);
+  Tensor& partial = buf_.partial;
+  ensure(partial, 2 * nkv);
+  ensure(buf_.sending, comm_ ? 2 * nkv : 0);
+  ensure(buf_.arriving, comm_ ? 2 * nkv : 0);
   kernels::fill(ctx_, dq, int64_t(nq), 0.0f);
   kernels::AttnShape probe{T, T, H, Hkv, D, 1.0f, causal_, 0, 0};
-  note_workspace(sizeof(float) * (buf_.cur.size() + buf_.nxt.size() + partial.size() +
-                                  buf_.sending.size() + buf_.arriving.size()) +
-                 kernels::attention_workspace_bytes(probe, true));
+  note_workspace(buf_.cur.bytes() + buf_.nxt.bytes() + partial.bytes() + buf_.sending.bytes() +
+                 buf_.arriving.bytes() + kernels::attention_workspace_bytes(probe, true));
 
   Request dkv_send, dkv_recv;
   for (int step = 0; step < cp_size_; ++step) {
     KvTransfer kv = post_kv(step);
     {
       ComputeSpan span(sink_, "ring.backward", step);
-      kernels::fill(ctx_, partial.data(), int64_t(partial.size()), 0.0f);
-      const float* cur = buf_.cur.data();
+      kernels::fill(ctx_, partial.ptr(), partial.numel(), 0.0f);
+      const float* cur = buf_.cur.ptr();
       for_each_pair(
           runs_[source_rank(step)], runs_[cp_rank_], H, Hkv, D, causal_,
           [&](const TokenRun& qr, const TokenRun& kr, const kernels::AttnShape& s) {
             const int64_t qo = qr.local_offset * H * D, ko = kr.local_offset * Hkv * D;
             kernels::attention_backward(ctx_, s, q + qo, cur + ko, cur + nkv + ko, out + qo,
                                         lse + qr.local_offset * H, dout + qo, dq + qo,
-                                        partial.data() + ko, partial.data() + nkv + ko);
+                                        partial.ptr() + ko, partial.ptr() + nkv + ko);
             if (sink_) span.flops += kernels::attention_flops(s, true);
           },
           // The previous step's dK/dV accumulator is in flight too.
@@ -354,13 +358,13 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
     if (comm_) pass_dkv(step, dkv_send, dkv_recv);
     take_kv(step, kv);
   }
-  const std::vector<float>& own = comm_ ? buf_.arriving : partial;
+  const Tensor& own = comm_ ? buf_.arriving : partial;
   if (comm_) {
     timed_wait(dkv_recv);
     timed_wait(dkv_send);
   }
-  kernels::copy(ctx_, dk, own.data(), int64_t(nkv));
-  kernels::copy(ctx_, dv, own.data() + nkv, int64_t(nkv));
+  kernels::copy(ctx_, dk, own.ptr(), int64_t(nkv));
+  kernels::copy(ctx_, dv, own.ptr() + nkv, int64_t(nkv));
   count("ring.calls", 1);
 }
 

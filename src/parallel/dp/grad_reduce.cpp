@@ -4,12 +4,13 @@
 #include <vector>
 
 #include "trident/kernels/ops.hpp"
+#include "trident/kernels/tensor_ops.hpp"
 
 namespace trident::dp {
 namespace {
 
 // The packing buffer comes from the Ctx's workspace when it has one (it is
-// reused step after step), else it is allocated for the call.
+// reused step after step), else from the Ctx's allocator for the call.
 void reduce_kind(const kernels::Ctx& ctx_, const std::vector<Param*>& params, GradReduce kind,
                  Communicator* comm) {
   if (!comm || comm->size() == 1) return;
@@ -17,13 +18,13 @@ void reduce_kind(const kernels::Ctx& ctx_, const std::vector<Param*>& params, Gr
   for (Param* p : params)
     if (p->reduce == kind) n += p->grad.numel();
   if (n == 0) return;
-  std::vector<float> own;
+  Tensor own;
   float* buf = nullptr;
   if (ctx_.workspace) {
     buf = static_cast<float*>(ctx_.workspace->get(size_t(n) * sizeof(float)));
   } else {
-    own.resize(size_t(n));
-    buf = own.data();
+    own = kernels::empty(ctx_, {n});
+    buf = own.ptr();
   }
   int64_t off = 0;
   for (Param* p : params)

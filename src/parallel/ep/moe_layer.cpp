@@ -7,6 +7,7 @@
 #include "trident/core/error.hpp"
 #include "trident/kernels/ops.hpp"
 #include "trident/kernels/swiglu.hpp"
+#include "trident/kernels/tensor_ops.hpp"
 
 namespace trident::ep {
 
@@ -121,8 +122,8 @@ void MoELayer::run_experts_forward(Cache& c, float* out) {
       const int64_t rows = p.chunk_rows[r * L_ + e], off = p.chunk_offset[r * L_ + e];
       if (rows == 0) continue;
       float* y = out + off * d_;
-      float* gate = c.gate.data() + off * f_;
-      float* up = c.up.data() + off * f_;
+      float* gate = c.gate.ptr() + off * f_;
+      float* up = c.up.ptr() + off * f_;
       const float* x = c.rows->in() + off * d_;
       expert_fn_->forward(e, x, rows, y, gate, up);
     }
@@ -133,16 +134,17 @@ void MoELayer::forward(const float* x, int64_t T, const std::vector<int>& sample
                        int n_samples, float* y, Cache& c, MoEStats& stats,
                        const int64_t* token_index) {
   c.n_samples = n_samples;
-  c.x.assign(x, x + T * d_);
-  std::vector<float> logits(static_cast<size_t>(T * E_));
-  kernels::linear_forward(ctx_, x, router_w_.value.ptr(), T, d_, E_, logits.data());
-  router_.route(ctx_, logits.data(), T, sample_of_token, n_samples, cp_, c.routing, token_index);
+  c.x = kernels::empty(ctx_, {T, d_});
+  kernels::copy(ctx_, c.x.ptr(), x, T * d_);
+  Tensor logits = kernels::zeros(ctx_, {T, E_});
+  kernels::linear_forward(ctx_, x, router_w_.value.ptr(), T, d_, E_, logits.ptr());
+  router_.route(ctx_, logits.ptr(), T, sample_of_token, n_samples, cp_, c.routing, token_index);
 
   c.plan = dispatcher_.plan(c.routing.expert.data(), T, k_);
   const int64_t R = c.plan.received();
   c.rows = dispatcher_.dispatch_forward(c.plan, x, d_);
-  c.gate.resize(static_cast<size_t>(R * f_));
-  c.up.resize(static_cast<size_t>(R * f_));
+  c.gate = kernels::zeros(ctx_, {R, f_});
+  c.up = kernels::zeros(ctx_, {R, f_});
   run_experts_forward(c, c.rows->out());
   dispatcher_.combine_forward(c.plan, *c.rows, c.routing.weight.data(), y, d_);
 
@@ -161,8 +163,8 @@ void MoELayer::run_experts_backward(Cache& c, const float* dout, float* din) {
       const int64_t rows = p.chunk_rows[r * L_ + e], off = p.chunk_offset[r * L_ + e];
       if (rows == 0) continue;
       const float* xin = c.rows->in() + off * d_;
-      const float* gate = c.gate.data() + off * f_;
-      const float* up = c.up.data() + off * f_;
+      const float* gate = c.gate.ptr() + off * f_;
+      const float* up = c.up.ptr() + off * f_;
       expert_fn_->backward(e, xin, gate, up, dout + off * d_, rows, din + off * d_);
     }
   }
@@ -172,22 +174,21 @@ void MoELayer::backward(const float* dy, float* dx, Cache& c, float daux_scale) 
   const DispatchPlan& p = c.plan;
   const int64_t T = p.T, S = p.sent(), R = p.received();
   // Backward of the combine: w * dy to each copy's row, dy . row to its weight.
-  std::vector<float> drows(static_cast<size_t>(S * d_));
-  std::vector<float> dweight(static_cast<size_t>(T * k_));
-  dispatcher_.combine_backward(p, *c.rows, dy, c.routing.weight.data(), drows.data(),
-                               dweight.data(), d_);
-  std::vector<float> dout(static_cast<size_t>(R * d_));
-  dispatcher_.dispatch_rows(p, drows.data(), dout.data(), d_);
-  std::vector<float> din(static_cast<size_t>(R * d_), 0.0f);
-  run_experts_backward(c, dout.data(), din.data());
+  Tensor drows = kernels::zeros(ctx_, {S, d_});
+  Tensor dweight = kernels::zeros(ctx_, {T, k_});
+  dispatcher_.combine_backward(p, *c.rows, dy, c.routing.weight.data(), drows.ptr(), dweight.ptr(),
+                               d_);
+  Tensor dout = kernels::zeros(ctx_, {R, d_});
+  dispatcher_.dispatch_rows(p, drows.ptr(), dout.ptr(), d_);
+  Tensor din = kernels::zeros(ctx_, {R, d_});
+  run_experts_backward(c, dout.ptr(), din.ptr());
   // Backward of the dispatch: each token's copies summed back.
-  dispatcher_.combine(p, din.data(), nullptr, dx, d_);
+  dispatcher_.combine(p, din.ptr(), nullptr, dx, d_);
 
-  std::vector<float> dlogits(static_cast<size_t>(T * E_));
-  router_.backward(ctx_, c.routing, dweight.data(), daux_scale, dlogits.data());
-  kernels::linear_backward_weight(ctx_, dlogits.data(), c.x.data(), T, d_, E_,
-                                  router_w_.grad.ptr());
-  kernels::linear_backward_input(ctx_, dlogits.data(), router_w_.value.ptr(), T, d_, E_, dx, 1.0f);
+  Tensor dlogits = kernels::zeros(ctx_, {T, E_});
+  router_.backward(ctx_, c.routing, dweight.ptr(), daux_scale, dlogits.ptr());
+  kernels::linear_backward_weight(ctx_, dlogits.ptr(), c.x.ptr(), T, d_, E_, router_w_.grad.ptr());
+  kernels::linear_backward_input(ctx_, dlogits.ptr(), router_w_.value.ptr(), T, d_, E_, dx, 1.0f);
   c.rows.reset();  // after the backward's transfers: no peer reads these rows any more
 }
 

@@ -27,7 +27,8 @@ assert (pr["pp"], pr["cp"], pr["ep"], pr["dp"]) == (2, 2, 2, 2), pr
 s = pr["time_split_s"]
 assert abs(sum(s.values()) - pr["step_time_s"]) <= 1e-6 * pr["step_time_s"], (s, pr)
 m = pr["memory_bytes"]
-parts = sum(v for k, v in m.items() if k not in ("total", "pp_rank", "allocator", "untracked"))
+parts = sum(v for k, v in m.items() if k not in ("total", "pp_rank", "allocator", "untracked", "per_pp_rank"))
+assert len(m["per_pp_rank"]["total"]) == pr["pp"] and max(m["per_pp_rank"]["total"]) == m["total"], m
 assert abs(parts - m["total"]) <= 1e-6 * m["total"], m
 assert abs(m["allocator"] + m["untracked"] - m["total"]) <= 1e-6 * m["total"], m
 assert 0 < m["allocator"] <= m["total"], m

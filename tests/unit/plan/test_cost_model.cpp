@@ -122,23 +122,41 @@ TEST_CASE("communication bytes per action: ring K/V, MoE exchange, stage boundar
 }
 
 TEST_CASE("memory of a rank equals the hand count") {
-  // T = 32, d = 8, H*D = 8, Hkv*D = 4, H = 2, f = 16, V = 32; in floats:
-  // attention cache x, h1, q, k, v, o, lse = 2*256 + 2*256 + 2*128 + 64 = 1344,
-  // FFN block x, h = 512 plus gate, up = 1024; the head's x, h, dlogits =
-  // 512 + 1024; rstd vectors (outside the allocator) 32 per norm: 5 norms.
+  // T = 32, d = 8, H*D = 8, Hkv*D = 4, H = 2, f = 16, V = 32; in floats, per
+  // micro-batch: attention x, h1, rstd, q, k, v, o, lse = 512 + 32 + 512 +
+  // 256 + 64 = 1376; FFN block x, h, rstd = 544 plus gate, up = 1024; the
+  // head's x, h, rstd, dlogits = 512 + 32 + 1024. A dense model keeps
+  // nothing outside the allocator.
   Config c = dense_config();
   const double T = 32, d = 8, f = 16, V = 32;
   const double params = 4 * 1704;
-  const double tracked_cache = 2 * (1344 + 1536) + 1536, untracked_cache = 5 * T;
+  const double tracked_cache = 2 * (1376 + 1568) + 1568, untracked_cache = 0;
   CHECK(chunk_cost(c, serial_plan(c), 0).tracked.cache == 4 * tracked_cache);
   CHECK(chunk_cost(c, serial_plan(c), 0).untracked.cache == 4 * untracked_cache);
   const double cache = 4 * (tracked_cache + untracked_cache);
   CHECK(cache == 29824);
-  // F: x, y and the logits; B: dx, dy and the attention's dout, dq, dk, dv,
-  // dh1, dy copy (1280) less the FFN cache already freed (1536), or the FFN's dh (256)
-  const double t_f = 4 * (2 * T * d + T * V), t_b = 4 * (2 * T * d + T * d);
+  // F: the logits; B: the incoming gradient, dx and the FFN's dh (3 T d),
+  // more than the attention's 4 T d + dout, dq, dk, dv less the FFN cache
+  // freed by then (1792 - 1568); a B that runs W at once has freed the
+  // head's h and dlogits (256 + 1024) before
+  const double t_f = 4 * T * V, t_b = 4 * 3 * T * d;
   CHECK(chunk_cost(c, serial_plan(c), 0).tracked.transient_f == t_f);
   CHECK(chunk_cost(c, serial_plan(c), 0).tracked.transient_b == t_b);
+  CHECK(chunk_cost(c, serial_plan(c), 0).tracked.freed_early == 4 * (T * d + T * V));
+  {
+    // two stages of one layer: stage 0 keeps the output it sends (T d) until
+    // the send is seen complete; each posts the next receives ahead (T d);
+    // stage 1 allocates the gradient it sends back (T d) when B starts
+    MeshPlan two = serial_plan(c);
+    two.pp = 2;
+    const ChunkCost s0 = chunk_cost(c, two, 0), s1 = chunk_cost(c, two, 1);
+    CHECK(s0.tracked.cache == 4 * (1376 + 1568 + 256));
+    CHECK(s0.tracked.transient_f == 4 * 256);
+    CHECK(s0.tracked.transient_b == 4 * (256 + 768));
+    CHECK(s1.tracked.cache == 4 * (1376 + 1568 + 1568));
+    CHECK(s1.tracked.transient_f == 4 * (256 + 1024));
+    CHECK(s1.tracked.transient_b == 4 * (256 + 256 + 768));
+  }
   kernels::AttnShape probe;
   probe.D = 4;
   const double workspace =

@@ -3,12 +3,12 @@
 // the call and the library's own message (cudaGetErrorString,
 // cublasGetStatusString). Included by the CUDA backend's sources only.
 #pragma once
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <string>
 
 #include "trident/core/error.hpp"
+#include "trident/kernels/cuda/cublas_api.hpp"
 
 namespace trident::kernels::cuda {
 
@@ -21,7 +21,7 @@ namespace trident::kernels::cuda {
                                       cublasStatus_t s) {
   ::trident::throw_error(
       file, line,
-      std::string(call) + ": " + cublasGetStatusName(s) + ": " + cublasGetStatusString(s));
+      std::string(call) + ": " + cublas().status_name(s) + ": " + cublas().status_string(s));
 }
 
 }  // namespace trident::kernels::cuda

@@ -25,6 +25,7 @@
 #include "trident/comm/comm.hpp"
 #include "trident/core/config.hpp"
 #include "trident/core/profiler.hpp"
+#include "trident/core/tensor.hpp"
 #include "trident/kernels/context.hpp"
 
 namespace trident::cp {
@@ -118,9 +119,12 @@ class RingAttention {
   kernels::Ctx ctx_;
   // K/V blocks in flight and dK/dV accumulators, kept between calls (every
   // call of one ring has the same sizes) so that a step allocates nothing.
+  // They come from ctx's allocator (device memory on a GPU).
   struct Buffers {
-    std::vector<float> cur, nxt, partial, sending, arriving;
+    Tensor cur, nxt, partial, sending, arriving;
   } buf_;
+  // t holds n floats afterwards (reallocated only when the size changes).
+  void ensure(Tensor& t, size_t n) const;
   Communicator* comm_;
   Layout layout_;
   bool causal_;

@@ -24,6 +24,7 @@
 #include "trident/comm/comm.hpp"
 #include "trident/core/config.hpp"
 #include "trident/core/param.hpp"
+#include "trident/core/tensor.hpp"
 #include "trident/kernels/context.hpp"
 #include "trident/parallel/ep/router.hpp"
 #include "trident/parallel/ep/token_dispatcher.hpp"
@@ -35,8 +36,8 @@ struct MoEStats {
   double aux_loss_sum = 0;  // this rank's share of sum over samples of L_s (see Router)
   double z_loss_sum = 0;    // same for the z-loss
   std::vector<int64_t>
-      tokens_per_expert;            // [E] global expert ids: copies of this rank's tokens kept
-  int64_t dropped = 0;              // copies dropped by capacity
+      tokens_per_expert;  // [E] global expert ids: copies of this rank's tokens kept
+  int64_t dropped = 0;    // copies dropped by capacity
 
   // max/mean of tokens_per_expert (1 = balanced; 0 when nothing was routed).
   double imbalance() const;
@@ -70,11 +71,11 @@ class MoELayer {
 
   struct Cache {
     int n_samples = 0;
-    std::vector<float> x;  // [T, d]
-    Routing routing;       // routing.logits: router_logits [T, E] for activation capture
+    Tensor x;         // [T, d]
+    Routing routing;  // routing.logits: router_logits [T, E] for activation capture
     DispatchPlan plan;
     std::unique_ptr<ForwardRows> rows;  // expert side: inputs and outputs [R, d] each
-    std::vector<float> gate, up;        // expert side: [R, f] each
+    Tensor gate, up;                    // expert side: [R, f] each
     const std::vector<float>& router_logits() const { return routing.logits; }
   };
 
@@ -112,7 +113,7 @@ class MoELayer {
   Communicator* cp_;
   Param router_w_;
   Param bias_;
-  std::vector<Param> experts_;  // [L * 3]
+  std::vector<Param> experts_;             // [L * 3]
   std::unique_ptr<ExpertBlockFn> swiglu_;  // the SwiGLU experts over experts_
   ExpertBlockFn* expert_fn_;               // what runs: swiglu_ or set_expert_fn's
 };

@@ -32,6 +32,7 @@
 #include "trident/comm/comm.hpp"
 #include "trident/core/config.hpp"
 #include "trident/core/profiler.hpp"
+#include "trident/core/tensor.hpp"
 #include "trident/kernels/context.hpp"
 #include "trident/kernels/moe.hpp"
 
@@ -75,7 +76,7 @@ struct DispatchPlan {
 // same filled keep reads them again without communicating.
 struct KeptRows {
   bool filled = false;
-  std::vector<float> rows;  // [S, d]
+  Tensor rows;  // [S, d] (or more: grown, never shrunk)
 };
 
 // The expert-side rows of one forward: inputs [R, d] as dispatched and the

@@ -25,9 +25,9 @@ class AlltoallvTransport final : public Transport {
     const double t0 = stamp();
     const float* rows = src.base;
     if (src.index) {
-      if (send_.size() < size_t(S * d)) send_.resize(size_t(S * d));
-      kernels::gather_rows(ctx_, src.base, d, src.index, S, send_.data());
-      rows = send_.data();
+      kernels::reserve(ctx_, send_, S * d);
+      kernels::gather_rows(ctx_, src.base, d, src.index, S, send_.ptr());
+      rows = send_.ptr();
     }
     const double t1 = stamp();
     exchange(p, rows, expert_in, true, d);
@@ -38,16 +38,16 @@ class AlltoallvTransport final : public Transport {
 
   kernels::RowSource gather_back(const DispatchPlan& p, const float* expert_side, int64_t d,
                                  KeptRows* keep) override {
-    if (keep && keep->filled) return kernels::RowSource(keep->rows.data());
+    if (keep && keep->filled) return kernels::RowSource(keep->rows.ptr());
     const int64_t S = p.sent();
-    std::vector<float>& back = keep ? keep->rows : back_;
-    if (back.size() < size_t(S * d)) back.resize(size_t(S * d));  // grow only
+    Tensor& back = keep ? keep->rows : back_;
+    kernels::reserve(ctx_, back, S * d);
     if (keep) keep->filled = true;
     const double t0 = stamp();
-    exchange(p, expert_side, back.data(), false, d);
+    exchange(p, expert_side, back.ptr(), false, d);
     span("ep.return", t0);
     count("ep.bytes", double(p.received()) * double(d) * kRowBytes);
-    return kernels::RowSource(back.data());
+    return kernels::RowSource(back.ptr());
   }
 
   std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const float* x,
@@ -108,9 +108,9 @@ class AlltoallvTransport final : public Transport {
 
   Communicator& ep_;
   kernels::Ctx ctx_;
-  std::shared_ptr<BufferPool> pool_ = std::make_shared<BufferPool>();
-  std::vector<float> send_;  // rows gathered for sending
-  std::vector<float> back_;  // rows back when the caller keeps none
+  std::shared_ptr<BufferPool> pool_ = std::make_shared<BufferPool>(ctx_);
+  Tensor send_;  // rows gathered for sending
+  Tensor back_;  // rows back when the caller keeps none
   std::vector<Request> requests_;
 };
 

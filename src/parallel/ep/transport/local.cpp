@@ -42,7 +42,7 @@ class LocalTransport final : public Transport {
 
  private:
   kernels::Ctx ctx_;
-  std::shared_ptr<BufferPool> pool_ = std::make_shared<BufferPool>();
+  std::shared_ptr<BufferPool> pool_ = std::make_shared<BufferPool>(ctx_);
 };
 
 }  // namespace

@@ -6,27 +6,31 @@
 #include <utility>
 #include <vector>
 
+#include "trident/kernels/tensor_ops.hpp"
 #include "trident/parallel/ep/token_dispatcher.hpp"
 
 namespace trident::ep {
 
 class BufferPool {
  public:
-  void recycle(std::vector<float>&& v) {
-    if (v.capacity() > 0 && spare_.size() < 16) spare_.push_back(std::move(v));
+  explicit BufferPool(const kernels::Ctx& ctx) : ctx_(ctx) {}
+  void recycle(Tensor&& t) {
+    if (!t.empty() && spare_.size() < 16) spare_.push_back(std::move(t));
   }
-  std::vector<float> take(size_t n) {
-    std::vector<float> v;
+  // At least n floats from ctx's allocator (not initialised).
+  Tensor take(size_t n) {
+    Tensor t;
     if (!spare_.empty()) {
-      v = std::move(spare_.back());
+      t = std::move(spare_.back());
       spare_.pop_back();
     }
-    if (v.size() < n) v.resize(n);  // grow only: kept elements are not re-zeroed
-    return v;
+    kernels::reserve(ctx_, t, int64_t(n));
+    return t;
   }
 
  private:
-  std::vector<std::vector<float>> spare_;
+  kernels::Ctx ctx_;
+  std::vector<Tensor> spare_;
 };
 
 class OwnedRows : public ForwardRows {
@@ -36,8 +40,8 @@ class OwnedRows : public ForwardRows {
     own_in_ = pool_->take(in_out_floats);
     own_out_ = pool_->take(in_out_floats);
     if (kept_floats > 0) kept.rows = pool_->take(kept_floats);
-    in_ = own_in_.data();
-    out_ = own_out_.data();
+    in_ = own_in_.empty() ? nullptr : own_in_.ptr();
+    out_ = own_out_.empty() ? nullptr : own_out_.ptr();
   }
   ~OwnedRows() override {
     pool_->recycle(std::move(own_in_));
@@ -52,7 +56,7 @@ class OwnedRows : public ForwardRows {
 
  private:
   std::shared_ptr<BufferPool> pool_;
-  std::vector<float> own_in_, own_out_;
+  Tensor own_in_, own_out_;
 };
 
 }  // namespace trident::ep

@@ -14,6 +14,7 @@
 
 #include "trident/comm/shared_window.hpp"
 #include "trident/core/error.hpp"
+#include "trident/kernels/tensor_ops.hpp"
 #include "trident/parallel/ep/transport.hpp"
 
 namespace trident::ep {
@@ -249,7 +250,7 @@ void ShmTransport::dispatch(const DispatchPlan& p, const SendRows& src, float* e
 // collective.
 kernels::RowSource ShmTransport::gather_back(const DispatchPlan& p, const float* expert_side,
                                              int64_t d, KeptRows* keep) {
-  if (keep && keep->filled) return kernels::RowSource(keep->rows.data());
+  if (keep && keep->filled) return kernels::RowSource(keep->rows.ptr());
   if (!fit(window_, p, d)) return fallback_->gather_back(p, expert_side, d, keep);
   const double t0 = stamp();
   const int me = p.ep_rank;
@@ -264,12 +265,12 @@ kernels::RowSource ShmTransport::gather_back(const DispatchPlan& p, const float*
   kernels::RowSource source(bases_.data(), p.expert_first.data(), p.n_experts);
   account(double(R - p.recv_rows[me]) * double(row_bytes));
   if (keep) {
-    if (keep->rows.size() < size_t(p.sent() * d)) keep->rows.resize(size_t(p.sent() * d));
+    kernels::reserve(ctx_, keep->rows, p.sent() * d);
     keep->filled = true;
     for (int g = 0; g < p.n_experts; ++g)
-      std::memcpy(keep->rows.data() + p.expert_first[g] * d, bases_[size_t(g)],
+      std::memcpy(keep->rows.ptr() + p.expert_first[g] * d, bases_[size_t(g)],
                   row_bytes * size_t(p.tokens_per_expert[g]));
-    source = kernels::RowSource(keep->rows.data());
+    source = kernels::RowSource(keep->rows.ptr());
   }
   span("ep.return", t0);
   count("ep.bytes", double(R) * double(row_bytes));

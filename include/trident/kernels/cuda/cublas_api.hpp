@@ -1,0 +1,34 @@
+// cuBLAS, loaded with dlopen the first time a CUDA stream context needs it.
+//
+// Linking libcublas makes the loader map and relocate cuBLASLt as the
+// process starts, about 210 MB of resident memory per process, which every
+// CPU-only run of the same binary (8 ranks: 1.7 GB) would pay for nothing.
+// The CUDA backend calls the few functions it uses through this table
+// instead. Included by the CUDA backend's sources only.
+#pragma once
+#include <cublas_v2.h>
+
+namespace trident::kernels::cuda {
+
+struct CublasApi {
+  decltype(&cublasCreate_v2) create;
+  decltype(&cublasDestroy_v2) destroy;
+  decltype(&cublasSetStream_v2) set_stream;
+  decltype(&cublasSetMathMode) set_math_mode;
+  // The C entry point (the headers add an inline C++ overload taking a
+  // cudaDataType compute type).
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                            const void*, const void*, cudaDataType, int, const void*, cudaDataType,
+                            int, const void*, void*, cudaDataType, int, cublasComputeType_t,
+                            cublasGemmAlgo_t);
+  decltype(&cublasGetStatusName) status_name;
+  decltype(&cublasGetStatusString) status_string;
+};
+
+// Loads libcublas.so.<major of the headers> on the first call (from the
+// library path, else from the directory of the CUDA runtime this process
+// uses); throws trident::Error naming the library and the loader's reason
+// when it is not there or lacks a function.
+const CublasApi& cublas();
+
+}  // namespace trident::kernels::cuda

@@ -1,0 +1,123 @@
+// Tensor: storage sharing and lifetime, views, dtype checks, and the
+// allocator accounting that the run file and the planner read.
+#include <catch2/catch.hpp>
+#include <cstring>
+
+#include "trident/core/error.hpp"
+#include "trident/core/rng.hpp"
+#include "trident/core/tensor.hpp"
+#include "trident/kernels/tensor_ops.hpp"
+
+using namespace trident;
+
+namespace {
+
+// Counts like the host allocator, but on its own, so the figures are exact.
+class CountingAllocator final : public Allocator {
+ public:
+  void* allocate(size_t bytes) override {
+    count_alloc(bytes);
+    return bytes ? ::operator new(bytes) : nullptr;
+  }
+  void deallocate(void* p, size_t bytes) noexcept override {
+    if (p) ::operator delete(p);
+    count_free(bytes);
+  }
+  Device device() const override { return Device::cpu(); }
+};
+
+Tensor random_tensor(std::vector<int64_t> shape, const char* name) {
+  Tensor t(std::move(shape));
+  rng::fill_normal(t.ptr(), t.numel(), rng::hash_name(name), 0, 1.0f);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("copies share storage; the last handle frees it into its allocator") {
+  CountingAllocator a;
+  {
+    Tensor t = Tensor::empty({4, 8}, a);
+    CHECK(a.bytes_in_use() == 4 * 8 * sizeof(float));
+    Tensor u = t;
+    CHECK(u.shares_storage_with(t));
+    CHECK(u.ptr() == t.ptr());
+    CHECK(a.bytes_in_use() == 4 * 8 * sizeof(float));  // no second allocation
+    t = Tensor();
+    CHECK(a.bytes_in_use() == 4 * 8 * sizeof(float));  // u still holds it
+    Tensor w = Tensor::empty({3}, a);
+    CHECK(a.peak_bytes() == (32 + 3) * sizeof(float));
+  }
+  CHECK(a.bytes_in_use() == 0);
+  CHECK(a.peak_bytes() == (32 + 3) * sizeof(float));
+}
+
+TEST_CASE("clone copies the elements into new storage") {
+  Tensor t = random_tensor({5, 7}, "clone");
+  Tensor c = t.clone();
+  CHECK_FALSE(c.shares_storage_with(t));
+  CHECK(c.shape() == t.shape());
+  CHECK(std::memcmp(c.ptr(), t.ptr(), t.bytes()) == 0);
+  const float before = t[3];
+  c[3] = before + 1.0f;
+  CHECK(t[3] == before);
+}
+
+TEST_CASE("views and rows address part of the storage without copying") {
+  Tensor t = random_tensor({6, 4}, "views");
+  Tensor r = t.rows(2, 5);
+  CHECK(r.shape() == std::vector<int64_t>{3, 4});
+  CHECK(r.shares_storage_with(t));
+  CHECK(r.ptr() == t.ptr() + 2 * 4);
+  r[0] = 42.0f;
+  CHECK(t[2 * 4] == 42.0f);
+  Tensor v = r.view(5, {2, 3});  // offsets add up through views
+  CHECK(v.ptr() == t.ptr() + 2 * 4 + 5);
+  Tensor flat = t.reshape({24});
+  CHECK(flat.ptr() == t.ptr());
+  CHECK(flat.numel() == 24);
+  CHECK_THROWS_AS(t.rows(4, 7), Error);
+  CHECK_THROWS_AS(r.view(10, {1, 3}), Error);
+  CHECK_THROWS_AS(t.reshape({5, 5}), Error);
+}
+
+TEST_CASE("typed access checks the dtype") {
+  Tensor ids = Tensor::empty({3}, cpu_allocator(), DType::i32);
+  CHECK(ids.bytes() == 3 * sizeof(int32_t));
+  ids.data<int32_t>()[2] = 7;
+  CHECK(ids.data<int32_t>()[2] == 7);
+  CHECK_THROWS_AS(ids.data<float>(), Error);
+  CHECK_THROWS_AS(ids.ptr(), Error);
+  Tensor half = Tensor::empty({4}, cpu_allocator(), DType::bf16);
+  CHECK(half.bytes() == 8);
+}
+
+TEST_CASE("the host constructor fills; kernels::zeros and clone use the Ctx's allocator") {
+  Tensor t({2, 3}, 1.5f);
+  for (float x : t.values()) CHECK(x == 1.5f);
+  CountingAllocator a;
+  kernels::Ctx ctx;
+  ctx.alloc = &a;
+  Tensor z = kernels::zeros(ctx, {10});
+  CHECK(a.bytes_in_use() == 10 * sizeof(float));
+  for (float x : z.values()) CHECK(x == 0.0f);
+  Tensor src = random_tensor({10}, "copy");
+  Tensor c = kernels::clone(ctx, src);
+  CHECK(a.bytes_in_use() == 20 * sizeof(float));
+  CHECK(std::memcmp(c.ptr(), src.ptr(), src.bytes()) == 0);
+  kernels::copy(ctx, z, src);
+  CHECK(std::memcmp(z.ptr(), src.ptr(), src.bytes()) == 0);
+  Tensor wrong({11});
+  CHECK_THROWS_AS(kernels::copy(ctx, wrong, src), Error);
+}
+
+TEST_CASE("an empty tensor has no storage and no elements") {
+  Tensor e;
+  CHECK(e.empty());
+  CHECK(e.numel() == 0);
+  CHECK(e.data_ptr() == nullptr);
+  CHECK(e.device().is_cpu());
+  Tensor z = Tensor::empty({0, 5});
+  CHECK(z.empty());
+  CHECK(z.dim(1) == 5);
+}
