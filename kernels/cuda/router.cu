@@ -1,10 +1,12 @@
 // Router kernels of kernels/router.hpp on the GPU: one thread per token runs
-// the CPU kernel's per-token arithmetic (E and k are small), in the same
-// order and precision (fp64 statistics), so every token's scores, choices,
-// weights and gradients match the CPU's. The loss shares are per-token terms
-// summed in a fixed order; the loads are integer counts (exact in any order).
+// the per-token arithmetic the CPU kernels share (router_token.hpp; E and k
+// are small), in the same order and precision (fp64 statistics), so every
+// token's scores, choices, weights and gradients match the CPU's. The loss
+// shares are per-token terms summed in a fixed order; the loads are integer
+// counts (exact in any order).
 #include "common.cuh"
 #include "trident/kernels/moe_backends.hpp"
+#include "trident/kernels/router_token.hpp"
 
 namespace trident::kernels::cuda {
 namespace {
@@ -16,49 +18,19 @@ namespace {
 __global__ void scores_kernel(RouterDims dims, const float* logits, float* probs, float* lse) {
   const int E = dims.E;
   const bool sig = dims.score == RouterScore::sigmoid;
-  GRID_STRIDE(t, dims.T) {
-    const float* l = logits + t * E;
-    float* p = probs + t * E;
-    float m = l[0];
-    for (int e = 1; e < E; ++e) m = fmaxf(m, l[e]);
-    double z = 0;
-    for (int e = 0; e < E; ++e) z += exp(double(l[e]) - m);
-    const float lt = float(m + log(z));
-    lse[t] = lt;
-    for (int e = 0; e < E; ++e) p[e] = sig ? 1.0f / (1.0f + expf(-l[e])) : expf(l[e] - lt);
-  }
-}
-
-// The k largest of s + bias, best first; strict comparison keeps the lower
-// expert on ties (insertion into the k-long list in `out`).
-__device__ void topk_row(const float* s, const float* bias, int E, int k, int* out) {
-  int n = 0;
-  for (int e = 0; e < E; ++e) {
-    const float v = bias ? s[e] + bias[e] : s[e];
-    int pos = n;
-    while (pos > 0 && v > (bias ? s[out[pos - 1]] + bias[out[pos - 1]] : s[out[pos - 1]])) --pos;
-    if (pos >= k) continue;
-    for (int m = min(n, k - 1); m > pos; --m) out[m] = out[m - 1];
-    out[pos] = e;
-    if (n < k) ++n;
-  }
+  GRID_STRIDE(t, dims.T) lse[t] = router_token::scores(logits + t * E, E, sig, probs + t * E);
 }
 
 __global__ void topk_kernel(const float* scores, const float* bias, int64_t T, int E, int k,
                             int* idx) {
-  GRID_STRIDE(t, T) topk_row(scores + t * E, bias, E, k, idx + t * k);
+  GRID_STRIDE(t, T) router_token::topk(scores + t * E, bias, E, k, idx + t * k);
 }
 
 __global__ void router_topk_kernel(RouterDims dims, const float* probs, const float* bias,
                                    int* chosen, float* weight) {
   const int E = dims.E, k = dims.k;
   GRID_STRIDE(t, dims.T) {
-    const float* p = probs + t * E;
-    int* c = chosen + t * k;
-    topk_row(p, bias, E, k, c);
-    float sum = 0;
-    for (int j = 0; j < k; ++j) sum += p[c[j]];
-    for (int j = 0; j < k; ++j) weight[t * k + j] = dims.norm_topk ? p[c[j]] / sum : p[c[j]];
+    router_token::choose(dims, probs + t * E, bias, chosen + t * k, weight + t * k);
   }
 }
 
@@ -74,22 +46,7 @@ __global__ void load_kernel(RouterDims dims, const int* chosen, const int* sampl
 // Per token: its aux and z terms (summed afterwards in token order).
 __global__ void loss_terms_kernel(RouterDims dims, const float* probs, const float* lse,
                                   RouterLossTerms terms, double* aux, double* z) {
-  const int E = dims.E;
-  const bool sig = dims.score == RouterScore::sigmoid;
-  GRID_STRIDE(t, dims.T) {
-    const int s = terms.sample[t];
-    const float* p = probs + t * E;
-    const double* f = terms.f + int64_t(s) * E;
-    double norm = 1.0;
-    if (sig) {
-      norm = 0;
-      for (int e = 0; e < E; ++e) norm += p[e];
-    }
-    double fp = 0;
-    for (int e = 0; e < E; ++e) fp += f[e] * (p[e] / norm);
-    aux[t] = terms.aux_coef * E * fp * terms.inv_tokens[s];
-    z[t] = terms.z_coef * double(lse[t]) * lse[t] * terms.inv_tokens[s];
-  }
+  GRID_STRIDE(t, dims.T) router_token::loss_terms(dims, probs, lse, terms, t, aux + t, z + t);
 }
 
 // out[0] = sum of a[0..n), out[1] = sum of b[0..n), each in a fixed order.
@@ -109,56 +66,13 @@ __global__ void sum_pairs_kernel(const double* a, const double* b, int64_t n, do
   }
 }
 
-// dp (E doubles, this thread's scratch) += the gradient through the routing
-// weights of one token: w_j = p_cj / S (norm_topk) or p_cj.
-__device__ void weight_grad(const RouterDims& dims, const float* p, const int* c, const float* w,
-                            const float* dw, double* dp) {
-  const int k = dims.k;
-  if (!dims.norm_topk) {
-    for (int j = 0; j < k; ++j) dp[c[j]] += dw[j];
-    return;
-  }
-  double S = 0, dot = 0;
-  for (int j = 0; j < k; ++j) {
-    S += p[c[j]];
-    dot += double(dw[j]) * w[j];
-  }
-  for (int j = 0; j < k; ++j) dp[c[j]] += (dw[j] - dot) / S;
-}
-
 // One thread per token; dp lives in the scratch [T, E] doubles.
 __global__ void backward_kernel(RouterDims dims, RouterSaved saved, RouterLossTerms terms,
                                 const float* dweight, float daux_scale, double* scratch,
                                 float* dlogits) {
-  const int E = dims.E, k = dims.k;
-  const bool sig = dims.score == RouterScore::sigmoid;
   GRID_STRIDE(t, dims.T) {
-    const float* p = saved.probs + t * E;
-    const int s = terms.sample[t];
-    const double* f = terms.f + int64_t(s) * E;
-    double* dp = scratch + t * E;
-    for (int e = 0; e < E; ++e) dp[e] = 0.0;
-    weight_grad(dims, p, saved.chosen + t * k, saved.weight + t * k, dweight + t * k, dp);
-    const double aux = double(daux_scale) * terms.aux_coef * E * terms.inv_tokens[s];
-    float* dl = dlogits + t * E;
-    if (!sig) {
-      for (int e = 0; e < E; ++e) dp[e] += aux * f[e];
-      double dot = 0;
-      for (int e = 0; e < E; ++e) dot += dp[e] * p[e];
-      for (int e = 0; e < E; ++e) dl[e] = float(p[e] * (dp[e] - dot));
-    } else {
-      double norm = 0, dq_dot_q = 0;
-      for (int e = 0; e < E; ++e) norm += p[e];
-      for (int e = 0; e < E; ++e) dq_dot_q += aux * f[e] * (p[e] / norm);
-      for (int e = 0; e < E; ++e) dp[e] += (aux * f[e] - dq_dot_q) / norm;
-      for (int e = 0; e < E; ++e) dl[e] = float(dp[e] * p[e] * (1.0 - p[e]));
-    }
-    if (terms.z_coef != 0) {  // d(lse^2)/dl_e = 2 * lse * softmax_e
-      const float lt = saved.lse[t];
-      const double zs = double(daux_scale) * terms.z_coef * 2.0 * lt * terms.inv_tokens[s];
-      const float* l = saved.logits + t * E;
-      for (int e = 0; e < E; ++e) dl[e] += float(zs * exp(double(l[e]) - lt));
-    }
+    router_token::backward(dims, saved, terms, dweight, daux_scale, t, scratch + t * dims.E,
+                           dlogits);
   }
 }
 

@@ -8,12 +8,7 @@
 #include <cstdint>
 
 #include "trident/kernels/attention.hpp"
-
-#if defined(__CUDACC__)
-#define TRIDENT_HD __host__ __device__
-#else
-#define TRIDENT_HD
-#endif
+#include "trident/kernels/host_device.hpp"
 
 namespace trident::kernels::cuda::plan {
 

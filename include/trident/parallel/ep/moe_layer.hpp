@@ -12,9 +12,9 @@
 // "layers.<L>.moe.experts.<g>.w_gate|w_up" [f, d] and ".w_down" [d, f]
 // (GradReduce::expert). All are initialised from the counter RNG by name
 // (keyed in [in, out] order, see core/param.hpp), so any ep holds the
-// values ep = 1 has. The
-// sigmoid_bias router's bias is state, not a parameter: buffers() gives it
-// (as a Param with GradReduce::none) for checkpoints.
+// values ep = 1 has. The sigmoid_bias router's bias is state, not a
+// parameter: buffers() gives it (as a Param with GradReduce::none) for
+// checkpoints.
 #pragma once
 #include <cstdint>
 #include <memory>
