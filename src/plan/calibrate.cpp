@@ -298,6 +298,7 @@ MachineProfile calibrate_machine(Communicator& world, const std::vector<int>& no
   m.efficiency = fit.efficiency;
   m.layer_overhead_s = fit.layer_overhead_s;
   m.optimizer_s_per_param = fit.optimizer_s_per_param;
+  m.calibrated_tokens = double(cfg.data.micro_batch_size) * double(cfg.data.seq_len);
   m.memory_bytes = host_memory_bytes() / per_node;
   const size_t big = size_t(cfg.data.micro_batch_size) * cfg.data.seq_len * cfg.model.d_model * 4;
   if (n > 1) {

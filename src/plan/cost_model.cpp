@@ -27,6 +27,7 @@ std::pair<int, int> stage_layers(int n_layers, int n_virtual, int vs) {
 // Shapes of one micro-batch on one rank.
 struct Shapes {
   double T, d, H, Hkv, D, f, E, k, V, mbs, R;
+  bool shm;  // the MoE exchange goes through the node's shared-memory slots
   Shapes(const Config& cfg, const MeshPlan& p) {
     const ModelConfig& m = cfg.model;
     mbs = p.micro_batch_size;
@@ -41,6 +42,8 @@ struct Shapes {
     V = m.vocab_size;
     // expert-side rows of the busiest rank: the ep ranks' T k copies over ep ranks
     R = E > 0 ? T * k * moe_imbalance(T * k * p.ep, p.ep) : 0;
+    // ep lies inside a node, where the automatic choice is the shm transport
+    shm = p.ep > 1 && cfg.runtime.ep_transport != EpTransportChoice::alltoallv;
   }
 };
 
@@ -68,13 +71,19 @@ void add_ffn_layer(const Shapes& s, bool moe, ChunkCost& c) {
   if (moe) {
     gemm = 2 * s.T * s.d * s.E + 6 * s.R * s.d * s.f;
     mem += kFloat * (2 * s.T * s.E + 4 * s.T * s.k * s.d + 3 * s.R * s.f);
-    c.untracked.cache += kFloat * (s.T * s.d + 2 * s.T * s.E + 2 * s.T) + kIndex * 3 * s.T * s.k +
-                         8 * 2 * s.T * s.k + kFloat * (2 * s.R * s.d + 2 * s.R * s.f);
-    // forward: router logits; backward: row and weight gradients, router logits' gradient
-    c.untracked.transient_f = std::max(c.untracked.transient_f, kFloat * s.T * s.E);
-    c.untracked.transient_b =
-        std::max(c.untracked.transient_b,
-                 kFloat * (s.T * s.k * s.d + s.T * s.k + 2 * s.R * s.d + s.T * s.E));
+    // tensors: the input copy, gate/up, and the expert side's rows in and
+    // out (in the node's shared slots with shm, which keeps a tensor of the
+    // rows gathered back instead); host vectors: routing (logits,
+    // probabilities, lse, choices, weights) and the dispatch plan's indices
+    const double in_out = kFloat * 2 * s.R * s.d, kept = kFloat * s.T * s.k * s.d;
+    c.tracked.cache += kFloat * (s.T * s.d + 2 * s.R * s.f) + (s.shm ? kept : in_out);
+    c.untracked.cache += kFloat * (2 * s.T * s.E + 2 * s.T) + kIndex * 3 * s.T * s.k +
+                         8 * 2 * s.T * s.k + (s.shm ? in_out : 0);
+    // the MoE phase's temporaries (add_transients adds the block's): forward
+    // the router logits; backward the row and weight gradients and dlogits
+    c.tracked.transient_f = std::max(c.tracked.transient_f, kFloat * s.T * s.E);
+    c.tracked.transient_b = std::max(
+        c.tracked.transient_b, kFloat * (s.T * s.k * s.d + s.T * s.k + 2 * s.R * s.d + s.T * s.E));
     // one expert's rows from one source rank through the SwiGLU backward
     const double rows = s.T * s.k / s.E * moe_imbalance(s.T * s.k, int(s.E));
     c.workspace = std::max(c.workspace, kFloat * 2 * rows * s.f);
@@ -100,11 +109,12 @@ void add_ffn_layer(const Shapes& s, bool moe, ChunkCost& c) {
 void add_transients(const Shapes& s, double last_ffn_cache, ChunkCost& c) {
   const double Td = kFloat * s.T * s.d;
   const double ahead = Td * ((c.first ? 0 : 1) + (c.last ? 0 : 1));
-  c.tracked.transient_f = ahead + (c.last ? kFloat * s.T * s.V : 0);
+  const double moe_f = c.tracked.transient_f, moe_b = c.tracked.transient_b;
+  c.tracked.transient_f = ahead + std::max(moe_f, c.last ? kFloat * s.T * s.V : 0);
   const double attn =
       4 * Td + kFloat * (2 * s.T * s.H * s.D + 2 * s.T * s.Hkv * s.D) - last_ffn_cache;
   c.tracked.transient_b =
-      ahead + (c.first ? 0 : Td) + std::max({3 * Td, attn, c.last ? 2 * Td : 0});
+      ahead + (c.first ? 0 : Td) + std::max({3 * Td + moe_b, attn, c.last ? 2 * Td : 0});
 }
 
 }  // namespace
@@ -302,9 +312,7 @@ MemoryEstimate static_memory(const Config& cfg, const MeshPlan& p, int pp_rank) 
   // every layer's ring keeps its backward's five K/V-sized buffers (current,
   // next, partial dK/dV, sending, arriving) of one sample
   if (p.cp > 1) comm += kFloat * layers * 5 * 2 * (s.T / s.mbs) * s.Hkv * s.D;
-  if (p.ep > 1 && cfg.model.n_experts > 0) comm += kFloat * 2 * s.T * s.k * s.d;  // send rows
   m.comm_buffers = comm;
-  m.untracked = comm;
   return m;
 }
 

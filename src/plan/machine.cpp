@@ -38,6 +38,7 @@ const std::vector<NumericKey>& numeric_keys() {
       {"compute.efficiency", 1, &M::efficiency, nullptr, nullptr, true},
       {"compute.optimizer_ns_per_param", 1e-9, &M::optimizer_s_per_param, nullptr, nullptr, true,
        true},
+      {"compute.calibrated_tokens", 1, &M::calibrated_tokens, nullptr, nullptr, true, true},
       {"link.nvlink.bandwidth_gb_per_s", 1e9, nullptr, &M::nvlink, &Link::bandwidth_Bps},
       {"link.nvlink.latency_us", 1e-6, nullptr, &M::nvlink, &Link::latency_s, false, true},
       {"link.node.bandwidth_gb_per_s", 1e9, nullptr, &M::node, &Link::bandwidth_Bps},

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -89,19 +90,31 @@ long long default_global_batch(const Config& cfg, const ClusterShape& shape) {
   return 1LL * cfg.data.micro_batch_size * cfg.data.num_microbatches * (world / pc);
 }
 
+// Distance of a plan's tokens per micro-batch and rank from the shape the
+// profile was calibrated at (its predictions extrapolate least there).
+double calibration_distance(const Config& cfg, const MeshPlan& p, const MachineProfile& m) {
+  if (m.calibrated_tokens <= 0) return 0;
+  const double tokens = double(p.micro_batch_size) * double(cfg.data.seq_len) / p.cp;
+  return std::abs(std::log(tokens / m.calibrated_tokens));
+}
+
 // The k best: by step time, then within a tie (steps within kStepTie of the
-// first of the run of ties) by memory.
-std::vector<Prediction> rank_predictions(std::vector<Prediction> all, size_t k) {
+// first of the run of ties) nearest the calibrated shape, then by memory.
+std::vector<Prediction> rank_predictions(std::vector<Prediction> all, size_t k, const Config& cfg,
+                                         const MachineProfile& m) {
   std::stable_sort(all.begin(), all.end(), [](const Prediction& a, const Prediction& b) {
     return a.step_time_s < b.step_time_s;
   });
+  auto closer = [&](const Prediction& a, const Prediction& b) {
+    const double da = calibration_distance(cfg, a.plan, m),
+                 db = calibration_distance(cfg, b.plan, m);
+    if (da != db) return da < db;
+    return a.memory.total() < b.memory.total();
+  };
   for (size_t i = 0; i < all.size();) {
     size_t j = i + 1;
     while (j < all.size() && all[j].step_time_s <= all[i].step_time_s * (1 + kStepTie)) ++j;
-    std::stable_sort(all.begin() + long(i), all.begin() + long(j),
-                     [](const Prediction& a, const Prediction& b) {
-                       return a.memory.total() < b.memory.total();
-                     });
+    std::stable_sort(all.begin() + long(i), all.begin() + long(j), closer);
     i = j;
   }
   if (all.size() > k) all.resize(k);
@@ -157,7 +170,7 @@ SearchResult search(const Config& cfg, const ClusterShape& shape, const MachineP
     steps.insert(std::upper_bound(steps.begin(), steps.end(), p.step_time_s), p.step_time_s);
     fits.push_back(std::move(p));
   }
-  r.best = rank_predictions(std::move(fits), k);
+  r.best = rank_predictions(std::move(fits), k, cfg, m);
   if (r.best.empty()) {
     char buf[96];
     std::snprintf(buf, sizeof buf, "%.3f GB", opt.memory_limit_bytes / 1e9);

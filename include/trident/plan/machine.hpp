@@ -46,6 +46,9 @@ struct MachineProfile {
   // Seconds per parameter of the step's update (gradient norm and AdamW);
   // 0: 36 bytes per parameter at memory_Bps.
   double optimizer_s_per_param = 0;
+  // Tokens per micro-batch and rank the efficiency was measured at (0:
+  // unknown); the search prefers tied meshes nearest to it.
+  double calibrated_tokens = 0;
 
   const Link& link(LinkClass c) const;
   // How much slower each rank runs when ranks_per_node ranks share the cores.

@@ -9,7 +9,8 @@
 // num_microbatches per data-parallel rank. A candidate is legal when the
 // mapping rules (topo/mesh check_mesh) and every layer's config rules
 // (train::check_config) accept it, and it fits when its predicted memory is
-// within the limit. Ranking: predicted step time, ties (kStepTie) by memory.
+// within the limit. Ranking: predicted step time; ties (kStepTie) by the
+// calibrated shape, then memory.
 // Candidates are priced without the simulator first (a
 // pipeline without bubble bounds the step from below); only those whose bound
 // can still beat the k-th best are simulated, which keeps 1024 nodes x 8
@@ -23,7 +24,9 @@
 namespace trident::plan {
 
 // Predicted steps closer than this share are a tie: the model does not
-// resolve them, and the search ranks the mesh with less memory first.
+// resolve them, and the search ranks first the mesh whose tokens per
+// micro-batch are nearest the profile's calibrated shape (least
+// extrapolated), then the one with less memory.
 inline constexpr double kStepTie = 1e-3;
 
 struct SearchOptions {

@@ -4,6 +4,7 @@
 // exhaustive one; an impossible search is refused with one line.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <set>
 
 #include "trident/core/error.hpp"
@@ -122,4 +123,33 @@ TEST_CASE("an impossible search is refused with one line") {
   CHECK_THROWS_WITH(
       search(odd, ClusterShape{1, 8, 8}, gpu_like(), opt),
       Catch::Matchers::StartsWith("--search: no legal mesh of 8 ranks for a global batch of 3"));
+}
+
+TEST_CASE("tied predictions rank the calibrated shape first, then less memory") {
+  // ranks that outnumber the cores: many meshes have the same work per core
+  const Config c = moe_config();
+  MachineProfile m = gpu_like();
+  m.cores_per_node = 1;
+  m.calibrated_tokens = double(c.data.micro_batch_size) * c.data.seq_len;
+  SearchOptions opt;
+  opt.top_k = 1 << 20;
+  const SearchResult r = search(c, ClusterShape{1, 4, 4}, m, opt);
+  auto distance = [&](const MeshPlan& p) {
+    return std::abs(
+        std::log(p.micro_batch_size * double(c.data.seq_len) / p.cp / m.calibrated_tokens));
+  };
+  // the first choice: nearest the calibrated shape among the predictions
+  // tied with the fastest, and the least memory among those as near
+  double fastest = r.best[0].step_time_s;
+  for (const Prediction& p : r.best) fastest = std::min(fastest, p.step_time_s);
+  int ties = 0;
+  const Prediction& first = r.best[0];
+  for (const Prediction& p : r.best) {
+    if (p.step_time_s > fastest * (1 + kStepTie)) continue;
+    ++ties;
+    INFO(p.plan.str());
+    CHECK(distance(first.plan) <= distance(p.plan));
+    if (distance(first.plan) == distance(p.plan)) CHECK(first.memory.total() <= p.memory.total());
+  }
+  CHECK(ties > 1);
 }
