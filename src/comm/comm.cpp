@@ -121,13 +121,19 @@ int Communicator::world_rank_of(int group_rank) const {
   return world_ranks_[size_t(group_rank)];
 }
 
+namespace {
+FailureNoticeProbe g_notice_probe = nullptr;
+}  // namespace
+
+void set_failure_notice_probe(FailureNoticeProbe probe) { g_notice_probe = probe; }
+
 void Communicator::await(PendingOp& op, const std::string& what, CommKind kind, double bytes_sent) {
   const double t0 = monotonic_s();
   Backoff backoff;
   for (unsigned polls = 1; !op.poll(); ++polls) {
     // Another rank failed and said so: end now rather than at the deadline.
     int failed_rank = 0, code = 0;
-    if (polls % 256 == 0 && comm_failure_notice(&failed_rank, &code))
+    if (polls % 256 == 0 && g_notice_probe && g_notice_probe(&failed_rank, &code))
       throw PeerFailure(failed_rank, code);
     const double waited = monotonic_s() - t0;
     if (waited > timeout_s_) {
