@@ -40,7 +40,8 @@ void print_error(const std::string& msg) {
 // failure)? Then the one that knows prints, and all finalise cleanly so the
 // exit code is ours. Otherwise this rank failed alone: it tells the others
 // (they end quietly, see comm/process.hpp), prints unless a lower rank failed
-// at the same moment, and ends without waiting for anyone.
+// at the same moment, and ends without waiting for anyone; a rank that had
+// been told of another's failure before its own leaves quietly.
 int finish_with_error(bool mpi_on, int code, const std::string& msg, bool symmetric,
                       bool reporter) {
   const int rank = mpi_on ? comm_world_rank() : launcher_rank();
@@ -53,6 +54,9 @@ int finish_with_error(bool mpi_on, int code, const std::string& msg, bool symmet
     comm_finalize();
     return code;
   }
+  // A rank told of a failure before its own is failing because of that one.
+  int failed_rank = 0, failed_code = 0;
+  if (comm_failure_notice(&failed_rank, &failed_code)) leave_after_reporter(failed_code);
   comm_notify_failure(code);
   if (comm_lower_rank_failed_within(0.5)) leave_after_reporter(code);
   const std::string prefix = "rank " + std::to_string(rank) + ":";

@@ -155,10 +155,11 @@ class Soak:
         return rec
 
     def inject(self, p, kind, ckdir, rec):
-        rec["t_fault"] = time.time()
         if kind == "full":
             self.fill(ckdir)
+            rec["t_fault"] = time.time()  # once the disk is full
             return
+        rec["t_fault"] = time.time()
         pids = self.rank_pids(p)
         if not pids:
             return
@@ -310,7 +311,8 @@ def main():
         print("the uninterrupted run failed: " + ref["stderr"][-400:])
         return 1
     kinds = ["kill", "stop", "full", "truncate"]
-    mounted, why = mount_tmpfs("ck", "256m")
+    # room for every checkpoint of the last job (a few MB each)
+    mounted, why = mount_tmpfs("ck", "%dm" % max(256, 8 * (s.steps // a.checkpoint_every + 10)))
     if not mounted:
         kinds.remove("full")
         print("note: no tmpfs for the checkpoint directory (%s): the 'full' fault is left out" % why)
