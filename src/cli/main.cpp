@@ -21,6 +21,15 @@ int launcher_rank() { return comm_launcher_rank(); }
 
 namespace {
 
+// Another rank reports the failure within half a second of its own (it
+// first listens for a lower rank that failed alike); this one leaves a
+// second later, since leaving first could let the launcher end the reporter
+// before it prints.
+[[noreturn]] void leave_after_reporter(int code) {
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  comm_exit_now(code);
+}
+
 void print_error(const std::string& msg) {
   std::fprintf(stderr, "trident: error: %s\n", msg.c_str());
   std::fflush(stderr);
@@ -31,7 +40,8 @@ void print_error(const std::string& msg) {
 // failure)? Then the one that knows prints, and all finalise cleanly so the
 // exit code is ours. Otherwise this rank failed alone: it tells the others
 // (they end quietly, see comm/process.hpp), prints unless a lower rank failed
-// at the same moment, and ends without waiting for anyone.
+// at the same moment, and ends without waiting for anyone; a rank that had
+// been told of another's failure before its own leaves quietly.
 int finish_with_error(bool mpi_on, int code, const std::string& msg, bool symmetric,
                       bool reporter) {
   const int rank = mpi_on ? comm_world_rank() : launcher_rank();
@@ -44,11 +54,13 @@ int finish_with_error(bool mpi_on, int code, const std::string& msg, bool symmet
     comm_finalize();
     return code;
   }
-  comm_notify_failure(code, 2.0);
-  if (!comm_lower_rank_failed_within(0.5)) {
-    const std::string prefix = "rank " + std::to_string(rank) + ":";
-    print_error(msg.rfind(prefix, 0) == 0 ? msg : prefix + " " + msg);
-  }
+  // A rank told of a failure before its own is failing because of that one.
+  int failed_rank = 0, failed_code = 0;
+  if (comm_failure_notice(&failed_rank, &failed_code)) leave_after_reporter(failed_code);
+  comm_notify_failure(code);
+  if (comm_lower_rank_failed_within(0.5)) leave_after_reporter(code);
+  const std::string prefix = "rank " + std::to_string(rank) + ":";
+  print_error(msg.rfind(prefix, 0) == 0 ? msg : prefix + " " + msg);
   comm_exit_now(code);
 }
 
@@ -131,11 +143,7 @@ int run_command(Command& chosen, int* argc, char*** argv) {
     if (mpi_on) comm_finalize();
     return rc;
   } catch (const PeerFailure& e) {
-    // The failing rank says why within half a second (it first listens for
-    // a lower rank that failed alike); leaving first could let the launcher
-    // end it before it prints.
-    std::this_thread::sleep_for(std::chrono::seconds(1));
-    comm_exit_now(e.code);
+    leave_after_reporter(e.code);
   } catch (const InputError& e) {
     const bool lead = (mpi_on ? comm_world_rank() : launcher_rank()) == 0;
     return finish_with_error(mpi_on, 2, e.what(), true, lead);

@@ -127,9 +127,11 @@ void Communicator::await(PendingOp& op, const std::string& what, CommKind kind, 
   for (unsigned polls = 1; !op.poll(); ++polls) {
     // Another rank failed and said so: end now rather than at the deadline.
     int failed_rank = 0, code = 0;
-    if (polls % 256 == 0 && comm_failure_notice(&failed_rank, &code))
-      throw PeerFailure(failed_rank, code);
     const double waited = monotonic_s() - t0;
+    // At the deadline too: a rank stopped past its deadline and then resumed
+    // is not the one that knows what happened.
+    if ((polls % 256 == 0 || waited > timeout_s_) && comm_failure_notice(&failed_rank, &code))
+      throw PeerFailure(failed_rank, code);
     if (waited > timeout_s_) {
       comm_counters().wait_s[int(kind)] += waited;  // time lost, but no completed call
       on_timeout();

@@ -33,19 +33,20 @@ int comm_world_size();
 bool comm_all_arrive_within(double seconds);
 
 // The failure notice. A rank that fails alone tells every other rank
-// (comm_notify_failure: its rank and exit code, sent on the control
-// communicator; it waits at most `seconds` for the sends). Every wait of a
+// (comm_notify_failure posts its rank and exit code on the control
+// communicator and returns; comm_exit_now gives the sends a moment, since a
+// stopped or dead peer never takes its own). Every wait of a
 // Communicator polls for a notice and throws PeerFailure when one arrived,
 // so the other ranks end quietly within moments instead of at their
 // deadline, in a launcher's kill, or in library backtraces.
-void comm_notify_failure(int code, double seconds);
+void comm_notify_failure(int code);
 // A notice that arrived (then *rank and *code are set); never blocks.
 bool comm_failure_notice(int* rank, int* code);
 // Whether a notice from a rank below this one arrives within `seconds`: of
 // ranks that failed at the same moment, the lowest one prints.
 bool comm_lower_rank_failed_within(double seconds);
-// Flushes stdout and stderr and ends this process with `code` at once,
-// without finalising MPI (peers may be gone or stuck).
+// Flushes stdout and stderr and ends this process with `code` within 0.2 s
+// (its notices' sends), without finalising MPI (peers may be gone or stuck).
 [[noreturn]] void comm_exit_now(int code);
 
 // Every rank of the job, on the host backend, with this deadline.

@@ -34,6 +34,8 @@ MPI_Comm g_control = MPI_COMM_NULL;
 MPI_Request g_notice_req = MPI_REQUEST_NULL;
 int g_notice[2] = {-1, 0};                    // rank, exit code of the notice in flight
 int g_lowest_notice = -1, g_notice_code = 0;  // the lowest failed rank heard of so far
+int g_sent_notice[2] = {-1, 0};                // this rank's own notice, while it is sent
+std::vector<MPI_Request> g_notice_sends;
 
 void post_notice_receive() {
   MPI_Irecv(g_notice, 2, MPI_INT, MPI_ANY_SOURCE, kNoticeTag, g_control, &g_notice_req);
@@ -116,26 +118,17 @@ bool comm_all_arrive_within(double seconds) {
   }
 }
 
-void comm_notify_failure(int code, double seconds) {
+void comm_notify_failure(int code) {
   if (g_control == MPI_COMM_NULL || !comm_active()) return;
   const int me = comm_world_rank(), n = comm_world_size();
-  static int notice[2];  // read by the sends after this returns, if they are slow
-  notice[0] = me;
-  notice[1] = code;
-  std::vector<MPI_Request> sends;
+  g_sent_notice[0] = me;
+  g_sent_notice[1] = code;
   for (int r = 0; r < n; ++r) {
     if (r == me) continue;
-    sends.emplace_back();
-    if (MPI_Isend(notice, 2, MPI_INT, r, kNoticeTag, g_control, &sends.back()) != MPI_SUCCESS)
-      sends.pop_back();
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  int done = 0;
-  while (!sends.empty() && std::chrono::steady_clock::now() < deadline) {
-    if (MPI_Testall(int(sends.size()), sends.data(), &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
-      break;
-    if (done) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    g_notice_sends.emplace_back();
+    if (MPI_Isend(g_sent_notice, 2, MPI_INT, r, kNoticeTag, g_control, &g_notice_sends.back()) !=
+        MPI_SUCCESS)
+      g_notice_sends.pop_back();
   }
 }
 
@@ -159,6 +152,15 @@ bool comm_lower_rank_failed_within(double seconds) {
 void comm_exit_now(int code) {
   std::fflush(stdout);
   std::fflush(stderr);
+  // A moment for the notices to leave (a stopped or dead peer never takes its own).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  int done = 0;
+  while (!g_notice_sends.empty() && std::chrono::steady_clock::now() < deadline) {
+    if (MPI_Testall(int(g_notice_sends.size()), g_notice_sends.data(), &done,
+                    MPI_STATUSES_IGNORE) != MPI_SUCCESS || done)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   ::_exit(code);
 }
 

@@ -245,8 +245,12 @@ RingAttention::KvTransfer RingAttention::post_kv(int step) {
   KvTransfer t;
   if (!comm_ || step + 1 >= cp_size_) return t;
   const int next = (cp_rank_ + 1) % cp_size_, prev = (cp_rank_ - 1 + cp_size_) % cp_size_;
+  // One group: a device backend (NCCL) must post a rank's send and receive
+  // together, or every rank's send waits for a receive that is queued behind it.
+  comm_->begin_group();
   t.recv = comm_->irecv(buf_.nxt.ptr(), buf_.nxt.bytes(), prev, kTagKv);
   t.send = comm_->isend(buf_.cur.ptr(), buf_.cur.bytes(), next, kTagKv);
+  comm_->end_group();
   count("ring.bytes_sent", double(buf_.cur.bytes()));
   return t;
 }
@@ -312,8 +316,10 @@ void RingAttention::pass_dkv(int step, Request& dkv_send, Request& dkv_recv) {
   }
   // After the last step this receive brings back this rank's own block.
   const int next = (cp_rank_ + 1) % cp_size_, prev = (cp_rank_ - 1 + cp_size_) % cp_size_;
+  comm_->begin_group();  // as in post_kv
   dkv_recv = comm_->irecv(arriving.ptr(), arriving.bytes(), prev, kTagDkv);
   dkv_send = comm_->isend(sending.ptr(), sending.bytes(), next, kTagDkv);
+  comm_->end_group();
   count("ring.bytes_sent", double(sending.bytes()));
 }
 

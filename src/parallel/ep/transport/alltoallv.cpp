@@ -3,10 +3,10 @@
 // land where they belong: in expert order on the expert side, in send order
 // back on the source. Rows are gathered into a send buffer first; nothing
 // is packed or unpacked after.
-#include <cstring>
 #include <vector>
 
 #include "owned_rows.hpp"
+#include "trident/kernels/ops.hpp"
 #include "trident/parallel/ep/transport.hpp"
 
 namespace trident::ep {
@@ -83,6 +83,8 @@ class AlltoallvTransport final : public Transport {
       }
     };
     requests_.clear();
+    // One group, so that a device backend (NCCL) posts them together.
+    ep_.begin_group();
     for (int i = 1; i < P; ++i) {
       const int r = (me + i) % P;
       blocks(r, to_experts, [&](int64_t at, int64_t n) {
@@ -95,13 +97,13 @@ class AlltoallvTransport final : public Transport {
         requests_.push_back(ep_.isend(from + at, row_bytes * size_t(n), r, tag));
       });
     }
+    ep_.end_group();
     for (int e = 0; e < L; ++e) {
       if (p.chunk_rows[me * L + e] == 0) continue;
       const int64_t sent_at = p.expert_first[me * L + e] * d,
                     expert_at = p.chunk_offset[me * L + e] * d;
-      std::memcpy(to + (to_experts ? expert_at : sent_at),
-                  from + (to_experts ? sent_at : expert_at),
-                  row_bytes * size_t(p.chunk_rows[me * L + e]));
+      kernels::copy(ctx_, to + (to_experts ? expert_at : sent_at),
+                    from + (to_experts ? sent_at : expert_at), p.chunk_rows[me * L + e] * d);
     }
     ep_.wait_all(requests_);
   }

@@ -1,0 +1,345 @@
+#!/usr/bin/env python3
+"""Chaos soak: the 8-rank quickstart trained through N random faults, resumed
+after each, must end exactly where an uninterrupted run ends.
+
+Faults, one per interrupted job, each at a random moment (after 1 to 4
+progress lines of the job), of a random kind (each kind once before any
+repeats):
+  kill      SIGKILL of a random rank
+  stop      SIGSTOP of a random rank (the others' deadline, runtime.timeout_s, fires)
+  full      the checkpoint directory fills up (a tmpfs; the next checkpoint fails)
+  truncate  SIGKILL of a random rank, then the newest checkpoint cut in half
+            (the resume must pass over it)
+After each fault the job is started again with --resume. The soak checks that
+every fault ended the job (all ranks gone) within its deadline with a message,
+that no resume used a damaged checkpoint, and at the end that the last loss and
+every parameter, AdamW moment and router bias equal the uninterrupted run's bit
+for bit. It reports faults injected and survived, time to detect (fault to the
+job's end; for "full", the failed checkpoint write to the end) and work lost
+per fault (steps trained after the last good checkpoint). Old checkpoints
+are pruned to the newest three before each job, as a long job's retention
+would.
+
+  chaos_soak.py --faults 5 [--seed S] [--work DIR] [--bin build/trident]
+
+Needs root for the tmpfs of the "full" fault; without it that kind is left
+out and the report says so. Exit 0 when every check held.
+"""
+import argparse
+import os
+import random
+import re
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import h5py
+import numpy as np
+
+STEP_LINE = re.compile(r"^step +(\d+) \|")
+RESUMED = re.compile(r"^resumed from (\S+) at step (\d+)")
+
+
+def parse_args():
+    here = os.path.dirname(os.path.abspath(__file__))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(here)))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--faults", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--np", type=int, default=8)
+    ap.add_argument("--config", default=os.path.join(repo, "share/trident/examples/quickstart.toml"))
+    ap.add_argument("--steps", type=int, default=0, help="train.steps (default: 3 per fault + 12)")
+    ap.add_argument("--checkpoint-every", type=int, default=2)
+    ap.add_argument("--timeout-s", type=int, default=5, help="runtime.timeout_s of the jobs")
+    ap.add_argument("--bin", default=os.environ.get("TRIDENT_BIN", os.path.join(repo, "build/trident")))
+    ap.add_argument("--mpirun", default=os.environ.get(
+        "TRIDENT_MPIRUN", "mpirun --allow-run-as-root --oversubscribe --mca pml ucx "
+        "--mca pml_ucx_devices any --mca pml_ucx_tls any --mca btl ^vader,openib --bind-to none"))
+    ap.add_argument("--work", default="")
+    return ap.parse_args()
+
+
+class Soak:
+    def __init__(self, a):
+        self.a = a
+        self.rng = random.Random(a.seed)
+        self.steps = a.steps or 3 * a.faults + 12
+        self.mpirun = shlex.split(a.mpirun)
+        self.problems = []
+        self.records = []  # one per fault
+        self.segment = 0
+
+    def problem(self, what):
+        print("PROBLEM: " + what, flush=True)
+        self.problems.append(what)
+
+    def command(self, out, ckdir, resume):
+        cmd = self.mpirun + ["-np", str(self.a.np), self.a.bin, "run", self.a.config,
+                             "--output", out,
+                             "--set", "train.steps=%d" % self.steps,
+                             "--set", "runtime.timeout_s=%d" % self.a.timeout_s,
+                             "--set", "output.checkpoint_every=%d" % self.a.checkpoint_every,
+                             "--set", "output.checkpoint_dir=%s" % ckdir,
+                             "--set", "output.timeline=false"]
+        return cmd + (["--resume"] if resume else [])
+
+    def rank_pids(self, launcher):
+        """world rank -> pid of the job's trident processes."""
+        out = {}
+        kids = subprocess.run(["pgrep", "-P", str(launcher.pid)], stdout=subprocess.PIPE,
+                              text=True).stdout.split()
+        for pid in kids:
+            try:
+                env = open("/proc/%s/environ" % pid, "rb").read().split(b"\0")
+            except OSError:
+                continue
+            for kv in env:
+                if kv.startswith(b"OMPI_COMM_WORLD_RANK="):
+                    out[int(kv.split(b"=")[1])] = int(pid)
+        return out
+
+    def fill(self, ckdir):
+        block = b"\0" * (1 << 20)
+        with open(os.path.join(ckdir, "filler"), "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(block)
+            except OSError:
+                pass
+
+    def run_job(self, ckdir, kind):
+        """One job; injects `kind` (None: no fault). Returns its record."""
+        self.segment += 1
+        out = "seg%03d.h5" % self.segment
+        resume = any(n.endswith(".h5") for n in os.listdir(ckdir))
+        p = subprocess.Popen(self.command(out, ckdir, resume), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+        stdout, stderr = [], []  # filled by reader threads while the job runs
+        readers = [threading.Thread(target=lambda f=f, into=into: into.extend(iter(f.readline, "")))
+                   for f, into in ((p.stdout, stdout), (p.stderr, stderr))]
+        for r in readers:
+            r.start()
+        rec = {"kind": kind, "segment": self.segment, "resumed_at": 0, "last_step": -1,
+               "t_fault": None, "rank": None}
+        trigger = self.rng.randint(1, 4)
+        deadline = time.time() + 120 + self.steps
+        while p.poll() is None and time.time() < deadline:
+            seen = sum(1 for line in list(stdout) if STEP_LINE.match(line))
+            if kind and rec["t_fault"] is None and seen >= trigger:
+                self.inject(p, kind, ckdir, rec)
+            time.sleep(0.02)
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            self.problem("segment %d (%s) did not end within %d s" % (self.segment, kind, 120 + self.steps))
+        p.wait()
+        rec["t_end"] = time.time()
+        for r in readers:
+            r.join()
+        err = "".join(stderr)
+        with open("seg%03d.log" % self.segment, "w") as f:
+            f.write("".join(stdout) + "---- stderr\n" + err)
+        for line in stdout:
+            m = STEP_LINE.match(line)
+            if m:
+                rec["last_step"] = int(m.group(1))
+            m = RESUMED.match(line)
+            if m:
+                rec["resumed_at"], rec["resumed_from"] = int(m.group(2)), m.group(1)
+        stdout = "".join(stdout)
+        rec.update(rc=p.returncode, stderr=err, stdout=stdout, out=out)
+        return rec
+
+    def inject(self, p, kind, ckdir, rec):
+        if kind == "full":
+            self.fill(ckdir)
+            rec["t_fault"] = time.time()  # once the disk is full
+            return
+        rec["t_fault"] = time.time()
+        pids = self.rank_pids(p)
+        if not pids:
+            return
+        rank = self.rng.choice(sorted(pids))
+        rec["rank"] = rank
+        os.kill(pids[rank], signal.SIGSTOP if kind == "stop" else signal.SIGKILL)
+
+    def judge(self, rec, ckdir):
+        """Checks one faulty job's ending; returns True when a fault happened."""
+        kind, err = rec["kind"], rec["stderr"]
+        if rec["t_fault"] is None:
+            return False  # the job finished before the fault's moment
+        if rec["rc"] == 0:
+            if kind == "full" and rec["last_step"] == self.steps - 1:
+                return False  # no checkpoint came after the disk filled
+            self.problem("segment %d: %s fault, yet the job exited 0" % (rec["segment"], kind))
+        errors = [l for l in err.splitlines() if l.startswith("trident: error")]
+        if kind in ("stop", "full") and len(errors) != 1:
+            self.problem("segment %d: %s: %d error lines, expected one: %s"
+                         % (rec["segment"], kind, len(errors), errors))
+        if kind in ("kill", "truncate") and not (errors or "signal 9" in err or "Killed" in err):
+            self.problem("segment %d: %s: no message names the killed rank" % (rec["segment"], kind))
+        if "MPI_ABORT" in err:
+            self.problem("segment %d: %s: MPI_Abort banner on stderr" % (rec["segment"], kind))
+        # full: from the moment the disk filled; it shows at the next checkpoint
+        rec["detect_s"] = rec["t_end"] - rec["t_fault"]
+        limit = {"kill": 10, "truncate": 10, "stop": self.a.timeout_s + 10, "full": 20}[kind]
+        if rec["detect_s"] > limit:
+            self.problem("segment %d: %s fault ended the job after %.1f s (limit %d s)"
+                         % (rec["segment"], kind, rec["detect_s"], limit))
+        if kind == "full":
+            os.remove(os.path.join(ckdir, "filler"))
+            if "No space left on device" not in err:
+                self.problem("segment %d: full disk, but the message does not say so" % rec["segment"])
+        if kind == "truncate":
+            # only where an older checkpoint remains: with none, the honest
+            # answer is "no checkpoint loads" (exit 2) and a start from scratch
+            ck = sorted(n for n in os.listdir(ckdir) if n.startswith("ckpt_step_") and ".tmp" not in n)
+            if len(ck) >= 2:
+                path = os.path.join(ckdir, ck[-1])
+                data = open(path, "rb").read()
+                open(path, "wb").write(data[: len(data) // 2])
+                rec["truncated"] = path
+            else:
+                rec["kind"] = "kill"  # what it was, in the report
+        return True
+
+    def prune(self, ckdir, keep=3):
+        """Keeps the newest checkpoints only, as a long job's retention would."""
+        ck = sorted(n for n in os.listdir(ckdir) if n.startswith("ckpt_step_"))
+        for n in ck[:-keep] + [n for n in ck if ".tmp" in n]:
+            os.remove(os.path.join(ckdir, n))
+
+    def soak(self, ckdir, kinds):
+        # every kind once (in a random order) before any repeats
+        plan = self.rng.sample(kinds, len(kinds))
+        if plan[0] == "truncate":  # the first job has no older checkpoint to fall back on
+            plan.append(plan.pop(0))
+        plan += [self.rng.choice(kinds) for _ in range(max(0, self.a.faults - len(plan)))]
+        done = 0
+        while True:
+            self.prune(ckdir)
+            kind = plan[done] if done < self.a.faults else None
+            rec = self.run_job(ckdir, kind)
+            if self.records and "next_resume_checked" not in self.records[-1]:
+                self.check_resume(self.records[-1], rec)
+            if kind is None:
+                if rec["rc"] != 0:
+                    self.problem("the final job failed (rc=%d): %s" % (rec["rc"], rec["stderr"][-400:]))
+                return rec
+            if rec["t_fault"] is None and rec["rc"] != 0:
+                self.problem("segment %d failed with no fault injected (rc=%d): %s"
+                             % (rec["segment"], rec["rc"], rec["stderr"][-400:]))
+                return rec
+            if self.judge(rec, ckdir):
+                done += 1
+                self.records.append(rec)
+                print("fault %d/%d: %-8s rank %s at step %d, ended in %.1f s"
+                      % (done, self.a.faults, kind, rec["rank"], rec["last_step"], rec["detect_s"]),
+                      flush=True)
+            elif rec["rc"] == 0 and rec["last_step"] == self.steps - 1:
+                self.problem("the run finished before all faults were injected: raise --steps")
+                return rec
+
+    def check_resume(self, prev, rec):
+        prev["next_resume_checked"] = True
+        prev["resumed_at_next"] = rec["resumed_at"]
+        prev["lost"] = max(0, prev["last_step"] + 1 - rec["resumed_at"])
+        bad = prev.get("truncated")
+        if bad and rec.get("resumed_from", "").endswith(os.path.basename(bad)):
+            self.problem("segment %d resumed from the truncated %s" % (rec["segment"], bad))
+        if bad and os.path.basename(bad) not in rec["stderr"]:
+            self.problem("segment %d did not name the truncated checkpoint it passed over"
+                         % rec["segment"])
+
+    def tensors(self, path):
+        out = {}
+        with h5py.File(path, "r") as f:
+            f["tensors"].visititems(lambda n, o: out.__setitem__(n, o[()])
+                                    if isinstance(o, h5py.Dataset) else None)
+        return out
+
+    def final_loss(self, run_file):
+        with h5py.File(run_file, "r") as f:
+            rows = f["metrics/steps"][()]
+        return {int(s): float(l) for s, l in zip(rows["step"], rows["loss"])}.get(self.steps - 1)
+
+
+def mount_tmpfs(path, size):
+    os.makedirs(path, exist_ok=True)
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=" + size, "tmpfs", path],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return p.returncode == 0, p.stdout.strip()
+
+
+def report(s, t0):
+    recs = [r for r in s.records if "detect_s" in r]
+    by_kind = {}
+    for r in recs:
+        by_kind[r["kind"]] = by_kind.get(r["kind"], 0) + 1
+    detect = [r["detect_s"] for r in recs]
+    lost = [r.get("lost", 0) for r in recs]
+    survived = sum(1 for r in recs if "lost" in r)
+    print("\nchaos soak: %d faults injected (%s), %d survived (resumed), %d jobs, %.0f s"
+          % (len(recs), ", ".join("%s %d" % kv for kv in sorted(by_kind.items())), survived,
+             s.segment, time.time() - t0))
+    if detect:
+        print("time to detect: max %.1f s, median %.1f s (stop: deadline runtime.timeout_s = %d s)"
+              % (max(detect), statistics.median(detect), s.a.timeout_s))
+        for k in sorted(by_kind):
+            d = [r["detect_s"] for r in recs if r["kind"] == k]
+            print("  %-8s max %.1f s, median %.1f s" % (k, max(d), statistics.median(d)))
+    if lost:
+        print("work lost per fault: mean %.2f steps, max %d steps (checkpoint every %d steps)"
+              % (statistics.mean(lost), max(lost), s.a.checkpoint_every))
+
+
+def main():
+    a = parse_args()
+    t0 = time.time()
+    work = a.work or tempfile.mkdtemp(prefix="trident-soak-")
+    os.makedirs(work, exist_ok=True)
+    os.chdir(work)
+    s = Soak(a)
+    print("chaos soak in %s: %d faults, %d steps, seed %d" % (work, a.faults, s.steps, a.seed), flush=True)
+    os.makedirs("ck_ref", exist_ok=True)
+    ref = s.run_job("ck_ref", None)
+    if ref["rc"] != 0:
+        print("the uninterrupted run failed: " + ref["stderr"][-400:])
+        return 1
+    kinds = ["kill", "stop", "full", "truncate"]
+    # room for every checkpoint of the last job (a few MB each)
+    mounted, why = mount_tmpfs("ck", "%dm" % max(256, 8 * (s.steps // a.checkpoint_every + 10)))
+    if not mounted:
+        kinds.remove("full")
+        print("note: no tmpfs for the checkpoint directory (%s): the 'full' fault is left out" % why)
+    try:
+        last = s.soak("ck", kinds)
+        if not s.problems:
+            got, want = s.final_loss(last["out"]), s.final_loss(ref["out"])
+            if got is None or got != want:
+                s.problem("final loss %r differs from the uninterrupted run's %r" % (got, want))
+            ref_t = s.tensors("ck_ref/ckpt_step_%08d.h5" % s.steps)
+            got_t = s.tensors("ck/ckpt_step_%08d.h5" % s.steps)
+            same = ref_t.keys() == got_t.keys() and all(np.array_equal(ref_t[k], got_t[k]) for k in ref_t)
+            if not same:
+                s.problem("final parameters or optimizer state differ from the uninterrupted run's")
+            else:
+                print("final state: loss %r and %d tensors equal the uninterrupted run's bit for bit"
+                      % (got, len(ref_t)))
+    finally:
+        if mounted:
+            subprocess.run(["umount", "ck"], stderr=subprocess.DEVNULL)
+    report(s, t0)
+    if s.problems:
+        print("%d problem(s)" % len(s.problems))
+        return 1
+    print("all checks held")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
