@@ -121,6 +121,12 @@ int Communicator::world_rank_of(int group_rank) const {
   return world_ranks_[size_t(group_rank)];
 }
 
+namespace {
+FailureNoticeProbe g_notice_probe = nullptr;
+}  // namespace
+
+void set_failure_notice_probe(FailureNoticeProbe probe) { g_notice_probe = probe; }
+
 void Communicator::await(PendingOp& op, const std::string& what, CommKind kind, double bytes_sent) {
   const double t0 = monotonic_s();
   Backoff backoff;
@@ -130,7 +136,8 @@ void Communicator::await(PendingOp& op, const std::string& what, CommKind kind, 
     const double waited = monotonic_s() - t0;
     // At the deadline too: a rank stopped past its deadline and then resumed
     // is not the one that knows what happened.
-    if ((polls % 256 == 0 || waited > timeout_s_) && comm_failure_notice(&failed_rank, &code))
+    if ((polls % 256 == 0 || waited > timeout_s_) && g_notice_probe &&
+        g_notice_probe(&failed_rank, &code))
       throw PeerFailure(failed_rank, code);
     if (waited > timeout_s_) {
       comm_counters().wait_s[int(kind)] += waited;  // time lost, but no completed call

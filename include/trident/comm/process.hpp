@@ -42,6 +42,12 @@ bool comm_all_arrive_within(double seconds);
 void comm_notify_failure(int code);
 // A notice that arrived (then *rank and *code are set); never blocks.
 bool comm_failure_notice(int* rank, int* code);
+// What a Communicator's waits poll for notices: the process layer that owns
+// the control channel installs comm_failure_notice in comm_init; without it
+// (a build of the communicators without MPI, such as the standalone GPU
+// tests) no notices arrive and waits end at their deadline.
+using FailureNoticeProbe = bool (*)(int* rank, int* code);
+void set_failure_notice_probe(FailureNoticeProbe probe);
 // Whether a notice from a rank below this one arrives within `seconds`: of
 // ranks that failed at the same moment, the lowest one prints.
 bool comm_lower_rank_failed_within(double seconds);

@@ -73,6 +73,7 @@ void comm_init(int* argc, char*** argv) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &g_control));
   post_notice_receive();
+  set_failure_notice_probe(&comm_failure_notice);
 }
 
 bool comm_active() {
