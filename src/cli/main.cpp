@@ -43,7 +43,7 @@ void print_error(const std::string& msg) {
 // at the same moment, and ends without waiting for anyone; a rank that had
 // been told of another's failure before its own leaves quietly.
 int finish_with_error(bool mpi_on, int code, const std::string& msg, bool symmetric,
-                      bool reporter) {
+                      bool reporter, bool timed_out = false) {
   const int rank = mpi_on ? comm_world_rank() : launcher_rank();
   if (!mpi_on) {
     if (rank == 0) print_error(msg);
@@ -57,6 +57,7 @@ int finish_with_error(bool mpi_on, int code, const std::string& msg, bool symmet
   // A rank told of a failure before its own is failing because of that one.
   int failed_rank = 0, failed_code = 0;
   if (comm_failure_notice(&failed_rank, &failed_code)) leave_after_reporter(failed_code);
+  if (timed_out && comm_was_stopped()) leave_after_reporter(code);
   comm_notify_failure(code);
   if (comm_lower_rank_failed_within(0.5)) leave_after_reporter(code);
   const std::string prefix = "rank " + std::to_string(rank) + ":";
@@ -149,6 +150,8 @@ int run_command(Command& chosen, int* argc, char*** argv) {
     return finish_with_error(mpi_on, 2, e.what(), true, lead);
   } catch (const AgreedError& e) {
     return finish_with_error(mpi_on, 1, e.what(), true, e.reporter);
+  } catch (const TimeoutError& e) {
+    return finish_with_error(mpi_on, 1, e.what(), false, true, true);
   } catch (const std::exception& e) {
     return finish_with_error(mpi_on, 1, e.what(), false, true);
   }

@@ -51,6 +51,10 @@ void set_failure_notice_probe(FailureNoticeProbe probe);
 // Whether a notice from a rank below this one arrives within `seconds`: of
 // ranks that failed at the same moment, the lowest one prints.
 bool comm_lower_rank_failed_within(double seconds);
+// Whether this process was stopped and continued (SIGCONT) since comm_init:
+// its own timeouts then say nothing about the job (the launcher continues a
+// stopped rank to end it after another rank has reported).
+bool comm_was_stopped();
 // Flushes stdout and stderr and ends this process with `code` within 0.2 s
 // (its notices' sends), without finalising MPI (peers may be gone or stuck).
 [[noreturn]] void comm_exit_now(int code);

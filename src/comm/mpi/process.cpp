@@ -5,6 +5,8 @@
 
 #include <unistd.h>
 
+#include <csignal>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +38,11 @@ int g_notice[2] = {-1, 0};                    // rank, exit code of the notice i
 int g_lowest_notice = -1, g_notice_code = 0;  // the lowest failed rank heard of so far
 int g_sent_notice[2] = {-1, 0};                // this rank's own notice, while it is sent
 std::vector<MPI_Request> g_notice_sends;
+
+// Set when this process is continued after a stop (SIGCONT): its waits then
+// pass their deadline through no fault of theirs.
+volatile std::sig_atomic_t g_continued = 0;
+extern "C" void on_continue(int) { g_continued = 1; }
 
 void post_notice_receive() {
   MPI_Irecv(g_notice, 2, MPI_INT, MPI_ANY_SOURCE, kNoticeTag, g_control, &g_notice_req);
@@ -74,7 +81,14 @@ void comm_init(int* argc, char*** argv) {
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &g_control));
   post_notice_receive();
   set_failure_notice_probe(&comm_failure_notice);
+  struct sigaction sa {};
+  sa.sa_handler = on_continue;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGCONT, &sa, nullptr);
 }
+
+bool comm_was_stopped() { return g_continued != 0; }
 
 bool comm_active() {
   int initialized = 0, finalized = 0;
