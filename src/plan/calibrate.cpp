@@ -202,35 +202,71 @@ struct ModelFit {
   double efficiency = 1, layer_overhead_s = 0, optimizer_s_per_param = 0;
 };
 
-// One micro-batch's forward and backward of `mbs` sequences, timed alone, and
-// the cost model's price of the same work at the rates (efficiency 1).
-std::pair<double, double> forward_backward_seconds(Communicator& world, const Config& cfg,
-                                                   const MachineProfile& m, int mbs,
-                                                   double budget) {
-  Config one = cfg;
-  one.parallel = ParallelConfig{};
-  one.data.num_microbatches = 1;
-  one.data.micro_batch_size = mbs;
-  model::ModelStage stage(one, 0, 1, model::StageComms{});
-  const auto data = model::make_data_source(one, 1);
-  const auto positions = model::local_positions(one, model::StageComms{});
-  const double targets = double(mbs) * double(data->targets_per_sample());
+// One micro-batch's forward and backward of `mbs` sequences on one rank
+// (pp = cp = ep = 1), and the cost model's price of it at the rates
+// (efficiency 1).
+struct ForwardBackward {
+  Config one;
+  model::ModelStage stage;
+  std::unique_ptr<model::DataSource> data;
+  std::vector<int64_t> positions;
   int64_t step = 0;
-  auto forward_backward = [&] {
+  double priced = 0;
+
+  ForwardBackward(const Config& cfg, const MachineProfile& m, int mbs)
+      : one(single_rank(cfg, mbs)),
+        stage(one, 0, 1, model::StageComms{}),
+        data(model::make_data_source(one, 1)),
+        positions(model::local_positions(one, model::StageComms{})) {
+    const ChunkCost c = chunk_cost(one, mesh_plan_of(one, 1), 0);
+    Work all = c.f;
+    all += c.b;
+    all += c.w;
+    MachineProfile at_rates = m;
+    at_rates.efficiency = 1;
+    priced = compute_seconds(all, at_rates);
+  }
+  static Config single_rank(Config c, int mbs) {
+    c.parallel = ParallelConfig{};
+    c.data.num_microbatches = 1;
+    c.data.micro_batch_size = mbs;
+    return c;
+  }
+  void run() {
+    const double targets = double(one.data.micro_batch_size) * double(data->targets_per_sample());
     stage.begin_step(model::make_microbatches(*data, one.data, step++, 0, positions),
-                     float(1.0 / targets), float(1.0 / mbs), nullptr);
+                     float(1.0 / targets), float(1.0 / one.data.micro_batch_size), nullptr);
     Tensor none;
     stage.forward(0, 0, Tensor(), none);
     stage.backward(0, 0, Tensor(), none, true);
-  };
-  const double measured = alone(world, 0, forward_backward, budget);
-  const ChunkCost c = chunk_cost(one, mesh_plan_of(one, 1), 0);
-  Work all = c.f;
-  all += c.b;
-  all += c.w;
-  MachineProfile at_rates = m;
-  at_rates.efficiency = 1;
-  return {measured, compute_seconds(all, at_rates)};
+  }
+};
+
+// Medians of a and b timed alternately on rank 0 alone (the others sleep), so
+// that a change of load on the node touches both alike.
+std::pair<double, double> alternate_medians(Communicator& world, ForwardBackward& a,
+                                            ForwardBackward& b, double budget) {
+  double t[2] = {0, 0};
+  world.barrier();
+  if (world.rank() == 0) {
+    std::vector<double> ta, tb;
+    const double start = now_s();
+    do {
+      double t0 = now_s();
+      a.run();
+      ta.push_back(now_s() - t0);
+      t0 = now_s();
+      b.run();
+      tb.push_back(now_s() - t0);
+    } while (now_s() - start < 2 * budget || ta.size() < 5);
+    std::sort(ta.begin(), ta.end());
+    std::sort(tb.begin(), tb.end());
+    t[0] = ta[ta.size() / 2], t[1] = tb[tb.size() / 2];
+  } else {
+    std::this_thread::sleep_for(std::chrono::duration<double>(budget * 4 + 0.1));
+  }
+  world.allreduce_max(t, 2);
+  return {t[0], t[1]};
 }
 
 // Gradient norm and AdamW over the model's parameters, alone.
@@ -252,8 +288,9 @@ double update_seconds_per_param(Communicator& world, const Config& cfg, double b
 
 ModelFit fit_model(Communicator& world, const Config& cfg, const MachineProfile& m, double budget) {
   const int big = cfg.data.micro_batch_size, small = big > 1 ? big / 2 : 2;
-  const auto [t1, c1] = forward_backward_seconds(world, cfg, m, big, budget);
-  const auto [t2, c2] = forward_backward_seconds(world, cfg, m, small, budget);
+  ForwardBackward at_big(cfg, m, big), at_small(cfg, m, small);
+  const auto [t1, t2] = alternate_medians(world, at_big, at_small, budget);
+  const double c1 = at_big.priced, c2 = at_small.priced;
   ModelFit fit;
   // t = fixed + c / efficiency through both points; a fit that makes the
   // fixed part negative (noise, or a size that runs relatively slower) keeps

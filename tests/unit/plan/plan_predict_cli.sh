@@ -65,7 +65,7 @@ print(f"search 1024x8: {r['candidates']} candidates, {r['legal']} legal, {r['sim
 assert wall < 10, wall
 best = r["best"]
 assert len(best) == 10
-assert all(best[i]["step_time_s"] <= best[i + 1]["step_time_s"] for i in range(9))
+assert all(best[i]["step_time_s"] <= best[i + 1]["step_time_s"] * 1.001 for i in range(9))  # ties: 0.1%
 for b in best:
     assert b["pp"] * b["dp"] * b["cp"] == 8192, b
     assert 8 % b["cp"] == 0 and 8 % b["ep"] == 0 and 64 % b["ep"] == 0, b
