@@ -132,8 +132,10 @@ std::string BenchTable::format() const {
   return os.str();
 }
 
-void write_bench_file(const std::string& path, const std::vector<BenchTable>& tables,
-                      const std::string& command_line) {
+namespace {
+
+// Table names and column dataset names must be unique; every column one kind.
+void check_tables(const std::vector<BenchTable>& tables) {
   std::set<std::string> names;
   for (const auto& t : tables) {
     check_shape(t);
@@ -144,7 +146,73 @@ void write_bench_file(const std::string& path, const std::vector<BenchTable>& ta
                     "bench table '" + t.name + "': column '" + c + "' repeats a column name");
     for (size_t c = 0; c < t.columns.size(); ++c) column_kind(t, c);
   }
+}
 
+// Column c of t as the dataset /bench/<table>/<column>: strings, int64 or
+// float64 (ints widened to float in a mixed column).
+void write_column(hid_t group, const BenchTable& t, size_t c) {
+  const std::string dname = bench_dataset_name(t.columns[c]);
+  const std::string where = "/bench/" + t.name + "/" + dname;
+  hsize_t n[1] = {static_cast<hsize_t>(t.rows.size())};
+  Handle space = TRIDENT_H5_SPACE(H5Screate_simple(1, n, nullptr), "column dataspace");
+  const ColumnKind kind = column_kind(t, c);
+  Handle type;
+  hid_t ftype = H5T_IEEE_F64LE;
+  if (kind == ColumnKind::int64) ftype = H5T_STD_I64LE;
+  if (kind == ColumnKind::string) {
+    type = h5::vlen_string_type();
+    ftype = type;
+  }
+  Handle d = TRIDENT_H5_DSET(
+      H5Dcreate2(group, dname.c_str(), ftype, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+      "create " + where);
+  h5::write_attr(d, "column", t.columns[c]);
+  if (t.rows.empty()) return;
+  if (kind == ColumnKind::string) {
+    std::vector<const char*> p;
+    for (const auto& row : t.rows) p.push_back(std::get<std::string>(row[c]).c_str());
+    TRIDENT_H5(H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, p.data()), "write " + where);
+  } else if (kind == ColumnKind::int64) {
+    std::vector<int64_t> v;
+    for (const auto& row : t.rows) v.push_back(std::get<long long>(row[c]));
+    TRIDENT_H5(H5Dwrite(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()),
+               "write " + where);
+  } else {
+    std::vector<double> v;
+    for (const auto& row : t.rows) {
+      if (const auto* i = std::get_if<long long>(&row[c]))
+        v.push_back(double(*i));
+      else
+        v.push_back(std::get<double>(row[c]));
+    }
+    TRIDENT_H5(H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()),
+               "write " + where);
+  }
+}
+
+void write_tables(hid_t file, const std::vector<BenchTable>& tables,
+                  const std::string& command_line) {
+  h5::write_attr(file, "format", "trident-bench");
+  h5::write_attr(file, "format_version", int64_t{1});
+  h5::write_attr(file, "created_utc", h5::utc_iso8601_now());
+  h5::write_attr(file, "command", command_line);
+  h5::write_attr(file, "trident_version", TRIDENT_VERSION);
+  Handle bench = h5::open_or_create_group(file, "bench");
+  for (const auto& t : tables) {
+    Handle g = h5::open_or_create_group(bench, t.name);
+    h5::write_attr(g, "title", t.title);
+    h5::write_attr(g, "notes", t.notes);
+    h5::write_attr(g, "columns", t.columns);
+    h5::write_attr(g, "rows", static_cast<int64_t>(t.rows.size()));
+    for (size_t c = 0; c < t.columns.size(); ++c) write_column(g, t, c);
+  }
+}
+
+}  // namespace
+
+void write_bench_file(const std::string& path, const std::vector<BenchTable>& tables,
+                      const std::string& command_line) {
+  check_tables(tables);
   h5::QuietErrors quiet;
   // Written under a temporary name and renamed when complete, so a failure
   // leaves no half-written file at PATH.
@@ -155,59 +223,7 @@ void write_bench_file(const std::string& path, const std::vector<BenchTable>& ta
                      "); the directory must exist and be writable");
   Handle file(f, H5Fclose);
   try {
-    h5::write_attr(file, "format", "trident-bench");
-    h5::write_attr(file, "format_version", int64_t{1});
-    h5::write_attr(file, "created_utc", h5::utc_iso8601_now());
-    h5::write_attr(file, "command", command_line);
-    h5::write_attr(file, "trident_version", TRIDENT_VERSION);
-    Handle bench = h5::open_or_create_group(file, "bench");
-    for (const auto& t : tables) {
-      Handle g = h5::open_or_create_group(bench, t.name);
-      h5::write_attr(g, "title", t.title);
-      h5::write_attr(g, "notes", t.notes);
-      h5::write_attr(g, "columns", t.columns);
-      h5::write_attr(g, "rows", static_cast<int64_t>(t.rows.size()));
-      hsize_t n[1] = {static_cast<hsize_t>(t.rows.size())};
-      for (size_t c = 0; c < t.columns.size(); ++c) {
-        const std::string dname = bench_dataset_name(t.columns[c]);
-        Handle space = TRIDENT_H5_SPACE(H5Screate_simple(1, n, nullptr), "column dataspace");
-        ColumnKind kind = column_kind(t, c);
-        Handle type;
-        hid_t ftype = H5T_IEEE_F64LE;
-        if (kind == ColumnKind::int64) ftype = H5T_STD_I64LE;
-        if (kind == ColumnKind::string) {
-          type = h5::vlen_string_type();
-          ftype = type;
-        }
-        Handle d = TRIDENT_H5_DSET(
-            H5Dcreate2(g, dname.c_str(), ftype, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-            "create /bench/" + t.name + "/" + dname);
-        h5::write_attr(d, "column", t.columns[c]);
-        if (t.rows.empty()) continue;
-        if (kind == ColumnKind::string) {
-          std::vector<const char*> p;
-          for (const auto& row : t.rows) p.push_back(std::get<std::string>(row[c]).c_str());
-          TRIDENT_H5(H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, p.data()),
-                     "write /bench/" + t.name + "/" + dname);
-        } else if (kind == ColumnKind::int64) {
-          std::vector<int64_t> v;
-          for (const auto& row : t.rows) v.push_back(std::get<long long>(row[c]));
-          TRIDENT_H5(H5Dwrite(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()),
-                     "write /bench/" + t.name + "/" + dname);
-        } else {
-          std::vector<double> v;
-          for (const auto& row : t.rows) {
-            if (const auto* i = std::get_if<long long>(&row[c]))
-              v.push_back(double(*i));
-            else
-              v.push_back(std::get<double>(row[c]));
-          }
-          TRIDENT_H5(H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()),
-                     "write /bench/" + t.name + "/" + dname);
-        }
-      }
-    }
-    bench.reset();
+    write_tables(file, tables, command_line);
     TRIDENT_H5(H5Fflush(file, H5F_SCOPE_GLOBAL), "flush " + tmp);
     file.reset();
     std::filesystem::rename(tmp, path);

@@ -279,6 +279,123 @@ void copy_cstr(char* dst, size_t cap, const std::string& src) {
 
 }  // namespace
 
+namespace {
+
+// Creates the file on every rank, collectively, or throws one agreed error
+// naming it and the system's reason.
+hid_t create_run_file(const std::string& path, Communicator& world) {
+  // HDF5's MPI-IO message does not carry the system's reason: rank 0 asks
+  // the system first.
+  std::string why;
+  if (world.rank() == 0) why = cannot_create(path);
+  agree_or_throw(why.empty(), "output file " + path + ": cannot create it: " + why, world, true);
+  Handle fapl = TRIDENT_H5_PLIST(H5Pcreate(H5P_FILE_ACCESS), "file access list");
+  const MpiHandles mpi = mpi_handles(world);
+  TRIDENT_H5(H5Pset_fapl_mpio(fapl, mpi.comm, mpi.info), "MPI-IO driver");
+  TRIDENT_H5(H5Pset_all_coll_metadata_ops(fapl, true), "collective metadata reads");
+  TRIDENT_H5(H5Pset_coll_metadata_write(fapl, true), "collective metadata writes");
+  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  agree_or_throw(f >= 0,
+                 "output file " + path + ": cannot create it (" + h5::error_text() +
+                     "); the directory must exist and be writable",
+                 world, true);
+  H5Eclear2(H5E_DEFAULT);
+  return f;
+}
+
+// Root attributes: values that differ between ranks (clock, environment)
+// are rank 0's.
+void write_root_attributes(hid_t file, Communicator& world, const Config& cfg,
+                           const std::string& slurm_job_id) {
+  const std::string created = bcast_from(0, h5::utc_iso8601_now(), world);
+  const std::string job = bcast_from(0, slurm_job_id, world);
+  const std::string toml = bcast_from(0, to_toml(cfg), world);
+  h5::write_attr(file, "format", "trident-run");
+  h5::write_attr(file, "format_version", int64_t{1});
+  h5::write_attr(file, "trident_version", TRIDENT_VERSION);
+  h5::write_attr(file, "config_toml", toml);
+  h5::write_attr(file, "created_utc", created);
+  h5::write_attr(file, "world_size", int64_t{world.size()});
+  h5::write_attr(file, "slurm_job_id", job);
+  h5::write_attr(file, "completed", int64_t{0});
+}
+
+// /topology: the shape and mesh as attributes, and each rank's own row of
+// /topology/ranks (a rank knows its coordinates without recomputing the mesh
+// for everyone).
+void write_topology(hid_t file, Communicator& world, const Config& cfg,
+                    const Communicators& comms) {
+  Handle topo = h5::open_or_create_group(file, "topology");
+  const ClusterShape& shape = comms.topo.shape;
+  h5::write_attr(topo, "nodes", int64_t{shape.nodes});
+  h5::write_attr(topo, "ranks_per_node", int64_t{shape.devices_per_node});
+  h5::write_attr(topo, "nvlink_domain", int64_t{shape.nvlink_domain});
+  h5::write_attr(topo, "source", bcast_from(0, comms.topo.source, world));
+  h5::write_attr(topo, "pp", int64_t{comms.mesh.pp});
+  h5::write_attr(topo, "dp", int64_t{comms.mesh.dp});
+  h5::write_attr(topo, "cp", int64_t{comms.mesh.cp});
+  h5::write_attr(topo, "ep", int64_t{comms.mesh.ep});
+  h5::write_attr(topo, "vpp", int64_t{cfg.parallel.vpp});
+
+  const int rank = world.rank();
+  Handle mtype = rank_row_type();
+  Handle ftype = packed(mtype);
+  Handle space = simple_space({static_cast<hsize_t>(world.size())});
+  Handle dset = TRIDENT_H5_DSET(
+      H5Dcreate2(topo, "ranks", ftype, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+      "create /topology/ranks");
+  const RankInfo& info = comms.topo.ranks[static_cast<size_t>(rank)];
+  RankRow row{};
+  row.rank = rank;
+  row.logical = info.logical;
+  row.node = info.node;
+  row.local_rank = info.local_rank;
+  row.device = info.device;
+  row.pp = comms.me.pp;
+  row.dp = comms.me.dp;
+  row.cp = comms.me.cp;
+  row.ep = comms.me.ep;
+  row.ep_group = comms.me.ep_group;
+  copy_cstr(row.hostname, sizeof row.hostname, info.hostname);
+  Handle fsel = select_rows(dset, static_cast<hsize_t>(rank), 1);
+  Handle mem = memory_rows(dset, 1);
+  Handle xfer = collective_xfer();
+  TRIDENT_H5(H5Dwrite(dset, mtype, mem, fsel, xfer, &row), "write /topology/ranks");
+}
+
+// The extendible datasets the run appends to: /metrics (steps, comm bytes,
+// expert tokens of the MoE layers moe_ids), /timeline/events and /events.
+void create_run_datasets(hid_t file, const std::vector<int64_t>& moe_ids, int n_experts) {
+  {
+    Handle metrics = h5::open_or_create_group(file, "metrics");
+    Handle st = step_type();
+    Handle st_file = packed(st);
+    create_extendible(metrics, "steps", st_file, {}, kStepChunk);
+    Handle cb = create_extendible(metrics, "comm_bytes", H5T_IEEE_F64LE, {4}, kStepChunk);
+    h5::write_attr(cb, "columns", kCommColumns);
+    h5::write_attr(cb, "units", "bytes");
+    if (!moe_ids.empty()) {
+      Handle et = create_extendible(
+          metrics, "expert_tokens", H5T_STD_I64LE,
+          {static_cast<hsize_t>(moe_ids.size()), static_cast<hsize_t>(n_experts)}, 16);
+      h5::write_attr(et, "moe_layer_ids", moe_ids);
+    }
+  }
+  {
+    Handle timeline = h5::open_or_create_group(file, "timeline");
+    Handle et = event_type();
+    Handle et_file = packed(et);
+    Handle ev = create_extendible(timeline, "events", et_file, {}, kEventChunk);
+    h5::write_attr(ev, "clock", "seconds, one clock for all ranks (trident::now_s)");
+  }
+  Handle et = run_event_type();
+  Handle et_file = packed(et);
+  create_extendible(file, "events", et_file, {}, kStepChunk);
+  h5::open_or_create_group(file, "activations");
+}
+
+}  // namespace
+
 RunFile::RunFile(const std::string& path, Communicator& world, const Config& cfg,
                  const Communicators& comms, const std::string& slurm_job_id)
     : path_(path), world_(world.host()) {
@@ -298,107 +415,10 @@ RunFile::RunFile(const std::string& path, Communicator& world, const Config& cfg
   moe_layers_ = static_cast<int>(moe_ids.size());
   n_experts_ = moe_layers_ > 0 ? cfg.model.n_experts : 0;
 
-  // HDF5's MPI-IO message does not carry the system's reason: rank 0 asks
-  // the system first.
-  std::string why;
-  if (rank_ == 0) why = cannot_create(path_);
-  agree_or_throw(why.empty(), "output file " + path_ + ": cannot create it: " + why, world_, true);
-
-  Handle fapl = TRIDENT_H5_PLIST(H5Pcreate(H5P_FILE_ACCESS), "file access list");
-  const MpiHandles mpi = mpi_handles(world_);
-  TRIDENT_H5(H5Pset_fapl_mpio(fapl, mpi.comm, mpi.info), "MPI-IO driver");
-  TRIDENT_H5(H5Pset_all_coll_metadata_ops(fapl, true), "collective metadata reads");
-  TRIDENT_H5(H5Pset_coll_metadata_write(fapl, true), "collective metadata writes");
-  hid_t f = H5Fcreate(path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-  agree_or_throw(f >= 0,
-                 "output file " + path_ + ": cannot create it (" + h5::error_text() +
-                     "); the directory must exist and be writable",
-                 world_, true);
-  file_ = f;
-  H5Eclear2(H5E_DEFAULT);
-
-  // Root attributes: values that differ between ranks (clock, environment)
-  // are rank 0's.
-  const std::string created = bcast_from(0, h5::utc_iso8601_now(), world_);
-  const std::string job = bcast_from(0, slurm_job_id, world_);
-  const std::string toml = bcast_from(0, to_toml(cfg), world_);
-  h5::write_attr(file_, "format", "trident-run");
-  h5::write_attr(file_, "format_version", int64_t{1});
-  h5::write_attr(file_, "trident_version", TRIDENT_VERSION);
-  h5::write_attr(file_, "config_toml", toml);
-  h5::write_attr(file_, "created_utc", created);
-  h5::write_attr(file_, "world_size", int64_t{size_});
-  h5::write_attr(file_, "slurm_job_id", job);
-  h5::write_attr(file_, "completed", int64_t{0});
-
-  {
-    Handle topo = h5::open_or_create_group(file_, "topology");
-    const ClusterShape& shape = comms.topo.shape;
-    h5::write_attr(topo, "nodes", int64_t{shape.nodes});
-    h5::write_attr(topo, "ranks_per_node", int64_t{shape.devices_per_node});
-    h5::write_attr(topo, "nvlink_domain", int64_t{shape.nvlink_domain});
-    h5::write_attr(topo, "source", bcast_from(0, comms.topo.source, world_));
-    h5::write_attr(topo, "pp", int64_t{comms.mesh.pp});
-    h5::write_attr(topo, "dp", int64_t{comms.mesh.dp});
-    h5::write_attr(topo, "cp", int64_t{comms.mesh.cp});
-    h5::write_attr(topo, "ep", int64_t{comms.mesh.ep});
-    h5::write_attr(topo, "vpp", int64_t{cfg.parallel.vpp});
-
-    // Each rank writes its own row: a rank knows its coordinates without
-    // recomputing the mesh for everyone.
-    Handle mtype = rank_row_type();
-    Handle ftype = packed(mtype);
-    Handle space = simple_space({static_cast<hsize_t>(size_)});
-    Handle dset = TRIDENT_H5_DSET(
-        H5Dcreate2(topo, "ranks", ftype, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-        "create /topology/ranks");
-    const RankInfo& info = comms.topo.ranks[static_cast<size_t>(rank_)];
-    RankRow row{};
-    row.rank = rank_;
-    row.logical = info.logical;
-    row.node = info.node;
-    row.local_rank = info.local_rank;
-    row.device = info.device;
-    row.pp = comms.me.pp;
-    row.dp = comms.me.dp;
-    row.cp = comms.me.cp;
-    row.ep = comms.me.ep;
-    row.ep_group = comms.me.ep_group;
-    copy_cstr(row.hostname, sizeof row.hostname, info.hostname);
-    Handle fsel = select_rows(dset, static_cast<hsize_t>(rank_), 1);
-    Handle mem = memory_rows(dset, 1);
-    Handle xfer = collective_xfer();
-    TRIDENT_H5(H5Dwrite(dset, mtype, mem, fsel, xfer, &row), "write /topology/ranks");
-  }
-
-  {
-    Handle metrics = h5::open_or_create_group(file_, "metrics");
-    Handle st = step_type();
-    Handle st_file = packed(st);
-    create_extendible(metrics, "steps", st_file, {}, kStepChunk);
-    Handle cb = create_extendible(metrics, "comm_bytes", H5T_IEEE_F64LE, {4}, kStepChunk);
-    h5::write_attr(cb, "columns", kCommColumns);
-    h5::write_attr(cb, "units", "bytes");
-    if (moe_layers_ > 0) {
-      Handle et = create_extendible(
-          metrics, "expert_tokens", H5T_STD_I64LE,
-          {static_cast<hsize_t>(moe_layers_), static_cast<hsize_t>(n_experts_)}, 16);
-      h5::write_attr(et, "moe_layer_ids", moe_ids);
-    }
-  }
-  {
-    Handle timeline = h5::open_or_create_group(file_, "timeline");
-    Handle et = event_type();
-    Handle et_file = packed(et);
-    Handle ev = create_extendible(timeline, "events", et_file, {}, kEventChunk);
-    h5::write_attr(ev, "clock", "seconds, one clock for all ranks (trident::now_s)");
-  }
-  {
-    Handle et = run_event_type();
-    Handle et_file = packed(et);
-    create_extendible(file_, "events", et_file, {}, kStepChunk);
-  }
-  h5::open_or_create_group(file_, "activations");
+  file_ = create_run_file(path_, world_);
+  write_root_attributes(file_, world_, cfg, slurm_job_id);
+  write_topology(file_, world_, cfg, comms);
+  create_run_datasets(file_, moe_ids, n_experts_);
   flush();
 }
 
@@ -507,6 +527,86 @@ void RunFile::append_events(const std::vector<TimelineEvent>& mine) {
   events_ += total;
 }
 
+namespace {
+
+// Why an activation write is invalid ("" if it is not); order: the local
+// rows sorted by global position.
+std::string activation_problem(const std::vector<int64_t>& global_shape,
+                               const std::vector<int>& sample_ids, const float* local,
+                               const std::vector<int64_t>& global_positions,
+                               const std::vector<size_t>& order, const std::string& name) {
+  if (name.empty() || name.find('/') != std::string::npos) return "name must be non-empty, no '/'";
+  if (global_shape.size() < 2) return "global_shape must be [S, seq, ...]";
+  for (int64_t d : global_shape)
+    if (d <= 0) return "every dimension of global_shape must be positive";
+  if (global_shape[0] != static_cast<int64_t>(sample_ids.size()))
+    return "global_shape[0] must equal the number of sample_ids";
+  const int64_t seq = global_shape[1];
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int64_t p = global_positions[order[i]];
+    if (p < 0 || p >= seq) return "position " + std::to_string(p) + " outside [0, seq)";
+    if (i > 0 && global_positions[order[i - 1]] == p)
+      return "position " + std::to_string(p) + " given twice";
+  }
+  if (!global_positions.empty() && local == nullptr) return "local data is null";
+  return "";
+}
+
+// The dataset, NaN-filled so that a position no rank wrote shows as a gap.
+Handle create_activation(hid_t group, const std::string& name, const std::string& where,
+                         const std::vector<hsize_t>& dims, const std::vector<int>& sample_ids) {
+  Handle fspace = simple_space(dims);
+  Handle dcpl = TRIDENT_H5_PLIST(H5Pcreate(H5P_DATASET_CREATE), "dataset creation list");
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  TRIDENT_H5(H5Pset_fill_value(dcpl, H5T_NATIVE_FLOAT, &nan), "fill value");
+  TRIDENT_H5(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), "allocation time");
+  TRIDENT_H5(H5Pset_fill_time(dcpl, H5D_FILL_TIME_ALLOC), "fill time");
+  Handle dset = TRIDENT_H5_DSET(
+      H5Dcreate2(group, name.c_str(), H5T_IEEE_F32LE, fspace, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+      "create " + where);
+  h5::write_attr(dset, "sample_ids", std::vector<int64_t>(sample_ids.begin(), sample_ids.end()));
+  return dset;
+}
+
+// The local rows [S, local_seq, row_elems] in global-position order: local
+// itself when already sorted, else a copy in `sorted`. Rows sorted by position
+// make the memory order match the file order of the selection (HDF5 pairs
+// elements in row-major order of each).
+const float* rows_by_position(const float* local, int64_t S, int64_t row_elems,
+                              const std::vector<int64_t>& positions,
+                              const std::vector<size_t>& order, std::vector<float>& sorted) {
+  if (std::is_sorted(positions.begin(), positions.end())) return local;
+  const int64_t local_seq = static_cast<int64_t>(positions.size());
+  sorted.resize(static_cast<size_t>(S * local_seq * row_elems));
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t i = 0; i < local_seq; ++i)
+      std::memcpy(
+          &sorted[static_cast<size_t>((s * local_seq + i) * row_elems)],
+          local + (s * local_seq + static_cast<int64_t>(order[static_cast<size_t>(i)])) * row_elems,
+          static_cast<size_t>(row_elems) * sizeof(float));
+  return sorted.data();
+}
+
+// Selects in the file one block [S, run, rest...] per run of consecutive positions.
+void select_position_runs(hid_t fsel, const std::vector<hsize_t>& dims,
+                          const std::vector<int64_t>& positions, const std::vector<size_t>& order,
+                          const std::string& where) {
+  TRIDENT_H5(H5Sselect_none(fsel), "select none");
+  for (size_t i = 0; i < order.size();) {
+    size_t j = i + 1;
+    while (j < order.size() && positions[order[j]] == positions[order[j - 1]] + 1) ++j;
+    std::vector<hsize_t> start(dims.size(), 0), count = dims;
+    start[1] = static_cast<hsize_t>(positions[order[i]]);
+    count[1] = static_cast<hsize_t>(j - i);
+    TRIDENT_H5(
+        H5Sselect_hyperslab(fsel, H5S_SELECT_OR, start.data(), nullptr, count.data(), nullptr),
+        "select positions of " + where);
+    i = j;
+  }
+}
+
+}  // namespace
+
 void RunFile::write_activation(int step, int layer, const std::string& name,
                                const std::vector<int64_t>& global_shape,
                                const std::vector<int>& sample_ids, const float* local,
@@ -524,85 +624,30 @@ void RunFile::write_activation(int step, int layer, const std::string& name,
   agree_or_throw(same_on_all_ranks(key, world_),
                  where + ": ranks passed different names, shapes or sample_ids", world_);
 
-  bool ok = true;
-  std::string msg;
-  auto bad = [&](const std::string& m) {
-    if (ok) msg = where + ": " + m;
-    ok = false;
-  };
-  if (name.empty() || name.find('/') != std::string::npos) bad("name must be non-empty, no '/'");
-  if (global_shape.size() < 2) bad("global_shape must be [S, seq, ...]");
-  for (int64_t d : global_shape)
-    if (d <= 0) bad("every dimension of global_shape must be positive");
-  if (ok && global_shape[0] != static_cast<int64_t>(sample_ids.size()))
-    bad("global_shape[0] must equal the number of sample_ids");
-  const int64_t seq = ok ? global_shape[1] : 0;
   std::vector<size_t> order(global_positions.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::sort(order.begin(), order.end(),
             [&](size_t a, size_t b) { return global_positions[a] < global_positions[b]; });
-  for (size_t i = 0; ok && i < order.size(); ++i) {
-    int64_t p = global_positions[order[i]];
-    if (p < 0 || p >= seq)
-      bad("position " + std::to_string(p) + " outside [0, seq)");
-    else if (i > 0 && global_positions[order[i - 1]] == p)
-      bad("position " + std::to_string(p) + " given twice");
-  }
-  if (!global_positions.empty() && local == nullptr) bad("local data is null");
-  agree_or_throw(ok, msg, world_);
+  const std::string problem =
+      activation_problem(global_shape, sample_ids, local, global_positions, order, name);
+  agree_or_throw(problem.empty(), where + ": " + problem, world_);
 
   Handle steps_group = h5::open_or_create_group(file_, "activations/step_" + std::to_string(step));
   Handle layer_group = h5::open_or_create_group(steps_group, "layer_" + std::to_string(layer));
   htri_t exists = TRIDENT_H5(H5Lexists(layer_group, name.c_str(), H5P_DEFAULT), "look up " + where);
   agree_or_throw(exists == 0, where + " was already written", world_);
 
-  std::vector<hsize_t> dims(global_shape.begin(), global_shape.end());
-  Handle fspace = simple_space(dims);
-  Handle dcpl = TRIDENT_H5_PLIST(H5Pcreate(H5P_DATASET_CREATE), "dataset creation list");
-  // NaN marks positions no rank wrote, so a gap is visible instead of zeros.
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  TRIDENT_H5(H5Pset_fill_value(dcpl, H5T_NATIVE_FLOAT, &nan), "fill value");
-  TRIDENT_H5(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), "allocation time");
-  TRIDENT_H5(H5Pset_fill_time(dcpl, H5D_FILL_TIME_ALLOC), "fill time");
-  Handle dset = TRIDENT_H5_DSET(
-      H5Dcreate2(layer_group, name.c_str(), H5T_IEEE_F32LE, fspace, H5P_DEFAULT, dcpl, H5P_DEFAULT),
-      "create " + where);
-  h5::write_attr(dset, "sample_ids", std::vector<int64_t>(sample_ids.begin(), sample_ids.end()));
-
-  // Rows sorted by global position make the memory order match the file
-  // order of the selection (HDF5 pairs elements in row-major order of each).
-  const int64_t S = global_shape[0];
-  const int64_t local_seq = static_cast<int64_t>(global_positions.size());
+  const std::vector<hsize_t> dims(global_shape.begin(), global_shape.end());
+  Handle dset = create_activation(layer_group, name, where, dims, sample_ids);
   int64_t row_elems = 1;
   for (size_t d = 2; d < global_shape.size(); ++d) row_elems *= global_shape[d];
   std::vector<float> sorted;
-  const float* src = local;
-  if (!std::is_sorted(global_positions.begin(), global_positions.end())) {
-    sorted.resize(static_cast<size_t>(S * local_seq * row_elems));
-    for (int64_t s = 0; s < S; ++s)
-      for (int64_t i = 0; i < local_seq; ++i)
-        std::memcpy(&sorted[static_cast<size_t>((s * local_seq + i) * row_elems)],
-                    local + (s * local_seq + static_cast<int64_t>(order[static_cast<size_t>(i)])) *
-                                row_elems,
-                    static_cast<size_t>(row_elems) * sizeof(float));
-    src = sorted.data();
-  }
+  const float* src =
+      rows_by_position(local, global_shape[0], row_elems, global_positions, order, sorted);
 
   Handle fsel = TRIDENT_H5_SPACE(H5Dget_space(dset), "dataset space");
-  TRIDENT_H5(H5Sselect_none(fsel), "select none");
-  // One block [S, run, rest...] per run of consecutive positions.
-  for (size_t i = 0; i < order.size();) {
-    size_t j = i + 1;
-    while (j < order.size() && global_positions[order[j]] == global_positions[order[j - 1]] + 1)
-      ++j;
-    std::vector<hsize_t> start(dims.size(), 0), count = dims;
-    start[1] = static_cast<hsize_t>(global_positions[order[i]]);
-    count[1] = static_cast<hsize_t>(j - i);
-    TRIDENT_H5(
-        H5Sselect_hyperslab(fsel, H5S_SELECT_OR, start.data(), nullptr, count.data(), nullptr),
-        "select positions of " + where);
-    i = j;
-  }
+  select_position_runs(fsel, dims, global_positions, order, where);
+  const int64_t local_seq = static_cast<int64_t>(global_positions.size());
   std::vector<hsize_t> mdims = dims;
   mdims[1] = static_cast<hsize_t>(std::max<int64_t>(local_seq, 1));
   Handle mem = simple_space(mdims);
