@@ -12,40 +12,17 @@ backtrace (4 ranks under mpirun).
       the reason where mounting is not allowed).
 """
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
-import time
 
 import h5py
 
-BIN = os.environ["TRIDENT_BIN"]
-MPIRUN = shlex.split(os.environ["TRIDENT_MPIRUN"])
+from mpirun_cli import BIN, MPIRUN, SMALL_MESH, check, failures, launch  # noqa: F401
 NP = 4
 TIMEOUT_S = 5
 
-CONFIG = """
-[model]
-vocab_size = 32
-d_model = 32
-n_layers = 4
-n_heads = 4
-n_kv_heads = 2
-ffn_hidden = 48
-n_experts = 4
-top_k = 2
-
-[data]
-seq_len = 32
-micro_batch_size = 1
-num_microbatches = 2
-
-[parallel]
-pp = 2
-cp = 2
-ep = 2
-
+CONFIG = SMALL_MESH + """
 [train]
 steps = 6
 warmup_steps = 1
@@ -66,22 +43,11 @@ nvlink_domain = 4
 # What must never reach the user's terminal from a failure trident handles.
 NOISE = ["MPI_ABORT", "UCX  ERROR", "backtrace", "Segmentation", "terminate called"]
 
-failures = []
 
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
 
 
 def run(args, env=None, timeout=120):
-    e = dict(os.environ)
-    e.update(env or {})
-    t0 = time.time()
-    p = subprocess.run(MPIRUN + ["-np", str(NP), BIN, "run", "job.toml"] + args, env=e,
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
-    return p.returncode, p.stdout, p.stderr, time.time() - t0
+    return launch(NP, ["job.toml"] + args, env, timeout)
 
 
 def one_error_line(err, what):

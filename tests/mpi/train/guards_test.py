@@ -7,40 +7,17 @@ train.max_skipped_steps ends a run whose steps keep failing; runtime.verify_ever
 re-executes steps bit for bit and names the rank whose re-run differs when one
 bit of its gradient is flipped; a loss spike is reported."""
 import os
-import shlex
-import subprocess
 import sys
 import tempfile
 
 import h5py
 import numpy as np
 
-BIN = os.environ["TRIDENT_BIN"]
-MPIRUN = shlex.split(os.environ["TRIDENT_MPIRUN"])
+from mpirun_cli import BIN, MPIRUN, SMALL_MESH, check, failures, launch  # noqa: F401
 NP = 4
 STEPS = 8
 
-CONFIG = """
-[model]
-vocab_size = 32
-d_model = 32
-n_layers = 4
-n_heads = 4
-n_kv_heads = 2
-ffn_hidden = 48
-n_experts = 4
-top_k = 2
-
-[data]
-seq_len = 32
-micro_batch_size = 1
-num_microbatches = 2
-
-[parallel]
-pp = 2
-cp = 2
-ep = 2
-
+CONFIG = SMALL_MESH + """
 [train]
 steps = %d
 lr = 1e-2
@@ -59,24 +36,14 @@ devices_per_node = 4
 nvlink_domain = 4
 """ % STEPS
 
-failures = []
 
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
 
 
 def run(name, sets=(), env=None):
-    e = dict(os.environ)
-    e.update(env or {})
     args = ["job.toml", "--output", name + ".h5", "--set", "output.checkpoint_dir=ck_" + name]
     for s in sets:
         args += ["--set", s]
-    p = subprocess.run(MPIRUN + ["-np", str(NP), BIN, "run"] + args, env=e,
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
-    return p.returncode, p.stdout, p.stderr
+    return launch(NP, args, env)[:3]
 
 
 def tensors(path):

@@ -6,18 +6,15 @@ checkpoint, a corrupted checkpoint, a checkpoint of an older format, a token
 file shorter than one sample)
 that must exit 2 with one clear line and leave no run file behind."""
 import os
-import shlex
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 import h5py
 import numpy as np
 
-BIN = os.environ["TRIDENT_BIN"]
-MPIRUN = shlex.split(os.environ["TRIDENT_MPIRUN"])
+from mpirun_cli import BIN, MPIRUN, SMALL_MESH, check, failures, launch  # noqa: F401
 NP = 4
 STEPS = 8
 TIMEOUT_S = 20  # runtime.timeout_s of these runs: the watchdog deadline
@@ -66,23 +63,11 @@ devices_per_node = 4
 nvlink_domain = 4
 """ % (STEPS, TIMEOUT_S)
 
-failures = []
 
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
 
 
 def run(args, env=None, timeout=120):
-    e = dict(os.environ)
-    e.update(env or {})
-    t0 = time.time()
-    p = subprocess.run(MPIRUN + ["-np", str(NP), BIN, "run"] + args, env=e,
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       timeout=timeout)
-    return p.returncode, p.stdout, p.stderr, time.time() - t0
+    return launch(NP, args, env, timeout)
 
 
 def losses(path):
