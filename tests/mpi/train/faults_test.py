@@ -18,7 +18,7 @@ import tempfile
 
 import h5py
 
-from mpirun_cli import BIN, MPIRUN, SMALL_MESH, check, failures, launch  # noqa: F401
+from mpirun_cli import SMALL_MESH, check, failures, launch
 NP = 4
 TIMEOUT_S = 5
 

@@ -13,7 +13,7 @@ import tempfile
 import h5py
 import numpy as np
 
-from mpirun_cli import BIN, MPIRUN, SMALL_MESH, check, failures, launch  # noqa: F401
+from mpirun_cli import SMALL_MESH, check, failures, launch
 NP = 4
 STEPS = 8
 

@@ -14,7 +14,7 @@ import tempfile
 import h5py
 import numpy as np
 
-from mpirun_cli import BIN, MPIRUN, SMALL_MESH, check, failures, launch  # noqa: F401
+from mpirun_cli import BIN, MPIRUN, check, failures, launch
 NP = 4
 STEPS = 8
 TIMEOUT_S = 20  # runtime.timeout_s of these runs: the watchdog deadline
