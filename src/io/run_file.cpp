@@ -20,6 +20,7 @@
 #include <exception>
 #include <limits>
 #include <numeric>
+#include <type_traits>
 
 // The MPI communicator under world, for parallel HDF5's file driver only.
 #include "trident/comm/mpi/mpi_communicator.hpp"
@@ -706,31 +707,25 @@ void RunFile::write_rank_summaries(const RankSummary& mine) {
   TRIDENT_H5(H5Dwrite(dset, mtype, mem, fsel, xfer, &row), "write /ranks/summary");
 }
 
+template <class T>
+void RunFile::write_root_attr(const std::string& name, T value) {
+  TRIDENT_CHECK(!closed_, "run file " + path_ + ": set_root_attr after close");
+  h5::QuietErrors quiet;
+  if constexpr (std::is_same_v<T, std::string>)
+    value = bcast_from(0, value, world_);
+  else
+    world_.broadcast(&value, sizeof value, 0);
+  agree_or_throw(same_on_all_ranks({name_key(name)}, world_),
+                 "set_root_attr: ranks passed different names", world_);
+  h5::write_attr(file_, name, value);
+}
+
 void RunFile::set_root_attr(const std::string& name, const std::string& value) {
-  TRIDENT_CHECK(!closed_, "run file " + path_ + ": set_root_attr after close");
-  h5::QuietErrors quiet;
-  const std::string v = bcast_from(0, value, world_);
-  agree_or_throw(same_on_all_ranks({name_key(name)}, world_),
-                 "set_root_attr: ranks passed different names", world_);
-  h5::write_attr(file_, name, v);
+  write_root_attr(name, value);
 }
-
-void RunFile::set_root_attr(const std::string& name, double value) {
-  TRIDENT_CHECK(!closed_, "run file " + path_ + ": set_root_attr after close");
-  h5::QuietErrors quiet;
-  world_.broadcast(&value, sizeof value, 0);
-  agree_or_throw(same_on_all_ranks({name_key(name)}, world_),
-                 "set_root_attr: ranks passed different names", world_);
-  h5::write_attr(file_, name, value);
-}
-
+void RunFile::set_root_attr(const std::string& name, double value) { write_root_attr(name, value); }
 void RunFile::set_root_attr(const std::string& name, int64_t value) {
-  TRIDENT_CHECK(!closed_, "run file " + path_ + ": set_root_attr after close");
-  h5::QuietErrors quiet;
-  world_.broadcast(&value, sizeof value, 0);
-  agree_or_throw(same_on_all_ranks({name_key(name)}, world_),
-                 "set_root_attr: ranks passed different names", world_);
-  h5::write_attr(file_, name, value);
+  write_root_attr(name, value);
 }
 
 void RunFile::flush() {

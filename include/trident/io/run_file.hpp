@@ -103,6 +103,10 @@ class RunFile {
   void close();
 
  private:
+  // Rank 0's value of a root attribute, written once the ranks agree on its name.
+  template <class T>
+  void write_root_attr(const std::string& name, T value);
+
   std::string path_;
   Communicator& world_;  // host (MPI) group: collectives and the MPI-IO driver
   int rank_ = 0, size_ = 1;
