@@ -181,7 +181,16 @@ Request Communicator::irecv(void* buf, size_t bytes, int peer, int tag) {
 
 void Communicator::wait(Request& r) {
   if (!r.active()) return;
-  await(*r.op_, r.what_, r.kind_, r.bytes_);
+  try {
+    await(*r.op_, r.what_, r.kind_, r.bytes_);
+  } catch (const TimeoutError& e) {
+    // The peer named is the one this rank waited on. When a rank stops, the
+    // ranks waiting on it wait, and so do the ranks waiting on those: the
+    // first deadline to pass may be one link further down that chain.
+    throw TimeoutError(std::string(e.what()) +
+                       " (the peer this rank waited on: stopped, dead, or itself waiting on "
+                       "another rank)");
+  }
   r.op_.reset();
 }
 

@@ -3,11 +3,15 @@
 
 namespace trident {
 
-void throw_error(const char* file, int line, const std::string& msg) {
+std::string source_place(const char* file, int line) {
   std::string f = file;
   if (auto p = f.rfind("/src/"); p != std::string::npos) f = f.substr(p + 1);
   else if (auto k = f.rfind("/kernels/"); k != std::string::npos) f = f.substr(k + 1);
-  throw Error(f + ":" + std::to_string(line) + ": " + msg);
+  return f + ":" + std::to_string(line);
+}
+
+void throw_error(const char* file, int line, const std::string& msg) {
+  throw Error(source_place(file, line) + ": " + msg);
 }
 
 }  // namespace trident

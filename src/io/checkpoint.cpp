@@ -172,13 +172,21 @@ void publish(const std::string& tmp, const std::string& path, const std::string&
   }
 }
 
+// What a failed write leaves to resume from, for its message: the newest
+// complete checkpoint in dir (a failed write never touches it), or none.
+std::string what_is_kept(const std::string& dir) {
+  const std::vector<std::string> kept = checkpoints_newest_first(dir);
+  if (kept.empty()) return " (no earlier checkpoint in " + dir + " to resume from)";
+  return " (the previous checkpoint, " + kept.front() + ", is kept)";
+}
+
 // Rank 0's part: the gathered tensors into checkpoint_dir; "" or the error.
 std::string write_on_root(const std::string& dir, const std::string& path,
                           const CheckpointMeta& meta, std::vector<Unpacked>& all) {
   const std::string bad = first_nonfinite(all);
   if (!bad.empty())
-    return "checkpoint " + path + ": tensor " + bad +
-           " holds a NaN or an infinity; not written (the previous checkpoint is kept)";
+    return "checkpoint " + path + ": tensor " + bad + " holds a NaN or an infinity; not written" +
+           what_is_kept(dir);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   try {
     std::error_code ec;
@@ -190,7 +198,7 @@ std::string write_on_root(const std::string& dir, const std::string& path,
   } catch (const std::exception& e) {
     std::error_code ec;
     std::filesystem::remove(tmp, ec);
-    return "checkpoint " + path + ": " + e.what() + " (the previous checkpoint is kept)";
+    return "checkpoint " + path + ": " + e.what() + what_is_kept(dir);
   }
 }
 
@@ -260,21 +268,20 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
   h5::QuietErrors quiet;
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
-    throw InputError("--resume: checkpoint '" + path + "' does not exist");
+    throw InputError("checkpoint '" + path + "' does not exist");
   if (H5Fis_hdf5(path.c_str()) <= 0)
-    throw InputError("--resume: '" + path + "' is not a readable HDF5 file (corrupted or truncated checkpoint)");
+    throw InputError("'" + path +
+                     "' is not a readable HDF5 file (corrupted or truncated checkpoint)");
   hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (f < 0)
-    throw InputError("--resume: cannot open checkpoint '" + path + "': " + h5::error_text());
+  if (f < 0) throw InputError("cannot open checkpoint '" + path + "': " + h5::error_text());
   file_ = f;
   try {
     if (h5::read_string_attr(f, "format") != "trident-checkpoint")
-      throw InputError("--resume: '" + path + "' is not a trident checkpoint (format attribute)");
+      throw InputError("'" + path + "' is not a trident checkpoint (format attribute)");
     const int64_t version = h5::read_int_attr(f, "format_version");
     if (version != kFormatVersion)
-      throw InputError("--resume: checkpoint '" + path + "' has format_version " +
-                       std::to_string(version) + ", this trident reads " +
-                       std::to_string(kFormatVersion) +
+      throw InputError("checkpoint '" + path + "' has format_version " + std::to_string(version) +
+                       ", this trident reads " + std::to_string(kFormatVersion) +
                        " only (since 2 every weight is stored [out, in]; version 1 stored the "
                        "SwiGLU and router weights [in, out])");
     meta_.step = h5::read_int_attr(f, "step");
@@ -288,7 +295,7 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
     throw;
   } catch (const std::exception& e) {
     H5Fclose(f);
-    throw InputError("--resume: checkpoint '" + path + "' is damaged: " + e.what());
+    throw InputError("checkpoint '" + path + "' is damaged: " + e.what());
   }
 }
 
@@ -311,7 +318,7 @@ bool CheckpointReader::has(const std::string& name) const {
 
 void CheckpointReader::read(const std::string& name, const std::vector<int64_t>& shape, float* out) const {
   h5::QuietErrors quiet;
-  const std::string where = "--resume: checkpoint '" + path_ + "': tensor " + name;
+  const std::string where = "checkpoint '" + path_ + "': tensor " + name;
   if (!has(name)) throw InputError(where + " is missing (a checkpoint of another model?)");
   hid_t d = H5Dopen2(hid_t(file_), ("tensors/" + name).c_str(), H5P_DEFAULT);
   if (d < 0) throw InputError(where + " cannot be opened: " + h5::error_text());

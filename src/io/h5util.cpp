@@ -67,9 +67,9 @@ QuietErrors::QuietErrors() {
 QuietErrors::~QuietErrors() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
 
 void fail(const char* file, int line, const std::string& what) {
-  std::string msg = what + ": " + error_text();
+  const std::string text = error_text();
   H5Eclear2(H5E_DEFAULT);
-  throw_error(file, line, msg);
+  throw Failure(source_place(file, line) + ": " + what + ": " + text, what, text);
 }
 
 static Handle checked(hid_t id, Handle::Closer close, const char* file, int line,

@@ -9,6 +9,7 @@
 #include "trident/io/run_file.hpp"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -273,6 +274,31 @@ std::string cannot_create(const std::string& path) {
   return "";
 }
 
+// The system's reason why path takes no more data, or "" when it sees none:
+// the file cannot be opened for writing (read-only file system, permission,
+// gone) or its file system has no free block left.
+std::string system_refusal(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return std::strerror(errno);
+  struct statvfs fs {};
+  const bool known = ::fstatvfs(fd, &fs) == 0;
+  ::close(fd);
+  if (!known) return "";
+  if (fs.f_flag & ST_RDONLY) return std::strerror(EROFS);
+  // root may use the blocks reserved for it, others may not
+  if ((::geteuid() == 0 ? fs.f_bfree : fs.f_bavail) == 0) return std::strerror(ENOSPC);
+  return "";
+}
+
+// A write that HDF5 refused in the middle of a run, as one line naming the
+// file, the object and the system's reason: MPI-IO's message does not carry
+// errno, so the system is asked; HDF5's own text when it has no reason.
+[[noreturn]] void throw_write_failure(const std::string& path, const h5::Failure& failure) {
+  const std::string why = system_refusal(path);
+  throw Error("output file " + path + ": cannot " + failure.done + ": " +
+              (why.empty() ? failure.library_text : why));
+}
+
 void copy_cstr(char* dst, size_t cap, const std::string& src) {
   std::memset(dst, 0, cap);
   std::memcpy(dst, src.data(), std::min(src.size(), cap - 1));
@@ -435,7 +461,7 @@ RunFile::~RunFile() {
 }
 
 void RunFile::append_step(const StepMetrics& m, const std::array<double, 4>& comm_bytes,
-                          const std::vector<std::vector<int64_t>>& expert_tokens) {
+                          const std::vector<std::vector<int64_t>>& expert_tokens) try {
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": append_step after close");
   h5::QuietErrors quiet;
   bool ok = true;
@@ -480,9 +506,11 @@ void RunFile::append_step(const StepMetrics& m, const std::array<double, 4>& com
   }
   steps_ += 1;
   flush();
+} catch (const h5::Failure& failure) {
+  throw_write_failure(path_, failure);
 }
 
-void RunFile::append_events(const std::vector<TimelineEvent>& mine) {
+void RunFile::append_events(const std::vector<TimelineEvent>& mine) try {
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": append_events after close");
   h5::QuietErrors quiet;
   std::vector<EventRow> rows(mine.size());
@@ -526,6 +554,8 @@ void RunFile::append_events(const std::vector<TimelineEvent>& mine) {
   TRIDENT_H5(H5Dwrite(ev, mtype, mem, fsel, xfer, rows.empty() ? nullptr : rows.data()),
              "write /timeline/events");
   events_ += total;
+} catch (const h5::Failure& failure) {
+  throw_write_failure(path_, failure);
 }
 
 namespace {
@@ -611,7 +641,7 @@ void select_position_runs(hid_t fsel, const std::vector<hsize_t>& dims,
 void RunFile::write_activation(int step, int layer, const std::string& name,
                                const std::vector<int64_t>& global_shape,
                                const std::vector<int>& sample_ids, const float* local,
-                               const std::vector<int64_t>& global_positions) {
+                               const std::vector<int64_t>& global_positions) try {
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": write_activation after close");
   h5::QuietErrors quiet;
   const std::string where =
@@ -656,9 +686,11 @@ void RunFile::write_activation(int step, int layer, const std::string& name,
   Handle xfer = collective_xfer();
   TRIDENT_H5(H5Dwrite(dset, H5T_NATIVE_FLOAT, mem, fsel, xfer, local_seq ? src : nullptr),
              "write " + where);
+} catch (const h5::Failure& failure) {
+  throw_write_failure(path_, failure);
 }
 
-void RunFile::append_event(const RunEvent& e) {
+void RunFile::append_event(const RunEvent& e) try {
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": append_event after close");
   h5::QuietErrors quiet;
   const bool ok = !e.kind.empty() && e.kind.size() < kKindBytes;
@@ -680,9 +712,11 @@ void RunFile::append_event(const RunEvent& e) {
   }
   run_events_ += 1;
   flush();
+} catch (const h5::Failure& failure) {
+  throw_write_failure(path_, failure);
 }
 
-void RunFile::write_rank_summaries(const RankSummary& mine) {
+void RunFile::write_rank_summaries(const RankSummary& mine) try {
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": write_rank_summaries after close");
   h5::QuietErrors quiet;
   Handle ranks = h5::open_or_create_group(file_, "ranks");
@@ -705,10 +739,12 @@ void RunFile::write_rank_summaries(const RankSummary& mine) {
   Handle mem = memory_rows(dset, 1);
   Handle xfer = collective_xfer();
   TRIDENT_H5(H5Dwrite(dset, mtype, mem, fsel, xfer, &row), "write /ranks/summary");
+} catch (const h5::Failure& failure) {
+  throw_write_failure(path_, failure);
 }
 
 template <class T>
-void RunFile::write_root_attr(const std::string& name, T value) {
+void RunFile::write_root_attr(const std::string& name, T value) try {
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": set_root_attr after close");
   h5::QuietErrors quiet;
   if constexpr (std::is_same_v<T, std::string>)
@@ -718,6 +754,8 @@ void RunFile::write_root_attr(const std::string& name, T value) {
   agree_or_throw(same_on_all_ranks({name_key(name)}, world_),
                  "set_root_attr: ranks passed different names", world_);
   h5::write_attr(file_, name, value);
+} catch (const h5::Failure& failure) {
+  throw_write_failure(path_, failure);
 }
 
 void RunFile::set_root_attr(const std::string& name, const std::string& value) {
@@ -728,21 +766,25 @@ void RunFile::set_root_attr(const std::string& name, int64_t value) {
   write_root_attr(name, value);
 }
 
-void RunFile::flush() {
+void RunFile::flush() try {
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": flush after close");
   h5::QuietErrors quiet;
-  TRIDENT_H5(H5Fflush(file_, H5F_SCOPE_GLOBAL), "flush " + path_);
+  TRIDENT_H5(H5Fflush(file_, H5F_SCOPE_GLOBAL), "flush it");
+} catch (const h5::Failure& failure) {
+  throw_write_failure(path_, failure);
 }
 
-void RunFile::close() {
+void RunFile::close() try {
   if (closed_) return;
   h5::QuietErrors quiet;
   h5::write_attr(file_, "completed", int64_t{1});
-  TRIDENT_H5(H5Fflush(file_, H5F_SCOPE_GLOBAL), "flush " + path_);
+  TRIDENT_H5(H5Fflush(file_, H5F_SCOPE_GLOBAL), "flush it");
   herr_t rc = H5Fclose(file_);
   file_ = -1;
   closed_ = true;
-  if (rc < 0) h5::fail(__FILE__, __LINE__, "close " + path_);
+  if (rc < 0) h5::fail(__FILE__, __LINE__, "close it");
+} catch (const h5::Failure& failure) {
+  throw_write_failure(path_, failure);
 }
 
 std::string resolve_output_name(const std::string& pattern, Communicator& world) {

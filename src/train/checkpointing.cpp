@@ -44,7 +44,7 @@ int64_t load_checkpoint(Trainer& t, const std::string& path) {
   CheckpointReader r(path);
   const std::string want = model_hash(t.config());
   if (r.meta().model_hash != want)
-    throw InputError("--resume: checkpoint '" + path + "' belongs to another model: its [model] hash is " +
+    throw InputError("checkpoint '" + path + "' belongs to another model: its [model] hash is " +
                      r.meta().model_hash + ", this config's is " + want +
                      " (the [model] table must match the checkpoint's)");
   for (Param* p : t.stage().params()) {

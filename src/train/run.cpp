@@ -56,6 +56,13 @@ struct ResumePoint {
   std::string checkpoint;
 };
 
+// What started the resume, for its messages: the flag the user gave, or
+// Slurm restarting a requeued job.
+std::string resume_trigger(const RunRequest& req) {
+  if (req.resume) return "--resume";
+  return "Slurm restart, SLURM_RESTART_COUNT=" + std::to_string(env_int("SLURM_RESTART_COUNT", 0));
+}
+
 // Loads `path` on every rank; the ranks agree on the outcome, so a file that
 // is damaged where only some ranks read ends every rank with that reason
 // (its first reporter's) at once. Returns "" or the reason.
@@ -71,7 +78,8 @@ std::string load_everywhere(Trainer& trainer, const std::string& path, int64_t& 
 
 // The newest checkpoint in output.checkpoint_dir that loads on every rank;
 // damaged ones are named on stderr and passed over ("" if none is there).
-std::string resume_latest(const Config& cfg, Trainer& trainer, int64_t& step) {
+std::string resume_latest(const Config& cfg, Trainer& trainer, const std::string& trigger,
+                          int64_t& step) {
   Communicator& world = *trainer.comms().world;
   std::string listed;  // rank 0's view of the directory, for every rank
   for (const auto& p : checkpoints_newest_first(cfg.output.checkpoint_dir)) listed += p + "\n";
@@ -82,12 +90,12 @@ std::string resume_latest(const Config& cfg, Trainer& trainer, int64_t& step) {
     const std::string why = load_everywhere(trainer, path, step);
     if (why.empty()) return path;
     if (world.rank() == 0)
-      std::fprintf(stderr, "trident: warning: not resuming from %s: %s\n", path.c_str(),
-                   why.c_str());
+      std::fprintf(stderr, "trident: warning: not resuming from %s (%s): %s\n", path.c_str(),
+                   trigger.c_str(), why.c_str());
     skipped.push_back(path);
   }
   if (!skipped.empty())
-    throw InputError("--resume: no checkpoint in output.checkpoint_dir '" +
+    throw InputError(trigger + ": no checkpoint in output.checkpoint_dir '" +
                      cfg.output.checkpoint_dir + "' loads (" + std::to_string(skipped.size()) +
                      " damaged, see the warnings above)");
   return "";
@@ -97,18 +105,19 @@ ResumePoint resume_point(const Config& cfg, const RunRequest& req, Trainer& trai
   ResumePoint at;
   const bool slurm_restart = env_int("SLURM_RESTART_COUNT", 0) > 0;
   if (!req.resume && !slurm_restart) return at;
+  const std::string trigger = resume_trigger(req);
   if (!req.resume_from.empty()) {
     at.checkpoint = req.resume_from;
     const std::string why = load_everywhere(trainer, at.checkpoint, at.step);
-    if (!why.empty()) throw InputError(why);
+    if (!why.empty()) throw InputError(trigger + ": " + why);
   } else {
-    at.checkpoint = resume_latest(cfg, trainer, at.step);
+    at.checkpoint = resume_latest(cfg, trainer, trigger, at.step);
   }
   if (at.checkpoint.empty() && req.resume)
     throw InputError("--resume: no checkpoint in output.checkpoint_dir '" +
                      cfg.output.checkpoint_dir + "'");
   if (at.step > cfg.train.steps)
-    throw InputError("--resume: checkpoint '" + at.checkpoint + "' is at step " +
+    throw InputError(trigger + ": checkpoint '" + at.checkpoint + "' is at step " +
                      std::to_string(at.step) +
                      ", past train.steps = " + std::to_string(cfg.train.steps));
   return at;

@@ -44,6 +44,8 @@ struct PeerFailure : Error {
 };
 
 [[noreturn]] void throw_error(const char* file, int line, const std::string& msg);
+// "src/io/run_file.cpp:42": where a check failed, relative to the source tree.
+std::string source_place(const char* file, int line);
 
 }  // namespace trident
 

@@ -8,7 +8,8 @@
 // takes the names it holds, so a checkpoint restores into any mesh of the
 // same model. Every dataset carries a checksum of its bytes; a file that does
 // not open, lacks a tensor, has another shape or fails a checksum is refused
-// with an InputError naming the file and the problem.
+// with an InputError naming the file and the problem (not what asked for the
+// read: the caller says that, e.g. --resume or a Slurm restart).
 //
 // Layout: /tensors/<name> float32 (attribute fnv1a64), root attributes
 // format = "trident-checkpoint", format_version = 2, step (steps completed),

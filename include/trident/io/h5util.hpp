@@ -63,7 +63,16 @@ class Handle {
   Closer close_ = nullptr;
 };
 
-// Throws trident::Error "file:line: what: <HDF5 message>".
+// An HDF5 call failed: what was being done ("write /events") and HDF5's
+// own text kept apart, so that a layer that knows the file can say it in
+// its own words (the run file adds the system's reason).
+struct Failure : Error {
+  Failure(const std::string& msg, std::string done_, std::string library_text_)
+      : Error(msg), done(std::move(done_)), library_text(std::move(library_text_)) {}
+  std::string done, library_text;
+};
+
+// Throws Failure "file:line: what: <HDF5 message>".
 [[noreturn]] void fail(const char* file, int line, const std::string& what);
 
 // Checks any HDF5 call that returns a negative value on failure.
