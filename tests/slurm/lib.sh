@@ -11,11 +11,25 @@ export SLURM_CONF=${SLURM_CONF:-${TRIDENT_SLURM_DIR:-/tmp/trident-slurm}/slurm.c
 SBATCH_TEMPLATE=$TRIDENT_SOURCE_DIR/slurm/trident.sbatch
 CHECK_MAPPING=$TRIDENT_SOURCE_DIR/slurm/check_mapping.py
 
+note() { echo "-- $*"; }
+
+# Kernel watchdog reports of CPU starvation so far (0 where dmesg cannot be
+# read). On this shared 2-core VM a CPU has been seen to run no kernel thread,
+# Slurm daemon or munged for about a minute (rcu_preempt stall reports); a
+# test that fails says whether that happened while it ran.
+stall_reports() {
+  dmesg 2>/dev/null | grep -cE 'rcu_preempt detected stalls|workqueue lockup|soft lockup' || true
+}
+STALLS_AT_START=$(stall_reports)
+stalled_since_start() { [[ $(stall_reports) -gt $STALLS_AT_START ]]; }
+
 fail() {
   echo "FAIL: $*" >&2
+  if stalled_since_start; then
+    echo "note: the kernel reported a CPU stall while this test ran (dmesg: rcu_preempt stall or workqueue lockup): the machine itself stopped scheduling for a while; see slurm/README.md" >&2
+  fi
   exit 1
 }
-note() { echo "-- $*"; }
 
 # The cluster must be up: a missing cluster is a failure, never a skip.
 require_cluster() {
@@ -44,9 +58,10 @@ SUBMITTED=()
 cancel_leftovers() {
   local j state
   for j in "${SUBMITTED[@]}"; do
-    state=$(job_field "$j" JobState)
+    state=$(job_field "$j" JobState 1)
     case $state in
-      PENDING | RUNNING | REQUEUED | CONFIGURING | COMPLETING | SUSPENDED) scancel "$j" 2>/dev/null ;;
+      COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE) ;;
+      *) scancel "$j" 2>/dev/null ;;  # running, waiting, or no answer: cancel to be sure
     esac
   done
 }
@@ -61,9 +76,21 @@ submit() {
   SUBMITTED+=("$JOB")
 }
 
-# job_field JOBID FIELD: one field of `scontrol show job` (e.g. JobState, ExitCode).
+# job_field JOBID FIELD [TRIES]: one field of `scontrol show job` (e.g.
+# JobState, ExitCode). No answer from slurmctld is not a value: each try waits
+# 15 s, an unanswered one is logged and asked again (TRIES, default 6: past the
+# minute-long stalls seen here); after the last, prints nothing and returns 1.
+# Callers that poll treat that as "not known yet" and keep their own deadline.
 job_field() {
-  timeout 15 scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1
+  local jid=$1 field=$2 tries=${3:-6} i out
+  for ((i = 1; i <= tries; i++)); do
+    if out=$(timeout 15 scontrol show job "$jid" 2>&1); then
+      tr ' ' '\n' <<<"$out" | sed -n "s/^$field=//p" | head -n 1
+      return 0
+    fi
+    note "scontrol show job $jid: no answer within 15 s (try $i of $tries: ${out:-timed out}); asking again" >&2
+  done
+  return 1
 }
 
 # wait_job JOBID SECONDS: waits for a final state and sets STATE to it;
@@ -71,7 +98,7 @@ job_field() {
 wait_job() {
   local jid=$1 end=$((SECONDS + $2)) state
   while :; do
-    state=$(job_field "$jid" JobState)
+    state=$(job_field "$jid" JobState) || state=UNKNOWN
     case $state in
       COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE | PREEMPTED)
         STATE=$state
