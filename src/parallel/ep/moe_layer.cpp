@@ -134,8 +134,7 @@ void MoELayer::forward(const float* x, int64_t T, const std::vector<int>& sample
                        int n_samples, float* y, Cache& c, MoEStats& stats,
                        const int64_t* token_index) {
   c.n_samples = n_samples;
-  c.x = kernels::empty(ctx_, {T, d_});
-  kernels::copy(ctx_, c.x.ptr(), x, T * d_);
+  c.x = x;
   Tensor logits = kernels::zeros(ctx_, {T, E_});
   kernels::linear_forward(ctx_, x, router_w_.value.ptr(), T, d_, E_, logits.ptr());
   router_.route(ctx_, logits.ptr(), T, sample_of_token, n_samples, cp_, c.routing, token_index);
@@ -187,7 +186,7 @@ void MoELayer::backward(const float* dy, float* dx, Cache& c, float daux_scale) 
 
   Tensor dlogits = kernels::zeros(ctx_, {T, E_});
   router_.backward(ctx_, c.routing, dweight.ptr(), daux_scale, dlogits.ptr());
-  kernels::linear_backward_weight(ctx_, dlogits.ptr(), c.x.ptr(), T, d_, E_, router_w_.grad.ptr());
+  kernels::linear_backward_weight(ctx_, dlogits.ptr(), c.x, T, d_, E_, router_w_.grad.ptr());
   kernels::linear_backward_input(ctx_, dlogits.ptr(), router_w_.value.ptr(), T, d_, E_, dx, 1.0f);
   c.rows.reset();  // after the backward's transfers: no peer reads these rows any more
 }
