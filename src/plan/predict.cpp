@@ -63,6 +63,10 @@ CoreSharing core_sharing_of(const ClusterShape& shape, const MeshPlan& p, const 
   CoreSharing cs;
   const long long group = 1LL * p.dp * p.cp, per_node = shape.devices_per_node;
   cs.cores = m.cores_per_node > 0 ? m.cores_per_node : double(per_node);
+  if (m.cores_per_node > 0 && per_node > m.cores_per_node) {
+    cs.time_slice_efficiency = m.time_slice_efficiency;
+    cs.waiting_share = m.wait_core_share;
+  }
   for (int r = 0; r < p.pp; ++r) {
     cs.node.push_back(group >= per_node ? r : int(r * group / per_node));
     cs.weight.push_back(double(std::min(group, per_node)));
