@@ -19,7 +19,6 @@
 
 #include "trident/kernels/attention.hpp"
 #include "trident/kernels/backend.hpp"
-#include "trident/kernels/gemm.hpp"
 #include "trident/kernels/ops.hpp"
 #include "trident/model/blocks.hpp"
 #include "trident/model/data.hpp"
@@ -273,7 +272,7 @@ Rates measure_compute(Communicator& world, const std::vector<int>& node_of, cons
   const auto a = filled(size_t(T * d), 0.5f), b = filled(size_t(d * f), -0.25f);
   std::vector<float> c(size_t(T * f));
   auto gemm = [&] {
-    kernels::sgemm(ctx, false, false, T, f, d, 1.0f, a.data(), d, b.data(), f, 0.0f, c.data(), f);
+    kernels::linear_forward(ctx, a.data(), b.data(), T, d, f, c.data());  // b: [f, d], as the model
   };
   Rates r = measure_sharing(world, node_of, gemm, budget, 5);
   r.gemm *= 2.0 * T * d * f;

@@ -115,6 +115,7 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
   const double T = double(p.micro_batch_size) * cfg.data.seq_len / p.cp;
   const double imb = cfg.model.n_experts > 0 ? moe_imbalance(T * cfg.model.top_k * p.ep, p.ep) : 1;
   ActionTimes a;
+  a.moe_imbalance = imb;
   a.microbatches = p.microbatches;
   a.vpp = p.vpp;
   double max_params = 0, dense_grad = 0, expert_grad = 0;
@@ -203,6 +204,7 @@ Prediction predict(const Config& cfg, const MeshPlan& p, const ClusterShape& sha
   Prediction out;
   out.plan = p;
   out.t_f = a.t_f, out.t_b = a.t_b, out.t_w = a.t_w, out.pp_latency_s = a.latency;
+  out.moe_imbalance = a.moe_imbalance;
   // Ranks sharing cores: replay the schedule with the cores shared by the
   // ranks that have work at each moment.
   double pipeline = sim.makespan;
@@ -322,7 +324,8 @@ std::string prediction_json(const Prediction& p) {
     << ", \"allocator\": " << e.allocator() << ", \"untracked\": " << e.untracked
     << ", \"pp_rank\": " << p.memory_pp_rank << ", \"per_pp_rank\": {\"total\": ["
     << join(p.rank_total) << "], \"allocator\": [" << join(p.rank_allocator)
-    << "]}}, \"peak_inflight\": " << p.peak_inflight << "}";
+    << "]}}, \"peak_inflight\": " << p.peak_inflight
+    << ", \"moe_imbalance\": " << p.moe_imbalance << "}";
   return o.str();
 }
 

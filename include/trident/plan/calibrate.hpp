@@ -3,9 +3,9 @@
 // --out FILE` under mpirun/srun with as many ranks per node as a run uses.
 //
 // Benchmarks (each repeated for about `seconds`):
-//  - GEMM rate and core sharing: the config's largest FFN product [T, d] x
-//    [d, f] (T tokens of one micro-batch), in rounds of rank 0 alone (the
-//    others sleep) and every rank of node 0 at once, medians over the rounds.
+//  - GEMM rate and core sharing: the config's largest FFN product, x [T, d]
+//    by a weight [f, d] as the model stores it (T tokens of one micro-batch), in rounds of rank 0
+//    alone (the others sleep) and every rank of node 0 at once, medians over the rounds.
 //    cores_per_node is the node's physical cores (the distinct cores of the
 //    affinity mask); when the ranks outnumber them, the ratio of the rates
 //    gives time_slice_efficiency, and rounds with as many ranks working as
