@@ -157,7 +157,7 @@ Request Communicator::isend(const void* buf, size_t bytes, int peer, int tag) {
   TRIDENT_CHECK(peer >= 0 && peer < size(), "isend to rank " + std::to_string(peer) + " outside " +
                                                 name_ + " of size " + std::to_string(size()));
   Request r;
-  r.op_ = post_send(buf, bytes, peer, tag);
+  r.op_ = post({.kind = CommOp::Kind::send, .in = buf, .bytes = bytes, .peer = peer, .tag = tag});
   r.what_ = "send of " + std::to_string(bytes) + " B to rank " + std::to_string(peer) + " (world " +
             std::to_string(world_ranks_[size_t(peer)]) + ", tag " + std::to_string(tag) + ")";
   r.kind_ = kind_;
@@ -170,7 +170,7 @@ Request Communicator::irecv(void* buf, size_t bytes, int peer, int tag) {
                                                 " outside " + name_ + " of size " +
                                                 std::to_string(size()));
   Request r;
-  r.op_ = post_recv(buf, bytes, peer, tag);
+  r.op_ = post({.kind = CommOp::Kind::recv, .out = buf, .bytes = bytes, .peer = peer, .tag = tag});
   r.what_ = "recv of " + std::to_string(bytes) + " B from rank " + std::to_string(peer) +
             " (world " + std::to_string(world_ranks_[size_t(peer)]) + ", tag " +
             std::to_string(tag) + ")";
@@ -217,7 +217,11 @@ void Communicator::allreduce(void* data, size_t n, ElemType type, ReduceOp op) {
   size_t off = 0;
   do {
     const size_t len = std::min(piece, n - off);
-    auto pending = post_allreduce(static_cast<char*>(data) + off * esize, len, type, op);
+    auto pending = post({.kind = CommOp::Kind::allreduce,
+                         .out = static_cast<char*>(data) + off * esize,
+                         .count = len,
+                         .type = type,
+                         .reduce = op});
     await(*pending,
           std::string("allreduce_") + op_names[int(op)] + " of " + std::to_string(len) + " " +
               elem_name(type) + " over " + std::to_string(size()) + " ranks",
@@ -229,7 +233,7 @@ void Communicator::allreduce(void* data, size_t n, ElemType type, ReduceOp op) {
 void Communicator::broadcast(void* data, size_t bytes, int root) {
   TRIDENT_CHECK(root >= 0 && root < size(),
                 "broadcast root " + std::to_string(root) + " outside " + name_);
-  auto pending = post_broadcast(data, bytes, root);
+  auto pending = post({.kind = CommOp::Kind::broadcast, .out = data, .bytes = bytes, .peer = root});
   await(*pending,
         "broadcast of " + std::to_string(bytes) + " B from rank " + std::to_string(root) +
             " (world " + std::to_string(world_ranks_[size_t(root)]) + ")",
@@ -237,12 +241,29 @@ void Communicator::broadcast(void* data, size_t bytes, int root) {
 }
 
 void Communicator::allgather(const void* in, void* out, size_t bytes) {
-  auto pending = post_allgather(in, out, bytes);
+  auto pending = post({.kind = CommOp::Kind::allgather, .in = in, .out = out, .bytes = bytes});
   await(*pending,
         "allgather of " + std::to_string(bytes) + " B per rank over " + std::to_string(size()) +
             " ranks",
         kind_, double(bytes));
 }
+
+namespace {
+
+CommOp alltoallv_op(const void* send, const int64_t* send_counts, const int64_t* send_displs,
+                    void* recv, const int64_t* recv_counts, const int64_t* recv_displs,
+                    size_t elem_bytes) {
+  return {.kind = CommOp::Kind::alltoallv,
+          .in = send,
+          .out = recv,
+          .send_counts = send_counts,
+          .send_displs = send_displs,
+          .recv_counts = recv_counts,
+          .recv_displs = recv_displs,
+          .elem_bytes = elem_bytes};
+}
+
+}  // namespace
 
 void Communicator::alltoallv(const void* send, const std::vector<int64_t>& send_counts,
                              const std::vector<int64_t>& send_displs, void* recv,
@@ -254,8 +275,8 @@ void Communicator::alltoallv(const void* send, const std::vector<int64_t>& send_
                 "alltoallv on " + name_ + ": counts and displacements need " + std::to_string(p) +
                     " entries");
   TRIDENT_CHECK(elem_bytes > 0, "alltoallv on " + name_ + ": element size 0");
-  auto pending = post_alltoallv(send, send_counts.data(), send_displs.data(), recv,
-                                recv_counts.data(), recv_displs.data(), elem_bytes);
+  auto pending = post(alltoallv_op(send, send_counts.data(), send_displs.data(), recv,
+                                   recv_counts.data(), recv_displs.data(), elem_bytes));
   int64_t out_elems = 0, in_elems = 0;
   for (size_t i = 0; i < p; ++i) {
     if (int(i) == rank_) continue;  // the part kept locally crosses no link
@@ -276,8 +297,8 @@ void Communicator::alltoall(const int64_t* send, int64_t* recv, size_t per_peer)
   const std::vector<int64_t> counts(p, per_peer > 0 ? 1 : 0);
   std::vector<int64_t> displs(p);
   for (size_t i = 0; i < p; ++i) displs[i] = int64_t(i);
-  auto pending = post_alltoallv(send, counts.data(), displs.data(), recv, counts.data(),
-                                displs.data(), std::max<size_t>(per_peer, 1) * sizeof(int64_t));
+  auto pending = post(alltoallv_op(send, counts.data(), displs.data(), recv, counts.data(),
+                                   displs.data(), std::max<size_t>(per_peer, 1) * sizeof(int64_t)));
   await(*pending,
         "alltoall of " + std::to_string(per_peer) + " int64 per peer over " +
             std::to_string(size()) + " ranks",
@@ -285,7 +306,7 @@ void Communicator::alltoall(const int64_t* send, int64_t* recv, size_t per_peer)
 }
 
 void Communicator::barrier() {
-  auto pending = post_barrier();
+  auto pending = post({.kind = CommOp::Kind::barrier});
   await(*pending, "barrier over " + std::to_string(size()) + " ranks", kind_, 0.0);
 }
 

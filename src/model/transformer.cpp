@@ -93,13 +93,13 @@ struct AttentionBlock {
                std::vector<Capture>* cap, const CaptureRequest* req) {
     const int64_t T = mb.tokens_total(), Ls = mb.local_seq;
     c.x = x;
-    c.h1 = kernels::zeros(ctx_, {T, d});
-    c.rstd = kernels::zeros(ctx_, {T});
+    c.h1 = kernels::empty(ctx_, {T, d});
+    c.rstd = kernels::empty(ctx_, {T});
     kernels::rmsnorm_forward(ctx_, x.ptr(), norm.value.ptr(), T, d, kNormEps, c.h1.ptr(),
                              c.rstd.ptr());
-    c.q = kernels::zeros(ctx_, {T, H * D});
-    c.k = kernels::zeros(ctx_, {T, Hkv * D});
-    c.v = kernels::zeros(ctx_, {T, Hkv * D});
+    c.q = kernels::empty(ctx_, {T, H * D});
+    c.k = kernels::empty(ctx_, {T, Hkv * D});
+    c.v = kernels::empty(ctx_, {T, Hkv * D});
     kernels::linear_forward(ctx_, c.h1.ptr(), wq.value.ptr(), T, d, H * D, c.q.ptr());
     kernels::linear_forward(ctx_, c.h1.ptr(), wk.value.ptr(), T, d, Hkv * D, c.k.ptr());
     kernels::linear_forward(ctx_, c.h1.ptr(), wv.value.ptr(), T, d, Hkv * D, c.v.ptr());
@@ -108,8 +108,8 @@ struct AttentionBlock {
       kernels::rope_forward(ctx_, c.k.ptr() + s * Ls * Hkv * D, mb.positions.data(), Ls, Hkv, D,
                             theta);
     }
-    c.o = kernels::zeros(ctx_, {T, H * D});
-    c.lse = kernels::zeros(ctx_, {T, H});
+    c.o = kernels::empty(ctx_, {T, H * D});
+    c.lse = kernels::empty(ctx_, {T, H});
     for (int64_t s = 0; s < mb.n_samples; ++s)
       core->forward(c.q.ptr() + s * Ls * H * D, c.k.ptr() + s * Ls * Hkv * D,
                     c.v.ptr() + s * Ls * Hkv * D, Ls, c.o.ptr() + s * Ls * H * D,
@@ -139,10 +139,10 @@ struct AttentionBlock {
   void backward(const MicroBatch& mb, const Tensor& dy, Tensor& dx, Cache& c,
                 std::vector<WeightGradTask>* deferred) {
     const int64_t T = mb.tokens_total(), Ls = mb.local_seq;
-    Tensor dout = kernels::zeros(ctx_, {T, H * D});
+    Tensor dout = kernels::empty(ctx_, {T, H * D});
     kernels::linear_backward_input(ctx_, dy.ptr(), wo.value.ptr(), T, H * D, d, dout.ptr());
-    Tensor dq = kernels::zeros(ctx_, {T, H * D}), dk = kernels::zeros(ctx_, {T, Hkv * D}),
-           dv = kernels::zeros(ctx_, {T, Hkv * D});
+    Tensor dq = kernels::empty(ctx_, {T, H * D}), dk = kernels::empty(ctx_, {T, Hkv * D}),
+           dv = kernels::empty(ctx_, {T, Hkv * D});
     for (int64_t s = 0; s < mb.n_samples; ++s)
       core->backward(c.q.ptr() + s * Ls * H * D, c.k.ptr() + s * Ls * Hkv * D,
                      c.v.ptr() + s * Ls * Hkv * D, Ls, c.o.ptr() + s * Ls * H * D,
@@ -154,7 +154,7 @@ struct AttentionBlock {
       kernels::rope_backward(ctx_, dk.ptr() + s * Ls * Hkv * D, mb.positions.data(), Ls, Hkv, D,
                              theta);
     }
-    Tensor dh1 = kernels::zeros(ctx_, {T, d});
+    Tensor dh1 = kernels::empty(ctx_, {T, d});
     kernels::linear_backward_input(ctx_, dq.ptr(), wq.value.ptr(), T, d, H * D, dh1.ptr());
     kernels::linear_backward_input(ctx_, dk.ptr(), wk.value.ptr(), T, d, Hkv * D, dh1.ptr(), 1.0f);
     kernels::linear_backward_input(ctx_, dv.ptr(), wv.value.ptr(), T, d, Hkv * D, dh1.ptr(), 1.0f);
@@ -205,8 +205,8 @@ struct FfnBlock {
   void forward(const MicroBatch& mb, const Tensor& x, Tensor& y, Cache& c, FfnStats& stats) {
     const int64_t T = mb.tokens_total();
     c.x = x;
-    c.h = kernels::zeros(ctx_, {T, d});
-    c.rstd = kernels::zeros(ctx_, {T});
+    c.h = kernels::empty(ctx_, {T, d});
+    c.rstd = kernels::empty(ctx_, {T});
     kernels::rmsnorm_forward(ctx_, x.ptr(), norm.value.ptr(), T, d, kNormEps, c.h.ptr(),
                              c.rstd.ptr());
     ffn->forward(mb, c.h.ptr(), T, y.ptr(), c.inner, stats);
@@ -215,7 +215,7 @@ struct FfnBlock {
 
   void backward(const MicroBatch& mb, const Tensor& dy, Tensor& dx, Cache& c, float aux_scale) {
     const int64_t T = mb.tokens_total();
-    Tensor dh = kernels::zeros(ctx_, {T, d});
+    Tensor dh = kernels::empty(ctx_, {T, d});
     ffn->backward(dy.ptr(), dh.ptr(), T, c.inner, aux_scale);
     kernels::rmsnorm_backward(ctx_, dh.ptr(), c.x.ptr(), norm.value.ptr(), c.rstd.ptr(), T, d,
                               dx.ptr(), norm.grad.ptr());
@@ -242,8 +242,8 @@ class DenseSwiGLU : public FeedForward {
   void forward(const MicroBatch&, const float* x, int64_t T, float* y, FfnCache& c,
                FfnStats&) override {
     c.x = x;
-    c.gate = kernels::zeros(ctx_, {T, f_});
-    c.up = kernels::zeros(ctx_, {T, f_});
+    c.gate = kernels::empty(ctx_, {T, f_});
+    c.up = kernels::empty(ctx_, {T, f_});
     kernels::swiglu_forward(ctx_, x, T, d_, f_, w_gate_.value.ptr(), w_up_.value.ptr(),
                             w_down_.value.ptr(), y, c.gate.ptr(), c.up.ptr());
   }
@@ -332,7 +332,7 @@ class Chunk {
     c.ffn.resize(ffn_.size());
     Tensor x;
     if (first_) {
-      x = kernels::zeros(ctx_, {T, d_});
+      x = kernels::empty(ctx_, {T, d_});
       kernels::embedding_forward(ctx_, embed_.value.ptr(), mb.tokens.data(), T, d_, x.ptr());
     } else {
       x = input.reshape({T, d_});
@@ -368,13 +368,13 @@ class Chunk {
     }
     if (last_) {
       c.x_final = std::move(x);
-      c.h_final = kernels::zeros(ctx_, {T, d_});
-      c.rstd_final = kernels::zeros(ctx_, {T});
+      c.h_final = kernels::empty(ctx_, {T, d_});
+      c.rstd_final = kernels::empty(ctx_, {T});
       kernels::rmsnorm_forward(ctx_, c.x_final.ptr(), final_norm_.value.ptr(), T, d_, kNormEps,
                                c.h_final.ptr(), c.rstd_final.ptr());
-      Tensor logits = kernels::zeros(ctx_, {T, V_});
+      Tensor logits = kernels::empty(ctx_, {T, V_});
       kernels::linear_forward(ctx_, c.h_final.ptr(), head_.value.ptr(), T, d_, V_, logits.ptr());
-      c.dlogits = kernels::zeros(ctx_, {T, V_});
+      c.dlogits = kernels::empty(ctx_, {T, V_});
       st_.loss_sum_ += kernels::cross_entropy(ctx_, logits.ptr(), mb.targets.data(), T, V_,
                                               st_.loss_scale_, c.dlogits.ptr());
     } else if (!x.shares_storage_with(output)) {
@@ -393,7 +393,7 @@ class Chunk {
     std::vector<WeightGradTask>* deferred = weight_grad ? nullptr : &stash_[mbi];
     Tensor dy;
     if (last_) {
-      Tensor dh = kernels::zeros(ctx_, {T, d_});
+      Tensor dh = kernels::empty(ctx_, {T, d_});
       kernels::linear_backward_input(ctx_, c.dlogits.ptr(), head_.value.ptr(), T, d_, V_, dh.ptr());
       dy = kernels::empty(ctx_, {T, d_});
       kernels::rmsnorm_backward(ctx_, dh.ptr(), c.x_final.ptr(), final_norm_.value.ptr(),

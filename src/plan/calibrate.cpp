@@ -8,14 +8,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <functional>
+#include <set>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "trident/kernels/attention.hpp"
 #include "trident/kernels/backend.hpp"
-#include "trident/kernels/gemm.hpp"
 #include "trident/kernels/ops.hpp"
 #include "trident/model/blocks.hpp"
 #include "trident/model/data.hpp"
@@ -52,14 +55,6 @@ double alone(Communicator& world, int who, const std::function<void()>& fn, doub
     std::this_thread::sleep_for(std::chrono::duration<double>(budget * 2 + 0.1));
   world.allreduce_max(&t, 1);
   return t;
-}
-
-// Every rank runs fn at once; the mean of their medians.
-double together(Communicator& world, const std::function<void()>& fn, double budget) {
-  world.barrier();
-  double t = median_time(fn, budget);
-  world.allreduce_sum(&t, 1);
-  return t / world.size();
 }
 
 std::vector<float> filled(size_t n, float base) {
@@ -128,11 +123,23 @@ Link measure_link(Communicator& world, int a, int b, size_t big, double budget) 
   return l;
 }
 
-// CPUs this process may run on (its affinity mask); 0 when unknown.
-int usable_cpus() {
+// Physical cores this process may run on: the distinct (package, core) of
+// the CPUs in its affinity mask, so that two hardware threads of one core
+// count once; 0 when the topology cannot be read.
+int physical_cores() {
   cpu_set_t set;
   CPU_ZERO(&set);
-  return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 0;
+  std::set<std::pair<int, int>> cores;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &set)) continue;
+    const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+    std::ifstream package(dir + "physical_package_id"), core(dir + "core_id");
+    int p = -1, c = -1;
+    if (!(package >> p) || !(core >> c)) return 0;
+    cores.insert({p, c});
+  }
+  return int(cores.size());
 }
 
 double host_memory_bytes() {
@@ -149,11 +156,113 @@ double host_memory_bytes() {
 namespace {
 
 struct Rates {
-  double gemm_alone = 0, gemm_together = 0, attention = 0, memory = 0;
+  double gemm = 0, attention = 0, memory = 0;
+  double ranks_at_once = 0;    // node 0's ranks the cores ran at once (median over rounds)
+  int cores = 0;               // the node's physical cores (or the count above, rounded)
+  double wait_core_share = 0;  // share of a core a waiting rank takes there
+  int rounds = 0;
 };
 
+// Calls of fn per second over about `window` seconds (at least 3 calls).
+double call_rate(const std::function<void()>& fn, double window) {
+  const double start = now_s();
+  int calls = 0;
+  double t = 0;
+  do {
+    fn();
+    ++calls;
+    t = now_s() - start;
+  } while (t < window || calls < 3);
+  return calls / t;
+}
+
+double median_of(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+// Calls per second of fn, summed over node 0's ranks that `work`. The ranks
+// that do not work either wait for a message from rank 0 (which works), as a
+// rank of a pipeline waits for its input, so that the wait's polling runs
+// alongside; or, with `idle_sleeps`, sleep and take no core. Every rank gets
+// the sum.
+double node_rate(Communicator& world, const std::vector<bool>& work, bool on_node0,
+                 const std::function<void()>& fn, double window, bool idle_sleeps) {
+  const int me = world.rank();
+  char token = 0;
+  double rate = 0;
+  world.barrier();
+  if (work[size_t(me)]) {
+    rate = on_node0 ? call_rate(fn, window) : 0.0;
+    if (me == 0 && !idle_sleeps) {
+      std::vector<Request> sends;
+      for (int r = 0; r < world.size(); ++r)
+        if (!work[size_t(r)]) sends.push_back(world.isend(&token, 1, r, 74));
+      world.wait_all(sends);
+    }
+  } else if (idle_sleeps) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(window * 2 + 0.1));
+  } else {
+    Request r = world.irecv(&token, 1, 0, 74);
+    world.wait(r);
+  }
+  world.allreduce_sum(&rate, 1);
+  return rate;
+}
+
+// How node 0's cores run its ranks, from fn's call rate. Rounds of: rank 0
+// alone (the others sleep, so they take no core), then every rank at once;
+// their ratio counts the ranks running at once. Then, when the ranks
+// outnumber the cores, rounds in which as many ranks as there are cores
+// work, once with the others asleep and once with them waiting: what the
+// workers lose the second time is the waiters' share. Each figure is the
+// median over its rounds, and each round compares measurements taken one
+// right after the other, so that load from elsewhere touches both sides.
+Rates measure_sharing(Communicator& world, const std::vector<int>& node_of,
+                      const std::function<void()>& fn, double window, int rounds) {
+  const int n = world.size(), me = world.rank();
+  const bool on_node0 = node_of[size_t(me)] == node_of[0];
+  const int per_node = int(std::count(node_of.begin(), node_of.end(), node_of[0]));
+  const std::vector<bool> everyone(size_t(n), true);
+  std::vector<double> alone, at_once;
+  for (int i = 0; i < rounds; ++i) {
+    double a = 0;
+    world.barrier();
+    if (me == 0)
+      a = call_rate(fn, window);
+    else
+      std::this_thread::sleep_for(std::chrono::duration<double>(window * 2 + 0.1));
+    world.allreduce_max(&a, 1);
+    alone.push_back(a);
+    at_once.push_back(node_rate(world, everyone, on_node0, fn, window, true) / a);
+  }
+  Rates r;
+  r.rounds = rounds;
+  r.ranks_at_once = median_of(at_once);
+  // The cores are the hardware's when it says (a busy moment would make the
+  // measured count low); the measured count stands in when it does not.
+  const int physical = physical_cores();
+  r.cores = physical > 0 ? std::min(physical, per_node)
+                         : int(std::clamp(std::round(r.ranks_at_once), 1.0, double(per_node)));
+  if (r.cores < per_node) {
+    std::vector<bool> work(size_t(n), false);  // node 0's first `cores` ranks
+    for (int rank = 0, k = 0; rank < n && k < r.cores; ++rank)
+      if (node_of[size_t(rank)] == node_of[0]) work[size_t(rank)] = true, ++k;
+    std::vector<double> share;
+    for (int i = 0; i < rounds; ++i) {
+      const double asleep = node_rate(world, work, on_node0, fn, window, true);
+      const double waiting = node_rate(world, work, on_node0, fn, window, false);
+      share.push_back((asleep - waiting) / alone[size_t(i)] / (per_node - r.cores));
+    }
+    r.wait_core_share = std::clamp(median_of(share), 0.0, 1.0);
+  }
+  r.gemm = median_of(alone);  // calls per second; the caller scales by FLOPs
+  return r;
+}
+
 // The config's shapes: one micro-batch of one rank (its cp share).
-Rates measure_compute(Communicator& world, const Config& cfg, double budget) {
+Rates measure_compute(Communicator& world, const std::vector<int>& node_of, const Config& cfg,
+                      double budget) {
   const ModelConfig& mc = cfg.model;
   const int64_t seq = cfg.data.seq_len / cfg.parallel.cp;
   const int64_t T = int64_t(cfg.data.micro_batch_size) * seq, d = mc.d_model;
@@ -163,12 +272,10 @@ Rates measure_compute(Communicator& world, const Config& cfg, double budget) {
   const auto a = filled(size_t(T * d), 0.5f), b = filled(size_t(d * f), -0.25f);
   std::vector<float> c(size_t(T * f));
   auto gemm = [&] {
-    kernels::sgemm(ctx, false, false, T, f, d, 1.0f, a.data(), d, b.data(), f, 0.0f, c.data(), f);
+    kernels::linear_forward(ctx, a.data(), b.data(), T, d, f, c.data());  // b: [f, d], as the model
   };
-  const double gemm_flops = 2.0 * T * d * f;
-  Rates r;
-  r.gemm_alone = gemm_flops / alone(world, 0, gemm, budget);
-  r.gemm_together = gemm_flops / together(world, gemm, budget);
+  Rates r = measure_sharing(world, node_of, gemm, budget, 5);
+  r.gemm *= 2.0 * T * d * f;
 
   kernels::AttnShape s;
   s.Tq = s.Tk = seq;
@@ -258,7 +365,7 @@ std::pair<double, double> alternate_medians(Communicator& world, ForwardBackward
       t0 = now_s();
       b.run();
       tb.push_back(now_s() - t0);
-    } while (now_s() - start < 2 * budget || ta.size() < 5);
+    } while (now_s() - start < 2 * budget || ta.size() < 7);
     std::sort(ta.begin(), ta.end());
     std::sort(tb.begin(), tb.end());
     t[0] = ta[ta.size() / 2], t[1] = tb[tb.size() / 2];
@@ -292,11 +399,12 @@ ModelFit fit_model(Communicator& world, const Config& cfg, const MachineProfile&
   const auto [t1, t2] = alternate_medians(world, at_big, at_small, budget);
   const double c1 = at_big.priced, c2 = at_small.priced;
   ModelFit fit;
-  // t = fixed + c / efficiency through both points; a fit that makes the
-  // fixed part negative (noise, or a size that runs relatively slower) keeps
-  // the config's size exact with no fixed part
+  // t = fixed + c / efficiency through both points. A fit that makes the
+  // fixed part negative (a size that runs relatively slower), or more than
+  // half the smaller size's time (noise: no per-call cost is that large),
+  // keeps the config's size exact with no fixed part.
   const double slope = (t1 - t2) / (c1 - c2), fixed = t1 - slope * c1;
-  if (slope > 0 && fixed >= 0) {
+  if (slope > 0 && fixed >= 0 && fixed <= 0.5 * t2) {
     fit.efficiency = 1 / slope;
     fit.layer_overhead_s = fixed / cfg.model.n_layers;
   } else {
@@ -312,7 +420,7 @@ MachineProfile calibrate_machine(Communicator& world, const std::vector<int>& no
                                  const Config& cfg, const CalibrationOptions& opt) {
   const int n = world.size();
   const int per_node = int(std::count(node_of.begin(), node_of.end(), node_of[0]));
-  const Rates r = measure_compute(world, cfg, opt.seconds);
+  const Rates r = measure_compute(world, node_of, cfg, opt.seconds);
   MachineProfile m;
   char host[256] = "unknown";
   gethostname(host, sizeof host - 1);
@@ -320,17 +428,29 @@ MachineProfile calibrate_machine(Communicator& world, const std::vector<int>& no
   char when[32];
   std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   m.name = std::string("calibrated on ") + host;
-  m.source = std::string("trident plan --calibrate, ") + std::to_string(n) + " ranks (" +
-             std::to_string(per_node) + " per node), " + when;
-  m.gemm_flops = r.gemm_alone;
+  m.gemm_flops = r.gemm;
   m.attention_flops = r.attention;
   m.memory_Bps = r.memory;
-  // Ranks that run at once: every rank's share of the solo rate, summed, and
-  // never more than the CPUs there are (other jobs on the node blur the ratio).
-  double running =
-      std::clamp(std::round(per_node * r.gemm_together / r.gemm_alone), 1.0, double(per_node));
-  if (usable_cpus() > 0) running = std::min(running, double(usable_cpus()));
-  m.cores_per_node = running < per_node ? int(running) : 0;
+  m.cores_per_node = r.cores < per_node ? r.cores : 0;
+  // With the node oversubscribed, what its ranks ran at once against its
+  // cores is what time-slicing keeps, unless the node was busy (then that
+  // ratio measures the other jobs and is not used).
+  const bool busy = r.ranks_at_once < r.cores - 0.5;
+  if (m.cores_per_node > 0) {
+    m.wait_core_share = r.wait_core_share;
+    if (!busy) m.time_slice_efficiency = std::clamp(r.ranks_at_once / r.cores, 0.01, 1.0);
+  }
+  char sharing[160];
+  std::snprintf(sharing, sizeof sharing,
+                "; %.2f ranks ran at once, a waiting rank took %.3f of a core (medians of %d "
+                "rounds)",
+                r.ranks_at_once, r.wait_core_share, r.rounds);
+  m.source = std::string("trident plan --calibrate, ") + std::to_string(n) + " ranks (" +
+             std::to_string(per_node) + " per node), " + when + sharing;
+  if (busy)
+    m.source +=
+        "; the node was busy (fewer ranks ran at once than it has cores): rates measured "
+        "now may be low, calibrate again on an idle node";
   const ModelFit fit = fit_model(world, cfg, m, opt.seconds);
   m.efficiency = fit.efficiency;
   m.layer_overhead_s = fit.layer_overhead_s;

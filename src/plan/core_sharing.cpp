@@ -76,8 +76,11 @@ void pass_instant_actions(const pp::Schedule& s, const std::vector<StageTimes>& 
 SharedRun simulate_shared_cores(const pp::Schedule& s, const std::vector<StageTimes>& times,
                                 double latency, const CoreSharing& cs) {
   const size_t R = size_t(s.pp);
-  TRIDENT_CHECK(cs.node.size() == R && cs.weight.size() == R && cs.cores > 0,
-                "core sharing: one node and weight per schedule rank, cores > 0");
+  TRIDENT_CHECK(cs.node.size() == R && cs.weight.size() == R && cs.cores > 0 &&
+                    cs.waiting_share >= 0 && cs.waiting_share <= 1 &&
+                    cs.time_slice_efficiency > 0 && cs.time_slice_efficiency <= 1,
+                "core sharing: one node and weight per schedule rank, cores > 0, waiting share "
+                "from 0 to 1, time-slice efficiency in (0, 1]");
   std::vector<double> arrival(size_t(s.num_stages()) * 2 * size_t(s.microbatches), -1.0);
   std::vector<RankState> st(R);
   const size_t nodes = size_t(*std::max_element(cs.node.begin(), cs.node.end())) + 1;
@@ -89,12 +92,16 @@ SharedRun simulate_shared_cores(const pp::Schedule& s, const std::vector<StageTi
     std::vector<double> demand(nodes, 0.0);
     bool finished = true;
     for (size_t r = 0; r < R; ++r) {
-      if (st[r].next >= s.ranks[r].size()) continue;
-      finished = false;
-      if (st[r].left >= 0) demand[size_t(cs.node[r])] += cs.weight[r];
+      const bool done = st[r].next >= s.ranks[r].size();
+      finished = finished && done;
+      const bool working = !done && st[r].left >= 0;
+      demand[size_t(cs.node[r])] += cs.weight[r] * (working ? 1.0 : cs.waiting_share);
     }
     if (finished) break;
-    auto speed = [&](size_t r) { return std::min(1.0, cs.cores / demand[size_t(cs.node[r])]); };
+    auto speed = [&](size_t r) {
+      const double d = demand[size_t(cs.node[r])];
+      return d <= cs.cores ? 1.0 : cs.cores * cs.time_slice_efficiency / d;
+    };
     double dt = std::numeric_limits<double>::infinity();
     for (size_t r = 0; r < R; ++r) {
       if (st[r].next >= s.ranks[r].size()) continue;

@@ -63,20 +63,21 @@ void add_attention_layer(const Shapes& s, double pairs, ChunkCost& c) {
 }
 
 // FFN block: x (the attention's output), h, rstd, then the dense SwiGLU's
-// gate and up, or the MoE layer's cache (host vectors: input, routing, plan,
-// expert-side rows and gate/up).
+// gate and up, or the MoE layer's cache (routing, plan, expert-side rows and
+// gate/up; its input is the block's h).
 void add_ffn_layer(const Shapes& s, bool moe, ChunkCost& c) {
   double gemm, mem = kFloat * 7 * s.T * s.d;
   c.tracked.cache += kFloat * (2 * s.T * s.d + s.T);
   if (moe) {
     gemm = 2 * s.T * s.d * s.E + 6 * s.R * s.d * s.f;
     mem += kFloat * (2 * s.T * s.E + 4 * s.T * s.k * s.d + 3 * s.R * s.f);
-    // tensors: the input copy, gate/up, and the expert side's rows in and
-    // out (in the node's shared slots with shm, which keeps a tensor of the
-    // rows gathered back instead); host vectors: routing (logits,
-    // probabilities, lse, choices, weights) and the dispatch plan's indices
+    // tensors: gate/up, and the expert side's rows in and out (in the node's
+    // shared slots with shm, which keeps a tensor of the rows gathered back
+    // instead); the input is the block's h, already counted; host vectors:
+    // routing (logits, probabilities, lse, choices, weights) and the
+    // dispatch plan's indices
     const double in_out = kFloat * 2 * s.R * s.d, kept = kFloat * s.T * s.k * s.d;
-    c.tracked.cache += kFloat * (s.T * s.d + 2 * s.R * s.f) + (s.shm ? kept : in_out);
+    c.tracked.cache += kFloat * 2 * s.R * s.f + (s.shm ? kept : in_out);
     c.untracked.cache += kFloat * (2 * s.T * s.E + 2 * s.T) + kIndex * 3 * s.T * s.k +
                          8 * 2 * s.T * s.k + (s.shm ? in_out : 0);
     // the MoE phase's temporaries (add_transients adds the block's): forward

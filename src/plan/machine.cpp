@@ -25,12 +25,16 @@ struct NumericKey {
   double Link::*link_field = nullptr;
   bool optional = false;     // may be left out (keeps MachineProfile's default)
   bool may_be_zero = false;  // latencies and overheads; rates must be > 0
+  bool share = false;        // a share of one core: at most 1
 };
 
 const std::vector<NumericKey>& numeric_keys() {
   using M = MachineProfile;
   static const std::vector<NumericKey> keys = {
       {"machine.memory_gb", 1e9, &M::memory_bytes},
+      {"machine.wait_core_share", 1, &M::wait_core_share, nullptr, nullptr, true, true, true},
+      {"machine.time_slice_efficiency", 1, &M::time_slice_efficiency, nullptr, nullptr, true, false,
+       true},
       {"compute.gemm_tflops", 1e12, &M::gemm_flops},
       {"compute.attention_tflops", 1e12, &M::attention_flops},
       {"compute.memory_gb_per_s", 1e9, &M::memory_Bps},
@@ -105,7 +109,7 @@ const Link& MachineProfile::link(LinkClass c) const {
 
 double MachineProfile::oversubscription(int ranks_per_node) const {
   if (cores_per_node <= 0 || ranks_per_node <= cores_per_node) return 1.0;
-  return double(ranks_per_node) / cores_per_node;
+  return double(ranks_per_node) / (cores_per_node * time_slice_efficiency);
 }
 
 MachineProfile parse_machine_text(const std::string& text, const std::string& file) {
@@ -149,9 +153,11 @@ MachineProfile parse_machine_text(const std::string& text, const std::string& fi
     }
     const auto v = it->second->value<double>();  // integers convert too
     if (!it->second->is_number() || !v || !std::isfinite(*v) || *v < 0 ||
-        (*v == 0 && !k.may_be_zero))
+        (*v == 0 && !k.may_be_zero) || (k.share && *v > 1))
       throw InputError(where(file, *it->second) + ": " + k.key + ": must be a number " +
-                       (k.may_be_zero ? ">= 0" : "> 0"));
+                       (k.share         ? (k.may_be_zero ? "from 0 to 1" : "> 0 and <= 1")
+                        : k.may_be_zero ? ">= 0"
+                                        : "> 0"));
     slot(m, k) = *v * k.scale;
     found.erase(it);
   }

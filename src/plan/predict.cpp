@@ -63,6 +63,10 @@ CoreSharing core_sharing_of(const ClusterShape& shape, const MeshPlan& p, const 
   CoreSharing cs;
   const long long group = 1LL * p.dp * p.cp, per_node = shape.devices_per_node;
   cs.cores = m.cores_per_node > 0 ? m.cores_per_node : double(per_node);
+  if (m.cores_per_node > 0 && per_node > m.cores_per_node) {
+    cs.time_slice_efficiency = m.time_slice_efficiency;
+    cs.waiting_share = m.wait_core_share;
+  }
   for (int r = 0; r < p.pp; ++r) {
     cs.node.push_back(group >= per_node ? r : int(r * group / per_node));
     cs.weight.push_back(double(std::min(group, per_node)));
@@ -111,6 +115,7 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
   const double T = double(p.micro_batch_size) * cfg.data.seq_len / p.cp;
   const double imb = cfg.model.n_experts > 0 ? moe_imbalance(T * cfg.model.top_k * p.ep, p.ep) : 1;
   ActionTimes a;
+  a.moe_imbalance = imb;
   a.microbatches = p.microbatches;
   a.vpp = p.vpp;
   double max_params = 0, dense_grad = 0, expert_grad = 0;
@@ -199,6 +204,7 @@ Prediction predict(const Config& cfg, const MeshPlan& p, const ClusterShape& sha
   Prediction out;
   out.plan = p;
   out.t_f = a.t_f, out.t_b = a.t_b, out.t_w = a.t_w, out.pp_latency_s = a.latency;
+  out.moe_imbalance = a.moe_imbalance;
   // Ranks sharing cores: replay the schedule with the cores shared by the
   // ranks that have work at each moment.
   double pipeline = sim.makespan;
@@ -318,7 +324,8 @@ std::string prediction_json(const Prediction& p) {
     << ", \"allocator\": " << e.allocator() << ", \"untracked\": " << e.untracked
     << ", \"pp_rank\": " << p.memory_pp_rank << ", \"per_pp_rank\": {\"total\": ["
     << join(p.rank_total) << "], \"allocator\": [" << join(p.rank_allocator)
-    << "]}}, \"peak_inflight\": " << p.peak_inflight << "}";
+    << "]}}, \"peak_inflight\": " << p.peak_inflight
+    << ", \"moe_imbalance\": " << p.moe_imbalance << "}";
   return o.str();
 }
 

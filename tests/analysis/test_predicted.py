@@ -86,3 +86,22 @@ def test_prediction_from_a_plan_json_file(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "step_time_s" in out and "0.500" in out  # 0.2 predicted / 0.4 measured
     assert cli.main(["predicted", path]) == 2
+
+
+def test_moe_imbalance_against_the_expert_loads(tmp_path):
+    path = str(tmp_path / "run.h5")
+    ep2 = dict(PREDICTION, ep=2, moe_imbalance=1.05)
+    make_run(path, [5.0, 0.2, 0.2], prediction=ep2)
+    # 3 steps, 2 MoE layers, 4 experts: EP rank 0 holds experts 0-1, rank 1 experts 2-3
+    loads = np.array([[[9, 9, 1, 1], [9, 9, 1, 1]],        # step 0: warm-up, left out
+                      [[30, 30, 10, 10], [20, 20, 20, 20]],  # 60 vs 20: 1.5; even: 1.0
+                      [[10, 10, 10, 30], [5, 5, 15, 15]]])    # 20 vs 40: 4/3; 10 vs 30: 1.5
+    with h5py.File(path, "a") as f:
+        f.create_dataset("/metrics/expert_tokens", data=loads)
+    with RunFile(path) as rf:
+        r = rows(predicted.compare(rf))["moe_imbalance"]
+    assert r["predicted"] == 1.05
+    assert r["measured"] == pytest.approx((1.5 + 1.0 + 4 / 3 + 1.5) / 4)
+    make_run(path, [5.0, 0.2, 0.2])  # ep = 1: no such row
+    with RunFile(path) as rf:
+        assert "moe_imbalance" not in rows(predicted.compare(rf))

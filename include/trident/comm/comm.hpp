@@ -4,8 +4,9 @@
 // The seam between the layers above and the transports. This class is the
 // common part: argument checks, the accounting, the one watchdog loop and the
 // timeout messages. A backend (comm/mpi: MpiCommunicator, host buffers;
-// comm/nccl: NcclCommunicator, device buffers) only posts operations and
-// hands back a PendingOp that can be polled, so every wait of every backend
+// comm/nccl: NcclCommunicator, device buffers) only posts operations, each
+// handed to it as one CommOp, and hands back a PendingOp that can be polled,
+// so every wait of every backend
 // polls until runtime.timeout_s and then throws TimeoutError naming the rank,
 // the operation and the peer: a stuck job ends instead of hanging.
 // runtime.comm picks the backend once (comm/backend.hpp).
@@ -92,6 +93,35 @@ enum class ReduceOp : uint8_t { sum, max, min };
 size_t elem_size(ElemType t);
 const char* elem_name(ElemType t);  // "float" | "double" | "int" | "int64_t"
 
+// One operation as the common part hands it to a backend, arguments
+// checked: a flat descriptor with a kind, as NCCL's ncclInfo and UCC's
+// collective arguments are, so that a backend implements one post() that
+// branches on the kind (a device backend sends every host-buffer operation
+// to its host group in one place) and an operation is added without
+// touching the backends' class declarations. Fields a kind does not name
+// are unused.
+struct CommOp {
+  enum class Kind : uint8_t { send, recv, allreduce, broadcast, allgather, alltoallv, barrier };
+  Kind kind = Kind::barrier;
+  // send: the message; allgather: this rank's block; alltoallv: what is sent.
+  const void* in = nullptr;
+  // recv: the message; allreduce, broadcast: the data (in place); allgather:
+  // every rank's block; alltoallv: what is received.
+  void* out = nullptr;
+  size_t bytes = 0;                 // send, recv, broadcast; allgather: per rank
+  size_t count = 0;                 // allreduce: elements of `type`
+  int peer = 0;                     // send, recv: the other rank; broadcast: the root
+  int tag = 0;                      // send, recv
+  ElemType type = ElemType::f32;    // allreduce
+  ReduceOp reduce = ReduceOp::sum;  // allreduce
+  // alltoallv: per peer, in elements of elem_bytes bytes.
+  const int64_t* send_counts = nullptr;
+  const int64_t* send_displs = nullptr;
+  const int64_t* recv_counts = nullptr;
+  const int64_t* recv_displs = nullptr;
+  size_t elem_bytes = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator();
@@ -175,21 +205,8 @@ class Communicator {
                std::vector<int> world_ranks);
 
   // The backend: post an operation (never block) and return its handle.
-  // Arguments are checked by the common part; counts are per peer.
-  virtual std::unique_ptr<PendingOp> post_send(const void* buf, size_t bytes, int peer,
-                                               int tag) = 0;
-  virtual std::unique_ptr<PendingOp> post_recv(void* buf, size_t bytes, int peer, int tag) = 0;
-  virtual std::unique_ptr<PendingOp> post_allreduce(void* data, size_t n, ElemType type,
-                                                    ReduceOp op) = 0;
-  virtual std::unique_ptr<PendingOp> post_broadcast(void* data, size_t bytes, int root) = 0;
-  virtual std::unique_ptr<PendingOp> post_allgather(const void* in, void* out, size_t bytes) = 0;
-  virtual std::unique_ptr<PendingOp> post_alltoallv(const void* send, const int64_t* send_counts,
-                                                    const int64_t* send_displs, void* recv,
-                                                    const int64_t* recv_counts,
-                                                    const int64_t* recv_displs,
-                                                    size_t elem_bytes) = 0;
-  virtual std::unique_ptr<PendingOp> post_barrier() = 0;
-  // Most elements one post_allreduce takes; larger reductions go in pieces.
+  virtual std::unique_ptr<PendingOp> post(const CommOp& op) = 0;
+  // Most elements one posted allreduce takes; larger reductions go in pieces.
   virtual size_t max_elements_per_reduction() const = 0;
   // Runs once when a wait passes its deadline, before TimeoutError is
   // thrown: a device backend aborts its communicator so nothing stays stuck.

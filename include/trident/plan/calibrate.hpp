@@ -2,14 +2,21 @@
 // machine profile (see machine.hpp). Run by `trident plan CONFIG --calibrate
 // --out FILE` under mpirun/srun with as many ranks per node as a run uses.
 //
-// Benchmarks (each repeated for about `seconds` and timed by its median):
-//  - GEMM rate: the config's largest FFN product [T, d] x [d, f] (T tokens of
-//    one micro-batch), on one rank alone while the others sleep, and on every
-//    rank at once; their ratio tells how many ranks of a node the cores
-//    actually run at once (cores_per_node);
+// Benchmarks (each repeated for about `seconds`):
+//  - GEMM rate and core sharing: the config's largest FFN product, x [T, d]
+//    by a weight [f, d] as the model stores it (T tokens of one micro-batch), in rounds of rank 0
+//    alone (the others sleep) and every rank of node 0 at once, medians over the rounds.
+//    cores_per_node is the node's physical cores (the distinct cores of the
+//    affinity mask); when the ranks outnumber them, the ratio of the rates
+//    gives time_slice_efficiency, and rounds with as many ranks working as
+//    there are cores, the others once asleep and once waiting for a message,
+//    give wait_core_share;
 //  - attention rate: causal forward and backward of one micro-batch's
 //    sequence with the config's heads, FLOPs counted as the cost model does;
 //  - memory-bound rate: residual adds over one micro-batch's hidden states;
+//  - the model: one micro-batch's forward and backward on one rank at two
+//    micro-batch sizes (efficiency and a fixed cost per layer), and the
+//    update per parameter;
 //  - point to point: ping-pong between world ranks 0 and 1 (same node: the
 //    nvlink and node classes) and between rank 0 and the first rank of
 //    another node when there is one (network class; else copied from node).

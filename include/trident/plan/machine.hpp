@@ -6,7 +6,7 @@
 // `trident plan --calibrate`); share/trident/planner.md lists its keys. Rates
 // are per device running alone; a CPU node whose ranks outnumber its cores
 // (cores_per_node > 0) shares the cores, which slows every rank by
-// ranks_per_node / cores_per_node.
+// ranks_per_node / (cores_per_node x time_slice_efficiency).
 #pragma once
 #include <string>
 
@@ -26,9 +26,16 @@ struct Link {
 
 struct MachineProfile {
   std::string name;
-  std::string source;          // where the figures come from (published, calibrated on ...)
-  double memory_bytes = 0;     // per device; the default limit of --memory-gb
-  int cores_per_node = 0;      // 0: one device per rank, never oversubscribed
+  std::string source;       // where the figures come from (published, calibrated on ...)
+  double memory_bytes = 0;  // per device; the default limit of --memory-gb
+  int cores_per_node = 0;   // 0: one device per rank, never oversubscribed
+  // Share of a core that a rank waiting for a message still takes when the
+  // ranks outnumber the cores (its waits poll between short sleeps);
+  // calibration measures it. 0: waiting is free.
+  double wait_core_share = 0;
+  // Share of their rate the cores keep when more ranks than cores take turns
+  // on them (each switch refills caches); calibration measures it. 1: none lost.
+  double time_slice_efficiency = 1;
   double gemm_flops = 0;       // dense matrix products, FLOP/s
   double attention_flops = 0;  // attention core (QK^T, softmax, PV), FLOP/s
   double memory_Bps = 0;       // memory-bound ops, bytes read + written per second
@@ -51,7 +58,8 @@ struct MachineProfile {
   double calibrated_tokens = 0;
 
   const Link& link(LinkClass c) const;
-  // How much slower each rank runs when ranks_per_node ranks share the cores.
+  // How much slower each rank runs when ranks_per_node ranks, all with work,
+  // share the cores.
   double oversubscription(int ranks_per_node) const;
 };
 

@@ -38,6 +38,9 @@ struct Prediction {
   double t_f = 0, t_b = 0, t_w = 0;  // seconds per action of the slowest virtual stage
   double pp_latency_s = 0;           // stage-to-stage hand-over
   int peak_inflight = 0;             // most caches alive on one rank
+  // Routed rows of the busiest EP rank over the mean (the expected maximum
+  // under uniform random routing; 1 without MoE or with ep = 1)
+  double moe_imbalance = 1;
   TimeSplit split;
   MemoryEstimate memory;  // of the rank that needs the most
   int memory_pp_rank = 0;
@@ -59,6 +62,7 @@ struct ActionTimes {
   double after_pipeline = 0;           // dp reduction + agreements + optimizer + overhead
   double dp = 0;
   double sharing = 1;  // ranks per core (>= 1), see MachineProfile::oversubscription
+  double moe_imbalance = 1;  // busiest EP rank's routed rows over the mean
   int microbatches = 1, vpp = 1;
   std::vector<StageTimes> stages;  // per virtual stage, at a rank's own rate
   CoreSharing cores;               // which ranks share a node's cores

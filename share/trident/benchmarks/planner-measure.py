@@ -122,7 +122,8 @@ def main() -> int:
         f.write(MODEL)
     machine = a.machine or f"{a.out}/machine.toml"
     if not a.machine:
-        print(sh(MPIRUN + ["-np", str(a.calibrate_ranks), a.bin, "plan", cfg, "--calibrate", "--out", machine]))
+        print(sh(MPIRUN + ["-np", str(a.calibrate_ranks), a.bin, "plan", cfg, "--calibrate", "--out", machine]),
+              flush=True)
     load_before = os.getloadavg()
     # the search's first choice for the 4-rank meshes (same global batch) is measured with them
     big = 4
@@ -169,6 +170,15 @@ def main() -> int:
     print(f"{big} ranks: the search's first choice {chosen['name']} measured {chosen['meas_step_s']:.3f} s; "
           f"measured fastest {fastest['name']} {fastest['meas_step_s']:.3f} s "
           f"({100 * (chosen['meas_step_s'] / fastest['meas_step_s'] - 1):.1f}% slower)")
+    # the ranking the predictions give the measured meshes themselves
+    listed = [r for r in same if not r.get("search_first")]
+    ranked = sorted(listed, key=lambda r: r["pred_step_s"])
+    fastest_listed = min(listed, key=lambda r: r["meas_step_s"])
+    print(f"{big} ranks, the listed meshes by prediction: "
+          + ", ".join(f"{r['name']} {r['pred_step_s']:.3f}/{r['meas_step_s']:.3f}" for r in ranked))
+    print(f"  predicted fastest {ranked[0]['name']} measured {ranked[0]['meas_step_s']:.3f} s, measured fastest "
+          f"{fastest_listed['name']} {fastest_listed['meas_step_s']:.3f} s "
+          f"({100 * (ranked[0]['meas_step_s'] / fastest_listed['meas_step_s'] - 1):.1f}% slower)")
     with open(f"{a.out}/results.json", "w") as f:
         json.dump({"load_before": load_before, "load_after": load_after, "results": results}, f, indent=1)
     return 0

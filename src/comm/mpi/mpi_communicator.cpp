@@ -145,6 +145,71 @@ std::vector<int> to_int(const int64_t* v, size_t p, const std::string& where, co
   return out;
 }
 
+// ---- posting: one non-blocking MPI call per operation ----
+
+std::unique_ptr<PendingOp> post_isend(MPI_Comm comm, const CommOp& op) {
+  auto req = std::make_unique<MpiRequest>(false);
+  ByteSpan span(op.bytes);
+  MPI_CHECK(MPI_Isend(op.in, span.count(), span.type(), op.peer, op.tag, comm, req->handle()));
+  return req;
+}
+
+std::unique_ptr<PendingOp> post_irecv(MPI_Comm comm, const CommOp& op) {
+  auto req = std::make_unique<MpiRequest>(true);
+  ByteSpan span(op.bytes);
+  MPI_CHECK(MPI_Irecv(op.out, span.count(), span.type(), op.peer, op.tag, comm, req->handle()));
+  return req;
+}
+
+std::unique_ptr<PendingOp> post_iallreduce(MPI_Comm comm, const CommOp& op) {
+  auto req = std::make_unique<MpiRequest>(false);
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, op.out, int(op.count), mpi_type(op.type),
+                           mpi_op(op.reduce), comm, req->handle()));
+  return req;
+}
+
+std::unique_ptr<PendingOp> post_ibcast(MPI_Comm comm, const CommOp& op) {
+  auto req = std::make_unique<MpiRequest>(false);
+  ByteSpan span(op.bytes);
+  MPI_CHECK(MPI_Ibcast(op.out, span.count(), span.type(), op.peer, comm, req->handle()));
+  return req;
+}
+
+std::unique_ptr<PendingOp> post_iallgather(MPI_Comm comm, const CommOp& op) {
+  auto req = std::make_unique<MpiRequest>(false);
+  ByteSpan span(op.bytes);
+  MPI_CHECK(MPI_Iallgather(op.in, span.count(), span.type(), op.out, span.count(), span.type(),
+                           comm, req->handle()));
+  return req;
+}
+
+// p: the group's size; where: the start of an error message.
+std::unique_ptr<PendingOp> post_ialltoallv(MPI_Comm comm, size_t p, const std::string& where,
+                                           const CommOp& op) {
+  TRIDENT_CHECK(op.elem_bytes <= kMaxCount,
+                where + "bad element size " + std::to_string(op.elem_bytes));
+  // Counts are in elements of a contiguous type of elem_bytes, so the int
+  // limit applies to elements (2^31 per peer), not to bytes.
+  const auto sc = to_int(op.send_counts, p, where, "send_counts");
+  const auto sd = to_int(op.send_displs, p, where, "send_displs");
+  const auto rc = to_int(op.recv_counts, p, where, "recv_counts");
+  const auto rd = to_int(op.recv_displs, p, where, "recv_displs");
+  MPI_Datatype elem;
+  MPI_CHECK(MPI_Type_contiguous(int(op.elem_bytes), MPI_BYTE, &elem));
+  MPI_CHECK(MPI_Type_commit(&elem));
+  auto req = std::make_unique<MpiRequest>(false);
+  MPI_CHECK(MPI_Ialltoallv(op.in, sc.data(), sd.data(), elem, op.out, rc.data(), rd.data(), elem,
+                           comm, req->handle()));
+  MPI_Type_free(&elem);
+  return req;
+}
+
+std::unique_ptr<PendingOp> post_ibarrier(MPI_Comm comm) {
+  auto req = std::make_unique<MpiRequest>(false);
+  MPI_CHECK(MPI_Ibarrier(comm, req->handle()));
+  return req;
+}
+
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, CommKind kind, std::string name, double timeout_s,
@@ -190,73 +255,26 @@ std::unique_ptr<Communicator> MpiCommunicator::split_node(CommKind kind, std::st
 
 // ---- posting ----
 
-std::unique_ptr<PendingOp> MpiCommunicator::post_send(const void* buf, size_t bytes, int peer,
-                                                      int tag) {
-  auto op = std::make_unique<MpiRequest>(false);
-  ByteSpan span(bytes);
-  MPI_CHECK(MPI_Isend(buf, span.count(), span.type(), peer, tag, comm_, op->handle()));
-  return op;
-}
-
-std::unique_ptr<PendingOp> MpiCommunicator::post_recv(void* buf, size_t bytes, int peer, int tag) {
-  auto op = std::make_unique<MpiRequest>(true);
-  ByteSpan span(bytes);
-  MPI_CHECK(MPI_Irecv(buf, span.count(), span.type(), peer, tag, comm_, op->handle()));
-  return op;
-}
-
 size_t MpiCommunicator::max_elements_per_reduction() const { return kMaxCount; }
 
-std::unique_ptr<PendingOp> MpiCommunicator::post_allreduce(void* data, size_t n, ElemType type,
-                                                           ReduceOp op) {
-  auto req = std::make_unique<MpiRequest>(false);
-  MPI_CHECK(
-      MPI_Iallreduce(MPI_IN_PLACE, data, int(n), mpi_type(type), mpi_op(op), comm_, req->handle()));
-  return req;
-}
-
-std::unique_ptr<PendingOp> MpiCommunicator::post_broadcast(void* data, size_t bytes, int root) {
-  auto req = std::make_unique<MpiRequest>(false);
-  ByteSpan span(bytes);
-  MPI_CHECK(MPI_Ibcast(data, span.count(), span.type(), root, comm_, req->handle()));
-  return req;
-}
-
-std::unique_ptr<PendingOp> MpiCommunicator::post_allgather(const void* in, void* out,
-                                                           size_t bytes) {
-  auto req = std::make_unique<MpiRequest>(false);
-  ByteSpan span(bytes);
-  MPI_CHECK(MPI_Iallgather(in, span.count(), span.type(), out, span.count(), span.type(), comm_,
-                           req->handle()));
-  return req;
-}
-
-std::unique_ptr<PendingOp> MpiCommunicator::post_alltoallv(
-    const void* send, const int64_t* send_counts, const int64_t* send_displs, void* recv,
-    const int64_t* recv_counts, const int64_t* recv_displs, size_t elem_bytes) {
-  const std::string where = "alltoallv on " + name() + ": ";
-  TRIDENT_CHECK(elem_bytes <= kMaxCount, where + "bad element size " + std::to_string(elem_bytes));
-  // Counts are in elements of a contiguous type of elem_bytes, so the int
-  // limit applies to elements (2^31 per peer), not to bytes.
-  const size_t p = size_t(size());
-  const auto sc = to_int(send_counts, p, where, "send_counts");
-  const auto sd = to_int(send_displs, p, where, "send_displs");
-  const auto rc = to_int(recv_counts, p, where, "recv_counts");
-  const auto rd = to_int(recv_displs, p, where, "recv_displs");
-  MPI_Datatype elem;
-  MPI_CHECK(MPI_Type_contiguous(int(elem_bytes), MPI_BYTE, &elem));
-  MPI_CHECK(MPI_Type_commit(&elem));
-  auto req = std::make_unique<MpiRequest>(false);
-  MPI_CHECK(MPI_Ialltoallv(send, sc.data(), sd.data(), elem, recv, rc.data(), rd.data(), elem,
-                           comm_, req->handle()));
-  MPI_Type_free(&elem);
-  return req;
-}
-
-std::unique_ptr<PendingOp> MpiCommunicator::post_barrier() {
-  auto req = std::make_unique<MpiRequest>(false);
-  MPI_CHECK(MPI_Ibarrier(comm_, req->handle()));
-  return req;
+std::unique_ptr<PendingOp> MpiCommunicator::post(const CommOp& op) {
+  switch (op.kind) {
+    case CommOp::Kind::send:
+      return post_isend(comm_, op);
+    case CommOp::Kind::recv:
+      return post_irecv(comm_, op);
+    case CommOp::Kind::allreduce:
+      return post_iallreduce(comm_, op);
+    case CommOp::Kind::broadcast:
+      return post_ibcast(comm_, op);
+    case CommOp::Kind::allgather:
+      return post_iallgather(comm_, op);
+    case CommOp::Kind::alltoallv:
+      return post_ialltoallv(comm_, size_t(size()), "alltoallv on " + name() + ": ", op);
+    case CommOp::Kind::barrier:
+      return post_ibarrier(comm_);
+  }
+  throw Error("MpiCommunicator: unknown operation kind " + std::to_string(int(op.kind)));
 }
 
 MpiHandles mpi_handles(const Communicator& c) {

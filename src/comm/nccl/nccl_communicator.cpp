@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "trident/comm/p2p_plan.hpp"
 #include "trident/core/error.hpp"
@@ -60,6 +61,41 @@ bool on_device(const void* ptr) {
     return false;
   }
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+// Whether op goes to NCCL: its buffers are on the device (an all-to-all-v
+// when either side is).
+bool on_device(const CommOp& op) {
+  switch (op.kind) {
+    case CommOp::Kind::send:
+      return on_device(op.in);
+    case CommOp::Kind::alltoallv:
+      return on_device(op.out) || on_device(op.in);
+    default:
+      return on_device(op.out);
+  }
+}
+
+// The one NCCL call of a send, receive or collective, enqueued on stream s;
+// returns NCCL's result and the call's name.
+std::pair<int, const char*> enqueue(const CommOp& op, ncclComm_t comm, cudaStream_t s) {
+  switch (op.kind) {
+    case CommOp::Kind::send:
+      return {ncclSend(op.in, op.bytes, ncclUint8, op.peer, comm, s), "ncclSend"};
+    case CommOp::Kind::recv:
+      return {ncclRecv(op.out, op.bytes, ncclUint8, op.peer, comm, s), "ncclRecv"};
+    case CommOp::Kind::allreduce:
+      return {
+          ncclAllReduce(op.out, op.out, op.count, nccl_type(op.type), nccl_op(op.reduce), comm, s),
+          "ncclAllReduce"};
+    case CommOp::Kind::broadcast:
+      return {ncclBroadcast(op.out, op.out, op.bytes, ncclUint8, op.peer, comm, s),
+              "ncclBroadcast"};
+    case CommOp::Kind::allgather:
+      return {ncclAllGather(op.in, op.out, op.bytes, ncclUint8, comm, s), "ncclAllGather"};
+    default:
+      throw Error("NCCL: no single call posts operation kind " + std::to_string(int(op.kind)));
+  }
 }
 
 // The completion of the operations enqueued before the event, plus NCCL's
@@ -263,72 +299,35 @@ std::unique_ptr<PendingOp> NcclCommunicator::completion() {
   return std::make_unique<CudaEventOp>(ev, h_->comm);
 }
 
-std::unique_ptr<PendingOp> NcclCommunicator::post_send(const void* buf, size_t bytes, int peer,
-                                                       int tag) {
-  Communicator& h = *host_;
-  if (bytes > 0 && !on_device(buf)) return h.post_send(buf, bytes, peer, tag);
-  if (bytes == 0) return std::make_unique<DoneOp>();
-  if (!h_->group) follow_compute();
-  settle(ncclSend(buf, bytes, ncclUint8, peer, h_->comm, static_cast<cudaStream_t>(stream_)),
-         "ncclSend");
-  return h_->group ? in_group() : completion();
-}
-
-std::unique_ptr<PendingOp> NcclCommunicator::post_recv(void* buf, size_t bytes, int peer, int tag) {
-  Communicator& h = *host_;
-  if (bytes > 0 && !on_device(buf)) return h.post_recv(buf, bytes, peer, tag);
-  if (bytes == 0) return std::make_unique<DoneOp>();
-  if (!h_->group) follow_compute();
-  settle(ncclRecv(buf, bytes, ncclUint8, peer, h_->comm, static_cast<cudaStream_t>(stream_)),
-         "ncclRecv");
-  return h_->group ? in_group() : completion();
-}
-
 size_t NcclCommunicator::max_elements_per_reduction() const { return SIZE_MAX; }
 
-std::unique_ptr<PendingOp> NcclCommunicator::post_allreduce(void* data, size_t n, ElemType type,
-                                                            ReduceOp op) {
-  Communicator& h = *host_;
-  if (!on_device(data)) return h.post_allreduce(data, n, type, op);
-  follow_compute();
-  settle(ncclAllReduce(data, data, n, nccl_type(type), nccl_op(op), h_->comm,
-                       static_cast<cudaStream_t>(stream_)),
-         "ncclAllReduce");
-  return completion();
+std::unique_ptr<PendingOp> NcclCommunicator::post(const CommOp& op) {
+  using Kind = CommOp::Kind;
+  if (op.kind == Kind::barrier) {
+    // A barrier orders hosts; the device work posted before it completes
+    // first (polled with the deadline), so nothing is in flight behind it.
+    Communicator& h = *host_;
+    return std::make_unique<Sequence>(completion(),
+                                      [&h] { return h.post({.kind = Kind::barrier}); });
+  }
+  const bool p2p = op.kind == Kind::send || op.kind == Kind::recv;
+  if (p2p && op.bytes == 0) return std::make_unique<DoneOp>();
+  if (!on_device(op)) return host_->post(op);
+  if (op.kind == Kind::alltoallv) return post_alltoallv(op);
+  // A send or receive inside a group follows the compute stream once, at begin_group().
+  const bool grouped = p2p && h_->group;
+  if (!grouped) follow_compute();
+  const auto [rc, call] = enqueue(op, h_->comm, static_cast<cudaStream_t>(stream_));
+  settle(rc, call);
+  return grouped ? in_group() : completion();
 }
 
-std::unique_ptr<PendingOp> NcclCommunicator::post_broadcast(void* data, size_t bytes, int root) {
-  Communicator& h = *host_;
-  if (!on_device(data)) return h.post_broadcast(data, bytes, root);
-  follow_compute();
-  settle(ncclBroadcast(data, data, bytes, ncclUint8, root, h_->comm,
-                       static_cast<cudaStream_t>(stream_)),
-         "ncclBroadcast");
-  return completion();
-}
-
-std::unique_ptr<PendingOp> NcclCommunicator::post_allgather(const void* in, void* out,
-                                                            size_t bytes) {
-  Communicator& h = *host_;
-  if (!on_device(out)) return h.post_allgather(in, out, bytes);
-  follow_compute();
-  settle(ncclAllGather(in, out, bytes, ncclUint8, h_->comm, static_cast<cudaStream_t>(stream_)),
-         "ncclAllGather");
-  return completion();
-}
-
-std::unique_ptr<PendingOp> NcclCommunicator::post_alltoallv(
-    const void* send, const int64_t* send_counts, const int64_t* send_displs, void* recv,
-    const int64_t* recv_counts, const int64_t* recv_displs, size_t elem_bytes) {
-  Communicator& h = *host_;
-  if (!on_device(recv) && !on_device(send))
-    return h.post_alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs,
-                            elem_bytes);
-  const AlltoallvPlan plan = alltoallv_plan(rank(), size(), send_counts, send_displs, recv_counts,
-                                            recv_displs, elem_bytes);
+std::unique_ptr<PendingOp> NcclCommunicator::post_alltoallv(const CommOp& op) {
+  const AlltoallvPlan plan = alltoallv_plan(rank(), size(), op.send_counts, op.send_displs,
+                                            op.recv_counts, op.recv_displs, op.elem_bytes);
   auto s = static_cast<cudaStream_t>(stream_);
-  const auto* src = static_cast<const char*>(send);
-  auto* dst = static_cast<char*>(recv);
+  const auto* src = static_cast<const char*>(op.in);
+  auto* dst = static_cast<char*>(op.out);
   follow_compute();
   if (plan.self_copy)
     CUDA_CHECK(cudaMemcpyAsync(dst + plan.self_recv_offset, src + plan.self_send_offset,
@@ -340,13 +339,6 @@ std::unique_ptr<PendingOp> NcclCommunicator::post_alltoallv(
     settle(ncclRecv(dst + t.offset, t.bytes, ncclUint8, t.peer, h_->comm, s), "ncclRecv");
   settle(ncclGroupEnd(), "ncclGroupEnd");
   return completion();
-}
-
-std::unique_ptr<PendingOp> NcclCommunicator::post_barrier() {
-  // A barrier orders hosts; the device work posted before it completes
-  // first (polled with the deadline), so nothing is in flight behind it.
-  Communicator& h = *host_;
-  return std::make_unique<Sequence>(completion(), [&h] { return h.post_barrier(); });
 }
 
 void NcclCommunicator::on_timeout() {

@@ -230,13 +230,10 @@ void for_each_pair(const std::vector<TokenRun>& key_runs, const std::vector<Toke
 
 }  // namespace
 
-void RingAttention::ensure(Tensor& t, size_t n) const {
-  if (size_t(t.numel()) != n) t = kernels::empty(ctx_, {int64_t(n)});
-}
-
 void RingAttention::load_kv(const float* k, const float* v, size_t nkv) {
-  ensure(buf_.cur, 2 * nkv);
-  ensure(buf_.nxt, comm_ ? 2 * nkv : 0);
+  block_floats_ = 2 * int64_t(nkv);
+  kernels::reserve(ctx_, buf_.cur, block_floats_);
+  if (comm_) kernels::reserve(ctx_, buf_.nxt, block_floats_);
   kernels::copy(ctx_, buf_.cur.ptr(), k, int64_t(nkv));
   kernels::copy(ctx_, buf_.cur.ptr() + nkv, v, int64_t(nkv));
 }
@@ -248,10 +245,10 @@ RingAttention::KvTransfer RingAttention::post_kv(int step) {
   // One group: a device backend (NCCL) must post a rank's send and receive
   // together, or every rank's send waits for a receive that is queued behind it.
   comm_->begin_group();
-  t.recv = comm_->irecv(buf_.nxt.ptr(), buf_.nxt.bytes(), prev, kTagKv);
-  t.send = comm_->isend(buf_.cur.ptr(), buf_.cur.bytes(), next, kTagKv);
+  t.recv = comm_->irecv(buf_.nxt.ptr(), block_bytes(), prev, kTagKv);
+  t.send = comm_->isend(buf_.cur.ptr(), block_bytes(), next, kTagKv);
   comm_->end_group();
-  count("ring.bytes_sent", double(buf_.cur.bytes()));
+  count("ring.bytes_sent", double(block_bytes()));
   return t;
 }
 
@@ -310,17 +307,17 @@ void RingAttention::pass_dkv(int step, Request& dkv_send, Request& dkv_recv) {
     timed_wait(dkv_send);  // the previous one has left: its buffer is free
     {
       ComputeSpan span(sink_, "ring.backward", step);
-      kernels::add_inplace(ctx_, arriving.ptr(), partial.ptr(), arriving.numel());
+      kernels::add_inplace(ctx_, arriving.ptr(), partial.ptr(), block_floats_);
     }
     std::swap(sending, arriving);
   }
   // After the last step this receive brings back this rank's own block.
   const int next = (cp_rank_ + 1) % cp_size_, prev = (cp_rank_ - 1 + cp_size_) % cp_size_;
   comm_->begin_group();  // as in post_kv
-  dkv_recv = comm_->irecv(arriving.ptr(), arriving.bytes(), prev, kTagDkv);
-  dkv_send = comm_->isend(sending.ptr(), sending.bytes(), next, kTagDkv);
+  dkv_recv = comm_->irecv(arriving.ptr(), block_bytes(), prev, kTagDkv);
+  dkv_send = comm_->isend(sending.ptr(), block_bytes(), next, kTagDkv);
   comm_->end_group();
-  count("ring.bytes_sent", double(sending.bytes()));
+  count("ring.bytes_sent", double(block_bytes()));
 }
 
 void RingAttention::backward(const float* q, const float* k, const float* v, const float* out,
@@ -332,9 +329,11 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
   // [dK | dV]: the partial of the current step, the accumulator being sent
   // on, and the one arriving.
   Tensor& partial = buf_.partial;
-  ensure(partial, 2 * nkv);
-  ensure(buf_.sending, comm_ ? 2 * nkv : 0);
-  ensure(buf_.arriving, comm_ ? 2 * nkv : 0);
+  kernels::reserve(ctx_, partial, block_floats_);
+  if (comm_) {
+    kernels::reserve(ctx_, buf_.sending, block_floats_);
+    kernels::reserve(ctx_, buf_.arriving, block_floats_);
+  }
   kernels::fill(ctx_, dq, int64_t(nq), 0.0f);
   kernels::AttnShape probe{T, T, H, Hkv, D, 1.0f, causal_, 0, 0};
   note_workspace(buf_.cur.bytes() + buf_.nxt.bytes() + partial.bytes() + buf_.sending.bytes() +
@@ -345,7 +344,7 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
     KvTransfer kv = post_kv(step);
     {
       ComputeSpan span(sink_, "ring.backward", step);
-      kernels::fill(ctx_, partial.ptr(), partial.numel(), 0.0f);
+      kernels::fill(ctx_, partial.ptr(), block_floats_, 0.0f);
       const float* cur = buf_.cur.ptr();
       for_each_pair(
           runs_[source_rank(step)], runs_[cp_rank_], H, Hkv, D, causal_,

@@ -134,17 +134,16 @@ void MoELayer::forward(const float* x, int64_t T, const std::vector<int>& sample
                        int n_samples, float* y, Cache& c, MoEStats& stats,
                        const int64_t* token_index) {
   c.n_samples = n_samples;
-  c.x = kernels::empty(ctx_, {T, d_});
-  kernels::copy(ctx_, c.x.ptr(), x, T * d_);
-  Tensor logits = kernels::zeros(ctx_, {T, E_});
+  c.x = x;
+  Tensor logits = kernels::empty(ctx_, {T, E_});
   kernels::linear_forward(ctx_, x, router_w_.value.ptr(), T, d_, E_, logits.ptr());
   router_.route(ctx_, logits.ptr(), T, sample_of_token, n_samples, cp_, c.routing, token_index);
 
   c.plan = dispatcher_.plan(c.routing.expert.data(), T, k_);
   const int64_t R = c.plan.received();
   c.rows = dispatcher_.dispatch_forward(c.plan, x, d_);
-  c.gate = kernels::zeros(ctx_, {R, f_});
-  c.up = kernels::zeros(ctx_, {R, f_});
+  c.gate = kernels::empty(ctx_, {R, f_});
+  c.up = kernels::empty(ctx_, {R, f_});
   run_experts_forward(c, c.rows->out());
   dispatcher_.combine_forward(c.plan, *c.rows, c.routing.weight.data(), y, d_);
 
@@ -174,20 +173,20 @@ void MoELayer::backward(const float* dy, float* dx, Cache& c, float daux_scale) 
   const DispatchPlan& p = c.plan;
   const int64_t T = p.T, S = p.sent(), R = p.received();
   // Backward of the combine: w * dy to each copy's row, dy . row to its weight.
-  Tensor drows = kernels::zeros(ctx_, {S, d_});
-  Tensor dweight = kernels::zeros(ctx_, {T, k_});
+  Tensor drows = kernels::empty(ctx_, {S, d_});
+  Tensor dweight = kernels::empty(ctx_, {T, k_});
   dispatcher_.combine_backward(p, *c.rows, dy, c.routing.weight.data(), drows.ptr(), dweight.ptr(),
                                d_);
-  Tensor dout = kernels::zeros(ctx_, {R, d_});
+  Tensor dout = kernels::empty(ctx_, {R, d_});
   dispatcher_.dispatch_rows(p, drows.ptr(), dout.ptr(), d_);
-  Tensor din = kernels::zeros(ctx_, {R, d_});
+  Tensor din = kernels::empty(ctx_, {R, d_});
   run_experts_backward(c, dout.ptr(), din.ptr());
   // Backward of the dispatch: each token's copies summed back.
   dispatcher_.combine(p, din.ptr(), nullptr, dx, d_);
 
-  Tensor dlogits = kernels::zeros(ctx_, {T, E_});
+  Tensor dlogits = kernels::empty(ctx_, {T, E_});
   router_.backward(ctx_, c.routing, dweight.ptr(), daux_scale, dlogits.ptr());
-  kernels::linear_backward_weight(ctx_, dlogits.ptr(), c.x.ptr(), T, d_, E_, router_w_.grad.ptr());
+  kernels::linear_backward_weight(ctx_, dlogits.ptr(), c.x, T, d_, E_, router_w_.grad.ptr());
   kernels::linear_backward_input(ctx_, dlogits.ptr(), router_w_.value.ptr(), T, d_, E_, dx, 1.0f);
   c.rows.reset();  // after the backward's transfers: no peer reads these rows any more
 }

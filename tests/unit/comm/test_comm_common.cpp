@@ -44,21 +44,11 @@ class ScriptedComm final : public Communicator {
 
  protected:
   std::unique_ptr<PendingOp> op() { return std::make_unique<ScriptedOp>(polls_); }
-  std::unique_ptr<PendingOp> post_send(const void*, size_t, int, int) override { return op(); }
-  std::unique_ptr<PendingOp> post_recv(void*, size_t, int, int) override { return op(); }
-  std::unique_ptr<PendingOp> post_allreduce(void*, size_t n, ElemType, ReduceOp) override {
-    reduce_pieces.push_back(n);
+  std::unique_ptr<PendingOp> post(const CommOp& o) override {
+    if (o.kind == CommOp::Kind::allreduce) reduce_pieces.push_back(o.count);
+    if (o.kind == CommOp::Kind::alltoallv) last_elem_bytes = o.elem_bytes;
     return op();
   }
-  std::unique_ptr<PendingOp> post_broadcast(void*, size_t, int) override { return op(); }
-  std::unique_ptr<PendingOp> post_allgather(const void*, void*, size_t) override { return op(); }
-  std::unique_ptr<PendingOp> post_alltoallv(const void*, const int64_t*, const int64_t*, void*,
-                                            const int64_t*, const int64_t*,
-                                            size_t elem_bytes) override {
-    last_elem_bytes = elem_bytes;
-    return op();
-  }
-  std::unique_ptr<PendingOp> post_barrier() override { return op(); }
   size_t max_elements_per_reduction() const override { return 10; }
   void on_timeout() override { ++timeouts; }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `trident plan --calibrate` on 2 ranks of a small model: writes a profile
 # that `trident plan --machine` reads back, with positive rates, a measured
-# link, an efficiency, and no more cores than the machine has; without --out
+# link, an efficiency, no more cores than the machine has, shares of a core
+# within 0..1, and the sharing figures it measured in its source; without --out
 # it refuses with exit 2 and one line, and leaves no file.
 set -euo pipefail
 bin=${TRIDENT_BIN:?TRIDENT_BIN must point at the trident executable}
@@ -24,7 +25,11 @@ assert c["gemm_tflops"] > 0 and c["attention_tflops"] > 0 and c["memory_gb_per_s
 assert 0 < c["efficiency"] < 100, c
 link = m["link"]["node"]
 assert link["bandwidth_gb_per_s"] > 0 and link["latency_us"] > 0, link
-assert 0 <= m["machine"]["cores_per_node"] <= int(sys.argv[2]), m["machine"]
+mach = m["machine"]
+assert 0 <= mach["cores_per_node"] <= int(sys.argv[2]), mach
+assert 0 <= mach.get("wait_core_share", 0) <= 1, mach
+assert 0 < mach.get("time_slice_efficiency", 1) <= 1, mach
+assert "ranks ran at once" in mach["source"], mach
 print("calibrated profile: ok")
 PY
 "$bin" plan "$quick" --nodes 1 --devices-per-node 8 --machine "$tmp/m.toml" | grep -q "^prediction for" \

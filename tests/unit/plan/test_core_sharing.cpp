@@ -66,3 +66,39 @@ TEST_CASE("a pipeline that runs one rank at a time loses nothing to sharing") {
       simulate_shared_cores(lowered("1f1b", 4, 1), std::vector<StageTimes>(4, {1, 2, 0}), 0, pairs)
           .makespan == Approx(24));
 }
+
+TEST_CASE("waiting ranks take their share of the cores") {
+  // one micro-batch through 4 stages, one rank working at a time and the
+  // other three waiting (for their message, or done): each waiter counts as
+  // half a runnable rank, so the node's demand is 1 + 3 x 0.5 = 2.5
+  const pp::Schedule s = lowered("1f1b", 4, 1);
+  const std::vector<StageTimes> t(4, {1, 2, 0});
+  CoreSharing cs = one_node(4, 1);
+  cs.waiting_share = 0.5;
+  CHECK(simulate_shared_cores(s, t, 0, cs).makespan == Approx(12 / (1 / 2.5)));
+  cs.cores = 2;  // speed 2 / 2.5
+  CHECK(simulate_shared_cores(s, t, 0, cs).makespan == Approx(12 / 0.8));
+  cs.cores = 3;  // demand 2.5 fits 3 cores: nobody slows down
+  CHECK(simulate_shared_cores(s, t, 0, cs).makespan == Approx(12));
+  // ranks on another node do not count against this node's cores
+  CoreSharing apart{{0, 1, 2, 3}, {1, 1, 1, 1}, 1, 0.5};
+  CHECK(simulate_shared_cores(s, t, 0, apart).makespan == Approx(12));
+  cs.waiting_share = 1.5;
+  CHECK_THROWS(simulate_shared_cores(s, t, 0, cs));
+}
+
+TEST_CASE("ranks taking turns on the cores lose the time-slice share") {
+  // one stage standing for a dp group of 2 ranks on a node of one core, both
+  // always with work: all the work, 2 x 4 x (1 + 2) = 24, at the rate the
+  // core keeps while it switches between them
+  CoreSharing cs{{0}, {2}, 1};
+  cs.time_slice_efficiency = 0.8;
+  CHECK(simulate_shared_cores(lowered("1f1b", 1, 4), std::vector<StageTimes>(1, {1, 2, 0}), 0, cs)
+            .makespan == Approx(24 / 0.8));
+  // one micro-batch through 4 stages on 2 cores: one rank has work at a
+  // time, so nothing switches and nothing is lost
+  CoreSharing four = one_node(4, 2);
+  four.time_slice_efficiency = 0.8;
+  CHECK(simulate_shared_cores(lowered("1f1b", 4, 1), std::vector<StageTimes>(4, {1, 2, 0}), 0, four)
+            .makespan == Approx(12));
+}

@@ -66,12 +66,17 @@ TEST_CASE("a machine profile reads in SI units") {
   CHECK(m.node.latency_s == Approx(5e-6));
   CHECK(m.network.bandwidth_Bps == Approx(50e9));
   CHECK(m.step_overhead_s == Approx(250e-6));
-  CHECK(m.efficiency == 1.0);  // optional, default 1
+  CHECK(m.efficiency == 1.0);       // optional, default 1
+  CHECK(m.wait_core_share == 0.0);  // optional, default 0
   CHECK(parse_machine_text(
             replaced(kGood, "peak_tflops = 989", "peak_tflops = 989\nefficiency = 0.4"), "box.toml")
             .efficiency == Approx(0.4));
   CHECK(m.oversubscription(2) == 1.0);
   CHECK(m.oversubscription(8) == 4.0);
+  MachineProfile slicing = m;
+  slicing.time_slice_efficiency = 0.8;
+  CHECK(slicing.oversubscription(8) == Approx(8 / (2 * 0.8)));
+  CHECK(slicing.oversubscription(2) == 1.0);
   CHECK(m.link(LinkClass::network).latency_s == Approx(10e-6));
   CHECK(m.network.seconds(50e9, 2) == Approx(1 + 20e-6));
 }
@@ -80,9 +85,13 @@ TEST_CASE("a written profile reads back equal") {
   MachineProfile m = parse_machine_text(kGood, "box.toml");
   m.layer_overhead_s = 25e-6;
   m.optimizer_s_per_param = 3e-9;
+  m.wait_core_share = 0.07;
+  m.time_slice_efficiency = 0.96;
   const MachineProfile r = parse_machine_text(machine_to_toml(m), "again.toml");
   CHECK(r.layer_overhead_s == Approx(m.layer_overhead_s));
   CHECK(r.optimizer_s_per_param == Approx(m.optimizer_s_per_param));
+  CHECK(r.wait_core_share == Approx(0.07));
+  CHECK(r.time_slice_efficiency == Approx(0.96));
   CHECK(r.name == m.name);
   CHECK(r.cores_per_node == m.cores_per_node);
   CHECK(r.gemm_flops == Approx(m.gemm_flops));
@@ -119,6 +128,12 @@ TEST_CASE("bad machine files are refused with one line naming file, line and key
         "box.toml:10: compute.efficiency: must be a number > 0");
   CHECK(refusal(replaced(kGood, "cores_per_node = 2", "cores_per_node = 1.5")) ==
         "box.toml:5: machine.cores_per_node: must be an integer >= 0");
+  CHECK(
+      refusal(replaced(kGood, "cores_per_node = 2", "cores_per_node = 2\nwait_core_share = 1.5")) ==
+      "box.toml:6: machine.wait_core_share: must be a number from 0 to 1");
+  CHECK(refusal(replaced(kGood, "cores_per_node = 2",
+                         "cores_per_node = 2\ntime_slice_efficiency = 0")) ==
+        "box.toml:6: machine.time_slice_efficiency: must be a number > 0 and <= 1");
   CHECK(refusal(replaced(kGood, "name = \"test box\"\n", "")) == "box.toml: machine.name: missing");
   const std::string syntax = refusal(replaced(kGood, "[compute]", "[compute"));
   INFO(syntax);

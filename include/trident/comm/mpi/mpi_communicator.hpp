@@ -36,17 +36,7 @@ class MpiCommunicator final : public Communicator {
                                              double timeout_s);
 
  protected:
-  std::unique_ptr<PendingOp> post_send(const void* buf, size_t bytes, int peer, int tag) override;
-  std::unique_ptr<PendingOp> post_recv(void* buf, size_t bytes, int peer, int tag) override;
-  std::unique_ptr<PendingOp> post_allreduce(void* data, size_t n, ElemType type,
-                                            ReduceOp op) override;
-  std::unique_ptr<PendingOp> post_broadcast(void* data, size_t bytes, int root) override;
-  std::unique_ptr<PendingOp> post_allgather(const void* in, void* out, size_t bytes) override;
-  std::unique_ptr<PendingOp> post_alltoallv(const void* send, const int64_t* send_counts,
-                                            const int64_t* send_displs, void* recv,
-                                            const int64_t* recv_counts, const int64_t* recv_displs,
-                                            size_t elem_bytes) override;
-  std::unique_ptr<PendingOp> post_barrier() override;
+  std::unique_ptr<PendingOp> post(const CommOp& op) override;
   size_t max_elements_per_reduction() const override;
 
  private:

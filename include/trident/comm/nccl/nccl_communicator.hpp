@@ -58,17 +58,8 @@ class NcclCommunicator final : public Communicator {
   void* stream() const { return stream_; }
 
  protected:
-  std::unique_ptr<PendingOp> post_send(const void* buf, size_t bytes, int peer, int tag) override;
-  std::unique_ptr<PendingOp> post_recv(void* buf, size_t bytes, int peer, int tag) override;
-  std::unique_ptr<PendingOp> post_allreduce(void* data, size_t n, ElemType type,
-                                            ReduceOp op) override;
-  std::unique_ptr<PendingOp> post_broadcast(void* data, size_t bytes, int root) override;
-  std::unique_ptr<PendingOp> post_allgather(const void* in, void* out, size_t bytes) override;
-  std::unique_ptr<PendingOp> post_alltoallv(const void* send, const int64_t* send_counts,
-                                            const int64_t* send_displs, void* recv,
-                                            const int64_t* recv_counts, const int64_t* recv_displs,
-                                            size_t elem_bytes) override;
-  std::unique_ptr<PendingOp> post_barrier() override;
+  // Host buffers go to the host group; device buffers to NCCL.
+  std::unique_ptr<PendingOp> post(const CommOp& op) override;
   size_t max_elements_per_reduction() const override;
   void on_timeout() override;
 
@@ -84,6 +75,8 @@ class NcclCommunicator final : public Communicator {
   // A send or receive posted inside a group: its completion is known at
   // end_group(), once the group has been enqueued.
   std::unique_ptr<PendingOp> in_group();
+  // NCCL has no all-to-all-v: grouped sends and receives (p2p_plan.hpp).
+  std::unique_ptr<PendingOp> post_alltoallv(const CommOp& op);
 
   std::unique_ptr<Communicator> host_;
   std::unique_ptr<Handles> h_;

@@ -119,12 +119,13 @@ class RingAttention {
   kernels::Ctx ctx_;
   // K/V blocks in flight and dK/dV accumulators, kept between calls (every
   // call of one ring has the same sizes) so that a step allocates nothing.
-  // They come from ctx's allocator (device memory on a GPU).
+  // They come from ctx's allocator (device memory on a GPU) and grow only
+  // (kernels::reserve): a call uses the first block_floats_ of each.
   struct Buffers {
     Tensor cur, nxt, partial, sending, arriving;
   } buf_;
-  // t holds n floats afterwards (reallocated only when the size changes).
-  void ensure(Tensor& t, size_t n) const;
+  int64_t block_floats_ = 0;  // one [K | V] (or [dK | dV]) block of this call
+  size_t block_bytes() const { return size_t(block_floats_) * sizeof(float); }
   Communicator* comm_;
   Layout layout_;
   bool causal_;

@@ -71,7 +71,9 @@ class MoELayer {
 
   struct Cache {
     int n_samples = 0;
-    Tensor x;         // [T, d]
+    // [T, d]: forward's input, not copied (as the dense FFN keeps its own);
+    // the caller keeps it alive and unchanged until backward.
+    const float* x = nullptr;
     Routing routing;  // routing.logits: router_logits [T, E] for activation capture
     DispatchPlan plan;
     std::unique_ptr<ForwardRows> rows;  // expert side: inputs and outputs [R, d] each
@@ -79,7 +81,8 @@ class MoELayer {
     const std::vector<float>& router_logits() const { return routing.logits; }
   };
 
-  // x, y: [T, d]; sample_of_token [T] in [0, n_samples). y is overwritten
+  // x, y: [T, d]; sample_of_token [T] in [0, n_samples). The cache refers to
+  // x until backward (see Cache::x). y is overwritten
   // with the expert mixture. token_index [T]: each token's index in the
   // micro-batch that the cp group shares, as one rank holds it (see
   // Router::route); nullptr: t.

@@ -9,7 +9,11 @@ the median step time and tokens/s over the steps after the first `skip`
 largest peak memory over ranks (the allocator's peak where the run recorded
 one, compared with the predicted bytes the allocator holds; else the peak
 resident set, compared with the predicted total; the field is named in the
-output).
+output). With ep > 1, the routing imbalance the prediction assumed (the
+busiest EP rank's routed rows over the mean) next to the run's: from
+/metrics/expert_tokens, each EP rank holding a contiguous block of experts,
+the mean over the steps used and the MoE layers (the loads are summed over
+the data-parallel replicas, which evens them out a little).
 """
 from __future__ import annotations
 
@@ -68,6 +72,17 @@ def measured_memory(rf: RunFile) -> tuple[float, str]:
     return float("nan"), "none"
 
 
+def measured_imbalance(rf: RunFile, ep: int, skip: int) -> float:
+    """Busiest EP rank's routed rows over the mean, averaged over steps and MoE layers."""
+    et = rf.expert_tokens()
+    if et is None or ep <= 1 or et.shape[0] <= skip or et.shape[2] % ep:
+        return float("nan")
+    per_rank = et[skip:].reshape(et.shape[0] - skip, et.shape[1], ep, et.shape[2] // ep).sum(axis=3)
+    mean = per_rank.mean(axis=2)
+    ok = mean > 0
+    return float(np.mean(per_rank.max(axis=2)[ok] / mean[ok])) if ok.any() else float("nan")
+
+
 def compare(rf: RunFile, prediction_path: str | None = None, skip: int = 1) -> dict:
     p = load_prediction(rf, prediction_path)
     steps = rf.steps()
@@ -85,6 +100,8 @@ def compare(rf: RunFile, prediction_path: str | None = None, skip: int = 1) -> d
     # allocator (predictions before that split carry the total only).
     in_allocator = field in ("peak_alloc_bytes", "peak_device_bytes") and "allocator" in pm
     rows.append(Row("peak_memory_bytes", pm["allocator"] if in_allocator else pm["total"], mem))
+    if p.get("ep", 1) > 1 and "moe_imbalance" in p:
+        rows.append(Row("moe_imbalance", p["moe_imbalance"], measured_imbalance(rf, p["ep"], skip)))
     split = summary.summarize(rf).get("time_split", {})
     step = p["step_time_s"]
     pred_split = {k: v / step for k, v in p.get("time_split_s", {}).items()}
