@@ -104,10 +104,13 @@ def run_until_stop(args, env, marker, timeout=120):
 
 
 def ranks_mode():
-    # 1. rank 2 stops itself (SIGSTOP) at step 3: its peers' waits time out
+    # 1. rank 2 stops itself (SIGSTOP) at step 3: its peers' waits time out.
+    #    The run file's name tells this job's ranks from any other's on the
+    #    machine (another checkout may run this test at the same time).
+    marker = "stop-%d.h5" % os.getpid()
     rc, out, err, after_stop = run_until_stop(
-        ["--output", "stop.h5", "--set", "output.checkpoint_dir=ck_stop"],
-        {"TRIDENT_TEST_RANK": "2", "TRIDENT_TEST_STOP_AT_STEP": "3"}, "stop.h5")
+        ["--output", marker, "--set", "output.checkpoint_dir=ck_stop"],
+        {"TRIDENT_TEST_RANK": "2", "TRIDENT_TEST_STOP_AT_STEP": "3"}, marker)
     check(rc == 1, "SIGSTOPped rank: exit 1 (rc=%d)" % rc)
     line = one_error_line(err, "SIGSTOPped rank")
     # The rank that reports is one whose deadline passed first: it names the
@@ -121,7 +124,7 @@ def ranks_mode():
     check(after_stop is not None and after_stop < TIMEOUT_S + 8,
           "SIGSTOPped rank: the job ended %s s after a rank stopped (deadline %d s)"
           % ("%.1f" % after_stop if after_stop is not None else "?", TIMEOUT_S))
-    left = subprocess.run(["pgrep", "-f", "stop.h5"], stdout=subprocess.PIPE, text=True).stdout
+    left = subprocess.run(["pgrep", "-f", marker], stdout=subprocess.PIPE, text=True).stdout
     check(not left.strip(), "SIGSTOPped rank: no rank left running: %s" % left.split())
 
     # 2. a full run for checkpoints, then one tensor damaged that only the
