@@ -114,13 +114,14 @@ PY
   note "PASS"
 }
 
-# A second attempt only when the kernel reported a CPU stall during the first
-# (see lib.sh, stall_reports): for about a minute nothing on the machine ran,
-# not trident's ranks, nor slurmd, slurmctld or munged, so trident's own
-# deadlines (runtime.timeout_s) or Slurm's could pass with nobody at fault.
-# Without such a report a failure is a failure.
+# A second attempt only when the machine stalled during the first (lib.sh,
+# stall_reports: a kernel CPU-stall report, or a Slurm daemon on this host
+# silent for 20 s): then trident's ranks, slurmd and munged all went without
+# CPU time for that long, and trident's own deadlines (runtime.timeout_s) or
+# Slurm's could pass with nothing wrong in trident. Without such a sign a
+# failure is a failure.
 before=$(stall_reports)
 (trap cancel_leftovers EXIT; attempt "") && exit 0
 [[ $(stall_reports) -gt $before ]] || exit 1
-note "RETRY: the kernel reported a CPU stall during the attempt above (dmesg); running the whole scenario once more (work folder preemption-2)"
+note "RETRY: the machine stalled during the attempt above (dmesg CPU stall report or a Slurm daemon silent for 20 s in slurmctld.log); running the whole scenario once more (work folder preemption-2)"
 (trap cancel_leftovers EXIT; attempt "-2")
