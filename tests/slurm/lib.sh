@@ -29,6 +29,24 @@ stall_reports() {
 STALLS_AT_START=$(stall_reports)
 stalled_since_start() { [[ $(stall_reports) -gt $STALLS_AT_START ]]; }
 
+# with_stall_retry ATTEMPT: runs the function ATTEMPT (argument "", its work
+# folder suffix) in a subshell, so that fail() ends the attempt, not the test,
+# and the attempt's jobs are cancelled when it ends; exits with its verdict. A
+# second attempt (argument "-2") only when the machine stalled during the
+# first (stall_reports): then trident's ranks, slurmd and munged all went
+# without CPU time for that long, and trident's deadlines (runtime.timeout_s)
+# or Slurm's could pass with nothing wrong in trident. Without such a sign a
+# failure is a failure.
+with_stall_retry() {
+  local attempt=$1 before
+  before=$(stall_reports)
+  (trap cancel_leftovers EXIT; "$attempt" "") && exit 0
+  [[ $(stall_reports) -gt $before ]] || exit 1
+  note "RETRY: the machine stalled during the attempt above (dmesg CPU stall report or a Slurm daemon silent for 20 s in slurmctld.log); running it once more (work folder suffix -2)"
+  (trap cancel_leftovers EXIT; "$attempt" "-2")
+  exit $?
+}
+
 fail() {
   echo "FAIL: $*" >&2
   if stalled_since_start; then

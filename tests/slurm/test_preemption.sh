@@ -15,9 +15,8 @@ steps=${TRIDENT_PREEMPT_STEPS:-20}
 # to starting Python and h5py that often on 2 cores busy with the job.
 steps_logged() { grep -Ec '^step +[0-9]+ \|' "$1" 2>/dev/null || true; }
 
-# One attempt: preempt a job, let it requeue and resume, compare its losses
-# with an uninterrupted job's. Run in a subshell, so that fail() ends the
-# attempt, not the test, and the attempt's jobs are cancelled when it ends.
+# One attempt (lib.sh, with_stall_retry): preempt a job, let it requeue and
+# resume, compare its losses with an uninterrupted job's.
 attempt() {
   make_workdir "preemption$1"
   write_tiny_config "$WORK/long.toml" "$steps"
@@ -114,14 +113,4 @@ PY
   note "PASS"
 }
 
-# A second attempt only when the machine stalled during the first (lib.sh,
-# stall_reports: a kernel CPU-stall report, or a Slurm daemon on this host
-# silent for 20 s): then trident's ranks, slurmd and munged all went without
-# CPU time for that long, and trident's own deadlines (runtime.timeout_s) or
-# Slurm's could pass with nothing wrong in trident. Without such a sign a
-# failure is a failure.
-before=$(stall_reports)
-(trap cancel_leftovers EXIT; attempt "") && exit 0
-[[ $(stall_reports) -gt $before ]] || exit 1
-note "RETRY: the machine stalled during the attempt above (dmesg CPU stall report or a Slurm daemon silent for 20 s in slurmctld.log); running the whole scenario once more (work folder preemption-2)"
-(trap cancel_leftovers EXIT; attempt "-2")
+with_stall_retry attempt
