@@ -3,7 +3,9 @@
 //
 // Every method is collective over the world communicator unless it says
 // otherwise. Metrics rows are appended and the file is flushed every step, so
-// a killed run leaves a readable file holding every completed step.
+// a killed run leaves a readable file holding every completed step. A write
+// that fails (file system full or read-only) throws Error "output file PATH:
+// cannot <what>: <the system's reason>" on the ranks that saw it fail.
 #pragma once
 #include <hdf5.h>
 
