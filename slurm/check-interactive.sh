@@ -112,8 +112,12 @@ echo "---- smoke run (2 steps) ----"
 # shellcheck disable=SC2086
 srun --mpi=pmix --kill-on-bad-exit=1 ${TRIDENT_SRUN_ARGS:-} "$bin" run "$config" \
   ${overrides[@]+"${overrides[@]}"} --set train.steps=2 --set output.checkpoint_every=0 \
-  --set "output.checkpoint_dir=\"$work/checkpoints\"" --output "$work/smoke.h5" 2>&1 | tail -n 5
-run_rc=${PIPESTATUS[0]}
+  --set "output.checkpoint_dir=\"$work/checkpoints\"" --output "$work/smoke.h5" >"$work/smoke.out" 2>&1
+run_rc=$?
+# trident's own lines first (the launcher's and MPI's noise can outnumber
+# them), then the last few of the rest
+grep -E '^trident: (error|warning):' "$work/smoke.out"
+grep -vE '^trident: (error|warning):' "$work/smoke.out" | tail -n 5
 if [[ $run_rc -ne 0 ]]; then
   failures+=("the smoke run failed (exit $run_rc)")
 fi

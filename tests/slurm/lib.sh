@@ -21,11 +21,28 @@ note() { echo "-- $*"; }
 # minute at a time (slurm/README.md); a test that fails says whether it
 # happened while it ran. Unreadable sources count as none.
 stall_reports() {
-  local k s
+  local k s h
   k=$(dmesg 2>/dev/null | grep -cE 'rcu_preempt detected stalls|workqueue lockup|soft lockup')
   s=$(grep -cE 'slurm_receive_msgs?: .*Socket timed out' "$(dirname "$SLURM_CONF")/log/slurmctld.log" 2>/dev/null)
-  echo $((${k:-0} + ${s:-0}))
+  h=$(grep -c . "$HEARTBEAT_LOG" 2>/dev/null)
+  echo $((${k:-0} + ${s:-0} + ${h:-0}))
 }
+
+# The third sign, and the quickest: this shell's own heartbeat, a 1 s sleep in
+# a loop, that finds more than 10 s gone between two beats (seen here: both
+# CPUs held 15-30 s at once while steal time stayed flat).
+HEARTBEAT_LOG=$(mktemp "${TMPDIR:-/tmp}/trident-heartbeat.XXXXXX")
+(
+  last=${EPOCHREALTIME/./}
+  while sleep 1 && kill -0 $$ 2>/dev/null; do  # ends with the test, however it ends
+    now=${EPOCHREALTIME/./}
+    if ((now - last > 11000000)); then
+      echo "$(date -u +%T): $(((now - last) / 1000000)) s between 1 s heartbeats" >>"$HEARTBEAT_LOG"
+    fi
+    last=$now
+  done
+) </dev/null >/dev/null 2>&1 &
+HEARTBEAT_PID=$!
 STALLS_AT_START=$(stall_reports)
 stalled_since_start() { [[ $(stall_reports) -gt $STALLS_AT_START ]]; }
 
@@ -42,7 +59,7 @@ with_stall_retry() {
   before=$(stall_reports)
   (trap cancel_leftovers EXIT; "$attempt" "") && exit 0
   [[ $(stall_reports) -gt $before ]] || exit 1
-  note "RETRY: the machine stalled during the attempt above (dmesg CPU stall report or a Slurm daemon silent for 20 s in slurmctld.log); running it once more (work folder suffix -2)"
+  note "RETRY: the machine stalled during the attempt above (a dmesg CPU stall report, a Slurm daemon silent for 20 s in slurmctld.log, or this test's 1 s heartbeat missing for over 10 s); running it once more (work folder suffix -2)"
   (trap cancel_leftovers EXIT; "$attempt" "-2")
   exit $?
 }
@@ -50,7 +67,7 @@ with_stall_retry() {
 fail() {
   echo "FAIL: $*" >&2
   if stalled_since_start; then
-    echo "note: while this test ran the machine stopped running processes for a while (dmesg: a CPU stall report, or slurmctld.log: a daemon on this host did not answer within 20 s); see slurm/README.md" >&2
+    echo "note: while this test ran the machine stopped running processes for a while (dmesg: a CPU stall report; slurmctld.log: a daemon on this host silent for 20 s; or this test's 1 s heartbeat missing for over 10 s); see slurm/README.md" >&2
   fi
   exit 1
 }
@@ -81,6 +98,11 @@ make_workdir() {
 SUBMITTED=()
 cancel_leftovers() {
   local j state
+  if [[ $BASHPID == "$$" ]]; then  # the test's own shell, not an attempt's subshell
+    kill "$HEARTBEAT_PID" 2>/dev/null
+    [[ -s $HEARTBEAT_LOG ]] && sed 's/^/-- machine held: /' "$HEARTBEAT_LOG"
+    rm -f "$HEARTBEAT_LOG"
+  fi
   for j in "${SUBMITTED[@]}"; do
     state=$(job_field "$j" JobState 1)
     case $state in
