@@ -77,7 +77,8 @@ TEST_CASE("a request that never completes times out with rank, operation and pee
   CHECK(waited < 5.0);
   CHECK(msg ==
         "rank 5: recv of 16 B from rank 3 (world 7, tag 42) on scripted (ep) timed out "
-        "after 0.2s");
+        "after 0.2s (the peer this rank waited on: stopped, dead, or itself waiting on another "
+        "rank)");
   CHECK(c.timeouts == 1);
   CHECK(d.calls[int(CommKind::ep)] == 0);  // no completed call, but the lost time is counted
   CHECK(d.bytes_sent[int(CommKind::ep)] == 0);
