@@ -22,7 +22,7 @@ import time
 
 import h5py
 
-from mpirun_cli import BIN, MPIRUN, SMALL_MESH, check, failures, launch
+from mpirun_cli import BIN, MPIRUN, SMALL_MESH, check, launch, verdict
 NP = 4
 TIMEOUT_S = 5
 
@@ -241,11 +241,7 @@ def main():
     rc = ranks_mode() if mode == "ranks" else io_mode()
     if rc == 77:
         return rc
-    if failures:
-        print("%d check(s) failed" % len(failures))
-        return 1
-    print("all checks passed")
-    return 0
+    return verdict()
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import tempfile
 import h5py
 import numpy as np
 
-from mpirun_cli import SMALL_MESH, check, failures, launch
+from mpirun_cli import SMALL_MESH, check, checkpoint_tensors, launch, verdict
 NP = 4
 STEPS = 8
 
@@ -44,14 +44,6 @@ def run(name, sets=(), env=None):
     for s in sets:
         args += ["--set", s]
     return launch(NP, args, env)[:3]
-
-
-def tensors(path):
-    out = {}
-    with h5py.File(path, "r") as f:
-        f["tensors"].visititems(lambda n, o: out.__setitem__(n, o[()])
-                                if isinstance(o, h5py.Dataset) else None)
-    return out
 
 
 def ckpt(name, step):
@@ -91,9 +83,9 @@ def main():
     names = sorted(os.listdir("ck_stop"))
     check(names and names[-1] == "ckpt_step_00000005.h5",
           "stop: no checkpoint after the bad step: %s" % names)
-    last = tensors(ckpt("stop", 5))
+    last = checkpoint_tensors(ckpt("stop", 5))
     check(all(np.isfinite(v).all() for v in last.values()), "stop: last checkpoint finite")
-    ref = tensors(ckpt("full", 5))
+    ref = checkpoint_tensors(ckpt("full", 5))
     check(last.keys() == ref.keys() and all(np.array_equal(last[k], ref[k]) for k in ref),
           "stop: last checkpoint equals the uninterrupted run's at step 5 bit for bit")
     check([e[1] for e in events("stop")] == ["nonfinite", "stop"], "stop: events recorded: %s"
@@ -106,7 +98,7 @@ def main():
     warn = trident_lines(err, "warning")
     check(len(warn) == 1 and "update skipped" in warn[0] and "on rank 2" in warn[0],
           "skip: one warning line: %s" % warn)
-    before, after = tensors(ckpt("skip", 5)), tensors(ckpt("skip", 6))
+    before, after = checkpoint_tensors(ckpt("skip", 5)), checkpoint_tensors(ckpt("skip", 6))
     check(before.keys() == after.keys() and all(np.array_equal(before[k], after[k]) for k in before),
           "skip: parameters, AdamW moments and router biases unchanged by the skipped step 5")
     with h5py.File(ckpt("skip", 6), "r") as a, h5py.File(ckpt("skip", 5), "r") as b:
@@ -119,10 +111,10 @@ def main():
         check(int(f.attrs["skipped_steps"]) == 1, "skip: run file counts 1 skipped step")
     check(events("skip") == [(5, "nonfinite", 2, events("skip")[0][3])] if events("skip") else False,
           "skip: one nonfinite event at step 5 naming rank 2: %s" % events("skip"))
-    full_last = tensors(ckpt("full", STEPS))
-    check(all(np.isfinite(v).all() for v in tensors(ckpt("skip", STEPS)).values()),
+    full_last = checkpoint_tensors(ckpt("full", STEPS))
+    check(all(np.isfinite(v).all() for v in checkpoint_tensors(ckpt("skip", STEPS)).values()),
           "skip: final checkpoint finite")
-    check(any(not np.array_equal(full_last[k], v) for k, v in tensors(ckpt("skip", STEPS)).items()),
+    check(any(not np.array_equal(full_last[k], v) for k, v in checkpoint_tensors(ckpt("skip", STEPS)).items()),
           "skip: the run without step 5's update ends elsewhere than the full run")
 
     # max_skipped_steps: a learning rate that overflows keeps every step non-finite
@@ -132,7 +124,7 @@ def main():
     check(rc == 1 and len(lines) == 1 and "2 steps in a row skipped" in lines[0],
           "diverging run ends after 2 skipped steps in a row (rc=%d): %s" % (rc, lines))
     for n in os.listdir("ck_diverge") if os.path.isdir("ck_diverge") else []:
-        check(all(np.isfinite(v).all() for v in tensors("ck_diverge/" + n).values()),
+        check(all(np.isfinite(v).all() for v in checkpoint_tensors("ck_diverge/" + n).values()),
               "diverge: checkpoint %s holds no NaN or infinity" % n)
 
     # verify_every: every 2nd step re-executed; unchanged losses and parameters
@@ -144,7 +136,7 @@ def main():
               "verify: run file records 4 verified steps and their overhead")
         check(np.array_equal(f["metrics/steps"]["loss"], g["metrics/steps"]["loss"]),
               "verify: losses equal the run without verification bit for bit")
-    v, full = tensors(ckpt("verify", STEPS)), tensors(ckpt("full", STEPS))
+    v, full = checkpoint_tensors(ckpt("verify", STEPS)), checkpoint_tensors(ckpt("full", STEPS))
     check(all(np.array_equal(v[k], full[k]) for k in full), "verify: final state equal bit for bit")
 
     # a bit flipped in rank 3's gradient during the re-run of step 3
@@ -163,11 +155,7 @@ def main():
     check(sum(1 for e in events("spike") if e[1] == "loss_spike") == len(warn) > 0,
           "loss spike: one event per warning")
 
-    if failures:
-        print("%d check(s) failed" % len(failures))
-        return 1
-    print("all checks passed")
-    return 0
+    return verdict()
 
 
 if __name__ == "__main__":

@@ -14,35 +14,13 @@ import tempfile
 import h5py
 import numpy as np
 
-from mpirun_cli import BIN, MPIRUN, check, failures, launch
+from mpirun_cli import BIN, MPIRUN, check, checkpoint_tensors, launch, small_mesh, verdict
 NP = 4
 STEPS = 8
 TIMEOUT_S = 20  # runtime.timeout_s of these runs: the watchdog deadline
 
-CONFIG = """
-[model]
-vocab_size = 32
-d_model = 32
-n_layers = 4
-n_heads = 4
-n_kv_heads = 2
-ffn_hidden = 48
-n_experts = 4
-top_k = 2
-router = "sigmoid_bias"
-
-[data]
-task = "recall"
-seq_len = 32
-micro_batch_size = 1
-num_microbatches = 2
-
-[parallel]
-pp = 2
-cp = 2
-ep = 2
-schedule = "1f1b"
-
+CONFIG = small_mesh(model=['router = "sigmoid_bias"'], data=['task = "recall"'],
+                    parallel=['schedule = "1f1b"']) + """
 [train]
 steps = %d
 lr = 1e-2
@@ -74,16 +52,6 @@ def losses(path):
     with h5py.File(path, "r") as f:
         steps = f["metrics/steps"][:]
         return {int(r["step"]): float(r["loss"]) for r in steps}
-
-
-def params(path):
-    out = {}
-    with h5py.File(path, "r") as f:
-        def visit(name, obj):
-            if isinstance(obj, h5py.Dataset):
-                out[name] = obj[()]
-        f["tensors"].visititems(visit)
-    return out
 
 
 def main():
@@ -124,7 +92,7 @@ def main():
     check(same, "resumed losses equal the uninterrupted run's exactly")
     for s in range(STEPS):
         print("  step %d: full %.9f  stop+resume %.9f" % (s, full[s], merged.get(s, float("nan"))))
-    pf, pr = params("ck_full/ckpt_step_%08d.h5" % STEPS), params("ck_sig/ckpt_step_%08d.h5" % STEPS)
+    pf, pr = checkpoint_tensors("ck_full/ckpt_step_%08d.h5" % STEPS), checkpoint_tensors("ck_sig/ckpt_step_%08d.h5" % STEPS)
     check(pf.keys() == pr.keys() and all(np.array_equal(pf[k], pr[k]) for k in pf),
           "final parameters, optimizer state and router biases identical (%d tensors)" % len(pf))
 
@@ -210,11 +178,7 @@ def main():
     bad(["job.toml", "--set", "data.task=tokens", "--set", "data.token_file=short.bin"],
         "shorter than one sample", "token file shorter than one sample", "bad4.h5")
 
-    if failures:
-        print("%d check(s) failed" % len(failures))
-        return 1
-    print("all checks passed")
-    return 0
+    return verdict()
 
 
 if __name__ == "__main__":
