@@ -31,6 +31,11 @@
 namespace trident::plan {
 namespace {
 
+double median_of(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
 // Median seconds of fn over repetitions lasting about `budget` seconds.
 double median_time(const std::function<void()>& fn, double budget) {
   std::vector<double> t;
@@ -40,8 +45,7 @@ double median_time(const std::function<void()>& fn, double budget) {
     fn();
     t.push_back(now_s() - t0);
   } while (now_s() - start < budget || t.size() < 3);
-  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-  return t[t.size() / 2];
+  return median_of(std::move(t));
 }
 
 // Rank `who` runs fn while the others sleep (they would otherwise spin in MPI
@@ -106,8 +110,7 @@ double one_way(Communicator& world, int a, int b, size_t bytes, double budget) {
       round_trip();
       times.push_back(now_s() - s0);
     }
-    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-    t = times[times.size() / 2] / 2;
+    t = median_of(std::move(times)) / 2;
   } else {
     std::this_thread::sleep_for(std::chrono::duration<double>(budget * 2 + 0.1));
   }
@@ -176,11 +179,6 @@ double call_rate(const std::function<void()>& fn, double window) {
   return calls / t;
 }
 
-double median_of(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
-
 // Calls per second of fn, summed over node 0's ranks that `work`. The ranks
 // that do not work either wait for a message from rank 0 (which works), as a
 // rank of a pipeline waits for its input, so that the wait's polling runs
@@ -224,17 +222,12 @@ Rates measure_sharing(Communicator& world, const std::vector<int>& node_of,
   const bool on_node0 = node_of[size_t(me)] == node_of[0];
   const int per_node = int(std::count(node_of.begin(), node_of.end(), node_of[0]));
   const std::vector<bool> everyone(size_t(n), true);
+  std::vector<bool> rank0(size_t(n), false);
+  rank0[0] = true;
   std::vector<double> alone, at_once;
   for (int i = 0; i < rounds; ++i) {
-    double a = 0;
-    world.barrier();
-    if (me == 0)
-      a = call_rate(fn, window);
-    else
-      std::this_thread::sleep_for(std::chrono::duration<double>(window * 2 + 0.1));
-    world.allreduce_max(&a, 1);
-    alone.push_back(a);
-    at_once.push_back(node_rate(world, everyone, on_node0, fn, window, true) / a);
+    alone.push_back(node_rate(world, rank0, on_node0, fn, window, true));
+    at_once.push_back(node_rate(world, everyone, on_node0, fn, window, true) / alone.back());
   }
   Rates r;
   r.rounds = rounds;
