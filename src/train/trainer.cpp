@@ -7,6 +7,7 @@
 
 #include "trident/core/error.hpp"
 #include "trident/kernels/ops.hpp"
+#include "trident/kernels/tensor_ops.hpp"
 #include "trident/model/blocks.hpp"
 #include "trident/parallel/dp/grad_reduce.hpp"
 #include "trident/parallel/pp/generators.hpp"
@@ -45,6 +46,11 @@ Trainer::Trainer(const Config& cfg, TrainComms comms) : cfg_(cfg), comms_(comms)
   stage_ = std::make_unique<model::ModelStage>(cfg_, comms_.pp_rank, comms_.pp_size, sc,
                                                placement.stages.at(size_t(comms_.pp_rank)),
                                                device_->ctx());
+  const kernels::Ctx& ctx = device_->ctx();
+  store_ = std::make_unique<ParamStore>(
+      stage_->params(), device_->allocator(),
+      [&ctx](Tensor& dst, const Tensor& src) { kernels::copy(ctx, dst, src); },
+      [&ctx](Tensor& dst, float value) { kernels::fill(ctx, dst.ptr(), dst.numel(), value); });
   opt_ = std::make_unique<AdamW>(stage_->params(), cfg_.train, device_->ctx());
   init_pipeline();
 }
@@ -65,8 +71,8 @@ void Trainer::compute_gradients(int64_t step, const model::CaptureRequest* captu
   const auto& d = cfg_.data;
   const int64_t n_seq = samples_per_step();
   const double n_targets = double(n_seq) * double(data_->targets_per_sample());
-  for (Param* p : stage_->params())
-    kernels::fill(device_->ctx(), p->grad.ptr(), p->grad.numel(), 0.0f);
+  Tensor grads = store_->grads();
+  kernels::fill(device_->ctx(), grads.ptr(), grads.numel(), 0.0f);
   stage_->begin_step(model::make_microbatches(*data_, d, step, comms_.dp_rank, positions_),
                      float(1.0 / n_targets), float(1.0 / double(n_seq)), capture);
   run_pipeline(step, res.events, res.compute_s);
@@ -139,7 +145,7 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
   // Where a non-finite value came from is visible only before the reduction.
   const int local_first = first_nonfinite_gradient(stage_->params(), cfg_.model.n_layers);
 
-  dp::reduce_gradients(stage_->params(), comms_.dpcp, comms_.expert_replica, device_->ctx());
+  dp::reduce_gradients(*store_, comms_.dpcp, comms_.expert_replica);
 
   double sums[3] = {stage_->loss_sum(), stage_->aux_sum(), stage_->z_sum()};
   if (comms_.world && comms_.world->size() > 1) comms_.world->allreduce_sum(sums, 3);

@@ -23,6 +23,7 @@
 
 #include "trident/comm/comm.hpp"
 #include "trident/core/config.hpp"
+#include "trident/core/param_store.hpp"
 #include "trident/core/profiler.hpp"
 #include "trident/io/run_file.hpp"
 #include "trident/kernels/backend.hpp"
@@ -88,6 +89,7 @@ class Trainer {
   void set_gradient_fault(GradientFault f) { fault_ = f; }
 
   model::ModelStage& stage() { return *stage_; }
+  const ParamStore& param_store() const { return *store_; }
   AdamW& optimizer() { return *opt_; }
   const Config& config() const { return cfg_; }
   const TrainComms& comms() const { return comms_; }
@@ -119,6 +121,7 @@ class Trainer {
   std::unique_ptr<kernels::DeviceContext> device_;
   std::unique_ptr<model::DataSource> data_;
   std::unique_ptr<model::ModelStage> stage_;
+  std::unique_ptr<ParamStore> store_;  // the stage's parameters, one allocation
   std::unique_ptr<AdamW> opt_;
   std::vector<int64_t> positions_;
   std::unique_ptr<Pipeline> pipe_;

@@ -5,22 +5,23 @@
 //   GradReduce::expert  over the (dp*cp)/ep replicas of that expert
 //   GradReduce::none    not reduced
 //
-// The gradients of one kind are packed into one buffer in parameter order and
-// reduced by one allreduce, so the order of additions (and so the result) is
+// The gradients of one kind lie in one contiguous range of the stage's
+// ParamStore (core/param_store.hpp), in parameter order; each range is reduced
+// in place by one allreduce, so the order of additions (and so the result) is
 // the same in every step: a resumed run reduces exactly as the original did.
 #pragma once
 #include <vector>
 
 #include "trident/comm/comm.hpp"
 #include "trident/core/param.hpp"
+#include "trident/core/param_store.hpp"
 #include "trident/kernels/context.hpp"
 
 namespace trident::dp {
 
 // Either communicator may be null (or of size 1): nothing to reduce there.
-// Packing and unpacking run as kernels on ctx (default: the host).
-void reduce_gradients(const std::vector<Param*>& params, Communicator* dpcp,
-                      Communicator* expert_replica, const kernels::Ctx& ctx = {});
+// The buffers are the communicators' to read and write (on their device).
+void reduce_gradients(const ParamStore& store, Communicator* dpcp, Communicator* expert_replica);
 
 // Sum of squared gradient entries of the whole model, each distinct parameter
 // counted once although several ranks hold it (dense: on dpcp rank 0 of each
