@@ -173,6 +173,19 @@ TEST_CASE("ring attention with chunks larger than a kernel tile", "[cp]") {
     check_ring_case(*comm, Case{600, 2, 1, 32, true, layout});
 }
 
+TEST_CASE("ring attention with one-token chunks", "[cp][boundary]") {
+  // seq = 2*cp (zig-zag) and seq = cp (contiguous): every chunk is one token,
+  // so a key chunk that starts at a query chunk's last position is that
+  // query's own token, and the ring must not skip it.
+  for (int cp : cp_sizes()) {
+    auto comm = split_cp(cp);
+    for (bool causal : {true, false}) {
+      check_ring_case(*comm, Case{2 * cp, 4, 2, 8, causal, cp::Layout::zigzag});
+      check_ring_case(*comm, Case{int64_t(cp), 4, 2, 8, causal, cp::Layout::contiguous});
+    }
+  }
+}
+
 TEST_CASE("zig-zag balances causal work; contiguous does not", "[cp]") {
   for (int cp : cp_sizes()) {
     auto comm = split_cp(cp);

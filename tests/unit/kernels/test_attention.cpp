@@ -163,6 +163,36 @@ TEST_CASE("attention matches the naive reference, causal") {
   check_against_reference(shape(517, 517, 1, 1, 32, true));
 }
 
+TEST_CASE("attention at the tile edges: lengths 256*m + 1 and 256*m - 1", "[boundary]") {
+  using trident::kernels::kKeyBlock;
+  using trident::kernels::kQueryBlock;
+  static_assert(kKeyBlock % kQueryBlock == 0, "the lengths below assume nested tiles");
+  // 256*m + 1: the last query block is one row, and its only query's own key
+  // is the first key of a new tile (a tile whose first key equals the block's
+  // last query must be computed, not skipped). 256*m - 1: the last tile and
+  // the last query block each end one short of a full tile.
+  for (int64_t m : {1, 2}) {
+    INFO("m = " << m);
+    check_against_reference(shape(kKeyBlock * m + 1, kKeyBlock * m + 1, 2, 1, 16, true));
+    check_against_reference(shape(kKeyBlock * m - 1, kKeyBlock * m - 1, 2, 1, 16, true));
+  }
+  check_against_reference(shape(kKeyBlock + 1, kKeyBlock + 1, 2, 2, 8, false));
+}
+
+TEST_CASE("a query that sees exactly one key", "[boundary]") {
+  using trident::kernels::kKeyBlock;
+  // The keys start at the query's position: the query sees the first key only.
+  check_against_reference(shape(1, 300, 2, 1, 16, true, 500, 500));
+  // One query at position 256 against keys 0..299: its last visible key is the
+  // first of the second key tile, alone in that tile.
+  check_against_reference(shape(1, 300, 2, 2, 16, true, kKeyBlock, 0));
+  // Keys 256.. of a later run: queries 0..255 see none, query 256 sees one.
+  check_against_reference(shape(kKeyBlock + 1, 40, 1, 1, 8, true, 0, kKeyBlock));
+  CHECK(trident::kernels::attention_visible_pairs(shape(1, 300, 2, 1, 16, true, 500, 500)) == 2);
+  CHECK(trident::kernels::attention_visible_pairs(
+            shape(kKeyBlock + 1, 40, 1, 1, 8, true, 0, kKeyBlock)) == 1);
+}
+
 TEST_CASE("attention matches the naive reference, grouped-query heads") {
   check_against_reference(shape(200, 200, 8, 2, 32, true));
   check_against_reference(shape(130, 270, 6, 3, 16, false));
