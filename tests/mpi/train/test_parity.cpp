@@ -38,6 +38,7 @@ Config tiny(int world) {
   c.train.lr = 1e-2;
   c.train.warmup_steps = 1;
   c.train.grad_clip = 0.5;  // small enough to clip: the global norm must be right
+  c.train.weight_decay = 0.1;  // every mesh must decay the same parameters
   c.runtime.timeout_s = 60;
   c.output.timeline = false;
   c.topology = TopologyOverride{1, world, world};
