@@ -196,11 +196,11 @@ def rope(x, positions, theta):
 
 
 def softmax_rows(z, mask=None):
-    zc = z.value if mask is None else np.where(mask, z.value, -np.inf)
-    m = zc.max(axis=-1, keepdims=True)  # a constant shift: softmax does not depend on it
-    e = (z - m).exp()
+    """Softmax over the last axis; mask (bool, z's shape): the entries that count."""
     if mask is not None:
-        e = e * mask.astype(np.float64)
+        z = z + np.where(mask, 0.0, -np.inf)
+    m = z.value.max(axis=-1, keepdims=True)  # a constant shift: softmax does not depend on it
+    e = (z - m).exp()
     return e / e.sum(axis=-1, keepdims=True)
 
 
