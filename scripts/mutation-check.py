@@ -11,8 +11,10 @@ own CPU-only build directory, configured once and rebuilt incrementally; the
 real tree is never touched. For each mutation: apply it (the line must be
 found exactly once, else the row says "stale": the code moved and the list
 needs an update), rebuild the targets named, run the named tests with ctest,
-restore the file. A mutation is "caught" when at least one test fails (or
-the build fails: a bug the compiler refuses is caught too, and says so).
+restore the file (every binary any chosen row needs is rebuilt before each
+row, so no test runs with the previous row's bug). A mutation is "caught"
+when at least one test fails (or the build fails: a bug the compiler
+refuses is caught too, and says so).
 
 Not part of CI: it takes minutes (one incremental build and a few tests per
 row). Run it when tests of a component are added, and quote its table
@@ -107,7 +109,7 @@ mutation("C13", "caught", "AdamW without second-moment bias correction", "kernel
 mutation("C14", "caught", "checkpoint stores the first moment as the second",
          "src/train/checkpointing.cpp",
          't.optimizer().v(p->name).ptr()});', 't.optimizer().m(p->name).ptr()});',
-         ["trident"], "^(train_run_job|train_reference_step)$", anchor='"adam_v/" + p->name')
+         ["trident"], "^train_reference_step$", anchor='"adam_v/" + p->name')
 mutation("C15", "caught", "resume forgets the optimizer's step count", "src/train/checkpointing.cpp",
          "t.optimizer().set_steps_taken(r.meta().optimizer_steps);",
          "t.optimizer().set_steps_taken(0);", ["trident"], "^train_run_job$")
@@ -279,7 +281,10 @@ def main():
         try:
             with open(path, "w") as f:
                 f.write(mutated)
-            if sh(["cmake", "--build", build, "-j", str(args.jobs), "--target"] + m["targets"], src,
+            # Every chosen row's targets, not just this row's: the file the
+            # previous row restored must be rebuilt into every binary it went
+            # into, or a later row would run a test still holding that bug.
+            if sh(["cmake", "--build", build, "-j", str(args.jobs), "--target"] + targets, src,
                   log) != 0:
                 verdict, failed = "caught", "(build fails)"
             else:
@@ -293,6 +298,9 @@ def main():
                 f.write(original)
         rows.append((m, verdict, failed, time.time() - t0))
         print("%-4s %-8s %s  (%.0f s)" % (m["id"], verdict, failed, time.time() - t0), flush=True)
+    # Leave the scratch binaries unmutated (the last row's file is restored
+    # but not yet rebuilt).
+    sh(["cmake", "--build", build, "-j", str(args.jobs), "--target"] + targets, src, log)
     print()
     print("| id | group | change | file | tests run | verdict | failing tests |")
     print("|---|---|---|---|---|---|---|")
