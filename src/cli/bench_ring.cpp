@@ -1,5 +1,7 @@
 // `trident bench ring`: ring attention over all ranks of the job (cp = world
 // size), forward + backward, for each layout and local sequence length.
+// With --cp-mode naming ulysses or hybrid, the modes side by side instead
+// (bench_cp_modes.cpp); the tables below are the ring's alone.
 //
 // Per rank: attention FLOPs, compute time, time blocked on the ring, wall
 // time, overlap efficiency (compute / wall) and peak attention workspace.
@@ -38,6 +40,7 @@
 #include <memory>
 #include <sstream>
 
+#include "bench_cp_modes.hpp"
 #include "bench_harness.hpp"
 #include "commands.hpp"
 #include "list_flags.hpp"
@@ -455,6 +458,11 @@ class BenchRingCommand : public Command {
     app->add_option("--threads", threads_, "BLAS threads per rank");
     app->add_option("--timeout", timeout_s_, "Deadline of any single wait, seconds");
     app->add_option("--output", output_, "Write the tables to this HDF5 file");
+    app->add_option("--cp-mode", cp_mode_,
+                    "ring, ulysses, hybrid, or a comma-separated list of them: with ulysses or "
+                    "hybrid in it, the modes are timed side by side (time, bytes per rank, "
+                    "share of communication hidden)");
+    app->add_option("--ulysses", ulysses_, "hybrid: Ulysses (all-to-all) group size u");
   }
 
   bool needs_mpi() const override { return true; }
@@ -478,6 +486,8 @@ class BenchRingCommand : public Command {
   int threads_ = 1;
   double timeout_s_ = 600;
   std::string output_;
+  std::string cp_mode_ = "ring";
+  int ulysses_ = 2;
   // Filled by run().
   std::vector<cp::Layout> layouts_;
   Heads h_{};
@@ -598,12 +608,36 @@ void BenchRingCommand::report(int rank) const {
 
 int BenchRingCommand::run() {
   layouts_ = check_flags();
+  std::vector<CpMode> modes;
+  for (const std::string& name : split_list("--cp-mode", cp_mode_)) {
+    const auto m = parse_config_name<CpMode>(name);
+    if (!m) throw InputError("--cp-mode " + cp_mode_ + ": '" + name +
+                             "' is not one of ring, ulysses, hybrid");
+    modes.push_back(*m);
+  }
+  if (modes.empty()) throw InputError("--cp-mode: names no mode");
   kernels::set_blas_threads(threads_);
 
   auto job = world_communicator(timeout_s_);
   auto ring_group =
       comm_group(*job, CommBackend::mpi, 0, job->rank(), CommKind::cp, "cp", timeout_s_);
   Communicator &ring_comm = *ring_group, &world = *job;
+  if (modes != std::vector<CpMode>{CpMode::ring}) {
+    if (baseline_ || serialize_)
+      throw InputError("--cp-mode " + cp_mode_ +
+                       ": --baseline and --serialize-compute belong to the ring's own tables");
+    CpModesOptions o;
+    o.modes = modes;
+    o.ulysses = ulysses_;
+    o.layouts = layouts_;
+    o.seq_per_rank = parse_positive_list("--seq-per-rank", seq_per_rank_);
+    o.causal = causal_;
+    o.heads = heads_, o.kv_heads = kv_heads_, o.head_dim = head_dim_, o.iters = iters_;
+    o.output = output_;
+    const long long wrong = run_cp_modes(ring_comm, o);
+    world.barrier();
+    return wrong ? 1 : 0;
+  }
   const int cp = world.size(), rank = world.rank();
   h_ = Heads{heads_, kv_heads_, head_dim_};
   // --serialize-compute: one lock file for the job, named by rank 0.

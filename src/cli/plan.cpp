@@ -43,7 +43,9 @@ std::string fixed(double v) {
 // map_mesh, with a refusal pointing at the line of the config key at fault.
 Mesh map_config_mesh(const Config& cfg, const ClusterShape& shape) {
   try {
-    return map_mesh(shape, {cfg.parallel.pp, cfg.parallel.cp, cfg.parallel.ep},
+    return map_mesh(shape,
+                    {cfg.parallel.pp, cfg.parallel.cp, cfg.parallel.ep, cfg.parallel.cp_mode,
+                     cfg.parallel.cp_ulysses},
                     cfg.model.n_experts);
   } catch (const MeshError& e) {
     auto it = cfg.key_origin.find(e.key);
@@ -72,6 +74,13 @@ std::string mapping_text(const Config& cfg, const Mesh& mesh, bool list_groups) 
     << "% ((p-1)/" << (inter ? "(v*m)" : "m") << ")\n"
     << "data: global batch " << global_batch << " sequences of " << d.seq_len << " tokens, "
     << d.seq_len / p.cp << " tokens per CP rank (" << config_name(p.cp_layout) << ")\n";
+  if (mesh.cp_ulysses > 1)
+    o << "attention: the all-to-all gives each CP rank " << d.seq_len / mesh.cp_ring()
+      << " tokens of " << cfg.model.n_heads / mesh.cp_ulysses << " query head(s)"
+      << (mesh.cp_ring() > 1 ? ", which the ring over " + std::to_string(mesh.cp_ring()) +
+                                   " groups attends to the whole sequence"
+                             : ", the whole sequence")
+      << "\n";
   if (cfg.model.n_experts > 0)
     o << "experts: " << cfg.model.n_experts << " per MoE layer, " << cfg.model.n_experts / p.ep
       << " per rank, top_k " << cfg.model.top_k << "\n";

@@ -164,6 +164,11 @@ const std::vector<KeyDef>& key_table() {
     t.push_back(choice_key("parallel", "schedule",
                            [](Config & c) -> auto& { return c.parallel.schedule; },
                            {"afab", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev"}));
+    t.push_back(choice_key("parallel", "cp_mode",
+                           [](Config & c) -> auto& { return c.parallel.cp_mode; },
+                           {"ring", "ulysses", "hybrid"}));
+    t.push_back(int_key(
+        "parallel", "cp_ulysses", [](Config& c) { return &c.parallel.cp_ulysses; }, 0));
     // [train]
     t.push_back(int_key(
         "train", "steps", [](Config& c) { return &c.train.steps; }, 1));

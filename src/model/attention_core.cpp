@@ -9,7 +9,9 @@
 #include "trident/kernels/attention.hpp"
 #include "trident/kernels/ops.hpp"
 #include "trident/model/blocks.hpp"
+#include "trident/parallel/cp/config_rules.hpp"
 #include "trident/parallel/cp/ring_attention.hpp"
+#include "trident/parallel/cp/ulysses_attention.hpp"
 
 namespace trident::model {
 namespace {
@@ -84,6 +86,35 @@ class RingAttentionCore : public AttentionCore {
   int H_, Hkv_, D_;
 };
 
+// cp_mode ulysses / hybrid: all-to-all inside the Ulysses group, then the
+// ring (cp/ulysses_attention.hpp).
+class UlyssesAttentionCore : public AttentionCore {
+ public:
+  UlyssesAttentionCore(const kernels::Ctx& ctx, const Config& cfg, Communicator* cp)
+      : ulysses_(cp, cp::ulysses_size(cfg.parallel), cfg.parallel.cp_layout, true, cfg.data.seq_len,
+                 cfg.model.n_heads, cfg.model.n_kv_heads, cfg.model.head_dim(), ctx) {
+    ulysses_.set_profiler(&work_);
+  }
+  void forward(const float* q, const float* k, const float* v, int64_t, float* out,
+               float* lse) override {
+    work_.clear();
+    const double t0 = now_s();
+    ulysses_.forward(q, k, v, out, lse);
+    record(*this, t0, work_.seconds("ring.forward"), false);
+  }
+  void backward(const float* q, const float* k, const float* v, int64_t, const float* out,
+                const float* lse, const float* dout, float* dq, float* dk, float* dv) override {
+    work_.clear();
+    const double t0 = now_s();
+    ulysses_.backward(q, k, v, out, lse, dout, dq, dk, dv);
+    record(*this, t0, work_.seconds("ring.backward"), true);
+  }
+
+ private:
+  prof::Recorder work_{false};
+  cp::UlyssesAttention ulysses_;
+};
+
 }  // namespace
 
 std::unique_ptr<AttentionCore> make_attention_core(const kernels::Ctx& ctx, const Config& cfg,
@@ -91,6 +122,8 @@ std::unique_ptr<AttentionCore> make_attention_core(const kernels::Ctx& ctx, cons
   const auto& m = cfg.model;
   if (!comms.cp || comms.cp->size() == 1)
     return std::make_unique<LocalAttention>(ctx, m.n_heads, m.n_kv_heads, m.head_dim());
+  if (cp::ulysses_size(cfg.parallel) > 1)
+    return std::make_unique<UlyssesAttentionCore>(ctx, cfg, comms.cp);
   return std::make_unique<RingAttentionCore>(ctx, cfg, comms.cp);
 }
 
@@ -100,7 +133,8 @@ std::vector<int64_t> local_positions(const Config& cfg, const StageComms& comms)
   if (!comms.cp || comms.cp->size() == 1) return pos;
   const auto layout = cfg.parallel.cp_layout;
   cp::check_layout(cfg.data.seq_len, comms.cp->size(), layout);
-  return cp::local_positions(cfg.data.seq_len, comms.cp->size(), comms.cp->rank(), layout);
+  return cp::local_positions(cfg.data.seq_len, comms.cp->size(), comms.cp->rank(), layout,
+                             cp::ulysses_size(cfg.parallel));
 }
 
 }  // namespace trident::model

@@ -8,6 +8,7 @@
 
 #include "trident/core/error.hpp"
 #include "trident/kernels/attention.hpp"
+#include "trident/parallel/cp/config_rules.hpp"
 #include "trident/parallel/pp/generators.hpp"
 
 namespace trident::plan {
@@ -123,8 +124,10 @@ void add_transients(const Shapes& s, double last_ffn_cache, ChunkCost& c) {
 std::string MeshPlan::str() const {
   std::ostringstream o;
   o << "pp=" << pp << " vpp=" << vpp << " cp=" << cp << " ep=" << ep << " dp=" << dp << " "
-    << config_name(schedule) << " " << config_name(cp_layout) << " mbs=" << micro_batch_size
-    << " m=" << microbatches;
+    << config_name(schedule) << " " << config_name(cp_layout);
+  if (cp_mode == CpMode::ulysses) o << " ulysses";
+  if (cp_mode == CpMode::hybrid) o << " hybrid u=" << cp_ulysses;
+  o << " mbs=" << micro_batch_size << " m=" << microbatches;
   return o.str();
 }
 
@@ -141,6 +144,8 @@ MeshPlan mesh_plan_of(const Config& cfg, int world) {
   p.dp = world / (p.pp * p.cp);
   p.schedule = cfg.parallel.schedule;
   p.cp_layout = cfg.parallel.cp_layout;
+  p.cp_mode = cfg.parallel.cp_mode;
+  p.cp_ulysses = cp::ulysses_size(cfg.parallel);
   p.micro_batch_size = cfg.data.micro_batch_size;
   p.microbatches = cfg.data.num_microbatches;
   return p;
@@ -153,6 +158,8 @@ Config with_plan(Config cfg, const MeshPlan& p) {
   cfg.parallel.ep = p.ep;
   cfg.parallel.schedule = p.schedule;
   cfg.parallel.cp_layout = p.cp_layout;
+  cfg.parallel.cp_mode = p.cp_mode;
+  cfg.parallel.cp_ulysses = p.cp_mode == CpMode::hybrid ? p.cp_ulysses : 0;
   cfg.data.micro_batch_size = p.micro_batch_size;
   cfg.data.num_microbatches = p.microbatches;
   return cfg;
@@ -202,7 +209,10 @@ ChunkCost chunk_cost(const Config& cfg, const MeshPlan& p, int vs) {
   c.first = vs == 0;
   c.last = vs == n_virtual - 1;
   c.layers = end - begin;
-  const double pairs = causal_pairs_busiest_rank(cfg.data.seq_len, p.cp, p.cp_layout);
+  // The core runs H/u heads over the pairs of the busiest rank of the ring of
+  // r = cp/u groups (u = 1: the plain ring).
+  const double pairs =
+      causal_pairs_busiest_rank(cfg.data.seq_len, p.cp_ring(), p.cp_layout) / p.cp_ulysses;
   c.attention_flops_total_f =
       c.layers * s.mbs * (double(cfg.data.seq_len) * (cfg.data.seq_len + 1) / 2) * 4 * s.H * s.D;
   const double attn_params = 2 * s.d + 2 * s.H * s.D * s.d + 2 * s.Hkv * s.D * s.d;  // + 2 norms
@@ -248,13 +258,28 @@ ChunkCost chunk_cost(const Config& cfg, const MeshPlan& p, int vs) {
   probe.D = s.D;
   c.workspace = std::max(c.workspace, double(kernels::attention_workspace_bytes(probe, true)));
   c.workspace = std::max(c.workspace, double(kernels::attention_workspace_bytes(probe, false)));
-  if (p.cp > 1) {
-    // per layer and sample: K and V of Ls = T/mbs tokens, cp-1 ring steps
-    const double kv = kFloat * 2 * (s.T / s.mbs) * s.Hkv * s.D;
-    c.f_comm.cp_bytes = c.layers * s.mbs * (p.cp - 1) * kv;
-    c.f_comm.cp_steps = c.layers * int(s.mbs) * (p.cp - 1);
+  const int u = p.cp_ulysses, r = p.cp_ring();
+  const double hkv_u =
+      u > 1 ? std::max(1.0, s.Hkv / u) : s.Hkv;  // K/V heads per rank after the all-to-all
+  if (r > 1) {
+    // per layer and sample: K and V of the group's u Ls tokens (Ls = T/mbs),
+    // r-1 ring steps
+    const double kv = kFloat * 2 * u * (s.T / s.mbs) * hkv_u * s.D;
+    c.f_comm.cp_bytes = c.layers * s.mbs * (r - 1) * kv;
+    c.f_comm.cp_steps = c.layers * int(s.mbs) * (r - 1);
     c.b_comm.cp_bytes = 2 * c.f_comm.cp_bytes;  // K/V travel again and dK/dV come home
     c.b_comm.cp_steps = c.f_comm.cp_steps;
+  }
+  if (u > 1) {
+    // per layer and sample, (u-1)/u of each tensor leaves the rank: q and out
+    // [Ls, H, D], k and v [Ls, u hkv_u, D], lse [Ls, H]
+    const double Ls = s.T / s.mbs, share = double(u - 1) / u;
+    const double q = kFloat * Ls * s.H * s.D, kv = kFloat * Ls * u * hkv_u * s.D,
+                 lse = kFloat * Ls * s.H;
+    c.f_comm.a2a_bytes = c.layers * s.mbs * share * (2 * q + 2 * kv + lse);
+    c.f_comm.a2a_calls = c.layers * int(s.mbs) * 5;
+    c.b_comm.a2a_bytes = c.layers * s.mbs * share * (4 * q + 4 * kv + lse);
+    c.b_comm.a2a_calls = c.layers * int(s.mbs) * 9;
   }
   if (p.ep > 1 && c.moe_layers > 0) {
     const double rows_out = s.T * s.k * double(p.ep - 1) / p.ep;
@@ -312,7 +337,12 @@ MemoryEstimate static_memory(const Config& cfg, const MeshPlan& p, int pp_rank) 
   double comm = 0;
   // every layer's ring keeps its backward's five K/V-sized buffers (current,
   // next, partial dK/dV, sending, arriving) of one sample
-  if (p.cp > 1) comm += kFloat * layers * 5 * 2 * (s.T / s.mbs) * s.Hkv * s.D;
+  const int u = p.cp_ulysses;
+  const double hkv_u = u > 1 ? std::max(1.0, s.Hkv / u) : s.Hkv;
+  if (p.cp_ring() > 1) comm += kFloat * layers * 5 * 2 * u * (s.T / s.mbs) * hkv_u * s.D;
+  // Ulysses: the head-layout q, k, v, out, lse, dout, dq, dk, dv and the two
+  // packing buffers of one sample, per layer
+  if (u > 1) comm += kFloat * layers * (s.T / s.mbs) * (6 * s.H * s.D + s.H + 4 * u * hkv_u * s.D);
   m.comm_buffers = comm;
   return m;
 }

@@ -51,6 +51,13 @@ double ring_exposed(const MachineProfile& m, const Link& l, const ActionComm& c,
   return c.cp_steps * std::max(0.0, per_step_comm - per_step_compute);
 }
 
+// The Ulysses all-to-alls of one action: nothing to hide them behind (the
+// attention needs all their data), so every byte and message is exposed.
+double alltoall_s(const Link& l, const ActionComm& c, int u) {
+  if (c.a2a_calls == 0) return 0;
+  return c.a2a_calls * (u - 1) * l.latency_s + c.a2a_bytes / l.bandwidth_Bps;
+}
+
 double exchange_s(const Link& l, const ActionComm& c, int ep, double imbalance) {
   if (c.ep_exchanges == 0) return 0;
   return c.ep_exchanges * (ep - 1) * l.latency_s + imbalance * c.ep_bytes / l.bandwidth_Bps;
@@ -110,7 +117,9 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
   // over the whole pipeline (predict), not per action. Everything after the
   // pipeline runs on every rank at once.
   const double sharing = m.oversubscription(shape.devices_per_node);
+  // The ring spans the whole cp group; the Ulysses groups only u ranks.
   const Link& cp_link = m.link(span_class(shape, p.cp));
+  const Link& a2a_link = m.link(span_class(shape, p.cp_ulysses));
   const Link& ep_link = m.link(span_class(shape, p.ep));
   const double T = double(p.micro_batch_size) * cfg.data.seq_len / p.cp;
   const double imb = cfg.model.n_experts > 0 ? moe_imbalance(T * cfg.model.top_k * p.ep, p.ep) : 1;
@@ -123,8 +132,11 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
   const pp::Placement place = placement_of(p);
   for (int vs = 0; vs < p.pp * p.vpp; ++vs) {
     const ChunkCost c = chunk_cost(cfg, p, vs);
-    const double cp_f = ring_exposed(m, cp_link, c.f_comm, c.f.attention_flops, p.cp);
-    const double cp_b = ring_exposed(m, cp_link, c.b_comm, c.b.attention_flops, p.cp);
+    const int r = p.cp_ring(), u = p.cp_ulysses;
+    const double cp_f = ring_exposed(m, cp_link, c.f_comm, c.f.attention_flops, r) +
+                        alltoall_s(a2a_link, c.f_comm, u);
+    const double cp_b = ring_exposed(m, cp_link, c.b_comm, c.b.attention_flops, r) +
+                        alltoall_s(a2a_link, c.b_comm, u);
     const double ep_f = exchange_s(ep_link, c.f_comm, p.ep, imb);
     const double ep_b = exchange_s(ep_link, c.b_comm, p.ep, imb);
     // the fixed cost of the chunk's layers: a third in F, the rest in B
@@ -309,8 +321,9 @@ std::string prediction_json(const Prediction& p) {
   const MemoryEstimate& e = p.memory;
   o << "{\"pp\": " << m.pp << ", \"vpp\": " << m.vpp << ", \"cp\": " << m.cp << ", \"ep\": " << m.ep
     << ", \"dp\": " << m.dp << ", \"schedule\": \"" << config_name(m.schedule)
-    << "\", \"cp_layout\": \"" << config_name(m.cp_layout)
-    << "\", \"micro_batch_size\": " << m.micro_batch_size
+    << "\", \"cp_layout\": \"" << config_name(m.cp_layout) << "\", \"cp_mode\": \""
+    << config_name(m.cp_mode) << "\", \"cp_ulysses\": " << m.cp_ulysses << ", \"cp_ring_size\": "
+    << m.cp_ring() << ", \"micro_batch_size\": " << m.micro_batch_size
     << ", \"num_microbatches\": " << m.microbatches << ", \"step_time_s\": " << p.step_time_s
     << ", \"tokens_per_s\": " << p.tokens_per_s << ", \"bubble_fraction\": " << p.bubble_fraction
     << ", \"mfu\": " << p.mfu << ", \"t_f_s\": " << p.t_f << ", \"t_b_s\": " << p.t_b

@@ -41,17 +41,30 @@ std::vector<MeshPlan> meshes(const Config& cfg, const ClusterShape& shape) {
   for (int pp : divisors(world)) {
     if (pp > cfg.model.n_layers) break;
     for (int cp : divisors(world / pp)) {
-      if (shape.nvlink_domain % cp) continue;
+      // How the cp group splits: ring and ulysses inside a domain, hybrid
+      // with its Ulysses groups inside one and the ring across.
+      std::vector<std::pair<CpMode, int>> modes;
+      if (shape.nvlink_domain % cp == 0) {
+        modes.push_back({CpMode::ring, 1});
+        if (cp > 1) modes.push_back({CpMode::ulysses, cp});
+      }
+      for (int u : divisors(cp))
+        if (u > 1 && u < cp && shape.nvlink_domain % u == 0) modes.push_back({CpMode::hybrid, u});
+      if (modes.empty()) continue;
       const long long stage = world / pp;
       for (int ep : divisors(stage)) {
         if (cfg.model.n_experts == 0 ? ep > 1 : cfg.model.n_experts % ep != 0) continue;
         for (auto [sched, vpp] : schedules_for(pp, cfg.model.n_layers)) {
-          for (CpLayout layout : {CpLayout::zigzag, CpLayout::contiguous}) {
-            if (cp == 1 && layout != cfg.parallel.cp_layout) continue;
-            MeshPlan p;
-            p.pp = pp, p.cp = cp, p.ep = ep, p.vpp = vpp, p.dp = int(stage / cp);
-            p.schedule = sched, p.cp_layout = layout;
-            out.push_back(p);
+          for (auto [mode, u] : modes) {
+            for (CpLayout layout : {CpLayout::zigzag, CpLayout::contiguous}) {
+              // the layout splits the ring only
+              if (cp / u == 1 && layout != cfg.parallel.cp_layout) continue;
+              MeshPlan p;
+              p.pp = pp, p.cp = cp, p.ep = ep, p.vpp = vpp, p.dp = int(stage / cp);
+              p.schedule = sched, p.cp_layout = layout;
+              p.cp_mode = mode, p.cp_ulysses = u;
+              out.push_back(p);
+            }
           }
         }
       }
@@ -63,7 +76,10 @@ std::vector<MeshPlan> meshes(const Config& cfg, const ClusterShape& shape) {
 }  // namespace
 
 std::string plan_refusal(const Config& cfg, const ClusterShape& shape, const MeshPlan& plan) {
-  const MeshCheck mc = check_mesh(shape, {plan.pp, plan.cp, plan.ep}, cfg.model.n_experts);
+  const MeshCheck mc = check_mesh(shape,
+                                  {plan.pp, plan.cp, plan.ep, plan.cp_mode,
+                                   plan.cp_mode == CpMode::hybrid ? plan.cp_ulysses : 0},
+                                  cfg.model.n_experts);
   if (!mc.ok()) return mc.key + ": " + mc.rule;
   if (1LL * plan.pp * plan.cp * plan.dp != shape.world()) return "pp*cp*dp must be the world size";
   try {

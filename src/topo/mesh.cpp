@@ -80,7 +80,18 @@ MeshCheck check_mesh(const ClusterShape& shape, const MeshRequest& req, int n_ex
                                " must divide the world size " + str(world)};
   // CP groups are aligned runs of cp ranks and NVLink domains aligned runs of
   // nvl ranks, so every CP group lies inside one domain exactly when cp | nvl.
-  if (nvl % req.cp != 0)
+  // Hybrid asks for that of its Ulysses groups only (aligned runs of u).
+  if (req.cp_mode == CpMode::hybrid) {
+    const int u = req.cp_ulysses;
+    if (u < 2 || u >= req.cp || req.cp % u != 0)
+      return {"parallel.cp_ulysses", "hybrid needs 1 < cp_ulysses < cp=" + str(req.cp) +
+                                         " dividing cp (got " + str(u) + ")"};
+    if (nvl % u != 0)
+      return {"parallel.cp_ulysses",
+              "a Ulysses (all-to-all) group must lie inside one NVLink domain of " + str(nvl) +
+                  " ranks (cp_ulysses must divide " + str(nvl) +
+                  "); only the ring of cp/cp_ulysses groups may cross domains"};
+  } else if (nvl % req.cp != 0)
     return {"parallel.cp", "a CP group must lie inside one NVLink domain of " + str(nvl) +
                                " ranks (cp must divide " + str(nvl) + ")"};
   const long long stage = world / req.pp;  // ranks per stage = dp*cp
@@ -117,7 +128,7 @@ MeshRequest nearest_fitting_request(const ClusterShape& shape, const MeshRequest
   for (int pp : divisors(world)) {
     for (int cp : divisors(world / pp)) {
       for (int ep : divisors(world / pp)) {
-        MeshRequest r{pp, cp, ep};
+        MeshRequest r{pp, cp, ep, req.cp_mode, req.cp_ulysses};
         if (!check_mesh(shape, r, n_experts).ok()) continue;
         // Few changed sizes first, then small changes, then the larger mesh.
         const int changed = (pp != req.pp) + (cp != req.cp) + (ep != req.ep);
@@ -143,7 +154,10 @@ Mesh map_mesh(const ClusterShape& shape, const MeshRequest& req, int n_experts) 
     if (c.key.rfind("topology.", 0) == 0) {
       msg = c.key + ": " + c.rule;
     } else {
-      const int val = c.key == "parallel.pp" ? req.pp : c.key == "parallel.cp" ? req.cp : req.ep;
+      const int val = c.key == "parallel.pp"           ? req.pp
+                      : c.key == "parallel.cp"         ? req.cp
+                      : c.key == "parallel.cp_ulysses" ? req.cp_ulysses
+                                                       : req.ep;
       const MeshRequest f = nearest_fitting_request(shape, req, n_experts);
       msg = c.key + "=" + str(val) + ": " + c.rule + "; on " + shape_text +
             " a mapping that fits is pp=" + str(f.pp) + " cp=" + str(f.cp) + " ep=" + str(f.ep) +
@@ -158,6 +172,10 @@ Mesh map_mesh(const ClusterShape& shape, const MeshRequest& req, int n_experts) 
   m.cp = req.cp;
   m.ep = req.ep;
   m.dp = m.world / (req.pp * req.cp);
+  m.cp_mode = req.cp_mode;
+  m.cp_ulysses = req.cp_mode == CpMode::hybrid    ? req.cp_ulysses
+                 : req.cp_mode == CpMode::ulysses ? req.cp
+                                                  : 1;
   return m;
 }
 
@@ -176,6 +194,15 @@ RankCoord Mesh::coord(int rank) const {
 }
 
 std::vector<int> Mesh::cp_group(int rank) const { return iota_from(rank - rank % cp, cp); }
+
+std::vector<int> Mesh::cp_ulysses_group(int rank) const {
+  return iota_from(rank - rank % cp_ulysses, cp_ulysses);
+}
+
+std::vector<int> Mesh::cp_ring_group(int rank) const {
+  const int start = rank - rank % cp;
+  return iota_from(start + (rank - start) % cp_ulysses, cp_ring(), cp_ulysses);
+}
 
 std::vector<int> Mesh::pp_group(int rank) const { return iota_from(rank % (cp * dp), pp, cp * dp); }
 
@@ -204,8 +231,10 @@ int Mesh::group_count(const std::string& kind) const {
   if (kind == "dpcp") return pp;
   if (kind == "ep") return world / ep;
   if (kind == "expert_replica") return pp * ep;
+  if (kind == "cp_ulysses") return world / cp_ulysses;
+  if (kind == "cp_ring") return world / cp_ring();
   throw InputError("group kind '" + kind +
-                   "': must be one of cp, dp, pp, dpcp, ep, expert_replica");
+                   "': must be one of cp, dp, pp, dpcp, ep, expert_replica, cp_ulysses, cp_ring");
 }
 
 namespace {
@@ -218,6 +247,8 @@ int group_leader(const Mesh& m, const std::string& kind, int g) {
   if (kind == "dp") return (g / m.cp) * s + g % m.cp;
   if (kind == "dpcp") return g * s;
   if (kind == "ep") return g * m.ep;
+  if (kind == "cp_ulysses") return g * m.cp_ulysses;
+  if (kind == "cp_ring") return (g / m.cp_ulysses) * m.cp + g % m.cp_ulysses;
   return (g / m.ep) * s + g % m.ep;  // expert_replica
 }
 
@@ -227,6 +258,8 @@ std::vector<int> group_of(const Mesh& m, const std::string& kind, int rank) {
   if (kind == "dp") return m.dp_group(rank);
   if (kind == "dpcp") return m.dpcp_group(rank);
   if (kind == "ep") return m.ep_group(rank);
+  if (kind == "cp_ulysses") return m.cp_ulysses_group(rank);
+  if (kind == "cp_ring") return m.cp_ring_group(rank);
   return m.expert_replica_group(rank);
 }
 
@@ -252,7 +285,22 @@ std::vector<std::vector<int>> Mesh::all_groups(const std::string& kind) const {
 
 namespace {
 
-std::string kind_title(const std::string& kind) {
+// The kinds a summary lists: the hybrid's two CP levels after the CP groups.
+std::vector<std::string> kinds_of(const Mesh& m) {
+  std::vector<std::string> kinds = kKinds;
+  if (m.cp_mode == CpMode::hybrid) kinds.insert(kinds.begin() + 1, {"cp_ulysses", "cp_ring"});
+  return kinds;
+}
+
+std::string kind_title(const Mesh& m, const std::string& kind) {
+  if (kind == "cp" && m.cp_mode == CpMode::ulysses)
+    return "CP groups (Ulysses all-to-all; each inside one NVLink domain)";
+  if (kind == "cp" && m.cp_mode == CpMode::hybrid)
+    return "CP groups (hybrid: Ulysses " + str(m.cp_ulysses) + " x ring " + str(m.cp_ring()) + ")";
+  if (kind == "cp_ulysses")
+    return "  CP level 1: Ulysses all-to-all groups (each inside one NVLink domain)";
+  if (kind == "cp_ring")
+    return "  CP level 2: rings over the Ulysses groups (zig-zag; may cross domains and nodes)";
   if (kind == "cp") return "CP groups (ring attention; each inside one NVLink domain)";
   if (kind == "dp") return "DP groups (same stage and cp index)";
   if (kind == "pp") return "PP groups (one rank per stage, stage order)";
@@ -272,6 +320,9 @@ std::string mesh_summary_text(const Mesh& m, bool list_groups) {
   o << "mesh:    pp=" << m.pp << " dp=" << m.dp << " cp=" << m.cp << " ep=" << m.ep
     << "  (world = pp*dp*cp = " << m.pp << "*" << m.dp << "*" << m.cp << "; "
     << m.stage_size() / m.ep << " EP groups per stage)\n";
+  if (m.cp_mode != CpMode::ring)
+    o << "cp:      cp_mode=" << config_name(m.cp_mode) << " = Ulysses " << m.cp_ulysses
+      << " (all-to-all of heads) x ring " << m.cp_ring() << " (K/V blocks)\n";
   o << "stages:\n";
   const int s = m.stage_size();
   const int stages_shown = all ? m.pp : std::min(m.pp, 2 * kFirstGroups);
@@ -282,13 +333,17 @@ std::string mesh_summary_text(const Mesh& m, bool list_groups) {
   }
   if (stages_shown < m.pp)
     o << "  ... " << (m.pp - stages_shown) << " more stages (--groups lists all)\n";
-  for (const auto& kind : kKinds) {
+  for (const auto& kind : kinds_of(m)) {
     const int n = m.group_count(kind);
     const auto groups = listed_groups(m, kind, all);
-    o << kind_title(kind) << ": " << n << " of " << groups.front().size() << " ranks\n ";
+    o << kind_title(m, kind) << ": " << n << " of " << groups.front().size() << " ranks\n ";
     for (const auto& g : groups) {
       o << " [" << group_text(g) << "]";
-      if (kind == "cp" || kind == "ep") o << "@node" << m.node_of(g.front());
+      if (kind == "cp" || kind == "ep" || kind == "cp_ulysses") {
+        o << "@node" << m.node_of(g.front());
+      } else if (kind == "cp_ring") {
+        o << "@node" << span(m.node_of(g.front()), m.node_of(g.back()));
+      }
     }
     if (static_cast<int>(groups.size()) < n)
       o << " ... " << (n - groups.size()) << " more (--groups lists all)";
@@ -303,7 +358,9 @@ std::string mesh_json(const Mesh& m, bool list_groups) {
   o << "{\"world\": " << m.world << ", \"nodes\": " << m.shape.nodes
     << ", \"devices_per_node\": " << m.shape.devices_per_node
     << ", \"nvlink_domain\": " << m.shape.nvlink_domain << ", \"pp\": " << m.pp
-    << ", \"dp\": " << m.dp << ", \"cp\": " << m.cp << ", \"ep\": " << m.ep;
+    << ", \"dp\": " << m.dp << ", \"cp\": " << m.cp << ", \"ep\": " << m.ep << ", \"cp_mode\": \""
+    << config_name(m.cp_mode) << "\", \"cp_ulysses\": " << m.cp_ulysses
+    << ", \"cp_ring\": " << m.cp_ring();
   const int s = m.stage_size();
   const int stages_shown = all ? m.pp : std::min(m.pp, 2 * kFirstGroups);
   o << ", \"stages\": [";
@@ -315,11 +372,12 @@ std::string mesh_json(const Mesh& m, bool list_groups) {
   }
   o << "], \"stages_complete\": " << (stages_shown == m.pp ? "true" : "false");
   o << ", \"groups\": {";
-  for (size_t k = 0; k < kKinds.size(); ++k) {
-    const auto groups = listed_groups(m, kKinds[k], all);
-    o << (k ? ", " : "") << "\"" << kKinds[k] << "\": {\"count\": " << m.group_count(kKinds[k])
+  const auto kinds = kinds_of(m);
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    const auto groups = listed_groups(m, kinds[k], all);
+    o << (k ? ", " : "") << "\"" << kinds[k] << "\": {\"count\": " << m.group_count(kinds[k])
       << ", \"complete\": "
-      << (static_cast<int>(groups.size()) == m.group_count(kKinds[k]) ? "true" : "false")
+      << (static_cast<int>(groups.size()) == m.group_count(kinds[k]) ? "true" : "false")
       << ", \"list\": [";
     for (size_t i = 0; i < groups.size(); ++i)
       o << (i ? ", " : "") << "[" << join(groups[i], ", ") << "]";

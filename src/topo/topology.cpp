@@ -279,7 +279,9 @@ std::unique_ptr<Communicators> build_communicators(Communicator& world, const Co
                     std::to_string(wsize));
   auto c = std::make_unique<Communicators>();
   const double timeout = cfg.runtime.timeout_s > 0 ? cfg.runtime.timeout_s : 300.0;
-  c->mesh = map_mesh(topo.shape, MeshRequest{cfg.parallel.pp, cfg.parallel.cp, cfg.parallel.ep},
+  c->mesh = map_mesh(topo.shape,
+                     MeshRequest{cfg.parallel.pp, cfg.parallel.cp, cfg.parallel.ep,
+                                 cfg.parallel.cp_mode, cfg.parallel.cp_ulysses},
                      cfg.model.n_experts);
   c->topo = std::move(topo);
   c->world_rank = wrank;

@@ -34,6 +34,7 @@ enum class RouterScoring { softmax, sigmoid_bias };                     // model
 enum class DataTask { recall, copy, tokens };                           // data.task
 enum class TokenDType { uint16, uint32 };                               // data.token_dtype
 enum class CpLayout { contiguous, zigzag };                             // parallel.cp_layout
+enum class CpMode { ring, ulysses, hybrid };                            // parallel.cp_mode
 enum class PipelineSchedule {
   afab,
   one_f_one_b,
@@ -64,6 +65,10 @@ struct ConfigNames<TokenDType> {
 template <>
 struct ConfigNames<CpLayout> {
   static constexpr std::array<std::string_view, 2> names = {"contiguous", "zigzag"};
+};
+template <>
+struct ConfigNames<CpMode> {
+  static constexpr std::array<std::string_view, 3> names = {"ring", "ulysses", "hybrid"};
 };
 template <>
 struct ConfigNames<PipelineSchedule> {
@@ -147,6 +152,9 @@ struct ParallelConfig {
   int cp = 1;
   CpLayout cp_layout = CpLayout::zigzag;
   int ep = 1;
+  // additions:
+  CpMode cp_mode = CpMode::ring;  // how attention crosses the cp group
+  int cp_ulysses = 0;             // hybrid: all-to-all ranks inside a domain; 0: as cp_mode implies
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   // dp = world_size / (pp * cp)
 

@@ -17,7 +17,12 @@
 //  - Memory-bound bytes: norms, RoPE, residuals, copies, SwiGLU gating,
 //    cross-entropy (counts in planner.md); backward twice forward.
 //  - Communication per action: the CP ring sends cp-1 K/V blocks forward and
-//    K/V plus dK/dV blocks backward; the MoE exchange sends (ep-1)/ep of the
+//    K/V plus dK/dV blocks backward; with cp_mode ulysses/hybrid (Ulysses
+//    groups of u, a ring of r = cp/u) the ring moves blocks of T u tokens and
+//    n_kv_heads/u (at least 1) heads over r-1 steps, the attention core runs
+//    H/u heads over the pairs of ring rank of r, and the all-to-alls send
+//    (u-1)/u of q, k, v, out, lse forward and of q, k, v, out, lse, dout, dq,
+//    dk, dv backward, not overlapped; the MoE exchange sends (ep-1)/ep of the
 //    routed rows out and back (dispatch, combine), forward and backward.
 #pragma once
 #include <string>
@@ -34,9 +39,14 @@ struct MeshPlan {
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   CpLayout cp_layout = CpLayout::zigzag;
   int micro_batch_size = 1, microbatches = 1;
+  CpMode cp_mode = CpMode::ring;
+  int cp_ulysses = 1;  // Ulysses group size: ring 1, ulysses cp, hybrid parallel.cp_ulysses
 
   long long global_batch() const { return 1LL * micro_batch_size * microbatches * dp; }
-  std::string str() const;  // "pp=2 vpp=1 cp=2 ep=1 dp=2 1f1b zigzag mbs=2 m=4"
+  int cp_ring() const { return cp / cp_ulysses; }
+  // "pp=2 vpp=1 cp=2 ep=1 dp=2 1f1b zigzag mbs=2 m=4", with " ulysses" or
+  // " hybrid u=2" after the layout when cp is not a plain ring.
+  std::string str() const;
 };
 
 // Which rank runs each virtual stage under the plan's schedule (the loop
@@ -62,6 +72,8 @@ struct ActionComm {
   int cp_steps = 0;      // ring steps (messages each way)
   double ep_bytes = 0;   // all-to-all rows out (dispatch + combine)
   int ep_exchanges = 0;  // all-to-all calls
+  double a2a_bytes = 0;  // Ulysses all-to-alls of the attention (not overlapped)
+  int a2a_calls = 0;
 };
 
 // Bytes one micro-batch holds on one virtual stage, by how long it holds them.

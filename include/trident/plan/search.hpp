@@ -1,8 +1,9 @@
 // Search: every legal mesh of a cluster for one model, ranked by predicted
 // step time, the best k kept.
 //
-// Candidates: pp (divisors of the world, at most n_layers), cp (inside an
-// NVLink domain), ep (dividing the experts and a stage), the schedules
+// Candidates: pp (divisors of the world, at most n_layers), cp with its mode
+// (ring or ulysses inside an NVLink domain; hybrid with every Ulysses group
+// size u that divides cp and the domain, the ring crossing domains), ep (dividing the experts and a stage), the schedules
 // (interleaved with each vpp that leaves every chunk a layer; zb-v and
 // dualpipev on the V placement), both CP
 // layouts, and every split of the global batch into micro_batch_size x

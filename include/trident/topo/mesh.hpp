@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "trident/core/config.hpp"
 #include "trident/core/error.hpp"
 
 namespace trident {
@@ -31,8 +32,14 @@ struct ClusterShape {
   int world() const { return nodes * devices_per_node; }
 };
 
+// cp_mode / cp_ulysses: how a CP group splits (parallel/cp/config_rules.hpp).
+// ring and ulysses keep the whole CP group inside one NVLink domain; hybrid
+// puts each Ulysses group (cp_ulysses consecutive cp ranks) inside a domain
+// and lets the ring of cp/cp_ulysses groups cross domains and nodes.
 struct MeshRequest {
   int pp = 1, cp = 1, ep = 1;
+  CpMode cp_mode = CpMode::ring;
+  int cp_ulysses = 0;  // hybrid: the Ulysses group size
 };
 
 struct RankCoord {
@@ -47,12 +54,17 @@ struct Mesh {
   ClusterShape shape;
   int pp = 1, dp = 1, cp = 1, ep = 1;
   int world = 1;
+  CpMode cp_mode = CpMode::ring;
+  int cp_ulysses = 1;  // all-to-all group size: ring 1, ulysses cp, hybrid cp_ulysses
+  int cp_ring() const { return cp / cp_ulysses; }
 
   RankCoord coord(int rank) const;
   int rank_of(int pp_i, int dp_i, int cp_i) const { return (pp_i * dp + dp_i) * cp + cp_i; }
 
   // Group members (logical ranks, in group-rank order) of the group holding `rank`.
   std::vector<int> cp_group(int rank) const;              // same pp, dp
+  std::vector<int> cp_ulysses_group(int rank) const;      // cp_ulysses consecutive cp ranks
+  std::vector<int> cp_ring_group(int rank) const;         // same Ulysses index of a cp group
   std::vector<int> pp_group(int rank) const;              // same dp, cp: the stages
   std::vector<int> dp_group(int rank) const;              // same pp, cp
   std::vector<int> dpcp_group(int rank) const;            // same pp: dense gradient reduction
@@ -60,7 +72,8 @@ struct Mesh {
   std::vector<int> expert_replica_group(int rank) const;  // same pp and ep index
 
   // All groups of a kind, each once (for plan output and tests). Kinds: "cp",
-  // "pp", "dp", "dpcp", "ep", "expert_replica".
+  // "pp", "dp", "dpcp", "ep", "expert_replica", and with cp_ulysses > 1 and a
+  // ring "cp_ulysses", "cp_ring".
   std::vector<std::vector<int>> all_groups(const std::string& kind) const;
   // Number of groups of a kind, without listing them.
   int group_count(const std::string& kind) const;

@@ -66,36 +66,51 @@ void check_layout(int64_t seq_len, int cp, Layout layout) {
   if (!broken.empty()) throw InputError(broken);
 }
 
-std::vector<TokenRun> local_runs(int64_t seq_len, int cp, int rank, Layout layout) {
+std::vector<TokenRun> local_runs(int64_t seq_len, int cp, int rank, Layout layout, int ulysses) {
   check_layout(seq_len, cp, layout);
   TRIDENT_CHECK(rank >= 0 && rank < cp,
                 "cp rank " + std::to_string(rank) + " outside cp=" + std::to_string(cp));
+  TRIDENT_CHECK(ulysses >= 1 && cp % ulysses == 0, "Ulysses group of " + std::to_string(ulysses) +
+                                                       " does not divide cp=" + std::to_string(cp));
+  const int ring = cp / ulysses, j = rank / ulysses, i = rank % ulysses;
+  std::vector<TokenRun> group;
   if (layout == Layout::contiguous) {
-    const int64_t t = seq_len / cp;
-    return {TokenRun{0, rank * t, t}};
+    const int64_t t = seq_len / ring;
+    group = {TokenRun{0, j * t, t}};
+  } else {
+    const int64_t c = seq_len / (2 * int64_t(ring));
+    group = {TokenRun{0, j * c, c}, TokenRun{c, (2 * int64_t(ring) - 1 - j) * c, c}};
   }
-  const int64_t c = seq_len / (2 * int64_t(cp));
-  return {TokenRun{0, rank * c, c}, TokenRun{c, (2 * int64_t(cp) - 1 - rank) * c, c}};
+  if (ulysses == 1) return group;
+  // Rank i's slice [lo, hi) of the group's local order.
+  const int64_t tl = seq_len / cp, lo = i * tl, hi = lo + tl;
+  std::vector<TokenRun> mine;
+  for (const TokenRun& r : group) {
+    const int64_t b = std::max(lo, r.local_offset), e = std::min(hi, r.local_offset + r.length);
+    if (b < e) mine.push_back(TokenRun{b - lo, r.pos0 + (b - r.local_offset), e - b});
+  }
+  return mine;
 }
 
-std::vector<int64_t> local_positions(int64_t seq_len, int cp, int rank, Layout layout) {
+std::vector<int64_t> local_positions(int64_t seq_len, int cp, int rank, Layout layout,
+                                     int ulysses) {
   std::vector<int64_t> pos;
   pos.reserve(size_t(seq_len / cp));
-  for (const TokenRun& r : local_runs(seq_len, cp, rank, layout))
+  for (const TokenRun& r : local_runs(seq_len, cp, rank, layout, ulysses))
     for (int64_t i = 0; i < r.length; ++i) pos.push_back(r.pos0 + i);
   return pos;
 }
 
 void scatter_to_local(const float* global, float* local, int64_t row_elems, int64_t seq_len, int cp,
-                      int rank, Layout layout) {
-  for (const TokenRun& r : local_runs(seq_len, cp, rank, layout))
+                      int rank, Layout layout, int ulysses) {
+  for (const TokenRun& r : local_runs(seq_len, cp, rank, layout, ulysses))
     std::copy(global + r.pos0 * row_elems, global + (r.pos0 + r.length) * row_elems,
               local + r.local_offset * row_elems);
 }
 
 void gather_to_global(const float* local, float* global, int64_t row_elems, int64_t seq_len, int cp,
-                      int rank, Layout layout) {
-  for (const TokenRun& r : local_runs(seq_len, cp, rank, layout))
+                      int rank, Layout layout, int ulysses) {
+  for (const TokenRun& r : local_runs(seq_len, cp, rank, layout, ulysses))
     std::copy(local + r.local_offset * row_elems, local + (r.local_offset + r.length) * row_elems,
               global + r.pos0 * row_elems);
 }

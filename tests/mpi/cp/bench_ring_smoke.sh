@@ -74,5 +74,42 @@ else
   echo "FAIL missing HDF5 output"; fail=1
 fi
 
+# --cp-mode: the three modes side by side at cp=4 (u=2 for hybrid), verified
+# rows, one row per (layout, mode), bytes each mode must send.
+timeout 120 "${mpirun[@]}" -np 4 "$bin" bench ring --causal --seq-per-rank 32 --iters 2 \
+  --heads 4 --kv-heads 2 --head-dim 16 --cp-mode ring,ulysses,hybrid --ulysses 2 \
+  --output "$tmp/m4.h5" >"$tmp/outm" 2>&1 || { echo "FAIL modes rc=$?"; cat "$tmp/outm"; fail=1; }
+grep -q '# wrong rows in total: 0 (OK)' "$tmp/outm" || { echo "FAIL modes verdict"; cat "$tmp/outm"; fail=1; }
+if [[ -f $tmp/m4.h5 ]]; then
+  "$py" - "$tmp/m4.h5" <<'PY' || fail=1
+import sys, h5py
+g = h5py.File(sys.argv[1], "r")["bench/cp_modes"]
+rows = {(g["layout"][i].decode(), g["mode"][i].decode()): i for i in range(len(g["mode"]))}
+assert len(rows) == 6, rows
+L, H, Hkv, D, cp = 32, 4, 2, 16, 4
+for lay in ("contiguous", "zigzag"):
+    ring, uly, hyb = rows[(lay, "ring")], rows[(lay, "ulysses")], rows[(lay, "hybrid")]
+    assert (g["u"][ring], g["ring"][ring]) == (1, 4)
+    assert (g["u"][uly], g["ring"][uly]) == (4, 1)
+    assert (g["u"][hyb], g["ring"][hyb]) == (2, 2)
+    mib = lambda b: b / 1048576.0
+    # ring: (3cp-2) K/V blocks of 2 L Hkv D floats
+    assert abs(g["sent_MiB_per_rank"][ring] - mib((3 * cp - 2) * 2 * L * Hkv * D * 4)) < 1e-9
+    # ulysses u=4: 3/4 of q,k,v,out,lse (F) and q,k,v,out,lse,dout,dq,dk,dv (B);
+    # one K/V head per rank (Hkv < u)
+    q, kv, lse = L * (H // 4) * D * 4, L * 1 * D * 4, L * (H // 4) * 4
+    a2a = 3 * ((2 * q + 2 * kv + lse) + (4 * q + 4 * kv + lse))
+    assert abs(g["sent_MiB_per_rank"][uly] - mib(a2a)) < 1e-9, (g["sent_MiB_per_rank"][uly], mib(a2a))
+    assert g["ring_wait_ms"][uly] == 0
+    for i in (ring, uly, hyb):
+        assert g["wall_ms"][i] > 0 and g["compute_ms"][i] > 0 and 0 <= g["hidden"][i] <= 1
+    assert g["a2a_ms"][ring] == 0 and g["a2a_ms"][uly] > 0 and g["a2a_ms"][hyb] > 0
+print("ok   cp modes")
+PY
+else
+  echo "FAIL missing cp-modes HDF5 output"; fail=1
+fi
+
 expect_input_error "--layout" "${mpirun[@]}" -np 2 "$bin" bench ring --layout bogus
+expect_input_error "--cp-mode" "${mpirun[@]}" -np 2 "$bin" bench ring --cp-mode usp
 exit $fail

@@ -96,8 +96,14 @@ TEST_CASE("the search never proposes a mesh the rules or the memory limit refuse
       INFO(p.plan.str());
       CHECK(p.memory.total() <= opt.memory_limit_bytes);
       CHECK(plan_refusal(c, shape, p.plan).empty());
-      CHECK(check_mesh(shape, {p.plan.pp, p.plan.cp, p.plan.ep}, c.model.n_experts).ok());
-      CHECK(shape.nvlink_domain % p.plan.cp == 0);
+      const bool hybrid = p.plan.cp_mode == CpMode::hybrid;
+      CHECK(check_mesh(
+                shape,
+                {p.plan.pp, p.plan.cp, p.plan.ep, p.plan.cp_mode, hybrid ? p.plan.cp_ulysses : 0},
+                c.model.n_experts)
+                .ok());
+      // the all-to-all part always inside a domain; the whole cp group unless hybrid
+      CHECK(shape.nvlink_domain % (hybrid ? p.plan.cp_ulysses : p.plan.cp) == 0);
     }
   }
   // a refused request stays refused: cp beyond the NVLink domain

@@ -49,19 +49,28 @@ struct TokenRun {
 };
 
 // The runs of `rank` (one for contiguous, two for zigzag), in local order.
-std::vector<TokenRun> local_runs(int64_t seq_len, int cp, int rank, Layout layout);
+//
+// ulysses = u > 1 (cp_mode ulysses / hybrid): cp rank c = j*u + i belongs to
+// ring group j of cp/u and is Ulysses rank i inside it. The group holds the
+// tokens the layout gives ring rank j of cp/u, in that order, and rank i
+// holds the i-th of u equal slices of them (a slice may span both zig-zag
+// chunks, so up to three runs). The all-to-all then gives every rank of the
+// group the group's whole token set in group order: what the ring over the
+// cp/u groups expects.
+std::vector<TokenRun> local_runs(int64_t seq_len, int cp, int rank, Layout layout, int ulysses = 1);
 
 // Global positions of the local tokens of `rank` (seq_len / cp of them), in
 // local order: what RoPE and RunFile::write_activation need.
-std::vector<int64_t> local_positions(int64_t seq_len, int cp, int rank, Layout layout);
+std::vector<int64_t> local_positions(int64_t seq_len, int cp, int rank, Layout layout,
+                                     int ulysses = 1);
 
 // Copies the rows of `rank` out of a global [seq_len, row_elems] array into
 // local order [seq_len / cp, row_elems] (e.g. to shard a sequence's inputs).
 void scatter_to_local(const float* global, float* local, int64_t row_elems, int64_t seq_len, int cp,
-                      int rank, Layout layout);
+                      int rank, Layout layout, int ulysses = 1);
 // The inverse: writes the local rows of `rank` to their global rows.
 void gather_to_global(const float* local, float* global, int64_t row_elems, int64_t seq_len, int cp,
-                      int rank, Layout layout);
+                      int rank, Layout layout, int ulysses = 1);
 
 class RingAttention {
  public:

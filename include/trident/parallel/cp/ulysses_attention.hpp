@@ -1,0 +1,98 @@
+// Context parallelism by all-to-all (DeepSpeed Ulysses), alone or under a
+// ring (USP "hybrid"): parallel.cp_mode = "ulysses" | "hybrid".
+//
+// The cp group of cp = u * r ranks is cut into r Ulysses groups of u
+// consecutive cp ranks (inside one NVLink domain) and u rings of r ranks, one
+// per Ulysses index (across domains). Each rank holds seq_len / cp tokens of
+// every head (cp::local_runs with ulysses = u gives which). Forward:
+//   1. all-to-all inside the Ulysses group, tokens -> heads: every rank gets
+//      all T/r tokens of its group for n_heads/u query heads (and the K/V
+//      heads those need);
+//   2. ring attention over the r groups (RingAttention, zig-zag and overlap
+//      as ever) on those heads, or local attention when r = 1;
+//   3. all-to-all back, heads -> tokens, for the output and its LSE.
+// Backward re-exchanges q, k, v, out, lse and dout into the head layout, runs
+// the ring backward, and sends dQ, dK, dV back.
+//
+// Grouped-query attention: rank i of a group takes query heads
+// [i*H/u, (i+1)*H/u). With n_kv_heads % u == 0 it takes the n_kv_heads/u K/V
+// heads they read; with u % n_kv_heads == 0 its query heads all read one K/V
+// head, which it receives whole: each K/V head then lives on u/n_kv_heads
+// ranks (the least replication that keeps every rank's query heads complete),
+// and its gradient is the sum of those ranks' parts, added in rank order on
+// the way back. Other (n_heads, n_kv_heads, u) are input errors
+// (cp/config_rules.hpp).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "trident/comm/comm.hpp"
+#include "trident/core/profiler.hpp"
+#include "trident/core/tensor.hpp"
+#include "trident/kernels/context.hpp"
+#include "trident/parallel/cp/ring_attention.hpp"
+
+namespace trident::cp {
+
+class UlyssesAttention {
+ public:
+  // cp: the whole cp group (not owned; outlives this object). Collective
+  // over it: splits off the Ulysses group and the ring (CommKind::cp, so
+  // their bytes count as cp traffic). ulysses: u, dividing cp. H, Hkv, D: the
+  // model's heads; breaking the head rule is an InputError.
+  UlyssesAttention(Communicator* cp, int ulysses, Layout layout, bool causal, int64_t seq_len,
+                   int H, int Hkv, int D, const kernels::Ctx& ctx = {});
+
+  int ulysses() const { return u_; }
+  int ring_size() const { return ring_.cp_size(); }
+  int64_t local_tokens() const { return tl_; }
+  // Global positions of this rank's tokens, in local order.
+  const std::vector<int64_t>& positions() const { return positions_; }
+  // Query heads (first, count) and K/V heads of Ulysses rank i.
+  int q_heads() const { return hq_; }
+  int kv_heads() const { return hkv_local_; }
+  int kv_first(int i) const;
+
+  // One sequence in token layout: q [T_local, H, D], k/v [T_local, Hkv, D]
+  // (after RoPE). out [T_local, H, D] and lse [T_local, H] are overwritten.
+  // Collective over the cp group.
+  void forward(const float* q, const float* k, const float* v, float* out, float* lse);
+  // dq, dk, dv OVERWRITTEN. Collective over the cp group.
+  void backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
+                const float* dout, float* dq, float* dk, float* dv);
+
+  // Reports the ring's spans and counters (RingAttention::set_profiler) and
+  // its own: "ulysses.alltoall" spans (packing, the exchange and unpacking),
+  // the counter ulysses.bytes_sent (bytes this rank sent to other ranks) and
+  // the peak ulysses.workspace_bytes.
+  void set_profiler(prof::Sink* sink);
+
+ private:
+  // Token layout x [tl_, hx, w] -> head layout dst [u*tl_, n, w]: rank d gets
+  // heads [first(d), first(d) + n) of every local token, and the block from
+  // rank s lands in rows [s*tl_, (s+1)*tl_).
+  template <typename First>
+  void to_heads(const float* x, int hx, int n, int w, First first, Tensor& dst);
+  // The inverse for y [u*tl_, n, w] -> x [tl_, hx, w]; with `sum`, x is
+  // zeroed and the blocks of every source are added (replicated K/V heads).
+  template <typename First>
+  void to_tokens(const float* y, int hx, int n, int w, First first, bool sum, float* x);
+  void exchange(const float* send, float* recv, int64_t per_peer);
+  void note_workspace();
+
+  kernels::Ctx ctx_;
+  std::unique_ptr<Communicator> group_, ring_comm_;
+  int u_ = 1, me_ = 0;  // Ulysses group size and this rank's index in it
+  int H_, Hkv_, D_;
+  int hq_ = 0, hkv_local_ = 0;
+  int64_t tl_ = 0;
+  std::vector<int64_t> positions_;
+  RingAttention ring_;
+  struct Buffers {
+    Tensor pack, unpack, q, k, v, out, lse, dout, dq, dk, dv;
+  } buf_;
+  prof::Sink* sink_ = nullptr;
+};
+
+}  // namespace trident::cp

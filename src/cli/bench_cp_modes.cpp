@@ -1,0 +1,249 @@
+// The context-parallel modes side by side (`trident bench ring --cp-mode
+// ring,ulysses,hybrid`): for each local sequence length and layout, every
+// mode runs the same sequence's attention forward + backward on all ranks of
+// the job (cp = world size), back to back within an iteration.
+//
+// Per case: wall time (slowest rank), kernel time, the Ulysses all-to-alls'
+// time, time blocked on the ring, bytes each rank sent, and the share of
+// communication hidden behind compute:
+//   exposed = wall - compute        (per rank: all time not in a kernel)
+//   alone   = all-to-all time + the ring's transfers run on their own
+//   hidden  = 1 - exposed / alone   (clipped to [0, 1])
+// "The ring's transfers on their own" replays the ring's messages (r-1 K/V
+// blocks forward; r-1 K/V and r dK/dV blocks backward, each of the sizes
+// the ring reported) one after another with no compute in between. The
+// all-to-alls have nothing to overlap with, so they count whole in both.
+//
+// Every rank spot-checks two of its output rows of head 0 against the fp64
+// definition over the whole sequence; rows off by more than 1e-4 count in
+// #wrong (and make the exit code 1).
+#include "bench_cp_modes.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "bench_harness.hpp"
+#include "commands.hpp"
+#include "trident/core/error.hpp"
+#include "trident/core/profiler.hpp"
+#include "trident/core/rng.hpp"
+#include "trident/io/bench_report.hpp"
+#include "trident/kernels/attention.hpp"
+#include "trident/parallel/cp/config_rules.hpp"
+#include "trident/parallel/cp/ring_attention.hpp"
+#include "trident/parallel/cp/ulysses_attention.hpp"
+
+namespace trident::cli {
+namespace {
+
+constexpr int kTagReplay = 3201;
+
+std::vector<float> rows_at(const std::vector<int64_t>& positions, int64_t row_elems,
+                           const char* name) {
+  std::vector<float> x(positions.size() * size_t(row_elems));
+  for (size_t t = 0; t < positions.size(); ++t)
+    rng::fill_normal(x.data() + t * size_t(row_elems), row_elems, rng::hash_name(name),
+                     uint64_t(positions[t] * row_elems), 1.0f);
+  return x;
+}
+
+// One mode's attention on this rank's shard.
+class ModeCase {
+ public:
+  ModeCase(Communicator& world, CpMode mode, int u, CpLayout layout, int64_t seq,
+           const CpModesOptions& o)
+      : mode_(mode), u_(mode == CpMode::ring ? 1 : u), opt_(o) {
+    if (mode == CpMode::ring) {
+      ring_ = std::make_unique<cp::RingAttention>(&world, layout, o.causal, seq);
+      ring_->set_profiler(&work_);
+      positions_ = ring_->positions();
+    } else {
+      uly_ = std::make_unique<cp::UlyssesAttention>(&world, u_, layout, o.causal, seq, o.heads,
+                                                    o.kv_heads, o.head_dim);
+      uly_->set_profiler(&work_);
+      positions_ = uly_->positions();
+    }
+    // The ring of the replay: same members as the attention's ring.
+    const int r = world.rank();
+    replay_ = world.split(r % u_, r / u_, CommKind::cp, "cp_replay");
+    const int64_t qrow = int64_t(o.heads) * o.head_dim, kvrow = int64_t(o.kv_heads) * o.head_dim;
+    q_ = rows_at(positions_, qrow, "ring.q"), k_ = rows_at(positions_, kvrow, "ring.k");
+    v_ = rows_at(positions_, kvrow, "ring.v"), do_ = rows_at(positions_, qrow, "ring.do");
+    out_.resize(q_.size()), lse_.resize(positions_.size() * size_t(o.heads));
+    dq_.resize(q_.size()), dk_.resize(k_.size()), dv_.resize(v_.size());
+  }
+
+  // One forward + backward after a barrier, then the ring's replay.
+  void iterate(Communicator& world) {
+    work_.clear();
+    world.barrier();
+    const double t0 = now_s();
+    if (ring_) {
+      ring_->forward(q_.data(), k_.data(), v_.data(), opt_.heads, opt_.kv_heads, opt_.head_dim,
+                     out_.data(), lse_.data());
+      ring_->backward(q_.data(), k_.data(), v_.data(), out_.data(), lse_.data(), do_.data(),
+                      opt_.heads, opt_.kv_heads, opt_.head_dim, dq_.data(), dk_.data(), dv_.data());
+    } else {
+      uly_->forward(q_.data(), k_.data(), v_.data(), out_.data(), lse_.data());
+      uly_->backward(q_.data(), k_.data(), v_.data(), out_.data(), lse_.data(), do_.data(),
+                     dq_.data(), dk_.data(), dv_.data());
+    }
+    wall.push_back(now_s() - t0);
+    compute.push_back(work_.seconds("ring.forward") + work_.seconds("ring.backward"));
+    a2a.push_back(work_.seconds("ulysses.alltoall"));
+    wait.push_back(work_.seconds("ring.wait") + work_.counter("ring.progress_s"));
+    bytes = work_.counter("ring.bytes_sent") + work_.counter("ulysses.bytes_sent");
+    world.barrier();
+    ring_alone.push_back(replay_ring(work_.counter("ring.bytes_sent")));
+  }
+
+  // Two local rows of head 0 against the fp64 definition.
+  void spot_check(int64_t seq, double* worst, double* wrong) const {
+    const int H = opt_.heads, Hkv = opt_.kv_heads, D = opt_.head_dim;
+    std::vector<int64_t> all(static_cast<size_t>(seq));
+    for (int64_t i = 0; i < seq; ++i) all[size_t(i)] = i;
+    auto gk = rows_at(all, int64_t(Hkv) * D, "ring.k"),
+         gv = rows_at(all, int64_t(Hkv) * D, "ring.v");
+    kernels::AttnShape s{1, seq, H, Hkv, D, 1.0f / std::sqrt(float(D)), opt_.causal, 0, 0};
+    std::vector<double> ref(static_cast<size_t>(D));
+    const int64_t T = int64_t(positions_.size());
+    for (int64_t i : {int64_t(0), T - 1}) {
+      s.q_pos0 = positions_[size_t(i)];
+      kernels::attention_reference_row(s, q_.data() + i * H * D, gk.data(), gv.data(), 0, 0,
+                                       ref.data());
+      double num = 0, den = 0;
+      for (int d = 0; d < D; ++d) {
+        const double diff = out_[size_t(i * H * D + d)] - ref[size_t(d)];
+        num += diff * diff, den += ref[size_t(d)] * ref[size_t(d)];
+      }
+      const double err = std::sqrt(num / std::max(den, 1e-30));
+      *worst = std::max(*worst, err);
+      if (!(err <= 1e-4)) *wrong += 1;
+    }
+  }
+
+  CpMode mode() const { return mode_; }
+  int ulysses() const { return u_; }
+  std::vector<double> wall, compute, a2a, wait, ring_alone;
+  double bytes = 0;
+
+ private:
+  // The ring's messages of one forward + backward, one after another without
+  // compute: 3r-2 blocks of equal size (RingAttention's count), seconds.
+  double replay_ring(double ring_bytes) {
+    const int r = replay_->size();
+    if (r == 1 || ring_bytes == 0) return 0;
+    const size_t block = size_t(ring_bytes / (3 * r - 2));
+    send_buf_.resize(block), recv_buf_.resize(block);
+    const int next = (replay_->rank() + 1) % r, prev = (replay_->rank() - 1 + r) % r;
+    const double t0 = now_s();
+    for (int m = 0; m < 3 * r - 2; ++m) {
+      Request rr = replay_->irecv(recv_buf_.data(), block, prev, kTagReplay);
+      Request sr = replay_->isend(send_buf_.data(), block, next, kTagReplay);
+      replay_->wait(rr);
+      replay_->wait(sr);
+    }
+    return now_s() - t0;
+  }
+
+  CpMode mode_;
+  int u_;
+  const CpModesOptions& opt_;
+  std::unique_ptr<cp::RingAttention> ring_;
+  std::unique_ptr<cp::UlyssesAttention> uly_;
+  std::unique_ptr<Communicator> replay_;
+  prof::Recorder work_{false};
+  std::vector<int64_t> positions_;
+  std::vector<float> q_, k_, v_, do_, out_, lse_, dq_, dk_, dv_;
+  std::vector<char> send_buf_, recv_buf_;
+};
+
+BenchTable make_table(const CpModesOptions& o, int cp) {
+  TableSpec t{
+      "cp_modes",
+      "Context-parallel modes: cp=" + std::to_string(cp) + ", " + (o.causal ? "causal" : "full") +
+          ", heads " + std::to_string(o.heads) + "/" + std::to_string(o.kv_heads) + ", head_dim " +
+          std::to_string(o.head_dim) + ", forward+backward, median of " + std::to_string(o.iters) +
+          " iteration(s)",
+      {"mode", "u", "ring", "layout", "seq", "seq/cp", "wall_ms", "compute_ms", "a2a_ms",
+       "ring_wait_ms", "exposed_ms", "comm_alone_ms", "hidden", "sent_MiB/rank", "max_err",
+       "#wrong"},
+      {"u: Ulysses (all-to-all) group size; ring: ranks of the ring (cp/u). wall: slowest "
+       "rank's forward+backward from a barrier; compute: attention kernels; a2a: the Ulysses "
+       "all-to-alls with their packing; ring_wait: blocked on, or driving, ring transfers; "
+       "exposed = wall - compute; comm_alone = a2a + the ring's messages replayed without "
+       "compute; hidden = 1 - exposed/comm_alone, clipped to [0, 1]. Per-rank medians over "
+       "iterations, then the mean over ranks (wall: median of the slowest rank)",
+       "sent_MiB/rank: bytes one rank sends to others in one forward+backward (ring K/V and "
+       "dK/dV blocks, all-to-all blocks), the largest over ranks"}};
+  return t.make();
+}
+
+}  // namespace
+
+long long run_cp_modes(Communicator& world, const CpModesOptions& o) {
+  const int cp = world.size();
+  for (CpMode m : o.modes)
+    if (m != CpMode::ring) {
+      const int u = m == CpMode::ulysses ? cp : o.ulysses;
+      if (m == CpMode::hybrid && (u < 2 || u >= cp || cp % u != 0))
+        throw InputError("--ulysses " + std::to_string(o.ulysses) +
+                         ": hybrid needs 1 < u < cp=" + std::to_string(cp) + " dividing cp");
+      const std::string broken = cp::heads_rule_broken(o.heads, o.kv_heads, u);
+      if (!broken.empty())
+        throw InputError("--heads " + std::to_string(o.heads) + " --kv-heads " +
+                         std::to_string(o.kv_heads) + ": " + broken);
+    }
+  BenchTable table = make_table(o, cp);
+  long long total_wrong = 0;
+  for (int64_t T : o.seq_per_rank) {
+    const int64_t seq = T * cp;
+    for (CpLayout layout : o.layouts) {
+      cp::check_layout(seq, cp, layout);
+      std::vector<std::unique_ptr<ModeCase>> cases;
+      for (CpMode m : o.modes)
+        cases.push_back(std::make_unique<ModeCase>(world, m, m == CpMode::ulysses ? cp : o.ulysses,
+                                                   layout, seq, o));
+      for (int it = 0; it < o.iters; ++it)
+        for (auto& c : cases) c->iterate(world);
+      for (auto& c : cases) {
+        double st[8] = {
+            median(c->compute), median(c->a2a), median(c->wait), median(c->ring_alone), 0, 0,
+            c->bytes,           median(c->wall)};
+        c->spot_check(seq, &st[4], &st[5]);
+        std::vector<double> all(size_t(8) * size_t(cp));
+        world.allgather(st, all.data(), sizeof st);
+        const double wall = median(gather_series(world, c->wall).slowest_per_iteration());
+        double compute = 0, a2a = 0, wait = 0, alone = 0, err = 0, wrong = 0, bytes = 0,
+               exposed = 0;
+        for (int r = 0; r < cp; ++r) {
+          const double* s = all.data() + 8 * size_t(r);
+          compute += s[0] / cp, a2a += s[1] / cp, wait += s[2] / cp;
+          alone += (s[1] + s[3]) / cp, exposed += (s[7] - s[0]) / cp;
+          err = std::max(err, s[4]), wrong += s[5], bytes = std::max(bytes, s[6]);
+        }
+        const double hidden = alone > 0 ? std::clamp(1 - exposed / alone, 0.0, 1.0) : NAN;
+        total_wrong += (long long)wrong;
+        table.add_row({std::string(config_name(c->mode())), (long long)c->ulysses(),
+                       (long long)(cp / c->ulysses()), std::string(config_name(layout)),
+                       (long long)seq, (long long)T, wall * 1e3, compute * 1e3, a2a * 1e3,
+                       wait * 1e3, exposed * 1e3, alone * 1e3, hidden, bytes / 1048576.0, err,
+                       (long long)wrong});
+      }
+      if (world.rank() == 0)
+        std::fprintf(stderr, "  done: %s seq/cp %lld\n", config_name(layout).c_str(),
+                     static_cast<long long>(T));
+    }
+  }
+  if (world.rank() == 0) {
+    std::fputs(table.format().c_str(), stdout);
+    std::printf("# wrong rows in total: %lld (%s)\n", total_wrong, total_wrong ? "FAILED" : "OK");
+    std::fflush(stdout);
+    if (!o.output.empty()) write_bench_file(o.output, {table}, command_line());
+  }
+  return total_wrong;
+}
+
+}  // namespace trident::cli

@@ -1,0 +1,28 @@
+// `trident bench ring --cp-mode ...`: the three context-parallel modes side by
+// side on the same sequence (see bench_cp_modes.cpp).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trident/comm/comm.hpp"
+#include "trident/core/config.hpp"
+
+namespace trident::cli {
+
+struct CpModesOptions {
+  std::vector<CpMode> modes;
+  int ulysses = 2;  // hybrid's Ulysses group size
+  std::vector<CpLayout> layouts;
+  std::vector<int64_t> seq_per_rank;
+  bool causal = false;
+  int heads = 2, kv_heads = 2, head_dim = 64, iters = 1;
+  std::string output;  // HDF5 file, "" none
+};
+
+// Runs every (seq, layout, mode) case on all ranks of world (cp = world
+// size), prints the table on rank 0, writes it to opt.output. Returns the
+// number of wrong spot-checked rows (all ranks).
+long long run_cp_modes(Communicator& world, const CpModesOptions& opt);
+
+}  // namespace trident::cli

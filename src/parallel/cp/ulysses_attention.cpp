@@ -1,0 +1,173 @@
+// Ulysses (all-to-all) context parallelism, alone or under the ring (see
+// parallel/cp/ulysses_attention.hpp), forward and backward side by side.
+//
+// An exchange packs, for every rank d of the Ulysses group, the head slice d
+// takes of every local token into one contiguous block, and one all-to-all
+// with equal blocks delivers them: the block from rank s is exactly rows
+// [s*T_local, (s+1)*T_local) of the head-layout tensor, so it is received in
+// place. The way back needs no packing (the head-layout rows for rank d are
+// already one block) and unpacks each arriving block into its head slice.
+// The exchanges are blocking: Ulysses has nothing to overlap them with (the
+// attention needs all of them), which is its cost against the ring.
+#include "trident/parallel/cp/ulysses_attention.hpp"
+
+#include "trident/core/error.hpp"
+#include "trident/kernels/ops.hpp"
+#include "trident/kernels/tensor_ops.hpp"
+#include "trident/parallel/cp/config_rules.hpp"
+
+namespace trident::cp {
+
+namespace {
+
+// The Ulysses group (consecutive cp ranks) or the ring (same Ulysses index)
+// of this cp rank. Collective over cp.
+std::unique_ptr<Communicator> split_group(Communicator* cp, int u, bool ulysses_group) {
+  TRIDENT_CHECK(cp && u >= 1 && cp->size() % u == 0,
+                "Ulysses group of " + std::to_string(u) + " does not divide the cp group");
+  const int r = cp->rank();
+  return ulysses_group ? cp->split(r / u, r % u, CommKind::cp, "cp_ulysses")
+                       : cp->split(r % u, r / u, CommKind::cp, "cp_ring");
+}
+
+int checked_heads(int H, int Hkv, int u) {
+  const std::string broken = heads_rule_broken(H, Hkv, u);
+  if (!broken.empty()) throw InputError(broken);
+  return H / u;
+}
+
+}  // namespace
+
+UlyssesAttention::UlyssesAttention(Communicator* cp, int ulysses, Layout layout, bool causal,
+                                   int64_t seq_len, int H, int Hkv, int D, const kernels::Ctx& ctx)
+    : ctx_(ctx),
+      group_(split_group(cp, ulysses, true)),
+      ring_comm_(split_group(cp, ulysses, false)),
+      u_(ulysses),
+      me_(group_->rank()),
+      H_(H),
+      Hkv_(Hkv),
+      D_(D),
+      hq_(checked_heads(H, Hkv, ulysses)),
+      hkv_local_(Hkv % ulysses == 0 ? Hkv / ulysses : 1),
+      tl_(seq_len / cp->size()),
+      positions_(local_positions(seq_len, cp->size(), cp->rank(), layout, ulysses)),
+      ring_(ring_comm_.get(), layout, causal, seq_len, ctx) {
+  TRIDENT_CHECK(group_->size() == u_ && ring_.local_tokens() == u_ * tl_,
+                "Ulysses groups do not match the cp group");
+}
+
+int UlyssesAttention::kv_first(int i) const {
+  // Query head i*hq_ reads K/V head (i*hq_) / (H/Hkv); with Hkv % u == 0 that
+  // is i*Hkv/u, the first of this rank's Hkv/u heads.
+  return int((int64_t(i) * hq_ * Hkv_) / H_);
+}
+
+void UlyssesAttention::set_profiler(prof::Sink* sink) {
+  sink_ = sink;
+  ring_.set_profiler(sink);
+}
+
+void UlyssesAttention::note_workspace() {
+  if (!sink_) return;
+  size_t bytes = 0;
+  for (const Tensor* t : {&buf_.pack, &buf_.unpack, &buf_.q, &buf_.k, &buf_.v, &buf_.out, &buf_.lse,
+                          &buf_.dout, &buf_.dq, &buf_.dk, &buf_.dv})
+    bytes += t->bytes();
+  sink_->peak("ulysses.workspace_bytes", double(bytes));
+}
+
+void UlyssesAttention::exchange(const float* send, float* recv, int64_t per_peer) {
+  const std::vector<int64_t> counts(size_t(u_), per_peer);
+  std::vector<int64_t> displs(size_t(u_), 0);
+  for (int d = 0; d < u_; ++d) displs[size_t(d)] = d * per_peer;
+  group_->alltoallv(send, counts, displs, recv, counts, displs, sizeof(float));
+  if (sink_) sink_->add("ulysses.bytes_sent", double(per_peer) * (u_ - 1) * sizeof(float));
+}
+
+template <typename First>
+void UlyssesAttention::to_heads(const float* x, int hx, int n, int w, First first, Tensor& dst) {
+  prof::Span span{"ulysses.alltoall"};
+  span.t_begin_s = sink_ ? now_s() : 0;
+  const int64_t row = int64_t(n) * w, per_peer = tl_ * row;
+  kernels::reserve(ctx_, buf_.pack, u_ * per_peer);
+  kernels::reserve(ctx_, dst, u_ * per_peer);
+  for (int d = 0; d < u_; ++d) {
+    const int64_t h0 = first(d);
+    for (int64_t t = 0; t < tl_; ++t)
+      kernels::copy(ctx_, buf_.pack.ptr() + d * per_peer + t * row, x + (t * hx + h0) * w, row);
+  }
+  exchange(buf_.pack.ptr(), dst.ptr(), per_peer);
+  if (sink_) {
+    span.t_end_s = now_s();
+    sink_->span(span);
+  }
+}
+
+template <typename First>
+void UlyssesAttention::to_tokens(const float* y, int hx, int n, int w, First first, bool sum,
+                                 float* x) {
+  prof::Span span{"ulysses.alltoall"};
+  span.t_begin_s = sink_ ? now_s() : 0;
+  const int64_t row = int64_t(n) * w, per_peer = tl_ * row;
+  kernels::reserve(ctx_, buf_.unpack, u_ * per_peer);
+  exchange(y, buf_.unpack.ptr(), per_peer);
+  if (sum) kernels::fill(ctx_, x, tl_ * hx * w, 0.0f);
+  for (int s = 0; s < u_; ++s) {
+    const int64_t h0 = first(s);
+    const float* src = buf_.unpack.ptr() + s * per_peer;
+    for (int64_t t = 0; t < tl_; ++t) {
+      if (sum)
+        kernels::add_inplace(ctx_, x + (t * hx + h0) * w, src + t * row, row);
+      else
+        kernels::copy(ctx_, x + (t * hx + h0) * w, src + t * row, row);
+    }
+  }
+  if (sink_) {
+    span.t_end_s = now_s();
+    sink_->span(span);
+  }
+}
+
+void UlyssesAttention::forward(const float* q, const float* k, const float* v, float* out,
+                               float* lse) {
+  auto qh = [this](int d) { return d * hq_; };
+  auto kvh = [this](int d) { return kv_first(d); };
+  to_heads(q, H_, hq_, D_, qh, buf_.q);
+  to_heads(k, Hkv_, hkv_local_, D_, kvh, buf_.k);
+  to_heads(v, Hkv_, hkv_local_, D_, kvh, buf_.v);
+  kernels::reserve(ctx_, buf_.out, u_ * tl_ * hq_ * D_);
+  kernels::reserve(ctx_, buf_.lse, u_ * tl_ * hq_);
+  ring_.forward(buf_.q.ptr(), buf_.k.ptr(), buf_.v.ptr(), hq_, hkv_local_, D_, buf_.out.ptr(),
+                buf_.lse.ptr());
+  to_tokens(buf_.out.ptr(), H_, hq_, D_, qh, false, out);
+  to_tokens(buf_.lse.ptr(), H_, hq_, 1, qh, false, lse);
+  note_workspace();
+}
+
+void UlyssesAttention::backward(const float* q, const float* k, const float* v, const float* out,
+                                const float* lse, const float* dout, float* dq, float* dk,
+                                float* dv) {
+  auto qh = [this](int d) { return d * hq_; };
+  auto kvh = [this](int d) { return kv_first(d); };
+  to_heads(q, H_, hq_, D_, qh, buf_.q);
+  to_heads(k, Hkv_, hkv_local_, D_, kvh, buf_.k);
+  to_heads(v, Hkv_, hkv_local_, D_, kvh, buf_.v);
+  to_heads(out, H_, hq_, D_, qh, buf_.out);
+  to_heads(lse, H_, hq_, 1, qh, buf_.lse);
+  to_heads(dout, H_, hq_, D_, qh, buf_.dout);
+  kernels::reserve(ctx_, buf_.dq, u_ * tl_ * hq_ * D_);
+  kernels::reserve(ctx_, buf_.dk, u_ * tl_ * hkv_local_ * D_);
+  kernels::reserve(ctx_, buf_.dv, u_ * tl_ * hkv_local_ * D_);
+  ring_.backward(buf_.q.ptr(), buf_.k.ptr(), buf_.v.ptr(), buf_.out.ptr(), buf_.lse.ptr(),
+                 buf_.dout.ptr(), hq_, hkv_local_, D_, buf_.dq.ptr(), buf_.dk.ptr(), buf_.dv.ptr());
+  // K/V heads replicated on several ranks (u > n_kv_heads): their gradient
+  // is the sum of every holder's part.
+  const bool replicated = hkv_local_ * u_ > Hkv_;
+  to_tokens(buf_.dq.ptr(), H_, hq_, D_, qh, false, dq);
+  to_tokens(buf_.dk.ptr(), Hkv_, hkv_local_, D_, kvh, replicated, dk);
+  to_tokens(buf_.dv.ptr(), Hkv_, hkv_local_, D_, kvh, replicated, dv);
+  note_workspace();
+}
+
+}  // namespace trident::cp
