@@ -6,9 +6,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <numeric>
 #include <sstream>
 
 #include "trident/core/error.hpp"
+#include "trident/parallel/cp/config_rules.hpp"
 #include "trident/train/check_config.hpp"
 
 namespace trident::plan {
@@ -44,12 +46,27 @@ std::vector<MeshPlan> meshes(const Config& cfg, const ClusterShape& shape) {
       // How the cp group splits: ring and ulysses inside a domain, hybrid
       // with its Ulysses groups inside one and the ring across.
       std::vector<std::pair<CpMode, int>> modes;
-      if (shape.nvlink_domain % cp == 0) {
+      const bool fits = shape.nvlink_domain % cp == 0;
+      const bool heads_split = cp::heads_rule_broken(cfg.model.n_heads, cfg.model.n_kv_heads,
+                                                     cp)
+                                   .empty();
+      if (fits) {
         modes.push_back({CpMode::ring, 1});
         if (cp > 1) modes.push_back({CpMode::ulysses, cp});
       }
-      for (int u : divisors(cp))
-        if (u > 1 && u < cp && shape.nvlink_domain % u == 0) modes.push_back({CpMode::hybrid, u});
+      // Hybrid where ring and ulysses cannot serve cp (it crosses a domain,
+      // or n_heads does not split over cp), with the largest Ulysses group
+      // the domain and the heads allow: a larger u puts more of the group on
+      // the fast link and makes each ring step u times longer for the same
+      // block, while the all-to-all's share (u-1)/u barely grows.
+      if (!fits || !heads_split) {
+        int best_u = 0;
+        for (int u : divisors(std::gcd(cp, shape.nvlink_domain)))
+          if (u > 1 && u < cp &&
+              cp::heads_rule_broken(cfg.model.n_heads, cfg.model.n_kv_heads, u).empty())
+            best_u = u;
+        if (best_u > 0) modes.push_back({CpMode::hybrid, best_u});
+      }
       if (modes.empty()) continue;
       const long long stage = world / pp;
       for (int ep : divisors(stage)) {

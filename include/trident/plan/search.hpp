@@ -2,8 +2,9 @@
 // step time, the best k kept.
 //
 // Candidates: pp (divisors of the world, at most n_layers), cp with its mode
-// (ring or ulysses inside an NVLink domain; hybrid with every Ulysses group
-// size u that divides cp and the domain, the ring crossing domains), ep (dividing the experts and a stage), the schedules
+// (ring and ulysses inside an NVLink domain; hybrid where neither serves cp,
+// with the largest Ulysses group u that divides cp and the domain and splits
+// the heads, the ring crossing domains), ep (dividing the experts and a stage), the schedules
 // (interleaved with each vpp that leaves every chunk a layer; zb-v and
 // dualpipev on the V placement), both CP
 // layouts, and every split of the global batch into micro_batch_size x

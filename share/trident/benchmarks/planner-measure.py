@@ -66,6 +66,15 @@ MESHES = [
     (4, ["parallel.cp=2", "parallel.ep=2"]),
     (8, ["parallel.pp=2", "parallel.cp=2", "parallel.ep=2"]),
 ]
+# The context-parallel modes (parallel.cp_mode): Ulysses alone and the hybrid
+# (Ulysses groups of cp_ulysses ranks under a ring), next to the plain ring above.
+CP_MESHES = [
+    (2, ["parallel.cp=2", "parallel.cp_mode=ulysses"]),
+    (4, ["parallel.cp=4", "parallel.cp_mode=ulysses"]),
+    (4, ["parallel.cp=4", "parallel.cp_mode=hybrid", "parallel.cp_ulysses=2"]),
+    (4, ["parallel.cp=4"]),
+    (8, ["parallel.pp=2", "parallel.cp=4", "parallel.cp_mode=hybrid", "parallel.cp_ulysses=2"]),
+]
 
 
 def sh(cmd, **kw):
@@ -115,6 +124,8 @@ def main() -> int:
     ap.add_argument("--out", default="/tmp/trident-planner")
     ap.add_argument("--calibrate-ranks", type=int, default=4)
     ap.add_argument("--machine", default=None, help="use this profile instead of calibrating")
+    ap.add_argument("--meshes", choices=["all", "cp"], default="all",
+                    help="cp: only the context-parallel modes' meshes (CP_MESHES), no search")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     cfg = f"{a.out}/model.toml"
@@ -134,10 +145,13 @@ def main() -> int:
     first = [f"parallel.pp={b['pp']}", f"parallel.cp={b['cp']}", f"parallel.ep={b['ep']}",
              f"parallel.vpp={b['vpp']}", f"parallel.schedule={b['schedule']}", f"parallel.cp_layout={b['cp_layout']}",
              f"data.micro_batch_size={b['micro_batch_size']}", f"data.num_microbatches={b['num_microbatches']}"]
-    meshes = MESHES + [(big, first)]
+    first += [f"parallel.cp_mode={b['cp_mode']}",
+              f"parallel.cp_ulysses={b['cp_ulysses'] if b['cp_mode'] == 'hybrid' else 0}"]
+    meshes = CP_MESHES if a.meshes == "cp" else MESHES + CP_MESHES + [(big, first)]
     results = [{"name": mesh_name(s, n), "ranks": n, "sets": s, "prediction": predict_mesh(a.bin, cfg, machine, n, s),
                 "runs": []} for n, s in meshes]
-    results[-1]["search_first"] = True
+    if a.meshes == "all":
+        results[-1]["search_first"] = True
     # round-robin over the meshes, so that a change of load touches all of them alike
     for rep in range(a.runs):
         for res in results:
@@ -164,21 +178,22 @@ def main() -> int:
               f"{tag} | {r['pred_step_s']:.3f} | {r['meas_step_s']:.3f} | {r['pred_step_s'] / r['meas_step_s']:.2f} | "
               f"{r['pred_alloc'] / 1e6:.2f} | {r['meas_alloc'] / 1e6:.2f} | {r['pred_alloc'] / r['meas_alloc']:.3f} | "
               f"{r['pred_total'] / 1e6:.1f} |")
-    same = [r for r in results if r["ranks"] == big]
-    fastest = min(same, key=lambda r: r["meas_step_s"])
-    chosen = results[-1]
-    print(f"{big} ranks: the search's first choice {chosen['name']} measured {chosen['meas_step_s']:.3f} s; "
-          f"measured fastest {fastest['name']} {fastest['meas_step_s']:.3f} s "
-          f"({100 * (chosen['meas_step_s'] / fastest['meas_step_s'] - 1):.1f}% slower)")
-    # the ranking the predictions give the measured meshes themselves
-    listed = [r for r in same if not r.get("search_first")]
-    ranked = sorted(listed, key=lambda r: r["pred_step_s"])
-    fastest_listed = min(listed, key=lambda r: r["meas_step_s"])
-    print(f"{big} ranks, the listed meshes by prediction: "
-          + ", ".join(f"{r['name']} {r['pred_step_s']:.3f}/{r['meas_step_s']:.3f}" for r in ranked))
-    print(f"  predicted fastest {ranked[0]['name']} measured {ranked[0]['meas_step_s']:.3f} s, measured fastest "
-          f"{fastest_listed['name']} {fastest_listed['meas_step_s']:.3f} s "
-          f"({100 * (ranked[0]['meas_step_s'] / fastest_listed['meas_step_s'] - 1):.1f}% slower)")
+    if a.meshes == "all":
+        same = [r for r in results if r["ranks"] == big]
+        fastest = min(same, key=lambda r: r["meas_step_s"])
+        chosen = results[-1]
+        print(f"{big} ranks: the search's first choice {chosen['name']} measured {chosen['meas_step_s']:.3f} s; "
+              f"measured fastest {fastest['name']} {fastest['meas_step_s']:.3f} s "
+              f"({100 * (chosen['meas_step_s'] / fastest['meas_step_s'] - 1):.1f}% slower)")
+        # the ranking the predictions give the measured meshes themselves
+        listed = [r for r in same if not r.get("search_first")]
+        ranked = sorted(listed, key=lambda r: r["pred_step_s"])
+        fastest_listed = min(listed, key=lambda r: r["meas_step_s"])
+        print(f"{big} ranks, the listed meshes by prediction: "
+              + ", ".join(f"{r['name']} {r['pred_step_s']:.3f}/{r['meas_step_s']:.3f}" for r in ranked))
+        print(f"  predicted fastest {ranked[0]['name']} measured {ranked[0]['meas_step_s']:.3f} s, measured fastest "
+              f"{fastest_listed['name']} {fastest_listed['meas_step_s']:.3f} s "
+              f"({100 * (ranked[0]['meas_step_s'] / fastest_listed['meas_step_s'] - 1):.1f}% slower)")
     with open(f"{a.out}/results.json", "w") as f:
         json.dump({"load_before": load_before, "load_after": load_after, "results": results}, f, indent=1)
     return 0

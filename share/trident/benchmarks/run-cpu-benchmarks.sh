@@ -17,6 +17,8 @@ run "${mpirun[@]}" -np 2 "$bin" bench ring --causal --baseline --seq-per-rank 20
 run "${mpirun[@]}" -np 2 "$bin" bench ring --causal --seq-per-rank 1024,2048,4096,8192 --layout zigzag --iters 1 --output "$out/ring-cp2-memory.h5"
 run "${mpirun[@]}" -np 4 "$bin" bench ring --causal --seq-per-rank 1024,2048 --iters 21 --serialize-compute --output "$out/ring-cp4.h5"
 run "${mpirun[@]}" -np 8 "$bin" bench ring --causal --seq-per-rank 1024,2048 --iters 21 --serialize-compute --output "$out/ring-cp8.h5"
+run "${mpirun[@]}" -np 4 "$bin" bench ring --causal --seq-per-rank 256,1024 --layout zigzag --heads 8 --kv-heads 8 --head-dim 64 --iters 5 --cp-mode ring,ulysses,hybrid --ulysses 2 --output "$out/cp-modes-cp4.h5"
+run "${mpirun[@]}" -np 8 "$bin" bench ring --causal --seq-per-rank 256,1024 --layout zigzag --heads 8 --kv-heads 8 --head-dim 64 --iters 5 --cp-mode ring,ulysses,hybrid --ulysses 4 --output "$out/cp-modes-cp8.h5"
 for m in 8 16; do
   run "${mpirun[@]}" -np 4 "$bin" bench schedule --schedule all --pp 4 --microbatches $m --vpp 2 --tf 10 --tb 10 --tw 10 --output "$out/schedule-m$m.h5"
 done

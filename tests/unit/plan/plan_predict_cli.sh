@@ -68,7 +68,9 @@ assert len(best) == 10
 assert all(best[i]["step_time_s"] <= best[i + 1]["step_time_s"] * 1.001 for i in range(9))  # ties: 0.1%
 for b in best:
     assert b["pp"] * b["dp"] * b["cp"] == 8192, b
-    assert 8 % b["cp"] == 0 and 8 % b["ep"] == 0 and 64 % b["ep"] == 0, b
+    # the whole cp group inside a domain of 8, or with hybrid its Ulysses groups
+    inside = b["cp_ulysses"] if b["cp_mode"] == "hybrid" else b["cp"]
+    assert 8 % inside == 0 and 8 % b["ep"] == 0 and 64 % b["ep"] == 0, b
     assert b["micro_batch_size"] * b["num_microbatches"] * b["dp"] == r["global_batch"], b
 PY
 # each proposal maps when planned on its own
@@ -77,7 +79,9 @@ import json, sys
 for b in json.load(open(sys.argv[1]))["best"][:3]:
     print(f"--set parallel.pp={b['pp']} --set parallel.cp={b['cp']} --set parallel.ep={b['ep']} "
           f"--set parallel.vpp={b['vpp']} --set parallel.schedule={b['schedule']} "
-          f"--set parallel.cp_layout={b['cp_layout']} --set data.micro_batch_size={b['micro_batch_size']} "
+          f"--set parallel.cp_layout={b['cp_layout']} --set parallel.cp_mode={b['cp_mode']} "
+          f"--set parallel.cp_ulysses={b['cp_ulysses'] if b['cp_mode'] == 'hybrid' else 0} "
+          f"--set data.micro_batch_size={b['micro_batch_size']} "
           f"--set data.num_microbatches={b['num_microbatches']}")
 PY
 while read -r sets; do
