@@ -200,6 +200,38 @@ double causal_pairs_busiest_rank(long long seq_len, int cp, CpLayout layout) {
   return (cp - 1) * c * c + c * (c + 1) / 2;
 }
 
+namespace {
+
+// The CP communication of one action: the ring's K/V (and dK/dV) blocks and
+// the Ulysses all-to-alls (planner.md, "Context-parallel modes").
+void add_cp_comm(const Shapes& s, const MeshPlan& p, ChunkCost& c) {
+  const int u = p.cp_ulysses, r = p.cp_ring();
+  const double hkv_u =
+      u > 1 ? std::max(1.0, s.Hkv / u) : s.Hkv;  // K/V heads per rank after the all-to-all
+  if (r > 1) {
+    // per layer and sample: K and V of the group's u Ls tokens (Ls = T/mbs),
+    // r-1 ring steps
+    const double kv = kFloat * 2 * u * (s.T / s.mbs) * hkv_u * s.D;
+    c.f_comm.cp_bytes = c.layers * s.mbs * (r - 1) * kv;
+    c.f_comm.cp_steps = c.layers * int(s.mbs) * (r - 1);
+    c.b_comm.cp_bytes = 2 * c.f_comm.cp_bytes;  // K/V travel again and dK/dV come home
+    c.b_comm.cp_steps = c.f_comm.cp_steps;
+  }
+  if (u > 1) {
+    // per layer and sample, (u-1)/u of each tensor leaves the rank: q and out
+    // [Ls, H, D], k and v [Ls, u hkv_u, D], lse [Ls, H]
+    const double Ls = s.T / s.mbs, share = double(u - 1) / u;
+    const double q = kFloat * Ls * s.H * s.D, kv = kFloat * Ls * u * hkv_u * s.D,
+                 lse = kFloat * Ls * s.H;
+    c.f_comm.a2a_bytes = c.layers * s.mbs * share * (2 * q + 2 * kv + lse);
+    c.f_comm.a2a_calls = c.layers * int(s.mbs) * 5;
+    c.b_comm.a2a_bytes = c.layers * s.mbs * share * (4 * q + 4 * kv + lse);
+    c.b_comm.a2a_calls = c.layers * int(s.mbs) * 9;
+  }
+}
+
+}  // namespace
+
 ChunkCost chunk_cost(const Config& cfg, const MeshPlan& p, int vs) {
   const int n_virtual = p.pp * p.vpp;
   TRIDENT_CHECK(vs >= 0 && vs < n_virtual, "virtual stage out of range");
@@ -258,29 +290,7 @@ ChunkCost chunk_cost(const Config& cfg, const MeshPlan& p, int vs) {
   probe.D = s.D;
   c.workspace = std::max(c.workspace, double(kernels::attention_workspace_bytes(probe, true)));
   c.workspace = std::max(c.workspace, double(kernels::attention_workspace_bytes(probe, false)));
-  const int u = p.cp_ulysses, r = p.cp_ring();
-  const double hkv_u =
-      u > 1 ? std::max(1.0, s.Hkv / u) : s.Hkv;  // K/V heads per rank after the all-to-all
-  if (r > 1) {
-    // per layer and sample: K and V of the group's u Ls tokens (Ls = T/mbs),
-    // r-1 ring steps
-    const double kv = kFloat * 2 * u * (s.T / s.mbs) * hkv_u * s.D;
-    c.f_comm.cp_bytes = c.layers * s.mbs * (r - 1) * kv;
-    c.f_comm.cp_steps = c.layers * int(s.mbs) * (r - 1);
-    c.b_comm.cp_bytes = 2 * c.f_comm.cp_bytes;  // K/V travel again and dK/dV come home
-    c.b_comm.cp_steps = c.f_comm.cp_steps;
-  }
-  if (u > 1) {
-    // per layer and sample, (u-1)/u of each tensor leaves the rank: q and out
-    // [Ls, H, D], k and v [Ls, u hkv_u, D], lse [Ls, H]
-    const double Ls = s.T / s.mbs, share = double(u - 1) / u;
-    const double q = kFloat * Ls * s.H * s.D, kv = kFloat * Ls * u * hkv_u * s.D,
-                 lse = kFloat * Ls * s.H;
-    c.f_comm.a2a_bytes = c.layers * s.mbs * share * (2 * q + 2 * kv + lse);
-    c.f_comm.a2a_calls = c.layers * int(s.mbs) * 5;
-    c.b_comm.a2a_bytes = c.layers * s.mbs * share * (4 * q + 4 * kv + lse);
-    c.b_comm.a2a_calls = c.layers * int(s.mbs) * 9;
-  }
+  add_cp_comm(s, p, c);
   if (p.ep > 1 && c.moe_layers > 0) {
     const double rows_out = s.T * s.k * double(p.ep - 1) / p.ep;
     c.f_comm.ep_bytes = c.moe_layers * 2 * rows_out * s.d * kFloat;  // dispatch + combine

@@ -47,9 +47,8 @@ std::vector<MeshPlan> meshes(const Config& cfg, const ClusterShape& shape) {
       // with its Ulysses groups inside one and the ring across.
       std::vector<std::pair<CpMode, int>> modes;
       const bool fits = shape.nvlink_domain % cp == 0;
-      const bool heads_split = cp::heads_rule_broken(cfg.model.n_heads, cfg.model.n_kv_heads,
-                                                     cp)
-                                   .empty();
+      const bool heads_split =
+          cp::heads_rule_broken(cfg.model.n_heads, cfg.model.n_kv_heads, cp).empty();
       if (fits) {
         modes.push_back({CpMode::ring, 1});
         if (cp > 1) modes.push_back({CpMode::ulysses, cp});

@@ -211,6 +211,8 @@ Config random_config(std::mt19937& rng) {
   c.parallel.cp_layout = pick(0, 1) ? CpLayout::zigzag : CpLayout::contiguous;
   c.parallel.ep = pick(1, 16);
   c.parallel.schedule = PipelineSchedule(pick(0, 5));
+  c.parallel.cp_mode = CpMode(pick(0, 2));
+  c.parallel.cp_ulysses = pick(0, 8);
   c.train.steps = pick(1, 100000);
   c.train.lr = real(1e-6, 1e-1);
   c.train.warmup_steps = pick(0, 1000);
@@ -289,6 +291,8 @@ TEST_CASE("to_toml round-trips every key") {
                                              "parallel.cp_layout",
                                              "parallel.ep",
                                              "parallel.schedule",
+                                             "parallel.cp_mode",
+                                             "parallel.cp_ulysses",
                                              "train.steps",
                                              "train.lr",
                                              "train.warmup_steps",
