@@ -3,7 +3,9 @@
 // rank 0 where every rank goes and which groups it joins, so a job's
 // placement can be checked in seconds before a long run. Writes no files.
 #include <cstdio>
+#include <iterator>
 #include <sstream>
+#include <vector>
 
 #include "commands.hpp"
 #include "trident/comm/process.hpp"
@@ -16,6 +18,13 @@ namespace trident::cli {
 namespace {
 
 const char* kGroupKinds[] = {"cp", "pp", "dp", "dpcp", "ep", "expert_replica"};
+
+// The kinds listed: with cp_mode = "hybrid" also its two CP levels.
+std::vector<const char*> group_kinds(const Mesh& m) {
+  std::vector<const char*> kinds(std::begin(kGroupKinds), std::end(kGroupKinds));
+  if (m.cp_mode == CpMode::hybrid) kinds.insert(kinds.begin() + 1, {"cp_ulysses", "cp_ring"});
+  return kinds;
+}
 
 std::string json_escape(const std::string& s) {
   std::string o;
@@ -90,9 +99,12 @@ class TopoCommand : public Command {
       << " nvlink_domain=" << t.shape.nvlink_domain << " cuda_devices=" << t.cuda_devices
       << " world=" << m.world << "\n";
     o << "mesh: pp=" << m.pp << " dp=" << m.dp << " cp=" << m.cp << " ep=" << m.ep
-      << " n_experts=" << cfg.model.n_experts << " (config " << cfg.source << ")\n\n";
-    o << topology_table(c) << "\ngroups (world ranks):\n";
-    for (const char* kind : kGroupKinds) {
+      << " n_experts=" << cfg.model.n_experts << " (config " << cfg.source << ")\n";
+    if (m.cp_mode != CpMode::ring)
+      o << "cp: cp_mode=" << config_name(m.cp_mode) << " = Ulysses " << m.cp_ulysses
+        << " (all-to-all, inside an NVLink domain) x ring " << m.cp_ring() << "\n";
+    o << "\n" << topology_table(c) << "\ngroups (world ranks):\n";
+    for (const char* kind : group_kinds(m)) {
       char label[32];
       std::snprintf(label, sizeof label, "  %-15s", kind);
       o << label;
@@ -116,7 +128,9 @@ class TopoCommand : public Command {
       << ", \"cuda_devices\": " << t.cuda_devices << ", \"world\": " << m.world
       << ", \"config\": \"" << json_escape(cfg.source) << "\""
       << ", \"pp\": " << m.pp << ", \"dp\": " << m.dp << ", \"cp\": " << m.cp
-      << ", \"ep\": " << m.ep << ",\n \"ranks\": [";
+      << ", \"ep\": " << m.ep << ", \"cp_mode\": \"" << config_name(m.cp_mode)
+      << "\", \"cp_ulysses\": " << m.cp_ulysses << ", \"cp_ring\": " << m.cp_ring()
+      << ",\n \"ranks\": [";
     for (size_t i = 0; i < t.ranks.size(); ++i) {
       const RankInfo& r = t.ranks[i];
       const RankCoord k = m.coord(r.logical);
@@ -128,7 +142,7 @@ class TopoCommand : public Command {
     }
     o << "],\n \"groups\": {";
     bool first_kind = true;
-    for (const char* kind : kGroupKinds) {
+    for (const char* kind : group_kinds(m)) {
       o << (first_kind ? "" : ", ") << "\"" << kind << "\": [";
       first_kind = false;
       bool first = true;
