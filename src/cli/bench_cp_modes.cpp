@@ -3,12 +3,13 @@
 // mode runs the same sequence's attention forward + backward on all ranks of
 // the job (cp = world size), back to back within an iteration.
 //
-// Per case: wall time (slowest rank), kernel time, the Ulysses all-to-alls'
-// time, time blocked on the ring, bytes each rank sent, and the share of
-// communication hidden behind compute:
-//   exposed = wall - compute        (per rank: all time not in a kernel)
+// Per case: wall time (slowest rank), kernel time (and its CPU time, which
+// waiting for a core does not inflate), the Ulysses all-to-alls' time, time
+// blocked on the ring, bytes each rank sent, and the share of communication
+// hidden behind compute:
+//   exposed = all-to-all time + ring wait   (communication not overlapped)
 //   alone   = all-to-all time + the ring's transfers run on their own
-//   hidden  = 1 - exposed / alone   (clipped to [0, 1])
+//   hidden  = 1 - exposed / alone           (clipped to [0, 1])
 // "The ring's transfers on their own" replays the ring's messages (r-1 K/V
 // blocks forward; r-1 K/V and r dK/dV blocks backward, each of the sizes
 // the ring reported) one after another with no compute in between. The
@@ -92,6 +93,7 @@ class ModeCase {
     }
     wall.push_back(now_s() - t0);
     compute.push_back(work_.seconds("ring.forward") + work_.seconds("ring.backward"));
+    compute_cpu.push_back(work_.counter("ring.compute_cpu_s"));
     a2a.push_back(work_.seconds("ulysses.alltoall"));
     wait.push_back(work_.seconds("ring.wait") + work_.counter("ring.progress_s"));
     bytes = work_.counter("ring.bytes_sent") + work_.counter("ulysses.bytes_sent");
@@ -126,7 +128,7 @@ class ModeCase {
 
   CpMode mode() const { return mode_; }
   int ulysses() const { return u_; }
-  std::vector<double> wall, compute, a2a, wait, ring_alone;
+  std::vector<double> wall, compute, compute_cpu, a2a, wait, ring_alone;
   double bytes = 0;
 
  private:
@@ -167,13 +169,14 @@ BenchTable make_table(const CpModesOptions& o, int cp) {
           ", heads " + std::to_string(o.heads) + "/" + std::to_string(o.kv_heads) + ", head_dim " +
           std::to_string(o.head_dim) + ", forward+backward, median of " + std::to_string(o.iters) +
           " iteration(s)",
-      {"mode", "u", "ring", "layout", "seq", "seq/cp", "wall_ms", "compute_ms", "a2a_ms",
-       "ring_wait_ms", "exposed_ms", "comm_alone_ms", "hidden", "sent_MiB/rank", "max_err",
-       "#wrong"},
+      {"mode", "u", "ring", "layout", "seq", "seq/cp", "wall_ms", "compute_ms", "compute_cpu_ms",
+       "a2a_ms", "ring_wait_ms", "exposed_ms", "comm_alone_ms", "hidden", "sent_MiB/rank",
+       "max_err", "#wrong"},
       {"u: Ulysses (all-to-all) group size; ring: ranks of the ring (cp/u). wall: slowest "
-       "rank's forward+backward from a barrier; compute: attention kernels; a2a: the Ulysses "
-       "all-to-alls with their packing; ring_wait: blocked on, or driving, ring transfers; "
-       "exposed = wall - compute; comm_alone = a2a + the ring's messages replayed without "
+       "rank's forward+backward from a barrier; compute: attention kernels (compute_cpu: their "
+       "CPU time, not inflated by waiting for a core); a2a: the Ulysses all-to-alls with their "
+       "packing; ring_wait: blocked on, or driving, ring transfers; exposed = a2a + "
+       "ring_wait; comm_alone = a2a + the ring's messages replayed without "
        "compute; hidden = 1 - exposed/comm_alone, clipped to [0, 1]. Per-rank medians over "
        "iterations, then the mean over ranks (wall: median of the slowest rank)",
        "sent_MiB/rank: bytes one rank sends to others in one forward+backward (ring K/V and "
@@ -209,28 +212,28 @@ long long run_cp_modes(Communicator& world, const CpModesOptions& o) {
       for (int it = 0; it < o.iters; ++it)
         for (auto& c : cases) c->iterate(world);
       for (auto& c : cases) {
-        double st[8] = {
-            median(c->compute), median(c->a2a), median(c->wait), median(c->ring_alone), 0, 0,
-            c->bytes,           median(c->wall)};
+        double st[9] = {
+            median(c->compute), median(c->a2a),  median(c->wait),       median(c->ring_alone), 0, 0,
+            c->bytes,           median(c->wall), median(c->compute_cpu)};
         c->spot_check(seq, &st[4], &st[5]);
-        std::vector<double> all(size_t(8) * size_t(cp));
+        std::vector<double> all(size_t(9) * size_t(cp));
         world.allgather(st, all.data(), sizeof st);
         const double wall = median(gather_series(world, c->wall).slowest_per_iteration());
-        double compute = 0, a2a = 0, wait = 0, alone = 0, err = 0, wrong = 0, bytes = 0,
-               exposed = 0;
+        double compute = 0, a2a = 0, wait = 0, alone = 0, err = 0, wrong = 0, bytes = 0, cpu = 0;
         for (int r = 0; r < cp; ++r) {
-          const double* s = all.data() + 8 * size_t(r);
-          compute += s[0] / cp, a2a += s[1] / cp, wait += s[2] / cp;
-          alone += (s[1] + s[3]) / cp, exposed += (s[7] - s[0]) / cp;
+          const double* s = all.data() + 9 * size_t(r);
+          compute += s[0] / cp, a2a += s[1] / cp, wait += s[2] / cp, cpu += s[8] / cp;
+          alone += (s[1] + s[3]) / cp;
           err = std::max(err, s[4]), wrong += s[5], bytes = std::max(bytes, s[6]);
         }
+        const double exposed = a2a + wait;
         const double hidden = alone > 0 ? std::clamp(1 - exposed / alone, 0.0, 1.0) : NAN;
         total_wrong += (long long)wrong;
         table.add_row({std::string(config_name(c->mode())), (long long)c->ulysses(),
                        (long long)(cp / c->ulysses()), std::string(config_name(layout)),
-                       (long long)seq, (long long)T, wall * 1e3, compute * 1e3, a2a * 1e3,
-                       wait * 1e3, exposed * 1e3, alone * 1e3, hidden, bytes / 1048576.0, err,
-                       (long long)wrong});
+                       (long long)seq, (long long)T, wall * 1e3, compute * 1e3, cpu * 1e3,
+                       a2a * 1e3, wait * 1e3, exposed * 1e3, alone * 1e3, hidden, bytes / 1048576.0,
+                       err, (long long)wrong});
       }
       if (world.rank() == 0)
         std::fprintf(stderr, "  done: %s seq/cp %lld\n", config_name(layout).c_str(),
