@@ -49,7 +49,9 @@ class UlyssesAttention {
   int64_t local_tokens() const { return tl_; }
   // Global positions of this rank's tokens, in local order.
   const std::vector<int64_t>& positions() const { return positions_; }
-  // Query heads (first, count) and K/V heads of Ulysses rank i.
+  // Heads each rank attends after the all-to-all: n_heads/u query heads
+  // (rank i's start at i*n_heads/u) and kv_heads() K/V heads starting at
+  // kv_first(i).
   int q_heads() const { return hq_; }
   int kv_heads() const { return hkv_local_; }
   int kv_first(int i) const;
