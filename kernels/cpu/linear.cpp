@@ -1,8 +1,10 @@
 // Linear layer kernels (W stored [out, in]) on top of sgemm, plus the buffer
-// ops (add, copy, fill, sum of squares).
+// ops (add, copy, fill, sum of squares: in double, in vector_math.hpp's fixed
+// eight-lane order).
 #include <algorithm>
 
 #include "trident/kernels/backends.hpp"
+#include "vector_math.hpp"
 
 namespace trident::kernels::cpu {
 
@@ -30,10 +32,6 @@ void copy(const Ctx& ctx, float* dst, const float* src, int64_t n) { std::copy_n
 
 void fill(const Ctx& ctx, float* x, int64_t n, float value) { std::fill_n(x, n, value); }
 
-double sum_squares(const Ctx& ctx, const float* x, int64_t n) {
-  double s = 0.0;
-  for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
-  return s;
-}
+double sum_squares(const Ctx& ctx, const float* x, int64_t n) { return sum_squares_d(x, n); }
 
 }  // namespace trident::kernels::cpu

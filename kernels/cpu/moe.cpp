@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "trident/kernels/moe_backends.hpp"
+#include "vector_math.hpp"
 
 namespace trident::kernels::cpu {
 namespace {
@@ -48,14 +49,10 @@ void combine_rows_backward(const Ctx&, const RowSource& rows, const float* dy, i
         dweight[i] = 0.0f;
         continue;
       }
-      const float* src = rows.row(r, d);
       float* dst = drows + r * d;
-      double dot = 0.0;
-      for (int64_t c = 0; c < d; ++c) {
-        dot += double(dyt[c]) * double(src[c]);
-        dst[c] = weight[i] * dyt[c];
-      }
-      dweight[i] = static_cast<float>(dot);
+      const float wi = weight[i];
+      for (int64_t c = 0; c < d; ++c) dst[c] = wi * dyt[c];
+      dweight[i] = static_cast<float>(dot_d(dyt, rows.row(r, d), d));
     }
   }
 }

@@ -1,21 +1,47 @@
-// RMSNorm forward and backward (row statistics accumulated in double so that
-// rows split differently across ranks still normalise identically).
+// RMSNorm forward and backward. Row statistics are accumulated in double in
+// a fixed order (vector_math.hpp), so rows split differently across ranks
+// still normalise identically; the element-wise passes vectorise.
 #include <cmath>
 
 #include "trident/kernels/backends.hpp"
+#include "vector_math.hpp"
 
 namespace trident::kernels::cpu {
+namespace {
+
+TRIDENT_CPU_CLONES void scale_by(const float* __restrict x, const float* __restrict w, float r,
+                                 float* __restrict y, int64_t d) {
+  TRIDENT_SIMD
+  for (int64_t i = 0; i < d; ++i) y[i] = x[i] * r * w[i];
+}
+
+// dx = r * (g*w - xhat*mean), dw += g*xhat, with xhat = x*r.
+TRIDENT_CPU_CLONES void row_backward(const float* __restrict g, const float* __restrict x,
+                                     const float* __restrict w, float r, float mean,
+                                     float* __restrict dx, float* __restrict dw, int64_t d) {
+  if (dw) {
+    TRIDENT_SIMD
+    for (int64_t i = 0; i < d; ++i) {
+      const float xhat = x[i] * r;
+      dx[i] = r * (g[i] * w[i] - xhat * mean);
+      dw[i] += g[i] * xhat;
+    }
+  } else {
+    TRIDENT_SIMD
+    for (int64_t i = 0; i < d; ++i) dx[i] = r * (g[i] * w[i] - x[i] * r * mean);
+  }
+}
+
+}  // namespace
 
 void rmsnorm_forward(const Ctx& ctx, const float* x, const float* w, int64_t T, int64_t d,
                      float eps, float* y, float* rstd) {
   for (int64_t t = 0; t < T; ++t) {
     const float* xr = x + t * d;
-    double ss = 0.0;
-    for (int64_t i = 0; i < d; ++i) ss += double(xr[i]) * double(xr[i]);
-    float r = static_cast<float>(1.0 / std::sqrt(ss / double(d) + double(eps)));
+    const double ss = sum_squares_d(xr, d);
+    const float r = static_cast<float>(1.0 / std::sqrt(ss / double(d) + double(eps)));
     rstd[t] = r;
-    float* yr = y + t * d;
-    for (int64_t i = 0; i < d; ++i) yr[i] = xr[i] * r * w[i];
+    scale_by(xr, w, r, y + t * d, d);
   }
 }
 
@@ -26,15 +52,8 @@ void rmsnorm_backward(const Ctx& ctx, const float* dy, const float* x, const flo
     const float* xr = x + t * d;
     const float* gr = dy + t * d;
     const float r = rstd[t];
-    double dot = 0.0;
-    for (int64_t i = 0; i < d; ++i) dot += double(gr[i]) * double(w[i]) * double(xr[i]) * r;
-    const float mean = static_cast<float>(dot / double(d));
-    float* dxr = dx + t * d;
-    for (int64_t i = 0; i < d; ++i) {
-      const float xhat = xr[i] * r;
-      dxr[i] = r * (gr[i] * w[i] - xhat * mean);
-      if (dw) dw[i] += gr[i] * xhat;
-    }
+    const float mean = static_cast<float>(dot3_d(gr, w, xr, d) * double(r) / double(d));
+    row_backward(gr, xr, w, r, mean, dx + t * d, dw, d);
   }
 }
 

@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# The CPU backend's training efficiency: the step of the benchmark model
+# (share/trident/examples/cpu-moe-bench.toml, issue 28) on one pinned core
+# with one BLAS thread, as a fraction of that core's sgemm rate measured in
+# the same session. With two binaries the runs alternate (old, new, old,
+# new, ...) so that a machine whose speed drifts affects both alike, and the
+# table gives new/old.
+#
+#   share/trident/benchmarks/cpu-efficiency.sh BINARY [NEW_BINARY] [RUNS] [STEPS] [OUTDIR]
+#
+# RUNS: runs of each binary (default 3); STEPS: timed steps per run (default
+# 6; step 0 is left out); OUTDIR: logs (default /tmp/trident-cpu-efficiency).
+# CORE (environment, default the last core) is the core everything is pinned to.
+#
+# Two clocks, because a shared machine needs the second:
+# - wall: the run's median step time against `trident bench attention`'s
+#   sgemm rate (2048^3, best of 3). This is the figure on a quiet machine.
+# - cpu: the process's CPU time per step (user + sys of a run of 1+STEPS
+#   steps minus that of a 1-step run, over STEPS) against the CPU time of
+#   the same 2048^3 sgemm through OpenBLAS (best of 3). Time slices lost to
+#   other processes do not count, so the ratio holds on a busy machine
+#   (caches shared with them still cost something).
+# FLOPs per step: trident plan's model formula (3 x forward, causal pairs).
+set -euo pipefail
+old=${1:?usage: cpu-efficiency.sh BINARY [NEW_BINARY] [RUNS] [STEPS] [OUTDIR]}
+new=${2:-}
+runs=${3:-3}
+steps=${4:-6}
+out=${5:-/tmp/trident-cpu-efficiency}
+core=${CORE:-$(($(nproc) - 1))}
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
+config=$repo/share/trident/examples/cpu-moe-bench.toml
+for b in "$old" $new; do
+  [[ -x $b ]] || { echo "cpu-efficiency.sh: $b is not an executable" >&2; exit 2; }
+done
+old=$(realpath "$old")
+[[ -n $new ]] && new=$(realpath "$new")
+[[ -x /usr/bin/time ]] || { echo "cpu-efficiency.sh: needs /usr/bin/time (Debian: time)" >&2; exit 2; }
+mkdir -p "$out"
+export OPENBLAS_NUM_THREADS=1
+pin=(taskset -c "$core")
+
+# sgemm 2048^3 by CPU time through the same OpenBLAS, best of 3: GFLOP/s
+sgemm_cpu() {
+  "${pin[@]}" python3 - <<'PY'
+import ctypes, time
+blas = ctypes.CDLL("libopenblas.so.0")
+blas.openblas_set_num_threads(1)
+n = 2048
+one = b"\x00\x00\x80\x3f" * (n * n)
+A = (ctypes.c_float * (n * n)).from_buffer_copy(one)
+B = (ctypes.c_float * (n * n)).from_buffer_copy(one)
+C = (ctypes.c_float * (n * n))()
+best = float("inf")
+for _ in range(4):  # the first warms up
+    t0 = time.process_time()
+    blas.cblas_sgemm(101, 111, 111, n, n, n, ctypes.c_float(1.0), A, n, B, n,
+                     ctypes.c_float(0.0), C, n)
+    best = min(best, time.process_time() - t0)
+print(f"{2 * n**3 / best / 1e9:.3f}")
+PY
+}
+
+# one measurement of BINARY into LOG.fig: "key value" lines
+measure() {
+  local bin=$1 log=$2 dir=$2.d
+  rm -rf "$dir" && mkdir -p "$dir"
+  "$bin" bench attention --seq 512 --head-dim 32 --heads 1 --mask causal --reps 3 --threads 1 \
+    >"$log.attn" 2>&1
+  awk '$1 == "causal" { print "sgemm_wall_gflops", $8 }' "$log.attn" >"$log.fig"
+  echo "sgemm_cpu_gflops $(sgemm_cpu)" >>"$log.fig"
+  local n
+  for n in 1 $((steps + 1)); do
+    (cd "$dir" && /usr/bin/time -f "cpu_s_$n %U %S" -o "$log.time$n" "${pin[@]}" "$bin" run \
+       "$config" --set train.steps=$n --set output.file="$dir/run$n.h5" \
+       --set output.checkpoint_dir="$dir/ckpt$n" >"$log.run$n" 2>&1)
+    awk '{ print $1, $2 + $3 }' "$log.time$n" >>"$log.fig"
+  done
+  # step lines: "step N | loss L | ... | T s | ..."; step 0 warms up
+  awk -F'|' '/^step/ { split($1, s, " "); if (s[2] > 0) { split($6, t, " "); print "step_wall_s", t[1] } }
+             /^step/ { split($2, l, " "); loss = l[2] } END { print "last_loss", loss }' \
+    "$log.run$((steps + 1))" >>"$log.fig"
+}
+
+sides=(old)
+[[ -n $new ]] && sides+=(new)
+for ((r = 1; r <= runs; ++r)); do
+  for side in "${sides[@]}"; do
+    bin=$old
+    [[ $side == new ]] && bin=$new
+    echo "== run $r: $side ($bin) on core $core" >&2
+    measure "$bin" "$out/$side-$r.log"
+  done
+done
+
+python3 - "$out" "$runs" "$steps" "$config" "${sides[@]}" <<'PY'
+import glob, statistics, sys, tomllib
+out, runs, steps, config, sides = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5:]
+cfg = tomllib.load(open(config, "rb"))
+m, dat = cfg["model"], cfg["data"]
+d, L, H, Hkv = m["d_model"], m["n_layers"], m["n_heads"], m["n_kv_heads"]
+hd = d // H
+S = dat["seq_len"]
+per_token = L * (2 * d * (2 * H * hd + 2 * Hkv * hd) + 2 * d * m["n_experts"]
+                 + 6.0 * m["top_k"] * d * m["ffn_hidden"]) + 2 * d * m["vocab_size"]
+seqs = dat["micro_batch_size"] * dat["num_microbatches"]
+flops = 3 * seqs * (S * per_token + L * (S * (S + 1) / 2) * 4 * H * hd)
+print(f"model: {flops / (seqs * S) / 1e6:.2f} MFLOP per token, {seqs * S} tokens per step; "
+      f"{runs} runs per binary, {steps} timed steps each\n")
+per = {}
+for side in sides:
+    per[side] = []
+    for f in sorted(glob.glob(f"{out}/{side}-*.log.fig")):
+        kv = {}
+        for line in open(f):
+            k, v = line.split()
+            kv.setdefault(k, []).append(float(v))
+        per[side].append(dict(wall=statistics.median(kv["step_wall_s"]),
+                              cpu=(kv[f"cpu_s_{steps + 1}"][0] - kv["cpu_s_1"][0]) / steps,
+                              sg_wall=kv["sgemm_wall_gflops"][0], sg_cpu=kv["sgemm_cpu_gflops"][0],
+                              loss=kv["last_loss"][0]))
+# The ceiling does not depend on the binary: one figure per clock, the median
+# of every sgemm measurement of the session.
+ceil_wall = statistics.median(p["sg_wall"] for side in sides for p in per[side])
+ceil_cpu = statistics.median(p["sg_cpu"] for side in sides for p in per[side])
+print(f"sgemm 2048^3 ceiling (median of {sum(len(per[s]) for s in sides)} measurements): "
+      f"{ceil_wall:.1f} GFLOP/s by wall clock, {ceil_cpu:.1f} GFLOP/s by CPU time\n")
+rows = {}
+for side in sides:
+    med = lambda k: statistics.median(p[k] for p in per[side])
+    rows[side] = dict(wall=med("wall"), cpu=med("cpu"), sg_wall=med("sg_wall"), sg_cpu=med("sg_cpu"),
+                      loss=per[side][-1]["loss"], gf_wall=flops / med("wall") / 1e9,
+                      gf_cpu=flops / med("cpu") / 1e9)
+    rows[side]["fr_wall"] = rows[side]["gf_wall"] / ceil_wall
+    rows[side]["fr_cpu"] = rows[side]["gf_cpu"] / ceil_cpu
+hdr = "| figure (median of runs) | " + " | ".join(sides) + (" | new/old |" if len(sides) > 1 else " |")
+print(hdr)
+print("|---" * (len(sides) + 1 + (len(sides) > 1)) + "|")
+def row(name, key, fmt, ratio=True):
+    vals = [rows[s][key] for s in sides]
+    cells = [fmt.format(v) for v in vals]
+    extra = [f"{vals[1] / vals[0]:.3f}"] if len(sides) > 1 and ratio else ([""] if len(sides) > 1 else [])
+    print(f"| {name} | " + " | ".join(cells + extra) + " |")
+row("step, wall (s)", "wall", "{:.3f}")
+row("step, CPU time (s)", "cpu", "{:.3f}")
+row("sgemm 2048^3, wall (GFLOP/s)", "sg_wall", "{:.1f}")
+row("sgemm 2048^3, CPU time (GFLOP/s)", "sg_cpu", "{:.1f}")
+row("training GFLOP/s, wall", "gf_wall", "{:.1f}")
+row("training GFLOP/s, CPU time", "gf_cpu", "{:.1f}")
+row("training / sgemm ceiling, wall", "fr_wall", "{:.3f}")
+row("training / sgemm ceiling, CPU time", "fr_cpu", "{:.3f}")
+row(f"loss after step {steps}", "loss", "{:.4f}", ratio=False)
+PY
