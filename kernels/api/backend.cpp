@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "trident/core/emulated.hpp"
 #include "trident/core/error.hpp"
 #include "trident/kernels/backends.hpp"
 #ifdef TRIDENT_HAVE_CUDA
@@ -34,6 +35,7 @@ int visible_cuda_devices() {
 
 Device select_device(Backend backend, int local_rank) {
   if (backend == Backend::cpu) return Device::cpu();
+  if (backend == Backend::emulated) return Device::emulated();
   if (!built_with_cuda()) {
     if (backend == Backend::automatic) return Device::cpu();
     throw InputError(
@@ -49,8 +51,8 @@ Device select_device(Backend backend, int local_rank) {
 }
 
 // The CUDA backend's own context owns the stream, cuBLAS handle, allocator
-// and workspace of a device; the host needs only an allocator and a
-// workspace.
+// and workspace of a device; the host and the emulated device need only an
+// allocator (the host's, or the emulated arena) and a workspace.
 struct DeviceContext::Backend {
 #ifdef TRIDENT_HAVE_CUDA
   std::unique_ptr<cuda::StreamContext> cuda;
@@ -59,8 +61,8 @@ struct DeviceContext::Backend {
 };
 
 DeviceContext::DeviceContext(Device device) : backend_(std::make_unique<Backend>()) {
-  if (device.is_cpu()) {
-    alloc_ = &cpu_allocator();
+  if (device.is_cpu() || device.is_emulated()) {
+    alloc_ = device.is_cpu() ? &cpu_allocator() : &emulated::allocator();
     backend_->workspace = std::make_unique<Workspace>(*alloc_);
     ctx_ = Ctx{device, nullptr, nullptr, backend_->workspace.get(), alloc_};
     return;

@@ -1,31 +1,10 @@
-// The public ops: each routes its call to the backend of ctx.device. This is
-// the one place where the backend is chosen per call; model and parallel
-// code call these and never name a backend.
-#include <string>
-
-#include "trident/core/error.hpp"
+// The public ops: each routes its call to the backend of ctx.device
+// (route.hpp, shared with moe_ops.cpp); model and parallel code call these
+// and never name a backend.
+#include "route.hpp"
 #include "trident/kernels/backends.hpp"
 
 namespace trident::kernels {
-#ifdef TRIDENT_HAVE_CUDA
-#define TRIDENT_ROUTE(op, ...) \
-  return ctx.device.is_cuda() ? cuda::op(ctx, __VA_ARGS__) : cpu::op(ctx, __VA_ARGS__)
-#else
-namespace {
-
-[[noreturn]] void no_cuda(const char* op) {
-  throw Error(std::string("kernels::") + op +
-              ": called with a cuda device, but this build has no CUDA backend");
-}
-
-}  // namespace
-
-// no_cuda never returns; the comma expression keeps the type of the call
-// (void included), so one macro serves every op.
-#define TRIDENT_ROUTE(op, ...)                                            \
-  return ctx.device.is_cuda() ? (no_cuda(#op), cpu::op(ctx, __VA_ARGS__)) \
-                              : cpu::op(ctx, __VA_ARGS__)
-#endif
 
 void sgemm(const Ctx& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,

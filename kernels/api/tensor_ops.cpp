@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "trident/core/emulated.hpp"
 #include "trident/core/error.hpp"
 #include "trident/kernels/ops.hpp"
 #ifdef TRIDENT_HAVE_CUDA
@@ -15,6 +16,7 @@ namespace trident::kernels {
 
 Allocator& allocator_of(const Ctx& ctx) {
   if (ctx.alloc) return *ctx.alloc;
+  if (ctx.device.is_emulated()) return emulated::allocator();
   TRIDENT_CHECK(ctx.device.is_cpu(),
                 "kernels: a " + ctx.device.str() + " Ctx without an allocator makes no tensors");
   return cpu_allocator();
@@ -36,10 +38,17 @@ void reserve(const Ctx& ctx, Tensor& t, int64_t n) {
 
 namespace {
 
-// Bytes from src to dst where each lives (host or ctx's device).
+// Bytes from src to dst where each lives (host or ctx's device). The
+// emulated device's copies are host copies with its guard lifted: the
+// explicit transfers that a GPU would make.
 void copy_bytes(const Ctx& ctx, void* dst, Device to, const void* src, Device from, size_t bytes) {
   if (bytes == 0) return;
   if (to.is_cpu() && from.is_cpu()) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  if (!to.is_cuda() && !from.is_cuda()) {
+    const emulated::Guard lifted;
     std::memcpy(dst, src, bytes);
     return;
   }

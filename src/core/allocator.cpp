@@ -9,7 +9,15 @@
 namespace trident {
 
 std::string Device::str() const {
-  return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);
+  switch (type) {
+    case DeviceType::cpu:
+      return "cpu";
+    case DeviceType::cuda:
+      return "cuda:" + std::to_string(index);
+    case DeviceType::emulated:
+      return "emulated:" + std::to_string(index);
+  }
+  return "?";
 }
 
 const char* dtype_name(DType t) {

@@ -200,7 +200,7 @@ const std::vector<KeyDef>& key_table() {
     // [runtime]
     t.push_back(choice_key("runtime", "backend",
                            [](Config & c) -> auto& { return c.runtime.backend; },
-                           {"cpu", "cuda", "auto"}));
+                           {"cpu", "cuda", "auto", "emulated"}));
     t.push_back(choice_key("runtime", "comm", [](Config & c) -> auto& { return c.runtime.comm; },
                            {"mpi", "nccl", "auto"}));
     t.push_back(float_key(

@@ -43,7 +43,7 @@ enum class PipelineSchedule {
   zb_v,
   dualpipev
 };                                                                      // parallel.schedule
-enum class Backend { cpu, cuda, automatic };                            // runtime.backend
+enum class Backend { cpu, cuda, automatic, emulated };                  // runtime.backend
 enum class CommBackend { mpi, nccl, automatic };                        // runtime.comm
 enum class EpTransportChoice { alltoallv, shm, automatic };             // runtime.ep_transport
 enum class NonFinitePolicy { stop, skip };                              // train.on_nonfinite
@@ -77,7 +77,7 @@ struct ConfigNames<PipelineSchedule> {
 };
 template <>
 struct ConfigNames<Backend> {
-  static constexpr std::array<std::string_view, 3> names = {"cpu", "cuda", "auto"};
+  static constexpr std::array<std::string_view, 4> names = {"cpu", "cuda", "auto", "emulated"};
 };
 template <>
 struct ConfigNames<CommBackend> {

@@ -1,74 +1,51 @@
 // The public MoE and router ops: each routes its call to the backend of
-// ctx.device (kernels/cuda for a CUDA device in a build with the CUDA
-// backend, else an error naming the op; kernels/cpu for the host).
-#include <string>
-
-#include "trident/core/error.hpp"
+// ctx.device (route.hpp).
+#include "route.hpp"
 #include "trident/kernels/moe_backends.hpp"
 
 namespace trident::kernels {
-namespace {
-
-[[maybe_unused]] void no_cuda(const char* op) {
-  throw Error(std::string("kernels::") + op + ": called with a cuda device, but this build " +
-              "has no CUDA backend");
-}
-
-}  // namespace
-
-#ifdef TRIDENT_HAVE_CUDA
-#define TRIDENT_ROUTE_MOE(op, ...)                             \
-  if (ctx.device.is_cuda()) return cuda::op(ctx, __VA_ARGS__); \
-  return cpu::op(ctx, __VA_ARGS__)
-#else
-#define TRIDENT_ROUTE_MOE(op, ...)               \
-  if (ctx.device.is_cuda()) return no_cuda(#op); \
-  return cpu::op(ctx, __VA_ARGS__)
-#endif
 
 void gather_rows(const Ctx& ctx, const float* x, int64_t d, const int64_t* src_row, int64_t n,
                  float* out) {
-  TRIDENT_ROUTE_MOE(gather_rows, x, d, src_row, n, out);
+  TRIDENT_ROUTE(gather_rows, x, d, src_row, n, out);
 }
 void combine_rows(const Ctx& ctx, const RowSource& rows, int64_t d, const int64_t* row,
                   const float* weight, int64_t T, int k, float* y) {
-  TRIDENT_ROUTE_MOE(combine_rows, rows, d, row, weight, T, k, y);
+  TRIDENT_ROUTE(combine_rows, rows, d, row, weight, T, k, y);
 }
 void combine_rows_backward(const Ctx& ctx, const RowSource& rows, const float* dy, int64_t d,
                            const int64_t* row, const float* weight, int64_t T, int k, float* drows,
                            float* dweight) {
-  TRIDENT_ROUTE_MOE(combine_rows_backward, rows, dy, d, row, weight, T, k, drows, dweight);
+  TRIDENT_ROUTE(combine_rows_backward, rows, dy, d, row, weight, T, k, drows, dweight);
 }
 void scatter_add_rows(const Ctx& ctx, const float* drows, int64_t d, const int64_t* row, int64_t T,
                       int k, float* dx) {
-  TRIDENT_ROUTE_MOE(scatter_add_rows, drows, d, row, T, k, dx);
+  TRIDENT_ROUTE(scatter_add_rows, drows, d, row, T, k, dx);
 }
 void router_scores(const Ctx& ctx, const RouterDims& dims, const float* logits, float* probs,
                    float* lse) {
-  TRIDENT_ROUTE_MOE(router_scores, dims, logits, probs, lse);
+  TRIDENT_ROUTE(router_scores, dims, logits, probs, lse);
 }
 void topk_rows(const Ctx& ctx, const float* scores, const float* bias, int64_t T, int E, int k,
                int* idx) {
-  TRIDENT_ROUTE_MOE(topk_rows, scores, bias, T, E, k, idx);
+  TRIDENT_ROUTE(topk_rows, scores, bias, T, E, k, idx);
 }
 void router_topk(const Ctx& ctx, const RouterDims& dims, const float* probs, const float* bias,
                  int* chosen, float* weight) {
-  TRIDENT_ROUTE_MOE(router_topk, dims, probs, bias, chosen, weight);
+  TRIDENT_ROUTE(router_topk, dims, probs, bias, chosen, weight);
 }
 void router_load(const Ctx& ctx, const RouterDims& dims, const int* chosen, const int* sample,
                  int n_samples, double* stats) {
-  TRIDENT_ROUTE_MOE(router_load, dims, chosen, sample, n_samples, stats);
+  TRIDENT_ROUTE(router_load, dims, chosen, sample, n_samples, stats);
 }
 void router_losses(const Ctx& ctx, const RouterDims& dims, const float* probs, const float* lse,
                    const RouterLossTerms& terms, double* aux_share, double* z_share) {
-  TRIDENT_ROUTE_MOE(router_losses, dims, probs, lse, terms, aux_share, z_share);
+  TRIDENT_ROUTE(router_losses, dims, probs, lse, terms, aux_share, z_share);
 }
 void router_backward(const Ctx& ctx, const RouterDims& dims, const RouterSaved& saved,
                      const RouterLossTerms& terms, const float* dweight, float daux_scale,
                      float* dlogits) {
-  TRIDENT_ROUTE_MOE(router_backward, dims, saved, terms, dweight, daux_scale, dlogits);
+  TRIDENT_ROUTE(router_backward, dims, saved, terms, dweight, daux_scale, dlogits);
 }
-
-#undef TRIDENT_ROUTE_MOE
 
 }  // namespace trident::kernels

@@ -1,0 +1,58 @@
+// The routing of every public op to the backend of ctx.device, written once
+// for the op files of kernels/api:
+//
+//   cpu       kernels/cpu
+//   emulated  kernels/cpu with the emulated device's guard lifted for the
+//             call (core/emulated.hpp), so that device memory is reachable
+//             by the kernel and by nothing else
+//   cuda      kernels/cuda in a build with the CUDA backend; else an error
+//             naming the op
+//
+// An op's body is `TRIDENT_ROUTE(op, args...);`: it returns what the
+// backend's op returns (void included).
+#pragma once
+#include <string>
+
+#include "trident/core/emulated.hpp"
+#include "trident/core/error.hpp"
+#include "trident/kernels/context.hpp"
+
+namespace trident::kernels::detail {
+
+[[noreturn]] inline void no_cuda(const char* op) {
+  throw Error(std::string("kernels::") + op +
+              ": called with a cuda device, but this build has no CUDA backend");
+}
+
+// host: the op on kernels/cpu; device: the op on kernels/cuda (a build
+// without CUDA passes none).
+template <class Host, class Device>
+decltype(auto) route(const Ctx& ctx, const char* op, Host&& host, Device&& device) {
+  switch (ctx.device.type) {
+    case DeviceType::cpu:
+      break;
+    case DeviceType::emulated: {
+      const emulated::Guard lifted;
+      return host();
+    }
+    case DeviceType::cuda:
+      if constexpr (std::is_same_v<std::decay_t<Device>, std::nullptr_t>)
+        no_cuda(op);
+      else
+        return device();
+  }
+  return host();
+}
+
+}  // namespace trident::kernels::detail
+
+#ifdef TRIDENT_HAVE_CUDA
+#define TRIDENT_ROUTE(op, ...)                                                 \
+  return ::trident::kernels::detail::route(                                    \
+      ctx, #op, [&]() -> decltype(auto) { return cpu::op(ctx, __VA_ARGS__); }, \
+      [&]() -> decltype(auto) { return cuda::op(ctx, __VA_ARGS__); })
+#else
+#define TRIDENT_ROUTE(op, ...)              \
+  return ::trident::kernels::detail::route( \
+      ctx, #op, [&]() -> decltype(auto) { return cpu::op(ctx, __VA_ARGS__); }, nullptr)
+#endif
