@@ -30,6 +30,7 @@
 
 #include "trident/core/clock.hpp"
 #include "trident/core/device.hpp"
+#include "trident/core/staging.hpp"
 
 namespace trident {
 
@@ -159,6 +160,14 @@ class Communicator {
   void set_compute_stream(void* stream) { compute_stream_ = stream; }
   void* compute_stream() const { return compute_stream_; }
   virtual void wait_on_compute(Request& r) { wait(r); }
+
+  // Buffers of `staging`'s device handed to a host backend (MPI) travel
+  // through host memory by its explicit copies: the path of a GPU's tensors
+  // under runtime.comm = "mpi", and of the emulated device's. Set once per
+  // communicator by whoever owns the device (train::run); groups split off
+  // later inherit it. A device backend (NCCL) moves its device's buffers
+  // itself and ignores it. Null: every buffer is a host buffer.
+  virtual void stage_device_buffers(std::shared_ptr<DeviceStaging> staging) { (void)staging; }
 
   // Point-to-point operations posted between begin_group() and end_group()
   // start together: a device backend needs that for a send and a receive

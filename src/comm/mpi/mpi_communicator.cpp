@@ -3,6 +3,7 @@
 // INT_MAX go through a derived datatype, reductions in INT_MAX pieces.
 #include "trident/comm/mpi/mpi_communicator.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <string>
 #include <vector>
@@ -210,6 +211,94 @@ std::unique_ptr<PendingOp> post_ibarrier(MPI_Comm comm) {
   return req;
 }
 
+// ---- staging: device buffers through host memory ----
+
+// One buffer of an operation copied through host memory.
+struct StagedBuffer {
+  void* device = nullptr;        // where the data lives (null: not staged)
+  std::unique_ptr<char[]> host;  // the copy MPI reads or writes
+  size_t bytes = 0;
+};
+
+// An operation posted on host copies of its device buffers: the inputs were
+// copied to the host before posting; the outputs are copied back to the
+// device when MPI completes it. Released while pending, it leaks its host
+// buffers, since MPI may still read or write them.
+class StagedOp final : public PendingOp {
+ public:
+  StagedOp(DeviceStaging& staging, StagedBuffer in, StagedBuffer out)
+      : staging_(staging), in_(std::move(in)), out_(std::move(out)) {}
+  ~StagedOp() override {
+    if (done_) return;
+    (void)in_.host.release();
+    (void)out_.host.release();
+  }
+  void start(std::unique_ptr<PendingOp> op) { op_ = std::move(op); }
+  bool poll() override {
+    if (done_) return true;
+    if (!op_->poll()) return false;
+    if (out_.device) staging_.to_device(out_.device, out_.host.get(), out_.bytes);
+    done_ = true;
+    return true;
+  }
+
+ private:
+  DeviceStaging& staging_;
+  StagedBuffer in_, out_;
+  std::unique_ptr<PendingOp> op_;
+  bool done_ = false;
+};
+
+// Extent in bytes of the blocks an all-to-all-v reads or writes.
+size_t alltoallv_extent(const int64_t* counts, const int64_t* displs, size_t p, size_t elem) {
+  int64_t end = 0;
+  for (size_t i = 0; i < p; ++i)
+    if (counts[i] > 0) end = std::max(end, displs[i] + counts[i]);
+  return size_t(end) * elem;
+}
+
+// The bytes an operation reads from `in` and writes to `out` (allreduce and
+// broadcast: in place, through out).
+void op_extents(const CommOp& op, size_t p, size_t& in_bytes, size_t& out_bytes) {
+  in_bytes = out_bytes = 0;
+  switch (op.kind) {
+    case CommOp::Kind::send:
+      in_bytes = op.bytes;
+      break;
+    case CommOp::Kind::recv:
+      out_bytes = op.bytes;
+      break;
+    case CommOp::Kind::allreduce:
+      out_bytes = op.count * elem_size(op.type);
+      break;
+    case CommOp::Kind::broadcast:
+      out_bytes = op.bytes;
+      break;
+    case CommOp::Kind::allgather:
+      in_bytes = op.bytes;
+      out_bytes = op.bytes * p;
+      break;
+    case CommOp::Kind::alltoallv:
+      in_bytes = alltoallv_extent(op.send_counts, op.send_displs, p, op.elem_bytes);
+      out_bytes = alltoallv_extent(op.recv_counts, op.recv_displs, p, op.elem_bytes);
+      break;
+    case CommOp::Kind::barrier:
+      break;
+  }
+}
+
+// A host copy of [p, p + bytes) when p is on the staging device; `fill`:
+// with the device's bytes (data the operation reads).
+StagedBuffer stage(DeviceStaging& staging, const void* p, size_t bytes, bool fill) {
+  StagedBuffer b;
+  if (!p || bytes == 0 || !staging.on_device(p)) return b;
+  b.device = const_cast<void*>(p);
+  b.bytes = bytes;
+  b.host = std::make_unique<char[]>(bytes);
+  if (fill) staging.to_host(b.host.get(), p, bytes);
+  return b;
+}
+
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, CommKind kind, std::string name, double timeout_s,
@@ -238,7 +327,9 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::split_mpi(int color, int key, 
   MPI_Comm sub = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split(comm_, color >= 0 ? color : MPI_UNDEFINED, key, &sub));
   if (sub == MPI_COMM_NULL) return nullptr;
-  return std::make_unique<MpiCommunicator>(sub, kind, std::move(name), timeout_s, true);
+  auto group = std::make_unique<MpiCommunicator>(sub, kind, std::move(name), timeout_s, true);
+  group->staging_ = staging_;
+  return group;
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, CommKind kind,
@@ -250,7 +341,9 @@ std::unique_ptr<Communicator> MpiCommunicator::split_node(CommKind kind, std::st
   barrier();
   MPI_Comm sub = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank(), MPI_INFO_NULL, &sub));
-  return std::make_unique<MpiCommunicator>(sub, kind, std::move(name), timeout_s(), true);
+  auto group = std::make_unique<MpiCommunicator>(sub, kind, std::move(name), timeout_s(), true);
+  group->staging_ = staging_;
+  return group;
 }
 
 // ---- posting ----
@@ -258,6 +351,23 @@ std::unique_ptr<Communicator> MpiCommunicator::split_node(CommKind kind, std::st
 size_t MpiCommunicator::max_elements_per_reduction() const { return kMaxCount; }
 
 std::unique_ptr<PendingOp> MpiCommunicator::post(const CommOp& op) {
+  if (!staging_) return post_host(op);
+  size_t in_bytes = 0, out_bytes = 0;
+  op_extents(op, size_t(size()), in_bytes, out_bytes);
+  StagedBuffer in = stage(*staging_, op.in, in_bytes, true);
+  // in place (allreduce, broadcast): the device's data goes out and comes back
+  const bool in_place = op.kind == CommOp::Kind::allreduce || op.kind == CommOp::Kind::broadcast;
+  StagedBuffer out = stage(*staging_, op.out, out_bytes, in_place);
+  if (!in.device && !out.device) return post_host(op);
+  CommOp host_op = op;
+  if (in.device) host_op.in = in.host.get();
+  if (out.device) host_op.out = out.host.get();
+  auto staged = std::make_unique<StagedOp>(*staging_, std::move(in), std::move(out));
+  staged->start(post_host(host_op));
+  return staged;
+}
+
+std::unique_ptr<PendingOp> MpiCommunicator::post_host(const CommOp& op) {
   switch (op.kind) {
     case CommOp::Kind::send:
       return post_isend(comm_, op);

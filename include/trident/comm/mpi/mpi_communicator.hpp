@@ -1,6 +1,7 @@
 // MpiCommunicator: the Communicator over MPI (Open MPI over UCX), for host
 // buffers. Every operation is posted non-blocking (MPI_Isend, MPI_Iallreduce,
 // ...) and its MPI request is the PendingOp that the common watchdog polls.
+// Device buffers (stage_device_buffers) go through host copies.
 //
 // The only header outside src/comm that includes mpi.h, and only for code
 // that must hand an MPI communicator to another library: parallel HDF5's
@@ -34,14 +35,20 @@ class MpiCommunicator final : public Communicator {
   // with its own deadline.
   std::unique_ptr<MpiCommunicator> split_mpi(int color, int key, CommKind kind, std::string name,
                                              double timeout_s);
+  void stage_device_buffers(std::shared_ptr<DeviceStaging> staging) override {
+    staging_ = std::move(staging);
+  }
 
  protected:
   std::unique_ptr<PendingOp> post(const CommOp& op) override;
   size_t max_elements_per_reduction() const override;
 
  private:
+  std::unique_ptr<PendingOp> post_host(const CommOp& op);  // host buffers as given
+
   MPI_Comm comm_;
   bool owned_;
+  std::shared_ptr<DeviceStaging> staging_;  // null: host buffers only
 };
 
 // The MPI handles under a communicator (its host() group), for the one
