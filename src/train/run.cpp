@@ -13,6 +13,7 @@
 #include "trident/core/error.hpp"
 #include "trident/io/checkpoint.hpp"
 #include "trident/io/run_file.hpp"
+#include "trident/kernels/staging.hpp"
 #include "trident/train/checkpointing.hpp"
 #include "trident/train/step_guard.hpp"
 #include "trident/train/trainer.hpp"
@@ -31,6 +32,28 @@ double peak_rss_bytes() {
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   return v ? std::atoi(v) : fallback;
+}
+
+// The run file's `backend`: the device type the kernels ran on.
+const char* backend_name(Device d) {
+  switch (d.type) {
+    case DeviceType::cpu:
+      return "cpu";
+    case DeviceType::cuda:
+      return "cuda";
+    case DeviceType::emulated:
+      return "emulated";
+  }
+  return "?";
+}
+
+// Device tensors that reach an MPI communicator travel through host copies
+// (a device backend, NCCL, moves them itself and ignores this).
+void stage_device_buffers(Communicators& c, const kernels::Ctx& ctx) {
+  const std::shared_ptr<DeviceStaging> staging = kernels::device_staging(ctx);
+  if (!staging) return;
+  for (auto* g : {&c.world, &c.cp, &c.pp, &c.dp, &c.dpcp, &c.ep, &c.expert_replica})
+    if (*g) (*g)->stage_device_buffers(staging);
 }
 
 TrainComms train_comms(Communicators& c) {
@@ -324,7 +347,7 @@ void summarise(Trainer& trainer, RunFile& file, const LoopTotals& tot, const Com
   rs.rank = world->rank();
   rs.peak_rss_bytes = peak_rss_bytes();
   rs.peak_alloc_bytes = double(cpu_allocator().peak_bytes());
-  if (trainer.device().is_cuda()) rs.peak_device_bytes = double(trainer.allocator().peak_bytes());
+  if (!trainer.device().is_cpu()) rs.peak_device_bytes = double(trainer.allocator().peak_bytes());
   rs.compute_s = tot.compute_s;
   const CommCounters comm_total = comm_counters() - at_start;
   for (int k = 0; k < 4; ++k) rs.comm_wait_s[k] = comm_total.wait_s[size_t(k)];
@@ -369,6 +392,7 @@ void summarise(Trainer& trainer, RunFile& file, const LoopTotals& tot, const Com
 
 int run(const Config& cfg, Communicators& comms, const RunRequest& request) {
   Trainer trainer(cfg, train_comms(comms));
+  stage_device_buffers(comms, trainer.ctx());
   validate_activation_request(cfg, trainer.samples_per_step());
   const ResumePoint at = resume_point(cfg, request, trainer);
 
@@ -377,7 +401,7 @@ int run(const Config& cfg, Communicators& comms, const RunRequest& request) {
   const char* job = std::getenv("SLURM_JOB_ID");
   RunFile file(path, *comms.world, cfg, comms, job ? job : "");
   file.set_root_attr("command_line", request.command_line);
-  file.set_root_attr("backend", trainer.device().is_cuda() ? "cuda" : "cpu");
+  file.set_root_attr("backend", backend_name(trainer.device()));
   if (!at.checkpoint.empty()) file.set_root_attr("resumed_from", at.checkpoint);
   if (!request.prediction_json.empty()) file.set_root_attr("prediction", request.prediction_json);
   install_stop_signals();

@@ -26,6 +26,7 @@ namespace {
 // without a GPU says that instead.
 Device training_device(Backend backend, int local_rank) {
   const Device d = kernels::select_device(backend, local_rank);
+  if (d.is_emulated()) return d;  // the device that finds the host accesses left
   if (d.is_cpu() || backend == Backend::automatic) return Device::cpu();
   throw InputError(
       "runtime.backend: 'cuda' asked for, but trident run keeps the model's tensors on the "
