@@ -4,6 +4,7 @@
 #include <csignal>
 
 #include "trident/core/error.hpp"
+#include "trident/kernels/tensor_ops.hpp"
 
 namespace trident::train {
 namespace {
@@ -11,6 +12,22 @@ namespace {
 volatile std::sig_atomic_t g_stop_signal = 0;
 
 extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+// A tensor's elements where the host reads them: itself on the host, else
+// an explicit copy (kept in `hold` until the checkpoint is written).
+const float* on_host(const kernels::Ctx& ctx, const Tensor& t, std::vector<Tensor>& hold) {
+  if (t.device().is_cpu()) return t.ptr();
+  hold.push_back(kernels::to_host(ctx, t));
+  return hold.back().ptr();
+}
+
+// Reads `name` into dst, through a host copy when dst is on a device.
+void read_into(CheckpointReader& r, const kernels::Ctx& ctx, const std::string& name, Tensor dst) {
+  if (dst.device().is_cpu()) return r.read(name, dst.shape(), dst.ptr());
+  Tensor host = Tensor::empty(dst.shape());
+  r.read(name, dst.shape(), host.ptr());
+  kernels::copy(ctx, dst, host);
+}
 
 bool owns(const TrainComms& c, GradReduce r) {
   if (r == GradReduce::expert) return !c.expert_replica || c.expert_replica->rank() == 0;
@@ -29,14 +46,18 @@ std::string save_checkpoint(Trainer& t, int64_t steps_done) {
   meta.config_toml = to_toml(cfg);
   meta.world_size = c.world ? c.world->size() : 1;
   std::vector<CheckpointTensor> mine;
+  std::vector<Tensor> hold;
+  const kernels::Ctx& ctx = t.ctx();
   for (Param* p : t.stage().params()) {
     if (!owns(c, p->reduce)) continue;
-    mine.push_back({"param/" + p->name, p->value.shape(), p->value.ptr()});
-    mine.push_back({"adam_m/" + p->name, p->value.shape(), t.optimizer().m(p->name).ptr()});
-    mine.push_back({"adam_v/" + p->name, p->value.shape(), t.optimizer().v(p->name).ptr()});
+    const auto& shape = p->value.shape();
+    mine.push_back({"param/" + p->name, shape, on_host(ctx, p->value, hold)});
+    mine.push_back({"adam_m/" + p->name, shape, on_host(ctx, t.optimizer().m(p->name), hold)});
+    mine.push_back({"adam_v/" + p->name, shape, on_host(ctx, t.optimizer().v(p->name), hold)});
   }
   for (auto& [name, tensor] : t.stage().buffers())
-    if (owns(c, GradReduce::dense)) mine.push_back({"buffer/" + name, tensor->shape(), tensor->ptr()});
+    if (owns(c, GradReduce::dense))
+      mine.push_back({"buffer/" + name, tensor->shape(), on_host(ctx, *tensor, hold)});
   return write_checkpoint(cfg.output.checkpoint_dir, c.world, meta, mine);
 }
 
@@ -47,12 +68,13 @@ int64_t load_checkpoint(Trainer& t, const std::string& path) {
     throw InputError("checkpoint '" + path + "' belongs to another model: its [model] hash is " +
                      r.meta().model_hash + ", this config's is " + want +
                      " (the [model] table must match the checkpoint's)");
+  const kernels::Ctx& ctx = t.ctx();
   for (Param* p : t.stage().params()) {
-    r.read("param/" + p->name, p->value.shape(), p->value.ptr());
-    r.read("adam_m/" + p->name, p->value.shape(), t.optimizer().m(p->name).ptr());
-    r.read("adam_v/" + p->name, p->value.shape(), t.optimizer().v(p->name).ptr());
+    read_into(r, ctx, "param/" + p->name, p->value);
+    read_into(r, ctx, "adam_m/" + p->name, t.optimizer().m(p->name));
+    read_into(r, ctx, "adam_v/" + p->name, t.optimizer().v(p->name));
   }
-  for (auto& [name, tensor] : t.stage().buffers()) r.read("buffer/" + name, tensor->shape(), tensor->ptr());
+  for (auto& [name, tensor] : t.stage().buffers()) read_into(r, ctx, "buffer/" + name, *tensor);
   t.stage().buffers_loaded();
   t.optimizer().set_steps_taken(r.meta().optimizer_steps);
   return r.meta().step;

@@ -5,6 +5,9 @@
 #include <cmath>
 #include <cstring>
 
+#include "trident/kernels/ops.hpp"
+#include "trident/kernels/tensor_ops.hpp"
+
 namespace trident::train {
 
 int model_order_of(const std::string& name, int n_layers) {
@@ -27,14 +30,30 @@ std::string describe_param(const std::string& name, int n_layers) {
   return name + " (layer " + std::to_string(order) + ")";
 }
 
-int first_nonfinite_gradient(const std::vector<Param*>& params, int n_layers) {
+namespace {
+
+bool all_finite(const kernels::Ctx& ctx, const Tensor& t) {
+  const float* g = t.ptr();
+  const int64_t n = t.numel();
+  if (!t.device().is_cpu()) return std::isfinite(kernels::sum_squares(ctx, g, n));
+  bool finite = true;
+  for (int64_t k = 0; k < n && finite; ++k) finite = std::isfinite(g[k]);
+  return finite;
+}
+
+// The gradient's elements where the host reads them.
+Tensor grad_on_host(const kernels::Ctx& ctx, const Param& p) {
+  return p.grad.device().is_cpu() ? p.grad : kernels::to_host(ctx, p.grad);
+}
+
+}  // namespace
+
+int first_nonfinite_gradient(const kernels::Ctx& ctx, const std::vector<Param*>& params,
+                             int n_layers) {
   int best = -1, best_order = 0;
   for (size_t i = 0; i < params.size(); ++i) {
     const Param& p = *params[i];
-    const float* g = p.grad.ptr();
-    const int64_t n = p.grad.numel();
-    bool finite = true;
-    for (int64_t k = 0; k < n && finite; ++k) finite = std::isfinite(g[k]);
+    const bool finite = all_finite(ctx, p.grad);
     if (finite) continue;
     const int order = model_order_of(p.name, n_layers);
     if (best < 0 || order < best_order) {
@@ -65,14 +84,17 @@ double LossSpikeDetector::add(double loss) {
   return spike_of;
 }
 
-void StepSnapshot::take(const std::vector<Param*>& params, const std::vector<double>& sums) {
+void StepSnapshot::take(const kernels::Ctx& ctx, const std::vector<Param*>& params,
+                        const std::vector<double>& sums) {
   grads_.clear();
-  for (const Param* p : params)
-    grads_.insert(grads_.end(), p->grad.ptr(), p->grad.ptr() + p->grad.numel());
+  for (const Param* p : params) {
+    const Tensor g = grad_on_host(ctx, *p);
+    grads_.insert(grads_.end(), g.ptr(), g.ptr() + g.numel());
+  }
   sums_ = sums;
 }
 
-bool StepSnapshot::same_bits(const std::vector<Param*>& params,
+bool StepSnapshot::same_bits(const kernels::Ctx& ctx, const std::vector<Param*>& params,
                              const std::vector<double>& sums) const {
   if (sums.size() != sums_.size() ||
       std::memcmp(sums.data(), sums_.data(), sums.size() * sizeof(double)) != 0)
@@ -81,7 +103,7 @@ bool StepSnapshot::same_bits(const std::vector<Param*>& params,
   for (const Param* p : params) {
     const size_t n = size_t(p->grad.numel());
     if (off + n > grads_.size() ||
-        std::memcmp(p->grad.ptr(), grads_.data() + off, n * sizeof(float)) != 0)
+        std::memcmp(grad_on_host(ctx, *p).ptr(), grads_.data() + off, n * sizeof(float)) != 0)
       return false;
     off += n;
   }

@@ -84,7 +84,8 @@ void Trainer::compute_gradients(int64_t step, const model::CaptureRequest* captu
       timeline.span(prof::Span{a.backward ? "ATTN_B" : "ATTN_F", comms_.pp_rank, a.layer, -1,
                                a.t_begin_s, a.t_begin_s + a.compute_s});
   if (step == fault_.nan_at && !stage_->params().empty())
-    stage_->params().front()->grad.ptr()[0] = std::numeric_limits<float>::quiet_NaN();
+    kernels::fill(device_->ctx(), stage_->params().front()->grad.ptr(), 1,
+                  std::numeric_limits<float>::quiet_NaN());
 }
 
 void Trainer::verify_step(int64_t step, StepResult& res) {
@@ -93,7 +94,7 @@ void Trainer::verify_step(int64_t step, StepResult& res) {
     return std::vector<double>{stage_->loss_sum(), stage_->aux_sum(), stage_->z_sum()};
   };
   StepSnapshot first;
-  first.take(stage_->params(), sums());
+  first.take(device_->ctx(), stage_->params(), sums());
   StepResult again;  // its events and compute time are not this step's
   compute_gradients(step, nullptr, again);
   if (step == fault_.flip_at && !stage_->params().empty()) {
@@ -103,7 +104,7 @@ void Trainer::verify_step(int64_t step, StepResult& res) {
     bits ^= 1u;
     std::memcpy(g, &bits, sizeof bits);
   }
-  const int differs = first.same_bits(stage_->params(), sums()) ? 0 : 1;
+  const int differs = first.same_bits(device_->ctx(), stage_->params(), sums()) ? 0 : 1;
   const int world = comms_.world ? comms_.world->size() : 1;
   std::vector<int> all(size_t(world), differs);
   if (world > 1) comms_.world->allgather(&differs, all.data(), sizeof(int));
@@ -144,7 +145,8 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
   const int every = cfg_.runtime.verify_every;
   if (every > 0 && (step + 1) % every == 0) verify_step(step, res);
   // Where a non-finite value came from is visible only before the reduction.
-  const int local_first = first_nonfinite_gradient(stage_->params(), cfg_.model.n_layers);
+  const int local_first =
+      first_nonfinite_gradient(device_->ctx(), stage_->params(), cfg_.model.n_layers);
 
   dp::reduce_gradients(*store_, comms_.dpcp, comms_.expert_replica);
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "trident/core/param.hpp"
+#include "trident/kernels/context.hpp"
 
 namespace trident::train {
 
@@ -24,8 +25,11 @@ int model_order_of(const std::string& param_name, int n_layers);
 std::string describe_param(const std::string& param_name, int n_layers);
 
 // This rank's first parameter (model order, then position in params) whose
-// gradient holds a NaN or an infinity; -1: none.
-int first_nonfinite_gradient(const std::vector<Param*>& params, int n_layers);
+// gradient holds a NaN or an infinity; -1: none. Gradients on a device are
+// judged there (their sum of squares, accumulated in double, is finite
+// exactly when every element is), and only that number reaches the host.
+int first_nonfinite_gradient(const kernels::Ctx& ctx, const std::vector<Param*>& params,
+                             int n_layers);
 
 // A key that orders (model order, rank) for an allreduce_min across ranks;
 // kNoKey when this rank found nothing.
@@ -52,9 +56,12 @@ class LossSpikeDetector {
 // A copy of gradients and loss sums, compared bitwise with a later pass.
 class StepSnapshot {
  public:
-  void take(const std::vector<Param*>& params, const std::vector<double>& sums);
+  // Gradients on a device are copied to the host explicitly (on ctx).
+  void take(const kernels::Ctx& ctx, const std::vector<Param*>& params,
+            const std::vector<double>& sums);
   // True when every gradient and sum equals the snapshot bit for bit.
-  bool same_bits(const std::vector<Param*>& params, const std::vector<double>& sums) const;
+  bool same_bits(const kernels::Ctx& ctx, const std::vector<Param*>& params,
+                 const std::vector<double>& sums) const;
 
  private:
   std::vector<float> grads_;
