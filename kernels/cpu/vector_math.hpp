@@ -21,7 +21,13 @@
 // only under -ffast-math, which the kernels do not use).
 extern "C" float expf(float) noexcept __attribute__((simd("notinbranch")));
 #define TRIDENT_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+// The build that compiles kernels/cpu with -fopenmp-simd says so (CMakeLists.txt);
+// another (tests/gpu's standalone build) gets plain loops and no unknown pragma.
+#ifdef TRIDENT_OPENMP_SIMD
 #define TRIDENT_SIMD _Pragma("omp simd")
+#else
+#define TRIDENT_SIMD
+#endif
 #define TRIDENT_HAVE_LIBMVEC 1
 namespace trident::kernels::cpu {
 inline float vexp(float x) { return ::expf(x); }
