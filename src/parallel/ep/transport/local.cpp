@@ -1,8 +1,7 @@
 // The local transport (ep = 1): every expert is on this rank, so the expert
 // side is the send order and a transfer is the permutation alone.
-#include <cstring>
-
 #include "owned_rows.hpp"
+#include "trident/kernels/ops.hpp"
 #include "trident/parallel/ep/transport.hpp"
 
 namespace trident::ep {
@@ -18,7 +17,7 @@ class LocalTransport final : public Transport {
     if (src.index) {
       kernels::gather_rows(ctx_, src.base, d, src.index, p.sent(), expert_in);
     } else if (p.sent() > 0) {
-      std::memcpy(expert_in, src.base, sizeof(float) * size_t(p.sent() * d));
+      kernels::copy(ctx_, expert_in, src.base, p.sent() * d);
     }
     span("ep.permute", t0);
   }
