@@ -10,6 +10,17 @@ std::unique_ptr<Transport> make_transport(Communicator* ep, EpTransportChoice ch
                                           double shm_limit_bytes, const kernels::Ctx& ctx) {
   if (!ep || ep->size() == 1) return make_local_transport(ctx);
   if (choice == EpTransportChoice::alltoallv) return make_alltoallv_transport(*ep, ctx);
+  if (!ctx.device.is_cpu()) {
+    // The shared windows are host memory; a device's rows go through the
+    // communicator (which stages them, or moves them itself).
+    const std::string why = "the rows are on " + ctx.device.str() + ", the windows in host memory";
+    if (choice == EpTransportChoice::shm)
+      throw InputError("runtime.ep_transport = \"shm\": " + why +
+                       "; use \"alltoallv\" or \"auto\"");
+    auto t = make_alltoallv_transport(*ep, ctx);
+    t->set_reason(why);
+    return t;
+  }
   std::string why;
   if (SharedWindow::node_local(*ep, &why)) return make_shm_transport(*ep, shm_limit_bytes, ctx);
   if (choice == EpTransportChoice::shm)
