@@ -21,6 +21,7 @@ row). Run it when tests of a component are added, and quote its table
 (share/trident/testing.md).
 """
 import argparse
+import filecmp
 import os
 import shutil
 import subprocess
@@ -171,7 +172,10 @@ def sh(cmd, cwd, log, timeout=None, env=None):
 
 def sync_tree(scratch):
     """Copy the working tree's files (tracked and untracked-not-ignored) into
-    scratch/src, keeping unchanged files' mtimes so ninja rebuilds little."""
+    scratch/src. Only files whose bytes differ are written, and with a new
+    mtime (not the source's: after a rebase a source can be older than the
+    scratch object built from its previous version), so ninja rebuilds what
+    changed and nothing else."""
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
                            stdout=subprocess.PIPE, check=True).stdout.decode().split("\0")
     dst_root = os.path.join(scratch, "src")
@@ -180,12 +184,11 @@ def sync_tree(scratch):
         if not os.path.isfile(src) or os.path.islink(src):
             continue
         dst = os.path.join(dst_root, rel)
-        if os.path.exists(dst):
-            a, b = os.stat(src), os.stat(dst)
-            if a.st_size == b.st_size and int(a.st_mtime) == int(b.st_mtime):
-                continue
+        if os.path.exists(dst) and filecmp.cmp(src, dst, shallow=False):
+            continue
         os.makedirs(os.path.dirname(dst), exist_ok=True)
-        shutil.copy2(src, dst)
+        shutil.copyfile(src, dst)
+        shutil.copymode(src, dst)
     venv = os.path.join(ROOT, ".venv")
     link = os.path.join(dst_root, ".venv")
     if os.path.isdir(venv) and not os.path.exists(link):
