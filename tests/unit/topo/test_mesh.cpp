@@ -153,7 +153,7 @@ TEST_CASE("every mesh of a grid maps exactly when DESIGN.md's rules allow it") {
         for (int pp : divisors_of(world)) {
           for (int cp : divisors_of(world / pp)) {
             for (int ep : {1, 2, 3, 4, 8}) {
-              for (int n_experts : {0, 8}) {
+              for (int n_experts : {0, 8, 9}) {  // 9: remainders of 1
                 const MeshRequest req{pp, cp, ep};
                 INFO("nodes=" << nodes << " dpn=" << dpn << " nvl=" << nvl << " pp=" << pp
                               << " cp=" << cp << " ep=" << ep << " n_experts=" << n_experts);
