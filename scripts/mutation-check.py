@@ -73,8 +73,8 @@ mutation("C2", "caught", "LSE merge: log1p term dropped", "kernels/cpu/attention
          "lse[r] = std::max(a, b) + std::log1p(std::exp(-std::fabs(a - b)));",
          "lse[r] = std::max(a, b);", ATTN + RING, "^(test_attention_kernels|test_ring_attention_np2)$")
 mutation("C3", "caught", "zig-zag second chunk off by one", "src/parallel/cp/ring_attention.cpp",
-         "TokenRun{c, (2 * int64_t(cp) - 1 - rank) * c, c}",
-         "TokenRun{c, (2 * int64_t(cp) - 2 - rank) * c, c}", RING, "^test_ring_attention_np2$")
+         "TokenRun{c, (2 * int64_t(ring) - 1 - j) * c, c}",
+         "TokenRun{c, (2 * int64_t(ring) - 2 - j) * c, c}", RING, "^test_ring_attention_np2$")
 mutation("C4", "caught", "1F1B warm-up one forward short", "src/parallel/pp/generators.cpp",
          "const int warmup = std::min(pp - 1 - r, m);", "const int warmup = std::min(pp - 2 - r, m);",
          ["test_pp_schedule"], "^test_pp_schedule$", anchor="Schedule one_f_one_b(")
@@ -92,7 +92,7 @@ mutation("C8", "caught", "router norm_topk gradient", "include/trident/kernels/r
          "for (int j = 0; j < k; ++j) dp[c[j]] += (dw[j] - dot) / S;",
          "for (int j = 0; j < k; ++j) dp[c[j]] += dw[j] / S;", ["test_ep_unit"], "^test_ep_unit$")
 mutation("C9", "caught", "combine backward drops the routing weight", "kernels/cpu/moe.cpp",
-         "dst[c] = weight[i] * dyt[c];", "dst[c] = dyt[c];", ["test_ep_unit"], "^test_ep_unit$")
+         "dst[c] = wi * dyt[c];", "dst[c] = dyt[c];", ["test_ep_unit"], "^test_ep_unit$")
 mutation("C10", "caught", "capacity tie-break: higher token first", "src/parallel/ep/router.cpp",
          "if (x.token != y.token) return x.token < y.token;",
          "if (x.token != y.token) return x.token > y.token;", ["test_ep_unit", "test_ep_capacity_cp"],
