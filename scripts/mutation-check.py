@@ -109,7 +109,7 @@ mutation("C13", "caught", "AdamW without second-moment bias correction", "kernel
          ["test_kernel_ops", "trident"], "^(test_kernel_ops|train_reference_step)$")
 mutation("C14", "caught", "checkpoint stores the first moment as the second",
          "src/train/checkpointing.cpp",
-         't.optimizer().v(p->name).ptr()});', 't.optimizer().m(p->name).ptr()});',
+         "on_host(ctx, t.optimizer().v(p->name), hold)", "on_host(ctx, t.optimizer().m(p->name), hold)",
          ["trident"], "^train_reference_step$", anchor='"adam_v/" + p->name')
 mutation("C15", "caught", "resume forgets the optimizer's step count", "src/train/checkpointing.cpp",
          "t.optimizer().set_steps_taken(r.meta().optimizer_steps);",
