@@ -114,6 +114,14 @@ void fill(const Ctx& ctx, float* x, int64_t n, float value) { TRIDENT_ROUTE(fill
 
 double sum_squares(const Ctx& ctx, const float* x, int64_t n) { TRIDENT_ROUTE(sum_squares, x, n); }
 
+void to_bf16(const Ctx& ctx, const float* x, int64_t n, uint16_t* y) {
+  TRIDENT_ROUTE(to_bf16, x, n, y);
+}
+
+void from_bf16(const Ctx& ctx, const uint16_t* x, int64_t n, float* y) {
+  TRIDENT_ROUTE(from_bf16, x, n, y);
+}
+
 #undef TRIDENT_ROUTE
 
 }  // namespace trident::kernels

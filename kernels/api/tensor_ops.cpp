@@ -91,4 +91,10 @@ Tensor to_host(const Ctx& ctx, const Tensor& src) {
   return t;
 }
 
+Tensor from_host(const Ctx& ctx, const void* host, std::vector<int64_t> shape, DType dtype) {
+  Tensor t = empty(ctx, std::move(shape), dtype);
+  copy_bytes(ctx, t.data_ptr(), t.device(), host, Device::cpu(), t.bytes());
+  return t;
+}
+
 }  // namespace trident::kernels

@@ -197,6 +197,9 @@ const std::vector<KeyDef>& key_table() {
     t.push_back(float_key(
         "train", "loss_spike_factor", [](Config& c) { return &c.train.loss_spike_factor; }, 0,
         false));
+    t.push_back(choice_key("train", "precision",
+                           [](Config & c) -> auto& { return c.train.precision; },
+                           {"fp32", "bf16"}));
     // [runtime]
     t.push_back(choice_key("runtime", "backend",
                            [](Config & c) -> auto& { return c.runtime.backend; },

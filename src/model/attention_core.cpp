@@ -6,8 +6,8 @@
 
 #include "trident/comm/comm.hpp"
 #include "trident/core/error.hpp"
-#include "trident/kernels/attention.hpp"
-#include "trident/kernels/ops.hpp"
+#include "trident/kernels/functional.hpp"
+#include "trident/kernels/tensor_ops.hpp"
 #include "trident/model/blocks.hpp"
 #include "trident/parallel/cp/config_rules.hpp"
 #include "trident/parallel/cp/ring_attention.hpp"
@@ -15,6 +15,21 @@
 
 namespace trident::model {
 namespace {
+
+// The ring works on f32 buffers: a bf16 input is widened into one, and an
+// output of another dtype is computed in one and converted after.
+Tensor as_f32(const kernels::Ctx& ctx, const Tensor& t) {
+  if (t.dtype() == DType::f32) return t;
+  Tensor wide = kernels::empty(ctx, t.shape());
+  kernels::convert(ctx, t, wide);
+  return wide;
+}
+Tensor f32_out(const kernels::Ctx& ctx, const Tensor& t) {
+  return t.dtype() == DType::f32 ? t : kernels::empty(ctx, t.shape());
+}
+void write_back(const kernels::Ctx& ctx, const Tensor& wide, const Tensor& t) {
+  if (!wide.shares_storage_with(t)) kernels::convert(ctx, wide, t);
+}
 
 void record(AttentionCore& core, double t_begin, double compute_s, bool backward) {
   if (core.spans) core.spans->push_back(AttnSpan{t_begin, compute_s, core.layer, backward});
@@ -34,18 +49,19 @@ class LocalAttention : public AttentionCore {
     s.causal = true;
     return s;
   }
-  void forward(const float* q, const float* k, const float* v, int64_t Ls, float* out,
-               float* lse) override {
+  void forward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t Ls, const Tensor& out,
+               const Tensor& lse) override {
     const double t0 = now_s();
     kernels::attention_forward(ctx_, shape(Ls), q, k, v, out, lse);
     record(*this, t0, now_s() - t0, false);
   }
-  void backward(const float* q, const float* k, const float* v, int64_t Ls, const float* out,
-                const float* lse, const float* dout, float* dq, float* dk, float* dv) override {
+  void backward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t Ls, const Tensor& out,
+                const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
+                const Tensor& dv) override {
     const double t0 = now_s();
-    kernels::fill(ctx_, dq, Ls * H_ * D_, 0.0f);
-    kernels::fill(ctx_, dk, Ls * Hkv_ * D_, 0.0f);
-    kernels::fill(ctx_, dv, Ls * Hkv_ * D_, 0.0f);
+    kernels::fill(ctx_, dq, 0.0f);
+    kernels::fill(ctx_, dk, 0.0f);
+    kernels::fill(ctx_, dv, 0.0f);
     kernels::attention_backward(ctx_, shape(Ls), q, k, v, out, lse, dout, dq, dk, dv);
     record(*this, t0, now_s() - t0, true);
   }
@@ -59,28 +75,40 @@ class LocalAttention : public AttentionCore {
 class RingAttentionCore : public AttentionCore {
  public:
   RingAttentionCore(const kernels::Ctx& ctx, const Config& cfg, Communicator* cp)
-      : ring_(cp, cfg.parallel.cp_layout, true, cfg.data.seq_len, ctx),
+      : ctx_(ctx),
+        ring_(cp, cfg.parallel.cp_layout, true, cfg.data.seq_len, ctx),
         H_(cfg.model.n_heads),
         Hkv_(cfg.model.n_kv_heads),
         D_(cfg.model.head_dim()) {
     ring_.set_profiler(&work_);
   }
-  void forward(const float* q, const float* k, const float* v, int64_t, float* out,
-               float* lse) override {
+  // The ring works on f32 buffers of its device (raw pointers into them).
+  void forward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t, const Tensor& out,
+               const Tensor& lse) override {
     work_.clear();
     const double t0 = now_s();
-    ring_.forward(q, k, v, H_, Hkv_, D_, out, lse);
+    const Tensor q32 = as_f32(ctx_, q), k32 = as_f32(ctx_, k), v32 = as_f32(ctx_, v);
+    const Tensor o32 = f32_out(ctx_, out);
+    ring_.forward(q32.data<float>(), k32.data<float>(), v32.data<float>(), H_, Hkv_, D_,
+                  o32.data<float>(), lse.data<float>());
+    write_back(ctx_, o32, out);
     record(*this, t0, work_.seconds("ring.forward"), false);
   }
-  void backward(const float* q, const float* k, const float* v, int64_t, const float* out,
-                const float* lse, const float* dout, float* dq, float* dk, float* dv) override {
+  void backward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t, const Tensor& out,
+                const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
+                const Tensor& dv) override {
     work_.clear();
     const double t0 = now_s();
-    ring_.backward(q, k, v, out, lse, dout, H_, Hkv_, D_, dq, dk, dv);
+    const Tensor q32 = as_f32(ctx_, q), k32 = as_f32(ctx_, k), v32 = as_f32(ctx_, v);
+    const Tensor o32 = as_f32(ctx_, out), do32 = as_f32(ctx_, dout);
+    ring_.backward(q32.data<float>(), k32.data<float>(), v32.data<float>(), o32.data<float>(),
+                   lse.data<float>(), do32.data<float>(), H_, Hkv_, D_, dq.data<float>(),
+                   dk.data<float>(), dv.data<float>());
     record(*this, t0, work_.seconds("ring.backward"), true);
   }
 
  private:
+  kernels::Ctx ctx_;
   prof::Recorder work_{false};  // the ring's kernel time of the current call
   cp::RingAttention ring_;
   int H_, Hkv_, D_;
@@ -91,26 +119,38 @@ class RingAttentionCore : public AttentionCore {
 class UlyssesAttentionCore : public AttentionCore {
  public:
   UlyssesAttentionCore(const kernels::Ctx& ctx, const Config& cfg, Communicator* cp)
-      : ulysses_(cp, cp::ulysses_size(cfg.parallel), cfg.parallel.cp_layout, true, cfg.data.seq_len,
+      : ctx_(ctx),
+        ulysses_(cp, cp::ulysses_size(cfg.parallel), cfg.parallel.cp_layout, true, cfg.data.seq_len,
                  cfg.model.n_heads, cfg.model.n_kv_heads, cfg.model.head_dim(), ctx) {
     ulysses_.set_profiler(&work_);
   }
-  void forward(const float* q, const float* k, const float* v, int64_t, float* out,
-               float* lse) override {
+  // Like the ring, on f32 buffers of its device (bf16 widened, see as_f32).
+  void forward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t, const Tensor& out,
+               const Tensor& lse) override {
     work_.clear();
     const double t0 = now_s();
-    ulysses_.forward(q, k, v, out, lse);
+    const Tensor q32 = as_f32(ctx_, q), k32 = as_f32(ctx_, k), v32 = as_f32(ctx_, v);
+    const Tensor o32 = f32_out(ctx_, out);
+    ulysses_.forward(q32.data<float>(), k32.data<float>(), v32.data<float>(), o32.data<float>(),
+                     lse.data<float>());
+    write_back(ctx_, o32, out);
     record(*this, t0, work_.seconds("ring.forward"), false);
   }
-  void backward(const float* q, const float* k, const float* v, int64_t, const float* out,
-                const float* lse, const float* dout, float* dq, float* dk, float* dv) override {
+  void backward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t, const Tensor& out,
+                const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
+                const Tensor& dv) override {
     work_.clear();
     const double t0 = now_s();
-    ulysses_.backward(q, k, v, out, lse, dout, dq, dk, dv);
+    const Tensor q32 = as_f32(ctx_, q), k32 = as_f32(ctx_, k), v32 = as_f32(ctx_, v);
+    const Tensor o32 = as_f32(ctx_, out), do32 = as_f32(ctx_, dout);
+    ulysses_.backward(q32.data<float>(), k32.data<float>(), v32.data<float>(), o32.data<float>(),
+                      lse.data<float>(), do32.data<float>(), dq.data<float>(), dk.data<float>(),
+                      dv.data<float>());
     record(*this, t0, work_.seconds("ring.backward"), true);
   }
 
  private:
+  kernels::Ctx ctx_;
   prof::Recorder work_{false};
   cp::UlyssesAttention ulysses_;
 };

@@ -23,8 +23,9 @@ class MoEFeedForward : public FeedForward {
     for (int l = 0; l < layer; ++l) moe_index_ += cfg.model.is_moe_layer(l) ? 1 : 0;
   }
   std::vector<Param*> params() override { return layer_.params(); }
-  void forward(const MicroBatch& mb, const float* x, int64_t T, float* y, FfnCache& c,
+  void forward(const MicroBatch& mb, const Tensor& x, const Tensor& y, FfnCache& c,
                FfnStats& stats) override {
+    const int64_t T = mb.tokens_total();
     // Each token's sample, and its index in the micro-batch as one rank
     // holds it (capacity is decided over whole sequences, whatever the cp split).
     std::vector<int> sample_of_token(static_cast<size_t>(T));
@@ -39,16 +40,18 @@ class MoEFeedForward : public FeedForward {
     auto& cache = state->cache;
     c.moe = std::move(state);
     ep::MoEStats s;
-    layer_.forward(x, T, sample_of_token, int(mb.n_samples), y, cache, s, token_index.data());
+    c.x = x;  // the layer keeps x's rows until backward (the block's cache owns them)
+    layer_.forward(x.data<float>(), T, sample_of_token, int(mb.n_samples), y.data<float>(), cache,
+                   s, token_index.data());
     stats.aux_loss_sum = s.aux_loss_sum;
     stats.z_loss_sum = s.z_loss_sum;
     stats.moe_index = moe_index_;
     stats.tokens_per_expert = s.tokens_per_expert;
     if (stats.capture_router_logits) stats.router_logits = cache.router_logits();
   }
-  void backward(const float* dy, float* dx, int64_t, FfnCache& c, float aux_scale) override {
+  void backward(const Tensor& dy, const Tensor& dx, FfnCache& c, float aux_scale) override {
     auto& cache = static_cast<MoEState&>(*c.moe).cache;
-    layer_.backward(dy, dx, cache, aux_scale);
+    layer_.backward(dy.data<float>(), dx.data<float>(), cache, aux_scale);
     c.moe.reset();
   }
   void update_bias(const std::vector<std::vector<int64_t>>& global_load) override {
@@ -63,7 +66,7 @@ class MoEFeedForward : public FeedForward {
   // The routing bias lives in the router; the buffer is a mirror of it.
   void buffers_loaded() override {
     for (Param* p : last_buffers_)
-      std::copy_n(p->value.ptr(), p->value.numel(), layer_.router().bias().begin());
+      std::copy_n(p->value.data<float>(), p->value.numel(), layer_.router().bias().begin());
   }
 
  private:

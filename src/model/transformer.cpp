@@ -14,9 +14,7 @@
 #include <cstring>
 
 #include "trident/core/error.hpp"
-#include "trident/kernels/attention.hpp"
-#include "trident/kernels/ops.hpp"
-#include "trident/kernels/swiglu.hpp"
+#include "trident/kernels/functional.hpp"
 #include "trident/kernels/tensor_ops.hpp"
 #include "trident/model/blocks.hpp"
 
@@ -31,6 +29,9 @@ std::pair<int, int> layer_range(int n_layers, int n_virtual, int vs) {
 namespace {
 constexpr float kNormEps = 1e-5f;
 
+// Rows [s * Ls, (s + 1) * Ls) of t: sequence s of a micro-batch.
+Tensor seq(const Tensor& t, int64_t s, int64_t Ls) { return t.rows(s * Ls, (s + 1) * Ls); }
+
 // dW[out,in] += dyᵀ x, now or later (zero-bubble W).
 struct WeightGradTask {
   Param* p;
@@ -38,17 +39,35 @@ struct WeightGradTask {
 };
 
 void run_task(const kernels::Ctx& ctx_, WeightGradTask& t) {
-  const int64_t out = t.p->value.dim(0), in = t.p->value.dim(1);
-  kernels::linear_backward_weight(ctx_, t.dy.ptr(), t.x.ptr(), t.x.numel() / in, in, out,
-                                  t.p->grad.ptr());
+  kernels::linear_backward_weight(ctx_, t.dy, t.x, t.p->grad);
 }
 
 }  // namespace
+
+void GemmPrecision::add(const Param& p) {
+  if (bf16_) copies_.emplace_back(&p, kernels::empty(ctx_, p.value.shape(), DType::bf16));
+}
+
+const Tensor& GemmPrecision::weight(const Param& p) const {
+  if (!bf16_) return p.value;
+  for (const auto& [param, copy] : copies_)
+    if (param == &p) return copy;
+  throw Error("GemmPrecision: " + p.name + " was not registered as a GEMM weight");
+}
+
+void GemmPrecision::refresh() {
+  for (auto& [param, copy] : copies_) kernels::convert(ctx_, param->value, copy);
+}
+
+Tensor GemmPrecision::activation(std::vector<int64_t> shape) const {
+  return kernels::empty(ctx_, std::move(shape), bf16_ ? DType::bf16 : DType::f32);
+}
 
 // ---- attention block ----
 
 struct AttentionBlock {
   kernels::Ctx ctx_;
+  GemmPrecision& lp;
   int layer;
   int64_t d, H, Hkv, D;
   double theta;
@@ -60,9 +79,10 @@ struct AttentionBlock {
     Tensor x, h1, q, k, v, o, lse, rstd;
   };
 
-  AttentionBlock(const kernels::Ctx& ctx, const ModelConfig& m, int l,
+  AttentionBlock(const kernels::Ctx& ctx, GemmPrecision& precision, const ModelConfig& m, int l,
                  std::unique_ptr<AttentionCore> c)
       : ctx_(ctx),
+        lp(precision),
         layer(l),
         d(m.d_model),
         H(m.n_heads),
@@ -84,6 +104,7 @@ struct AttentionBlock {
     wv.init_normal(s);
     // scaled so that the residual stream does not grow with depth
     wo.init_normal(s / std::sqrt(2.0f * float(m.n_layers)));
+    for (Param* w : {&wq, &wk, &wv, &wo}) lp.add(*w);
   }
 
   std::vector<Param*> params() { return {&norm, &wq, &wk, &wv, &wo}; }
@@ -93,34 +114,39 @@ struct AttentionBlock {
                std::vector<Capture>* cap, const CaptureRequest* req) {
     const int64_t T = mb.tokens_total(), Ls = mb.local_seq;
     c.x = x;
-    c.h1 = kernels::empty(ctx_, {T, d});
+    c.h1 = lp.activation({T, d});
     c.rstd = kernels::empty(ctx_, {T});
-    kernels::rmsnorm_forward(ctx_, x.ptr(), norm.value.ptr(), T, d, kNormEps, c.h1.ptr(),
-                             c.rstd.ptr());
-    c.q = kernels::empty(ctx_, {T, H * D});
-    c.k = kernels::empty(ctx_, {T, Hkv * D});
-    c.v = kernels::empty(ctx_, {T, Hkv * D});
-    kernels::linear_forward(ctx_, c.h1.ptr(), wq.value.ptr(), T, d, H * D, c.q.ptr());
-    kernels::linear_forward(ctx_, c.h1.ptr(), wk.value.ptr(), T, d, Hkv * D, c.k.ptr());
-    kernels::linear_forward(ctx_, c.h1.ptr(), wv.value.ptr(), T, d, Hkv * D, c.v.ptr());
+    kernels::rmsnorm_forward(ctx_, x, norm.value, kNormEps, c.h1, c.rstd);
+    c.q = lp.activation({T, H * D});
+    c.k = lp.activation({T, Hkv * D});
+    c.v = lp.activation({T, Hkv * D});
+    kernels::linear_forward(ctx_, c.h1, lp.weight(wq), c.q);
+    kernels::linear_forward(ctx_, c.h1, lp.weight(wk), c.k);
+    kernels::linear_forward(ctx_, c.h1, lp.weight(wv), c.v);
+    const Tensor& pos = mb.on_device.positions;
     for (int64_t s = 0; s < mb.n_samples; ++s) {
-      kernels::rope_forward(ctx_, c.q.ptr() + s * Ls * H * D, mb.positions.data(), Ls, H, D, theta);
-      kernels::rope_forward(ctx_, c.k.ptr() + s * Ls * Hkv * D, mb.positions.data(), Ls, Hkv, D,
-                            theta);
+      kernels::rope_forward(ctx_, seq(c.q, s, Ls), pos, D, theta);
+      kernels::rope_forward(ctx_, seq(c.k, s, Ls), pos, D, theta);
     }
-    c.o = kernels::empty(ctx_, {T, H * D});
+    c.o = lp.activation({T, H * D});
     c.lse = kernels::empty(ctx_, {T, H});
     for (int64_t s = 0; s < mb.n_samples; ++s)
-      core->forward(c.q.ptr() + s * Ls * H * D, c.k.ptr() + s * Ls * Hkv * D,
-                    c.v.ptr() + s * Ls * Hkv * D, Ls, c.o.ptr() + s * Ls * H * D,
-                    c.lse.ptr() + s * Ls * H);
+      core->forward(seq(c.q, s, Ls), seq(c.k, s, Ls), seq(c.v, s, Ls), Ls, seq(c.o, s, Ls),
+                    seq(c.lse, s, Ls));
     if (cap && req && req->layers.count(layer)) {
       for (int64_t s = 0; s < mb.n_samples; ++s) {
         if (!req->samples.count(mb.sample_ids[size_t(s)])) continue;
         auto keep = [&](const char* name, const Tensor& t, int64_t width) {
           if (!req->names.count(name)) return;
           Capture k{layer, name, mb.sample_ids[size_t(s)], width, {}};
-          k.rows.assign(t.ptr() + s * Ls * width, t.ptr() + (s + 1) * Ls * width);
+          Tensor rows = seq(t, s, Ls);
+          if (rows.dtype() != DType::f32) {  // captures are f32 (the run file's contract)
+            Tensor wide = kernels::empty(ctx_, rows.shape());
+            kernels::convert(ctx_, rows, wide);
+            rows = wide;
+          }
+          const Tensor host = kernels::to_host(ctx_, rows);  // the capture's one copy
+          k.rows.assign(host.ptr(), host.ptr() + Ls * width);
           cap->push_back(std::move(k));
         };
         keep("q", c.q, H * D);
@@ -129,8 +155,8 @@ struct AttentionBlock {
         keep("attn_out", c.o, H * D);
       }
     }
-    kernels::linear_forward(ctx_, c.o.ptr(), wo.value.ptr(), T, H * D, d, y.ptr());
-    kernels::add_inplace(ctx_, y.ptr(), x.ptr(), T * d);
+    kernels::linear_forward(ctx_, c.o, lp.weight(wo), y);
+    kernels::add_inplace(ctx_, y, x);
   }
 
   // dy [T, d] -> dx [T, d] (overwritten). Linear weight gradients go to
@@ -139,35 +165,33 @@ struct AttentionBlock {
   void backward(const MicroBatch& mb, const Tensor& dy, Tensor& dx, Cache& c,
                 std::vector<WeightGradTask>* deferred) {
     const int64_t T = mb.tokens_total(), Ls = mb.local_seq;
-    Tensor dout = kernels::empty(ctx_, {T, H * D});
-    kernels::linear_backward_input(ctx_, dy.ptr(), wo.value.ptr(), T, H * D, d, dout.ptr());
+    Tensor dout = lp.activation({T, H * D});
+    kernels::linear_backward_input(ctx_, dy, lp.weight(wo), dout);
     Tensor dq = kernels::empty(ctx_, {T, H * D}), dk = kernels::empty(ctx_, {T, Hkv * D}),
            dv = kernels::empty(ctx_, {T, Hkv * D});
     for (int64_t s = 0; s < mb.n_samples; ++s)
-      core->backward(c.q.ptr() + s * Ls * H * D, c.k.ptr() + s * Ls * Hkv * D,
-                     c.v.ptr() + s * Ls * Hkv * D, Ls, c.o.ptr() + s * Ls * H * D,
-                     c.lse.ptr() + s * Ls * H, dout.ptr() + s * Ls * H * D,
-                     dq.ptr() + s * Ls * H * D, dk.ptr() + s * Ls * Hkv * D,
-                     dv.ptr() + s * Ls * Hkv * D);
+      core->backward(seq(c.q, s, Ls), seq(c.k, s, Ls), seq(c.v, s, Ls), Ls, seq(c.o, s, Ls),
+                     seq(c.lse, s, Ls), seq(dout, s, Ls), seq(dq, s, Ls), seq(dk, s, Ls),
+                     seq(dv, s, Ls));
+    const Tensor& pos = mb.on_device.positions;
     for (int64_t s = 0; s < mb.n_samples; ++s) {
-      kernels::rope_backward(ctx_, dq.ptr() + s * Ls * H * D, mb.positions.data(), Ls, H, D, theta);
-      kernels::rope_backward(ctx_, dk.ptr() + s * Ls * Hkv * D, mb.positions.data(), Ls, Hkv, D,
-                             theta);
+      kernels::rope_backward(ctx_, seq(dq, s, Ls), pos, D, theta);
+      kernels::rope_backward(ctx_, seq(dk, s, Ls), pos, D, theta);
     }
     Tensor dh1 = kernels::empty(ctx_, {T, d});
-    kernels::linear_backward_input(ctx_, dq.ptr(), wq.value.ptr(), T, d, H * D, dh1.ptr());
-    kernels::linear_backward_input(ctx_, dk.ptr(), wk.value.ptr(), T, d, Hkv * D, dh1.ptr(), 1.0f);
-    kernels::linear_backward_input(ctx_, dv.ptr(), wv.value.ptr(), T, d, Hkv * D, dh1.ptr(), 1.0f);
-    kernels::rmsnorm_backward(ctx_, dh1.ptr(), c.x.ptr(), norm.value.ptr(), c.rstd.ptr(), T, d,
-                              dx.ptr(), norm.grad.ptr());
-    kernels::add_inplace(ctx_, dx.ptr(), dy.ptr(), T * d);
+    kernels::linear_backward_input(ctx_, dq, lp.weight(wq), dh1);
+    kernels::linear_backward_input(ctx_, dk, lp.weight(wk), dh1, 1.0f);
+    kernels::linear_backward_input(ctx_, dv, lp.weight(wv), dh1, 1.0f);
+    kernels::rmsnorm_backward(ctx_, dh1, c.x, norm.value, c.rstd, dx, norm.grad);
+    kernels::add_inplace(ctx_, dx, dy);
     std::vector<WeightGradTask> tasks;
     tasks.push_back({&wo, std::move(c.o), dy});
     tasks.push_back({&wq, c.h1, std::move(dq)});
     tasks.push_back({&wk, c.h1, std::move(dk)});
     tasks.push_back({&wv, std::move(c.h1), std::move(dv)});
     for (auto& t : tasks) {
-      if (deferred) deferred->push_back(std::move(t));
+      if (deferred)
+        deferred->push_back(std::move(t));
       else
         run_task(ctx_, t);
     }
@@ -179,6 +203,7 @@ struct AttentionBlock {
 
 struct FfnBlock {
   kernels::Ctx ctx_;
+  GemmPrecision& lp;
   int layer;
   int64_t d;
   Param norm;
@@ -189,8 +214,9 @@ struct FfnBlock {
     FfnCache inner;
   };
 
-  FfnBlock(const kernels::Ctx& ctx, const ModelConfig& m, int l, std::unique_ptr<FeedForward> f)
-      : ctx_(ctx), layer(l), d(m.d_model), ffn(std::move(f)) {
+  FfnBlock(const kernels::Ctx& ctx, GemmPrecision& precision, const ModelConfig& m, int l,
+           std::unique_ptr<FeedForward> f)
+      : ctx_(ctx), lp(precision), layer(l), d(m.d_model), ffn(std::move(f)) {
     norm = Param("layers." + std::to_string(l) + ".ffn_norm", {d});
     norm.init_constant(1.0f);
     norm.decay = false;
@@ -205,21 +231,19 @@ struct FfnBlock {
   void forward(const MicroBatch& mb, const Tensor& x, Tensor& y, Cache& c, FfnStats& stats) {
     const int64_t T = mb.tokens_total();
     c.x = x;
-    c.h = kernels::empty(ctx_, {T, d});
+    c.h = ffn->reads_bf16() ? lp.activation({T, d}) : kernels::empty(ctx_, {T, d});
     c.rstd = kernels::empty(ctx_, {T});
-    kernels::rmsnorm_forward(ctx_, x.ptr(), norm.value.ptr(), T, d, kNormEps, c.h.ptr(),
-                             c.rstd.ptr());
-    ffn->forward(mb, c.h.ptr(), T, y.ptr(), c.inner, stats);
-    kernels::add_inplace(ctx_, y.ptr(), x.ptr(), T * d);
+    kernels::rmsnorm_forward(ctx_, x, norm.value, kNormEps, c.h, c.rstd);
+    ffn->forward(mb, c.h, y, c.inner, stats);
+    kernels::add_inplace(ctx_, y, x);
   }
 
   void backward(const MicroBatch& mb, const Tensor& dy, Tensor& dx, Cache& c, float aux_scale) {
     const int64_t T = mb.tokens_total();
     Tensor dh = kernels::empty(ctx_, {T, d});
-    ffn->backward(dy.ptr(), dh.ptr(), T, c.inner, aux_scale);
-    kernels::rmsnorm_backward(ctx_, dh.ptr(), c.x.ptr(), norm.value.ptr(), c.rstd.ptr(), T, d,
-                              dx.ptr(), norm.grad.ptr());
-    kernels::add_inplace(ctx_, dx.ptr(), dy.ptr(), T * d);
+    ffn->backward(dy, dh, c.inner, aux_scale);
+    kernels::rmsnorm_backward(ctx_, dh, c.x, norm.value, c.rstd, dx, norm.grad);
+    kernels::add_inplace(ctx_, dx, dy);
     c = Cache{};
   }
 };
@@ -228,8 +252,8 @@ struct FfnBlock {
 // in [in, out] order: core/param.hpp).
 class DenseSwiGLU : public FeedForward {
  public:
-  DenseSwiGLU(const kernels::Ctx& ctx, const ModelConfig& m, int l)
-      : ctx_(ctx), d_(m.d_model), f_(m.ffn_hidden) {
+  DenseSwiGLU(const kernels::Ctx& ctx, const ModelConfig& m, int l, GemmPrecision& precision)
+      : ctx_(ctx), lp_(precision), d_(m.d_model), f_(m.ffn_hidden) {
     const std::string p = "layers." + std::to_string(l) + ".ffn.";
     w_gate_ = Param(p + "w_gate", {f_, d_});
     w_up_ = Param(p + "w_up", {f_, d_});
@@ -237,31 +261,34 @@ class DenseSwiGLU : public FeedForward {
     w_gate_.init_normal_in_out_keyed(float(m.init_std));
     w_up_.init_normal_in_out_keyed(float(m.init_std));
     w_down_.init_normal_in_out_keyed(float(m.init_std) / std::sqrt(2.0f * float(m.n_layers)));
+    for (Param* w : {&w_gate_, &w_up_, &w_down_}) lp_.add(*w);
   }
   std::vector<Param*> params() override { return {&w_gate_, &w_up_, &w_down_}; }
-  void forward(const MicroBatch&, const float* x, int64_t T, float* y, FfnCache& c,
+  bool reads_bf16() const override { return lp_.bf16(); }
+  void forward(const MicroBatch& mb, const Tensor& x, const Tensor& y, FfnCache& c,
                FfnStats&) override {
+    const int64_t T = mb.tokens_total();
     c.x = x;
-    c.gate = kernels::empty(ctx_, {T, f_});
-    c.up = kernels::empty(ctx_, {T, f_});
-    kernels::swiglu_forward(ctx_, x, T, d_, f_, w_gate_.value.ptr(), w_up_.value.ptr(),
-                            w_down_.value.ptr(), y, c.gate.ptr(), c.up.ptr());
+    c.gate = lp_.activation({T, f_});
+    c.up = lp_.activation({T, f_});
+    kernels::swiglu_forward(ctx_, x, lp_.weight(w_gate_), lp_.weight(w_up_), lp_.weight(w_down_), y,
+                            c.gate, c.up);
   }
-  void backward(const float* dy, float* dx, int64_t T, FfnCache& c, float) override {
-    kernels::swiglu_backward(ctx_, c.x, c.gate.ptr(), c.up.ptr(), dy, T, d_, f_,
-                             w_gate_.value.ptr(), w_up_.value.ptr(), w_down_.value.ptr(), dx,
-                             w_gate_.grad.ptr(), w_up_.grad.ptr(), w_down_.grad.ptr());
+  void backward(const Tensor& dy, const Tensor& dx, FfnCache& c, float) override {
+    kernels::swiglu_backward(ctx_, c.x, c.gate, c.up, dy, lp_.weight(w_gate_), lp_.weight(w_up_),
+                             lp_.weight(w_down_), dx, w_gate_.grad, w_up_.grad, w_down_.grad);
   }
 
  private:
   kernels::Ctx ctx_;
+  GemmPrecision& lp_;
   int64_t d_, f_;
   Param w_gate_, w_up_, w_down_;
 };
 
 std::unique_ptr<FeedForward> make_dense_ffn(const kernels::Ctx& ctx, const ModelConfig& m,
-                                            int layer) {
-  return std::make_unique<DenseSwiGLU>(ctx, m, layer);
+                                            int layer, GemmPrecision& precision) {
+  return std::make_unique<DenseSwiGLU>(ctx, m, layer, precision);
 }
 
 // ---- one virtual stage ----
@@ -279,11 +306,11 @@ class Chunk {
       auto core = make_attention_core(ctx_, st.cfg_, st.comms_);
       core->spans = &st.attn_spans_;
       core->layer = l;
-      attn_.push_back(std::make_unique<AttentionBlock>(ctx_, m, l, std::move(core)));
-      ffn_.push_back(std::make_unique<FfnBlock>(ctx_, m, l,
+      attn_.push_back(std::make_unique<AttentionBlock>(ctx_, st.precision_, m, l, std::move(core)));
+      ffn_.push_back(std::make_unique<FfnBlock>(ctx_, st.precision_, m, l,
                                                 m.is_moe_layer(l)
                                                     ? make_moe_ffn(ctx_, st.cfg_, l, st.comms_)
-                                                    : make_dense_ffn(ctx_, m, l)));
+                                                    : make_dense_ffn(ctx_, m, l, st.precision_)));
     }
     if (first_) {
       embed_ = Param("embedding", {V_, d_});
@@ -296,6 +323,7 @@ class Chunk {
       final_norm_.decay = false;
       head_ = Param("lm_head", {V_, d_});
       head_.init_normal(float(m.init_std));
+      st.precision_.add(head_);
     }
   }
 
@@ -333,7 +361,7 @@ class Chunk {
     Tensor x;
     if (first_) {
       x = kernels::empty(ctx_, {T, d_});
-      kernels::embedding_forward(ctx_, embed_.value.ptr(), mb.tokens.data(), T, d_, x.ptr());
+      kernels::embedding_forward(ctx_, embed_.value, mb.on_device.tokens, x);
     } else {
       x = input.reshape({T, d_});
     }
@@ -345,8 +373,7 @@ class Chunk {
       if (capturing && st_.capture_->layers.count(ffn_[i]->layer) &&
           st_.capture_->names.count("router_logits"))
         stats.capture_router_logits = true;
-      x = !last_ && i + 1 == attn_.size() ? output.reshape({T, d_})
-                                          : kernels::empty(ctx_, {T, d_});
+      x = !last_ && i + 1 == attn_.size() ? output.reshape({T, d_}) : kernels::empty(ctx_, {T, d_});
       ffn_[i]->forward(mb, y, x, c.ffn[i], stats);
       st_.aux_sum_ += stats.aux_loss_sum;
       st_.z_sum_ += stats.z_loss_sum;
@@ -368,15 +395,15 @@ class Chunk {
     }
     if (last_) {
       c.x_final = std::move(x);
-      c.h_final = kernels::empty(ctx_, {T, d_});
+      c.h_final = st_.precision_.activation({T, d_});
       c.rstd_final = kernels::empty(ctx_, {T});
-      kernels::rmsnorm_forward(ctx_, c.x_final.ptr(), final_norm_.value.ptr(), T, d_, kNormEps,
-                               c.h_final.ptr(), c.rstd_final.ptr());
+      kernels::rmsnorm_forward(ctx_, c.x_final, final_norm_.value, kNormEps, c.h_final,
+                               c.rstd_final);
       Tensor logits = kernels::empty(ctx_, {T, V_});
-      kernels::linear_forward(ctx_, c.h_final.ptr(), head_.value.ptr(), T, d_, V_, logits.ptr());
+      kernels::linear_forward(ctx_, c.h_final, st_.precision_.weight(head_), logits);
       c.dlogits = kernels::empty(ctx_, {T, V_});
-      st_.loss_sum_ += kernels::cross_entropy(ctx_, logits.ptr(), mb.targets.data(), T, V_,
-                                              st_.loss_scale_, c.dlogits.ptr());
+      st_.loss_sum_ +=
+          kernels::cross_entropy(ctx_, logits, mb.on_device.targets, st_.loss_scale_, c.dlogits);
     } else if (!x.shares_storage_with(output)) {
       kernels::copy(ctx_, output, x);  // a chunk without blocks
     }
@@ -394,12 +421,13 @@ class Chunk {
     Tensor dy;
     if (last_) {
       Tensor dh = kernels::empty(ctx_, {T, d_});
-      kernels::linear_backward_input(ctx_, c.dlogits.ptr(), head_.value.ptr(), T, d_, V_, dh.ptr());
+      kernels::linear_backward_input(ctx_, c.dlogits, st_.precision_.weight(head_), dh);
       dy = kernels::empty(ctx_, {T, d_});
-      kernels::rmsnorm_backward(ctx_, dh.ptr(), c.x_final.ptr(), final_norm_.value.ptr(),
-                                c.rstd_final.ptr(), T, d_, dy.ptr(), final_norm_.grad.ptr());
+      kernels::rmsnorm_backward(ctx_, dh, c.x_final, final_norm_.value, c.rstd_final, dy,
+                                final_norm_.grad);
       WeightGradTask t{&head_, std::move(c.h_final), std::move(c.dlogits)};
-      if (deferred) deferred->push_back(std::move(t));
+      if (deferred)
+        deferred->push_back(std::move(t));
       else
         run_task(ctx_, t);
     } else {
@@ -412,7 +440,7 @@ class Chunk {
       attn_[i]->backward(mb, dx, dy, c.attn[i], deferred);
     }
     if (first_)
-      kernels::embedding_backward(ctx_, dy.ptr(), mb.tokens.data(), T, d_, embed_.grad.ptr());
+      kernels::embedding_backward(ctx_, dy, mb.on_device.tokens, embed_.grad);
     else if (!dy.shares_storage_with(grad_input))
       kernels::copy(ctx_, grad_input, dy);  // a chunk without blocks
     cache_.erase(it);
@@ -446,7 +474,13 @@ class Chunk {
 
 ModelStage::ModelStage(const Config& cfg, int pp_rank, int pp, StageComms comms,
                        const std::vector<int>& stages, const kernels::Ctx& ctx)
-    : cfg_(cfg), pp_rank_(pp_rank), pp_(pp), comms_(comms), ctx_(ctx) {
+    : cfg_(cfg),
+      pp_rank_(pp_rank),
+      pp_(pp),
+      comms_(comms),
+      ctx_(ctx),
+      precision_holder_(std::make_unique<GemmPrecision>(ctx, cfg.train.precision)),
+      precision_(*precision_holder_) {
   const int vpp = cfg.parallel.vpp;
   const int n_virtual = pp * vpp;
   if (cfg.model.n_layers < n_virtual)
@@ -488,6 +522,17 @@ void ModelStage::begin_step(std::vector<MicroBatch> mbs, float loss_scale, float
   z_sum_ = 0;
   for (auto& row : expert_tokens_) std::fill(row.begin(), row.end(), 0);
   captures_.clear();
+  precision_.refresh();
+  for (MicroBatch& mb : mbs_) {
+    const int64_t T = mb.tokens_total(), Ls = mb.local_seq;
+    TRIDENT_CHECK(int64_t(mb.tokens.size()) == T && int64_t(mb.targets.size()) == T &&
+                      int64_t(mb.positions.size()) == Ls,
+                  "ModelStage::begin_step: a micro-batch's tokens, targets and positions do not "
+                  "match its shape");
+    mb.on_device.tokens = kernels::from_host(ctx_, mb.tokens.data(), {T}, DType::i32);
+    mb.on_device.targets = kernels::from_host(ctx_, mb.targets.data(), {T}, DType::i32);
+    mb.on_device.positions = kernels::from_host(ctx_, mb.positions.data(), {Ls}, DType::i64);
+  }
 }
 
 int64_t ModelStage::boundary_numel(int, int mb) const {
@@ -505,7 +550,9 @@ void ModelStage::backward(int chunk, int mb, const Tensor& grad_output, Tensor& 
   chunks_.at(size_t(chunk))->backward(mb, grad_output, grad_input, weight_grad);
 }
 
-void ModelStage::backward_weight(int chunk, int mb) { chunks_.at(size_t(chunk))->backward_weight(mb); }
+void ModelStage::backward_weight(int chunk, int mb) {
+  chunks_.at(size_t(chunk))->backward_weight(mb);
+}
 
 std::vector<Capture> ModelStage::take_captures() { return std::move(captures_); }
 

@@ -47,6 +47,7 @@ enum class Backend { cpu, cuda, automatic, emulated };                  // runti
 enum class CommBackend { mpi, nccl, automatic };                        // runtime.comm
 enum class EpTransportChoice { alltoallv, shm, automatic };             // runtime.ep_transport
 enum class NonFinitePolicy { stop, skip };                              // train.on_nonfinite
+enum class Precision { fp32, bf16 };                                    // train.precision
 
 template <typename E>
 struct ConfigNames;  // ::names: the TOML spelling of each value, in the enum's order
@@ -90,6 +91,10 @@ struct ConfigNames<EpTransportChoice> {
 template <>
 struct ConfigNames<NonFinitePolicy> {
   static constexpr std::array<std::string_view, 2> names = {"stop", "skip"};
+};
+template <>
+struct ConfigNames<Precision> {
+  static constexpr std::array<std::string_view, 2> names = {"fp32", "bf16"};
 };
 
 // The TOML spelling of v ("1f1b" for PipelineSchedule::one_f_one_b).
@@ -177,6 +182,10 @@ struct TrainConfig {
   NonFinitePolicy on_nonfinite = NonFinitePolicy::stop;
   int max_skipped_steps = 5;       // skip: stop after this many skipped steps in a row
   double loss_spike_factor = 0.0;  // warn when loss > factor x running median; 0: off
+  // bf16: GEMMs and attention read bf16 weights and activations (fp32
+  // accumulation); master weights, AdamW state, gradients, the residual
+  // stream, the loss and the norms stay fp32 (config-reference.md).
+  Precision precision = Precision::fp32;
 
   bool operator==(const TrainConfig&) const = default;
 };

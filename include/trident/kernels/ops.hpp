@@ -75,5 +75,10 @@ void copy(const Ctx& ctx, float* dst, const float* src, int64_t n);
 void fill(const Ctx& ctx, float* x, int64_t n, float value);
 // Sum of squares, accumulated in double in index order (the gradient norm).
 double sum_squares(const Ctx& ctx, const float* x, int64_t n);
+// y[i] = x[i] rounded to bf16 (nearest, ties to even; NaN stays NaN), as
+// the 16 high bits of the fp32 pattern.
+void to_bf16(const Ctx& ctx, const float* x, int64_t n, uint16_t* y);
+// y[i] = the fp32 value of bf16 x[i] (exact).
+void from_bf16(const Ctx& ctx, const uint16_t* x, int64_t n, float* y);
 
 }  // namespace trident::kernels

@@ -29,5 +29,8 @@ void copy(const Ctx& ctx, Tensor& dst, const Tensor& src);
 Tensor clone(const Ctx& ctx, const Tensor& src);
 // The elements of src (any device) in a new host tensor; waits for the copy.
 Tensor to_host(const Ctx& ctx, const Tensor& src);
+// A new tensor on ctx's device holding the host elements at `host`
+// (numel(shape) elements of `dtype`): the one explicit upload of index data.
+Tensor from_host(const Ctx& ctx, const void* host, std::vector<int64_t> shape, DType dtype);
 
 }  // namespace trident::kernels

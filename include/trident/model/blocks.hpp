@@ -17,6 +17,30 @@
 
 namespace trident::model {
 
+// What the GEMMs and attention of a stage read (train.precision): under
+// fp32 the master weights and f32 activations; under bf16, bf16 copies of
+// the weights that GEMMs read (refreshed from the fp32 masters by refresh(),
+// at each step's start) and bf16 activations wherever a GEMM or attention
+// reads them. Everything else stays f32 (config-reference.md, precision).
+class GemmPrecision {
+ public:
+  GemmPrecision(const kernels::Ctx& ctx, Precision p) : ctx_(ctx), bf16_(p == Precision::bf16) {}
+  bool bf16() const { return bf16_; }
+  // Registers a weight that GEMMs read (its copy is made under bf16).
+  void add(const Param& p);
+  // The tensor a GEMM reads for p: p.value, or its bf16 copy.
+  const Tensor& weight(const Param& p) const;
+  // Converts every registered master weight into its copy (bf16 only).
+  void refresh();
+  // A new activation that a GEMM or attention reads: bf16 under bf16.
+  Tensor activation(std::vector<int64_t> shape) const;
+
+ private:
+  kernels::Ctx ctx_;
+  bool bf16_;
+  std::vector<std::pair<const Param*, Tensor>> copies_;
+};
+
 // Attention of ONE sequence: q [Ls, H, D], k/v [Ls, Hkv, D] (this rank's
 // tokens, in local order, RoPE applied), out [Ls, H, D], lse [Ls, H].
 class AttentionCore {
@@ -26,12 +50,14 @@ class AttentionCore {
   // events); null: not recorded. `layer` labels the records.
   std::vector<AttnSpan>* spans = nullptr;
   int layer = 0;
-  virtual void forward(const float* q, const float* k, const float* v, int64_t Ls, float* out,
-                       float* lse) = 0;
+  // Views of one sequence's rows: q/out/dout/dq [Ls, H*D], k/v/dk/dv
+  // [Ls, Hkv*D], lse [Ls, H], all on the stage's device.
+  virtual void forward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t Ls,
+                       const Tensor& out, const Tensor& lse) = 0;
   // dq/dk/dv are overwritten.
-  virtual void backward(const float* q, const float* k, const float* v, int64_t Ls,
-                        const float* out, const float* lse, const float* dout, float* dq,
-                        float* dk, float* dv) = 0;
+  virtual void backward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t Ls,
+                        const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
+                        const Tensor& dk, const Tensor& dv) = 0;
 };
 
 // Local kernel when cp is off, RingAttention over comms.cp otherwise.
@@ -43,12 +69,12 @@ std::vector<int64_t> local_positions(const Config& cfg, const StageComms& comms)
 
 // What an FFN forward hands back besides its output.
 struct FfnStats {
-  double aux_loss_sum = 0;                  // MoE: load-balancing loss, sum over this rank's sequences
-  double z_loss_sum = 0;                    // MoE: router z-loss, the same way
-  int moe_index = -1;                       // which MoE layer (0-based), -1 dense
-  std::vector<int64_t> tokens_per_expert;   // MoE: this rank's routed copies per expert
-  bool capture_router_logits = false;       // asked for by the caller
-  std::vector<float> router_logits;         // [T, n_experts] when asked
+  double aux_loss_sum = 0;  // MoE: load-balancing loss, sum over this rank's sequences
+  double z_loss_sum = 0;    // MoE: router z-loss, the same way
+  int moe_index = -1;       // which MoE layer (0-based), -1 dense
+  std::vector<int64_t> tokens_per_expert;  // MoE: this rank's routed copies per expert
+  bool capture_router_logits = false;      // asked for by the caller
+  std::vector<float> router_logits;        // [T, n_experts] when asked
 };
 
 // What an FFN keeps between forward and backward beyond gate and up (the
@@ -59,8 +85,8 @@ struct FfnState {
 
 // Per-micro-batch state an FFN keeps between forward and backward.
 struct FfnCache {
-  const float* x = nullptr;  // the FFN input (owned by the enclosing block's cache)
-  Tensor gate, up;           // dense SwiGLU pre-activations
+  Tensor x;                       // the FFN input (shared with the enclosing block's cache)
+  Tensor gate, up;                // dense SwiGLU pre-activations
   std::unique_ptr<FfnState> moe;  // the MoE layer's own cache
 };
 
@@ -68,11 +94,14 @@ class FeedForward {
  public:
   virtual ~FeedForward() = default;
   virtual std::vector<Param*> params() = 0;
+  // Whether forward takes its input in bf16 (GemmPrecision::activation);
+  // false: f32 whatever the precision.
+  virtual bool reads_bf16() const { return false; }
   // x [T, d] -> y [T, d] (overwritten).
-  virtual void forward(const MicroBatch& mb, const float* x, int64_t T, float* y, FfnCache& c,
+  virtual void forward(const MicroBatch& mb, const Tensor& x, const Tensor& y, FfnCache& c,
                        FfnStats& stats) = 0;
   // dx overwritten; weight gradients accumulated. aux_scale: d(loss)/d(aux sum).
-  virtual void backward(const float* dy, float* dx, int64_t T, FfnCache& c, float aux_scale) = 0;
+  virtual void backward(const Tensor& dy, const Tensor& dx, FfnCache& c, float aux_scale) = 0;
   // sigmoid_bias routing: nudge the bias from the global per-expert loads
   // ([moe layer][expert]); dense FFNs ignore it.
   virtual void update_bias(const std::vector<std::vector<int64_t>>& global_load) {}
@@ -83,7 +112,7 @@ class FeedForward {
 };
 
 std::unique_ptr<FeedForward> make_dense_ffn(const kernels::Ctx& ctx, const ModelConfig& m,
-                                            int layer);
+                                            int layer, GemmPrecision& precision);
 std::unique_ptr<FeedForward> make_moe_ffn(const kernels::Ctx& ctx, const Config& cfg, int layer,
                                           const StageComms& comms);
 

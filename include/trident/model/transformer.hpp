@@ -40,6 +40,9 @@ namespace trident::model {
 
 // One micro-batch as this rank sees it: micro_batch_size samples, each with
 // the rank's local tokens (seq_len / cp of them, at global `positions`).
+// make_microbatches fills the host vectors; ModelStage::begin_step puts
+// tokens, targets and positions on the stage's device once per micro-batch
+// (`on_device`), and the kernels read only those.
 struct MicroBatch {
   int64_t n_samples = 0;
   int64_t local_seq = 0;
@@ -47,6 +50,10 @@ struct MicroBatch {
   std::vector<int32_t> targets;     // same; -1: no loss
   std::vector<int64_t> positions;   // [local_seq] global positions (same for every sample)
   std::vector<int64_t> sample_ids;  // [n_samples] global sample index in the step's batch
+  struct OnDevice {
+    Tensor tokens, targets;  // i32 [n_samples * local_seq]
+    Tensor positions;        // i64 [local_seq]
+  } on_device;
   int64_t tokens_total() const { return n_samples * local_seq; }
 };
 
@@ -81,7 +88,8 @@ struct Capture {
 // Layer range [begin, end) of virtual stage vs out of n_virtual.
 std::pair<int, int> layer_range(int n_layers, int n_virtual, int vs);
 
-class Chunk;  // one virtual stage's layers (model/transformer.cpp)
+class Chunk;          // one virtual stage's layers (model/transformer.cpp)
+class GemmPrecision;  // what GEMMs read under train.precision (model/blocks.hpp)
 
 // One attention call on this rank: when it began and how long this rank spent
 // in the attention kernels during it (ring waits excluded), so that per-rank
@@ -131,8 +139,7 @@ class ModelStage {
   // else filled. weight_grad = false (zero-bubble B): only input gradients
   // now; the linear layers' weight gradients are stashed (sharing the
   // gradient tensors) for backward_weight().
-  void backward(int chunk, int mb, const Tensor& grad_output, Tensor& grad_input,
-                bool weight_grad);
+  void backward(int chunk, int mb, const Tensor& grad_output, Tensor& grad_input, bool weight_grad);
   void backward_weight(int chunk, int mb);
 
   // This step's sums on this rank: token losses (last stage only) and the
@@ -161,6 +168,8 @@ class ModelStage {
   int pp_rank_, pp_;
   StageComms comms_;
   kernels::Ctx ctx_;
+  std::unique_ptr<GemmPrecision> precision_holder_;
+  GemmPrecision& precision_;
   std::vector<std::unique_ptr<Chunk>> chunks_;
   std::vector<MicroBatch> mbs_;
   float loss_scale_ = 1, aux_scale_ = 0;
