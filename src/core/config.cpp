@@ -200,6 +200,11 @@ const std::vector<KeyDef>& key_table() {
     t.push_back(choice_key("train", "precision",
                            [](Config & c) -> auto& { return c.train.precision; },
                            {"fp32", "bf16"}));
+    t.push_back(choice_key("train", "recompute",
+                           [](Config & c) -> auto& { return c.train.recompute; },
+                           {"none", "selective", "full"}));
+    t.push_back(int_key(
+        "train", "recompute_layers", [](Config& c) { return &c.train.recompute_layers; }, 0));
     // [runtime]
     t.push_back(choice_key("runtime", "backend",
                            [](Config & c) -> auto& { return c.runtime.backend; },

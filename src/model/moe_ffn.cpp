@@ -23,6 +23,7 @@ class MoEFeedForward : public FeedForward {
     for (int l = 0; l < layer; ++l) moe_index_ += cfg.model.is_moe_layer(l) ? 1 : 0;
   }
   std::vector<Param*> params() override { return layer_.params(); }
+  bool keeps_input() const override { return true; }  // the layer's cache points into x
   void forward(const MicroBatch& mb, const Tensor& x, const Tensor& y, FfnCache& c,
                FfnStats& stats) override {
     const int64_t T = mb.tokens_total();

@@ -159,6 +159,15 @@ struct AttentionBlock {
     kernels::add_inplace(ctx_, y, x);
   }
 
+  // Selective recompute: the normed input h1 is dropped after the forward
+  // (drop_norm) and computed again from x before the backward (renorm), bit
+  // for bit what the forward had.
+  void drop_norm(Cache& c) const { c.h1 = Tensor(); }
+  void renorm(Cache& c) {
+    c.h1 = lp.activation({c.x.dim(0), d});
+    kernels::rmsnorm_forward(ctx_, c.x, norm.value, kNormEps, c.h1, c.rstd);
+  }
+
   // dy [T, d] -> dx [T, d] (overwritten). Linear weight gradients go to
   // `deferred` when it is given, else are computed now; a deferred task
   // shares dy, so the caller must not write to dy afterwards.
@@ -236,6 +245,20 @@ struct FfnBlock {
     kernels::rmsnorm_forward(ctx_, x, norm.value, kNormEps, c.h, c.rstd);
     ffn->forward(mb, c.h, y, c.inner, stats);
     kernels::add_inplace(ctx_, y, x);
+  }
+
+  // Selective recompute drops the normed input of a dense FFN (the MoE
+  // layer's dispatch reads its input until the backward, so it keeps it).
+  bool drops_norm() const { return !ffn->keeps_input(); }
+  void drop_norm(Cache& c) const {
+    c.h = Tensor();
+    c.inner.x = Tensor();
+  }
+  void renorm(Cache& c) {
+    c.h =
+        ffn->reads_bf16() ? lp.activation({c.x.dim(0), d}) : kernels::empty(ctx_, {c.x.dim(0), d});
+    kernels::rmsnorm_forward(ctx_, c.x, norm.value, kNormEps, c.h, c.rstd);
+    c.inner.x = c.h;
   }
 
   void backward(const MicroBatch& mb, const Tensor& dy, Tensor& dx, Cache& c, float aux_scale) {
@@ -392,6 +415,7 @@ class Chunk {
           st_.captures_.push_back(std::move(k));
         }
       }
+      if (recomputes(i)) drop(c, i);
     }
     if (last_) {
       c.x_final = std::move(x);
@@ -434,6 +458,7 @@ class Chunk {
       dy = grad_output.reshape({T, d_});
     }
     for (size_t i = attn_.size(); i-- > 0;) {
+      if (recomputes(i)) refill(mb, c, i);
       Tensor dx = kernels::empty(ctx_, {T, d_});
       ffn_[i]->backward(mb, dy, dx, c.ffn[i], st_.aux_scale_);
       dy = !first_ && i == 0 ? grad_input.reshape({T, d_}) : kernels::empty(ctx_, {T, d_});
@@ -459,6 +484,45 @@ class Chunk {
     std::vector<FfnBlock::Cache> ffn;
     Tensor x_final, h_final, dlogits, rstd_final;
   };
+
+  // train.recompute on layer i of this chunk (the first recompute_layers).
+  bool recomputes(size_t i) const {
+    const TrainConfig& t = st_.cfg_.train;
+    return t.recompute != Recompute::none &&
+           (t.recompute_layers == 0 || int(i) < t.recompute_layers);
+  }
+  // After layer i's forward: full keeps only the layer's input (the
+  // attention block's x); selective drops the normed inputs.
+  void drop(Cache& c, size_t i) const {
+    if (st_.cfg_.train.recompute == Recompute::full) {
+      Tensor x = c.attn[i].x;
+      c.attn[i] = AttentionBlock::Cache{};
+      c.attn[i].x = std::move(x);
+      c.ffn[i] = FfnBlock::Cache{};
+      return;
+    }
+    attn_[i]->drop_norm(c.attn[i]);
+    if (ffn_[i]->drops_norm()) ffn_[i]->drop_norm(c.ffn[i]);
+  }
+  // Before layer i's backward: what drop() removed, computed again. Full
+  // recompute runs the layer's forward once more, ring exchange and MoE
+  // dispatch included (collective like the first time: every rank of the
+  // group recomputes the same layer of the same micro-batch in its B), and
+  // discards its statistics, captures and output: the kernels are
+  // deterministic, so the caches equal the first forward's bit for bit.
+  void refill(const MicroBatch& mb, Cache& c, size_t i) {
+    if (st_.cfg_.train.recompute == Recompute::full) {
+      const int64_t T = mb.tokens_total();
+      Tensor y = kernels::empty(ctx_, {T, d_}), z = kernels::empty(ctx_, {T, d_});
+      const Tensor x = c.attn[i].x;
+      attn_[i]->forward(mb, x, y, c.attn[i], nullptr, nullptr);
+      FfnStats discarded;
+      ffn_[i]->forward(mb, y, z, c.ffn[i], discarded);
+      return;
+    }
+    attn_[i]->renorm(c.attn[i]);
+    if (ffn_[i]->drops_norm()) ffn_[i]->renorm(c.ffn[i]);
+  }
   ModelStage& st_;
   kernels::Ctx ctx_;
   int64_t d_ = 0, V_ = 0;

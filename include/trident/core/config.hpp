@@ -48,6 +48,7 @@ enum class CommBackend { mpi, nccl, automatic };                        // runti
 enum class EpTransportChoice { alltoallv, shm, automatic };             // runtime.ep_transport
 enum class NonFinitePolicy { stop, skip };                              // train.on_nonfinite
 enum class Precision { fp32, bf16 };                                    // train.precision
+enum class Recompute { none, selective, full };                         // train.recompute
 
 template <typename E>
 struct ConfigNames;  // ::names: the TOML spelling of each value, in the enum's order
@@ -91,6 +92,10 @@ struct ConfigNames<EpTransportChoice> {
 template <>
 struct ConfigNames<NonFinitePolicy> {
   static constexpr std::array<std::string_view, 2> names = {"stop", "skip"};
+};
+template <>
+struct ConfigNames<Recompute> {
+  static constexpr std::array<std::string_view, 3> names = {"none", "selective", "full"};
 };
 template <>
 struct ConfigNames<Precision> {
@@ -186,6 +191,11 @@ struct TrainConfig {
   // accumulation); master weights, AdamW state, gradients, the residual
   // stream, the loss and the norms stay fp32 (config-reference.md).
   Precision precision = Precision::fp32;
+  // Activation recomputation (config-reference.md): what a layer keeps from
+  // its forward for the backward, on the first recompute_layers layers of
+  // each chunk (0: every layer).
+  Recompute recompute = Recompute::none;
+  int recompute_layers = 0;
 
   bool operator==(const TrainConfig&) const = default;
 };

@@ -97,6 +97,9 @@ class FeedForward {
   // Whether forward takes its input in bf16 (GemmPrecision::activation);
   // false: f32 whatever the precision.
   virtual bool reads_bf16() const { return false; }
+  // Whether the FFN holds on to its input x (not only FfnCache::x) until the
+  // backward: selective recompute cannot drop it then.
+  virtual bool keeps_input() const { return false; }
   // x [T, d] -> y [T, d] (overwritten).
   virtual void forward(const MicroBatch& mb, const Tensor& x, const Tensor& y, FfnCache& c,
                        FfnStats& stats) = 0;
