@@ -222,6 +222,9 @@ Config random_config(std::mt19937& rng) {
   c.train.beta1 = real(0, 0.999);
   c.train.beta2 = real(0, 0.999);
   c.train.eps = 1e-300 * real(1, 2);
+  c.train.precision = Precision(pick(0, 1));
+  c.train.recompute = Recompute(pick(0, 2));
+  c.train.recompute_layers = pick(0, 8);
   c.runtime.backend = Backend(pick(0, 2));
   c.runtime.comm = CommBackend(pick(0, 2));
   c.runtime.timeout_s = real(0.001, 1e5);
@@ -305,6 +308,9 @@ TEST_CASE("to_toml round-trips every key") {
                                              "train.on_nonfinite",
                                              "train.max_skipped_steps",
                                              "train.loss_spike_factor",
+                                             "train.precision",
+                                             "train.recompute",
+                                             "train.recompute_layers",
                                              "runtime.backend",
                                              "runtime.comm",
                                              "runtime.timeout_s",
