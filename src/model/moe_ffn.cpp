@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "trident/core/error.hpp"
+#include "trident/kernels/tensor_ops.hpp"
 #include "trident/model/blocks.hpp"
 #include "trident/parallel/ep/moe_layer.hpp"
 
@@ -17,7 +18,8 @@ struct MoEState : FfnState {
 class MoEFeedForward : public FeedForward {
  public:
   MoEFeedForward(const kernels::Ctx& ctx, const Config& cfg, int layer, const StageComms& comms)
-      : layer_(cfg.model, layer, comms.ep, comms.cp && comms.cp->size() > 1 ? comms.cp : nullptr,
+      : ctx_(ctx),
+        layer_(cfg.model, layer, comms.ep, comms.cp && comms.cp->size() > 1 ? comms.cp : nullptr,
                cfg.runtime.ep_transport, cfg.runtime.ep_shm_limit_mb * 1048576.0, ctx),
         seq_len_(cfg.data.seq_len) {
     for (int l = 0; l < layer; ++l) moe_index_ += cfg.model.is_moe_layer(l) ? 1 : 0;
@@ -48,7 +50,10 @@ class MoEFeedForward : public FeedForward {
     stats.z_loss_sum = s.z_loss_sum;
     stats.moe_index = moe_index_;
     stats.tokens_per_expert = s.tokens_per_expert;
-    if (stats.capture_router_logits) stats.router_logits = cache.router_logits();
+    if (stats.capture_router_logits) {  // the capture's one explicit copy to the host
+      const Tensor host = kernels::to_host(ctx_, cache.router_logits());
+      stats.router_logits.assign(host.ptr(), host.ptr() + host.numel());
+    }
   }
   void backward(const Tensor& dy, const Tensor& dx, FfnCache& c, float aux_scale) override {
     auto& cache = static_cast<MoEState&>(*c.moe).cache;
@@ -71,6 +76,7 @@ class MoEFeedForward : public FeedForward {
   }
 
  private:
+  kernels::Ctx ctx_;
   ep::MoELayer layer_;
   int64_t seq_len_;
   int moe_index_ = 0;

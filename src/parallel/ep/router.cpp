@@ -7,6 +7,8 @@
 #include <cmath>
 
 #include "trident/core/error.hpp"
+#include "trident/kernels/ops.hpp"
+#include "trident/kernels/tensor_ops.hpp"
 
 namespace trident::ep {
 
@@ -44,7 +46,8 @@ void Router::route(const kernels::Ctx& ctx, const float* logits, int64_t T,
     TRIDENT_CHECK(s >= 0 && s < n_samples, "router: sample id out of range");
   const kernels::RouterDims dm = dims(T);
   r.T = T;
-  r.logits.assign(logits, logits + T * E);
+  r.logits = kernels::empty(ctx, {T, E});  // a device copy: the logits never visit the host
+  kernels::copy(ctx, r.logits.data<float>(), logits, T * E);
   r.probs.assign(static_cast<size_t>(T * E), 0.0f);
   r.lse.assign(static_cast<size_t>(T), 0.0f);
   r.sample = sample_of_token;
@@ -121,7 +124,7 @@ void Router::apply_capacity(Routing& r, Communicator* cp, const int64_t* token_i
 
 void Router::backward(const kernels::Ctx& ctx, const Routing& r, const float* dweight,
                       float daux_scale, float* dlogits) const {
-  kernels::RouterSaved saved{r.logits.data(), r.probs.data(), r.lse.data(), r.chosen.data(),
+  kernels::RouterSaved saved{r.logits.data<float>(), r.probs.data(), r.lse.data(), r.chosen.data(),
                              r.weight.data()};
   kernels::RouterLossTerms terms{r.sample.data(), r.f.data(), r.inv_tokens.data(), o_.aux_loss_coef,
                                  o_.z_loss_coef};

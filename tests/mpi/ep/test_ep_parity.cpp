@@ -82,8 +82,8 @@ void run_case(const Case& cs, int ep, const char* transport) {
                << rank);
   CHECK(rel_l2_diff(y.data(), yg.data() + off, T * d) < 1e-5);
   CHECK(rel_l2_diff(dx.data(), dxg.data() + off, T * d) < 1e-5);
-  REQUIRE(c.router_logits().size() == size_t(T) * E);
-  CHECK(rel_l2_diff(c.router_logits().data(), rc.router_logits().data() + int64_t(rank) * T * E,
+  REQUIRE(c.router_logits().numel() == int64_t(T) * E);
+  CHECK(rel_l2_diff(c.router_logits().ptr(), rc.router_logits().ptr() + int64_t(rank) * T * E,
                     T * E) < 1e-5);
 
   double losses[2] = {st.aux_loss_sum, st.z_loss_sum};

@@ -3,10 +3,10 @@
 the CPU run bit for bit: the same losses in the run file and the same
 checkpoint tensors, on 1 rank and on pp=2 x cp=2 (4 ranks: pipeline sends,
 the ring's K/V and the gradient reduction all go through MPI's staging of
-device buffers), with runtime.verify_every re-executing steps. A host access
-to device memory anywhere on the way would end the emulated run with exit 86
-and one line (faults.md). The model is dense: the MoE layer still reads
-device tensors on the host (issue 23)."""
+device buffers), with runtime.verify_every re-executing steps, and an MoE model with capacity
+drops on the quickstart's mesh pp2 cp2 dp2 ep2 (8 ranks: routing on the
+device, the token exchange staged). A host access to device memory anywhere
+on the way would end the emulated run with exit 86 and one line (faults.md)."""
 import os
 import sys
 import tempfile
@@ -25,7 +25,7 @@ n_layers = 4
 n_heads = 4
 n_kv_heads = 2
 ffn_hidden = 48
-n_experts = 0
+%s
 
 [data]
 seq_len = 32
@@ -44,11 +44,15 @@ verify_every = 2
 
 [output]
 timeline = false
-""" % STEPS
+""" % ("%s", STEPS)
 
+DENSE = "n_experts = 0"
+MOE = "n_experts = 4\ntop_k = 2\ncapacity_factor = 1.25"
 MESHES = {
     1: "[parallel]\npp = 1\n\n[topology]\nnodes = 1\ndevices_per_node = 1\nnvlink_domain = 1\n",
     4: "[parallel]\npp = 2\ncp = 2\n\n[topology]\nnodes = 1\ndevices_per_node = 4\n"
+       "nvlink_domain = 4\n",
+    8: "[parallel]\npp = 2\ncp = 2\nep = 2\n\n[topology]\nnodes = 2\ndevices_per_node = 4\n"
        "nvlink_domain = 4\n",
 }
 
@@ -56,7 +60,7 @@ MESHES = {
 def run(tmp, np_, backend):
     cfg = os.path.join(tmp, "np%d.toml" % np_)
     with open(cfg, "w") as f:
-        f.write(MODEL + MESHES[np_])
+        f.write(MODEL % (MOE if np_ == 8 else DENSE) + MESHES[np_])
     out = os.path.join(tmp, "%s-np%d.h5" % (backend, np_))
     ck = os.path.join(tmp, "ck-%s-np%d" % (backend, np_))
     code, so, se, secs = launch(np_, [cfg, "--output", out, "--set", "runtime.backend=" + backend,
@@ -77,7 +81,7 @@ def run(tmp, np_, backend):
 
 def main():
     with tempfile.TemporaryDirectory() as tmp:
-        for np_ in (1, 4):
+        for np_ in (1, 4, 8):
             cpu = run(tmp, np_, "cpu")
             emu = run(tmp, np_, "emulated")
             if cpu is None or emu is None:

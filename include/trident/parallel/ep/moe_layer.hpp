@@ -78,7 +78,7 @@ class MoELayer {
     DispatchPlan plan;
     std::unique_ptr<ForwardRows> rows;  // expert side: inputs and outputs [R, d] each
     Tensor gate, up;                    // expert side: [R, f] each
-    const std::vector<float>& router_logits() const { return routing.logits; }
+    const Tensor& router_logits() const { return routing.logits; }  // on the layer's device
   };
 
   // x, y: [T, d]; sample_of_token [T] in [0, n_samples). The cache refers to

@@ -31,6 +31,7 @@
 
 #include "trident/comm/comm.hpp"
 #include "trident/core/config.hpp"
+#include "trident/core/tensor.hpp"
 #include "trident/kernels/context.hpp"
 #include "trident/kernels/router.hpp"
 
@@ -53,7 +54,7 @@ struct RouterOptions {
 // One forward's routing, kept for backward.
 struct Routing {
   int64_t T = 0;
-  std::vector<float> logits;       // [T, E] as given
+  Tensor logits;                   // [T, E] as given, copied on ctx's device
   std::vector<float> probs;        // [T, E] softmax p or sigmoid s
   std::vector<float> lse;          // [T] logsumexp of logits (z-loss)
   std::vector<int> chosen;         // [T*k] top-k experts, best first
