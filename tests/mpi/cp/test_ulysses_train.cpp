@@ -4,6 +4,7 @@
 // hybrid meshes put the ring across NVLink domains (pp2 x cp4 with u = 2 on
 // domains of 2 ranks) and across nodes (cp8 with u = 4 on 2 simulated nodes
 // of 4 ranks), which only hybrid may do.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
@@ -42,7 +43,7 @@ Config tiny() {
 }
 
 struct Curve {
-  std::vector<double> loss, norm;
+  std::vector<double> loss, norm, cp_bytes;
 };
 
 Curve run(train::Trainer& t, int steps) {
@@ -51,8 +52,26 @@ Curve run(train::Trainer& t, int steps) {
     auto r = t.train_step(s);
     c.loss.push_back(r.metrics.loss);
     c.norm.push_back(r.metrics.grad_norm);
+    c.cp_bytes.push_back(r.comm_bytes[size_t(CommKind::cp)]);
   }
   return c;
+}
+
+// Bytes all ranks send under the "cp" kind in one step of pure Ulysses (u =
+// cp): per layer and sequence, (u-1)/u of q, k, v, out, lse forward and of
+// q, k, v, out, lse, dout, dq, dk, dv backward (planner.md's formula), plus
+// the router's per-sample load statistics ((n_experts + 1) doubles per MoE
+// layer and sequence, summed over the cp group).
+double ulysses_step_bytes(const Config& c, int world) {
+  const int u = c.parallel.cp;
+  const double L = double(c.data.seq_len) / u, H = c.model.n_heads, D = c.model.head_dim();
+  const double kv = std::max(1, c.model.n_kv_heads / u) * u;  // K/V heads over the group
+  const double f = 4 * L * (2 * H * D + 2 * kv * D + H), b = 4 * L * (4 * H * D + 4 * kv * D + H);
+  int moe_layers = 0;
+  for (int l = 0; l < c.model.n_layers; ++l) moe_layers += c.model.is_moe_layer(l);
+  const double sequences = double(c.data.num_microbatches * c.data.micro_batch_size);
+  return world * sequences *
+         (c.model.n_layers * (u - 1.0) / u * (f + b) + moe_layers * (c.model.n_experts + 1) * 8.0);
 }
 
 void check_case(Config cfg, int pp, int cp, CpMode mode, int u, CpLayout layout,
@@ -93,6 +112,10 @@ void check_case(Config cfg, int pp, int cp, CpMode mode, int u, CpLayout layout,
     REQUIRE(std::fabs(par.norm[s] - ser.norm[s]) <= 1e-4 * std::fabs(ser.norm[s]));
   }
   REQUIRE(ser.loss.back() < ser.loss.front());  // the run trained
+  // The exchanges count as cp traffic, and pure Ulysses sends exactly its formula.
+  for (double b : par.cp_bytes) CHECK(b > 0);
+  if (mode == CpMode::ulysses)
+    for (double b : par.cp_bytes) CHECK(b == Approx(ulysses_step_bytes(cfg, world)).epsilon(1e-12));
 }
 
 }  // namespace
