@@ -41,19 +41,30 @@ int checked_heads(int H, int Hkv, int u) {
 UlyssesAttention::UlyssesAttention(Communicator* cp, int ulysses, Layout layout, bool causal,
                                    int64_t seq_len, int H, int Hkv, int D, const kernels::Ctx& ctx)
     : ctx_(ctx),
-      group_(split_group(cp, ulysses, true)),
-      ring_comm_(split_group(cp, ulysses, false)),
+      cp_(cp),
+      layout_(layout),
+      causal_(causal),
+      seq_len_(seq_len),
       u_(ulysses),
-      me_(group_->rank()),
       H_(H),
       Hkv_(Hkv),
       D_(D),
       hq_(checked_heads(H, Hkv, ulysses)),
-      hkv_local_(Hkv % ulysses == 0 ? Hkv / ulysses : 1),
-      tl_(seq_len / cp->size()),
-      positions_(local_positions(seq_len, cp->size(), cp->rank(), layout, ulysses)),
-      ring_(ring_comm_.get(), layout, causal, seq_len, ctx) {
-  TRIDENT_CHECK(group_->size() == u_ && ring_.local_tokens() == u_ * tl_,
+      hkv_local_(Hkv % ulysses == 0 ? Hkv / ulysses : 1) {
+  TRIDENT_CHECK(cp && ulysses >= 1 && cp->size() % ulysses == 0,
+                "Ulysses group of " + std::to_string(ulysses) + " does not divide the cp group");
+  ring_size_ = cp->size() / u_;
+  tl_ = seq_len / cp->size();
+  positions_ = local_positions(seq_len, cp->size(), cp->rank(), layout, ulysses);
+}
+
+void UlyssesAttention::connect() {
+  if (ring_) return;
+  group_ = split_group(cp_, u_, true);
+  ring_comm_ = split_group(cp_, u_, false);
+  ring_ = std::make_unique<RingAttention>(ring_comm_.get(), layout_, causal_, seq_len_, ctx_);
+  ring_->set_profiler(sink_);
+  TRIDENT_CHECK(group_->size() == u_ && ring_->local_tokens() == u_ * tl_,
                 "Ulysses groups do not match the cp group");
 }
 
@@ -65,7 +76,7 @@ int UlyssesAttention::kv_first(int i) const {
 
 void UlyssesAttention::set_profiler(prof::Sink* sink) {
   sink_ = sink;
-  ring_.set_profiler(sink);
+  if (ring_) ring_->set_profiler(sink);
 }
 
 void UlyssesAttention::note_workspace() {
@@ -131,6 +142,7 @@ void UlyssesAttention::to_tokens(const float* y, int hx, int n, int w, First fir
 
 void UlyssesAttention::forward(const float* q, const float* k, const float* v, float* out,
                                float* lse) {
+  connect();
   auto qh = [this](int d) { return d * hq_; };
   auto kvh = [this](int d) { return kv_first(d); };
   to_heads(q, H_, hq_, D_, qh, buf_.q);
@@ -138,8 +150,8 @@ void UlyssesAttention::forward(const float* q, const float* k, const float* v, f
   to_heads(v, Hkv_, hkv_local_, D_, kvh, buf_.v);
   kernels::reserve(ctx_, buf_.out, u_ * tl_ * hq_ * D_);
   kernels::reserve(ctx_, buf_.lse, u_ * tl_ * hq_);
-  ring_.forward(buf_.q.ptr(), buf_.k.ptr(), buf_.v.ptr(), hq_, hkv_local_, D_, buf_.out.ptr(),
-                buf_.lse.ptr());
+  ring_->forward(buf_.q.ptr(), buf_.k.ptr(), buf_.v.ptr(), hq_, hkv_local_, D_, buf_.out.ptr(),
+                 buf_.lse.ptr());
   to_tokens(buf_.out.ptr(), H_, hq_, D_, qh, false, out);
   to_tokens(buf_.lse.ptr(), H_, hq_, 1, qh, false, lse);
   note_workspace();
@@ -148,6 +160,7 @@ void UlyssesAttention::forward(const float* q, const float* k, const float* v, f
 void UlyssesAttention::backward(const float* q, const float* k, const float* v, const float* out,
                                 const float* lse, const float* dout, float* dq, float* dk,
                                 float* dv) {
+  connect();
   auto qh = [this](int d) { return d * hq_; };
   auto kvh = [this](int d) { return kv_first(d); };
   to_heads(q, H_, hq_, D_, qh, buf_.q);
@@ -159,8 +172,9 @@ void UlyssesAttention::backward(const float* q, const float* k, const float* v, 
   kernels::reserve(ctx_, buf_.dq, u_ * tl_ * hq_ * D_);
   kernels::reserve(ctx_, buf_.dk, u_ * tl_ * hkv_local_ * D_);
   kernels::reserve(ctx_, buf_.dv, u_ * tl_ * hkv_local_ * D_);
-  ring_.backward(buf_.q.ptr(), buf_.k.ptr(), buf_.v.ptr(), buf_.out.ptr(), buf_.lse.ptr(),
-                 buf_.dout.ptr(), hq_, hkv_local_, D_, buf_.dq.ptr(), buf_.dk.ptr(), buf_.dv.ptr());
+  ring_->backward(buf_.q.ptr(), buf_.k.ptr(), buf_.v.ptr(), buf_.out.ptr(), buf_.lse.ptr(),
+                  buf_.dout.ptr(), hq_, hkv_local_, D_, buf_.dq.ptr(), buf_.dk.ptr(),
+                  buf_.dv.ptr());
   // K/V heads replicated on several ranks (u > n_kv_heads): their gradient
   // is the sum of every holder's part.
   const bool replicated = hkv_local_ * u_ > Hkv_;

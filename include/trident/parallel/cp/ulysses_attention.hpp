@@ -37,15 +37,17 @@ namespace trident::cp {
 
 class UlyssesAttention {
  public:
-  // cp: the whole cp group (not owned; outlives this object). Collective
-  // over it: splits off the Ulysses group and the ring (CommKind::cp, so
-  // their bytes count as cp traffic). ulysses: u, dividing cp. H, Hkv, D: the
-  // model's heads; breaking the head rule is an InputError.
+  // cp: the whole cp group (not owned; outlives this object). The first
+  // forward or backward splits off the Ulysses group and the ring from it
+  // (CommKind::cp, so their bytes count as cp traffic), so that they inherit
+  // what cp was given after construction (train::run's device staging).
+  // ulysses: u, dividing cp. H, Hkv, D: the model's heads; breaking the head
+  // rule is an InputError.
   UlyssesAttention(Communicator* cp, int ulysses, Layout layout, bool causal, int64_t seq_len,
                    int H, int Hkv, int D, const kernels::Ctx& ctx = {});
 
   int ulysses() const { return u_; }
-  int ring_size() const { return ring_.cp_size(); }
+  int ring_size() const { return ring_size_; }
   int64_t local_tokens() const { return tl_; }
   // Global positions of this rank's tokens, in local order.
   const std::vector<int64_t>& positions() const { return positions_; }
@@ -82,15 +84,21 @@ class UlyssesAttention {
   void to_tokens(const float* y, int hx, int n, int w, First first, bool sum, float* x);
   void exchange(const float* send, float* recv, int64_t per_peer);
   void note_workspace();
+  // The groups and the ring, made on first use (collective over cp).
+  void connect();
 
   kernels::Ctx ctx_;
+  Communicator* cp_;
+  Layout layout_;
+  bool causal_;
+  int64_t seq_len_;
   std::unique_ptr<Communicator> group_, ring_comm_;
-  int u_ = 1, me_ = 0;  // Ulysses group size and this rank's index in it
+  int u_ = 1, ring_size_ = 1;  // Ulysses group size, ring length
   int H_, Hkv_, D_;
   int hq_ = 0, hkv_local_ = 0;
   int64_t tl_ = 0;
   std::vector<int64_t> positions_;
-  RingAttention ring_;
+  std::unique_ptr<RingAttention> ring_;
   struct Buffers {
     Tensor pack, unpack, q, k, v, out, lse, dout, dq, dk, dv;
   } buf_;
