@@ -73,7 +73,9 @@ void add_inplace(const Ctx& ctx, float* y, const float* x, int64_t n);
 void copy(const Ctx& ctx, float* dst, const float* src, int64_t n);
 // x[i] = value
 void fill(const Ctx& ctx, float* x, int64_t n, float value);
-// Sum of squares, accumulated in double in index order (the gradient norm).
+// Sum of squares accumulated in double, in a fixed order on every backend
+// (the CPU's: eight lanes, then their sum), so it repeats bit for bit (the
+// gradient norm).
 double sum_squares(const Ctx& ctx, const float* x, int64_t n);
 // y[i] = x[i] rounded to bf16 (nearest, ties to even; NaN stays NaN), as
 // the 16 high bits of the fp32 pattern.
