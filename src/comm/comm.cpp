@@ -240,6 +240,22 @@ void Communicator::broadcast(void* data, size_t bytes, int root) {
         kind_, rank_ == root ? double(bytes) : 0.0);
 }
 
+void Communicator::reduce_scatter_sum(const float* in, float* out, size_t count) {
+  TRIDENT_CHECK(count <= max_elements_per_reduction(),
+                "reduce_scatter on " + name_ + ": " + std::to_string(count) +
+                    " elements per rank exceed what one operation takes");
+  auto pending = post({.kind = CommOp::Kind::reduce_scatter,
+                       .in = in,
+                       .out = out,
+                       .count = count,
+                       .type = ElemType::f32,
+                       .reduce = ReduceOp::sum});
+  await(*pending,
+        "reduce_scatter_sum of " + std::to_string(count) + " float per rank over " +
+            std::to_string(size()) + " ranks",
+        kind_, double(count * size_t(size()) * sizeof(float)));
+}
+
 void Communicator::allgather(const void* in, void* out, size_t bytes) {
   auto pending = post({.kind = CommOp::Kind::allgather, .in = in, .out = out, .bytes = bytes});
   await(*pending,

@@ -205,6 +205,9 @@ const std::vector<KeyDef>& key_table() {
                            {"none", "selective", "full"}));
     t.push_back(int_key(
         "train", "recompute_layers", [](Config& c) { return &c.train.recompute_layers; }, 0));
+    t.push_back(choice_key("train", "optimizer_sharding",
+                           [](Config & c) -> auto& { return c.train.optimizer_sharding; },
+                           {"none", "dp"}));
     // [runtime]
     t.push_back(choice_key("runtime", "backend",
                            [](Config & c) -> auto& { return c.runtime.backend; },

@@ -5,6 +5,7 @@
 
 #include "trident/core/error.hpp"
 #include "trident/kernels/tensor_ops.hpp"
+#include "trident/parallel/dp/zero.hpp"
 
 namespace trident::train {
 namespace {
@@ -45,15 +46,22 @@ std::string save_checkpoint(Trainer& t, int64_t steps_done) {
   meta.model_hash = model_hash(cfg);
   meta.config_toml = to_toml(cfg);
   meta.world_size = c.world ? c.world->size() : 1;
+  // The moments in the store's layout, whole: with a sharded optimizer each
+  // rank holds a part of them, so the parts are gathered first.
+  const ParamStore& store = t.param_store();
+  Tensor m = kernels::empty(t.ctx(), {store.numel()}), v = kernels::empty(t.ctx(), {store.numel()});
+  dp::gather_owned(store, t.sharding(), t.optimizer().m(), m, t.ctx());
+  dp::gather_owned(store, t.sharding(), t.optimizer().v(), v, t.ctx());
   std::vector<CheckpointTensor> mine;
   std::vector<Tensor> hold;
   const kernels::Ctx& ctx = t.ctx();
   for (Param* p : t.stage().params()) {
     if (!owns(c, p->reduce)) continue;
     const auto& shape = p->value.shape();
+    const int64_t off = store.entry(p).offset;
     mine.push_back({"param/" + p->name, shape, on_host(ctx, p->value, hold)});
-    mine.push_back({"adam_m/" + p->name, shape, on_host(ctx, t.optimizer().m(p->name), hold)});
-    mine.push_back({"adam_v/" + p->name, shape, on_host(ctx, t.optimizer().v(p->name), hold)});
+    mine.push_back({"adam_m/" + p->name, shape, on_host(ctx, m.view(off, shape), hold)});
+    mine.push_back({"adam_v/" + p->name, shape, on_host(ctx, v.view(off, shape), hold)});
   }
   for (auto& [name, tensor] : t.stage().buffers())
     if (owns(c, GradReduce::dense))
@@ -68,12 +76,19 @@ int64_t load_checkpoint(Trainer& t, const std::string& path) {
     throw InputError("checkpoint '" + path + "' belongs to another model: its [model] hash is " +
                      r.meta().model_hash + ", this config's is " + want +
                      " (the [model] table must match the checkpoint's)");
+  // Whole moments per name into the store's layout; this rank keeps its part.
   const kernels::Ctx& ctx = t.ctx();
+  const ParamStore& store = t.param_store();
+  Tensor m = kernels::zeros(ctx, {store.numel()}), v = kernels::zeros(ctx, {store.numel()});
   for (Param* p : t.stage().params()) {
+    const auto& shape = p->value.shape();
+    const int64_t off = store.entry(p).offset;
     read_into(r, ctx, "param/" + p->name, p->value);
-    read_into(r, ctx, "adam_m/" + p->name, t.optimizer().m(p->name));
-    read_into(r, ctx, "adam_v/" + p->name, t.optimizer().v(p->name));
+    read_into(r, ctx, "adam_m/" + p->name, m.view(off, shape));
+    read_into(r, ctx, "adam_v/" + p->name, v.view(off, shape));
   }
+  dp::scatter_owned(t.sharding(), m, t.optimizer().m(), ctx);
+  dp::scatter_owned(t.sharding(), v, t.optimizer().v(), ctx);
   for (auto& [name, tensor] : t.stage().buffers()) read_into(r, ctx, "buffer/" + name, *tensor);
   t.stage().buffers_loaded();
   t.optimizer().set_steps_taken(r.meta().optimizer_steps);

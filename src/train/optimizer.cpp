@@ -1,8 +1,10 @@
 // AdamW state and the warmup + cosine learning rate.
 #include "trident/train/optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 
+#include "trident/core/error.hpp"
 #include "trident/kernels/ops.hpp"
 #include "trident/kernels/tensor_ops.hpp"
 
@@ -18,10 +20,39 @@ double learning_rate(const TrainConfig& t, int64_t step) {
 }
 
 AdamW::AdamW(std::vector<Param*> params, const TrainConfig& t, const kernels::Ctx& ctx)
-    : ctx_(ctx), params_(std::move(params)), cfg_(t) {
-  for (Param* p : params_)
-    state_.emplace(p->name, std::make_pair(kernels::zeros(ctx_, p->value.shape()),
-                                           kernels::zeros(ctx_, p->value.shape())));
+    : ctx_(ctx), cfg_(t) {
+  int64_t n = 0;
+  for (Param* p : params) {
+    pieces_.push_back(Piece{p, 0, p->value.numel(), n});
+    n += p->value.numel();
+  }
+  m_ = kernels::zeros(ctx_, {n});
+  v_ = kernels::zeros(ctx_, {n});
+}
+
+AdamW::AdamW(const ParamStore& store, const std::array<ParamStore::Range, 3>& owned,
+             const std::array<int64_t, 3>& base, int64_t n_moments, const TrainConfig& t,
+             const kernels::Ctx& ctx)
+    : ctx_(ctx), cfg_(t) {
+  for (const ParamStore::Entry& e : store.entries()) {
+    const size_t k = size_t(e.param->reduce);
+    const int64_t lo = std::max(e.offset, owned[k].begin);
+    const int64_t hi = std::min(e.offset + e.numel, owned[k].end);
+    if (lo < hi)
+      pieces_.push_back(Piece{e.param, lo - e.offset, hi - lo, base[k] + lo - owned[k].begin});
+  }
+  m_ = kernels::zeros(ctx_, {n_moments});
+  v_ = kernels::zeros(ctx_, {n_moments});
+}
+
+Tensor AdamW::whole(const Tensor& buf, const std::string& name) const {
+  for (const Piece& p : pieces_)
+    if (p.param->name == name) {
+      TRIDENT_CHECK(p.begin == 0 && p.numel == p.param->value.numel(),
+                    "AdamW: this rank holds only part of the moments of " + name);
+      return buf.view(p.moment, p.param->value.shape());
+    }
+  throw Error("AdamW: no parameter " + name);
 }
 
 void AdamW::step(double lr, float grad_scale) {
@@ -32,11 +63,11 @@ void AdamW::step(double lr, float grad_scale) {
   h.beta2 = cfg_.beta2;
   h.eps = cfg_.eps;
   h.weight_decay = cfg_.weight_decay;
-  for (Param* p : params_) {
-    if (p->reduce == GradReduce::none) continue;
-    auto& [m, v] = state_.at(p->name);
-    kernels::adamw_step(ctx_, p->value.ptr(), p->grad.ptr(), m.ptr(), v.ptr(), p->value.numel(), h,
-                        t_, grad_scale, p->decay);
+  for (const Piece& p : pieces_) {
+    if (p.param->reduce == GradReduce::none) continue;
+    kernels::adamw_step(ctx_, p.param->value.ptr() + p.begin, p.param->grad.ptr() + p.begin,
+                        m_.ptr() + p.moment, v_.ptr() + p.moment, p.numel, h, t_, grad_scale,
+                        p.param->decay);
   }
 }
 

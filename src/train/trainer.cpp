@@ -10,6 +10,7 @@
 #include "trident/kernels/tensor_ops.hpp"
 #include "trident/model/blocks.hpp"
 #include "trident/parallel/dp/grad_reduce.hpp"
+#include "trident/parallel/dp/zero.hpp"
 #include "trident/parallel/pp/generators.hpp"
 #include "trident/train/step_guard.hpp"
 
@@ -48,11 +49,16 @@ Trainer::Trainer(const Config& cfg, TrainComms comms) : cfg_(cfg), comms_(comms)
                                                placement.stages.at(size_t(comms_.pp_rank)),
                                                device_->ctx());
   const kernels::Ctx& ctx = device_->ctx();
+  sharded_ = cfg_.train.optimizer_sharding == OptimizerSharding::dp;
   store_ = std::make_unique<ParamStore>(
       stage_->params(), device_->allocator(),
       [&ctx](Tensor& dst, const Tensor& src) { kernels::copy(ctx, dst, src); },
-      [&ctx](Tensor& dst, float value) { kernels::fill(ctx, dst.ptr(), dst.numel(), value); });
-  opt_ = std::make_unique<AdamW>(stage_->params(), cfg_.train, device_->ctx());
+      [&ctx](Tensor& dst, float value) { kernels::fill(ctx, dst.ptr(), dst.numel(), value); },
+      sharded_ ? dp::shard_multiples(comms_.dpcp, comms_.expert_replica)
+               : std::array<int64_t, 3>{1, 1, 1});
+  sharding_ = dp::make_sharding(*store_, sharded_, comms_.dpcp, comms_.expert_replica);
+  opt_ = std::make_unique<AdamW>(*store_, sharding_.owned, sharding_.base, sharding_.owned_numel,
+                                 cfg_.train, ctx);
   init_pipeline();
 }
 
@@ -148,7 +154,12 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
   const int local_first =
       first_nonfinite_gradient(device_->ctx(), stage_->params(), cfg_.model.n_layers);
 
-  dp::reduce_gradients(*store_, comms_.dpcp, comms_.expert_replica);
+  // Sharded: each rank receives the sum of the part it updates; otherwise
+  // every rank receives the whole sum, one all-reduce per kind.
+  if (sharded_)
+    dp::reduce_scatter_gradients(*store_, sharding_, device_->ctx());
+  else
+    dp::reduce_gradients(*store_, comms_.dpcp, comms_.expert_replica);
 
   double sums[3] = {stage_->loss_sum(), stage_->aux_sum(), stage_->z_sum()};
   if (comms_.world && comms_.world->size() > 1) comms_.world->allreduce_sum(sums, 3);
@@ -156,8 +167,10 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
   if (comms_.world && comms_.world->size() > 1)
     for (auto& row : res.expert_tokens) comms_.world->allreduce_sum(row.data(), row.size());
 
-  const double norm = std::sqrt(dp::global_grad_sumsq(
-      stage_->params(), comms_.dpcp, comms_.expert_replica, comms_.world, device_->ctx()));
+  const double norm = std::sqrt(
+      sharded_ ? dp::sharded_grad_sumsq(*store_, sharding_, comms_.world, device_->ctx())
+               : dp::global_grad_sumsq(stage_->params(), comms_.dpcp, comms_.expert_replica,
+                                       comms_.world, device_->ctx()));
   const double lr = learning_rate(cfg_.train, step);
   agree_on_finite(local_first,
                   std::isfinite(sums[0]) && std::isfinite(sums[1]) && std::isfinite(sums[2]) &&
@@ -169,6 +182,7 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
     const double clip = cfg_.train.grad_clip;
     const float scale = clip > 0 && norm > clip ? float(clip / (norm + 1e-6)) : 1.0f;
     opt_->step(lr, scale);
+    if (sharded_) dp::allgather_values(*store_, sharding_, device_->ctx());
   }
 
   StepMetrics& m = res.metrics;

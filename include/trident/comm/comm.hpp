@@ -42,8 +42,9 @@ const char* comm_kind_name(CommKind k);
 // Cumulative counters of one process. Sent bytes, time inside communication
 // calls, and time blocked in waits (the part not hidden behind compute).
 // bytes_sent is what this rank hands to others: a send's payload (counted
-// when its wait or test completes), allreduce: its own n elements, allgather:
-// its block, alltoallv/alltoall: the blocks for the other ranks (not its own),
+// when its wait or test completes), allreduce: its own n elements,
+// reduce_scatter: its input (every rank's block), allgather: its block,
+// alltoallv/alltoall: the blocks for the other ranks (not its own),
 // broadcast: the bytes at the root only, barrier: 0. A wait that times out
 // adds its time but no bytes. calls counts completed operations.
 struct CommCounters {
@@ -102,19 +103,30 @@ const char* elem_name(ElemType t);  // "float" | "double" | "int" | "int64_t"
 // touching the backends' class declarations. Fields a kind does not name
 // are unused.
 struct CommOp {
-  enum class Kind : uint8_t { send, recv, allreduce, broadcast, allgather, alltoallv, barrier };
+  enum class Kind : uint8_t {
+    send,
+    recv,
+    allreduce,
+    broadcast,
+    allgather,
+    alltoallv,
+    barrier,
+    reduce_scatter
+  };
   Kind kind = Kind::barrier;
-  // send: the message; allgather: this rank's block; alltoallv: what is sent.
+  // send: the message; allgather: this rank's block; alltoallv: what is sent;
+  // reduce_scatter: every rank's block, one after another.
   const void* in = nullptr;
   // recv: the message; allreduce, broadcast: the data (in place); allgather:
-  // every rank's block; alltoallv: what is received.
+  // every rank's block; alltoallv: what is received; reduce_scatter: this
+  // rank's block of the sum.
   void* out = nullptr;
   size_t bytes = 0;                 // send, recv, broadcast; allgather: per rank
-  size_t count = 0;                 // allreduce: elements of `type`
+  size_t count = 0;                 // allreduce: elements of `type`; reduce_scatter: per rank
   int peer = 0;                     // send, recv: the other rank; broadcast: the root
   int tag = 0;                      // send, recv
-  ElemType type = ElemType::f32;    // allreduce
-  ReduceOp reduce = ReduceOp::sum;  // allreduce
+  ElemType type = ElemType::f32;    // allreduce, reduce_scatter
+  ReduceOp reduce = ReduceOp::sum;  // allreduce, reduce_scatter
   // alltoallv: per peer, in elements of elem_bytes bytes.
   const int64_t* send_counts = nullptr;
   const int64_t* send_displs = nullptr;
@@ -197,6 +209,9 @@ class Communicator {
   void allreduce_min(int64_t* data, size_t n) { allreduce(data, n, ElemType::i64, ReduceOp::min); }
   void allreduce(void* data, size_t n, ElemType type, ReduceOp op);
   void broadcast(void* data, size_t bytes, int root);
+  // in holds size() blocks of `count` floats; out (not overlapping in)
+  // receives the sum over ranks of block rank().
+  void reduce_scatter_sum(const float* in, float* out, size_t count);
   // Every rank contributes `bytes` bytes; out holds size()*bytes.
   void allgather(const void* in, void* out, size_t bytes);
   // all-to-all-v in units of `elem_bytes` (counts and displacements in elements).

@@ -49,6 +49,7 @@ enum class EpTransportChoice { alltoallv, shm, automatic };             // runti
 enum class NonFinitePolicy { stop, skip };                              // train.on_nonfinite
 enum class Precision { fp32, bf16 };                                    // train.precision
 enum class Recompute { none, selective, full };                         // train.recompute
+enum class OptimizerSharding { none, dp };                              // train.optimizer_sharding
 
 template <typename E>
 struct ConfigNames;  // ::names: the TOML spelling of each value, in the enum's order
@@ -100,6 +101,10 @@ struct ConfigNames<Recompute> {
 template <>
 struct ConfigNames<Precision> {
   static constexpr std::array<std::string_view, 2> names = {"fp32", "bf16"};
+};
+template <>
+struct ConfigNames<OptimizerSharding> {
+  static constexpr std::array<std::string_view, 2> names = {"none", "dp"};
 };
 
 // The TOML spelling of v ("1f1b" for PipelineSchedule::one_f_one_b).
@@ -196,6 +201,9 @@ struct TrainConfig {
   // each chunk (0: every layer).
   Recompute recompute = Recompute::none;
   int recompute_layers = 0;
+  // AdamW moments sharded over each parameter's replicas (ZeRO-1), gradients
+  // reduce-scattered and parameters all-gathered (parallel/dp/zero.hpp).
+  OptimizerSharding optimizer_sharding = OptimizerSharding::none;
 
   bool operator==(const TrainConfig&) const = default;
 };

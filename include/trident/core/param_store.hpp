@@ -22,6 +22,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <vector>
 
 #include "trident/core/allocator.hpp"
@@ -46,19 +47,25 @@ class ParamStore {
     int64_t size() const { return end - begin; }
   };
 
-  // Takes over `params` (each exactly once; every value f32). Values are
-  // copied into the new buffer with `copy`; gradients start at zero (the
-  // caller zeroes them before each step anyway, but a fresh store must not
-  // hand out uninitialised memory as gradients, so they are set with `fill`).
+  // x[i] = value for every element of dst.
   using FillFn = std::function<void(Tensor& dst, float value)>;
+
+  // Takes over `params` (each exactly once; every value f32). Values are
+  // copied into the new buffer with `copy`; gradients start at zero.
+  // range_multiple[kind]: each kind's range is padded with zeros (belonging
+  // to no parameter) to a multiple of it, so that it splits into equal
+  // shards (parallel/dp/zero.hpp); 1: no padding, a kind's range holds
+  // exactly its parameters.
   ParamStore(const std::vector<Param*>& params, Allocator& alloc, const CopyFn& copy,
-             const FillFn& fill);
+             const FillFn& fill, std::array<int64_t, 3> range_multiple = {1, 1, 1});
   ParamStore(const ParamStore&) = delete;
   ParamStore& operator=(const ParamStore&) = delete;
 
   // Parameters in store order (dense, expert, none).
   const std::vector<Entry>& entries() const { return entries_; }
   std::vector<Param*> params() const;
+  // The entry of p (throws when p is not in the store).
+  const Entry& entry(const Param* p) const;
   int64_t numel() const { return numel_; }
 
   // The contiguous range of one reduction kind.
@@ -73,6 +80,7 @@ class ParamStore {
 
  private:
   std::vector<Entry> entries_;
+  std::map<const Param*, size_t> index_;
   std::array<Range, 3> ranges_{};
   int64_t numel_ = 0;
   Tensor values_, grads_;

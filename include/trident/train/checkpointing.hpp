@@ -4,7 +4,10 @@
 // Each tensor is written by one owner (dense parameters and router biases by
 // dp x cp rank 0 of their stage, experts by replica rank 0), and read back by
 // every rank that holds it, so a checkpoint restores into any mesh of the same
-// model. The data position is the step: samples are keyed by it.
+// model. The data position is the step: samples are keyed by it. With a
+// sharded optimizer (train.optimizer_sharding = "dp") the moment shards are
+// gathered before the write and a load keeps this rank's shard, so a
+// checkpoint does not depend on the sharding either.
 #pragma once
 #include <string>
 

@@ -1,15 +1,19 @@
 // AdamW over named parameters, and the learning-rate schedule.
 //
-// The moments are kept per parameter name, so a checkpoint written by one
-// mesh restores into another (each rank takes the names it holds).
+// The moments of the parameters (or of the part of them this rank owns,
+// with a sharded optimizer: parallel/dp/zero.hpp) lie in one allocation
+// each, m and v, in the order of the pieces below. A checkpoint stores them
+// per parameter name, so a checkpoint written by one mesh or sharding
+// restores into another (each rank takes the names, or the parts, it holds).
 #pragma once
+#include <array>
 #include <cstdint>
-#include <map>
 #include <string>
 #include <vector>
 
 #include "trident/core/config.hpp"
 #include "trident/core/param.hpp"
+#include "trident/core/param_store.hpp"
 #include "trident/kernels/context.hpp"
 
 namespace trident::train {
@@ -20,23 +24,42 @@ double learning_rate(const TrainConfig& t, int64_t step);
 
 class AdamW {
  public:
-  // The updates run as kernels on ctx (default: the host), and the moments
-  // live on ctx's device, from its allocator.
+  // Elements [begin, begin + numel) of param's value, with their moments at
+  // `moment` in m() and v().
+  struct Piece {
+    Param* param = nullptr;
+    int64_t begin = 0, numel = 0, moment = 0;
+  };
+  // Every element of every parameter, in the given order. The updates run as
+  // kernels on ctx (default: the host), and the moments live on ctx's
+  // device, from its allocator.
   AdamW(std::vector<Param*> params, const TrainConfig& t, const kernels::Ctx& ctx = {});
-  // One update of every parameter with gradients multiplied by grad_scale.
+  // The elements of `store` inside owned[kind] (store offsets), the moments
+  // of kind k starting at base[k]: n_moments elements in all.
+  AdamW(const ParamStore& store, const std::array<ParamStore::Range, 3>& owned,
+        const std::array<int64_t, 3>& base, int64_t n_moments, const TrainConfig& t,
+        const kernels::Ctx& ctx = {});
+  // One update of every piece with gradients multiplied by grad_scale.
   void step(double lr, float grad_scale);
   int64_t steps_taken() const { return t_; }
   void set_steps_taken(int64_t t) { t_ = t; }
-  const std::vector<Param*>& params() const { return params_; }
-  Tensor& m(const std::string& name) { return state_.at(name).first; }
-  Tensor& v(const std::string& name) { return state_.at(name).second; }
+  const std::vector<Piece>& pieces() const { return pieces_; }
+  // Both moments, one allocation each.
+  Tensor& m() { return m_; }
+  Tensor& v() { return v_; }
+  // The moments of one whole parameter (throws when this optimizer holds
+  // only part of it).
+  Tensor m(const std::string& name) { return whole(m_, name); }
+  Tensor v(const std::string& name) { return whole(v_, name); }
 
  private:
+  Tensor whole(const Tensor& buf, const std::string& name) const;
+
   kernels::Ctx ctx_;
-  std::vector<Param*> params_;
+  std::vector<Piece> pieces_;
   TrainConfig cfg_;
   int64_t t_ = 0;
-  std::map<std::string, std::pair<Tensor, Tensor>> state_;
+  Tensor m_, v_;
 };
 
 }  // namespace trident::train

@@ -4,6 +4,9 @@
 // them through the pipeline schedule (pp = 1 too: one stage), sum
 // gradients over their replicas (parallel/dp), agree on the loss, clip by
 // the global gradient norm, update with AdamW and move the router bias.
+// With train.optimizer_sharding = "dp" the sum is reduce-scattered instead,
+// each rank updates its shard and the shards are all-gathered (ZeRO-1,
+// parallel/dp/zero.hpp).
 // The update is applied only when the loss, the aux losses and the gradient
 // norm are finite (the same values on every rank, so every rank decides
 // alike); otherwise parameters, optimizer state (AdamW's t included) and
@@ -29,6 +32,7 @@
 #include "trident/kernels/backend.hpp"
 #include "trident/model/data.hpp"
 #include "trident/model/transformer.hpp"
+#include "trident/parallel/dp/zero.hpp"
 #include "trident/train/optimizer.hpp"
 
 namespace trident::train {
@@ -90,6 +94,9 @@ class Trainer {
 
   model::ModelStage& stage() { return *stage_; }
   const ParamStore& param_store() const { return *store_; }
+  // Which part of the store this rank's optimizer updates (all of it unless
+  // train.optimizer_sharding = "dp").
+  const dp::Sharding& sharding() const { return sharding_; }
   AdamW& optimizer() { return *opt_; }
   const Config& config() const { return cfg_; }
   const TrainComms& comms() const { return comms_; }
@@ -122,6 +129,8 @@ class Trainer {
   std::unique_ptr<model::DataSource> data_;
   std::unique_ptr<model::ModelStage> stage_;
   std::unique_ptr<ParamStore> store_;  // the stage's parameters, one allocation
+  bool sharded_ = false;               // train.optimizer_sharding = "dp"
+  dp::Sharding sharding_;
   std::unique_ptr<AdamW> opt_;
   std::vector<int64_t> positions_;
   std::unique_ptr<Pipeline> pipe_;

@@ -169,6 +169,13 @@ std::unique_ptr<PendingOp> post_iallreduce(MPI_Comm comm, const CommOp& op) {
   return req;
 }
 
+std::unique_ptr<PendingOp> post_ireduce_scatter(MPI_Comm comm, const CommOp& op) {
+  auto req = std::make_unique<MpiRequest>(false);
+  MPI_CHECK(MPI_Ireduce_scatter_block(op.in, op.out, int(op.count), mpi_type(op.type),
+                                      mpi_op(op.reduce), comm, req->handle()));
+  return req;
+}
+
 std::unique_ptr<PendingOp> post_ibcast(MPI_Comm comm, const CommOp& op) {
   auto req = std::make_unique<MpiRequest>(false);
   ByteSpan span(op.bytes);
@@ -278,6 +285,10 @@ void op_extents(const CommOp& op, size_t p, size_t& in_bytes, size_t& out_bytes)
       in_bytes = op.bytes;
       out_bytes = op.bytes * p;
       break;
+    case CommOp::Kind::reduce_scatter:
+      in_bytes = op.count * elem_size(op.type) * p;
+      out_bytes = op.count * elem_size(op.type);
+      break;
     case CommOp::Kind::alltoallv:
       in_bytes = alltoallv_extent(op.send_counts, op.send_displs, p, op.elem_bytes);
       out_bytes = alltoallv_extent(op.recv_counts, op.recv_displs, p, op.elem_bytes);
@@ -383,6 +394,8 @@ std::unique_ptr<PendingOp> MpiCommunicator::post_host(const CommOp& op) {
       return post_ialltoallv(comm_, size_t(size()), "alltoallv on " + name() + ": ", op);
     case CommOp::Kind::barrier:
       return post_ibarrier(comm_);
+    case CommOp::Kind::reduce_scatter:
+      return post_ireduce_scatter(comm_, op);
   }
   throw Error("MpiCommunicator: unknown operation kind " + std::to_string(int(op.kind)));
 }

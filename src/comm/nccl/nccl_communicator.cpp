@@ -93,6 +93,10 @@ std::pair<int, const char*> enqueue(const CommOp& op, ncclComm_t comm, cudaStrea
               "ncclBroadcast"};
     case CommOp::Kind::allgather:
       return {ncclAllGather(op.in, op.out, op.bytes, ncclUint8, comm, s), "ncclAllGather"};
+    case CommOp::Kind::reduce_scatter:
+      return {ncclReduceScatter(op.in, op.out, op.count, nccl_type(op.type), nccl_op(op.reduce),
+                                comm, s),
+              "ncclReduceScatter"};
     default:
       throw Error("NCCL: no single call posts operation kind " + std::to_string(int(op.kind)));
   }

@@ -311,6 +311,7 @@ TEST_CASE("to_toml round-trips every key") {
                                              "train.precision",
                                              "train.recompute",
                                              "train.recompute_layers",
+                                             "train.optimizer_sharding",
                                              "runtime.backend",
                                              "runtime.comm",
                                              "runtime.timeout_s",

@@ -105,3 +105,28 @@ TEST_CASE("ParamStore: a kind with no parameters has an empty range; a repeat is
   Param q("twice", {2});
   REQUIRE_THROWS_AS(ParamStore({&q, &q}, a, host_copy, host_fill), Error);
 }
+
+TEST_CASE("ParamStore: ranges padded to a multiple for equal shards; the padding is zero") {
+  CountingAllocator a;
+  Param d1("d1", {5}, GradReduce::dense), e1("e1", {2, 2}, GradReduce::expert),
+      d2("d2", {2}, GradReduce::dense);
+  for (Param* p : {&d1, &e1, &d2}) p->init_normal(1.0f);
+  ParamStore store({&d1, &e1, &d2}, a, host_copy, host_fill, {4, 3, 1});
+  // dense: 5 + 2 = 7 -> 8; expert: 4 -> 6; none: empty
+  REQUIRE(store.range(GradReduce::dense).begin == 0);
+  REQUIRE(store.range(GradReduce::dense).end == 8);
+  REQUIRE(store.range(GradReduce::expert).begin == 8);
+  REQUIRE(store.range(GradReduce::expert).end == 14);
+  REQUIRE(store.range(GradReduce::none).size() == 0);
+  REQUIRE(store.numel() == 14);
+  REQUIRE(store.entry(&d2).offset == 5);
+  REQUIRE(store.entry(&e1).offset == 8);
+  for (int64_t i : {7, 12, 13}) {
+    INFO("padding element " << i);
+    REQUIRE(store.values()[i] == 0.0f);
+    REQUIRE(store.grads()[i] == 0.0f);
+  }
+  Param other("other", {1});
+  REQUIRE_THROWS_AS(store.entry(&other), Error);
+  REQUIRE_THROWS_AS(ParamStore({&other}, a, host_copy, host_fill, {0, 1, 1}), Error);
+}
