@@ -187,6 +187,13 @@ class Communicator {
   // MPI starts each at once. Wait for a group's requests after end_group().
   virtual void begin_group() {}
   virtual void end_group() {}
+  // Whether point-to-point operations run in posting order on one stream,
+  // matched without tags (NCCL): a posted receive then holds every later
+  // operation of this rank until its sender's matching send runs, so callers
+  // post in an order both sides share and put in one group the sends and
+  // receives that must run together. False: MPI's tag matching, where any
+  // receive may be posted early.
+  virtual bool in_order_p2p() const { return false; }
 
   // Point to point (bytes). Tags distinguish concurrent streams.
   Request isend(const void* buf, size_t bytes, int peer, int tag);

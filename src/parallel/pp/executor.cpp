@@ -75,6 +75,69 @@ std::vector<std::vector<size_t>> early_post_table(const Schedule& s, int me) {
   return early;
 }
 
+// The order in which rank `me` posts its messages on an in-order
+// communicator (NCCL: no tags, one stream, a posted operation holds the
+// stream until its partner is posted): the positions of its SEND/RECV
+// actions, sorted by one key that every rank computes alike. The key of a
+// message is its send time in a replay of the whole schedule in which every
+// compute and every send takes one tick and a receive waits for its send
+// (then the sender and its position break ties). Then the globally first
+// message not yet delivered is always first in both its sender's and its
+// receiver's streams, as long as each rank posts everything up to the
+// message it waits for, so nothing deadlocks. A rank's sends keep their list
+// order, and a send that follows a receive has a larger key, so no send is
+// due before its compute; receives may be posted before their RECV action.
+// A schedule whose replay deadlocks (which validate/simulate reject) keeps
+// its list order.
+std::vector<size_t> in_order_plan(const Schedule& s, int me) {
+  struct Key {
+    int64_t t = -1;
+    int rank = 0;
+    size_t pos = 0;
+    bool operator<(const Key& o) const {
+      return t != o.t ? t < o.t : rank != o.rank ? rank < o.rank : pos < o.pos;
+    }
+  };
+  const int S = s.num_stages(), M = s.microbatches;
+  std::vector<Key> sent(size_t(message_tag(s, S - 1, M - 1, true)) + 1);
+  std::vector<std::vector<Key>> key(size_t(s.pp));
+  std::vector<int64_t> t(size_t(s.pp), 0);
+  std::vector<size_t> pc(size_t(s.pp), 0);
+  for (int r = 0; r < s.pp; ++r) key[size_t(r)].resize(s.ranks[size_t(r)].size());
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int r = 0; r < s.pp; ++r) {
+      const auto& row = s.ranks[size_t(r)];
+      auto& now = t[size_t(r)];
+      for (size_t& i = pc[size_t(r)]; i < row.size(); ++i, moved = true) {
+        const Action& a = row[i];
+        if (is_compute(a.op)) {
+          ++now;
+        } else if (a.op == Op::SEND_F || a.op == Op::SEND_B) {
+          const size_t tag = size_t(message_tag(s, a.stage, a.microbatch, a.op == Op::SEND_B));
+          sent[tag] = key[size_t(r)][i] = Key{++now, r, i};
+        } else {
+          const bool fwd = a.op == Op::RECV_F;
+          const size_t tag =
+              size_t(message_tag(s, fwd ? a.stage - 1 : a.stage + 1, a.microbatch, !fwd));
+          if (sent[tag].t < 0) break;  // its send has not happened yet
+          key[size_t(r)][i] = sent[tag];
+          now = std::max(now, sent[tag].t);
+        }
+      }
+    }
+  }
+  const auto& row = s.ranks[size_t(me)];
+  std::vector<size_t> order;
+  for (size_t i = 0; i < row.size(); ++i)
+    if (!is_compute(row[i].op)) order.push_back(i);
+  for (int r = 0; r < s.pp; ++r)
+    if (pc[size_t(r)] < s.ranks[size_t(r)].size()) return order;  // deadlocked replay
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return key[size_t(me)][a] < key[size_t(me)][b]; });
+  return order;
+}
+
 void check_arguments(const Schedule& s, int me, const Communicator* pp) {
   // pp = 1 may come without a communicator: its lowered list holds no
   // SEND/RECV, and the collectives are skipped.
@@ -111,35 +174,32 @@ class ScheduleWalk {
         grad_input_(input_.size()),
         recv_(row_.size()),
         is_posted_(row_.size(), 0),
-        early_(early_post_table(s, me)) {
+        early_(early_post_table(s, me)),
+        in_order_(pp && pp->in_order_p2p()) {
     for (size_t i = 0; i < row_.size(); ++i)
       if (is_compute(row_[i].op)) compute_at_.push_back(i);
+    if (in_order_) {
+      plan_ = in_order_plan(s, me);
+      plan_index_.assign(row_.size(), 0);
+      for (size_t k = 0; k < plan_.size(); ++k) plan_index_[plan_[k]] = k;
+    }
   }
 
-  // Runs every action in order, timing each into res.
+  // Runs every action in order, timing each into res. On an in-order
+  // communicator (NCCL) messages are posted in the common order of
+  // in_order_plan instead of ahead by look-ahead.
   void run(ExecResult& res) {
     res.actions.reserve(row_.size());
     for (size_t i = 0; i < row_.size(); ++i) {
-      post_receives_for(i);
-      const Action& a = row_[i];
       const double t0 = now_s();
-      run_action(i, res);
-      const double t1 = now_s();
-      if (is_compute(a.op)) {
-        res.busy_s += t1 - t0;
-        ++computes_started_;
-      } else if (a.op == Op::RECV_F || a.op == Op::RECV_B) {
-        res.recv_wait_s += t1 - t0;
+      if (in_order_ && !is_compute(row_[i].op)) {
+        post_in_order_through(i, res);
+        if (row_[i].op == Op::RECV_F || row_[i].op == Op::RECV_B) run_action(i, res);
       } else {
-        res.send_s += t1 - t0;
+        post_receives_for(i);
+        run_action(i, res);
       }
-      res.actions.push_back({a, t0, t1});
-      // Sends are reaped while a RECV waits and at the end, not after every
-      // action: under Open MPI a test that finds nothing to do yields the
-      // core when ranks oversubscribe it (mpi_yield_when_idle), which costs
-      // tens of microseconds per action. Only a long run of sends without a
-      // receive (more than kMaxPendingSends) is reaped in between.
-      if (sends_.size() > kMaxPendingSends) reap_sends(false);
+      record(i, t0, now_s(), res);
     }
   }
 
@@ -147,12 +207,50 @@ class ScheduleWalk {
   void finish_sends() { reap_sends(true); }
 
  private:
+  void record(size_t i, double t0, double t1, ExecResult& res) {
+    const Action& a = row_[i];
+    if (is_compute(a.op)) {
+      res.busy_s += t1 - t0;
+      ++computes_started_;
+    } else if (a.op == Op::RECV_F || a.op == Op::RECV_B) {
+      res.recv_wait_s += t1 - t0;
+    } else {
+      res.send_s += t1 - t0;
+    }
+    res.actions.push_back({a, t0, t1});
+    // Sends are reaped while a RECV waits and at the end, not after every
+    // action: under Open MPI a test that finds nothing to do yields the
+    // core when ranks oversubscribe it (mpi_yield_when_idle), which costs
+    // tens of microseconds per action. Only a long run of sends without a
+    // receive (more than kMaxPendingSends) is reaped in between.
+    if (sends_.size() > kMaxPendingSends) reap_sends(false);
+  }
+
+  // In-order mode: posts this rank's messages up to and including the one
+  // of action i in the common order (in_order_plan), receives possibly
+  // before their RECV action. A send is never due before its SEND action
+  // (the plan orders a rank's sends as its list does).
+  void post_in_order_through(size_t i, ExecResult& res) {
+    for (const size_t through = plan_index_[i]; flushed_ <= through; ++flushed_) {
+      const size_t k = plan_[flushed_];
+      if (row_[k].op == Op::RECV_F || row_[k].op == Op::RECV_B) {
+        post(k);
+      } else {
+        TRIDENT_CHECK(k == i, "execute: in-order plan posts " + row_[k].str() + " before " +
+                                  row_[i].str() + " on rank " + std::to_string(me_));
+        run_action(k, res);
+      }
+    }
+  }
+
   size_t at(int st, int mb) const { return static_cast<size_t>(st) * size_t(M_) + size_t(mb); }
   bool local(int st) const { return st >= 0 && st <= last_ && s_.rank_of(st) == me_; }
 
   // Receives are posted up to recv_lookahead compute actions ahead, and
-  // those the schedule posts early at action i.
+  // those the schedule posts early at action i (not on an in-order
+  // communicator: post_in_order_through posts them).
   void post_receives_for(size_t i) {
+    if (in_order_) return;
     const size_t ahead =
         computes_started_ + static_cast<size_t>(std::max(0, options_.recv_lookahead));
     const size_t limit =
@@ -256,6 +354,10 @@ class ScheduleWalk {
   std::vector<PendingSend> sends_;
   std::vector<char> is_posted_;
   const std::vector<std::vector<size_t>> early_;
+  const bool in_order_;       // pp_->in_order_p2p()
+  std::vector<size_t> plan_;  // in-order mode: this rank's SEND/RECV positions, in posting order
+  std::vector<size_t> plan_index_;  // position -> index in plan_
+  size_t flushed_ = 0;              // plan_[0, flushed_) are posted
   std::vector<size_t> compute_at_;  // positions of F/B/W in the row
   size_t posted_ = 0, computes_started_ = 0;
   int live_ = 0;

@@ -2,7 +2,14 @@
 // functions over the pp communicator.
 //
 // Receives are posted ahead (for the next `recv_lookahead` compute actions)
-// so data lands while the rank computes; sends are non-blocking and their
+// so data lands while the rank computes, except on a communicator whose
+// point-to-point runs in posting order without tags (in_order_p2p: NCCL),
+// where a receive posted in the wrong place holds the stream in front of
+// the messages its sender waits for: there every rank posts its messages in
+// one order that all ranks derive from the schedule (each message keyed by
+// its send time in a replay of the schedule), which cannot deadlock
+// (tests/unit/pp/test_executor_in_order checks every schedule on such a
+// communicator). Sends are non-blocking; their
 // buffers are released when the send completes, tested while a RECV waits
 // (and at the end), never between compute actions. A stage's input stays alive
 // until its last backward for that micro-batch (B, or W when split) has run,
