@@ -393,6 +393,11 @@ void summarise(Trainer& trainer, RunFile& file, const LoopTotals& tot, const Com
 int run(const Config& cfg, Communicators& comms, const RunRequest& request) {
   Trainer trainer(cfg, train_comms(comms));
   stage_device_buffers(comms, trainer.ctx());
+  // A device backend's communication runs after the compute queued before it
+  // (comm.hpp), so it needs the stream the step computes on.
+  for (auto* g : {&comms.world, &comms.cp, &comms.pp, &comms.dp, &comms.dpcp, &comms.ep,
+                  &comms.expert_replica})
+    if (*g) (*g)->set_compute_stream(trainer.ctx().stream);
   validate_activation_request(cfg, trainer.samples_per_step());
   const ResumePoint at = resume_point(cfg, request, trainer);
 

@@ -1,15 +1,24 @@
 // NcclCommunicator on one GPU, one rank: self send/receive in a group,
 // all-reduce of each element type and reduction, broadcast, all-gather and
 // all-to-all-v against what the host (MPI) computes for one rank (the
-// all-to-all-v definition on host copies), and a receive nobody sends
-// ending in a TimeoutError that names rank, operation and peer. Exits 77
-// (ctest SKIP) with the reason when no CUDA device is visible.
+// all-to-all-v definition on host copies), and a receive that cannot start
+// ending in a TimeoutError that names rank, operation and peer, after which
+// the aborted communicator's other requests fail with a message (not a
+// crash). Exits 77 (ctest SKIP) with the reason when no CUDA device is
+// visible.
+//
+// Uploads and downloads synchronise the device: cudaMemcpy from pageable
+// memory runs on the legacy default stream, which the communicator's
+// non-blocking stream does not wait for.
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "trident/comm/comm.hpp"
@@ -72,18 +81,28 @@ class SelfHost final : public Communicator {
   size_t max_elements_per_reduction() const override { return size_t(1) << 30; }
 };
 
+void cuda_ok(cudaError_t rc, const char* what) {
+  if (rc != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(rc));
+}
+
+// Complete on the device before it returns, so that an operation on any
+// stream posted afterwards reads the uploaded bytes.
 template <typename T>
 T* to_device(const std::vector<T>& h) {
   T* d = nullptr;
-  cudaMalloc(&d, h.size() * sizeof(T));
-  cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
+  cuda_ok(cudaMalloc(&d, h.size() * sizeof(T)), "cudaMalloc");
+  cuda_ok(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
+  cuda_ok(cudaDeviceSynchronize(), "upload: cudaDeviceSynchronize");
   return d;
 }
 
+// Called after the operation that wrote d was waited for; the device sync
+// also covers work another stream might still hold.
 template <typename T>
 std::vector<T> to_host(const T* d, size_t n) {
   std::vector<T> h(n);
-  cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
+  cuda_ok(cudaDeviceSynchronize(), "download: cudaDeviceSynchronize");
+  cuda_ok(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), "download");
   return h;
 }
 
@@ -160,21 +179,80 @@ void alltoallv_and_gather(NcclCommunicator& c) {
   cudaFree(g);
 }
 
+// A compute stream held by a host function until `release` is set (or,
+// as a bound on the test, until 4x the communicator's deadline): operations
+// posted after it wait behind it, because the communicator orders its
+// stream after the compute stream (set_compute_stream).
+struct StreamBlocker {
+  std::atomic<bool> release{false};
+  double limit_s = 20.0;
+  static void hold(void* self) {
+    auto* b = static_cast<StreamBlocker*>(self);
+    const auto t0 = std::chrono::steady_clock::now();
+    while (!b->release.load() &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() <
+               b->limit_s)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+};
+
+// A self send/receive that cannot start: the compute stream it follows is
+// blocked. The wait must end at the deadline with the rank, the operation
+// and the peer, abort the communicator, and leave the other request of the
+// group failing with a message instead of touching the freed communicator.
 void timeout_names_the_peer() {
   auto host = std::make_unique<SelfHost>();
   NcclCommunicator c(std::move(host));
-  float* buf = to_device(std::vector<float>(4, 0.0f));
-  std::string msg;
-  try {
-    Request r = c.irecv(buf, 16, 0, 9);  // nobody sends: the deadline (5 s) ends it
-    c.wait(r);
-  } catch (const TimeoutError& e) {
-    msg = e.what();
+  cudaStream_t compute = nullptr;
+  cuda_ok(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking), "cudaStreamCreate");
+  float* src = to_device(std::vector<float>(4, 1.0f));
+  float* dst = to_device(std::vector<float>(4, 0.0f));
+  StreamBlocker blocker;
+  blocker.limit_s = 4.0 * c.timeout_s();
+  cuda_ok(cudaLaunchHostFunc(compute, &StreamBlocker::hold, &blocker), "cudaLaunchHostFunc");
+  c.set_compute_stream(compute);
+  std::string msg, after_abort;
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    c.begin_group();
+    Request s = c.isend(src, 16, 0, 9);
+    Request r = c.irecv(dst, 16, 0, 9);
+    c.end_group();
+    try {
+      c.wait(r);
+    } catch (const TimeoutError& e) {
+      msg = e.what();
+    }
+    try {
+      c.wait(s);
+    } catch (const TimeoutError& e) {
+      after_abort = std::string("TimeoutError: ") + e.what();
+    } catch (const Error& e) {
+      after_abort = e.what();
+    }
   }
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  blocker.release = true;
+  cuda_ok(cudaStreamSynchronize(compute), "cudaStreamSynchronize(compute)");
   expect(msg.find("rank 0: recv of 16 B from rank 0") == 0 &&
              msg.find("timed out") != std::string::npos,
          "timeout message names rank, operation and peer: '" + msg + "'");
-  cudaFree(buf);
+  expect(waited >= c.timeout_s() && waited < 3.0 * c.timeout_s(),
+         "the wait ended at its deadline (" + std::to_string(waited) + " s, deadline " +
+             std::to_string(c.timeout_s()) + " s)");
+  expect(after_abort.find("was aborted") != std::string::npos,
+         "after the abort the group's send fails with a message: '" + after_abort + "'");
+  bool refused = false;
+  try {
+    Request again = c.irecv(dst, 16, 0, 9);
+  } catch (const Error& e) {
+    refused = std::string(e.what()).find("was aborted") != std::string::npos;
+  }
+  expect(refused, "a new operation on the aborted communicator is refused");
+  cudaStreamDestroy(compute);
+  cudaFree(src);
+  cudaFree(dst);
 }
 
 }  // namespace
@@ -188,9 +266,23 @@ int main() {
   try {
     NcclCommunicator c(std::make_unique<SelfHost>());
     expect(c.device() == Device::cuda(0), "device is the current CUDA device");
+    // Device operations need the compute stream they follow (comm.hpp).
+    float* one = to_device(std::vector<float>(1, 1.0f));
+    bool refused = false;
+    try {
+      c.allreduce_sum(one, 1);
+    } catch (const Error& e) {
+      refused = std::string(e.what()).find("no compute stream") != std::string::npos;
+    }
+    expect(refused, "a device operation without a compute stream is refused");
+    cudaFree(one);
+    cudaStream_t compute = nullptr;
+    cuda_ok(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking), "cudaStreamCreate");
+    c.set_compute_stream(compute);
     self_send_recv(c);
     reductions(c);
     alltoallv_and_gather(c);
+    cudaStreamDestroy(compute);
   } catch (const std::exception& e) {
     expect(false, std::string("exception: ") + e.what());
   }

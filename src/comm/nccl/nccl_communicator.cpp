@@ -102,18 +102,35 @@ std::pair<int, const char*> enqueue(const CommOp& op, ncclComm_t comm, cudaStrea
   }
 }
 
+// The NCCL communicator as its pending operations see it: shared with them,
+// and emptied when the communicator is aborted, so that a request still
+// pending after a timeout (or polled during unwinding) never passes a freed
+// ncclComm_t to NCCL.
+struct LiveComm {
+  ncclComm_t comm = nullptr;
+  std::string name;
+  bool aborted() const { return comm == nullptr; }
+};
+
+std::string aborted_message(const LiveComm& live) {
+  return "NCCL: communicator " + live.name +
+         " was aborted after an earlier wait timed out; its pending operations are void";
+}
+
 // The completion of the operations enqueued before the event, plus NCCL's
 // asynchronous error (a failed peer turns into an Error, not a hang).
 class CudaEventOp final : public PendingOp {
  public:
-  CudaEventOp(cudaEvent_t ev, ncclComm_t comm) : ev_(ev), comm_(comm) {}
+  CudaEventOp(cudaEvent_t ev, std::shared_ptr<const LiveComm> live)
+      : ev_(ev), live_(std::move(live)) {}
   ~CudaEventOp() override { cudaEventDestroy(ev_); }  // released once complete
   bool poll() override {
+    if (live_->aborted()) throw Error(aborted_message(*live_));
     const cudaError_t q = cudaEventQuery(ev_);
     if (q == cudaSuccess) return true;
     if (q != cudaErrorNotReady) cuda_check(q, "cudaEventQuery", __FILE__, __LINE__);
     ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError(comm_, &async);
+    ncclCommGetAsyncError(live_->comm, &async);
     if (async != ncclSuccess && async != ncclInProgress)
       throw Error(std::string("NCCL: ") + ncclGetErrorString(async));
     return false;
@@ -121,7 +138,7 @@ class CudaEventOp final : public PendingOp {
 
  private:
   cudaEvent_t ev_;
-  ncclComm_t comm_;
+  std::shared_ptr<const LiveComm> live_;
 };
 
 // One operation after another: `next` is posted once `first` completes.
@@ -168,11 +185,16 @@ class DoneOp final : public PendingOp {
 }  // namespace
 
 struct NcclCommunicator::Handles {
-  ncclComm_t comm = nullptr;
-  cudaEvent_t compute_done = nullptr;  // reused: recorded on compute, waited on by comm
+  // live->comm: the NCCL communicator, null before initialisation and after
+  // an abort (aborted: set once ncclCommAbort has run).
+  std::shared_ptr<LiveComm> live = std::make_shared<LiveComm>();
   bool aborted = false;
+  cudaEvent_t compute_done = nullptr;  // reused: recorded on compute, waited on by comm
   // The open group's completion slot (null outside a group).
   std::shared_ptr<std::shared_ptr<PendingOp>> group;
+  // Whether the open group's first device operation has ordered the
+  // communication stream after the compute stream.
+  bool group_follows_compute = false;
 };
 
 int nccl_visible_devices() {
@@ -193,6 +215,7 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<Communicator> host)
                    }()),
       host_(std::move(host)),
       h_(std::make_unique<Handles>()) {
+  h_->live->name = name();
   CUDA_CHECK(cudaGetDevice(&device_));
   cudaStream_t s = nullptr;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -204,40 +227,44 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<Communicator> host)
   // Non-blocking initialisation: a rank that never joins is a timeout.
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
-  const ncclResult_t rc = ncclCommInitRankConfig(&h_->comm, size(), id, rank(), &config);
+  const ncclResult_t rc = ncclCommInitRankConfig(&h_->live->comm, size(), id, rank(), &config);
   settle(rc, "ncclCommInitRankConfig");
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  if (h_->comm) {
-    if (h_->aborted) {
-      // already torn down by on_timeout
-    } else {
-      ncclCommFinalize(h_->comm);
-      ncclResult_t state = ncclInProgress;
-      const double t0 = monotonic_s();
-      while (state == ncclInProgress && monotonic_s() - t0 < timeout_s())
-        ncclCommGetAsyncError(h_->comm, &state);
-      if (state == ncclSuccess)
-        ncclCommDestroy(h_->comm);
-      else
-        ncclCommAbort(h_->comm);
-    }
+  // After an abort (on_timeout) the communicator is gone already.
+  if (ncclComm_t comm = h_->live->comm) {
+    ncclCommFinalize(comm);
+    ncclResult_t state = ncclInProgress;
+    const double t0 = monotonic_s();
+    while (state == ncclInProgress && monotonic_s() - t0 < timeout_s())
+      ncclCommGetAsyncError(comm, &state);
+    if (state == ncclSuccess)
+      ncclCommDestroy(comm);
+    else
+      ncclCommAbort(comm);
+    h_->live->comm = nullptr;
   }
   if (h_->compute_done) cudaEventDestroy(h_->compute_done);
   if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 }
 
+void NcclCommunicator::check_alive() const {
+  if (h_->aborted) throw Error(aborted_message(*h_->live));
+}
+
 void NcclCommunicator::settle(int result, const char* call) {
+  check_alive();
   auto rc = ncclResult_t(result);
   const double t0 = monotonic_s();
-  while (rc == ncclInProgress && h_->comm) {
+  // Before initialisation there is no communicator to ask (ncclGetUniqueId).
+  while (rc == ncclInProgress && h_->live->comm) {
     if (monotonic_s() - t0 > timeout_s()) {
       on_timeout();
       throw TimeoutError("rank " + std::to_string(world_rank_of(rank())) + ": " + call + " on " +
                          name() + " (" + comm_kind_name(kind()) + ") timed out");
     }
-    ncclCommGetAsyncError(h_->comm, &rc);
+    ncclCommGetAsyncError(h_->live->comm, &rc);
   }
   if (rc != ncclSuccess && rc != ncclInProgress)
     throw Error(std::string(call) + " on " + name() + " failed: " + ncclGetErrorString(rc));
@@ -272,9 +299,10 @@ void NcclCommunicator::wait_on_compute(Request& r) {
 }
 
 void NcclCommunicator::begin_group() {
+  check_alive();
   TRIDENT_CHECK(!h_->group, "NCCL: begin_group inside an open group on " + name());
-  follow_compute();
   settle(ncclGroupStart(), "ncclGroupStart");
+  h_->group_follows_compute = false;
   h_->group = std::make_shared<std::shared_ptr<PendingOp>>();
 }
 
@@ -291,7 +319,12 @@ std::unique_ptr<PendingOp> NcclCommunicator::in_group() {
 }
 
 void NcclCommunicator::follow_compute() {
-  if (!compute_stream()) return;
+  // Without it a buffer that compute frees (cudaFreeAsync) and reuses could
+  // still be read or written by NCCL: refused rather than unordered.
+  TRIDENT_CHECK(compute_stream() != nullptr,
+                "NCCL: communicator " + name() +
+                    " has no compute stream (set_compute_stream): device operations would not "
+                    "be ordered after compute");
   CUDA_CHECK(cudaEventRecord(h_->compute_done, static_cast<cudaStream_t>(compute_stream())));
   CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_), h_->compute_done, 0));
 }
@@ -300,7 +333,7 @@ std::unique_ptr<PendingOp> NcclCommunicator::completion() {
   cudaEvent_t ev = nullptr;
   CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventRecord(ev, static_cast<cudaStream_t>(stream_)));
-  return std::make_unique<CudaEventOp>(ev, h_->comm);
+  return std::make_unique<CudaEventOp>(ev, h_->live);
 }
 
 size_t NcclCommunicator::max_elements_per_reduction() const { return SIZE_MAX; }
@@ -317,11 +350,14 @@ std::unique_ptr<PendingOp> NcclCommunicator::post(const CommOp& op) {
   const bool p2p = op.kind == Kind::send || op.kind == Kind::recv;
   if (p2p && op.bytes == 0) return std::make_unique<DoneOp>();
   if (!on_device(op)) return host_->post(op);
+  check_alive();
   if (op.kind == Kind::alltoallv) return post_alltoallv(op);
-  // A send or receive inside a group follows the compute stream once, at begin_group().
+  // A send or receive inside a group follows the compute stream once, at
+  // the group's first device operation (a group of host buffers needs none).
   const bool grouped = p2p && h_->group;
-  if (!grouped) follow_compute();
-  const auto [rc, call] = enqueue(op, h_->comm, static_cast<cudaStream_t>(stream_));
+  if (!grouped || !h_->group_follows_compute) follow_compute();
+  if (grouped) h_->group_follows_compute = true;
+  const auto [rc, call] = enqueue(op, h_->live->comm, static_cast<cudaStream_t>(stream_));
   settle(rc, call);
   return grouped ? in_group() : completion();
 }
@@ -338,17 +374,20 @@ std::unique_ptr<PendingOp> NcclCommunicator::post_alltoallv(const CommOp& op) {
                                plan.self_bytes, cudaMemcpyDeviceToDevice, s));
   settle(ncclGroupStart(), "ncclGroupStart");
   for (const P2pTransfer& t : plan.sends)
-    settle(ncclSend(src + t.offset, t.bytes, ncclUint8, t.peer, h_->comm, s), "ncclSend");
+    settle(ncclSend(src + t.offset, t.bytes, ncclUint8, t.peer, h_->live->comm, s), "ncclSend");
   for (const P2pTransfer& t : plan.recvs)
-    settle(ncclRecv(dst + t.offset, t.bytes, ncclUint8, t.peer, h_->comm, s), "ncclRecv");
+    settle(ncclRecv(dst + t.offset, t.bytes, ncclUint8, t.peer, h_->live->comm, s), "ncclRecv");
   settle(ncclGroupEnd(), "ncclGroupEnd");
   return completion();
 }
 
 void NcclCommunicator::on_timeout() {
-  if (h_->comm && !h_->aborted) {
-    ncclCommAbort(h_->comm);
+  if (ncclComm_t comm = h_->live->comm; comm && !h_->aborted) {
+    // Emptied first: whatever polls during the abort or after it sees a
+    // void communicator, never the freed handle.
+    h_->live->comm = nullptr;
     h_->aborted = true;
+    ncclCommAbort(comm);
   }
 }
 

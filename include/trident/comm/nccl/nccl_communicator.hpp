@@ -17,7 +17,9 @@
 //   event without blocking the host (the request stays pending until a
 //   wait or test, which keep the deadline).
 // - On timeout the NCCL communicator is aborted (ncclCommAbort), so no
-//   kernel stays stuck and the job ends with the watchdog's message.
+//   kernel stays stuck and the job ends with the watchdog's message. After
+//   that, every request still pending and every new operation throws an
+//   Error saying so; nothing touches the freed NCCL communicator.
 // - Point to point: ncclSend/ncclRecv; a send and a receive between the
 //   same ranks go in one begin_group()/end_group(). NCCL has no tags: the messages
 //   between two ranks match in posting order, so both sides must post them
@@ -53,6 +55,7 @@ class NcclCommunicator final : public Communicator {
   void wait_on_compute(Request& r) override;
   void begin_group() override;
   void end_group() override;
+  bool in_order_p2p() const override { return true; }
 
   // The communication stream (a cudaStream_t).
   void* stream() const { return stream_; }
@@ -71,6 +74,8 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<PendingOp> completion();
   // Waits (with the deadline) until the last NCCL call has been issued.
   void settle(int result, const char* call);
+  // Throws once the communicator has been aborted (after a timeout).
+  void check_alive() const;
 
   // A send or receive posted inside a group: its completion is known at
   // end_group(), once the group has been enqueued.
