@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "trident/core/error.hpp"
@@ -25,6 +26,12 @@ std::string runtime_directory() {
 }
 
 void* open_library() {
+  // A chosen copy (e.g. the one in PyTorch's nvidia-cublas wheel) and no other.
+  if (const char* chosen = std::getenv("TRIDENT_CUBLAS_LIBRARY"); chosen && *chosen) {
+    if (void* h = dlopen(chosen, RTLD_NOW | RTLD_LOCAL)) return h;
+    throw Error(std::string("cuBLAS: cannot load ") + chosen +
+                " (TRIDENT_CUBLAS_LIBRARY): " + dlerror());
+  }
   if (void* h = dlopen(kLibrary.c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
   const std::string first_reason = dlerror();
   const std::string dir = runtime_directory();

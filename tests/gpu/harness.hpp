@@ -51,6 +51,28 @@ void expect(bool cond, const std::string& what);
 double check_close(const std::string& what, const std::vector<float>& got,
                    const std::vector<float>& want, double tol);
 
+// For an op that accumulates onto `base` (gradients): compares the
+// increments got - base and want - base instead of the totals, whose N(0,1)
+// starting values would hide an error in a small increment. Relative to the
+// largest increment, within tol plus one fp32 rounding of each total
+// (2^-24 of its magnitude: the final add on either side); records a failure
+// above that, or when the increment is zero everywhere (nothing to check).
+double check_increment(const std::string& what, const std::vector<float>& got,
+                       const std::vector<float>& want, const std::vector<float>& base, double tol);
+
+// Tolerances of bf16 results against the fp32 CPU reference run on the same
+// bf16-rounded inputs (harness.cpp explains each bound). u = 2^-9 is bf16's
+// unit roundoff: rounding to nearest even moves a value by at most u of it.
+constexpr double kBf16Unit = 1.0 / 512;
+// A result stored in bf16 once (GEMM output, AdamW's bf16 copy).
+constexpr double kBf16Stored = kBf16Unit;
+// The bf16 attention output: its storage rounding plus, on tensor cores, the
+// probabilities rounded to bf16 before P.V (one more u at most, see harness.cpp).
+constexpr double kBf16Attention = 2 * kBf16Unit;
+// Ring attention's resumed output: stored in bf16 after each of its two
+// passes, plus the probabilities.
+constexpr double kBf16Resumed = 3 * kBf16Unit;
+
 // Deterministic random data: normal(0, scale), seeded by name.
 std::vector<float> randn(size_t n, const std::string& name, float scale = 1.0f);
 

@@ -3,7 +3,8 @@
 // values), causal and full, GQA, sequences that are not multiples of any
 // tile, offset positions, fully masked rows (0 output, -inf LSE, no NaN),
 // head dims 16..256, the resume and merge that ring attention uses, and
-// bf16 storage.
+// bf16 storage (tolerances: harness.hpp; gradients that accumulate onto
+// random values are compared by their increments).
 #include <limits>
 
 #include "harness.hpp"
@@ -72,9 +73,9 @@ void check_fp32(cuda::StreamContext& dc, const AttnShape& s) {
                           in.dout.data(), dq.data(), dk.data(), dv.data());
   Buf<float> dout(dc, in.dout), gdq(dc, in.dq0), gdk(dc, in.dk0), gdv(dc, in.dv0);
   cuda::attention_backward(dc.ctx(), s, q, k, v, o, l, dout, gdq, gdk, gdv);
-  check_close("bwd dq " + tag, gdq.host(), dq, 1e-5);
-  check_close("bwd dk " + tag, gdk.host(), dk, 1e-5);
-  check_close("bwd dv " + tag, gdv.host(), dv, 1e-5);
+  check_increment("bwd dq " + tag, gdq.host(), dq, in.dq0, 1e-5);
+  check_increment("bwd dk " + tag, gdk.host(), dk, in.dk0, 1e-5);
+  check_increment("bwd dv " + tag, gdv.host(), dv, in.dv0, 1e-5);
 }
 
 }  // namespace
@@ -160,8 +161,8 @@ GPU_TEST("attention bf16 storage against the fp32 CPU reference") {
         o(dc, out.size()), dout(dc, to_bits(in.dout));
     Buf<float> l(dc, lse.size());
     cuda::attention_forward_bf16(dc.ctx(), s, q, k, v, o, l);
-    check_close("bf16 fwd out " + tag, from_bits(o.host()), out, 2e-2);
-    check_close("bf16 fwd lse " + tag, l.host(), lse, 2e-2);
+    check_close("bf16 fwd out " + tag, from_bits(o.host()), out, kBf16Attention);
+    check_close("bf16 fwd lse " + tag, l.host(), lse, 1e-5);
     // The backward from the bf16 output, against the CPU's from the same.
     const auto out16 = from_bits(o.host());
     const auto lse16 = l.host();
@@ -170,9 +171,10 @@ GPU_TEST("attention bf16 storage against the fp32 CPU reference") {
                             lse16.data(), in.dout.data(), dq.data(), dk.data(), dv.data());
     Buf<float> gdq(dc, in.dq0), gdk(dc, in.dk0), gdv(dc, in.dv0);
     cuda::attention_backward_bf16(dc.ctx(), s, q, k, v, o, l, dout, gdq, gdk, gdv);
-    check_close("bf16 bwd dq " + tag, gdq.host(), dq, 2e-2);
-    check_close("bf16 bwd dk " + tag, gdk.host(), dk, 2e-2);
-    check_close("bf16 bwd dv " + tag, gdv.host(), dv, 2e-2);
+    // fp32 gradients from the same bf16 operands on both sides: fp32's bound.
+    check_increment("bf16 bwd dq " + tag, gdq.host(), dq, in.dq0, 1e-5);
+    check_increment("bf16 bwd dk " + tag, gdk.host(), dk, in.dk0, 1e-5);
+    check_increment("bf16 bwd dv " + tag, gdv.host(), dv, in.dv0, 1e-5);
   }
 }
 
@@ -196,7 +198,7 @@ GPU_TEST("attention bf16 resume over split key sets equals one pass") {
     cuda::attention_forward_resume_bf16(dc.ctx(), b, q, k.get() + split * kv_row,
                                         v.get() + split * kv_row, ro, rl);
     const std::string tag = "D " + std::to_string(D);
-    check_close("bf16 resume out " + tag, from_bits(ro.host()), from_bits(o.host()), 2e-2);
-    check_close("bf16 resume lse " + tag, rl.host(), l.host(), 2e-2);
+    check_close("bf16 resume out " + tag, from_bits(ro.host()), from_bits(o.host()), kBf16Resumed);
+    check_close("bf16 resume lse " + tag, rl.host(), l.host(), 1e-5);
   }
 }

@@ -1,6 +1,7 @@
 // The CUDA GEMMs and small ops against their CPU twins (kernels/cpu), on
 // random inputs with sizes that are not multiples of any block: fp32 within
-// 1e-5 (cuBLAS without TF32), bf16 within 2e-2.
+// 1e-5 (cuBLAS without TF32); bf16 results within the bounds of harness.hpp;
+// gradients that accumulate onto random values compared by their increments.
 #include "harness.hpp"
 #include "trident/kernels/backends.hpp"
 #include "trident/kernels/gemm.hpp"
@@ -39,10 +40,14 @@ GPU_TEST("gemm bf16 inputs, fp32 accumulation") {
   cuda::gemm_bf16(dc.ctx(), false, false, M, N, K, 1.0f, dA, K, dB, N, 0.0f, dC, N);
   std::vector<float> C(static_cast<size_t>(M * N));
   ref::sgemm(kHost, false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C.data(), N);
-  check_close("gemm_bf16", dC.host(), C, 2e-2);
+  // fp32 output from bf16 operands, exact products: only the accumulation
+  // differs. Tensor cores may truncate their fp32 partial sums instead of
+  // rounding them (at most one fp32 ulp per add, 2^-23 K = 3e-5 over K = 257,
+  // in the worst case), so 1e-4 rather than 1e-5.
+  check_close("gemm_bf16", dC.host(), C, 1e-4);
   Buf<cuda::Bf16> dC16(dc, static_cast<size_t>(M * N));
   cuda::gemm_bf16_out(dc.ctx(), false, false, M, N, K, 1.0f, dA, K, dB, N, 0.0f, dC16, N);
-  check_close("gemm_bf16_out", from_bits(dC16.host()), C, 2e-2);
+  check_close("gemm_bf16_out", from_bits(dC16.host()), C, kBf16Stored + 1e-4);
 }
 
 GPU_TEST("linear forward and backward") {
@@ -50,7 +55,8 @@ GPU_TEST("linear forward and backward") {
   auto x = randn(static_cast<size_t>(T * in), "x"), w = randn(static_cast<size_t>(out * in), "w");
   auto dy = randn(static_cast<size_t>(T * out), "dy"),
        dx0 = randn(static_cast<size_t>(T * in), "dx0");
-  auto dw = randn(static_cast<size_t>(out * in), "dw0");
+  const auto dw0 = randn(static_cast<size_t>(out * in), "dw0");
+  auto dw = dw0;
   Buf<float> gx(dc, x), gw(dc, w), gy(dc, static_cast<size_t>(T * out)), gdy(dc, dy), gdx(dc, dx0),
       gdw(dc, dw);
   std::vector<float> y(static_cast<size_t>(T * out)), dx = dx0;
@@ -59,17 +65,18 @@ GPU_TEST("linear forward and backward") {
   check_close("linear_forward", gy.host(), y, 1e-5);
   cuda::linear_backward_input(dc.ctx(), gdy, gw, T, in, out, gdx, 1.0f);
   ref::linear_backward_input(kHost, dy.data(), w.data(), T, in, out, dx.data(), 1.0f);
-  check_close("linear_backward_input beta=1", gdx.host(), dx, 1e-5);
+  check_increment("linear_backward_input beta=1", gdx.host(), dx, dx0, 1e-5);
   cuda::linear_backward_weight(dc.ctx(), gdy, gx, T, in, out, gdw);
   ref::linear_backward_weight(kHost, dy.data(), x.data(), T, in, out, dw.data());
-  check_close("linear_backward_weight (accumulates)", gdw.host(), dw, 1e-5);
+  check_increment("linear_backward_weight (accumulates)", gdw.host(), dw, dw0, 1e-5);
 }
 
 GPU_TEST("rmsnorm forward and backward") {
   const int64_t T = 19, d = 300;
   auto x = randn(static_cast<size_t>(T * d), "x"), w = randn(static_cast<size_t>(d), "w"),
        dy = randn(static_cast<size_t>(T * d), "dy");
-  auto dw = randn(static_cast<size_t>(d), "dw0");
+  const auto dw0 = randn(static_cast<size_t>(d), "dw0");
+  auto dw = dw0;
   std::vector<float> y(static_cast<size_t>(T * d)), rstd(static_cast<size_t>(T)),
       dx(static_cast<size_t>(T * d));
   Buf<float> gx(dc, x), gw(dc, w), gy(dc, y.size()), gr(dc, rstd.size()), gdy(dc, dy),
@@ -82,7 +89,7 @@ GPU_TEST("rmsnorm forward and backward") {
   ref::rmsnorm_backward(kHost, dy.data(), x.data(), w.data(), rstd.data(), T, d, dx.data(),
                         dw.data());
   check_close("rmsnorm dx", gdx.host(), dx, 1e-5);
-  check_close("rmsnorm dw (accumulates)", gdw.host(), dw, 1e-5);
+  check_increment("rmsnorm dw (accumulates)", gdw.host(), dw, dw0, 1e-5);
 }
 
 GPU_TEST("rope forward and backward on global positions") {
@@ -160,7 +167,8 @@ GPU_TEST("adamw over 12 steps with random moments, with and without decay") {
     check_close("adamw p" + tag, gp.host(), p, 1e-5);
     check_close("adamw m" + tag, gm.host(), m, 1e-5);
     check_close("adamw v" + tag, gv.host(), v, 1e-5);
-    check_close("adamw bf16 copy" + tag, from_bits(gp16.host()), p, 1e-2);
+    // The bf16 copy of the fp32 result: one rounding, plus the fp32 tolerance.
+    check_close("adamw bf16 copy" + tag, from_bits(gp16.host()), p, kBf16Stored + 1e-5);
   }
 }
 

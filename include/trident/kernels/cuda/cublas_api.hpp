@@ -27,8 +27,9 @@ struct CublasApi {
 
 // Loads libcublas.so.<major of the headers> on the first call (from the
 // library path, else from the directory of the CUDA runtime this process
-// uses); throws trident::Error naming the library and the loader's reason
-// when it is not there or lacks a function.
+// uses; the environment variable TRIDENT_CUBLAS_LIBRARY, when set, names the
+// one file to load instead); throws trident::Error naming the library and
+// the loader's reason, in one line, when it is not there or lacks a function.
 const CublasApi& cublas();
 
 }  // namespace trident::kernels::cuda
