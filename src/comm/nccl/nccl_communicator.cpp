@@ -114,7 +114,7 @@ struct LiveComm {
 
 std::string aborted_message(const LiveComm& live) {
   return "NCCL: communicator " + live.name +
-         " was aborted after an earlier wait timed out; its pending operations are void";
+         " was aborted after a wait timed out (or destroyed); its pending operations are void";
 }
 
 // The completion of the operations enqueued before the event, plus NCCL's
