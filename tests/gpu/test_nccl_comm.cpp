@@ -213,6 +213,24 @@ void timeout_names_the_peer() {
   c.set_compute_stream(compute);
   std::string msg, after_abort;
   const auto t0 = std::chrono::steady_clock::now();
+  // Released a second after the deadline: the group cannot start before the
+  // wait times out, and an abort that waits for the device (NCCL may
+  // synchronise when it frees memory) then finishes.
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(c.timeout_s() + 1.0));
+    blocker.release = true;
+  });
+  // Also on an unexpected exception: the thread is joined, the host function
+  // done before `blocker` goes out of scope, and the stream destroyed.
+  struct Joiner {
+    std::thread& t;
+    cudaStream_t s;
+    ~Joiner() {
+      if (t.joinable()) t.join();
+      cudaStreamSynchronize(s);
+      cudaStreamDestroy(s);
+    }
+  } joiner{releaser, compute};
   {
     c.begin_group();
     Request s = c.isend(src, 16, 0, 9);
@@ -233,14 +251,14 @@ void timeout_names_the_peer() {
   }
   const double waited =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  blocker.release = true;
+  releaser.join();
   cuda_ok(cudaStreamSynchronize(compute), "cudaStreamSynchronize(compute)");
   expect(msg.find("rank 0: recv of 16 B from rank 0") == 0 &&
              msg.find("timed out") != std::string::npos,
          "timeout message names rank, operation and peer: '" + msg + "'");
   expect(waited >= c.timeout_s() && waited < 3.0 * c.timeout_s(),
-         "the wait ended at its deadline (" + std::to_string(waited) + " s, deadline " +
-             std::to_string(c.timeout_s()) + " s)");
+         "the wait ended at its deadline, the abort included (" + std::to_string(waited) +
+             " s, deadline " + std::to_string(c.timeout_s()) + " s)");
   expect(after_abort.find("was aborted") != std::string::npos,
          "after the abort the group's send fails with a message: '" + after_abort + "'");
   bool refused = false;
@@ -250,7 +268,6 @@ void timeout_names_the_peer() {
     refused = std::string(e.what()).find("was aborted") != std::string::npos;
   }
   expect(refused, "a new operation on the aborted communicator is refused");
-  cudaStreamDestroy(compute);
   cudaFree(src);
   cudaFree(dst);
 }
