@@ -191,14 +191,16 @@ class ScheduleWalk {
   void run(ExecResult& res) {
     res.actions.reserve(row_.size());
     for (size_t i = 0; i < row_.size(); ++i) {
-      const double t0 = now_s();
       if (in_order_ && !is_compute(row_[i].op)) {
+        const double t0 = now_s();
         post_in_order_through(i, res);
         if (row_[i].op == Op::RECV_F || row_[i].op == Op::RECV_B) run_action(i, res);
-      } else {
-        post_receives_for(i);
-        run_action(i, res);
+        record(i, t0, now_s(), res);
+        continue;
       }
+      post_receives_for(i);
+      const double t0 = now_s();
+      run_action(i, res);
       record(i, t0, now_s(), res);
     }
   }
