@@ -71,87 +71,95 @@ class LocalAttention : public AttentionCore {
   int H_, Hkv_, D_;
 };
 
+// A distributed attention (ring, Ulysses) on f32 buffers of its device:
+// bf16 inputs are widened first and a bf16 output is rounded after (see
+// as_f32); the timeline records the kernel time the implementation reports
+// under "ring.forward" / "ring.backward".
+class F32DistributedCore : public AttentionCore {
+ public:
+  explicit F32DistributedCore(const kernels::Ctx& ctx) : ctx_(ctx) {}
+  void forward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t, const Tensor& out,
+               const Tensor& lse) override {
+    work_.clear();
+    const double t0 = now_s();
+    const Tensor q32 = as_f32(ctx_, q), k32 = as_f32(ctx_, k), v32 = as_f32(ctx_, v);
+    const Tensor o32 = f32_out(ctx_, out);
+    run_forward(q32.data<float>(), k32.data<float>(), v32.data<float>(), o32.data<float>(),
+                lse.data<float>());
+    write_back(ctx_, o32, out);
+    record(*this, t0, work_.seconds("ring.forward"), false);
+  }
+  void backward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t, const Tensor& out,
+                const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
+                const Tensor& dv) override {
+    work_.clear();
+    const double t0 = now_s();
+    const Tensor q32 = as_f32(ctx_, q), k32 = as_f32(ctx_, k), v32 = as_f32(ctx_, v);
+    const Tensor o32 = as_f32(ctx_, out), do32 = as_f32(ctx_, dout);
+    run_backward(q32.data<float>(), k32.data<float>(), v32.data<float>(), o32.data<float>(),
+                 lse.data<float>(), do32.data<float>(), dq.data<float>(), dk.data<float>(),
+                 dv.data<float>());
+    record(*this, t0, work_.seconds("ring.backward"), true);
+  }
+
+ protected:
+  virtual void run_forward(const float* q, const float* k, const float* v, float* out,
+                           float* lse) = 0;
+  virtual void run_backward(const float* q, const float* k, const float* v, const float* out,
+                            const float* lse, const float* dout, float* dq, float* dk,
+                            float* dv) = 0;
+
+  kernels::Ctx ctx_;
+  prof::Recorder work_{false};  // the implementation's kernel time of the current call
+};
+
 // The sequence is split over the cp group: the ring passes K/V around it.
-class RingAttentionCore : public AttentionCore {
+class RingAttentionCore : public F32DistributedCore {
  public:
   RingAttentionCore(const kernels::Ctx& ctx, const Config& cfg, Communicator* cp)
-      : ctx_(ctx),
+      : F32DistributedCore(ctx),
         ring_(cp, cfg.parallel.cp_layout, true, cfg.data.seq_len, ctx),
         H_(cfg.model.n_heads),
         Hkv_(cfg.model.n_kv_heads),
         D_(cfg.model.head_dim()) {
     ring_.set_profiler(&work_);
   }
-  // The ring works on f32 buffers of its device (raw pointers into them).
-  void forward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t, const Tensor& out,
-               const Tensor& lse) override {
-    work_.clear();
-    const double t0 = now_s();
-    const Tensor q32 = as_f32(ctx_, q), k32 = as_f32(ctx_, k), v32 = as_f32(ctx_, v);
-    const Tensor o32 = f32_out(ctx_, out);
-    ring_.forward(q32.data<float>(), k32.data<float>(), v32.data<float>(), H_, Hkv_, D_,
-                  o32.data<float>(), lse.data<float>());
-    write_back(ctx_, o32, out);
-    record(*this, t0, work_.seconds("ring.forward"), false);
-  }
-  void backward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t, const Tensor& out,
-                const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
-                const Tensor& dv) override {
-    work_.clear();
-    const double t0 = now_s();
-    const Tensor q32 = as_f32(ctx_, q), k32 = as_f32(ctx_, k), v32 = as_f32(ctx_, v);
-    const Tensor o32 = as_f32(ctx_, out), do32 = as_f32(ctx_, dout);
-    ring_.backward(q32.data<float>(), k32.data<float>(), v32.data<float>(), o32.data<float>(),
-                   lse.data<float>(), do32.data<float>(), H_, Hkv_, D_, dq.data<float>(),
-                   dk.data<float>(), dv.data<float>());
-    record(*this, t0, work_.seconds("ring.backward"), true);
-  }
 
  private:
-  kernels::Ctx ctx_;
-  prof::Recorder work_{false};  // the ring's kernel time of the current call
+  void run_forward(const float* q, const float* k, const float* v, float* out,
+                   float* lse) override {
+    ring_.forward(q, k, v, H_, Hkv_, D_, out, lse);
+  }
+  void run_backward(const float* q, const float* k, const float* v, const float* out,
+                    const float* lse, const float* dout, float* dq, float* dk, float* dv) override {
+    ring_.backward(q, k, v, out, lse, dout, H_, Hkv_, D_, dq, dk, dv);
+  }
+
   cp::RingAttention ring_;
   int H_, Hkv_, D_;
 };
 
 // cp_mode ulysses / hybrid: all-to-all inside the Ulysses group, then the
 // ring (cp/ulysses_attention.hpp).
-class UlyssesAttentionCore : public AttentionCore {
+class UlyssesAttentionCore : public F32DistributedCore {
  public:
   UlyssesAttentionCore(const kernels::Ctx& ctx, const Config& cfg, Communicator* cp)
-      : ctx_(ctx),
+      : F32DistributedCore(ctx),
         ulysses_(cp, cp::ulysses_size(cfg.parallel), cfg.parallel.cp_layout, true, cfg.data.seq_len,
                  cfg.model.n_heads, cfg.model.n_kv_heads, cfg.model.head_dim(), ctx) {
     ulysses_.set_profiler(&work_);
   }
-  // Like the ring, on f32 buffers of its device (bf16 widened, see as_f32).
-  void forward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t, const Tensor& out,
-               const Tensor& lse) override {
-    work_.clear();
-    const double t0 = now_s();
-    const Tensor q32 = as_f32(ctx_, q), k32 = as_f32(ctx_, k), v32 = as_f32(ctx_, v);
-    const Tensor o32 = f32_out(ctx_, out);
-    ulysses_.forward(q32.data<float>(), k32.data<float>(), v32.data<float>(), o32.data<float>(),
-                     lse.data<float>());
-    write_back(ctx_, o32, out);
-    record(*this, t0, work_.seconds("ring.forward"), false);
-  }
-  void backward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t, const Tensor& out,
-                const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
-                const Tensor& dv) override {
-    work_.clear();
-    const double t0 = now_s();
-    const Tensor q32 = as_f32(ctx_, q), k32 = as_f32(ctx_, k), v32 = as_f32(ctx_, v);
-    const Tensor o32 = as_f32(ctx_, out), do32 = as_f32(ctx_, dout);
-    ulysses_.backward(q32.data<float>(), k32.data<float>(), v32.data<float>(), o32.data<float>(),
-                      lse.data<float>(), do32.data<float>(), dq.data<float>(), dk.data<float>(),
-                      dv.data<float>());
-    record(*this, t0, work_.seconds("ring.backward"), true);
-  }
 
  private:
-  kernels::Ctx ctx_;
-  prof::Recorder work_{false};
+  void run_forward(const float* q, const float* k, const float* v, float* out,
+                   float* lse) override {
+    ulysses_.forward(q, k, v, out, lse);
+  }
+  void run_backward(const float* q, const float* k, const float* v, const float* out,
+                    const float* lse, const float* dout, float* dq, float* dk, float* dv) override {
+    ulysses_.backward(q, k, v, out, lse, dout, dq, dk, dv);
+  }
+
   cp::UlyssesAttention ulysses_;
 };
 
