@@ -32,6 +32,16 @@ namespace trident::model {
 struct Sample {
   std::vector<int32_t> tokens;   // [seq_len] inputs
   std::vector<int32_t> targets;  // [seq_len] next token, or -1 where no loss is taken
+  // Packed documents (data.packing = "documents"); both empty otherwise, and
+  // then the whole sequence is one document at positions 0..seq_len-1.
+  //  doc_ids:   [seq_len] index of each token's document inside the sequence,
+  //             0-based and non-decreasing (0,0,0,1,1,2,...): attention is
+  //             causal inside a document and zero across documents.
+  //  positions: [seq_len] each token's RoPE position (restarting at 0 at each
+  //             document when data.reset_positions); the mask uses the
+  //             sequence position, never this one.
+  std::vector<int32_t> doc_ids;
+  std::vector<int32_t> positions;
 };
 
 class DataSource {
