@@ -152,7 +152,10 @@ class PlanCommand : public Command {
     train::check_config(cfg, shape.world());
     const Mesh mesh = map_config_mesh(cfg, shape);
     std::optional<plan::Prediction> pred;
-    if (machine) pred = plan::predict(cfg, plan::mesh_plan_of(cfg, shape.world()), shape, *machine);
+    if (machine) {
+      pred = plan::predict(cfg, plan::mesh_plan_of(cfg, shape.world()), shape, *machine);
+      plan::add_policy_effects(cfg, shape, *machine, memory_limit(*machine), *pred);
+    }
     if (format_ == "json") {
       std::cout << mapping_json_open(cfg, mesh, list_groups_)
                 << (pred ? ", \"prediction\": " + plan::prediction_json(*pred) : "") << "}\n";

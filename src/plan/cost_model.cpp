@@ -63,6 +63,46 @@ void add_attention_layer(const Shapes& s, double pairs, ChunkCost& c) {
   c.tracked.stash += kFloat * (2 * s.T * s.d + qkv);
 }
 
+// What one layer holds between its F and its B, by phase of its backward
+// (the inputs of add_transients), after train.recompute has dropped its part.
+struct LayerHold {
+  double kept = 0, untracked_kept = 0;     // cache kept from F to B
+  double attn_refill = 0, ffn_refill = 0;  // re-created at the start of its B
+  double untracked_refill = 0;
+  double ffn_kept = 0;          // the FFN block's kept cache (freed before the attention's B)
+  double moe_f = 0, moe_b = 0;  // the MoE phase's temporaries
+  bool reruns_forward = false;  // full: the forward runs again (its discarded output)
+};
+
+// train.recompute on one layer (share/trident/memory.md): full keeps the
+// attention block's input x alone and reruns the layer's forward at the start
+// of its B (work, ring and MoE exchanges again); selective drops the RMSNorm
+// outputs before the attention projections and a dense FFN (a MoE layer's
+// dispatch keeps its input) and recomputes them.
+LayerHold recompute_layer(const Shapes& s, Recompute mode, bool moe, const ChunkCost& layer,
+                          double attn_cache, ChunkCost& c) {
+  LayerHold h;
+  const double Td = kFloat * s.T * s.d, ffn_cache = layer.tracked.cache - attn_cache;
+  h.kept = layer.tracked.cache, h.untracked_kept = layer.untracked.cache;
+  h.ffn_kept = ffn_cache;
+  h.moe_f = layer.tracked.transient_f, h.moe_b = layer.tracked.transient_b;
+  if (mode == Recompute::full) {
+    h.kept = Td;
+    h.attn_refill = attn_cache - Td, h.ffn_refill = ffn_cache;
+    h.untracked_kept = 0, h.untracked_refill = layer.untracked.cache;
+    h.ffn_kept = 0;
+    h.reruns_forward = true;
+    c.b += layer.f;
+  } else if (mode == Recompute::selective) {
+    h.attn_refill = Td;
+    h.ffn_refill = moe ? 0 : Td;
+    h.kept -= h.attn_refill + h.ffn_refill;
+    h.ffn_kept -= h.ffn_refill;
+    c.b.memory_bytes += 2 * (h.attn_refill + h.ffn_refill);  // read x, write the norm's output
+  }
+  return h;
+}
+
 // FFN block: x (the attention's output), h, rstd, then the dense SwiGLU's
 // gate and up, or the MoE layer's cache (routing, plan, expert-side rows and
 // gate/up; its input is the block's h).
@@ -102,21 +142,37 @@ void add_ffn_layer(const Shapes& s, bool moe, ChunkCost& c) {
 }
 
 // Temporaries of the chunk's F and B beyond its cache (every block writes a
-// new tensor; caches share them). F: the head's logits. B: the incoming
-// gradient, the block's new dx and, by phase, the FFN's dh; the attention's
-// new dy, dh1, dout, dq, dk, dv (its layer's FFN cache is freed by then); the
-// head's dh and dy; and from the second stage on the gradient sent back,
-// allocated when B starts. Both: the pipeline executor posts the receives of
-// the next two actions ahead (an input unless first, a gradient unless last).
-void add_transients(const Shapes& s, double last_ffn_cache, ChunkCost& c) {
+// new tensor; caches share them). F: the head's logits, and the layer's
+// dropped part (recompute) until its F ends. B, per layer from the last: the
+// cache of the layers below it is still held, the layers above are freed;
+// what the recompute re-creates; then by phase the FFN's incoming gradient,
+// dx and dh (plus the MoE backward's), or the attention's dy, dh1, dout, dq,
+// dk, dv (its layer's FFN cache is freed by then), or the rerun forward's
+// discarded output; the head's dh and dy; and from the second stage on the
+// gradient sent back, allocated when B starts. Both: the pipeline executor
+// posts the receives of the next two actions ahead (an input unless first, a
+// gradient unless last).
+void add_transients(const Shapes& s, const std::vector<LayerHold>& layers, ChunkCost& c) {
   const double Td = kFloat * s.T * s.d;
   const double ahead = Td * ((c.first ? 0 : 1) + (c.last ? 0 : 1));
-  const double moe_f = c.tracked.transient_f, moe_b = c.tracked.transient_b;
-  c.tracked.transient_f = ahead + std::max(moe_f, c.last ? kFloat * s.T * s.V : 0);
-  const double attn =
-      4 * Td + kFloat * (2 * s.T * s.H * s.D + 2 * s.T * s.Hkv * s.D) - last_ffn_cache;
-  c.tracked.transient_b =
-      ahead + (c.first ? 0 : Td) + std::max({3 * Td + moe_b, attn, c.last ? 2 * Td : 0});
+  const double dqkv = kFloat * (2 * s.T * s.H * s.D + 2 * s.T * s.Hkv * s.D);
+  double total = 0;
+  for (const LayerHold& h : layers) total += h.kept;
+  double prefix = 0, f_peak = 0, b_peak = 0, refill_untracked = 0;
+  for (const LayerHold& h : layers) {
+    prefix += h.kept;
+    const double below = prefix - total;  // <= 0: the layers above are not held
+    const double refill = h.attn_refill + h.ffn_refill;
+    f_peak = std::max(f_peak, below + refill + h.moe_f);
+    const double ffn_phase = refill + 3 * Td + h.moe_b;
+    const double attn_phase = h.attn_refill - h.ffn_kept + 4 * Td + dqkv;
+    const double rerun = h.reruns_forward ? refill + Td + h.moe_f : 0;
+    b_peak = std::max(b_peak, below + std::max({ffn_phase, attn_phase, rerun}));
+    refill_untracked = std::max(refill_untracked, h.untracked_refill);
+  }
+  c.tracked.transient_f = ahead + std::max(f_peak, c.last ? kFloat * s.T * s.V : 0);
+  c.tracked.transient_b = ahead + (c.first ? 0 : Td) + std::max(b_peak, c.last ? 2 * Td : 0);
+  c.untracked.transient_f = c.untracked.transient_b = refill_untracked;
 }
 
 }  // namespace
@@ -128,6 +184,11 @@ std::string MeshPlan::str() const {
   if (cp_mode == CpMode::ulysses) o << " ulysses";
   if (cp_mode == CpMode::hybrid) o << " hybrid u=" << cp_ulysses;
   o << " mbs=" << micro_batch_size << " m=" << microbatches;
+  if (recompute != Recompute::none) {
+    o << " recompute=" << config_name(recompute);
+    if (recompute_layers > 0) o << ":" << recompute_layers;
+  }
+  if (sharding != OptimizerSharding::none) o << " sharding=" << config_name(sharding);
   return o.str();
 }
 
@@ -148,6 +209,9 @@ MeshPlan mesh_plan_of(const Config& cfg, int world) {
   p.cp_ulysses = cp::ulysses_size(cfg.parallel);
   p.micro_batch_size = cfg.data.micro_batch_size;
   p.microbatches = cfg.data.num_microbatches;
+  p.recompute = cfg.train.recompute;
+  p.recompute_layers = cfg.train.recompute_layers;
+  p.sharding = cfg.train.optimizer_sharding;
   return p;
 }
 
@@ -162,6 +226,9 @@ Config with_plan(Config cfg, const MeshPlan& p) {
   cfg.parallel.cp_ulysses = p.cp_mode == CpMode::hybrid ? p.cp_ulysses : 0;
   cfg.data.micro_batch_size = p.micro_batch_size;
   cfg.data.num_microbatches = p.microbatches;
+  cfg.train.recompute = p.recompute;
+  cfg.train.recompute_layers = p.recompute_layers;
+  cfg.train.optimizer_sharding = p.sharding;
   return cfg;
 }
 
@@ -209,13 +276,23 @@ void add_cp_comm(const Shapes& s, const MeshPlan& p, ChunkCost& c) {
   const double hkv_u =
       u > 1 ? std::max(1.0, s.Hkv / u) : s.Hkv;  // K/V heads per rank after the all-to-all
   if (r > 1) {
-    // per layer and sample: K and V of the group's u Ls tokens (Ls = T/mbs),
-    // r-1 ring steps
+    // per layer and sample: K and V of the group's u Ls tokens (Ls = T/mbs).
+    // F: r-1 ring steps of one block, each behind a step's attention. B:
+    // the same K/V steps with the dK/dV accumulator of the step before in
+    // flight (2 blocks per step), then the last accumulator's trip home,
+    // after the last step's compute (nothing to hide it): 2r-1 blocks.
     const double kv = kFloat * 2 * u * (s.T / s.mbs) * hkv_u * s.D;
-    c.f_comm.cp_bytes = c.layers * s.mbs * (r - 1) * kv;
-    c.f_comm.cp_steps = c.layers * int(s.mbs) * (r - 1);
-    c.b_comm.cp_bytes = 2 * c.f_comm.cp_bytes;  // K/V travel again and dK/dV come home
+    const int samples = c.layers * int(s.mbs);
+    c.f_comm.cp_bytes = samples * (r - 1) * kv;
+    c.f_comm.cp_steps = samples * (r - 1);
     c.b_comm.cp_steps = c.f_comm.cp_steps;
+    c.b_comm.cp_tail_bytes = samples * kv;
+    c.b_comm.cp_tail_messages = samples;
+    c.b_comm.cp_bytes = samples * (2 * r - 1) * kv;
+    // a rerun forward (full recompute) sends its K/V blocks again
+    const int rerun = c.reruns * int(s.mbs);
+    c.b_comm.cp_bytes += rerun * (r - 1) * kv;
+    c.b_comm.cp_steps += rerun * (r - 1);
   }
   if (u > 1) {
     // per layer and sample, (u-1)/u of each tensor leaves the rank: q and out
@@ -223,11 +300,54 @@ void add_cp_comm(const Shapes& s, const MeshPlan& p, ChunkCost& c) {
     const double Ls = s.T / s.mbs, share = double(u - 1) / u;
     const double q = kFloat * Ls * s.H * s.D, kv = kFloat * Ls * u * hkv_u * s.D,
                  lse = kFloat * Ls * s.H;
-    c.f_comm.a2a_bytes = c.layers * s.mbs * share * (2 * q + 2 * kv + lse);
+    const double f_bytes = s.mbs * share * (2 * q + 2 * kv + lse);
+    c.f_comm.a2a_bytes = c.layers * f_bytes;
     c.f_comm.a2a_calls = c.layers * int(s.mbs) * 5;
-    c.b_comm.a2a_bytes = c.layers * s.mbs * share * (4 * q + 4 * kv + lse);
-    c.b_comm.a2a_calls = c.layers * int(s.mbs) * 9;
+    c.b_comm.a2a_bytes = c.layers * s.mbs * share * (4 * q + 4 * kv + lse) + c.reruns * f_bytes;
+    c.b_comm.a2a_calls = (c.layers * 9 + c.reruns * 5) * int(s.mbs);
   }
+}
+
+// The chunk's layers [begin, end): work, caches and parameters, with the
+// plan's recompute on its first recompute_layers layers.
+std::vector<LayerHold> add_layers(const Config& cfg, const MeshPlan& p, const Shapes& s,
+                                  double pairs, int begin, int end, ChunkCost& c) {
+  const double attn_params = 2 * s.d + 2 * s.H * s.D * s.d + 2 * s.Hkv * s.D * s.d;  // + 2 norms
+  std::vector<LayerHold> holds;
+  const Recompute mode = p.recompute;
+  for (int l = begin; l < end; ++l) {
+    const bool moe = cfg.model.is_moe_layer(l);
+    ChunkCost layer;
+    add_attention_layer(s, pairs, layer);
+    const double attn_cache = layer.tracked.cache;
+    add_ffn_layer(s, moe, layer);
+    const int i = l - begin;
+    const bool recomputed =
+        mode != Recompute::none && (p.recompute_layers == 0 || i < p.recompute_layers);
+    holds.push_back(
+        recompute_layer(s, recomputed ? mode : Recompute::none, moe, layer, attn_cache, c));
+    c.f += layer.f;
+    c.b += layer.b;
+    c.w += layer.w;
+    c.tracked.stash += layer.tracked.stash;
+    c.tracked.cache += holds.back().kept;
+    c.untracked.cache += holds.back().untracked_kept;
+    c.workspace = std::max(c.workspace, layer.workspace);
+    if (recomputed && mode == Recompute::full) {
+      c.reruns += 1;
+      c.moe_reruns += moe ? 1 : 0;
+    }
+    c.params += attn_params;
+    if (moe) {
+      c.moe_layers += 1;
+      const double experts = (s.E / p.ep) * 3 * s.d * s.f;
+      c.params += s.E * s.d + experts;
+      c.expert_params += experts;
+    } else {
+      c.params += 3 * s.d * s.f;
+    }
+  }
+  return holds;
 }
 
 }  // namespace
@@ -247,24 +367,7 @@ ChunkCost chunk_cost(const Config& cfg, const MeshPlan& p, int vs) {
       causal_pairs_busiest_rank(cfg.data.seq_len, p.cp_ring(), p.cp_layout) / p.cp_ulysses;
   c.attention_flops_total_f =
       c.layers * s.mbs * (double(cfg.data.seq_len) * (cfg.data.seq_len + 1) / 2) * 4 * s.H * s.D;
-  const double attn_params = 2 * s.d + 2 * s.H * s.D * s.d + 2 * s.Hkv * s.D * s.d;  // + 2 norms
-  double last_ffn_cache = 0;
-  for (int l = begin; l < end; ++l) {
-    const bool moe = cfg.model.is_moe_layer(l);
-    add_attention_layer(s, pairs, c);
-    const double before = c.tracked.cache;
-    add_ffn_layer(s, moe, c);
-    last_ffn_cache = c.tracked.cache - before;
-    c.params += attn_params;
-    if (moe) {
-      c.moe_layers += 1;
-      const double experts = (s.E / p.ep) * 3 * s.d * s.f;
-      c.params += s.E * s.d + experts;
-      c.expert_params += experts;
-    } else {
-      c.params += 3 * s.d * s.f;
-    }
-  }
+  const std::vector<LayerHold> holds = add_layers(cfg, p, s, pairs, begin, end, c);
   if (c.first) {
     c.f.memory_bytes += kFloat * 2 * s.T * s.d;  // embedding gather
     c.b.memory_bytes += kFloat * 2 * s.T * s.d;
@@ -285,7 +388,7 @@ ChunkCost chunk_cost(const Config& cfg, const MeshPlan& p, int vs) {
     // the output the executor sends on, held until the send is seen complete
     c.tracked.cache += kFloat * s.T * s.d;
   }
-  add_transients(s, last_ffn_cache, c);
+  add_transients(s, holds, c);
   kernels::AttnShape probe;
   probe.D = s.D;
   c.workspace = std::max(c.workspace, double(kernels::attention_workspace_bytes(probe, true)));
@@ -295,8 +398,10 @@ ChunkCost chunk_cost(const Config& cfg, const MeshPlan& p, int vs) {
     const double rows_out = s.T * s.k * double(p.ep - 1) / p.ep;
     c.f_comm.ep_bytes = c.moe_layers * 2 * rows_out * s.d * kFloat;  // dispatch + combine
     c.f_comm.ep_exchanges = c.moe_layers * 2;
-    c.b_comm.ep_bytes = c.f_comm.ep_bytes;  // the gradients take the same way back
-    c.b_comm.ep_exchanges = c.f_comm.ep_exchanges;
+    // the gradients take the same way back; a rerun forward exchanges again
+    const double per_layer = 2 * rows_out * s.d * kFloat;
+    c.b_comm.ep_bytes = c.f_comm.ep_bytes + c.moe_reruns * per_layer;
+    c.b_comm.ep_exchanges = c.f_comm.ep_exchanges + c.moe_reruns * 2;
   }
   c.boundary_bytes = c.last ? 0 : kFloat * s.T * s.d;
   return c;
@@ -338,11 +443,12 @@ MemoryEstimate static_memory(const Config& cfg, const MeshPlan& p, int pp_rank) 
     layers += cc.layers;
   }
   m.grads = m.params;
+  // AdamW's m and v; sharded, each over its parameters' replicas (the dense
+  // over dp x cp, the experts over (dp x cp) / ep). The gradient reduction
+  // works in place on the stage's one gradient buffer: no packing buffer.
   m.optimizer = 2 * m.params;
-  // The gradient reduction packs each kind into the workspace, which keeps
-  // its largest size.
-  if (p.dp * p.cp > 1) work = std::max(work, m.params - expert);
-  if (p.dp * p.cp / p.ep > 1) work = std::max(work, expert);
+  if (p.sharding == OptimizerSharding::dp)
+    m.optimizer = 2 * ((m.params - expert) / (p.dp * p.cp) + expert / (p.dp * p.cp / p.ep));
   m.workspace = work;
   double comm = 0;
   // every layer's ring keeps its backward's five K/V-sized buffers (current,

@@ -34,7 +34,8 @@ LinkClass pp_class(const ClusterShape& s, const MeshPlan& p) {
   return c;
 }
 
-// Ring allreduce of `bytes` over n ranks.
+// Ring allreduce of `bytes` over n ranks; sharded (ZeRO-1), a reduce-scatter
+// and an all-gather of the same bytes: the same ring steps in two calls.
 double allreduce_s(const Link& l, double bytes, long long n) {
   if (n <= 1) return 0;
   return 2.0 * (n - 1) * l.latency_s + 2.0 * (n - 1) / n * bytes / l.bandwidth_Bps;
@@ -45,10 +46,11 @@ double allreduce_s(const Link& l, double bytes, long long n) {
 double ring_exposed(const MachineProfile& m, const Link& l, const ActionComm& c, double attn_flops,
                     int cp) {
   if (c.cp_steps == 0) return 0;
-  const double per_step_comm = l.seconds(c.cp_bytes / c.cp_steps);
+  const double per_step_comm = l.seconds((c.cp_bytes - c.cp_tail_bytes) / c.cp_steps);
   const double per_step_compute =
       compute_seconds(Work{0, attn_flops, 0}, m) / cp / (double(c.cp_steps) / (cp - 1));
-  return c.cp_steps * std::max(0.0, per_step_comm - per_step_compute);
+  return c.cp_steps * std::max(0.0, per_step_comm - per_step_compute) +
+         l.seconds(c.cp_tail_bytes, c.cp_tail_messages);
 }
 
 // The Ulysses all-to-alls of one action: nothing to hide them behind (the
@@ -157,11 +159,16 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
     rank_expert[size_t(place.rank[size_t(vs)])] += c.expert_params;
     if (vs == 0) a.latency = m.link(pp_class(shape, p)).seconds(c.boundary_bytes);
   }
+  double updated = 0;  // parameters the busiest rank updates (its shards when sharded)
+  const long long replicas = 1LL * p.dp * p.cp;
   for (int i = 0; i < p.pp; ++i) {
     if (rank_params[size_t(i)] <= max_params) continue;
     max_params = rank_params[size_t(i)];
     expert_grad = 4 * rank_expert[size_t(i)];
     dense_grad = 4 * (rank_params[size_t(i)] - rank_expert[size_t(i)]);
+    updated = p.sharding == OptimizerSharding::dp
+                  ? dense_grad / 4 / double(replicas) + expert_grad / 4 / double(replicas / p.ep)
+                  : max_params;
   }
   const long long stage = 1LL * p.dp * p.cp;
   const Link& dp_link = m.link(span_class(shape, stage));
@@ -177,7 +184,7 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
                             std::ceil(std::log2(double(std::max(2LL, world)))) *
                             m.link(span_class(shape, world)).latency_s * (world > 1 ? 1 : 0);
   a.after_pipeline =
-      a.dp + sharing * (agreements + optimizer_seconds(m, max_params)) + m.step_overhead_s;
+      a.dp + sharing * (agreements + optimizer_seconds(m, updated)) + m.step_overhead_s;
   return a;
 }
 
@@ -257,6 +264,35 @@ Prediction predict(const Config& cfg, const MeshPlan& p, const ClusterShape& sha
   return out;
 }
 
+void add_policy_effects(const Config& cfg, const ClusterShape& shape, const MachineProfile& m,
+                        double limit, Prediction& p) {
+  p.policy_effects.clear();
+  const auto fits = [&](const Prediction& q) { return limit <= 0 || q.memory.total() <= limit; };
+  const auto effect = [&](const std::string& name, MeshPlan without) {
+    const Prediction q = predict(cfg, without, shape, m, false);
+    p.policy_effects.push_back(
+        {name, p.step_time_s - q.step_time_s, p.memory.total() - q.memory.total(), fits(q)});
+  };
+  MeshPlan base = p.plan;
+  if (p.plan.sharding != OptimizerSharding::none) {
+    MeshPlan without = p.plan;
+    without.sharding = OptimizerSharding::none;
+    effect("sharding=" + config_name(p.plan.sharding), without);
+  }
+  if (p.plan.recompute != Recompute::none) {
+    MeshPlan without = p.plan;
+    without.recompute = Recompute::none, without.recompute_layers = 0;
+    std::string name = "recompute=" + config_name(p.plan.recompute);
+    if (p.plan.recompute_layers > 0) name += ":" + std::to_string(p.plan.recompute_layers);
+    effect(name, without);
+  }
+  base.recompute = Recompute::none, base.recompute_layers = 0;
+  base.sharding = OptimizerSharding::none;
+  const Prediction b = predict(cfg, base, shape, m, false);
+  p.baseline_step_s = b.step_time_s;
+  p.baseline_memory = b.memory.total();
+}
+
 namespace {
 
 std::string fmt(const char* f, double v) {
@@ -310,6 +346,17 @@ std::string prediction_text(const Prediction& p, double limit) {
     << gb(m.allocator()) << ", outside it " << gb(m.untracked) << ")";
   if (limit > 0) o << "; limit " << gb(limit) << (m.total() <= limit ? ", fits" : ", DOES NOT FIT");
   o << "\n";
+  for (const PolicyEffect& e : p.policy_effects) {
+    o << "  " << e.choice << ": " << (e.memory_delta <= 0 ? "saves " : "costs ")
+      << gb(std::abs(e.memory_delta)) << ", step " << (e.step_delta_s >= 0 ? "+" : "-")
+      << seconds_text(std::abs(e.step_delta_s)) << " ("
+      << fmt("%+.1f", 100 * e.step_delta_s / (step - e.step_delta_s)) << "%)"
+      << (e.fits_without ? "" : "; without it the mesh does not fit") << "\n";
+  }
+  if (!p.policy_effects.empty())
+    o << "  without recompute or sharding: step " << seconds_text(p.baseline_step_s) << ", memory "
+      << gb(p.baseline_memory)
+      << (limit > 0 ? (p.baseline_memory <= limit ? " (fits)" : " (does not fit)") : "") << "\n";
   return o.str();
 }
 
@@ -322,8 +369,8 @@ std::string prediction_json(const Prediction& p) {
   o << "{\"pp\": " << m.pp << ", \"vpp\": " << m.vpp << ", \"cp\": " << m.cp << ", \"ep\": " << m.ep
     << ", \"dp\": " << m.dp << ", \"schedule\": \"" << config_name(m.schedule)
     << "\", \"cp_layout\": \"" << config_name(m.cp_layout) << "\", \"cp_mode\": \""
-    << config_name(m.cp_mode) << "\", \"cp_ulysses\": " << m.cp_ulysses << ", \"cp_ring_size\": "
-    << m.cp_ring() << ", \"micro_batch_size\": " << m.micro_batch_size
+    << config_name(m.cp_mode) << "\", \"cp_ulysses\": " << m.cp_ulysses
+    << ", \"cp_ring_size\": " << m.cp_ring() << ", \"micro_batch_size\": " << m.micro_batch_size
     << ", \"num_microbatches\": " << m.microbatches << ", \"step_time_s\": " << p.step_time_s
     << ", \"tokens_per_s\": " << p.tokens_per_s << ", \"bubble_fraction\": " << p.bubble_fraction
     << ", \"mfu\": " << p.mfu << ", \"t_f_s\": " << p.t_f << ", \"t_b_s\": " << p.t_b
@@ -337,8 +384,23 @@ std::string prediction_json(const Prediction& p) {
     << ", \"allocator\": " << e.allocator() << ", \"untracked\": " << e.untracked
     << ", \"pp_rank\": " << p.memory_pp_rank << ", \"per_pp_rank\": {\"total\": ["
     << join(p.rank_total) << "], \"allocator\": [" << join(p.rank_allocator)
-    << "]}}, \"peak_inflight\": " << p.peak_inflight
-    << ", \"moe_imbalance\": " << p.moe_imbalance << "}";
+    << "]}}, \"peak_inflight\": " << p.peak_inflight << ", \"moe_imbalance\": " << p.moe_imbalance
+    << ", \"recompute\": \"" << config_name(m.recompute)
+    << "\", \"recompute_layers\": " << m.recompute_layers << ", \"optimizer_sharding\": \""
+    << config_name(m.sharding) << "\"";
+  if (!p.policy_effects.empty()) {
+    o << ", \"policy_effects\": [";
+    for (size_t i = 0; i < p.policy_effects.size(); ++i) {
+      const PolicyEffect& e = p.policy_effects[i];
+      o << (i ? ", " : "") << "{\"choice\": \"" << e.choice
+        << "\", \"step_time_delta_s\": " << e.step_delta_s
+        << ", \"memory_delta_bytes\": " << e.memory_delta
+        << ", \"fits_without\": " << (e.fits_without ? "true" : "false") << "}";
+    }
+    o << "], \"baseline\": {\"step_time_s\": " << p.baseline_step_s
+      << ", \"memory_bytes\": " << p.baseline_memory << "}";
+  }
+  o << "}";
   return o.str();
 }
 

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <optional>
+#include <queue>
 #include <sstream>
 
 #include "trident/core/error.hpp"
@@ -153,6 +155,35 @@ std::vector<Prediction> rank_predictions(std::vector<Prediction> all, size_t k, 
   return all;
 }
 
+// The memory policies of a mesh, from the least memory saved to the most:
+// the sharded optimizer wherever a parameter has replicas (the model prices
+// its reduce-scatter and all-gather as the all-reduce they replace, and it
+// updates 1/replicas of the parameters, so it is never slower), then
+// selective recompute, then full. Each rung keeps less and costs at least as
+// much time as the one before, so a mesh's first rung that fits is its best.
+std::optional<MeshPlan> next_policy(MeshPlan p) {
+  if (p.recompute == Recompute::full) return std::nullopt;
+  p.recompute = p.recompute == Recompute::none ? Recompute::selective : Recompute::full;
+  p.recompute_layers = 0;
+  return p;
+}
+
+MeshPlan first_policy(MeshPlan p) {
+  p.recompute = Recompute::none, p.recompute_layers = 0;
+  p.sharding = p.dp * p.cp > 1 ? OptimizerSharding::dp : OptimizerSharding::none;
+  return p;
+}
+
+// The first policy from `p` up whose least memory fits, with its bound.
+std::optional<Candidate> fitting_candidate(const Config& cfg, const ClusterShape& shape,
+                                           const MachineProfile& m, const SearchOptions& opt,
+                                           std::optional<MeshPlan> p) {
+  for (; p; p = next_policy(*p))
+    if (opt.memory_limit_bytes <= 0 || least_memory(cfg, *p) <= opt.memory_limit_bytes)
+      return Candidate{*p, action_times(cfg, *p, shape, m).lower_bound_s()};
+  return std::nullopt;
+}
+
 // Legal candidates with their step-time bounds; counts go into r.
 std::vector<Candidate> legal_candidates(const Config& cfg, const ClusterShape& shape,
                                         const MachineProfile& m, const SearchOptions& opt,
@@ -166,11 +197,10 @@ std::vector<Candidate> legal_candidates(const Config& cfg, const ClusterShape& s
       ++r.candidates;
       if (!plan_refusal(cfg, shape, p).empty()) continue;
       ++r.legal;
-      if (opt.memory_limit_bytes > 0 && least_memory(cfg, p) > opt.memory_limit_bytes) {
+      if (std::optional<Candidate> c = fitting_candidate(cfg, shape, m, opt, first_policy(p)))
+        out.push_back(*c);
+      else
         ++r.refused_memory;
-        continue;
-      }
-      out.push_back({p, action_times(cfg, p, shape, m).lower_bound_s()});
     }
   }
   return out;
@@ -184,19 +214,26 @@ SearchResult search(const Config& cfg, const ClusterShape& shape, const MachineP
   SearchResult r;
   r.global_batch = opt.global_batch > 0 ? opt.global_batch : default_global_batch(cfg, shape);
   std::vector<Candidate> cands = legal_candidates(cfg, shape, m, opt, r);
-  std::sort(cands.begin(), cands.end(),
-            [](const Candidate& a, const Candidate& b) { return a.lower_bound < b.lower_bound; });
+  auto later = [](const Candidate& a, const Candidate& b) { return a.lower_bound > b.lower_bound; };
+  std::priority_queue<Candidate, std::vector<Candidate>, decltype(later)> queue(later,
+                                                                                std::move(cands));
   const size_t k = size_t(std::max(1, opt.top_k));
-  // Simulate until no remaining bound can come within the tie margin of the
-  // k-th best step; then rank by step, ties by memory.
+  // Simulate in the order of the bounds until none can come within the tie
+  // margin of the k-th best step; a mesh refused for memory comes back with
+  // its next policy.
   std::vector<Prediction> fits;
   std::vector<double> steps;  // the fitting predictions' steps, ascending
-  for (const Candidate& c : cands) {
+  while (!queue.empty()) {
+    const Candidate c = queue.top();
+    queue.pop();
     if (steps.size() >= k && c.lower_bound > steps[k - 1] * (1 + kStepTie)) break;
     Prediction p = predict(cfg, c.plan, shape, m, false);
     ++r.simulated;
     if (opt.memory_limit_bytes > 0 && p.memory.total() > opt.memory_limit_bytes) {
-      ++r.refused_memory;
+      if (std::optional<Candidate> n = fitting_candidate(cfg, shape, m, opt, next_policy(c.plan)))
+        queue.push(*n);
+      else
+        ++r.refused_memory;
       continue;
     }
     steps.insert(std::upper_bound(steps.begin(), steps.end(), p.step_time_s), p.step_time_s);
@@ -214,7 +251,10 @@ SearchResult search(const Config& cfg, const ClusterShape& shape, const MachineP
                           : "fits --memory-gb " + std::string(buf) + " (" +
                                 std::to_string(r.legal) + " legal meshes, all too large)"));
   }
-  for (Prediction& p : r.best) p = predict(cfg, p.plan, shape, m, true);
+  for (Prediction& p : r.best) {
+    p = predict(cfg, p.plan, shape, m, true);
+    add_policy_effects(cfg, shape, m, opt.memory_limit_bytes, p);
+  }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

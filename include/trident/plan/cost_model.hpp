@@ -16,8 +16,14 @@
 //    contiguous: the last rank); backward 2.5 times forward (P recomputed).
 //  - Memory-bound bytes: norms, RoPE, residuals, copies, SwiGLU gating,
 //    cross-entropy (counts in planner.md); backward twice forward.
+//  - Recompute (train.recompute on the first recompute_layers layers of a
+//    chunk): full keeps a layer's input and B reruns its forward (work and
+//    exchanges); selective drops the RMSNorm outputs before attention and a
+//    dense FFN and B recomputes them. The sharded optimizer keeps AdamW state
+//    for the rank's shards only (memory_of_rank).
 //  - Communication per action: the CP ring sends cp-1 K/V blocks forward and
-//    K/V plus dK/dV blocks backward; with cp_mode ulysses/hybrid (Ulysses
+//    2cp-1 blocks backward (K/V, the dK/dV accumulators, the last one home
+//    after the last step); with cp_mode ulysses/hybrid (Ulysses
 //    groups of u, a ring of r = cp/u) the ring moves blocks of T u tokens and
 //    n_kv_heads/u (at least 1) heads over r-1 steps, the attention core runs
 //    H/u heads over the pairs of ring rank of r, and the all-to-alls send
@@ -41,11 +47,16 @@ struct MeshPlan {
   int micro_batch_size = 1, microbatches = 1;
   CpMode cp_mode = CpMode::ring;
   int cp_ulysses = 1;  // Ulysses group size: ring 1, ulysses cp, hybrid parallel.cp_ulysses
+  // Memory policies (train.recompute, train.recompute_layers, train.optimizer_sharding).
+  Recompute recompute = Recompute::none;
+  int recompute_layers = 0;  // the first N layers of each chunk; 0: all
+  OptimizerSharding sharding = OptimizerSharding::none;
 
   long long global_batch() const { return 1LL * micro_batch_size * microbatches * dp; }
   int cp_ring() const { return cp / cp_ulysses; }
   // "pp=2 vpp=1 cp=2 ep=1 dp=2 1f1b zigzag mbs=2 m=4", with " ulysses" or
-  // " hybrid u=2" after the layout when cp is not a plain ring.
+  // " hybrid u=2" after the layout when cp is not a plain ring, and
+  // " recompute=full[:N]", " sharding=dp" after the batch when not none.
   std::string str() const;
 };
 
@@ -68,8 +79,10 @@ struct Work {
 
 // Bytes this rank sends during one action, by parallelism.
 struct ActionComm {
-  double cp_bytes = 0;   // ring K/V (and dK/dV in B)
-  int cp_steps = 0;      // ring steps (messages each way)
+  double cp_bytes = 0;       // ring K/V (and dK/dV in B), every block sent
+  int cp_steps = 0;          // ring steps whose transfer hides behind a step's attention
+  double cp_tail_bytes = 0;  // of cp_bytes, sent after the last step (B: dK/dV home)
+  int cp_tail_messages = 0;
   double ep_bytes = 0;   // all-to-all rows out (dispatch + combine)
   int ep_exchanges = 0;  // all-to-all calls
   double a2a_bytes = 0;  // Ulysses all-to-alls of the attention (not overlapped)
@@ -89,6 +102,7 @@ struct ChunkMemory {
 // One virtual stage's actions for one micro-batch.
 struct ChunkCost {
   int layers = 0, moe_layers = 0;
+  int reruns = 0, moe_reruns = 0;    // layers whose forward B runs again (full recompute)
   bool first = false, last = false;  // holds the embedding / the head and loss
   Work f, b, w;                      // b: input gradient (plus what B computes anyway)
   ActionComm f_comm, b_comm;

@@ -28,6 +28,15 @@ struct TimeSplit {
   double cores = 0;    // waiting for a core: the ranks outnumber the cores they share
 };
 
+// What one memory policy of a mesh buys: the same mesh without it (the
+// other policy kept) against the mesh with it.
+struct PolicyEffect {
+  std::string choice;        // "recompute=full", "sharding=dp"
+  double step_delta_s = 0;   // step time with it minus without it
+  double memory_delta = 0;   // bytes with it minus without it (< 0: saved)
+  bool fits_without = true;  // whether the mesh fits the limit without it
+};
+
 struct Prediction {
   MeshPlan plan;
   double step_time_s = 0;
@@ -45,6 +54,10 @@ struct Prediction {
   MemoryEstimate memory;  // of the rank that needs the most
   int memory_pp_rank = 0;
   std::vector<double> rank_total, rank_allocator;  // memory of each pipeline rank, bytes
+  // Filled by add_policy_effects: each policy the plan uses, and the mesh
+  // with none of them (step, bytes).
+  std::vector<PolicyEffect> policy_effects;
+  double baseline_step_s = 0, baseline_memory = 0;
   LinkClass cp_link = LinkClass::nvlink, ep_link = LinkClass::nvlink, pp_link = LinkClass::nvlink,
             dp_link = LinkClass::nvlink;
 };
@@ -61,7 +74,7 @@ struct ActionTimes {
   double compute = 0, cp = 0, ep = 0;  // per micro-batch over the rank's chunks
   double after_pipeline = 0;           // dp reduction + agreements + optimizer + overhead
   double dp = 0;
-  double sharing = 1;  // ranks per core (>= 1), see MachineProfile::oversubscription
+  double sharing = 1;        // ranks per core (>= 1), see MachineProfile::oversubscription
   double moe_imbalance = 1;  // busiest EP rank's routed rows over the mean
   int microbatches = 1, vpp = 1;
   std::vector<StageTimes> stages;  // per virtual stage, at a rank's own rate
@@ -79,6 +92,11 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& plan, const ClusterS
 // stage-to-stage latency, to split transfer time from bubble when detailed).
 Prediction predict(const Config& cfg, const MeshPlan& plan, const ClusterShape& shape,
                    const MachineProfile& m, bool detailed = true);
+
+// Prices the plan's recompute and sharding: p.policy_effects and the
+// baseline (no recompute, no sharding) against the memory limit (0: none).
+void add_policy_effects(const Config& cfg, const ClusterShape& shape, const MachineProfile& m,
+                        double memory_limit_bytes, Prediction& p);
 
 // Text report and one JSON object.
 std::string prediction_text(const Prediction& p, double memory_limit_bytes);

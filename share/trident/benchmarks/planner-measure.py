@@ -146,7 +146,9 @@ def main() -> int:
              f"parallel.vpp={b['vpp']}", f"parallel.schedule={b['schedule']}", f"parallel.cp_layout={b['cp_layout']}",
              f"data.micro_batch_size={b['micro_batch_size']}", f"data.num_microbatches={b['num_microbatches']}"]
     first += [f"parallel.cp_mode={b['cp_mode']}",
-              f"parallel.cp_ulysses={b['cp_ulysses'] if b['cp_mode'] == 'hybrid' else 0}"]
+              f"parallel.cp_ulysses={b['cp_ulysses'] if b['cp_mode'] == 'hybrid' else 0}",
+              f"train.recompute={b['recompute']}", f"train.recompute_layers={b['recompute_layers']}",
+              f"train.optimizer_sharding={b['optimizer_sharding']}"]
     meshes = CP_MESHES if a.meshes == "cp" else MESHES + CP_MESHES + [(big, first)]
     results = [{"name": mesh_name(s, n), "ranks": n, "sets": s, "prediction": predict_mesh(a.bin, cfg, machine, n, s),
                 "runs": []} for n, s in meshes]

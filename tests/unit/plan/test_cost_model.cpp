@@ -109,7 +109,11 @@ TEST_CASE("communication bytes per action: ring K/V, MoE exchange, stage boundar
   // one layer per stage; per sample: one ring step of K and V (8 tokens x Hkv*D = 4)
   CHECK(first.f_comm.cp_steps == 2);
   CHECK(first.f_comm.cp_bytes == 2 * 4 * 2 * 8 * 4);
-  CHECK(first.b_comm.cp_bytes == 2 * first.f_comm.cp_bytes);
+  // B: K/V again and the dK/dV accumulators, the last one home after the
+  // last step: 2 cp - 1 = 3 blocks, one of them exposed
+  CHECK(first.b_comm.cp_bytes == 3 * first.f_comm.cp_bytes);
+  CHECK(first.b_comm.cp_tail_bytes == first.f_comm.cp_bytes);
+  CHECK(first.b_comm.cp_tail_messages == 2);
   // dispatch + combine of the T k (ep-1)/ep rows that leave the rank
   CHECK(first.f_comm.ep_exchanges == 2);
   CHECK(first.f_comm.ep_bytes == 2 * (T * 2 * 0.5) * 8 * 4);
@@ -178,19 +182,17 @@ TEST_CASE("memory of a rank equals the hand count") {
     CHECK(m.total() == 4 * params + inflight * cache + t_f + workspace);
     CHECK(m.allocator() == m.total() - m.untracked);
   }
-  // data parallel: the gradient reduction packs all 1704 gradients into the
-  // workspace, which keeps the largest of its uses
+  // data parallel: the gradients are reduced in place in the stage's one
+  // buffer, so the workspace is the kernels' alone
   MeshPlan dp2 = serial_plan(c);
   dp2.dp = 2;
   const pp::Schedule s = pp::lower(pp::make_schedule("1f1b", 1, 4, 1));
-  CHECK(memory_of_rank(c, dp2, 0, s).workspace == std::max(params, workspace));
+  CHECK(memory_of_rank(c, dp2, 0, s).workspace == workspace);
   // cp = 2 (T = 16, 8 tokens of a sample): each layer's ring keeps five
   // buffers of K and V of one sample's 8 tokens x Hkv*D = 4
   MeshPlan cp2 = serial_plan(c);
   cp2.cp = 2;
   CHECK(memory_of_rank(c, cp2, 0, s).comm_buffers == 4 * 2 * 5 * 2 * 8 * 4);
-  c.model.d_model = 256;  // gradients now outgrow the attention's scratch
-  CHECK(memory_of_rank(c, dp2, 0, s).workspace == memory_of_rank(c, dp2, 0, s).params);
 }
 
 TEST_CASE("activation peak follows the order of F, B and W") {
@@ -307,4 +309,107 @@ TEST_CASE("a fixed cost per layer and a measured update rate add to the step") {
   CHECK(pr.t_w == Approx(base.t_w));
   CHECK(pr.split.other == Approx(1704 * 2e-9));  // one rank: no agreements
   CHECK(pr.step_time_s == Approx(4 * (pr.t_f + pr.t_b + pr.t_w) + 1704 * 2e-9));
+}
+
+TEST_CASE("recompute: what each mode keeps, recomputes and holds in B, by hand") {
+  // dense_config: T = 32, d = 8, two layers on one stage; in floats, a layer
+  // keeps 1376 (attention) + 1568 (FFN), the head 1568; Td = 256
+  const Config c = dense_config();
+  const MeshPlan none = serial_plan(c);
+  const ChunkCost base = chunk_cost(c, none, 0);
+  const double Td = 256, dqkv = 32 * (2 * 8 + 2 * 4);
+  SECTION("full: a layer keeps its input; B reruns its forward") {
+    MeshPlan p = none;
+    p.recompute = Recompute::full;
+    const ChunkCost cc = chunk_cost(c, p, 0);
+    CHECK(cc.tracked.cache == 4 * (2 * Td + 1568));
+    // the layers' forward once more in B: everything F does but the embedding and head
+    const ChunkCost one = chunk_cost(c, none, 0);
+    const double head_f = 2 * 32 * 8 * 32, embed_mem = 4 * 2 * Td,
+                 head_mem = 4 * (2 * Td + 3 * 32 * 32);
+    CHECK(cc.b.gemm_flops == one.b.gemm_flops + one.f.gemm_flops - head_f);
+    CHECK(cc.b.attention_flops == one.b.attention_flops + one.f.attention_flops);
+    CHECK(cc.b.memory_bytes == one.b.memory_bytes + one.f.memory_bytes - embed_mem - head_mem);
+    CHECK(cc.f.gemm_flops == one.f.gemm_flops);
+    CHECK(cc.reruns == 2);
+    // B of the last layer: its whole cache but the input comes back (1120 +
+    // 1568), then the FFN phase's 3 Td
+    CHECK(cc.tracked.transient_b == 4 * (1120 + 1568 + 3 * Td));
+    // F: the last layer's whole cache until its F ends, more than the logits (1024)
+    CHECK(cc.tracked.transient_f == 4 * (1120 + 1568));
+    CHECK(cc.tracked.stash == base.tracked.stash);  // W needs the same inputs
+  }
+  SECTION("selective: the two RMSNorm outputs per dense layer") {
+    MeshPlan p = none;
+    p.recompute = Recompute::selective;
+    const ChunkCost cc = chunk_cost(c, p, 0);
+    CHECK(cc.tracked.cache == base.tracked.cache - 4 * 2 * 2 * Td);
+    CHECK(cc.b.memory_bytes == base.b.memory_bytes + 2 * 2 * 4 * 2 * Td);  // read x, write h
+    CHECK(cc.b.gemm_flops == base.b.gemm_flops);
+    CHECK(cc.reruns == 0);
+    // B of the last layer: h1 and h again, then the FFN phase's 3 Td
+    CHECK(cc.tracked.transient_b == 4 * (2 * Td + 3 * Td));
+  }
+  SECTION("recompute_layers = 1: only the first layer; B's peak is the last layer's, as none") {
+    MeshPlan p = none;
+    p.recompute = Recompute::full;
+    p.recompute_layers = 1;
+    const ChunkCost cc = chunk_cost(c, p, 0);
+    CHECK(cc.tracked.cache == 4 * (Td + 1376 + 1568 + 1568));
+    CHECK(cc.reruns == 1);
+    CHECK(cc.tracked.transient_b == base.tracked.transient_b);
+    CHECK(base.tracked.transient_b == 4 * 3 * Td);
+    CHECK(4 * (4 * Td + dqkv - 1568) < base.tracked.transient_b);  // the attention phase
+  }
+  SECTION("full under cp and ep: the rerun forward exchanges again") {
+    Config m = c;
+    m.model.n_experts = 4;
+    m.model.top_k = 2;
+    MeshPlan p = serial_plan(m);
+    p.pp = 2, p.cp = 2, p.ep = 2;
+    const ChunkCost plain = chunk_cost(m, p, 0);
+    p.recompute = Recompute::full;
+    const ChunkCost cc = chunk_cost(m, p, 0);
+    CHECK(cc.b_comm.cp_bytes == plain.b_comm.cp_bytes + plain.f_comm.cp_bytes);
+    CHECK(cc.b_comm.cp_steps == plain.b_comm.cp_steps + plain.f_comm.cp_steps);
+    CHECK(cc.b_comm.cp_tail_bytes == plain.b_comm.cp_tail_bytes);
+    CHECK(cc.moe_reruns == plain.moe_layers);
+    CHECK(cc.b_comm.ep_bytes == plain.b_comm.ep_bytes + plain.f_comm.ep_bytes);
+    CHECK(cc.b_comm.ep_exchanges == 2 * plain.f_comm.ep_exchanges);
+    // the MoE layer's host vectors come back for its B too
+    CHECK(cc.untracked.cache == 0);
+    CHECK(cc.untracked.transient_b == plain.untracked.cache);
+  }
+}
+
+TEST_CASE("sharded optimizer: AdamW state over the replicas, the update over the shard") {
+  Config c = dense_config();
+  c.model.n_experts = 4;
+  c.model.top_k = 2;
+  MeshPlan p = serial_plan(c);
+  p.dp = 2, p.cp = 2, p.ep = 2;
+  const pp::Schedule s = pp::lower(pp::make_schedule("1f1b", 1, 4, 1));
+  const MemoryEstimate whole = memory_of_rank(c, p, 0, s);
+  const ChunkCost cc = chunk_cost(c, p, 0);
+  p.sharding = OptimizerSharding::dp;
+  const MemoryEstimate sharded = memory_of_rank(c, p, 0, s);
+  const double dense = 4 * (cc.params - cc.expert_params), expert = 4 * cc.expert_params;
+  CHECK(whole.optimizer == 2 * (dense + expert));
+  // dense over dp x cp = 4 ranks, experts over their (dp x cp) / ep = 2 replicas
+  CHECK(sharded.optimizer == Approx(2 * (dense / 4 + expert / 2)));
+  CHECK(sharded.params == whole.params);
+  CHECK(sharded.grads == whole.grads);
+  CHECK(sharded.activations == whole.activations);
+  // the same communication, a quarter (and a half) of the update
+  MachineProfile m = unit_machine();
+  m.optimizer_s_per_param = 1e-3;
+  const ClusterShape shape{1, 4, 4};
+  MeshPlan q = serial_plan(c);
+  q.dp = 4;
+  const Prediction a = predict(c, q, shape, m);
+  q.sharding = OptimizerSharding::dp;
+  const Prediction b = predict(c, q, shape, m);
+  CHECK(b.split.dp == a.split.dp);
+  const double params = chunk_cost(c, q, 0).params;
+  CHECK(a.split.other - b.split.other == Approx(1e-3 * params * 3 / 4));
 }

@@ -159,3 +159,37 @@ TEST_CASE("tied predictions rank the calibrated shape first, then less memory") 
   }
   CHECK(ties > 1);
 }
+
+TEST_CASE("under a memory limit the search recomputes and shards, and says what each buys") {
+  Config c = moe_config();
+  c.data.seq_len = 1024;
+  const ClusterShape shape{1, 4, 4};
+  SearchOptions opt;
+  opt.top_k = 1;
+  const SearchResult free = search(c, shape, gpu_like(), opt);
+  REQUIRE(free.best.size() == 1);
+  CHECK(free.best[0].plan.recompute == Recompute::none);
+  // the cheapest mesh without recompute, then a limit below it
+  double least = 1e30;
+  SearchOptions all = opt;
+  all.top_k = 1 << 20;
+  for (const Prediction& p : search(c, shape, gpu_like(), all).best)
+    least = std::min(least, p.memory.total());
+  opt.memory_limit_bytes = 0.9 * least;
+  const SearchResult r = search(c, shape, gpu_like(), opt);
+  REQUIRE(r.best.size() == 1);
+  const Prediction& p = r.best[0];
+  INFO(p.plan.str());
+  CHECK(p.plan.recompute != Recompute::none);
+  CHECK(p.memory.total() <= opt.memory_limit_bytes);
+  CHECK(p.step_time_s >= free.best[0].step_time_s);
+  REQUIRE(!p.policy_effects.empty());
+  const PolicyEffect& rc = p.policy_effects.back();
+  CHECK(rc.choice.rfind("recompute=", 0) == 0);
+  CHECK(rc.memory_delta < 0);
+  CHECK(rc.step_delta_s > 0);
+  CHECK(!rc.fits_without);
+  CHECK(p.baseline_memory > opt.memory_limit_bytes);
+  CHECK(search_text(r, opt.memory_limit_bytes).find(rc.choice + ": saves") != std::string::npos);
+  CHECK(search_json(r).find("\"policy_effects\": [") != std::string::npos);
+}
