@@ -41,14 +41,34 @@ double allreduce_s(const Link& l, double bytes, long long n) {
   return 2.0 * (n - 1) * l.latency_s + 2.0 * (n - 1) / n * bytes / l.bandwidth_Bps;
 }
 
+// The link of a collective over the group of every stride-th rank of `span`
+// consecutive ranks. Across nodes NCCL runs one ring per NIC, each crossing
+// on its own rail: with g of the group's ranks on each node and k = min(g,
+// rails) rails, a ring's node-crossing hop carries 1/k of the bytes, and the
+// g-1 hops inside the node the rest over the node's own link, so a rank's
+// share is 1 / max(1 / (k * network), (g - 1) / (g * inside)).
+Link collective_link(const ClusterShape& s, const MachineProfile& m, long long span, int stride) {
+  const LinkClass c = span_class(s, span);
+  Link l = m.link(c);
+  if (c != LinkClass::network) return l;
+  const double g = double(std::min<long long>(span, s.devices_per_node)) / stride;
+  const double k = std::max(1.0, std::min(g, m.network_rails));
+  if (k <= 1) return l;
+  const Link& inside = m.link(span_class(s, std::min<long long>(span, s.devices_per_node)));
+  const double per_byte =
+      std::max(1 / (k * m.network.bandwidth_Bps), (g - 1) / (g * inside.bandwidth_Bps));
+  l.bandwidth_Bps = 1 / per_byte;
+  return l;
+}
+
 // Exposed seconds of the CP ring in one action: each step's transfer hides
 // behind that step's share of the attention kernel.
 double ring_exposed(const MachineProfile& m, const Link& l, const ActionComm& c, double attn_flops,
                     int cp) {
   if (c.cp_steps == 0) return 0;
   const double per_step_comm = l.seconds((c.cp_bytes - c.cp_tail_bytes) / c.cp_steps);
-  const double per_step_compute =
-      compute_seconds(Work{0, attn_flops, 0}, m) / cp / (double(c.cp_steps) / (cp - 1));
+  const double per_step_compute = m.ring_overlap * compute_seconds(Work{0, attn_flops, 0}, m) / cp /
+                                  (double(c.cp_steps) / (cp - 1));
   return c.cp_steps * std::max(0.0, per_step_comm - per_step_compute) +
          l.seconds(c.cp_tail_bytes, c.cp_tail_messages);
 }
@@ -171,12 +191,13 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
                   : max_params;
   }
   const long long stage = 1LL * p.dp * p.cp;
-  const Link& dp_link = m.link(span_class(shape, stage));
+  const Link dp_link = collective_link(shape, m, stage, 1);
+  const Link expert_link = collective_link(shape, m, stage, p.ep);
   a.sharing = sharing;
   a.cores = core_sharing_of(shape, p, m);
   if (sharing > 1) a.node_work_s = node_work_s(a, place);
   a.dp = sharing * (allreduce_s(dp_link, dense_grad, stage) +
-                    allreduce_s(dp_link, expert_grad, stage / p.ep));
+                    allreduce_s(expert_link, expert_grad, stage / p.ep));
   const long long world = stage * p.pp;
   int moe_layers = 0;
   for (int l = 0; l < cfg.model.n_layers; ++l) moe_layers += cfg.model.is_moe_layer(l) ? 1 : 0;

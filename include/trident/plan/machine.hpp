@@ -45,6 +45,14 @@ struct MachineProfile {
   // measures it on the config's own layers.
   double efficiency = 1;
   Link nvlink, node, network;
+  // NICs per node that a collective's rings use at once (NCCL runs a ring
+  // per NIC, each crossing the network on its own rail): a collective whose
+  // group holds g ranks of each node crosses on min(g, rails) of them. 1:
+  // every byte through one rank's share, as a point-to-point transfer.
+  double network_rails = 1;
+  // Share of a ring step's attention that its K/V transfer can hide behind
+  // (the transfer's kernels and the attention share the device); 1: all.
+  double ring_overlap = 1;
   double step_overhead_s = 0;  // fixed cost of a step (launches, bookkeeping)
   // Fixed seconds per layer and micro-batch of a forward and backward beyond
   // their work at the rates (kernel calls, allocations); calibration fits it

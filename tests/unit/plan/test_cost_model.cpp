@@ -413,3 +413,32 @@ TEST_CASE("sharded optimizer: AdamW state over the replicas, the update over the
   const double params = chunk_cost(c, q, 0).params;
   CHECK(a.split.other - b.split.other == Approx(1e-3 * params * 3 / 4));
 }
+
+TEST_CASE("a gradient all-reduce across nodes runs a ring per NIC (rails)") {
+  // dp = 16 over 2 nodes of 8: 8 of the group's ranks per node; 4-byte
+  // gradients of the whole model
+  const Config c = dense_config();
+  MeshPlan p = serial_plan(c);
+  p.dp = 16;
+  const ClusterShape two{2, 8, 8};
+  MachineProfile m = unit_machine();
+  m.network = Link{1e8, 0};
+  m.nvlink = m.node = Link{1e10, 0};
+  const double bytes = 4 * chunk_cost(c, p, 0).params, ring = 2.0 * 15 / 16 * bytes;
+  CHECK(predict(c, p, two, m).split.dp == Approx(ring / 1e8));  // one rank's share
+  m.network_rails = 8;
+  // 1/8 of each ring's bytes cross on each of 8 NICs; 7/8 stay on NVLink
+  CHECK(predict(c, p, two, m).split.dp == Approx(ring / (8 * 1e8)));
+  m.network_rails = 4;  // fewer NICs than ranks on a node
+  CHECK(predict(c, p, two, m).split.dp == Approx(ring / (4 * 1e8)));
+  m.network_rails = 8;
+  m.nvlink = m.node = Link{2e8, 0};  // inside the node is now the slower part
+  CHECK(predict(c, p, two, m).split.dp == Approx(ring * 7 / (8 * 2e8)));
+  // inside one node the rails change nothing
+  MeshPlan q = p;
+  q.dp = 8;
+  const ClusterShape one{1, 8, 8};
+  MachineProfile single = m;
+  single.network_rails = 1;
+  CHECK(predict(c, q, one, m).split.dp == predict(c, q, one, single).split.dp);
+}

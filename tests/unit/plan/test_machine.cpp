@@ -67,6 +67,8 @@ TEST_CASE("a machine profile reads in SI units") {
   CHECK(m.network.bandwidth_Bps == Approx(50e9));
   CHECK(m.step_overhead_s == Approx(250e-6));
   CHECK(m.efficiency == 1.0);       // optional, default 1
+  CHECK(m.network_rails == 1.0);    // optional, default 1: one rank's share
+  CHECK(m.ring_overlap == 1.0);     // optional, default 1: the whole step hides
   CHECK(m.wait_core_share == 0.0);  // optional, default 0
   CHECK(parse_machine_text(
             replaced(kGood, "peak_tflops = 989", "peak_tflops = 989\nefficiency = 0.4"), "box.toml")
@@ -87,7 +89,11 @@ TEST_CASE("a written profile reads back equal") {
   m.optimizer_s_per_param = 3e-9;
   m.wait_core_share = 0.07;
   m.time_slice_efficiency = 0.96;
+  m.network_rails = 8;
+  m.ring_overlap = 0.75;
   const MachineProfile r = parse_machine_text(machine_to_toml(m), "again.toml");
+  CHECK(r.network_rails == 8);
+  CHECK(r.ring_overlap == Approx(0.75));
   CHECK(r.layer_overhead_s == Approx(m.layer_overhead_s));
   CHECK(r.optimizer_s_per_param == Approx(m.optimizer_s_per_param));
   CHECK(r.wait_core_share == Approx(0.07));
@@ -128,6 +134,8 @@ TEST_CASE("bad machine files are refused with one line naming file, line and key
         "box.toml:10: compute.efficiency: must be a number > 0");
   CHECK(refusal(replaced(kGood, "cores_per_node = 2", "cores_per_node = 1.5")) ==
         "box.toml:5: machine.cores_per_node: must be an integer >= 0");
+  CHECK(refusal(replaced(kGood, "peak_tflops = 989", "ring_overlap = 1.2")) ==
+        "box.toml:10: compute.ring_overlap: must be a number from 0 to 1");
   CHECK(
       refusal(replaced(kGood, "cores_per_node = 2", "cores_per_node = 2\nwait_core_share = 1.5")) ==
       "box.toml:6: machine.wait_core_share: must be a number from 0 to 1");
