@@ -22,6 +22,22 @@ void scatter_add_rows(const Ctx& ctx, const float* drows, int64_t d, const int64
                       int k, float* dx) {
   TRIDENT_ROUTE(scatter_add_rows, drows, d, row, T, k, dx);
 }
+void expert_counts(const Ctx& ctx, const int* expert, int64_t n, int E, int64_t* counts) {
+  TRIDENT_ROUTE(expert_counts, expert, n, E, counts);
+}
+void expert_order(const Ctx& ctx, const int* expert, int64_t n, int k, int E, const int64_t* counts,
+                  int64_t* row_of, int64_t* send_token) {
+  TRIDENT_ROUTE(expert_order, expert, n, k, E, counts, row_of, send_token);
+}
+void router_frequencies(const Ctx& ctx, const RouterDims& dims, const double* stats, int n_samples,
+                        double* f, double* inv_tokens) {
+  TRIDENT_ROUTE(router_frequencies, dims, stats, n_samples, f, inv_tokens);
+}
+void router_capacity(const Ctx& ctx, const RouterDims& dims, int ranks, int me,
+                     const int64_t* token, const float* weight, const int* chosen, int64_t capacity,
+                     int* expert, int64_t* dropped) {
+  TRIDENT_ROUTE(router_capacity, dims, ranks, me, token, weight, chosen, capacity, expert, dropped);
+}
 void router_scores(const Ctx& ctx, const RouterDims& dims, const float* logits, float* probs,
                    float* lse) {
   TRIDENT_ROUTE(router_scores, dims, logits, probs, lse);

@@ -1,7 +1,10 @@
 // MoE token kernels on the CPU: the permutation of rows before dispatch and
 // the weighted un-permute (combine), with their backward passes.
 #include <cstring>
+#include <string>
+#include <vector>
 
+#include "trident/core/error.hpp"
 #include "trident/kernels/moe_backends.hpp"
 #include "vector_math.hpp"
 
@@ -60,6 +63,32 @@ void combine_rows_backward(const Ctx&, const RowSource& rows, const float* dy, i
 void scatter_add_rows(const Ctx&, const float* drows, int64_t d, const int64_t* row, int64_t T,
                       int k, float* dx) {
   weighted_sum(RowSource(drows), d, row, nullptr, T, k, dx);
+}
+
+void expert_counts(const Ctx&, const int* expert, int64_t n, int E, int64_t* counts) {
+  std::fill(counts, counts + E, int64_t{0});
+  for (int64_t i = 0; i < n; ++i) {
+    const int e = expert[i];
+    if (e < 0) continue;
+    TRIDENT_CHECK(e < E, "expert id " + std::to_string(e) + " out of range");
+    counts[e]++;
+  }
+}
+
+void expert_order(const Ctx&, const int* expert, int64_t n, int k, int E, const int64_t* counts,
+                  int64_t* row_of, int64_t* send_token) {
+  std::vector<int64_t> next(size_t(E), 0);
+  for (int e = 1; e < E; ++e) next[size_t(e)] = next[size_t(e) - 1] + counts[e - 1];
+  for (int64_t i = 0; i < n; ++i) {
+    const int e = expert[i];
+    if (e < 0) {
+      row_of[i] = -1;
+      continue;
+    }
+    const int64_t r = next[size_t(e)]++;
+    row_of[i] = r;
+    send_token[r] = i / k;
+  }
 }
 
 }  // namespace trident::kernels::cpu

@@ -40,6 +40,43 @@ void router_load(const Ctx&, const RouterDims& dims, const int* chosen, const in
   }
 }
 
+void router_frequencies(const Ctx&, const RouterDims& dims, const double* stats, int n_samples,
+                        double* f, double* inv_tokens) {
+  const int E = dims.E;
+  const size_t stride = size_t(E) + 1;
+  for (int s = 0; s < n_samples; ++s) {
+    const double Ts = stats[size_t(s) * stride + size_t(E)];
+    inv_tokens[s] = Ts == 0 ? 0.0 : 1.0 / Ts;
+    for (int e = 0; e < E; ++e)
+      f[size_t(s) * E + e] = Ts == 0 ? 0.0 : stats[size_t(s) * stride + size_t(e)] / (Ts * dims.k);
+  }
+}
+
+void router_capacity(const Ctx&, const RouterDims& dims, int ranks, int me, const int64_t* token,
+                     const float* weight, const int* chosen, int64_t capacity, int* expert,
+                     int64_t* dropped) {
+  const int k = dims.k;
+  const int64_t n = dims.T * k, N = n * ranks;
+  std::copy(chosen + n * me, chosen + n * (me + 1), expert);
+  *dropped = 0;
+  std::vector<std::vector<int64_t>> copies(size_t(dims.E));
+  for (int64_t i = 0; i < N; ++i) copies[size_t(chosen[i])].push_back(i);
+  auto before = [&](int64_t a, int64_t b) {
+    if (weight[a] != weight[b]) return weight[a] > weight[b];
+    if (token[a / k] != token[b / k]) return token[a / k] < token[b / k];
+    return a % k < b % k;
+  };
+  for (auto& c : copies) {
+    if (int64_t(c.size()) <= capacity) continue;
+    std::sort(c.begin(), c.end(), before);
+    for (size_t m = size_t(capacity); m < c.size(); ++m) {
+      if (c[m] / n != me) continue;
+      expert[c[m] % n] = -1;
+      ++*dropped;
+    }
+  }
+}
+
 void router_losses(const Ctx&, const RouterDims& dims, const float* probs, const float* lse,
                    const RouterLossTerms& terms, double* aux_share, double* z_share) {
   double aux = 0, z = 0;

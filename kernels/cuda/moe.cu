@@ -78,6 +78,36 @@ unsigned warp_blocks(int64_t warps) {
   return unsigned((warps * 32 + plan::kThreads - 1) / plan::kThreads);
 }
 
+// counts[e] += 1 for every kept copy (integer counts: exact in any order).
+__global__ void counts_kernel(const int* expert, int64_t n, int E, unsigned long long* counts) {
+  GRID_STRIDE(i, n) {
+    const int e = expert[i];
+    if (e >= 0 && e < E) atomicAdd(counts + e, 1ull);
+  }
+}
+
+// One thread per expert walks the copies in order, so the rows of an expert
+// keep copy order (the stable counting sort the CPU runs). O(E * n) work in
+// E threads: E is small and n = T*k a few ten thousand per micro-batch.
+__global__ void order_kernel(const int* expert, int64_t n, int k, int E, const int64_t* counts,
+                             int64_t* row_of, int64_t* send_token) {
+  const int e = blockIdx.x * blockDim.x + threadIdx.x;
+  if (e > E) return;
+  if (e == E) {  // the dropped copies
+    for (int64_t i = 0; i < n; ++i)
+      if (expert[i] < 0) row_of[i] = -1;
+    return;
+  }
+  int64_t next = 0;
+  for (int g = 0; g < e; ++g) next += counts[g];
+  for (int64_t i = 0; i < n; ++i) {
+    if (expert[i] != e) continue;
+    row_of[i] = next;
+    send_token[next] = i / k;
+    ++next;
+  }
+}
+
 }  // namespace
 
 void gather_rows(const Ctx& c, const float* x, int64_t d, const int64_t* src_row, int64_t n,
@@ -107,6 +137,24 @@ void combine_rows_backward(const Ctx& c, const RowSource& rows, const float* dy,
 void scatter_add_rows(const Ctx& c, const float* drows, int64_t d, const int64_t* row, int64_t T,
                       int k, float* dx) {
   cuda::combine_rows(c, RowSource(drows), d, row, nullptr, T, k, dx);
+}
+
+void expert_counts(const Ctx& c, const int* expert, int64_t n, int E, int64_t* counts) {
+  static_assert(sizeof(unsigned long long) == sizeof(int64_t), "counts are 64-bit");
+  fill_zero(c, counts, size_t(E) * sizeof(int64_t));
+  if (n == 0) return;
+  counts_kernel<<<plan::grid_for(n), plan::kThreads, 0, stream_of(c)>>>(
+      expert, n, E, reinterpret_cast<unsigned long long*>(counts));
+  CUDA_CHECK_LAUNCH();
+}
+
+void expert_order(const Ctx& c, const int* expert, int64_t n, int k, int E, const int64_t* counts,
+                  int64_t* row_of, int64_t* send_token) {
+  if (n == 0) return;
+  const int threads = E + 1;  // one per expert, and one for the dropped copies
+  order_kernel<<<(threads + plan::kThreads - 1) / plan::kThreads, plan::kThreads, 0,
+                 stream_of(c)>>>(expert, n, k, E, counts, row_of, send_token);
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace trident::kernels::cuda

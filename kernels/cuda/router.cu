@@ -43,6 +43,44 @@ __global__ void load_kernel(RouterDims dims, const int* chosen, const int* sampl
   }
 }
 
+__global__ void frequencies_kernel(RouterDims dims, const double* stats, int n_samples, double* f,
+                                   double* inv_tokens) {
+  const int E = dims.E;
+  GRID_STRIDE(s, n_samples) {
+    const double Ts = stats[s * (E + 1) + E];
+    inv_tokens[s] = Ts == 0 ? 0.0 : 1.0 / Ts;
+    for (int e = 0; e < E; ++e)
+      f[s * E + e] = Ts == 0 ? 0.0 : stats[s * (E + 1) + e] / (Ts * dims.k);
+  }
+}
+
+// One thread per copy of rank `me`: its place among its expert's copies is
+// the number of copies of that expert that come before it in the order of
+// router.hpp (a total order, so the places are those of a sort). O(n * N)
+// comparisons, run only when capacity_factor > 0.
+__global__ void capacity_kernel(RouterDims dims, int ranks, int me, const int64_t* token,
+                                const float* weight, const int* chosen, int64_t capacity,
+                                int* expert, unsigned long long* dropped) {
+  const int k = dims.k;
+  const int64_t n = dims.T * k, N = n * ranks;
+  GRID_STRIDE(m, n) {
+    const int64_t i = n * me + m;
+    const int e = chosen[i];
+    const float w = weight[i];
+    const int64_t tok = token[i / k];
+    int64_t place = 0;
+    for (int64_t j = 0; j < N && place < capacity; ++j) {
+      if (j == i || chosen[j] != e) continue;
+      const float wj = weight[j];
+      const int64_t tj = token[j / k];
+      if (wj > w || (wj == w && (tj < tok || (tj == tok && j % k < i % k)))) ++place;
+    }
+    const bool keep = place < capacity;
+    expert[m] = keep ? e : -1;
+    if (!keep) atomicAdd(dropped, 1ull);
+  }
+}
+
 // Per token: its aux and z terms (summed afterwards in token order).
 __global__ void loss_terms_kernel(RouterDims dims, const float* probs, const float* lse,
                                   RouterLossTerms terms, double* aux, double* z) {
@@ -111,6 +149,27 @@ void router_load(const Ctx& c, const RouterDims& dims, const int* chosen, const 
   if (dims.T == 0) return;
   load_kernel<<<plan::grid_for(dims.T), plan::kThreads, 0, stream_of(c)>>>(dims, chosen, sample,
                                                                            stats);
+  CUDA_CHECK_LAUNCH();
+}
+
+void router_frequencies(const Ctx& c, const RouterDims& dims, const double* stats, int n_samples,
+                        double* f, double* inv_tokens) {
+  if (n_samples == 0) return;
+  frequencies_kernel<<<plan::grid_for(n_samples), plan::kThreads, 0, stream_of(c)>>>(
+      dims, stats, n_samples, f, inv_tokens);
+  CUDA_CHECK_LAUNCH();
+}
+
+void router_capacity(const Ctx& c, const RouterDims& dims, int ranks, int me, const int64_t* token,
+                     const float* weight, const int* chosen, int64_t capacity, int* expert,
+                     int64_t* dropped) {
+  static_assert(sizeof(unsigned long long) == sizeof(int64_t), "the count is 64-bit");
+  fill_zero(c, dropped, sizeof(int64_t));
+  const int64_t n = dims.T * dims.k;
+  if (n == 0) return;
+  capacity_kernel<<<plan::grid_for(n), plan::kThreads, 0, stream_of(c)>>>(
+      dims, ranks, me, token, weight, chosen, capacity, expert,
+      reinterpret_cast<unsigned long long*>(dropped));
   CUDA_CHECK_LAUNCH();
 }
 

@@ -293,8 +293,8 @@ class BenchMoeCommand : public Command {
     const int64_t T = tokens_, d = hidden_, S = plan.sent(), R = plan.received();
     const int k = top_k_, rank = plan.ep_rank;
     std::vector<float> local(size_t(T * d));
-    kernels::combine_rows(kernels::Ctx{}, send.data(), d, plan.row_of.data(), in.weight.data(), T,
-                          k, local.data());
+    kernels::combine_rows(kernels::Ctx{}, send.data(), d, plan.row_of.data<int64_t>(),
+                          in.weight.data(), T, k, local.data());
     int64_t wrong = 0;
     for (size_t i = 0; i < local.size(); ++i) wrong += local[i] != y[i];
     const double off_rank =
@@ -362,7 +362,8 @@ class BenchMoeCommand : public Command {
 
       // The send rows of the raw all-to-all (and of the local reference).
       send.resize(size_t(plan.sent() * d));
-      kernels::gather_rows(ctx, in.x.data(), d, plan.send_token.data(), plan.sent(), send.data());
+      kernels::gather_rows(ctx, in.x.data(), d, plan.send_token.data<int64_t>(), plan.sent(),
+                           send.data());
       if (verify) {
         wrong += count_wrong(plan, send, y, in, ep_bytes, disp.shm_growths() - growths0);
         continue;

@@ -22,10 +22,16 @@ std::string Device::str() const {
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::f32: return "f32";
-    case DType::bf16: return "bf16";
-    case DType::i32: return "i32";
-    case DType::i64: return "i64";
+    case DType::f32:
+      return "f32";
+    case DType::bf16:
+      return "bf16";
+    case DType::i32:
+      return "i32";
+    case DType::i64:
+      return "i64";
+    case DType::f64:
+      return "f64";
   }
   return "?";
 }
@@ -38,8 +44,9 @@ class CpuAllocator final : public Allocator {
     if (bytes == 0) return nullptr;
     const size_t rounded = (bytes + 63) / 64 * 64;
     void* p = std::aligned_alloc(64, rounded);
-    if (!p) throw Error("cpu allocator: out of host memory allocating " + std::to_string(bytes) +
-                        " bytes");
+    if (!p)
+      throw Error("cpu allocator: out of host memory allocating " + std::to_string(bytes) +
+                  " bytes");
     count_alloc(bytes);
     return p;
   }

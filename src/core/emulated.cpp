@@ -326,4 +326,24 @@ bool guard_lifted() {
   return a && a->lifted();
 }
 
+void host_argument(const char* op, int index, const void* p) {
+  char line[1024] = {};
+  std::snprintf(line, sizeof line,
+                "trident: emulated device: kernels::%s was given host memory at %p as its "
+                "argument %d (a device kernel cannot read it); called from ",
+                op, p, index);
+  void* frames[12];
+  const int n = backtrace(frames, 12);
+  // frames[0] is this function, frames[1] the op's routing
+  for (int i = 2, shown = 0; i < n && shown < 5; ++i, ++shown) {
+    if (shown) append(line, sizeof line, " < ");
+    describe_code(line, sizeof line, reinterpret_cast<uintptr_t>(frames[i]) - 1);
+  }
+  append(line, sizeof line, " (addr2line -Cfpe BINARY OFFSET names the code)\n");
+  line[sizeof line - 2] = '\n';
+  const ssize_t written = write(STDERR_FILENO, line, std::strlen(line));
+  (void)written;
+  _exit(kFaultExitCode);
+}
+
 }  // namespace trident::emulated

@@ -20,8 +20,7 @@ class MoEFeedForward : public FeedForward {
   MoEFeedForward(const kernels::Ctx& ctx, const Config& cfg, int layer, const StageComms& comms)
       : ctx_(ctx),
         layer_(cfg.model, layer, comms.ep, comms.cp && comms.cp->size() > 1 ? comms.cp : nullptr,
-               cfg.runtime.ep_transport, cfg.runtime.ep_shm_limit_mb * 1048576.0, ctx),
-        seq_len_(cfg.data.seq_len) {
+               cfg.runtime.ep_transport, cfg.runtime.ep_shm_limit_mb * 1048576.0, ctx) {
     for (int l = 0; l < layer; ++l) moe_index_ += cfg.model.is_moe_layer(l) ? 1 : 0;
   }
   std::vector<Param*> params() override { return layer_.params(); }
@@ -29,23 +28,13 @@ class MoEFeedForward : public FeedForward {
   void forward(const MicroBatch& mb, const Tensor& x, const Tensor& y, FfnCache& c,
                FfnStats& stats) override {
     const int64_t T = mb.tokens_total();
-    // Each token's sample, and its index in the micro-batch as one rank
-    // holds it (capacity is decided over whole sequences, whatever the cp split).
-    std::vector<int> sample_of_token(static_cast<size_t>(T));
-    std::vector<int64_t> token_index(static_cast<size_t>(T));
-    const bool placed = int64_t(mb.positions.size()) == mb.local_seq;
-    for (int64_t t = 0; t < T; ++t) {
-      const int64_t s = t / mb.local_seq, i = t % mb.local_seq;
-      sample_of_token[size_t(t)] = int(s);
-      token_index[size_t(t)] = s * seq_len_ + (placed ? mb.positions[size_t(i)] : i);
-    }
     auto state = std::make_unique<MoEState>();
     auto& cache = state->cache;
     c.moe = std::move(state);
     ep::MoEStats s;
     c.x = x;  // the layer keeps x's rows until backward (the block's cache owns them)
-    layer_.forward(x.data<float>(), T, sample_of_token, int(mb.n_samples), y.data<float>(), cache,
-                   s, token_index.data());
+    layer_.forward(x.data<float>(), T, mb.on_device.sample_of_token, int(mb.n_samples),
+                   y.data<float>(), cache, s, &mb.on_device.token_index);
     stats.aux_loss_sum = s.aux_loss_sum;
     stats.z_loss_sum = s.z_loss_sum;
     stats.moe_index = moe_index_;
@@ -78,7 +67,6 @@ class MoEFeedForward : public FeedForward {
  private:
   kernels::Ctx ctx_;
   ep::MoELayer layer_;
-  int64_t seq_len_;
   int moe_index_ = 0;
   std::vector<Param*> last_buffers_;
 };

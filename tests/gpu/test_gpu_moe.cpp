@@ -192,6 +192,14 @@ void check_router(cuda::StreamContext& dc, RouterScore score, bool norm_topk, bo
     inv[sz(s)] = tokens > 0 ? 1.0 / tokens : 0.0;
     for (int e = 0; e < E; ++e) f[sz(s * E + e)] = stats[sz(s * (E + 1) + e)] * inv[sz(s)] / k;
   }
+  {
+    std::vector<double> rf(f.size()), rinv(inv.size());
+    ref::router_frequencies(kHost, dims, stats.data(), n_samples, rf.data(), rinv.data());
+    Buf<double> gfreq(dc, f.size()), ginvt(dc, inv.size());
+    cuda::router_frequencies(dc.ctx(), dims, gstats, n_samples, gfreq, ginvt);
+    expect(gfreq.host() == rf && ginvt.host() == rinv,
+           "router frequencies equal the CPU's bit for bit (" + tag + ")");
+  }
   Buf<double> gf(dc, f), ginv(dc, inv), gshares(dc, 2);
   trident::kernels::RouterLossTerms terms{sample.data(), f.data(), inv.data(), 0.01, 0.001};
   trident::kernels::RouterLossTerms gterms{gsample.get(), gf.get(), ginv.get(), 0.01, 0.001};
@@ -222,6 +230,59 @@ void check_router(cuda::StreamContext& dc, RouterScore score, bool norm_topk, bo
 }
 
 }  // namespace
+
+GPU_TEST("dispatch plan index data and capacity drops on the device") {
+  // 3 ranks' copies of 50 tokens, top-2 of 8 experts, weights with ties.
+  const int E = 8, k = 2, ranks = 3;
+  const int64_t T = 50, n = T * k, N = n * ranks;
+  std::vector<int> chosen(sz(N));
+  std::vector<float> weight(sz(N));
+  std::vector<int64_t> token(sz(T * ranks));
+  const auto w = randn(sz(N), "capacity weights");
+  for (int64_t i = 0; i < N; ++i) {
+    chosen[sz(i)] = int((i * 37 + i / 7) % E);
+    if (i % k == 1 && chosen[sz(i)] == chosen[sz(i - 1)]) chosen[sz(i)] = (chosen[sz(i)] + 1) % E;
+    weight[sz(i)] = i % 9 == 0 ? 0.25f : w[sz(i)];  // ties on the weight
+  }
+  for (int64_t t = 0; t < T * ranks; ++t) token[sz(t)] = (t * 13) % (T * ranks);
+  Buf<int> gchosen(dc, chosen);
+  Buf<float> gweight(dc, weight);
+  Buf<int64_t> gtoken(dc, token);
+  RouterDims dims;
+  dims.T = T;
+  dims.E = E;
+  dims.k = k;
+  for (int me = 0; me < ranks; ++me)
+    for (int64_t capacity : {int64_t(3), int64_t(20), int64_t(1000)}) {
+      std::vector<int> expert(sz(n));
+      int64_t dropped = 0;
+      ref::router_capacity(kHost, dims, ranks, me, token.data(), weight.data(), chosen.data(),
+                           capacity, expert.data(), &dropped);
+      Buf<int> gexpert(dc, sz(n));
+      Buf<int64_t> gdropped(dc, 1);
+      cuda::router_capacity(dc.ctx(), dims, ranks, me, gtoken, gweight, gchosen, capacity, gexpert,
+                            gdropped);
+      expect(gexpert.host() == expert && gdropped.host()[0] == dropped,
+             "capacity drops equal the CPU's (rank " + std::to_string(me) + ", capacity " +
+                 std::to_string(capacity) + ")");
+
+      std::vector<int64_t> counts(sz(E));
+      ref::expert_counts(kHost, expert.data(), n, E, counts.data());
+      Buf<int64_t> gcounts(dc, sz(E));
+      cuda::expert_counts(dc.ctx(), gexpert, n, E, gcounts);
+      expect(gcounts.host() == counts, "expert counts equal the CPU's");
+      const int64_t S = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+      std::vector<int64_t> row_of(sz(n)), send_token(sz(S));
+      ref::expert_order(kHost, expert.data(), n, k, E, counts.data(), row_of.data(),
+                        send_token.data());
+      Buf<int64_t> grow(dc, sz(n)), gsend(dc, sz(std::max<int64_t>(S, 1)));
+      cuda::expert_order(dc.ctx(), gexpert, n, k, E, gcounts, grow, gsend);
+      auto sent = gsend.host();
+      sent.resize(sz(S));
+      expect(grow.host() == row_of && sent == send_token,
+             "expert-major order (rows and send tokens) equals the CPU's");
+    }
+}
 
 GPU_TEST("router: scores, top-k, weights, loads, losses and backward") {
   check_router(dc, RouterScore::softmax, true, false);

@@ -32,17 +32,23 @@ struct Device {
   std::string str() const;  // "cpu" | "cuda:N" | "emulated:0"
 };
 
-enum class DType : uint8_t { f32, bf16, i32, i64 };
+enum class DType : uint8_t { f32, bf16, i32, i64, f64 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
-    case DType::f32: return 4;
-    case DType::bf16: return 2;
-    case DType::i32: return 4;
-    case DType::i64: return 8;
+    case DType::f32:
+      return 4;
+    case DType::bf16:
+      return 2;
+    case DType::i32:
+      return 4;
+    case DType::i64:
+      return 8;
+    case DType::f64:
+      return 8;
   }
   return 0;
 }
-const char* dtype_name(DType t);  // "f32" | "bf16" | "i32" | "i64"
+const char* dtype_name(DType t);  // "f32" | "bf16" | "i32" | "i64" | "f64"
 
 }  // namespace trident

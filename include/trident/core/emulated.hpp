@@ -55,4 +55,10 @@ class Guard {
 // Whether a Guard is alive (device memory is accessible now).
 bool guard_lifted();
 
+// The emulated device's illegal-address fault for the other direction: an
+// op on the device given a host pointer (which a GPU kernel could not read)
+// prints one line naming the op, the argument and its caller, and ends the
+// process with kFaultExitCode. Called by the kernels' routing.
+[[noreturn]] void host_argument(const char* op, int index, const void* p);
+
 }  // namespace trident::emulated

@@ -46,13 +46,25 @@ class Storage {
 template <class T>
 constexpr DType dtype_of();
 template <>
-constexpr DType dtype_of<float>() { return DType::f32; }
+constexpr DType dtype_of<float>() {
+  return DType::f32;
+}
 template <>
-constexpr DType dtype_of<uint16_t>() { return DType::bf16; }  // bf16 bits
+constexpr DType dtype_of<uint16_t>() {
+  return DType::bf16;
+}  // bf16 bits
 template <>
-constexpr DType dtype_of<int32_t>() { return DType::i32; }
+constexpr DType dtype_of<int32_t>() {
+  return DType::i32;
+}
 template <>
-constexpr DType dtype_of<int64_t>() { return DType::i64; }
+constexpr DType dtype_of<int64_t>() {
+  return DType::i64;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::f64;
+}
 
 class Tensor {
  public:

@@ -57,6 +57,18 @@ void combine_rows_backward(const Ctx& ctx, const RowSource& rows, const float* d
                            const int64_t* row, const float* weight, int64_t T, int k, float* drows,
                            float* dweight);
 
+// The dispatch plan's index data, from the routed experts expert [n] of the
+// n = T*k copies (-1: dropped). counts [E] (i64), overwritten: the copies
+// per expert; the one small copy a plan brings to the host, to size the
+// messages. Ids outside [-1, E) are an error on the host backends.
+void expert_counts(const Ctx& ctx, const int* expert, int64_t n, int E, int64_t* counts);
+// The stable expert-major order of the copies, from counts [E]: expert e's
+// rows start after the rows of experts < e, in copy order within one.
+// row_of [n]: each copy's row (-1 dropped); send_token [sum counts]: each
+// row's token (copy / k).
+void expert_order(const Ctx& ctx, const int* expert, int64_t n, int k, int E, const int64_t* counts,
+                  int64_t* row_of, int64_t* send_token);
+
 // Backward of the permute (scatter-add over the k copies): dx[t] = sum
 // over slots j of drows[row[t*k + j]], slots in order; dx is overwritten.
 void scatter_add_rows(const Ctx& ctx, const float* drows, int64_t d, const int64_t* row, int64_t T,

@@ -67,6 +67,24 @@ struct RouterLossTerms {
 void router_losses(const Ctx& ctx, const RouterDims& dims, const float* probs, const float* lse,
                    const RouterLossTerms& terms, double* aux_share, double* z_share);
 
+// f [n_samples, E] and inv_tokens [n_samples] (RouterLossTerms) from the
+// per-sample statistics stats [n_samples, E + 1] of router_load (summed over
+// the ranks that share the samples): f = copies / (T_s k), inv = 1 / T_s,
+// both 0 for an empty sample.
+void router_frequencies(const Ctx& ctx, const RouterDims& dims, const double* stats, int n_samples,
+                        double* f, double* inv_tokens);
+
+// Capacity drops over the copies of a group of `ranks` ranks that route
+// dims.T tokens each (rank r's part at r * T tokens, r * T * k copies):
+// token [ranks * T] each token's index in the micro-batch the group shares,
+// weight and chosen [ranks * T * k]. Each expert keeps the `capacity` copies
+// that come first by (weight descending, token ascending, slot ascending),
+// a total order. expert [T * k], overwritten: rank `me`'s chosen experts,
+// -1 where the copy is dropped; dropped [1] (i64): how many of them.
+void router_capacity(const Ctx& ctx, const RouterDims& dims, int ranks, int me,
+                     const int64_t* token, const float* weight, const int* chosen, int64_t capacity,
+                     int* expert, int64_t* dropped);
+
 // The forward's values the backward reads.
 struct RouterSaved {
   const float* logits = nullptr;  // [T, E]

@@ -53,6 +53,8 @@ struct MicroBatch {
   struct OnDevice {
     Tensor tokens, targets;  // i32 [n_samples * local_seq]
     Tensor positions;        // i64 [local_seq]
+    Tensor sample_of_token;  // i32 [n_samples * local_seq]: each token's sample
+    Tensor token_index;      // i64 [n_samples * local_seq]: sample * seq_len + global position
   } on_device;
   int64_t tokens_total() const { return n_samples * local_seq; }
 };

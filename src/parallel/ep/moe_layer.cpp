@@ -130,27 +130,39 @@ void MoELayer::run_experts_forward(Cache& c, float* out) {
   }
 }
 
-void MoELayer::forward(const float* x, int64_t T, const std::vector<int>& sample_of_token,
-                       int n_samples, float* y, Cache& c, MoEStats& stats,
-                       const int64_t* token_index) {
+void MoELayer::forward(const float* x, int64_t T, const Tensor& sample_of_token, int n_samples,
+                       float* y, Cache& c, MoEStats& stats, const Tensor* token_index) {
   c.n_samples = n_samples;
   c.x = x;
   Tensor logits = kernels::empty(ctx_, {T, E_});
   kernels::linear_forward(ctx_, x, router_w_.value.ptr(), T, d_, E_, logits.ptr());
-  router_.route(ctx_, logits.ptr(), T, sample_of_token, n_samples, cp_, c.routing, token_index);
+  router_.route(ctx_, logits, sample_of_token, n_samples, cp_, c.routing, token_index);
 
-  c.plan = dispatcher_.plan(c.routing.expert.data(), T, k_);
+  c.plan = dispatcher_.plan(c.routing.expert, T, k_);
   const int64_t R = c.plan.received();
   c.rows = dispatcher_.dispatch_forward(c.plan, x, d_);
   c.gate = kernels::empty(ctx_, {R, f_});
   c.up = kernels::empty(ctx_, {R, f_});
   run_experts_forward(c, c.rows->out());
-  dispatcher_.combine_forward(c.plan, *c.rows, c.routing.weight.data(), y, d_);
+  dispatcher_.combine_forward(c.plan, *c.rows, c.routing.weight.data<float>(), y, d_);
 
   stats.aux_loss_sum = c.routing.aux_share;
   stats.z_loss_sum = c.routing.z_share;
   stats.tokens_per_expert = c.plan.tokens_per_expert;
   stats.dropped = c.routing.dropped;
+}
+
+void MoELayer::forward(const float* x, int64_t T, const std::vector<int>& sample_of_token,
+                       int n_samples, float* y, Cache& c, MoEStats& stats,
+                       const int64_t* token_index) {
+  TRIDENT_CHECK(static_cast<int64_t>(sample_of_token.size()) == T,
+                "MoELayer: sample_of_token needs one entry per token");
+  for (int s : sample_of_token)
+    TRIDENT_CHECK(s >= 0 && s < n_samples, "MoELayer: sample id out of range");
+  const Tensor s = kernels::from_host(ctx_, sample_of_token.data(), {T}, DType::i32);
+  Tensor ti;
+  if (token_index) ti = kernels::from_host(ctx_, token_index, {T}, DType::i64);
+  forward(x, T, s, n_samples, y, c, stats, token_index ? &ti : nullptr);
 }
 
 // Each expert's rows are one block; the SwiGLU runs per source chunk of it,
@@ -175,8 +187,8 @@ void MoELayer::backward(const float* dy, float* dx, Cache& c, float daux_scale) 
   // Backward of the combine: w * dy to each copy's row, dy . row to its weight.
   Tensor drows = kernels::empty(ctx_, {S, d_});
   Tensor dweight = kernels::empty(ctx_, {T, k_});
-  dispatcher_.combine_backward(p, *c.rows, dy, c.routing.weight.data(), drows.ptr(), dweight.ptr(),
-                               d_);
+  dispatcher_.combine_backward(p, *c.rows, dy, c.routing.weight.data<float>(), drows.ptr(),
+                               dweight.ptr(), d_);
   Tensor dout = kernels::empty(ctx_, {R, d_});
   dispatcher_.dispatch_rows(p, drows.ptr(), dout.ptr(), d_);
   Tensor din = kernels::empty(ctx_, {R, d_});

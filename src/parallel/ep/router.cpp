@@ -34,100 +34,123 @@ kernels::RouterDims Router::dims(int64_t T) const {
   return d;
 }
 
+const float* Router::device_bias(const kernels::Ctx& ctx) const {
+  if (bias_stale_ || bias_device_.empty() || bias_device_.device() != ctx.device) {
+    bias_device_ = kernels::from_host(ctx, bias_.data(), {o_.n_experts}, DType::f32);
+    bias_stale_ = false;
+  }
+  return bias_device_.data<float>();
+}
+
+void Router::route(const kernels::Ctx& ctx, const Tensor& logits, const Tensor& sample_of_token,
+                   int n_samples, Communicator* cp, Routing& r, const Tensor* token_index) const {
+  const int E = o_.n_experts, k = o_.top_k;
+  const bool sig = o_.scoring == RouterScoring::sigmoid_bias;
+  const int64_t T = logits.numel() / E;
+  TRIDENT_CHECK(logits.numel() == T * E && logits.dtype() == DType::f32,
+                "router: logits must be f32 [T, " + std::to_string(E) + "]");
+  TRIDENT_CHECK(
+      sample_of_token.numel() == T && sample_of_token.dtype() == DType::i32,
+      "router: sample_of_token must be i32 with one entry per token (" + std::to_string(T) + ")");
+  TRIDENT_CHECK(!token_index || (token_index->numel() == T && token_index->dtype() == DType::i64),
+                "router: token_index must be i64 with one entry per token");
+  if (ctx.device.is_cpu())  // elsewhere the ids are device memory, made by trident itself
+    for (int64_t t = 0; t < T; ++t) {
+      const int s = sample_of_token.data<int32_t>()[t];
+      TRIDENT_CHECK(s >= 0 && s < n_samples, "router: sample id out of range");
+    }
+  const kernels::RouterDims dm = dims(T);
+  r.T = T;
+  r.logits = kernels::clone(ctx, logits);  // kept for the backward; never visits the host
+  r.probs = kernels::empty(ctx, {T, E});
+  r.lse = kernels::empty(ctx, {T});
+  r.sample = sample_of_token;
+  kernels::router_scores(ctx, dm, logits.data<float>(), r.probs.data<float>(), r.lse.data<float>());
+  r.chosen = kernels::empty(ctx, {T * k}, DType::i32);
+  r.weight = kernels::empty(ctx, {T * k});
+  kernels::router_topk(ctx, dm, r.probs.data<float>(), sig ? device_bias(ctx) : nullptr,
+                       r.chosen.data<int32_t>(), r.weight.data<float>());
+
+  // Per-sample statistics, summed over the CP ranks that share the samples.
+  Tensor stats = kernels::empty(ctx, {int64_t(n_samples) * (E + 1)}, DType::f64);
+  kernels::router_load(ctx, dm, r.chosen.data<int32_t>(), sample_of_token.data<int32_t>(),
+                       n_samples, stats.data<double>());
+  if (cp && cp->size() > 1) cp->allreduce_sum(stats.data<double>(), size_t(stats.numel()));
+  r.f = kernels::empty(ctx, {int64_t(n_samples) * E}, DType::f64);
+  r.inv_tokens = kernels::empty(ctx, {int64_t(n_samples)}, DType::f64);
+  kernels::router_frequencies(ctx, dm, stats.data<double>(), n_samples, r.f.data<double>(),
+                              r.inv_tokens.data<double>());
+  kernels::RouterLossTerms terms{sample_of_token.data<int32_t>(), r.f.data<double>(),
+                                 r.inv_tokens.data<double>(), o_.aux_loss_coef, o_.z_loss_coef};
+  // The two loss shares come back to the host in one small copy.
+  Tensor shares = kernels::empty(ctx, {2}, DType::f64);
+  kernels::router_losses(ctx, dm, r.probs.data<float>(), r.lse.data<float>(), terms,
+                         shares.data<double>(), shares.data<double>() + 1);
+  const Tensor host = kernels::to_host(ctx, shares);
+  r.aux_share = host.data<double>()[0];
+  r.z_share = host.data<double>()[1];
+  apply_capacity(ctx, r, cp, token_index);
+}
+
 void Router::route(const kernels::Ctx& ctx, const float* logits, int64_t T,
                    const std::vector<int>& sample_of_token, int n_samples, Communicator* cp,
                    Routing& r, const int64_t* token_index) const {
-  const int E = o_.n_experts, k = o_.top_k;
-  const bool sig = o_.scoring == RouterScoring::sigmoid_bias;
   TRIDENT_CHECK(static_cast<int64_t>(sample_of_token.size()) == T,
                 "router: sample_of_token has " + std::to_string(sample_of_token.size()) +
                     " entries for " + std::to_string(T) + " tokens");
   for (int s : sample_of_token)
     TRIDENT_CHECK(s >= 0 && s < n_samples, "router: sample id out of range");
-  const kernels::RouterDims dm = dims(T);
-  r.T = T;
-  r.logits = kernels::empty(ctx, {T, E});  // a device copy: the logits never visit the host
-  kernels::copy(ctx, r.logits.data<float>(), logits, T * E);
-  r.probs.assign(static_cast<size_t>(T * E), 0.0f);
-  r.lse.assign(static_cast<size_t>(T), 0.0f);
-  r.sample = sample_of_token;
-  kernels::router_scores(ctx, dm, logits, r.probs.data(), r.lse.data());
-  r.chosen.assign(static_cast<size_t>(T * k), 0);
-  r.weight.assign(static_cast<size_t>(T * k), 0.0f);
-  kernels::router_topk(ctx, dm, r.probs.data(), sig ? bias_.data() : nullptr, r.chosen.data(),
-                       r.weight.data());
-
-  // Per-sample statistics, summed over the CP ranks that share the samples.
-  const size_t stride = static_cast<size_t>(E + 1);
-  std::vector<double> stats(static_cast<size_t>(n_samples) * stride, 0.0);
-  kernels::router_load(ctx, dm, r.chosen.data(), sample_of_token.data(), n_samples, stats.data());
-  if (cp && cp->size() > 1) cp->allreduce_sum(stats.data(), stats.size());
-  r.f.assign(static_cast<size_t>(n_samples) * E, 0.0);
-  r.inv_tokens.assign(static_cast<size_t>(n_samples), 0.0);
-  for (int s = 0; s < n_samples; ++s) {
-    const double Ts = stats[s * stride + E];
-    if (Ts == 0) continue;
-    r.inv_tokens[s] = 1.0 / Ts;
-    for (int e = 0; e < E; ++e) r.f[s * E + e] = stats[s * stride + e] / (Ts * k);
-  }
-  kernels::RouterLossTerms terms{sample_of_token.data(), r.f.data(), r.inv_tokens.data(),
-                                 o_.aux_loss_coef, o_.z_loss_coef};
-  kernels::router_losses(ctx, dm, r.probs.data(), r.lse.data(), terms, &r.aux_share, &r.z_share);
-  apply_capacity(r, cp, token_index);
+  const Tensor l = kernels::from_host(ctx, logits, {T, o_.n_experts}, DType::f32);
+  const Tensor s = kernels::from_host(ctx, sample_of_token.data(), {T}, DType::i32);
+  Tensor ti;
+  if (token_index) ti = kernels::from_host(ctx, token_index, {T}, DType::i64);
+  route(ctx, l, s, n_samples, cp, r, token_index ? &ti : nullptr);
 }
 
-void Router::apply_capacity(Routing& r, Communicator* cp, const int64_t* token_index) const {
+void Router::apply_capacity(const kernels::Ctx& ctx, Routing& r, Communicator* cp,
+                            const Tensor* token_index) const {
   const int E = o_.n_experts, k = o_.top_k;
-  const int64_t n = r.T * k;
+  const int64_t T = r.T, n = T * k;
   r.expert = r.chosen;
   r.dropped = 0;
   r.capacity = 0;
   if (o_.capacity_factor <= 0) return;
   // Every copy of the micro-batch, from every rank of the group (in rank
   // order), so that each rank takes the decisions one rank would take.
-  struct Copy {
-    int64_t token;
-    float weight;
-    int expert;
-  };
-  static_assert(sizeof(Copy) == 16, "Copy travels as bytes");
   const bool split = cp && cp->size() > 1;
   const int ranks = split ? cp->size() : 1, me = split ? cp->rank() : 0;
-  std::vector<Copy> all(static_cast<size_t>(n * ranks));
-  Copy* mine = all.data() + n * me;
-  for (int64_t i = 0; i < n; ++i)
-    mine[i] = {token_index ? token_index[i / k] : i / k, r.weight[i], r.chosen[i]};
+  Tensor own_token;
+  if (token_index) {
+    own_token = *token_index;
+  } else {
+    std::vector<int64_t> t(static_cast<size_t>(T));
+    for (int64_t i = 0; i < T; ++i) t[size_t(i)] = i;
+    own_token = kernels::from_host(ctx, t.data(), {T}, DType::i64);
+  }
+  Tensor token = own_token, weight = r.weight, chosen = r.chosen;
   if (split) {
-    std::vector<Copy> own(mine, mine + n);
-    cp->allgather(own.data(), all.data(), sizeof(Copy) * size_t(n));
+    token = kernels::empty(ctx, {T * ranks}, DType::i64);
+    weight = kernels::empty(ctx, {n * ranks});
+    chosen = kernels::empty(ctx, {n * ranks}, DType::i32);
+    cp->allgather(own_token.data<int64_t>(), token.data<int64_t>(), sizeof(int64_t) * size_t(T));
+    cp->allgather(r.weight.data<float>(), weight.data<float>(), sizeof(float) * size_t(n));
+    cp->allgather(r.chosen.data<int32_t>(), chosen.data<int32_t>(), sizeof(int32_t) * size_t(n));
   }
-  r.capacity = static_cast<int64_t>(std::ceil(o_.capacity_factor * double(r.T * ranks) * k / E));
-  std::vector<std::vector<int64_t>> copies(E);
-  for (int64_t i = 0; i < n * ranks; ++i) copies[all[i].expert].push_back(i);
-  // Highest weight first; ties: lower token, then lower slot.
-  auto before = [&](int64_t a, int64_t b) {
-    const Copy &x = all[a], &y = all[b];
-    if (x.weight != y.weight) return x.weight > y.weight;
-    if (x.token != y.token) return x.token < y.token;
-    return a % k < b % k;
-  };
-  for (auto& c : copies) {
-    if (static_cast<int64_t>(c.size()) <= r.capacity) continue;
-    std::sort(c.begin(), c.end(), before);
-    for (size_t m = static_cast<size_t>(r.capacity); m < c.size(); ++m) {
-      if (c[m] / n != me) continue;
-      r.expert[c[m] % n] = -1;
-      ++r.dropped;
-    }
-  }
+  r.capacity = static_cast<int64_t>(std::ceil(o_.capacity_factor * double(T * ranks) * k / E));
+  r.expert = kernels::empty(ctx, {n}, DType::i32);
+  Tensor dropped = kernels::empty(ctx, {1}, DType::i64);
+  kernels::router_capacity(ctx, dims(T), ranks, me, token.data<int64_t>(), weight.data<float>(),
+                           chosen.data<int32_t>(), r.capacity, r.expert.data<int32_t>(),
+                           dropped.data<int64_t>());
+  r.dropped = kernels::to_host(ctx, dropped).data<int64_t>()[0];
 }
 
 void Router::backward(const kernels::Ctx& ctx, const Routing& r, const float* dweight,
                       float daux_scale, float* dlogits) const {
-  kernels::RouterSaved saved{r.logits.data<float>(), r.probs.data(), r.lse.data(), r.chosen.data(),
-                             r.weight.data()};
-  kernels::RouterLossTerms terms{r.sample.data(), r.f.data(), r.inv_tokens.data(), o_.aux_loss_coef,
-                                 o_.z_loss_coef};
+  kernels::RouterSaved saved{r.logits.data<float>(), r.probs.data<float>(), r.lse.data<float>(),
+                             r.chosen.data<int32_t>(), r.weight.data<float>()};
+  kernels::RouterLossTerms terms{r.sample.data<int32_t>(), r.f.data<double>(),
+                                 r.inv_tokens.data<double>(), o_.aux_loss_coef, o_.z_loss_coef};
   kernels::router_backward(ctx, dims(r.T), saved, terms, dweight, daux_scale, dlogits);
 }
 
@@ -142,6 +165,7 @@ void Router::update_bias(const std::vector<int64_t>& load) {
     const float sign = diff > 0 ? 1.0f : (diff < 0 ? -1.0f : 0.0f);
     bias_[e] += static_cast<float>(o_.bias_rate) * sign;
   }
+  bias_stale_ = true;
 }
 
 }  // namespace trident::ep

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "trident/core/error.hpp"
+#include "trident/kernels/tensor_ops.hpp"
 #include "trident/parallel/ep/transport.hpp"
 
 namespace trident::ep {
@@ -54,30 +55,24 @@ TokenDispatcher::~TokenDispatcher() = default;
 
 namespace {
 
-// Send side: counting sort of the copies by expert, stable in (t, j), so
-// that the rows are deterministic.
-void plan_send(DispatchPlan& p, const int* expert) {
+// Send side: the stable counting sort of the copies by expert (kernels
+// expert_counts and expert_order); the counts come to the host to size the
+// transfers.
+void plan_send(DispatchPlan& p, const kernels::Ctx& ctx, const Tensor& expert) {
   const int E = p.n_experts, L = p.local_experts, k = p.k;
-  const int64_t T = p.T;
-  p.tokens_per_expert.assign(E, 0);
-  for (int64_t i = 0; i < T * k; ++i) {
-    const int e = expert[i];
-    if (e < 0) continue;
-    TRIDENT_CHECK(e < E, "expert id " + std::to_string(e) + " out of range");
-    p.tokens_per_expert[e]++;
-  }
+  const int64_t n = p.T * k;
+  TRIDENT_CHECK(expert.numel() == n && expert.dtype() == DType::i32,
+                "dispatch plan: expert must be i32 [T*k]");
+  Tensor counts = kernels::empty(ctx, {E}, DType::i64);
+  kernels::expert_counts(ctx, expert.data<int32_t>(), n, E, counts.data<int64_t>());
+  const Tensor host = kernels::to_host(ctx, counts);
+  p.tokens_per_expert.assign(host.data<int64_t>(), host.data<int64_t>() + E);
   p.expert_first.assign(size_t(E) + 1, 0);
   for (int e = 0; e < E; ++e) p.expert_first[e + 1] = p.expert_first[e] + p.tokens_per_expert[e];
-  std::vector<int64_t> next(p.expert_first.begin(), p.expert_first.end() - 1);
-  p.row_of.assign(static_cast<size_t>(T * k), -1);
-  p.send_token.assign(static_cast<size_t>(p.expert_first[E]), 0);
-  for (int64_t i = 0; i < T * k; ++i) {
-    const int e = expert[i];
-    if (e < 0) continue;
-    const int64_t r = next[e]++;
-    p.row_of[i] = r;
-    p.send_token[r] = i / k;
-  }
+  p.row_of = kernels::empty(ctx, {n}, DType::i64);
+  p.send_token = kernels::empty(ctx, {p.expert_first[E]}, DType::i64);
+  kernels::expert_order(ctx, expert.data<int32_t>(), n, k, E, counts.data<int64_t>(),
+                        p.row_of.data<int64_t>(), p.send_token.data<int64_t>());
   p.send_rows.assign(p.ep_size, 0);
   p.send_displ.assign(p.ep_size, 0);
   for (int e = 0; e < E; ++e) p.send_rows[e / L] += p.tokens_per_expert[e];
@@ -117,7 +112,7 @@ void plan_receive(DispatchPlan& p) {
 
 }  // namespace
 
-DispatchPlan TokenDispatcher::plan(const int* expert, int64_t T, int k) {
+DispatchPlan TokenDispatcher::plan(const Tensor& expert, int64_t T, int k) {
   const double t0 = stamp(sink_);
   DispatchPlan p;
   p.T = T;
@@ -126,7 +121,7 @@ DispatchPlan TokenDispatcher::plan(const int* expert, int64_t T, int k) {
   p.ep_size = ep_size_;
   p.ep_rank = ep_rank_;
   p.local_experts = n_experts_ / ep_size_;
-  plan_send(p, expert);
+  plan_send(p, ctx_, expert);
   // Count exchange: every rank learns every rank's counts, which places
   // each source's rows on each expert rank without another message.
   const double t1 = stamp(sink_);
@@ -148,8 +143,12 @@ DispatchPlan TokenDispatcher::plan(const int* expert, int64_t T, int k) {
   return p;
 }
 
+DispatchPlan TokenDispatcher::plan(const int* expert, int64_t T, int k) {
+  return plan(kernels::from_host(ctx_, expert, {T * k}, DType::i32), T, k);
+}
+
 void TokenDispatcher::dispatch(const DispatchPlan& p, const float* x, float* expert_in, int64_t d) {
-  transport_->dispatch(p, SendRows{x, p.send_token.data()}, expert_in, d);
+  transport_->dispatch(p, SendRows{x, p.send_token.data<int64_t>()}, expert_in, d);
 }
 
 void TokenDispatcher::dispatch_rows(const DispatchPlan& p, const float* rows, float* expert_in,
@@ -161,7 +160,7 @@ void TokenDispatcher::combine(const DispatchPlan& p, const float* expert_side, c
                               float* y, int64_t d, KeptRows* keep) {
   const kernels::RowSource rows = transport_->gather_back(p, expert_side, d, keep);
   const double t0 = stamp(sink_);
-  kernels::combine_rows(ctx_, rows, d, p.row_of.data(), weight, p.T, p.k, y);
+  kernels::combine_rows(ctx_, rows, d, p.row_of.data<int64_t>(), weight, p.T, p.k, y);
   if (sink_) sink_->span(prof::Span{"ep.combine", -1, -1, -1, t0, now_s()});
 }
 
@@ -169,8 +168,8 @@ void TokenDispatcher::combine_backward(const DispatchPlan& p, const float* exper
                                        const float* dy, const float* weight, float* drows,
                                        float* dweight, int64_t d, KeptRows* keep) {
   const kernels::RowSource rows = transport_->gather_back(p, expert_side, d, keep);
-  kernels::combine_rows_backward(ctx_, rows, dy, d, p.row_of.data(), weight, p.T, p.k, drows,
-                                 dweight);
+  kernels::combine_rows_backward(ctx_, rows, dy, d, p.row_of.data<int64_t>(), weight, p.T, p.k,
+                                 drows, dweight);
 }
 
 std::unique_ptr<ForwardRows> TokenDispatcher::dispatch_forward(const DispatchPlan& p,
@@ -182,15 +181,15 @@ void TokenDispatcher::combine_forward(const DispatchPlan& p, ForwardRows& rows, 
                                       float* y, int64_t d) {
   transport_->return_forward(p, rows, d);
   const double t0 = stamp(sink_);
-  kernels::combine_rows(ctx_, rows.returned(), d, p.row_of.data(), weight, p.T, p.k, y);
+  kernels::combine_rows(ctx_, rows.returned(), d, p.row_of.data<int64_t>(), weight, p.T, p.k, y);
   if (sink_) sink_->span(prof::Span{"ep.combine", -1, -1, -1, t0, now_s()});
 }
 
 void TokenDispatcher::combine_backward(const DispatchPlan& p, const ForwardRows& rows,
                                        const float* dy, const float* weight, float* drows,
                                        float* dweight, int64_t d) {
-  kernels::combine_rows_backward(ctx_, rows.returned(), dy, d, p.row_of.data(), weight, p.T, p.k,
-                                 drows, dweight);
+  kernels::combine_rows_backward(ctx_, rows.returned(), dy, d, p.row_of.data<int64_t>(), weight,
+                                 p.T, p.k, drows, dweight);
 }
 
 void TokenDispatcher::set_profiler(prof::Sink* sink) {

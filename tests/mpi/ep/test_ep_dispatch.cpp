@@ -73,18 +73,19 @@ TEST_CASE("identity experts round-trip tokens exactly; bytes equal the routed co
       CHECK(dx == dy);  // k copies of dy/k gathered back
       CHECK(plan.sent() == T * k);
       if (W > 1)
-        CHECK(times.counter("ep.bytes") == double(plan.sent() + plan.received()) * d * sizeof(float));
+        CHECK(times.counter("ep.bytes") ==
+              double(plan.sent() + plan.received()) * d * sizeof(float));
       // The ep counters see what leaves the rank: forward and backward, both
-    // directions, plus the count exchange (E counts); the same whichever
-    // transport moved the rows, but for one int each time the shm blocks grow.
-    const double row_bytes = double(d) * sizeof(float);
-    const double sent_off = double(plan.sent() - plan.send_rows[rank]) * row_bytes;
-    const double recv_off = double(plan.received() - plan.recv_rows[rank]) * row_bytes;
-    const double expected =
-        W == 1 ? 0.0
-               : 2 * (sent_off + recv_off) + E * sizeof(int64_t) + disp.shm_growths() * sizeof(int);
-    if (std::string(tr) == "shm" && W > 1) CHECK(disp.shm_growths() == 1);
-    CHECK(moved_by_rank.bytes_sent[int(CommKind::ep)] == expected);
+      // directions, plus the count exchange (E counts); the same whichever
+      // transport moved the rows, but for one int each time the shm blocks grow.
+      const double row_bytes = double(d) * sizeof(float);
+      const double sent_off = double(plan.sent() - plan.send_rows[rank]) * row_bytes;
+      const double recv_off = double(plan.received() - plan.recv_rows[rank]) * row_bytes;
+      const double expected = W == 1 ? 0.0
+                                     : 2 * (sent_off + recv_off) + E * sizeof(int64_t) +
+                                           disp.shm_growths() * sizeof(int);
+      if (std::string(tr) == "shm" && W > 1) CHECK(disp.shm_growths() == 1);
+      CHECK(moved_by_rank.bytes_sent[int(CommKind::ep)] == expected);
       int64_t moved[2] = {plan.sent(), plan.received()};
       mesh.world->allreduce_sum(moved, 2);
       CHECK(moved[0] == moved[1]);
@@ -147,7 +148,8 @@ TEST_CASE("forwards in flight keep their rows until released, slots are reused",
         for (int j = 0; j < k; ++j)
           expert[t * k + j] =
               int((rng::below(rng::hash_name("slots"), uint64_t(i * 7919 + rank * 131 + t), E) +
-                   uint64_t(j) * (E / k)) % E);
+                   uint64_t(j) * (E / k)) %
+                  E);
       f.x = randn("slots_x", T * d, 1.0f, (uint64_t(rank) << 24) + uint64_t(i) * 1000);
       f.plan = disp.plan(expert.data(), T, k);
       f.rows = disp.dispatch_forward(f.plan, f.x.data(), d);
@@ -169,7 +171,8 @@ TEST_CASE("forwards in flight keep their rows until released, slots are reused",
       for (int64_t t = 0; t < f.plan.T; ++t)
         for (int j = 0; j < k; ++j)
           for (int c = 0; c < d; ++c)
-            bad += rows.row(f.plan.row_of[t * k + j], d)[c] != 2.0f * f.x[t * d + c];
+            bad +=
+                rows.row(f.plan.row_of.data<int64_t>()[t * k + j], d)[c] != 2.0f * f.x[t * d + c];
       CHECK(bad == 0);
     };
     INFO("transport " << tr << " rank " << rank);
@@ -194,8 +197,7 @@ TEST_CASE("past runtime.ep_shm_limit_mb the exchange falls back to alltoallv, sa
   auto routing = [&](int i, int64_t T) {
     std::vector<int> expert(T * k);
     for (int64_t t = 0; t < T; ++t)
-      for (int j = 0; j < k; ++j)
-        expert[t * k + j] = int((t + j + i + rank) % E);
+      for (int j = 0; j < k; ++j) expert[t * k + j] = int((t + j + i + rank) % E);
     return expert;
   };
   auto run = [&](TokenDispatcher& disp, int i, std::unique_ptr<ForwardRows>& rows,
@@ -239,7 +241,8 @@ TEST_CASE("past runtime.ep_shm_limit_mb the exchange falls back to alltoallv, sa
     const kernels::RowSource& rows = (*f)->returned();
     for (int64_t t = 0; t < p.T; ++t)
       for (int j = 0; j < k; ++j)
-        for (int c = 0; c < d; ++c) bad += rows.row(p.row_of[t * k + j], d)[c] != 2.0f * x[t * d + c];
+        for (int c = 0; c < d; ++c)
+          bad += rows.row(p.row_of.data<int64_t>()[t * k + j], d)[c] != 2.0f * x[t * d + c];
     CHECK(bad == 0);
   }
 }

@@ -6,9 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernel_ctx.hpp"
@@ -135,4 +137,41 @@ TEST_CASE("an op's output is closed to host code once the op returns", "[emulate
   REQUIRE(waitpid(pid, &status, 0) == pid);
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == emulated::kFaultExitCode);
+}
+
+TEST_CASE("an op given host memory on the emulated device ends the process with one line",
+          "[emulated]") {
+  // What a GPU kernel handed a host pointer would fault on: the routing
+  // checks every memory argument of an op on the emulated device.
+  const kernels::Ctx& dev = emulated_ctx();
+  Tensor x = kernels::zeros(dev, {4, 8});
+  Tensor out = kernels::empty(dev, {2, 8});
+  const std::vector<int64_t> host_rows{1, 3};  // index data left on the host
+  std::fflush(nullptr);
+  int pipe_fd[2];
+  REQUIRE(pipe(pipe_fd) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(pipe_fd[0]);
+    dup2(pipe_fd[1], STDERR_FILENO);
+    kernels::gather_rows(dev, x.ptr(), 8, host_rows.data(), 2, out.ptr());
+    _exit(0);
+  }
+  close(pipe_fd[1]);
+  std::string err;
+  char buf[512];
+  for (ssize_t got; (got = read(pipe_fd[0], buf, sizeof buf)) > 0;) err.append(buf, size_t(got));
+  close(pipe_fd[0]);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == emulated::kFaultExitCode);
+  INFO(err);
+  CHECK(err.find("kernels::gather_rows was given host memory") != std::string::npos);
+  CHECK(err.find("argument 3") != std::string::npos);
+  CHECK(std::count(err.begin(), err.end(), '\n') == 1);
+  // The same op with its index data on the device runs.
+  Tensor rows = kernels::from_host(dev, host_rows.data(), {2}, DType::i64);
+  kernels::gather_rows(dev, x.ptr(), 8, rows.data<int64_t>(), 2, out.ptr());
 }

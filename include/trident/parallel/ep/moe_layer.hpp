@@ -86,6 +86,10 @@ class MoELayer {
   // with the expert mixture. token_index [T]: each token's index in the
   // micro-batch that the cp group shares, as one rank holds it (see
   // Router::route); nullptr: t.
+  void forward(const float* x, int64_t T, const Tensor& sample_of_token, int n_samples, float* y,
+               Cache& cache, MoEStats& stats, const Tensor* token_index = nullptr);
+  // The same with the index data in host arrays (tests and benchmarks):
+  // uploaded to the layer's device first.
   void forward(const float* x, int64_t T, const std::vector<int>& sample_of_token, int n_samples,
                float* y, Cache& cache, MoEStats& stats, const int64_t* token_index = nullptr);
   // dy [T, d] -> dx [T, d] (overwritten); gradients ACCUMULATE into the

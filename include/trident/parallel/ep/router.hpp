@@ -51,32 +51,41 @@ struct RouterOptions {
   double bias_rate = 1e-3;
 };
 
-// One forward's routing, kept for backward.
+// One forward's routing, kept for backward. Every tensor lives on the
+// routing ctx's device; the host holds only the scalars below, each brought
+// back by one small copy.
 struct Routing {
   int64_t T = 0;
-  Tensor logits;                   // [T, E] as given, copied on ctx's device
-  std::vector<float> probs;        // [T, E] softmax p or sigmoid s
-  std::vector<float> lse;          // [T] logsumexp of logits (z-loss)
-  std::vector<int> chosen;         // [T*k] top-k experts, best first
-  std::vector<int> expert;         // [T*k] chosen, or -1 where capacity dropped the copy
-  std::vector<float> weight;       // [T*k] routing weights of the chosen copies
-  std::vector<int> sample;         // [T] sample of each token
-  std::vector<double> f;           // [n_samples * E] f_i of each sample (CP-global)
-  std::vector<double> inv_tokens;  // [n_samples] 1 / T_s (CP-global; 0 for an empty sample)
+  Tensor logits;      // f32 [T, E] as given, copied
+  Tensor probs;       // f32 [T, E] softmax p or sigmoid s
+  Tensor lse;         // f32 [T] logsumexp of logits (z-loss)
+  Tensor chosen;      // i32 [T*k] top-k experts, best first
+  Tensor expert;      // i32 [T*k] chosen, or -1 where capacity dropped the copy
+                      //     (chosen itself when dropless)
+  Tensor weight;      // f32 [T*k] routing weights of the chosen copies
+  Tensor sample;      // i32 [T] sample of each token (the caller's tensor)
+  Tensor f;           // f64 [n_samples * E] f_i of each sample (CP-global)
+  Tensor inv_tokens;  // f64 [n_samples] 1 / T_s (CP-global; 0 for an empty sample)
   double aux_share = 0, z_share = 0;
   int64_t dropped = 0;
-  int64_t capacity = 0;  // per expert; 0 when dropless
+  int64_t capacity = 0;
 };
 
 class Router {
  public:
   explicit Router(const RouterOptions& o);
 
-  // sample_of_token [T] in [0, n_samples). cp: nullptr or the CP group that
-  // shares the sequences (aux/z statistics are summed over it, capacity is
-  // decided over it). token_index [T]: each token's index in the micro-batch
-  // as one rank holds it (sample * seq_len + global position); nullptr: t.
-  // Every rank of cp routes the same number of tokens.
+  // logits f32 [T, E]; sample_of_token i32 [T] in [0, n_samples), both on
+  // ctx's device. cp: nullptr or the CP group that shares the sequences
+  // (aux/z statistics are summed over it, capacity is decided over it).
+  // token_index i64 [T] on ctx's device: each token's index in the
+  // micro-batch as one rank holds it (sample * seq_len + global position);
+  // nullptr: t. Every rank of cp routes the same number of tokens.
+  void route(const kernels::Ctx& ctx, const Tensor& logits, const Tensor& sample_of_token,
+             int n_samples, Communicator* cp, Routing& r,
+             const Tensor* token_index = nullptr) const;
+  // The same from host arrays (tests and benchmarks): uploaded to ctx's
+  // device first.
   void route(const kernels::Ctx& ctx, const float* logits, int64_t T,
              const std::vector<int>& sample_of_token, int n_samples, Communicator* cp, Routing& r,
              const int64_t* token_index = nullptr) const;
@@ -92,16 +101,26 @@ class Router {
   void update_bias(const std::vector<int64_t>& load);
 
   const RouterOptions& options() const { return o_; }
-  std::vector<float>& bias() { return bias_; }
+  // The bias on the host (a checkpoint's buffer); writing through the
+  // non-const one uploads it again before the next route.
+  std::vector<float>& bias() {
+    bias_stale_ = true;
+    return bias_;
+  }
   const std::vector<float>& bias() const { return bias_; }
 
  private:
   kernels::RouterDims dims(int64_t T) const;
   // r.expert from r.chosen: the copies over capacity dropped (see above).
-  void apply_capacity(Routing& r, Communicator* cp, const int64_t* token_index) const;
+  void apply_capacity(const kernels::Ctx& ctx, Routing& r, Communicator* cp,
+                      const Tensor* token_index) const;
+  // The bias on ctx's device, uploaded when the host's has changed.
+  const float* device_bias(const kernels::Ctx& ctx) const;
 
   RouterOptions o_;
   std::vector<float> bias_;  // [E], sigmoid_bias only
+  mutable Tensor bias_device_;
+  mutable bool bias_stale_ = true;
 };
 
 }  // namespace trident::ep

@@ -54,8 +54,11 @@ struct DispatchPlan {
   int64_t T = 0;
   int k = 0;
   int n_experts = 0, ep_size = 1, ep_rank = 0, local_experts = 0;
-  std::vector<int64_t> row_of;      // [T*k]: row of copy (t, j) in send order, -1 dropped
-  std::vector<int64_t> send_token;  // [S]: token of each send row
+  // The index data the kernels read, on the dispatcher's device:
+  Tensor row_of;      // i64 [T*k]: row of copy (t, j) in send order, -1 dropped
+  Tensor send_token;  // i64 [S]: token of each send row
+  // The sizes the transfers need, on the host (from the one small copy of
+  // the counts per plan):
   std::vector<int64_t> send_rows, send_displ;     // [ep] rows to each peer, and where they start
   std::vector<int64_t> recv_rows;                 // [ep] rows from each peer
   std::vector<int64_t> chunk_rows, chunk_offset;  // [ep * local_experts], indexed src * L + e
@@ -66,7 +69,7 @@ struct DispatchPlan {
                                       //      on g's expert rank (its expert side)
   std::vector<int64_t> rows_at;       // [ep]: rows each expert rank receives (its R)
 
-  int64_t sent() const { return static_cast<int64_t>(send_token.size()); }
+  int64_t sent() const { return expert_first.empty() ? 0 : expert_first.back(); }
   int64_t received() const;
   int first_local_expert() const { return ep_rank * local_experts; }
 };
@@ -119,7 +122,11 @@ class TokenDispatcher {
 
   // The expert-major permutation of the copies and the count exchange (an
   // all-gather of every rank's per-expert counts).
-  // expert [T*k]: global expert of copy (t, j), -1 for a dropped copy.
+  // expert i32 [T*k] on the dispatcher's device: global expert of copy
+  // (t, j), -1 for a dropped copy. The per-expert counts come to the host
+  // (one small copy); the index data stays on the device.
+  DispatchPlan plan(const Tensor& expert, int64_t T, int k);
+  // The same from a host array (tests and benchmarks): uploaded first.
   DispatchPlan plan(const int* expert, int64_t T, int k);
 
   // Dispatch: the rows x[send_token[r]] (x: [T, d]) to the expert side

@@ -53,7 +53,7 @@ class AlltoallvTransport final : public Transport {
   std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const float* x,
                                                 int64_t d) override {
     auto rows = std::make_unique<OwnedRows>(pool_, size_t(p.received() * d), size_t(p.sent() * d));
-    dispatch(p, SendRows{x, p.send_token.data()}, rows->in(), d);
+    dispatch(p, SendRows{x, p.send_token.data<int64_t>()}, rows->in(), d);
     return rows;
   }
 

@@ -289,7 +289,7 @@ std::unique_ptr<ForwardRows> ShmTransport::dispatch_forward(const DispatchPlan& 
   SharedWindow& w = *slot.window;
   const int me = p.ep_rank;
   const int64_t R = p.received();
-  write_rows(ctx_, p, SendRows{x, p.send_token.data()}, w, nullptr, d);
+  write_rows(ctx_, p, SendRows{x, p.send_token.data<int64_t>()}, w, nullptr, d);
   fence(w);
   auto rows =
       std::make_unique<ShmRows>(slots_, s, inbox_of(w, me), inbox_of(w, me) + R * d, p.n_experts);
