@@ -72,12 +72,6 @@ __global__ void combine_backward_kernel(RowSource rows, const float* dy, int64_t
   if (lane == 0) dweight[w] = float(dot);
 }
 
-#undef GRID_STRIDE
-
-unsigned warp_blocks(int64_t warps) {
-  return unsigned((warps * 32 + plan::kThreads - 1) / plan::kThreads);
-}
-
 // counts[e] += 1 for every kept copy (integer counts: exact in any order).
 __global__ void counts_kernel(const int* expert, int64_t n, int E, unsigned long long* counts) {
   GRID_STRIDE(i, n) {
@@ -106,6 +100,12 @@ __global__ void order_kernel(const int* expert, int64_t n, int k, int E, const i
     send_token[next] = i / k;
     ++next;
   }
+}
+
+#undef GRID_STRIDE
+
+unsigned warp_blocks(int64_t warps) {
+  return unsigned((warps * 32 + plan::kThreads - 1) / plan::kThreads);
 }
 
 }  // namespace

@@ -18,21 +18,14 @@ namespace trident::train {
 
 namespace {
 
-// The device a training run uses. The kernels, communicators and tensors
-// have CUDA implementations, but the parameters are initialised on the host
-// and not moved yet, and the micro-batches' token ids and the MoE routing
-// decisions are host arrays that the kernels would read as device pointers.
-// Until those move, "auto" trains on the host and "cuda" is refused with the
-// reason; select_device still runs first, so a build without CUDA or a rank
-// without a GPU says that instead.
+// The device a training run uses: runtime.backend resolved on this rank
+// (auto: its GPU where the build has CUDA and the rank sees one, else the
+// host). Everything the step touches lives there; the host reads scalars
+// and the copies a user asked for (captures, checkpoints, verify_every).
+// The emulated device proves that in CI (no host access to device memory,
+// no host pointer handed to a device op).
 Device training_device(Backend backend, int local_rank) {
-  const Device d = kernels::select_device(backend, local_rank);
-  if (d.is_emulated()) return d;  // the device that finds the host accesses left
-  if (d.is_cpu() || backend == Backend::automatic) return Device::cpu();
-  throw InputError(
-      "runtime.backend: 'cuda' asked for, but trident run keeps the model's tensors on the "
-      "host in this version (the CUDA kernels are checked by scripts/gpu-check.sh); set "
-      "runtime.backend = \"cpu\" or \"auto\"");
+  return kernels::select_device(backend, local_rank);
 }
 
 }  // namespace
@@ -104,11 +97,17 @@ void Trainer::verify_step(int64_t step, StepResult& res) {
   StepResult again;  // its events and compute time are not this step's
   compute_gradients(step, nullptr, again);
   if (step == fault_.flip_at && !stage_->params().empty()) {
+    // one bit of one gradient element, through explicit copies (the
+    // gradient may be device memory)
+    const kernels::Ctx& ctx = device_->ctx();
+    Tensor g = stage_->params().front()->grad.view(0, {1});
+    Tensor host = kernels::to_host(ctx, g);
     uint32_t bits;
-    float* g = stage_->params().front()->grad.ptr();
-    std::memcpy(&bits, g, sizeof bits);
+    std::memcpy(&bits, host.data_ptr(), sizeof bits);
     bits ^= 1u;
-    std::memcpy(g, &bits, sizeof bits);
+    std::memcpy(host.data_ptr(), &bits, sizeof bits);
+    Tensor flipped = kernels::from_host(ctx, host.data_ptr(), {1}, DType::f32);
+    kernels::copy(ctx, g, flipped);
   }
   const int differs = first.same_bits(device_->ctx(), stage_->params(), sums()) ? 0 : 1;
   const int world = comms_.world ? comms_.world->size() : 1;
