@@ -2,6 +2,9 @@
 // factory that makes the mesh's groups on the chosen backend.
 #include "trident/comm/backend.hpp"
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "trident/comm/mpi/mpi_communicator.hpp"
 #include "trident/comm/process.hpp"
 #include "trident/core/error.hpp"
@@ -36,10 +39,16 @@ CommChoice choose_comm_backend(CommBackend setting, Backend kernel_backend) {
   CommChoice c;
   if (setting == CommBackend::mpi) return c;
   if (setting == CommBackend::automatic) {
-    // NCCL moves device buffers; "auto" picks it only where the kernels are
-    // asked to run on the GPU, never for host tensors.
-    if (nccl_built() && kernel_backend == Backend::cuda && visible_gpus() > 0)
-      c.backend = CommBackend::nccl;
+    // NCCL moves device buffers; "auto" picks it only where the kernels run
+    // on the GPU (backend "cuda", or "auto" on a rank that sees one), never
+    // for host tensors, and only where every local rank has a GPU of its
+    // own (NCCL refuses two ranks on one device; they share it through MPI's
+    // host staging instead).
+    const bool on_gpu = kernel_backend == Backend::cuda || kernel_backend == Backend::automatic;
+    const int gpus = nccl_built() ? visible_gpus() : 0;
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const int local_ranks = local ? std::max(1, std::atoi(local)) : 1;
+    if (on_gpu && gpus > 0 && local_ranks <= gpus) c.backend = CommBackend::nccl;
     return c;
   }
   const std::string key = "runtime.comm = \"nccl\": ";
