@@ -27,6 +27,7 @@
 #include "trident/plan/cost_model.hpp"
 #include "trident/plan/predict.hpp"
 #include "trident/train/optimizer.hpp"
+#include "trident/train/trainer.hpp"
 
 namespace trident::plan {
 namespace {
@@ -386,6 +387,60 @@ double update_seconds_per_param(Communicator& world, const Config& cfg, double b
   return alone(world, 0, update, budget) / n;
 }
 
+// What a step costs beyond the work the model prices (the batch's data, the
+// gradients zeroed, the guard's scans, the norm and the agreements, the
+// update's bookkeeping, the trainer's own calls): whole training steps of the
+// config's batch on one rank (pp = cp = ep = dp = 1), timed on rank 0 while
+// the others sleep, less the prediction of the same mesh without a fixed step
+// cost. Every step of every mesh pays it once.
+double step_overhead_seconds(Communicator& world, const Config& cfg, const MachineProfile& m,
+                             double budget) {
+  Config one = cfg;
+  one.parallel = ParallelConfig{};
+  one.runtime.verify_every = 0;
+  double t = 0;
+  constexpr int kTag = 7301;
+  world.barrier();
+  if (world.rank() == 0) {
+    train::Trainer trainer(one, train::TrainComms{});
+    int64_t step = 0;
+    trainer.train_step(step++, nullptr);  // first touches of the buffers
+    t = median_time([&] { trainer.train_step(step++, nullptr); }, budget);
+    std::vector<Request> sends;
+    for (int r = 1; r < world.size(); ++r) sends.push_back(world.isend(&t, sizeof t, r, kTag));
+    for (Request& r : sends) world.wait(r);
+  } else {
+    // sleep between polls, so that rank 0 has the cores to itself
+    Request done = world.irecv(&t, sizeof t, 0, kTag);
+    while (!world.test(done)) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  world.barrier();
+  MachineProfile fixed_free = m;
+  fixed_free.step_overhead_s = 0;
+  const double priced =
+      predict(one, mesh_plan_of(one, 1), ClusterShape{1, 1, 1}, fixed_free, false).step_time_s;
+  return std::max(0.0, t - priced);
+}
+
+// One of the step's small all-reduces (a few doubles) over every rank, all of
+// them in it, per ceil(log2 n) round: rounds of a fixed count (every rank
+// runs the same number), the median round.
+double collective_round_seconds(Communicator& world) {
+  if (world.size() < 2) return 0;
+  constexpr int kCalls = 40, kRounds = 5;
+  std::vector<double> per_call;
+  double v[3] = {1, 2, 3};
+  for (int r = 0; r < kRounds; ++r) {
+    world.barrier();
+    const double t0 = now_s();
+    for (int i = 0; i < kCalls; ++i) world.allreduce_sum(v, 3);
+    per_call.push_back((now_s() - t0) / kCalls);
+  }
+  double t = median_of(std::move(per_call));
+  world.allreduce_max(&t, 1);
+  return t / std::ceil(std::log2(double(world.size())));
+}
+
 ModelFit fit_model(Communicator& world, const Config& cfg, const MachineProfile& m, double budget) {
   const int big = cfg.data.micro_batch_size, small = big > 1 ? big / 2 : 2;
   ForwardBackward at_big(cfg, m, big), at_small(cfg, m, small);
@@ -448,6 +503,8 @@ MachineProfile calibrate_machine(Communicator& world, const std::vector<int>& no
   m.efficiency = fit.efficiency;
   m.layer_overhead_s = fit.layer_overhead_s;
   m.optimizer_s_per_param = fit.optimizer_s_per_param;
+  m.step_overhead_s = step_overhead_seconds(world, cfg, m, opt.seconds);
+  m.collective_round_s = collective_round_seconds(world) / m.oversubscription(per_node);
   m.calibrated_tokens = double(cfg.data.micro_batch_size) * double(cfg.data.seq_len);
   m.memory_bytes = host_memory_bytes() / per_node;
   const size_t big = size_t(cfg.data.micro_batch_size) * cfg.data.seq_len * cfg.model.d_model * 4;

@@ -53,6 +53,7 @@ const std::vector<NumericKey>& numeric_keys() {
       {"link.network.rails", 1, &M::network_rails, nullptr, nullptr, true},
       {"overhead.step_us", 1e-6, &M::step_overhead_s, nullptr, nullptr, true, true},
       {"overhead.layer_us", 1e-6, &M::layer_overhead_s, nullptr, nullptr, true, true},
+      {"overhead.collective_round_us", 1e-6, &M::collective_round_s, nullptr, nullptr, true, true},
 
   };
   return keys;

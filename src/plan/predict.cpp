@@ -115,6 +115,22 @@ double node_work_s(const ActionTimes& a, const pp::Placement& place) {
   return *std::max_element(node.begin(), node.end()) / a.cores.cores;
 }
 
+// The step's small all-reduces (loss, norm, span, bubble, comm bytes, clock,
+// one per MoE layer): a measured round where the profile has one (on shared
+// cores their time is the ranks' turns, not the link's), else two latencies
+// of the world's link per round; ceil(log2 world) rounds each.
+double agreements_s(const Config& cfg, const ClusterShape& shape, const MachineProfile& m,
+                    long long world) {
+  if (world <= 1) return 0;
+  int moe_layers = 0;
+  for (int l = 0; l < cfg.model.n_layers; ++l) moe_layers += cfg.model.is_moe_layer(l) ? 1 : 0;
+  const double rounds = std::ceil(std::log2(double(world)));
+  const double per_round = m.collective_round_s > 0
+                               ? m.collective_round_s
+                               : 2 * m.link(span_class(shape, world)).latency_s;
+  return (kStepAgreements + moe_layers) * rounds * per_round;
+}
+
 }  // namespace
 
 double optimizer_seconds(const MachineProfile& m, double params) {
@@ -199,11 +215,7 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
   a.dp = sharing * (allreduce_s(dp_link, dense_grad, stage) +
                     allreduce_s(expert_link, expert_grad, stage / p.ep));
   const long long world = stage * p.pp;
-  int moe_layers = 0;
-  for (int l = 0; l < cfg.model.n_layers; ++l) moe_layers += cfg.model.is_moe_layer(l) ? 1 : 0;
-  const double agreements = (kStepAgreements + moe_layers) * 2 *
-                            std::ceil(std::log2(double(std::max(2LL, world)))) *
-                            m.link(span_class(shape, world)).latency_s * (world > 1 ? 1 : 0);
+  const double agreements = agreements_s(cfg, shape, m, world);
   a.after_pipeline =
       a.dp + sharing * (agreements + optimizer_seconds(m, updated)) + m.step_overhead_s;
   return a;

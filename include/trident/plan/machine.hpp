@@ -54,6 +54,11 @@ struct MachineProfile {
   // (the transfer's kernels and the attention share the device); 1: all.
   double ring_overlap = 1;
   double step_overhead_s = 0;  // fixed cost of a step (launches, bookkeeping)
+  // Seconds per round (ceil(log2 ranks) rounds) of one of the step's small
+  // all-reduces, all ranks in it, divided by the calibration's
+  // oversubscription (the prediction multiplies its own back in); 0: two
+  // latencies of the world's link per round.
+  double collective_round_s = 0;
   // Fixed seconds per layer and micro-batch of a forward and backward beyond
   // their work at the rates (kernel calls, allocations); calibration fits it
   // from two micro-batch sizes.

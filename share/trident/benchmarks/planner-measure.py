@@ -50,6 +50,71 @@ num_microbatches = 4
 warmup_steps = 1
 """
 
+# Short steps (50-250 ms here): the same model, one sequence per micro-batch and
+# two micro-batches, where what a step costs beyond its actions weighs most.
+SHORT_MODEL = MODEL.replace("micro_batch_size = 4", "micro_batch_size = 1").replace(
+    "num_microbatches = 4", "num_microbatches = 2")
+SHORT_MESHES = [
+    (2, []),
+    (2, ["parallel.pp=2"]),
+    (2, ["parallel.cp=2"]),
+    (2, ["parallel.ep=2"]),
+    (4, ["parallel.pp=2", "parallel.cp=2", "data.num_microbatches=4"]),
+]
+
+# The memory target: a dense model at 1024 tokens, where activations dominate.
+MEMORY_MODEL = (MODEL.replace("n_experts = 8", "n_experts = 0").replace("seq_len = 256", "seq_len = 1024")
+                .replace("micro_batch_size = 4", "micro_batch_size = 1"))
+MEMORY_LIMITS = [0.85, 0.45, 0.4]  # shares of the unlimited first choice's predicted memory
+
+
+def search_first(binary, cfg, machine, ranks, global_batch, memory_gb=None):
+    """The search's first choice as (prediction, --set overrides)."""
+    extra = ["--memory-gb", f"{memory_gb:.9f}"] if memory_gb else []
+    b = json.loads(sh([binary, "plan", cfg, "--nodes", "1", "--devices-per-node", str(ranks), "--machine", machine,
+                       "--search", "--top", "1", "--global-batch", str(global_batch), "--format", "json"]
+                      + extra))["best"][0]
+    sets = [f"parallel.pp={b['pp']}", f"parallel.cp={b['cp']}", f"parallel.ep={b['ep']}",
+            f"parallel.vpp={b['vpp']}", f"parallel.schedule={b['schedule']}", f"parallel.cp_layout={b['cp_layout']}",
+            f"data.micro_batch_size={b['micro_batch_size']}", f"data.num_microbatches={b['num_microbatches']}",
+            f"parallel.cp_mode={b['cp_mode']}",
+            f"parallel.cp_ulysses={b['cp_ulysses'] if b['cp_mode'] == 'hybrid' else 0}",
+            f"train.recompute={b['recompute']}", f"train.recompute_layers={b['recompute_layers']}",
+            f"train.optimizer_sharding={b['optimizer_sharding']}"]
+    return b, sets
+
+
+def memory_target(a, cfg, machine) -> int:
+    """With limits below the unlimited first choice's memory, the search's
+    choice under each limit, run: its measured allocator peak against the
+    predicted allocator bytes."""
+    ranks, batch = 4, 8
+    free, free_sets = search_first(a.bin, cfg, machine, ranks, batch)
+    rows = [("none", free, free_sets)]
+    for share in MEMORY_LIMITS:
+        limit = share * free["memory_bytes"]["total"] / 1e9
+        b, sets = search_first(a.bin, cfg, machine, ranks, batch, limit)
+        rows.append((f"{limit * 1e3:.2f} MB", b, sets))
+    print(f"load average (1 min) before {os.getloadavg()[0]:.1f}")
+    print("| --memory-gb | search's first choice | predicted allocator MB | measured allocator peak MB "
+          "| pred/meas | predicted step s | measured step s |")
+    print("|---|---|---|---|---|---|---|")
+    out = []
+    for limit, b, sets in rows:
+        runs = [run_mesh(a.bin, cfg, machine, ranks, sets, a.steps, a.out, rep) for rep in range(a.runs)]
+        meas = max(r["alloc_peak"] for r in runs)
+        step = statistics.median(r["step_s"] for r in runs)
+        pred = b["memory_bytes"]["allocator"]
+        short = " ".join(x.split(".", 1)[1] for x in sets if not x.endswith(("=1", "=0", "=none", "=zigzag", "=ring")))
+        print(f"| {limit} | {short} | {pred / 1e6:.2f} | {meas / 1e6:.2f} | {pred / meas:.3f} | "
+              f"{b['step_time_s']:.3f} | {step:.3f} |", flush=True)
+        out.append({"limit": limit, "sets": sets, "prediction": b, "runs": runs})
+    print(f"load average (1 min) after {os.getloadavg()[0]:.1f}; {a.runs} runs of {a.steps} steps each")
+    with open(f"{a.out}/memory.json", "w") as f:
+        json.dump(out, f, indent=1)
+    return 0
+
+
 # (ranks, overrides): each parallelism alone and combined, three schedules, two
 # micro-batch counts. The 4-rank meshes all step 16 sequences, like the search
 # asked below, so that their step times rank them.
@@ -124,20 +189,26 @@ def main() -> int:
     ap.add_argument("--out", default="/tmp/trident-planner")
     ap.add_argument("--calibrate-ranks", type=int, default=4)
     ap.add_argument("--machine", default=None, help="use this profile instead of calibrating")
-    ap.add_argument("--meshes", choices=["all", "cp"], default="all",
-                    help="cp: only the context-parallel modes' meshes (CP_MESHES), no search")
+    ap.add_argument("--meshes", choices=["all", "cp", "short", "memory"], default="all",
+                    help="cp: only the context-parallel modes' meshes (CP_MESHES), no search; short: "
+                         "SHORT_MODEL (one sequence per micro-batch) on SHORT_MESHES, no search; memory: "
+                         "MEMORY_MODEL's search under limits below its best mesh's memory, each choice run")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     cfg = f"{a.out}/model.toml"
     with open(cfg, "w") as f:
-        f.write(MODEL)
+        f.write({"short": SHORT_MODEL, "memory": MEMORY_MODEL}.get(a.meshes, MODEL))
     machine = a.machine or f"{a.out}/machine.toml"
     if not a.machine:
         print(sh(MPIRUN + ["-np", str(a.calibrate_ranks), a.bin, "plan", cfg, "--calibrate", "--out", machine]),
               flush=True)
+    if a.meshes == "memory":
+        return memory_target(a, cfg, machine)
     load_before = os.getloadavg()
     # the search's first choice for the 4-rank meshes (same global batch) is measured with them
     big = 4
+    if a.meshes != "all":
+        return measure(a, cfg, machine, CP_MESHES if a.meshes == "cp" else SHORT_MESHES, load_before, big)
     search = json.loads(sh([a.bin, "plan", cfg, "--nodes", "1", "--devices-per-node", str(big), "--machine",
                             machine, "--search", "--top", "1", "--global-batch", str(GLOBAL_BATCH_4),
                             "--format", "json"]))
@@ -149,7 +220,10 @@ def main() -> int:
               f"parallel.cp_ulysses={b['cp_ulysses'] if b['cp_mode'] == 'hybrid' else 0}",
               f"train.recompute={b['recompute']}", f"train.recompute_layers={b['recompute_layers']}",
               f"train.optimizer_sharding={b['optimizer_sharding']}"]
-    meshes = CP_MESHES if a.meshes == "cp" else MESHES + CP_MESHES + [(big, first)]
+    return measure(a, cfg, machine, MESHES + CP_MESHES + [(big, first)], load_before, big)
+
+
+def measure(a, cfg, machine, meshes, load_before, big) -> int:
     results = [{"name": mesh_name(s, n), "ranks": n, "sets": s, "prediction": predict_mesh(a.bin, cfg, machine, n, s),
                 "runs": []} for n, s in meshes]
     if a.meshes == "all":

@@ -30,6 +30,10 @@ assert 0 <= mach["cores_per_node"] <= int(sys.argv[2]), mach
 assert 0 <= mach.get("wait_core_share", 0) <= 1, mach
 assert 0 < mach.get("time_slice_efficiency", 1) <= 1, mach
 assert "ranks ran at once" in mach["source"], mach
+o = m["overhead"]
+# what a whole step costs beyond its priced work, and the step's small all-reduces
+assert o["step_us"] >= 0 and o["layer_us"] >= 0, o
+assert 0 < o["collective_round_us"] < 1e6, o
 print("calibrated profile: ok")
 PY
 "$bin" plan "$quick" --nodes 1 --devices-per-node 8 --machine "$tmp/m.toml" | grep -q "^prediction for" \

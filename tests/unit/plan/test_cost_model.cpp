@@ -442,3 +442,15 @@ TEST_CASE("a gradient all-reduce across nodes runs a ring per NIC (rails)") {
   single.network_rails = 1;
   CHECK(predict(c, q, one, m).split.dp == predict(c, q, one, single).split.dp);
 }
+
+TEST_CASE("the step's small all-reduces: a measured round where the profile has one") {
+  const Config c = dense_config();
+  MeshPlan p = serial_plan(c);
+  p.dp = 4;
+  const ClusterShape shape{1, 4, 4};
+  MachineProfile m = unit_machine();  // latency 1 us
+  const double by_latency = predict(c, p, shape, m).split.other;
+  m.collective_round_s = 1e-3;
+  // 6 agreements (no MoE layer), ceil(log2 4) = 2 rounds each: 1 ms instead of 2 us per round
+  CHECK(predict(c, p, shape, m).split.other - by_latency == Approx(6 * 2 * (1e-3 - 2e-6)));
+}
