@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""The GPU check's training part: `trident run` on a device against the CPU.
+
+    scripts/gpu-train-check.py --bin TRIDENT [--mpirun "mpirun ..."] [--device cuda|emulated]
+                               [--out DIR] [--peak-tflops 989]
+
+Runs, with the quickstart model (share/trident/examples/quickstart.toml):
+  1. 1 rank, fp32, 10 steps on the device and on the CPU: every step's loss
+     within 1e-4 relative;
+  2. 1 rank, bf16 on the device against fp32 on the device: loss within
+     2e-3 and gradient norm within 5e-2 relative at every step (gpu.md,
+     "bf16 training"), and not equal (bf16 is not a no-op);
+  3. 4 ranks sharing the one device through MPI's host staging
+     (runtime.comm = "mpi"), pp2 cp2 and cp2 ep2, fp32, against 1 rank:
+     losses within 1e-4 relative;
+  4. throughput of a larger model in bf16 on 1 rank (d_model 1024, 8 layers,
+     8 experts top-2, seq 8192; a small stand-in with --device emulated):
+     tokens/s from the run file and MFU = tokens/s * FLOP/token / peak, with
+     FLOP/token = 6 * active parameters + 6 * n_layers * seq * d_model
+     (causal attention, forward and backward).
+--device emulated is the dry run a CPU machine can do: the same runs on the
+emulated device (exact equality is then expected, and the tolerances hold).
+Needs a trident built with MPI, HDF5 and (for cuda) the CUDA backend, and
+h5py. Prints one line per check; exit 0 when all pass, 1 otherwise."""
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+
+import h5py
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QUICKSTART = os.path.join(REPO, "share", "trident", "examples", "quickstart.toml")
+ONE = ["data.num_microbatches=8", "parallel.pp=1", "parallel.cp=1", "parallel.ep=1",
+       "topology.nodes=1", "topology.devices_per_node=1", "topology.nvlink_domain=1"]
+FOUR = {
+    "pp2 cp2": ["data.num_microbatches=8", "parallel.pp=2", "parallel.cp=2", "parallel.ep=1",
+                "topology.nodes=1", "topology.devices_per_node=4", "topology.nvlink_domain=4"],
+    "cp2 ep2": ["data.num_microbatches=4", "parallel.pp=1", "parallel.cp=2", "parallel.ep=2",
+                "topology.nodes=1", "topology.devices_per_node=4", "topology.nvlink_domain=4"],
+}
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+def run(args, np_, sets, name, out):
+    h5 = os.path.join(out, name + ".h5")
+    cmd = shlex.split(args.mpirun) + ["-np", str(np_), args.bin, "run", QUICKSTART,
+                                      "--output", h5]
+    for s in ["train.steps=10", "output.checkpoint_every=0",
+              "output.checkpoint_dir=" + os.path.join(out, "ck-" + name)] + sets:
+        cmd += ["--set", s]
+    t0 = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        said = [l for l in (p.stderr + p.stdout).splitlines() if l.startswith("trident")]
+        check(False, "%s: exit %d in %.0f s: %s" % (name, p.returncode, time.time() - t0,
+                                                   (said or [p.stderr.strip()[-300:]])[0]))
+        return None
+    with h5py.File(h5, "r") as f:
+        s = f["metrics/steps"]
+        return {k: np.array(s[k]) for k in ("loss", "grad_norm", "tokens_per_s")}
+
+
+def rel(a, b):
+    return float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-12)))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--mpirun", default="mpirun --allow-run-as-root --oversubscribe --bind-to none")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "emulated"])
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--peak-tflops", type=float, default=989.0, help="bf16 dense peak (H100/H200)")
+    args = ap.parse_args()
+    out = args.out or tempfile.mkdtemp(prefix="trident-gpu-train-")
+    os.makedirs(out, exist_ok=True)
+    dev = ["runtime.backend=" + args.device]
+    print("== training on %s (%s), runs in %s" % (args.device, args.bin, out), flush=True)
+
+    cpu = run(args, 1, ONE + ["runtime.backend=cpu"], "cpu-fp32", out)
+    gpu = run(args, 1, ONE + dev, args.device + "-fp32", out)
+    if cpu and gpu:
+        check(rel(gpu["loss"], cpu["loss"]) <= 1e-4,
+              "1 rank fp32: %s loss within 1e-4 of the CPU's over 10 steps (max rel %.2e)" %
+              (args.device, rel(gpu["loss"], cpu["loss"])))
+    bf = run(args, 1, ONE + dev + ['train.precision="bf16"'], args.device + "-bf16", out)
+    if bf and gpu:
+        lo, gn = rel(bf["loss"], gpu["loss"]), rel(bf["grad_norm"], gpu["grad_norm"])
+        check(lo <= 2e-3 and gn <= 5e-2 and lo > 0,
+              "1 rank bf16 against fp32: loss %.2e (<= 2e-3), grad norm %.2e (<= 5e-2), "
+              "and not equal" % (lo, gn))
+    for mesh, sets in FOUR.items():
+        four = run(args, 4, sets + dev + ['runtime.comm="mpi"'], args.device + "-" +
+                   mesh.replace(" ", ""), out)
+        if four and gpu:
+            check(rel(four["loss"], gpu["loss"]) <= 1e-4,
+                  "4 ranks sharing the device (%s, MPI staging): loss within 1e-4 of 1 rank "
+                  "(max rel %.2e)" % (mesh, rel(four["loss"], gpu["loss"])))
+
+    if args.device == "cuda":
+        d, L, E, k, f, seq, V = 1024, 8, 8, 2, 2816, 8192, 32000
+        big = ["model.d_model=%d" % d, "model.n_layers=%d" % L, "model.n_heads=16",
+               "model.n_kv_heads=8", "model.n_experts=%d" % E, "model.top_k=%d" % k,
+               "model.ffn_hidden=%d" % f, "model.vocab_size=%d" % V, "data.seq_len=%d" % seq,
+               "data.micro_batch_size=1", 'data.task="copy"']
+    else:  # a stand-in the emulated device runs in seconds
+        d, L, E, k, f, seq, V = 64, 2, 4, 2, 128, 256, 64
+        big = ["model.d_model=%d" % d, "model.n_layers=%d" % L, "model.n_heads=4",
+               "model.n_kv_heads=2", "model.n_experts=%d" % E, "model.top_k=%d" % k,
+               "model.ffn_hidden=%d" % f, "model.vocab_size=%d" % V, "data.seq_len=%d" % seq,
+               "data.micro_batch_size=1", 'data.task="copy"']
+    thr = run(args, 1, ONE[1:] + dev + big + ['train.precision="bf16"',
+                                              "data.num_microbatches=2"], "throughput", out)
+    if thr:
+        hd = d // (16 if args.device == "cuda" else 4)
+        kv = 8 if args.device == "cuda" else 2
+        attn_params = d * d * 2 + 2 * d * kv * hd
+        active = L * (attn_params + d * E + k * 3 * d * f) + 2 * V * d
+        flop_tok = 6 * active + 6 * L * seq * d
+        tps = float(np.median(thr["tokens_per_s"][2:])) if len(thr["tokens_per_s"]) > 2 else 0.0
+        mfu = tps * flop_tok / (args.peak_tflops * 1e12)
+        check(tps > 0, "throughput (bf16, d_model %d, %d layers, %d experts top-%d, seq %d): "
+              "%.0f tokens/s, %.1f GFLOP/token, MFU %.1f%% of %.0f TFLOP/s" %
+              (d, L, E, k, seq, tps, flop_tok / 1e9, 100 * mfu, args.peak_tflops))
+    print("== %s" % ("PASS" if not failures else "FAIL: %d check(s)" % len(failures)))
+    return 0 if not failures else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
