@@ -112,15 +112,15 @@ void add_ffn_layer(const Shapes& s, bool moe, ChunkCost& c) {
   if (moe) {
     gemm = 2 * s.T * s.d * s.E + 6 * s.R * s.d * s.f;
     mem += kFloat * (2 * s.T * s.E + 4 * s.T * s.k * s.d + 3 * s.R * s.f);
-    // tensors: gate/up, and the expert side's rows in and out (in the node's
-    // shared slots with shm, which keeps a tensor of the rows gathered back
-    // instead); the input is the block's h, already counted; host vectors:
-    // routing (logits, probabilities, lse, choices, weights) and the
-    // dispatch plan's indices
+    // tensors: gate/up, the expert side's rows in and out (in the node's
+    // shared slots with shm, outside the allocator, which keeps a tensor of
+    // the rows gathered back instead), the routing (logits, probabilities,
+    // lse; chosen, expert and weight of each copy) and the dispatch plan's
+    // row_of and send_token (i64); the input is the block's h, already counted
     const double in_out = kFloat * 2 * s.R * s.d, kept = kFloat * s.T * s.k * s.d;
-    c.tracked.cache += kFloat * 2 * s.R * s.f + (s.shm ? kept : in_out);
-    c.untracked.cache += kFloat * (2 * s.T * s.E + 2 * s.T) + kIndex * 3 * s.T * s.k +
-                         8 * 2 * s.T * s.k + (s.shm ? in_out : 0);
+    c.tracked.cache += kFloat * 2 * s.R * s.f + (s.shm ? kept : in_out) +
+                       kFloat * (2 * s.T * s.E + s.T) + kIndex * 3 * s.T * s.k + 8 * 2 * s.T * s.k;
+    c.untracked.cache += s.shm ? in_out : 0;
     // the MoE phase's temporaries (add_transients adds the block's): forward
     // the router logits; backward the row and weight gradients and dlogits
     c.tracked.transient_f = std::max(c.tracked.transient_f, kFloat * s.T * s.E);
