@@ -220,6 +220,16 @@ void append(char* buf, size_t cap, const char* fmt, unsigned long a = 0, unsigne
   if (len < cap) std::snprintf(buf + len, cap - len, fmt, a, b, c, d);
 }
 
+// Ends the line with the hint that names the code, writes it (one write,
+// async-signal-safe) and ends the process with kFaultExitCode.
+[[noreturn]] void end_process(char* line, size_t cap) {
+  append(line, cap, " (addr2line -Cfpe BINARY OFFSET names the code)\n");
+  line[cap - 2] = '\n';
+  const ssize_t written = write(STDERR_FILENO, line, std::strlen(line));
+  (void)written;
+  _exit(kFaultExitCode);
+}
+
 void on_fault(int sig, siginfo_t* info, void* uctx) {
   Arena* arena = g_arena.load();
   const auto addr = reinterpret_cast<uintptr_t>(info->si_addr);
@@ -260,11 +270,7 @@ void on_fault(int sig, siginfo_t* info, void* uctx) {
     append(line, sizeof line, " < ");
     describe_code(line, sizeof line, reinterpret_cast<uintptr_t>(frames[i]) - 1);
   }
-  append(line, sizeof line, " (addr2line -Cfpe BINARY OFFSET names the code)\n");
-  line[sizeof line - 2] = '\n';
-  const ssize_t written = write(STDERR_FILENO, line, std::strlen(line));
-  (void)written;
-  _exit(kFaultExitCode);
+  end_process(line, sizeof line);
 }
 
 // Installs on_fault for SIGSEGV and SIGBUS where it is not the handler now,
@@ -339,11 +345,7 @@ void host_argument(const char* op, int index, const void* p) {
     if (shown) append(line, sizeof line, " < ");
     describe_code(line, sizeof line, reinterpret_cast<uintptr_t>(frames[i]) - 1);
   }
-  append(line, sizeof line, " (addr2line -Cfpe BINARY OFFSET names the code)\n");
-  line[sizeof line - 2] = '\n';
-  const ssize_t written = write(STDERR_FILENO, line, std::strlen(line));
-  (void)written;
-  _exit(kFaultExitCode);
+  end_process(line, sizeof line);
 }
 
 }  // namespace trident::emulated
