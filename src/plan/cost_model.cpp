@@ -463,6 +463,12 @@ MemoryEstimate static_memory(const Config& cfg, const MeshPlan& p, int pp_rank) 
   return m;
 }
 
+// A checkpoint (every run writes one after its last step, when the
+// activations are freed) copies AdamW's m and v of the rank's whole
+// parameters, sharded or not, before writing them: the peak holds the larger
+// of the two, counted with the activations.
+double checkpoint_copies(const MemoryEstimate& m) { return 2 * m.params; }
+
 // Per virtual stage: the memory the allocator sees, and all of it.
 void stage_memory(const Config& cfg, const MeshPlan& p, std::vector<ChunkMemory>& tracked,
                   std::vector<ChunkMemory>& all) {
@@ -483,6 +489,7 @@ MemoryEstimate memory_of_rank(const Config& cfg, const MeshPlan& p, int pp_rank,
   stage_memory(cfg, p, tracked, all);
   m.activations = activation_peak(lowered, pp_rank, all);
   m.untracked += m.activations - activation_peak(lowered, pp_rank, tracked);
+  m.activations = std::max(m.activations, checkpoint_copies(m));
   return m;
 }
 
@@ -497,7 +504,7 @@ MemoryEstimate memory_lower_bound(const Config& cfg, const MeshPlan& p, int pp_r
     act = std::max(act, a.cache + std::max(a.transient_f, a.transient_b));
     act_tracked = std::max(act_tracked, t.cache + std::max(t.transient_f, t.transient_b));
   }
-  m.activations = act;
+  m.activations = std::max(act, checkpoint_copies(m));
   m.untracked += act - act_tracked;
   return m;
 }
