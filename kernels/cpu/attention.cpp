@@ -33,32 +33,32 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-enum class TileMask { skip, full, diagonal };
+// One key tile as the rows of a query block see it: the columns [c0, c1)
+// of the tile [j0, j0 + cols) that any row sees (the GEMMs cover only those),
+// and per row its visible keys [lo, lo + n) relative to c0. Without documents
+// and window, c0 = 0 and a row sees the prefix up to the causal diagonal.
+struct TileView {
+  int64_t c0 = 0, c1 = 0;
+  int64_t lo[kQueryBlock], n[kQueryBlock];
+  bool empty() const { return c1 <= c0; }
+};
 
-// Visible keys of a tile row: with the causal diagonal, query position qp
-// sees key columns [0, qp - kp + 1) of a tile whose first key is at kp.
-TileMask classify(const AttnShape& s, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
-  if (!s.causal) return TileMask::full;
-  const int64_t q_first = s.q_pos0 + i0, q_last = q_first + rows - 1;
-  const int64_t k_first = s.k_pos0 + j0, k_last = k_first + cols - 1;
-  if (k_first > q_last) return TileMask::skip;
-  if (k_last <= q_first) return TileMask::full;
-  return TileMask::diagonal;
-}
-
-int64_t visible_cols(const AttnShape& s, TileMask mask, int64_t i, int64_t j0, int64_t cols) {
-  if (mask == TileMask::full) return cols;
-  return std::clamp<int64_t>(s.q_pos0 + i - (s.k_pos0 + j0) + 1, 0, cols);
-}
-
-// Columns of a diagonal tile that any of its rows can see: the keys after the
-// block's last query are cut off before the GEMMs instead of being computed
-// and masked (a 128-row query block on a 256-column tile sees at most half of
-// it when the diagonal enters the tile at its first column).
-int64_t tile_cols(const AttnShape& s, TileMask mask, int64_t i0, int64_t rows, int64_t j0,
-                  int64_t cols) {
-  if (mask != TileMask::diagonal) return cols;
-  return std::min(cols, s.q_pos0 + i0 + rows - 1 - (s.k_pos0 + j0) + 1);
+void view_tile(const AttnShape& s, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+               TileView* t) {
+  t->c0 = cols;
+  t->c1 = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    int64_t a, b;
+    attn_row_keys(s, i0 + i, j0, cols, &a, &b);
+    t->lo[i] = a;
+    t->n[i] = b - a;
+    if (b > a) {
+      t->c0 = std::min(t->c0, a);
+      t->c1 = std::max(t->c1, b);
+    }
+  }
+  if (t->empty()) return;
+  for (int64_t i = 0; i < rows; ++i) t->lo[i] = t->n[i] > 0 ? t->lo[i] - t->c0 : 0;
 }
 
 // Eight floats processed together (GCC/Clang vector extensions): the loops
@@ -178,6 +178,9 @@ struct Strides {
 void check_attn_shape(const AttnShape& s) {
   TRIDENT_CHECK(s.Tq >= 0 && s.Tk >= 0, "attention: negative token count");
   TRIDENT_CHECK(s.H > 0 && s.Hkv > 0 && s.D > 0, "attention: H, Hkv and D must be positive");
+  TRIDENT_CHECK((s.q_doc == nullptr) == (s.k_doc == nullptr),
+                "attention: document ids for the queries and not the keys, or the reverse");
+  TRIDENT_CHECK(s.window >= 0, "attention: window " + std::to_string(s.window) + " < 0");
   TRIDENT_CHECK(s.H % s.Hkv == 0, "attention: n_heads (" + std::to_string(s.H) +
                                       ") must be a multiple of n_kv_heads (" +
                                       std::to_string(s.Hkv) + ")");
@@ -204,6 +207,7 @@ void forward_impl(const Ctx& ctx, const AttnShape& s, const float* q, const floa
   float* acc = scratch.take(size_t(kQueryBlock * D));  // running P·V of the query block
   float* m = scratch.take(kQueryBlock);
   float* l = scratch.take(kQueryBlock);
+  TileView tile;
 
   for (int h = 0; h < s.H; ++h) {
     const int g = h / group;
@@ -221,25 +225,28 @@ void forward_impl(const Ctx& ctx, const AttnShape& s, const float* q, const floa
           std::copy(orow, orow + D, acc + i * D);
       }
 
-      for (int64_t j0 = 0; j0 < s.Tk; j0 += kKeyBlock) {
-        const TileMask mask = classify(s, i0, rows, j0, std::min(kKeyBlock, s.Tk - j0));
-        if (mask == TileMask::skip) break;  // later key tiles lie further in the future
-        const int64_t cols = tile_cols(s, mask, i0, rows, j0, std::min(kKeyBlock, s.Tk - j0));
+      int64_t jb, je;
+      attn_key_range(s, i0, rows, &jb, &je);
+      for (int64_t jt = jb; jt < je; jt += kKeyBlock) {
+        view_tile(s, i0, rows, jt, std::min(kKeyBlock, je - jt), &tile);
+        if (tile.empty()) continue;  // no row sees any of its keys: no arithmetic
+        const int64_t j0 = jt + tile.c0, cols = tile.c1 - tile.c0;
         const float* kb = k + j0 * ld.kv + int64_t(g) * D;
         const float* vb = v + j0 * ld.kv + int64_t(g) * D;
         cpu::sgemm(ctx, false, true, rows, cols, D, s.scale, qb, ld.q, kb, ld.kv, 0.0f, scores,
                    cols);
         for (int64_t i = 0; i < rows; ++i) {
           float* srow = scores + i * cols;
-          const int64_t n = visible_cols(s, mask, i0 + i, j0, cols);
-          const float m_new = std::max(m[i], row_max(srow, n));
+          const int64_t a = tile.lo[i], n = tile.n[i];
+          const float m_new = std::max(m[i], row_max(srow + a, n));
           if (m_new == kNegInf) {  // nothing visible yet: the row stays empty
             std::fill(srow, srow + cols, 0.0f);
             continue;
           }
           const float alpha = exp1(m[i] - m_new);
-          l[i] = l[i] * alpha + exp_shift_sum(srow, n, m_new);
-          std::fill(srow + n, srow + cols, 0.0f);
+          l[i] = l[i] * alpha + exp_shift_sum(srow + a, n, m_new);
+          std::fill(srow, srow + a, 0.0f);
+          std::fill(srow + a + n, srow + cols, 0.0f);
           if (alpha != 1.0f) scale_row(acc + i * D, D, alpha);
           m[i] = m_new;
         }
@@ -285,6 +292,7 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, cons
   float* p = scratch.take(size_t(kQueryBlock * kKeyBlock));
   float* dp = scratch.take(size_t(kQueryBlock * kKeyBlock));
   float* delta = scratch.take(kQueryBlock);  // rowsum(dO * O): softmax's Jacobian term
+  TileView tile;
 
   for (int h = 0; h < s.H; ++h) {
     const int g = h / group;
@@ -299,23 +307,26 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, cons
         delta[i] = float(acc);
       }
 
-      for (int64_t j0 = 0; j0 < s.Tk; j0 += kKeyBlock) {
-        const TileMask mask = classify(s, i0, rows, j0, std::min(kKeyBlock, s.Tk - j0));
-        if (mask == TileMask::skip) break;
-        const int64_t cols = tile_cols(s, mask, i0, rows, j0, std::min(kKeyBlock, s.Tk - j0));
+      int64_t jb, je;
+      attn_key_range(s, i0, rows, &jb, &je);
+      for (int64_t jt = jb; jt < je; jt += kKeyBlock) {
+        view_tile(s, i0, rows, jt, std::min(kKeyBlock, je - jt), &tile);
+        if (tile.empty()) continue;
+        const int64_t j0 = jt + tile.c0, cols = tile.c1 - tile.c0;
         const int64_t koff = j0 * ld.kv + int64_t(g) * D;
         cpu::sgemm(ctx, false, true, rows, cols, D, s.scale, qb, ld.q, k + koff, ld.kv, 0.0f, p,
                    cols);
         for (int64_t i = 0; i < rows; ++i) {
           float* prow = p + i * cols;
-          const int64_t n = visible_cols(s, mask, i0 + i, j0, cols);
+          const int64_t a = tile.lo[i], n = tile.n[i];
           const float row_lse = lse[(i0 + i) * s.H + h];
           if (row_lse == kNegInf) {
             std::fill(prow, prow + cols, 0.0f);
             continue;
           }
-          exp_shift_sum(prow, n, row_lse);
-          std::fill(prow + n, prow + cols, 0.0f);
+          exp_shift_sum(prow + a, n, row_lse);
+          std::fill(prow, prow + a, 0.0f);
+          std::fill(prow + a + n, prow + cols, 0.0f);
         }
         // dV += P^T dO ; dP = dO V^T ; dS = P (dP - delta) ; dQ += s dS K ; dK += s dS^T Q
         cpu::sgemm(ctx, true, false, cols, D, rows, 1.0f, p, cols, dob, ld.q, 1.0f, dv + koff,
@@ -358,10 +369,13 @@ void merge_partial_attention(const Ctx& ctx, int64_t n_rows, int D, float* out, 
 namespace trident::kernels {
 
 int64_t attention_visible_pairs(const AttnShape& s) {
-  if (!s.causal) return s.Tq * s.Tk * s.H;
+  if (!s.causal && !s.documents() && s.window == 0) return s.Tq * s.Tk * s.H;
   int64_t pairs = 0;
-  for (int64_t i = 0; i < s.Tq; ++i)
-    pairs += std::clamp<int64_t>(s.q_pos0 + i - s.k_pos0 + 1, 0, s.Tk);
+  for (int64_t i = 0; i < s.Tq; ++i) {
+    int64_t a, b;
+    attn_row_keys(s, i, 0, s.Tk, &a, &b);
+    pairs += b - a;
+  }
   return pairs * s.H;
 }
 
@@ -369,15 +383,17 @@ double attention_flops(const AttnShape& s, bool backward) {
   return (backward ? 10.0 : 4.0) * double(s.D) * double(attention_visible_pairs(s));
 }
 
-double attention_reference_row(const AttnShape& s, const float* q, const float* k,
-                               const float* v, int64_t i, int h, double* out_row) {
+double attention_reference_row(const AttnShape& s, const float* q, const float* k, const float* v,
+                               int64_t i, int h, double* out_row) {
   check_attn_shape(s);
   const int64_t D = s.D, g = h / (s.H / s.Hkv);
   const float* qi = q + (i * s.H + h) * D;
   std::vector<double> score(size_t(s.Tk), -INFINITY);
   double mx = -INFINITY;
   for (int64_t j = 0; j < s.Tk; ++j) {
-    if (s.causal && s.k_pos0 + j > s.q_pos0 + i) continue;
+    if (!attn_pair_visible(s, s.q_pos0 + i, s.k_pos0 + j, s.documents() ? s.q_doc[i] : 0,
+                           s.documents() ? s.k_doc[j] : 0))
+      continue;
     const float* kj = k + (j * s.Hkv + g) * D;
     double dot = 0.0;
     for (int64_t d = 0; d < D; ++d) dot += double(qi[d]) * kj[d];

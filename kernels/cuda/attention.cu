@@ -14,10 +14,11 @@
 // dV over key blocks) so that every gradient element has one owner and no
 // atomics are needed.
 //
-// Causal masking: a block stops at the last key any of its queries sees
-// (attn_key_end) and the dK/dV kernel starts at the first query that sees its
-// first key (attn_query_begin), so masked tiles cost nothing; within a tile
-// the mask is per element. GQA: query head h reads kv head h / (H / Hkv)
+// Masking: a block sweeps only the keys any of its queries can see
+// (attn_key_range: causal end, window start, the documents of its first and
+// last query) and the dK/dV kernel only the queries that can see any of its
+// keys (attn_query_range), so tiles outside cost nothing; within a tile the
+// mask is per element (causal, window, document). GQA: query head h reads kv head h / (H / Hkv)
 // through the row stride; the dK/dV kernel loops over the group's query heads.
 #include <type_traits>
 
@@ -94,8 +95,9 @@ __global__ void __launch_bounds__(kAttnThreads)
     }
   }
 
-  const int64_t kend = plan::attn_key_end(s, i0, rows);
-  for (int64_t j0 = 0; j0 < kend; j0 += kAttnTile) {
+  int64_t kbegin, kend;
+  attn_key_range(s, i0, rows, &kbegin, &kend);
+  for (int64_t j0 = kbegin; j0 < kend; j0 += kAttnTile) {
     const int cols = int(min(int64_t(kAttnTile), kend - j0));
     __syncthreads();  // the previous tile is no longer read
     stage_rows(ks, D + 1, kAttnTile, k, ldkv, j0, cols, int64_t(g) * D, D);
@@ -190,8 +192,9 @@ __global__ void __launch_bounds__(kAttnThreads)
     row_delta[r] = i < s.Tq ? delta[i * s.H + h] : 0.0f;
   }
 
-  const int64_t kend = plan::attn_key_end(s, i0, rows);
-  for (int64_t j0 = 0; j0 < kend; j0 += kAttnTile) {
+  int64_t kbegin, kend;
+  attn_key_range(s, i0, rows, &kbegin, &kend);
+  for (int64_t j0 = kbegin; j0 < kend; j0 += kAttnTile) {
     const int cols = int(min(int64_t(kAttnTile), kend - j0));
     __syncthreads();
     stage_rows(ks, D + 1, kAttnTile, k, ldkv, j0, cols, int64_t(g) * D, D);
@@ -242,10 +245,11 @@ __global__ void __launch_bounds__(kAttnThreads)
   stage_rows(vs, D, kAttnBlockRows, v, ldkv, j0, keys, int64_t(g) * D, D);
 
   float dk_acc[kAttnRowsPerWarp][DC] = {}, dv_acc[kAttnRowsPerWarp][DC] = {};
-  const int64_t ibegin = plan::attn_query_begin(s, j0);
+  int64_t ibegin, iend;
+  attn_query_range(s, j0, keys, &ibegin, &iend);
   for (int h = g * group; h < (g + 1) * group; ++h) {
-    for (int64_t i0 = ibegin; i0 < s.Tq; i0 += kAttnTile) {
-      const int n = int(min(int64_t(kAttnTile), s.Tq - i0));
+    for (int64_t i0 = ibegin; i0 < iend; i0 += kAttnTile) {
+      const int n = int(min(int64_t(kAttnTile), iend - i0));
       __syncthreads();
       stage_rows(qt, D + 1, kAttnTile, q, ldq, i0, n, int64_t(h) * D, D);
       stage_rows(dot, D + 1, kAttnTile, dout, ldq, i0, n, int64_t(h) * D, D);

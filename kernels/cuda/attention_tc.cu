@@ -151,8 +151,9 @@ __global__ void __launch_bounds__(kTcThreads)
   const bf16* orow_in = out + i * ldq + int64_t(h) * D + half * half_d;
   for (int d = 0; d < half_d; ++d) orow_half[d] = st.l > 0.0f ? __bfloat162float(orow_in[d]) : 0.0f;
 
-  const int64_t kend = plan::attn_key_end(s, i0, rows);
-  for (int64_t j0 = 0; j0 < kend; j0 += kTcTile) {
+  int64_t kbegin, kend;
+  attn_key_range(s, i0, rows, &kbegin, &kend);
+  for (int64_t j0 = kbegin; j0 < kend; j0 += kTcTile) {
     const int cols = int(min(int64_t(kTcTile), kend - j0));
     __syncthreads();  // the previous tile is no longer read
     stage_bf16(ks, kTcTile, k, ldkv, j0, cols, int64_t(g) * D, D);

@@ -130,6 +130,8 @@ const std::vector<KeyDef>& key_table() {
         false));
     t.push_back(float_key(
         "model", "init_std", [](Config& c) { return &c.model.init_std; }, 0, true));
+    t.push_back(int_key(
+        "model", "window", [](Config& c) { return &c.model.window; }, 0));
     // [data]
     t.push_back(choice_key("data", "task", [](Config & c) -> auto& { return c.data.task; },
                            {"recall", "copy", "tokens"}));

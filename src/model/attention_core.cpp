@@ -37,9 +37,9 @@ void record(AttentionCore& core, double t_begin, double compute_s, bool backward
 
 class LocalAttention : public AttentionCore {
  public:
-  LocalAttention(const kernels::Ctx& ctx, int H, int Hkv, int D)
-      : ctx_(ctx), H_(H), Hkv_(Hkv), D_(D) {}
-  kernels::AttnShape shape(int64_t Ls) const {
+  LocalAttention(const kernels::Ctx& ctx, int H, int Hkv, int D, int64_t window)
+      : ctx_(ctx), H_(H), Hkv_(Hkv), D_(D), window_(window) {}
+  kernels::AttnShape shape(int64_t Ls, const SeqDocs& docs) const {
     kernels::AttnShape s;
     s.Tq = s.Tk = Ls;
     s.H = H_;
@@ -47,28 +47,31 @@ class LocalAttention : public AttentionCore {
     s.D = D_;
     s.scale = 1.0f / std::sqrt(float(D_));
     s.causal = true;
+    s.window = window_;
+    if (docs.packed()) s.q_doc = s.k_doc = docs.device.data<int32_t>();  // device memory
     return s;
   }
   void forward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t Ls, const Tensor& out,
-               const Tensor& lse) override {
+               const Tensor& lse, const SeqDocs& docs) override {
     const double t0 = now_s();
-    kernels::attention_forward(ctx_, shape(Ls), q, k, v, out, lse);
+    kernels::attention_forward(ctx_, shape(Ls, docs), q, k, v, out, lse);
     record(*this, t0, now_s() - t0, false);
   }
   void backward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t Ls, const Tensor& out,
                 const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
-                const Tensor& dv) override {
+                const Tensor& dv, const SeqDocs& docs) override {
     const double t0 = now_s();
     kernels::fill(ctx_, dq, 0.0f);
     kernels::fill(ctx_, dk, 0.0f);
     kernels::fill(ctx_, dv, 0.0f);
-    kernels::attention_backward(ctx_, shape(Ls), q, k, v, out, lse, dout, dq, dk, dv);
+    kernels::attention_backward(ctx_, shape(Ls, docs), q, k, v, out, lse, dout, dq, dk, dv);
     record(*this, t0, now_s() - t0, true);
   }
 
  private:
   kernels::Ctx ctx_;
   int H_, Hkv_, D_;
+  int64_t window_;
 };
 
 // A distributed attention (ring, Ulysses) on f32 buffers of its device:
@@ -79,35 +82,39 @@ class F32DistributedCore : public AttentionCore {
  public:
   explicit F32DistributedCore(const kernels::Ctx& ctx) : ctx_(ctx) {}
   void forward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t, const Tensor& out,
-               const Tensor& lse) override {
+               const Tensor& lse, const SeqDocs& docs) override {
     work_.clear();
     const double t0 = now_s();
     const Tensor q32 = as_f32(ctx_, q), k32 = as_f32(ctx_, k), v32 = as_f32(ctx_, v);
     const Tensor o32 = f32_out(ctx_, out);
     run_forward(q32.data<float>(), k32.data<float>(), v32.data<float>(), o32.data<float>(),
-                lse.data<float>());
+                lse.data<float>(), local_docs(docs));
     write_back(ctx_, o32, out);
     record(*this, t0, work_.seconds("ring.forward"), false);
   }
   void backward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t, const Tensor& out,
                 const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
-                const Tensor& dv) override {
+                const Tensor& dv, const SeqDocs& docs) override {
     work_.clear();
     const double t0 = now_s();
     const Tensor q32 = as_f32(ctx_, q), k32 = as_f32(ctx_, k), v32 = as_f32(ctx_, v);
     const Tensor o32 = as_f32(ctx_, out), do32 = as_f32(ctx_, dout);
     run_backward(q32.data<float>(), k32.data<float>(), v32.data<float>(), o32.data<float>(),
                  lse.data<float>(), do32.data<float>(), dq.data<float>(), dk.data<float>(),
-                 dv.data<float>());
+                 dv.data<float>(), local_docs(docs));
     record(*this, t0, work_.seconds("ring.backward"), true);
   }
 
  protected:
-  virtual void run_forward(const float* q, const float* k, const float* v, float* out,
-                           float* lse) = 0;
+  static cp::LocalDocs local_docs(const SeqDocs& docs) {
+    if (!docs.packed()) return {};
+    return {docs.device.data<int32_t>(), docs.host};
+  }
+  virtual void run_forward(const float* q, const float* k, const float* v, float* out, float* lse,
+                           const cp::LocalDocs& docs) = 0;
   virtual void run_backward(const float* q, const float* k, const float* v, const float* out,
-                            const float* lse, const float* dout, float* dq, float* dk,
-                            float* dv) = 0;
+                            const float* lse, const float* dout, float* dq, float* dk, float* dv,
+                            const cp::LocalDocs& docs) = 0;
 
   kernels::Ctx ctx_;
   prof::Recorder work_{false};  // the implementation's kernel time of the current call
@@ -123,16 +130,18 @@ class RingAttentionCore : public F32DistributedCore {
         Hkv_(cfg.model.n_kv_heads),
         D_(cfg.model.head_dim()) {
     ring_.set_profiler(&work_);
+    ring_.set_window(cfg.model.window);
   }
 
  private:
-  void run_forward(const float* q, const float* k, const float* v, float* out,
-                   float* lse) override {
-    ring_.forward(q, k, v, H_, Hkv_, D_, out, lse);
+  void run_forward(const float* q, const float* k, const float* v, float* out, float* lse,
+                   const cp::LocalDocs& docs) override {
+    ring_.forward(q, k, v, H_, Hkv_, D_, out, lse, docs);
   }
   void run_backward(const float* q, const float* k, const float* v, const float* out,
-                    const float* lse, const float* dout, float* dq, float* dk, float* dv) override {
-    ring_.backward(q, k, v, out, lse, dout, H_, Hkv_, D_, dq, dk, dv);
+                    const float* lse, const float* dout, float* dq, float* dk, float* dv,
+                    const cp::LocalDocs& docs) override {
+    ring_.backward(q, k, v, out, lse, dout, H_, Hkv_, D_, dq, dk, dv, docs);
   }
 
   cp::RingAttention ring_;
@@ -151,12 +160,24 @@ class UlyssesAttentionCore : public F32DistributedCore {
   }
 
  private:
-  void run_forward(const float* q, const float* k, const float* v, float* out,
-                   float* lse) override {
+  // Packed documents and windows are the ring's alone for now (the Ulysses
+  // all-to-all would have to carry the document ids): refused, and the
+  // window already by the config's validation.
+  static void refuse(const cp::LocalDocs& docs) {
+    if (docs.host)
+      throw InputError(
+          "parallel.cp_mode: packed documents need cp_mode = \"ring\" (ulysses and hybrid do "
+          "not apply document masks yet)");
+  }
+  void run_forward(const float* q, const float* k, const float* v, float* out, float* lse,
+                   const cp::LocalDocs& docs) override {
+    refuse(docs);
     ulysses_.forward(q, k, v, out, lse);
   }
   void run_backward(const float* q, const float* k, const float* v, const float* out,
-                    const float* lse, const float* dout, float* dq, float* dk, float* dv) override {
+                    const float* lse, const float* dout, float* dq, float* dk, float* dv,
+                    const cp::LocalDocs& docs) override {
+    refuse(docs);
     ulysses_.backward(q, k, v, out, lse, dout, dq, dk, dv);
   }
 
@@ -169,7 +190,7 @@ std::unique_ptr<AttentionCore> make_attention_core(const kernels::Ctx& ctx, cons
                                                    const StageComms& comms) {
   const auto& m = cfg.model;
   if (!comms.cp || comms.cp->size() == 1)
-    return std::make_unique<LocalAttention>(ctx, m.n_heads, m.n_kv_heads, m.head_dim());
+    return std::make_unique<LocalAttention>(ctx, m.n_heads, m.n_kv_heads, m.head_dim(), m.window);
   if (cp::ulysses_size(cfg.parallel) > 1)
     return std::make_unique<UlyssesAttentionCore>(ctx, cfg, comms.cp);
   return std::make_unique<RingAttentionCore>(ctx, cfg, comms.cp);

@@ -1,4 +1,5 @@
 // Cutting a step's global batch into this rank's micro-batches.
+#include "trident/core/error.hpp"
 #include "trident/model/transformer.hpp"
 
 namespace trident::model {
@@ -19,6 +20,24 @@ std::vector<MicroBatch> make_microbatches(const DataSource& data, const DataConf
       for (int64_t p : positions) {
         mb.tokens.push_back(smp.tokens[size_t(p)]);
         mb.targets.push_back(smp.targets[size_t(p)]);
+      }
+      const size_t before = size_t(s * Ls);  // tokens of the earlier samples
+      if (!smp.doc_ids.empty()) {
+        TRIDENT_CHECK(smp.doc_ids.size() == smp.tokens.size(),
+                      "make_microbatches: a sample's doc_ids do not match its tokens");
+        mb.doc_ids.resize(before, 0);  // earlier samples without documents: one each
+        for (int64_t p : positions) mb.doc_ids.push_back(smp.doc_ids[size_t(p)]);
+      } else if (!mb.doc_ids.empty()) {
+        mb.doc_ids.resize(before + size_t(Ls), 0);
+      }
+      if (!smp.positions.empty()) {
+        TRIDENT_CHECK(smp.positions.size() == smp.tokens.size(),
+                      "make_microbatches: a sample's positions do not match its tokens");
+        for (size_t t = mb.rope_positions.size(); t < before; ++t)
+          mb.rope_positions.push_back(positions[t % size_t(Ls)]);
+        for (int64_t p : positions) mb.rope_positions.push_back(smp.positions[size_t(p)]);
+      } else if (!mb.rope_positions.empty()) {
+        mb.rope_positions.insert(mb.rope_positions.end(), positions.begin(), positions.end());
       }
     }
   }

@@ -32,6 +32,18 @@ constexpr float kNormEps = 1e-5f;
 // Rows [s * Ls, (s + 1) * Ls) of t: sequence s of a micro-batch.
 Tensor seq(const Tensor& t, int64_t s, int64_t Ls) { return t.rows(s * Ls, (s + 1) * Ls); }
 
+// Sample s's RoPE positions: its own (packed documents) or the global ones.
+Tensor rope_positions(const MicroBatch& mb, int64_t s) {
+  if (mb.rope_positions.empty()) return mb.on_device.positions;
+  return seq(mb.on_device.rope_positions, s, mb.local_seq);
+}
+
+// Sample s's documents for the attention core (none: one document).
+SeqDocs seq_docs(const MicroBatch& mb, int64_t s) {
+  if (mb.doc_ids.empty()) return {};
+  return {seq(mb.on_device.doc_ids, s, mb.local_seq), mb.doc_ids.data() + s * mb.local_seq};
+}
+
 // dW[out,in] += dyᵀ x, now or later (zero-bubble W).
 struct WeightGradTask {
   Param* p;
@@ -123,8 +135,8 @@ struct AttentionBlock {
     kernels::linear_forward(ctx_, c.h1, lp.weight(wq), c.q);
     kernels::linear_forward(ctx_, c.h1, lp.weight(wk), c.k);
     kernels::linear_forward(ctx_, c.h1, lp.weight(wv), c.v);
-    const Tensor& pos = mb.on_device.positions;
     for (int64_t s = 0; s < mb.n_samples; ++s) {
+      const Tensor pos = rope_positions(mb, s);
       kernels::rope_forward(ctx_, seq(c.q, s, Ls), pos, D, theta);
       kernels::rope_forward(ctx_, seq(c.k, s, Ls), pos, D, theta);
     }
@@ -132,7 +144,7 @@ struct AttentionBlock {
     c.lse = kernels::empty(ctx_, {T, H});
     for (int64_t s = 0; s < mb.n_samples; ++s)
       core->forward(seq(c.q, s, Ls), seq(c.k, s, Ls), seq(c.v, s, Ls), Ls, seq(c.o, s, Ls),
-                    seq(c.lse, s, Ls));
+                    seq(c.lse, s, Ls), seq_docs(mb, s));
     if (cap && req && req->layers.count(layer)) {
       for (int64_t s = 0; s < mb.n_samples; ++s) {
         if (!req->samples.count(mb.sample_ids[size_t(s)])) continue;
@@ -181,9 +193,9 @@ struct AttentionBlock {
     for (int64_t s = 0; s < mb.n_samples; ++s)
       core->backward(seq(c.q, s, Ls), seq(c.k, s, Ls), seq(c.v, s, Ls), Ls, seq(c.o, s, Ls),
                      seq(c.lse, s, Ls), seq(dout, s, Ls), seq(dq, s, Ls), seq(dk, s, Ls),
-                     seq(dv, s, Ls));
-    const Tensor& pos = mb.on_device.positions;
+                     seq(dv, s, Ls), seq_docs(mb, s));
     for (int64_t s = 0; s < mb.n_samples; ++s) {
+      const Tensor pos = rope_positions(mb, s);
       kernels::rope_backward(ctx_, seq(dq, s, Ls), pos, D, theta);
       kernels::rope_backward(ctx_, seq(dk, s, Ls), pos, D, theta);
     }
@@ -608,6 +620,15 @@ void ModelStage::begin_step(std::vector<MicroBatch> mbs, float loss_scale, float
     }
     mb.on_device.sample_of_token = kernels::from_host(ctx_, sample.data(), {T}, DType::i32);
     mb.on_device.token_index = kernels::from_host(ctx_, index.data(), {T}, DType::i64);
+    TRIDENT_CHECK((mb.doc_ids.empty() || int64_t(mb.doc_ids.size()) == T) &&
+                      (mb.rope_positions.empty() || int64_t(mb.rope_positions.size()) == T),
+                  "ModelStage::begin_step: a micro-batch's doc_ids or rope_positions do not "
+                  "match its shape");
+    if (!mb.doc_ids.empty())
+      mb.on_device.doc_ids = kernels::from_host(ctx_, mb.doc_ids.data(), {T}, DType::i32);
+    if (!mb.rope_positions.empty())
+      mb.on_device.rope_positions =
+          kernels::from_host(ctx_, mb.rope_positions.data(), {T}, DType::i64);
   }
 }
 

@@ -57,13 +57,32 @@ Inputs inputs(const AttnShape& s, bool bf16) {
   return in;
 }
 
-void check_fp32(cuda::StreamContext& dc, const AttnShape& s) {
-  const std::string tag = name_of(s);
+// Packed documents: the CPU reference reads host ids, the GPU the same ids
+// in device memory.
+struct Docs {
+  std::vector<int32_t> q, k;
+};
+
+void check_fp32(cuda::StreamContext& dc, const AttnShape& host_shape, const Docs& docs = {}) {
+  AttnShape s = host_shape;
+  if (!docs.q.empty()) {
+    s.q_doc = docs.q.data();
+    s.k_doc = docs.k.data();
+  }
+  const std::string tag =
+      name_of(s) + " window " + std::to_string(s.window) + (docs.q.empty() ? "" : " documents");
   const Inputs in = inputs(s, false);
   std::vector<float> out(in.q.size()), lse(static_cast<size_t>(s.Tq * s.H));
   ref::attention_forward(kHost, s, in.q.data(), in.k.data(), in.v.data(), out.data(), lse.data());
   Buf<float> q(dc, in.q), k(dc, in.k), v(dc, in.v), o(dc, out.size()), l(dc, lse.size());
-  cuda::attention_forward(dc.ctx(), s, q, k, v, o, l);
+  Buf<int32_t> qd(dc, docs.q.empty() ? std::vector<int32_t>{0} : docs.q),
+      kd(dc, docs.k.empty() ? std::vector<int32_t>{0} : docs.k);
+  AttnShape ds = s;  // the device's view of the same shape
+  if (!docs.q.empty()) {
+    ds.q_doc = qd;
+    ds.k_doc = kd;
+  }
+  cuda::attention_forward(dc.ctx(), ds, q, k, v, o, l);
   const auto got_out = o.host();
   check_close("fwd out " + tag, got_out, out, 1e-5);
   check_close("fwd lse " + tag, l.host(), lse, 1e-5);
@@ -72,10 +91,17 @@ void check_fp32(cuda::StreamContext& dc, const AttnShape& s) {
   ref::attention_backward(kHost, s, in.q.data(), in.k.data(), in.v.data(), out.data(), lse.data(),
                           in.dout.data(), dq.data(), dk.data(), dv.data());
   Buf<float> dout(dc, in.dout), gdq(dc, in.dq0), gdk(dc, in.dk0), gdv(dc, in.dv0);
-  cuda::attention_backward(dc.ctx(), s, q, k, v, o, l, dout, gdq, gdk, gdv);
+  cuda::attention_backward(dc.ctx(), ds, q, k, v, o, l, dout, gdq, gdk, gdv);
   check_increment("bwd dq " + tag, gdq.host(), dq, in.dq0, 1e-5);
   check_increment("bwd dk " + tag, gdk.host(), dk, in.dk0, 1e-5);
   check_increment("bwd dv " + tag, gdv.host(), dv, in.dv0, 1e-5);
+}
+
+std::vector<int32_t> doc_ids(const std::vector<int64_t>& lengths) {
+  std::vector<int32_t> ids;
+  for (size_t d = 0; d < lengths.size(); ++d)
+    ids.insert(ids.end(), static_cast<size_t>(lengths[d]), int32_t(d));
+  return ids;
 }
 
 }  // namespace
@@ -109,6 +135,26 @@ GPU_TEST("attention fully masked rows: 0 output, -inf LSE, no NaN anywhere") {
   // Every row masked (keys entirely in the future): a ring step below the diagonal.
   const AttnShape all = shape(30, 30, 2, 2, 32, true, 0, 100);
   check_fp32(dc, all);
+}
+
+GPU_TEST("attention with packed documents and sliding windows against the CPU") {
+  // Documents of length 1, on tile edges and across tiles; a ring-like step
+  // whose queries meet only one of the keys' documents (rows without keys).
+  const Docs packed{doc_ids({1, 15, 16, 32, 1, 100, 135}), doc_ids({1, 15, 16, 32, 1, 100, 135})};
+  check_fp32(dc, shape(300, 300, 4, 2, 64, true), packed);
+  check_fp32(dc, shape(300, 300, 2, 2, 128, false), packed);
+  Docs step{std::vector<int32_t>(120, 5), doc_ids({10, 50, 3, 37})};
+  for (int i = 0; i < 40; ++i) step.q[size_t(i)] = 3;
+  check_fp32(dc, shape(120, 100, 2, 1, 32, true, 200, 0), step);
+  for (int64_t w : {1, 16, 33, 100, 400}) {
+    AttnShape s = shape(260, 260, 2, 1, 64, true);
+    s.window = w;
+    check_fp32(dc, s);
+    check_fp32(dc, s, Docs{doc_ids({40, 1, 219}), doc_ids({40, 1, 219})});
+    AttnShape r = shape(100, 300, 2, 1, 64, true, 300, 0);
+    r.window = w;
+    check_fp32(dc, r);
+  }
 }
 
 GPU_TEST("attention resume and merge over split key sets equal one pass") {

@@ -140,6 +140,7 @@ struct ModelConfig {
   double z_loss_coef = 0.0;        // router z-loss coefficient (0: off)
   double router_bias_rate = 1e-3;  // sigmoid_bias: bias update rate per step
   double init_std = 0.02;
+  int window = 0;  // sliding-window attention: a token sees the last `window` positions; 0: off
 
   int head_dim() const { return d_model / n_heads; }
   bool is_moe_layer(int layer) const {

@@ -41,8 +41,20 @@ class GemmPrecision {
   std::vector<std::pair<const Param*, Tensor>> copies_;
 };
 
+// The packed documents of one sequence on this rank: each local token's
+// document id, on the stage's device (i32 [Ls], what the kernels read) and
+// the same ids on the host (what decides which ring blocks are skipped and
+// what is sent along with them). Both empty: one document.
+struct SeqDocs {
+  Tensor device;
+  const int32_t* host = nullptr;
+  bool packed() const { return host != nullptr; }
+};
+
 // Attention of ONE sequence: q [Ls, H, D], k/v [Ls, Hkv, D] (this rank's
 // tokens, in local order, RoPE applied), out [Ls, H, D], lse [Ls, H].
+// Causal on the sequence positions, inside each document of `docs`, and
+// within model.window positions when that is set.
 class AttentionCore {
  public:
   virtual ~AttentionCore() = default;
@@ -53,11 +65,11 @@ class AttentionCore {
   // Views of one sequence's rows: q/out/dout/dq [Ls, H*D], k/v/dk/dv
   // [Ls, Hkv*D], lse [Ls, H], all on the stage's device.
   virtual void forward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t Ls,
-                       const Tensor& out, const Tensor& lse) = 0;
+                       const Tensor& out, const Tensor& lse, const SeqDocs& docs) = 0;
   // dq/dk/dv are overwritten.
   virtual void backward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t Ls,
                         const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
-                        const Tensor& dk, const Tensor& dv) = 0;
+                        const Tensor& dk, const Tensor& dv, const SeqDocs& docs) = 0;
 };
 
 // Local kernel when cp is off, RingAttention over comms.cp otherwise.

@@ -50,11 +50,18 @@ struct MicroBatch {
   std::vector<int32_t> targets;     // same; -1: no loss
   std::vector<int64_t> positions;   // [local_seq] global positions (same for every sample)
   std::vector<int64_t> sample_ids;  // [n_samples] global sample index in the step's batch
+  // Packed documents (Sample::doc_ids / positions, cut to this rank's
+  // tokens); both empty when the samples carry none: one document per
+  // sample, RoPE at the global positions.
+  std::vector<int32_t> doc_ids;         // [n_samples * local_seq] document of each token
+  std::vector<int64_t> rope_positions;  // [n_samples * local_seq] RoPE position of each token
   struct OnDevice {
     Tensor tokens, targets;  // i32 [n_samples * local_seq]
     Tensor positions;        // i64 [local_seq]
     Tensor sample_of_token;  // i32 [n_samples * local_seq]: each token's sample
     Tensor token_index;      // i64 [n_samples * local_seq]: sample * seq_len + global position
+    Tensor doc_ids;          // i32 [n_samples * local_seq], or empty
+    Tensor rope_positions;   // i64 [n_samples * local_seq], or empty
   } on_device;
   int64_t tokens_total() const { return n_samples * local_seq; }
 };

@@ -40,6 +40,7 @@ namespace {
 
 constexpr int kTagKv = 3101;   // K/V block moving forward along the ring
 constexpr int kTagDkv = 3102;  // dK/dV accumulator travelling with its block
+constexpr int kTagDoc = 3103;  // the K/V block's document ids (packed documents)
 
 // CPU time of the calling thread: unlike the wall clock, it does not grow
 // while the rank waits for a core (oversubscribed runs).
@@ -204,23 +205,6 @@ class ComputeSpan {
   double c0_ = 0, progress_s_ = 0, progress_cpu_s_ = 0;
 };
 
-// The kernel call for queries of run qr against keys of run kr; false when
-// the causal mask hides the whole pair (all keys after all queries).
-bool pair_shape(const TokenRun& qr, const TokenRun& kr, int H, int Hkv, int D, bool causal,
-                kernels::AttnShape* s) {
-  if (causal && kr.pos0 > qr.pos0 + qr.length - 1) return false;
-  s->Tq = qr.length;
-  s->Tk = kr.length;
-  s->H = H;
-  s->Hkv = Hkv;
-  s->D = D;
-  s->scale = 1.0f / std::sqrt(float(D));
-  s->causal = causal;
-  s->q_pos0 = qr.pos0;
-  s->k_pos0 = kr.pos0;
-  return true;
-}
-
 // Every (query tile, key run) pair of one ring step that is not fully
 // masked: on_pair(qr, kr, shape), then after_query_run() after each of this
 // rank's query runs. Key runs outermost: with two key runs (a zig-zag step
@@ -228,15 +212,16 @@ bool pair_shape(const TokenRun& qr, const TokenRun& kr, int H, int Hkv, int D, b
 // working set is that of a step with one key run and both query runs (with
 // the query tile outermost a backward step's K, V, dK and dV no longer fit
 // the L2, which unbalances the ranks).
-template <typename OnPair, typename AfterRun>
+// shapes(qr, kr, &dev, &host) builds the pair's kernel shape and its host
+// twin, false when the mask hides the whole pair.
+template <typename Shapes, typename OnPair, typename AfterRun>
 void for_each_pair(const std::vector<TokenRun>& key_runs, const std::vector<TokenRun>& my_runs,
-                   int H, int Hkv, int D, bool causal, OnPair&& on_pair,
-                   AfterRun&& after_query_run) {
+                   Shapes&& shapes, OnPair&& on_pair, AfterRun&& after_query_run) {
   for (const TokenRun& kr : key_runs) {
     for (const TokenRun& run : my_runs) {
       for (const TokenRun& qr : query_tiles(run)) {
-        kernels::AttnShape s;
-        if (pair_shape(qr, kr, H, Hkv, D, causal, &s)) on_pair(qr, kr, s);
+        kernels::AttnShape s, host;
+        if (shapes(qr, kr, &s, &host)) on_pair(qr, kr, s, host);
       }
       after_query_run();
     }
@@ -244,6 +229,51 @@ void for_each_pair(const std::vector<TokenRun>& key_runs, const std::vector<Toke
 }
 
 }  // namespace
+
+void RingAttention::set_window(int64_t window) {
+  TRIDENT_CHECK(window >= 0, "RingAttention: window " + std::to_string(window) + " < 0");
+  window_ = window;
+}
+
+bool RingAttention::pair_shapes(const TokenRun& qr, const TokenRun& kr, int H, int Hkv, int D,
+                                kernels::AttnShape* dev, kernels::AttnShape* host) const {
+  // All keys after all queries: the causal skip of the unpacked ring.
+  if (causal_ && kr.pos0 > qr.pos0 + qr.length - 1) return false;
+  kernels::AttnShape& s = *dev;
+  s.Tq = qr.length;
+  s.Tk = kr.length;
+  s.H = H;
+  s.Hkv = Hkv;
+  s.D = D;
+  s.scale = 1.0f / std::sqrt(float(D));
+  s.causal = causal_;
+  s.q_pos0 = qr.pos0;
+  s.k_pos0 = kr.pos0;
+  s.window = window_;
+  *host = s;
+  if (packed_) {
+    s.q_doc = own_docs_dev_ + qr.local_offset;
+    s.k_doc = cur_docs_dev_ptr_ + kr.local_offset;
+    host->q_doc = own_docs_.data() + qr.local_offset;
+    host->k_doc = cur_docs_.data() + kr.local_offset;
+  }
+  if (!packed_ && window_ == 0) return true;
+  // Documents and window: skipped unless some pair is visible (the exact
+  // count over the host ids, O(Tq log Tk)).
+  return kernels::attention_visible_pairs(*host) > 0;
+}
+
+void RingAttention::load_docs(const LocalDocs& docs) {
+  TRIDENT_CHECK((docs.device == nullptr) == (docs.host == nullptr),
+                "RingAttention: document ids on the device and not on the host, or the reverse");
+  packed_ = docs.host != nullptr;
+  if (!packed_) return;
+  own_docs_dev_ = docs.device;
+  own_docs_.assign(docs.host, docs.host + local_tokens_);
+  cur_docs_ = own_docs_;
+  nxt_docs_.resize(size_t(local_tokens_));
+  cur_docs_dev_ptr_ = own_docs_dev_;
+}
 
 void RingAttention::load_kv(const float* k, const float* v, size_t nkv) {
   block_floats_ = 2 * int64_t(nkv);
@@ -264,6 +294,13 @@ RingAttention::KvTransfer RingAttention::post_kv(int step) {
   t.send = comm_->isend(buf_.cur.ptr(), block_bytes(), next, kTagKv);
   comm_->end_group();
   count("ring.bytes_sent", double(block_bytes()));
+  if (packed_) {  // the ids travel on the host, beside the block
+    const size_t bytes = cur_docs_.size() * sizeof(int32_t);
+    Communicator& host = comm_->host();
+    t.doc_recv = host.irecv(nxt_docs_.data(), bytes, prev, kTagDoc);
+    t.doc_send = host.isend(cur_docs_.data(), bytes, next, kTagDoc);
+    count("ring.bytes_sent", double(bytes));
+  }
   return t;
 }
 
@@ -272,35 +309,49 @@ void RingAttention::take_kv(int step, KvTransfer& t) {
   timed_wait(t.recv);
   timed_wait(t.send);
   std::swap(buf_.cur, buf_.nxt);
+  if (!packed_) return;
+  comm_->host().wait(t.doc_recv);
+  comm_->host().wait(t.doc_send);
+  std::swap(cur_docs_, nxt_docs_);
+  if (ctx_.device.is_cpu()) {
+    cur_docs_dev_ptr_ = cur_docs_.data();
+  } else {  // the kernels read the ids from the device: one small upload per step
+    cur_docs_dev_ = kernels::from_host(ctx_, cur_docs_.data(), {local_tokens_}, DType::i32);
+    cur_docs_dev_ptr_ = cur_docs_dev_.data<int32_t>();
+  }
 }
 
 void RingAttention::forward(const float* q, const float* k, const float* v, int H, int Hkv, int D,
-                            float* out, float* lse) {
+                            float* out, float* lse, const LocalDocs& docs) {
   const int64_t T = local_tokens_;
   const size_t nq = size_t(T) * H * D, nkv = size_t(T) * Hkv * D;
   // Double buffer of [K | V]: one in compute, one arriving.
   load_kv(k, v, nkv);
+  load_docs(docs);
   kernels::fill(ctx_, out, int64_t(nq), 0.0f);
   kernels::fill(ctx_, lse, T * H, -std::numeric_limits<float>::infinity());
   kernels::AttnShape probe{T, T, H, Hkv, D, 1.0f, causal_, 0, 0};
   note_workspace(buf_.cur.bytes() + buf_.nxt.bytes() +
                  kernels::attention_workspace_bytes(probe, false));
 
+  auto shapes = [&](const TokenRun& qr, const TokenRun& kr, kernels::AttnShape* s,
+                    kernels::AttnShape* host) { return pair_shapes(qr, kr, H, Hkv, D, s, host); };
   for (int step = 0; step < cp_size_; ++step) {
     KvTransfer kv = post_kv(step);
     {
       ComputeSpan span(sink_, "ring.forward", step);
       const float* cur = buf_.cur.ptr();
       for_each_pair(
-          runs_[source_rank(step)], runs_[cp_rank_], H, Hkv, D, causal_,
-          [&](const TokenRun& qr, const TokenRun& kr, const kernels::AttnShape& s) {
+          runs_[source_rank(step)], runs_[cp_rank_], shapes,
+          [&](const TokenRun& qr, const TokenRun& kr, const kernels::AttnShape& s,
+              const kernels::AttnShape& host) {
             const int64_t qo = qr.local_offset, ko = kr.local_offset;
             // Merges into (out, lse) as it goes: the LSE merge is the kernel's
             // online softmax continued from the keys of earlier pairs and steps.
             kernels::attention_forward_resume(ctx_, s, q + qo * H * D, cur + ko * Hkv * D,
                                               cur + nkv + ko * Hkv * D, out + qo * H * D,
                                               lse + qo * H);
-            if (sink_) span.flops += kernels::attention_flops(s, false);
+            if (sink_) span.flops += kernels::attention_flops(host, false);
           },
           [&] {
             span.drive_progress(comm_, {&kv.recv, &kv.send});
@@ -337,10 +388,11 @@ void RingAttention::pass_dkv(int step, Request& dkv_send, Request& dkv_recv) {
 
 void RingAttention::backward(const float* q, const float* k, const float* v, const float* out,
                              const float* lse, const float* dout, int H, int Hkv, int D, float* dq,
-                             float* dk, float* dv) {
+                             float* dk, float* dv, const LocalDocs& docs) {
   const int64_t T = local_tokens_;
   const size_t nq = size_t(T) * H * D, nkv = size_t(T) * Hkv * D;
   load_kv(k, v, nkv);
+  load_docs(docs);
   // [dK | dV]: the partial of the current step, the accumulator being sent
   // on, and the one arriving.
   Tensor& partial = buf_.partial;
@@ -354,6 +406,8 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
   note_workspace(buf_.cur.bytes() + buf_.nxt.bytes() + partial.bytes() + buf_.sending.bytes() +
                  buf_.arriving.bytes() + kernels::attention_workspace_bytes(probe, true));
 
+  auto shapes = [&](const TokenRun& qr, const TokenRun& kr, kernels::AttnShape* s,
+                    kernels::AttnShape* host) { return pair_shapes(qr, kr, H, Hkv, D, s, host); };
   Request dkv_send, dkv_recv;
   for (int step = 0; step < cp_size_; ++step) {
     KvTransfer kv = post_kv(step);
@@ -362,13 +416,14 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
       kernels::fill(ctx_, partial.ptr(), block_floats_, 0.0f);
       const float* cur = buf_.cur.ptr();
       for_each_pair(
-          runs_[source_rank(step)], runs_[cp_rank_], H, Hkv, D, causal_,
-          [&](const TokenRun& qr, const TokenRun& kr, const kernels::AttnShape& s) {
+          runs_[source_rank(step)], runs_[cp_rank_], shapes,
+          [&](const TokenRun& qr, const TokenRun& kr, const kernels::AttnShape& s,
+              const kernels::AttnShape& host) {
             const int64_t qo = qr.local_offset * H * D, ko = kr.local_offset * Hkv * D;
             kernels::attention_backward(ctx_, s, q + qo, cur + ko, cur + nkv + ko, out + qo,
                                         lse + qr.local_offset * H, dout + qo, dq + qo,
                                         partial.ptr() + ko, partial.ptr() + nkv + ko);
-            if (sink_) span.flops += kernels::attention_flops(s, true);
+            if (sink_) span.flops += kernels::attention_flops(host, true);
           },
           // The previous step's dK/dV accumulator is in flight too.
           [&] {

@@ -198,6 +198,7 @@ Config random_config(std::mt19937& rng) {
   c.model.z_loss_coef = real(0, 1e-2);
   c.model.router_bias_rate = 1e-3 / 3;
   c.model.init_std = real(1e-4, 1);
+  c.model.window = pick(0, 1) ? 0 : pick(1, 1 << 20);
   c.data.task = DataTask(pick(0, 2));
   c.data.seq_len = pick(1, 1 << 20);
   c.data.micro_batch_size = pick(1, 64);
@@ -281,6 +282,7 @@ TEST_CASE("to_toml round-trips every key") {
                                              "model.z_loss_coef",
                                              "model.router_bias_rate",
                                              "model.init_std",
+                                             "model.window",
                                              "data.task",
                                              "data.seq_len",
                                              "data.micro_batch_size",
@@ -368,6 +370,7 @@ TEST_CASE("model_hash covers exactly the [model] table") {
       [](Config& c) { c.model.router = RouterScoring::sigmoid_bias; },
       [](Config& c) { c.model.rope_theta = 5e5; },
       [](Config& c) { c.model.init_std = 0.0200001; },
+      [](Config& c) { c.model.window = 64; },
       [](Config& c) { c.model.norm_topk = false; }};
   for (size_t i = 0; i < model_changes.size(); ++i) {
     Config c = base;
@@ -462,6 +465,7 @@ TEST_CASE("per-key ranges and enums") {
       {"model.z_loss_coef", "-1e-3", "must be >= 0.0", "1e-3"},
       {"model.router_bias_rate", "-1", "must be >= 0.0", "0"},
       {"model.init_std", "0.0", "must be > 0.0", "0.5"},
+      {"model.window", "-1", "must be >= 0", "128"},
       {"data.task", "\"lm\"", "must be one of \"recall\", \"copy\", \"tokens\"", "\"copy\""},
       {"data.seq_len", "0", "must be >= 1", "2"},
       {"data.micro_batch_size", "0", "must be >= 1", "3"},

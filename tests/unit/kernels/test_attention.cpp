@@ -27,8 +27,12 @@ struct Reference {
   std::vector<double> out, lse, dq, dk, dv;
 };
 
+// The mask's definition, written out (q_doc / k_doc are host memory here).
 bool visible(const AttnShape& s, int64_t i, int64_t j) {
-  return !s.causal || s.k_pos0 + j <= s.q_pos0 + i;
+  const int64_t qp = s.q_pos0 + i, kp = s.k_pos0 + j;
+  if (s.causal && kp > qp) return false;
+  if (s.window > 0 && qp - kp >= s.window) return false;
+  return s.q_doc == nullptr || s.q_doc[i] == s.k_doc[j];
 }
 
 Reference naive_attention(const AttnShape& s, const std::vector<float>& q,
@@ -106,9 +110,23 @@ bool all_finite(const std::vector<float>& x) {
   return true;
 }
 
-void check_against_reference(const AttnShape& s) {
+// poison: keys that no query sees get NaN in K and V, so a kernel that
+// computed any of them (rather than skipping them) would return NaN. (In a
+// self-attention call every key sees itself; the calls of a ring step have
+// such keys.)
+void check_against_reference(const AttnShape& s, bool poison = false) {
   const int64_t nq = s.Tq * s.H * s.D, nk = s.Tk * s.Hkv * s.D;
   auto q = random_vec(nq, "q"), k = random_vec(nk, "k"), v = random_vec(nk, "v");
+  int64_t poisoned = 0;
+  for (int64_t j = 0; poison && j < s.Tk; ++j) {
+    bool seen = false;
+    for (int64_t i = 0; i < s.Tq && !seen; ++i) seen = visible(s, i, j);
+    if (seen) continue;
+    ++poisoned;
+    for (int64_t e = 0; e < s.Hkv * s.D; ++e)
+      k[size_t(j * s.Hkv * s.D + e)] = v[size_t(j * s.Hkv * s.D + e)] = NAN;
+  }
+  if (poison) REQUIRE(poisoned > 0);
   auto dout = random_vec(nq, "dout");
   std::vector<float> out(static_cast<size_t>(nq)), lse(static_cast<size_t>(s.Tq * s.H));
   trident::kernels::attention_forward(trident::test::kernel_ctx(), s, q.data(), k.data(), v.data(),
@@ -121,6 +139,12 @@ void check_against_reference(const AttnShape& s) {
                                        dv.data());
   for (size_t i = 0; i < dq.size(); ++i) dq[i] -= dq0[i];
   for (size_t i = 0; i < dk.size(); ++i) dk[i] -= dk0[i], dv[i] -= dv0[i];
+  if (poison) {  // the reference gets finite numbers where the kernel must not look
+    for (float& x : k)
+      if (std::isnan(x)) x = 0.0f;
+    for (float& x : v)
+      if (std::isnan(x)) x = 0.0f;
+  }
 
   const Reference ref = naive_attention(s, q, k, v, dout);
   CHECK(all_finite(out));
@@ -307,4 +331,166 @@ TEST_CASE("visible pairs and flops follow the causal mask") {
   CHECK(trident::kernels::attention_visible_pairs(shape(4, 10, 1, 1, 8, true, 20, 0)) == 40);
   CHECK(trident::kernels::attention_flops(shape(10, 10, 1, 1, 8, false), false) == 4.0 * 8 * 100);
   CHECK_THROWS(trident::kernels::check_attn_shape(shape(10, 10, 3, 2, 8, false)));
+}
+
+namespace {
+
+// Document ids of consecutive documents of the given lengths.
+std::vector<int32_t> doc_ids(const std::vector<int64_t>& lengths) {
+  std::vector<int32_t> ids;
+  for (size_t d = 0; d < lengths.size(); ++d) ids.insert(ids.end(), size_t(lengths[d]), int32_t(d));
+  return ids;
+}
+
+// Random document lengths summing to n, drawn from the counter RNG (a long
+// tail: most short, a few long), with some length-1 documents.
+std::vector<int64_t> random_lengths(int64_t n, const char* name) {
+  std::vector<float> u(64);
+  trident::rng::fill_normal(u.data(), int64_t(u.size()), trident::rng::hash_name(name), 0, 1.0f);
+  std::vector<int64_t> len;
+  int64_t used = 0;
+  for (size_t t = 0; used < n; ++t) {
+    const float x = u[t % u.size()];
+    int64_t l = t % 5 == 2 ? 1 : int64_t(std::exp(2.5f + 1.5f * x)) + 1;
+    l = std::min(l, n - used);
+    len.push_back(l);
+    used += l;
+  }
+  return len;
+}
+
+}  // namespace
+
+TEST_CASE("document masks match the naive reference", "[documents]") {
+  const int64_t T = 700;  // 5 query tiles + 60 rows, 2 key tiles + 188
+  SECTION("random long-tailed lengths, GQA") {
+    const auto ids = doc_ids(random_lengths(T, "doc lengths"));
+    AttnShape s = shape(T, T, 4, 2, 32, true);
+    s.q_doc = s.k_doc = ids.data();
+    check_against_reference(s);
+  }
+  SECTION("boundaries on query and key tile edges, a length-1 document, one long document") {
+    const auto ids =
+        doc_ids({trident::kernels::kQueryBlock, 1, trident::kernels::kKeyBlock - 129,
+                 trident::kernels::kKeyBlock, 1, T - 2 * trident::kernels::kKeyBlock - 1});
+    AttnShape s = shape(T, T, 2, 2, 16, true);
+    s.q_doc = s.k_doc = ids.data();
+    check_against_reference(s);
+  }
+  SECTION("every token its own document") {
+    std::vector<int32_t> ids(size_t(300));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+    AttnShape s = shape(300, 300, 2, 1, 8, true);
+    s.q_doc = s.k_doc = ids.data();
+    check_against_reference(s);
+  }
+  SECTION("non-causal, documents only") {
+    const auto ids = doc_ids({100, 3, 297});
+    AttnShape s = shape(400, 400, 2, 2, 16, false);
+    s.q_doc = s.k_doc = ids.data();
+    check_against_reference(s);
+  }
+}
+
+TEST_CASE("document masks between offset runs (a ring step): rows without keys", "[documents]") {
+  // Queries at positions [512, 812) in documents 3..5; keys at [0, 400) in
+  // documents 0..3: only document 3 meets, every other query row sees no key.
+  std::vector<int32_t> kd(400, 0), qd(300, 5);
+  for (int64_t j = 0; j < 400; ++j) kd[size_t(j)] = j < 100 ? 0 : j < 150 ? 1 : j < 260 ? 2 : 3;
+  for (int64_t i = 0; i < 300; ++i) qd[size_t(i)] = i < 70 ? 3 : i < 71 ? 4 : 5;
+  AttnShape s = shape(300, 400, 2, 2, 16, true, 512, 0);
+  s.q_doc = qd.data();
+  s.k_doc = kd.data();
+  check_against_reference(s, true);
+}
+
+TEST_CASE("sliding window matches the naive reference", "[window]") {
+  for (int64_t w : {1, 7, 128, 200, 256, 300, 1000}) {
+    CAPTURE(w);
+    AttnShape s = shape(600, 600, 2, 1, 16, true);
+    s.window = w;
+    // (w = 1: every row sees only itself, its gradients are 0 up to rounding
+    // and have no relative error to speak of)
+    if (w > 1) check_against_reference(s);
+    // Queries after the keys (a ring step): keys more than w back from the
+    // first query are never computed.
+    AttnShape r = shape(300, 700, 2, 1, 16, true, 700, 0);
+    r.window = w;
+    check_against_reference(r, w < 700);
+  }
+  SECTION("window with documents, offset runs") {
+    const auto ids = doc_ids(random_lengths(900, "window docs"));
+    std::vector<int32_t> qd(ids.begin() + 500, ids.end()), kd(ids.begin(), ids.begin() + 500);
+    AttnShape s = shape(400, 500, 2, 2, 16, true, 500, 0);
+    s.q_doc = qd.data();
+    s.k_doc = kd.data();
+    s.window = 150;
+    check_against_reference(s);
+  }
+}
+
+TEST_CASE("a packed sequence equals each document alone", "[documents]") {
+  using trident::kernels::kKeyBlock;
+  using trident::kernels::kQueryBlock;
+  const std::vector<int64_t> lengths{1, kQueryBlock - 1, kKeyBlock, 37, 1, 300, 2 * kQueryBlock};
+  const auto ids = doc_ids(lengths);
+  const int64_t T = int64_t(ids.size());
+  const int H = 4, Hkv = 2, D = 16;
+  const int64_t nq = T * H * D, nk = T * Hkv * D;
+  auto q = random_vec(nq, "pq"), k = random_vec(nk, "pk"), v = random_vec(nk, "pv");
+  auto dout = random_vec(nq, "pdout");
+  const auto& ctx = trident::test::kernel_ctx();
+  AttnShape s = shape(T, T, H, Hkv, D, true);
+  s.q_doc = s.k_doc = ids.data();
+  std::vector<float> out(static_cast<size_t>(nq)), lse(static_cast<size_t>(T * H)),
+      dq(static_cast<size_t>(nq)), dk(static_cast<size_t>(nk)), dv(static_cast<size_t>(nk));
+  trident::kernels::attention_forward(ctx, s, q.data(), k.data(), v.data(), out.data(), lse.data());
+  trident::kernels::attention_backward(ctx, s, q.data(), k.data(), v.data(), out.data(), lse.data(),
+                                       dout.data(), dq.data(), dk.data(), dv.data());
+  int64_t t0 = 0;
+  for (int64_t len : lengths) {
+    CAPTURE(t0, len);
+    const AttnShape a = shape(len, len, H, Hkv, D, true);
+    auto cut = [&](const std::vector<float>& x, int64_t width) {
+      return std::vector<float>(x.begin() + t0 * width, x.begin() + (t0 + len) * width);
+    };
+    const auto qa = cut(q, H * D), ka = cut(k, Hkv * D), va = cut(v, Hkv * D),
+               da = cut(dout, H * D);
+    std::vector<float> oa(static_cast<size_t>(len * H * D)), la(static_cast<size_t>(len * H)),
+        dqa(oa.size()), dka(static_cast<size_t>(len * Hkv * D)), dva(dka.size());
+    trident::kernels::attention_forward(ctx, a, qa.data(), ka.data(), va.data(), oa.data(),
+                                        la.data());
+    trident::kernels::attention_backward(ctx, a, qa.data(), ka.data(), va.data(), oa.data(),
+                                         la.data(), da.data(), dqa.data(), dka.data(), dva.data());
+    auto rel = [](const std::vector<float>& got, const std::vector<float>& want) {
+      double num = 0, den = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        num += double(got[i] - want[i]) * (got[i] - want[i]);
+        den += double(want[i]) * want[i];
+      }
+      return std::sqrt(num / std::max(den, 1e-30));
+    };
+    CHECK(rel(cut(out, H * D), oa) <= 1e-5);
+    CHECK(rel(cut(lse, H), la) <= 1e-5);
+    CHECK(rel(cut(dq, H * D), dqa) <= 1e-5);
+    CHECK(rel(cut(dk, Hkv * D), dka) <= 1e-5);
+    CHECK(rel(cut(dv, Hkv * D), dva) <= 1e-5);
+    t0 += len;
+  }
+}
+
+TEST_CASE("visible pairs follow documents and window", "[documents]") {
+  const auto ids = doc_ids({3, 1, 6});  // pairs 6 + 1 + 21
+  AttnShape s = shape(10, 10, 2, 2, 8, true);
+  s.q_doc = s.k_doc = ids.data();
+  CHECK(trident::kernels::attention_visible_pairs(s) == 2 * 28);
+  s.window = 2;  // each token sees itself and, inside its document, the one before: 2+0+5
+  CHECK(trident::kernels::attention_visible_pairs(s) == 2 * (10 + 7));
+  s.q_doc = s.k_doc = nullptr;  // window alone: 1 + 9 * 2
+  CHECK(trident::kernels::attention_visible_pairs(s) == 2 * 19);
+  s.q_doc = ids.data();  // one without the other
+  CHECK_THROWS(trident::kernels::check_attn_shape(s));
+  s.q_doc = nullptr;
+  s.window = -1;
+  CHECK_THROWS(trident::kernels::check_attn_shape(s));
 }

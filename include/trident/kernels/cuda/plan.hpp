@@ -73,8 +73,13 @@ TRIDENT_HD constexpr int64_t attn_query_begin(const AttnShape& s, int64_t j0) {
   return b < 0 ? 0 : (b > s.Tq ? s.Tq : b);
 }
 
-TRIDENT_HD constexpr bool attn_visible(const AttnShape& s, int64_t i, int64_t j) {
-  return !s.causal || s.k_pos0 + j <= s.q_pos0 + i;
+// The element mask (attention.hpp's rule; document ids read from the shape's
+// device arrays). The key and query ranges of a block with documents or a
+// window come from attn_key_range / attn_query_range (attention.hpp); the two
+// functions above are their causal-only special case.
+TRIDENT_HD inline bool attn_visible(const AttnShape& s, int64_t i, int64_t j) {
+  return attn_pair_visible(s, s.q_pos0 + i, s.k_pos0 + j, s.documents() ? s.q_doc[i] : 0,
+                           s.documents() ? s.k_doc[j] : 0);
 }
 
 // Device scratch of one call: the backward keeps delta = rowsum(dO * O), one

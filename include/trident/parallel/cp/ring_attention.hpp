@@ -26,6 +26,7 @@
 #include "trident/core/config.hpp"
 #include "trident/core/profiler.hpp"
 #include "trident/core/tensor.hpp"
+#include "trident/kernels/attention.hpp"
 #include "trident/kernels/context.hpp"
 
 namespace trident::cp {
@@ -72,6 +73,17 @@ void scatter_to_local(const float* global, float* local, int64_t row_elems, int6
 void gather_to_global(const float* local, float* global, int64_t row_elems, int64_t seq_len, int cp,
                       int rank, Layout layout, int ulysses = 1);
 
+// Packed documents of this rank's tokens of one sequence, in local order:
+// each token's document id (0-based in the sequence, non-decreasing along
+// the sequence) in the memory of the ring's device (what the kernels read)
+// and the same ids on the host (what the ring sends along with each K/V
+// block and what decides which pairs of runs are skipped). Both null: one
+// document.
+struct LocalDocs {
+  const int32_t* device = nullptr;
+  const int32_t* host = nullptr;
+};
+
 class RingAttention {
  public:
   // cp: the CP communicator, or nullptr / size 1 for plain local attention.
@@ -88,15 +100,25 @@ class RingAttention {
   // Global positions of this rank's tokens, in local order.
   const std::vector<int64_t>& positions() const { return positions_; }
 
+  // Sliding window (model.window): a query sees keys less than `window`
+  // positions back; 0 (the default): off.
+  void set_window(int64_t window);
+  int64_t window() const { return window_; }
+
   // One sequence: q [T_local, H, D], k/v [T_local, Hkv, D] (after RoPE),
   // tokens in local order. out [T_local, H, D] and lse [T_local, H] are
-  // overwritten. Collective over the CP group.
+  // overwritten. Collective over the CP group. With docs, attention stays
+  // inside each document: every K/V block travels with its tokens' document
+  // ids (a small i32 message), and a (query tile, key run) pair without a
+  // visible pair (documents, causal order, window) is skipped entirely.
+  // Every rank of the group passes docs, or none does.
   void forward(const float* q, const float* k, const float* v, int H, int Hkv, int D, float* out,
-               float* lse);
+               float* lse, const LocalDocs& docs = {});
   // Gradients given the forward's out and lse. dq, dk, dv are OVERWRITTEN
   // (unlike the kernel's, which accumulate). Collective over the CP group.
   void backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
-                const float* dout, int H, int Hkv, int D, float* dq, float* dk, float* dv);
+                const float* dout, int H, int Hkv, int D, float* dq, float* dk, float* dv,
+                const LocalDocs& docs = {});
 
   // Where the ring reports its work (nullptr: nowhere, and no clock is read).
   // Spans: "ring.forward" / "ring.backward" per compute span (chunk = ring
@@ -117,8 +139,17 @@ class RingAttention {
   // posted while a step computes, and taken over once it has arrived.
   struct KvTransfer {
     Request send, recv;
+    Request doc_send, doc_recv;  // the block's document ids (host memory, host communicator)
   };
   void load_kv(const float* k, const float* v, size_t nkv);
+  // The documents of this call (docs_ empty: none): this rank's own, then
+  // those of the block in compute (cur) and of the one arriving (nxt), on
+  // the host, and cur's ids on the device for the kernels.
+  void load_docs(const LocalDocs& docs);
+  // The kernel's shape for one pair of runs, and its twin over the host ids
+  // (for the skip decision and the FLOP count); false: no visible pair.
+  bool pair_shapes(const TokenRun& qr, const TokenRun& kr, int H, int Hkv, int D,
+                   kernels::AttnShape* dev, kernels::AttnShape* host) const;
   KvTransfer post_kv(int step);
   void take_kv(int step, KvTransfer& t);
   // Backward: this step's dK/dV partial joins the accumulator travelling
@@ -138,6 +169,13 @@ class RingAttention {
   Communicator* comm_;
   Layout layout_;
   bool causal_;
+  int64_t window_ = 0;
+  // Documents of the current call (see load_docs).
+  bool packed_ = false;
+  const int32_t* own_docs_dev_ = nullptr;
+  std::vector<int32_t> own_docs_, cur_docs_, nxt_docs_;
+  Tensor cur_docs_dev_;  // device copy of cur_docs_ (unused on the host device)
+  const int32_t* cur_docs_dev_ptr_ = nullptr;
   int64_t seq_len_;
   int cp_size_ = 1, cp_rank_ = 0;
   int64_t local_tokens_ = 0;

@@ -1,0 +1,217 @@
+// Ring attention with packed documents and sliding windows (src/parallel/cp)
+// against one rank. Packed: every rank regenerates the whole sequence, runs
+// the kernel on each document alone (its own sequence, positions from 0) and
+// compares its shard of out, lse, dq, dk, dv with what the masked ring gave;
+// windows: the ring against the one-rank windowed kernel. CP groups of 2 and
+// 4 ranks, contiguous and zig-zag.
+#include <mpi.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mpi_test_util.hpp"
+#include "trident/comm/comm.hpp"
+#include "trident/core/rng.hpp"
+#include "trident/core/tensor.hpp"
+#include "trident/kernels/attention.hpp"
+#include "trident/parallel/cp/ring_attention.hpp"
+
+using namespace trident;
+using trident::testing::world_rank;
+using trident::testing::world_size;
+
+namespace {
+
+constexpr int H = 4, Hkv = 2, D = 16;
+constexpr int64_t kQrow = int64_t(H) * D, kKvrow = int64_t(Hkv) * D;
+
+std::unique_ptr<Communicator> split_cp(int cp) {
+  MPI_Comm c;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank() / cp, world_rank() % cp, &c);
+  return std::make_unique<MpiCommunicator>(c, CommKind::cp, "cp", 60.0, true);
+}
+
+std::vector<float> random_tensor(int64_t n, const std::string& name) {
+  std::vector<float> x(static_cast<size_t>(n));
+  rng::fill_normal(x.data(), n, rng::hash_name(name), 0, 1.0f);
+  return x;
+}
+
+std::vector<int32_t> doc_ids(const std::vector<int64_t>& lengths) {
+  std::vector<int32_t> ids;
+  for (size_t d = 0; d < lengths.size(); ++d)
+    ids.insert(ids.end(), static_cast<size_t>(lengths[d]), int32_t(d));
+  return ids;
+}
+
+// Long-tailed lengths (log-normal, mean about seq/8) filling seq exactly.
+std::vector<int64_t> long_tailed(int64_t seq, const std::string& name) {
+  const auto u = random_tensor(256, name);
+  std::vector<int64_t> len;
+  int64_t used = 0;
+  for (size_t t = 0; used < seq; ++t) {
+    int64_t l = int64_t(std::exp(std::log(double(seq) / 16) + 1.2 * u[t % u.size()])) + 1;
+    l = std::min(l, seq - used);
+    len.push_back(l);
+    used += l;
+  }
+  return len;
+}
+
+struct Grads {
+  std::vector<float> out, lse, dq, dk, dv;
+};
+
+struct Inputs {
+  std::vector<float> q, k, v, dout;
+};
+
+Inputs inputs(int64_t seq, const std::string& key) {
+  return {random_tensor(seq * kQrow, key + "q"), random_tensor(seq * kKvrow, key + "k"),
+          random_tensor(seq * kKvrow, key + "v"), random_tensor(seq * kQrow, key + "do")};
+}
+
+// One rank, one call over tokens [t0, t0 + len) as their own sequence.
+void serial_piece(const Inputs& in, int64_t t0, int64_t len, int64_t window, Grads* g) {
+  kernels::AttnShape s;
+  s.Tq = s.Tk = len;
+  s.H = H;
+  s.Hkv = Hkv;
+  s.D = D;
+  s.scale = 1.0f / std::sqrt(float(D));
+  s.causal = true;
+  s.window = window;
+  const kernels::Ctx host;
+  kernels::attention_forward(host, s, in.q.data() + t0 * kQrow, in.k.data() + t0 * kKvrow,
+                             in.v.data() + t0 * kKvrow, g->out.data() + t0 * kQrow,
+                             g->lse.data() + t0 * H);
+  kernels::attention_backward(
+      host, s, in.q.data() + t0 * kQrow, in.k.data() + t0 * kKvrow, in.v.data() + t0 * kKvrow,
+      g->out.data() + t0 * kQrow, g->lse.data() + t0 * H, in.dout.data() + t0 * kQrow,
+      g->dq.data() + t0 * kQrow, g->dk.data() + t0 * kKvrow, g->dv.data() + t0 * kKvrow);
+}
+
+Grads zeros(int64_t seq) {
+  return {std::vector<float>(size_t(seq * kQrow)), std::vector<float>(size_t(seq * H)),
+          std::vector<float>(size_t(seq * kQrow)), std::vector<float>(size_t(seq * kKvrow)),
+          std::vector<float>(size_t(seq * kKvrow))};
+}
+
+// The ring on this rank's shard (docs: the sequence's ids, or empty) against
+// `want`, the whole sequence's one-rank result. Returns the ring's FLOPs.
+double check_ring(Communicator& comm, cp::Layout layout, const Inputs& in,
+                  const std::vector<int32_t>& docs, int64_t window, const Grads& want) {
+  const int cp = comm.size(), rank = comm.rank();
+  const int64_t seq = int64_t(in.q.size()) / kQrow;
+  cp::RingAttention ring(&comm, layout, true, seq);
+  ring.set_window(window);
+  prof::Recorder work;
+  ring.set_profiler(&work);
+  const int64_t T = ring.local_tokens();
+  auto shard = [&](const std::vector<float>& g, int64_t row) {
+    std::vector<float> l(static_cast<size_t>(T * row));
+    cp::scatter_to_local(g.data(), l.data(), row, seq, cp, rank, layout);
+    return l;
+  };
+  std::vector<int32_t> ldocs;
+  for (int64_t p : ring.positions())
+    if (!docs.empty()) ldocs.push_back(docs[size_t(p)]);
+  const cp::LocalDocs ld =
+      docs.empty() ? cp::LocalDocs{} : cp::LocalDocs{ldocs.data(), ldocs.data()};
+  auto lq = shard(in.q, kQrow), lk = shard(in.k, kKvrow), lv = shard(in.v, kKvrow);
+  auto ldo = shard(in.dout, kQrow);
+  auto lout = random_tensor(T * kQrow, "garbage"), llse = random_tensor(T * H, "garbage");
+  auto ldq = random_tensor(T * kQrow, "garbage"), ldk = random_tensor(T * kKvrow, "garbage");
+  auto ldv = random_tensor(T * kKvrow, "garbage");
+  ring.forward(lq.data(), lk.data(), lv.data(), H, Hkv, D, lout.data(), llse.data(), ld);
+  ring.backward(lq.data(), lk.data(), lv.data(), lout.data(), llse.data(), ldo.data(), H, Hkv, D,
+                ldq.data(), ldk.data(), ldv.data(), ld);
+  CHECK(rel_l2_diff(lout.data(), shard(want.out, kQrow).data(), T * kQrow) <= 1e-5);
+  CHECK(rel_l2_diff(llse.data(), shard(want.lse, H).data(), T * H) <= 1e-5);
+  CHECK(rel_l2_diff(ldq.data(), shard(want.dq, kQrow).data(), T * kQrow) <= 1e-5);
+  CHECK(rel_l2_diff(ldk.data(), shard(want.dk, kKvrow).data(), T * kKvrow) <= 1e-5);
+  CHECK(rel_l2_diff(ldv.data(), shard(want.dv, kKvrow).data(), T * kKvrow) <= 1e-5);
+  for (float x : llse) CHECK(std::isfinite(x));  // every token sees at least itself
+  return work.counter("ring.flops");
+}
+
+// Packed: the ring with documents equals each document alone.
+void check_packed(Communicator& comm, cp::Layout layout, const std::vector<int64_t>& lengths,
+                  int64_t window = 0) {
+  int64_t seq = 0;
+  for (int64_t l : lengths) seq += l;
+  std::string key = "packed";
+  for (int64_t l : lengths) key += " " + std::to_string(l);
+  INFO("cp=" << comm.size() << " " << cp::layout_name(layout) << " window " << window << " "
+             << key);
+  const Inputs in = inputs(seq, key);
+  Grads want = zeros(seq);
+  int64_t t0 = 0;
+  for (int64_t l : lengths) {
+    serial_piece(in, t0, l, window, &want);
+    t0 += l;
+  }
+  const double flops = check_ring(comm, layout, in, doc_ids(lengths), window, want);
+  // The ring counts only the visible pairs: those of the documents alone.
+  double pairs = 0;
+  for (int64_t l : lengths)
+    for (int64_t i = 0; i < l; ++i) pairs += double(window > 0 ? std::min(i + 1, window) : i + 1);
+  double total = 0;
+  MPI_Allreduce(&flops, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  CHECK(total == (world_size() / comm.size()) * 14.0 * D * H * pairs);
+}
+
+std::vector<int> cp_sizes() {
+  std::vector<int> sizes;
+  for (int cp : {2, 4})
+    if (world_size() % cp == 0) sizes.push_back(cp);
+  return sizes;
+}
+
+}  // namespace
+
+TEST_CASE("packed ring attention equals each document alone", "[cp][documents]") {
+  using cp::Layout;
+  const int64_t seq = 1024;  // chunks: zig-zag 1024/(2cp), contiguous 1024/cp
+  for (int cp : cp_sizes()) {
+    auto comm = split_cp(cp);
+    const int64_t zz = seq / (2 * cp), ct = seq / cp;
+    for (Layout layout : {Layout::contiguous, Layout::zigzag}) {
+      // Documents shorter than one chunk, length 1, boundaries on the
+      // kernel's query (128) and key (256) tile edges.
+      check_packed(*comm, layout, {1, 63, 64, 5, 123, 1, 256, 511});
+      // One document over every rank, between two short ones.
+      check_packed(*comm, layout, {3, 1000, 21});
+      // Boundaries exactly on the chunk edges of both layouts.
+      std::vector<int64_t> zz_edges(size_t(seq / zz), zz), ct_edges(size_t(seq / ct), ct);
+      check_packed(*comm, layout, zz_edges);
+      check_packed(*comm, layout, ct_edges);
+      // A realistic mix: long-tailed lengths with mean about seq/8.
+      check_packed(*comm, layout, long_tailed(seq, "mix"));
+      // One document: the unpacked attention.
+      check_packed(*comm, layout, {seq});
+      // Documents and a window together.
+      check_packed(*comm, layout, long_tailed(seq, "mix"), 100);
+    }
+  }
+}
+
+TEST_CASE("sliding-window ring attention equals one rank", "[cp][window]") {
+  REQUIRE(world_size() % 4 == 0);
+  auto comm = split_cp(4);
+  const int64_t seq = 1024;
+  for (cp::Layout layout : {cp::Layout::contiguous, cp::Layout::zigzag}) {
+    const int64_t chunk = layout == cp::Layout::zigzag ? seq / 8 : seq / 4;
+    // Smaller than, equal to and larger than a chunk (and than two).
+    for (int64_t w : {int64_t(2), chunk / 2 + 3, chunk, chunk + 1, 2 * chunk + 17, seq}) {
+      INFO(cp::layout_name(layout) << " window " << w);
+      const Inputs in = inputs(seq, "window " + std::to_string(w));
+      Grads want = zeros(seq);
+      serial_piece(in, 0, seq, w, &want);
+      check_ring(*comm, layout, in, {}, w, want);
+    }
+  }
+}
