@@ -42,6 +42,7 @@
 
 #include "bench_cp_modes.hpp"
 #include "bench_harness.hpp"
+#include "bench_ring_docs.hpp"
 #include "commands.hpp"
 #include "list_flags.hpp"
 #include "trident/comm/backend.hpp"
@@ -222,7 +223,8 @@ struct LayoutCase {
   void spot_check(int64_t seq, bool causal, double* worst, double* wrong) const {
     const int H = h.H, Hkv = h.Hkv, D = h.D;
     const auto all = all_positions(seq);
-    auto gk = rows_at(all, int64_t(Hkv) * D, "ring.k"), gv = rows_at(all, int64_t(Hkv) * D, "ring.v");
+    auto gk = rows_at(all, int64_t(Hkv) * D, "ring.k"),
+         gv = rows_at(all, int64_t(Hkv) * D, "ring.v");
     kernels::AttnShape s{1, seq, H, Hkv, D, 1.0f / std::sqrt(float(D)), causal, 0, 0};
     std::vector<double> ref(static_cast<size_t>(D));
     const auto& pos = ring.positions();
@@ -463,6 +465,11 @@ class BenchRingCommand : public Command {
                     "hybrid in it, the modes are timed side by side (time, bytes per rank, "
                     "share of communication hidden)");
     app->add_option("--ulysses", ulysses_, "hybrid: Ulysses (all-to-all) group size u");
+    app->add_option("--docs", docs_,
+                    "Packed documents against full causal at equal tokens: document lengths "
+                    "from lognormal[:MEAN[:SIGMA]] (default mean seq/8, sigma 1) or fixed:LEN");
+    app->add_option("--docs-seed", docs_seed_, "--docs: seed of the document lengths");
+    app->add_option("--window", window_, "--docs: sliding window of both rings (0: off)");
   }
 
   bool needs_mpi() const override { return true; }
@@ -488,6 +495,9 @@ class BenchRingCommand : public Command {
   std::string output_;
   std::string cp_mode_ = "ring";
   int ulysses_ = 2;
+  std::string docs_;
+  uint64_t docs_seed_ = 1;
+  int64_t window_ = 0;
   // Filled by run().
   std::vector<cp::Layout> layouts_;
   Heads h_{};
@@ -611,17 +621,39 @@ int BenchRingCommand::run() {
   std::vector<CpMode> modes;
   for (const std::string& name : split_list("--cp-mode", cp_mode_)) {
     const auto m = parse_config_name<CpMode>(name);
-    if (!m) throw InputError("--cp-mode " + cp_mode_ + ": '" + name +
-                             "' is not one of ring, ulysses, hybrid");
+    if (!m)
+      throw InputError("--cp-mode " + cp_mode_ + ": '" + name +
+                       "' is not one of ring, ulysses, hybrid");
     modes.push_back(*m);
   }
   if (modes.empty()) throw InputError("--cp-mode: names no mode");
   kernels::set_blas_threads(threads_);
 
+  if (!docs_.empty() && (modes != std::vector<CpMode>{CpMode::ring} || baseline_ || serialize_))
+    throw InputError(
+        "--docs: runs the ring alone, without --cp-mode, --baseline and "
+        "--serialize-compute");
+  if (window_ < 0) throw InputError("--window " + std::to_string(window_) + ": must be >= 0");
+  if (window_ > 0 && docs_.empty()) throw InputError("--window: only with --docs");
+  if (!docs_.empty())  // the lengths' syntax, before any rank starts
+    document_lengths(docs_, 1, docs_seed_);
   auto job = world_communicator(timeout_s_);
   auto ring_group =
       comm_group(*job, CommBackend::mpi, 0, job->rank(), CommKind::cp, "cp", timeout_s_);
   Communicator &ring_comm = *ring_group, &world = *job;
+  if (!docs_.empty()) {
+    RingDocsOptions o;
+    o.dist = docs_;
+    o.seed = docs_seed_;
+    o.window = window_;
+    o.layouts = layouts_;
+    o.seq_per_rank = parse_positive_list("--seq-per-rank", seq_per_rank_);
+    o.heads = heads_, o.kv_heads = kv_heads_, o.head_dim = head_dim_, o.iters = iters_;
+    o.output = output_;
+    const long long wrong = run_ring_docs(ring_comm, o);
+    world.barrier();
+    return wrong ? 1 : 0;
+  }
   if (modes != std::vector<CpMode>{CpMode::ring}) {
     if (baseline_ || serialize_)
       throw InputError("--cp-mode " + cp_mode_ +
@@ -663,8 +695,7 @@ int BenchRingCommand::run() {
 }  // namespace
 
 std::unique_ptr<Command> add_bench_ring(CLI::App& parent) {
-  auto* app =
-      parent.add_subcommand("ring", "Ring attention balance and overlap per rank (mpirun)");
+  auto* app = parent.add_subcommand("ring", "Ring attention balance and overlap per rank (mpirun)");
   return std::make_unique<BenchRingCommand>(app);
 }
 }  // namespace trident::cli

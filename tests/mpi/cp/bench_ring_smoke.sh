@@ -110,6 +110,39 @@ else
   echo "FAIL missing cp-modes HDF5 output"; fail=1
 fi
 
+# --docs: packed documents against full causal at cp=4 (fixed lengths, so
+# the FLOPs are known: 8 documents of 32 tokens), verified rows, and a
+# window with lognormal lengths.
+timeout 120 "${mpirun[@]}" -np 4 "$bin" bench ring --docs fixed:32 --seq-per-rank 64 --iters 1 \
+  --heads 2 --head-dim 16 --output "$tmp/d4.h5" >"$tmp/outd" 2>&1 || { echo "FAIL docs rc=$?"; cat "$tmp/outd"; fail=1; }
+grep -q '# wrong rows in total: 0 (OK)' "$tmp/outd" || { echo "FAIL docs verdict"; cat "$tmp/outd"; fail=1; }
+timeout 120 "${mpirun[@]}" -np 2 "$bin" bench ring --docs lognormal:20:1.5 --window 24 \
+  --seq-per-rank 64 --layout zigzag >"$tmp/outw" 2>&1 || { echo "FAIL docs window rc=$?"; cat "$tmp/outw"; fail=1; }
+grep -q '# wrong rows in total: 0 (OK)' "$tmp/outw" || { echo "FAIL docs window verdict"; cat "$tmp/outw"; fail=1; }
+if [[ -f $tmp/d4.h5 ]]; then
+  "$py" - "$tmp/d4.h5" <<'PY' || fail=1
+import sys, h5py
+g = h5py.File(sys.argv[1], "r")["bench/ring_docs"]
+rows = {(g["layout"][i].decode(), g["mask"][i].decode()): i for i in range(len(g["mask"]))}
+assert len(rows) == 4, rows
+seq, D, H = 256, 16, 2
+pairs = lambda n: n * (n + 1) / 2
+for lay in ("contiguous", "zigzag"):
+    c, p = rows[(lay, "causal")], rows[(lay, "packed")]
+    assert g["docs"][c] == 1 and g["docs"][p] == 8
+    # mean over 4 ranks of 14 D H FLOPs per visible pair
+    assert abs(g["GFLOP_mean"][c] * 1e9 * 4 - 14 * D * H * pairs(seq)) < 1e-3
+    assert abs(g["GFLOP_mean"][p] * 1e9 * 4 - 14 * D * H * 8 * pairs(32)) < 1e-3
+    assert g["flops_imbalance"][p] >= 1 and g["speedup_flops"][p] > 1
+print("ok   docs")
+PY
+else
+  echo "FAIL missing docs HDF5 output"; fail=1
+fi
+
 expect_input_error "--layout" "${mpirun[@]}" -np 2 "$bin" bench ring --layout bogus
+expect_input_error "--docs" "${mpirun[@]}" -np 2 "$bin" bench ring --docs zipf
+expect_input_error "--docs" "${mpirun[@]}" -np 2 "$bin" bench ring --docs fixed:0
+expect_input_error "--window" "${mpirun[@]}" -np 2 "$bin" bench ring --window 8
 expect_input_error "--cp-mode" "${mpirun[@]}" -np 2 "$bin" bench ring --cp-mode usp
 exit $fail

@@ -1,0 +1,32 @@
+// `trident bench ring --docs DIST`: the ring with packed documents against
+// the full causal ring at the same tokens (see bench_ring_docs.cpp).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trident/comm/comm.hpp"
+#include "trident/core/config.hpp"
+
+namespace trident::cli {
+
+struct RingDocsOptions {
+  std::string dist;    // "lognormal[:MEAN[:SIGMA]]" or "fixed:LEN" (document lengths)
+  uint64_t seed = 1;   // of the document lengths
+  int64_t window = 0;  // model.window for both rings (0: off)
+  std::vector<CpLayout> layouts;
+  std::vector<int64_t> seq_per_rank;
+  int heads = 2, kv_heads = 2, head_dim = 64, iters = 1;
+  std::string output;  // HDF5 file, "" none
+};
+
+// Document lengths filling seq exactly, drawn from dist with seed (the last
+// one cut to fit). Throws InputError naming --docs when dist is malformed.
+std::vector<int64_t> document_lengths(const std::string& dist, int64_t seq, uint64_t seed);
+
+// Runs every (seq, layout) case on all ranks of ring (cp = its size): the
+// causal ring and the packed ring, forward+backward; prints the table on
+// rank 0 and writes it to opt.output. Returns the wrong spot-checked rows.
+long long run_ring_docs(Communicator& ring, const RingDocsOptions& opt);
+
+}  // namespace trident::cli
