@@ -267,6 +267,27 @@ double causal_pairs_busiest_rank(long long seq_len, int cp, CpLayout layout) {
   return (cp - 1) * c * c + c * (c + 1) / 2;
 }
 
+double window_pairs_busiest_rank(long long seq_len, int cp, CpLayout layout, long long window) {
+  if (window <= 0 || window >= seq_len) return causal_pairs_busiest_rank(seq_len, cp, layout);
+  const double S = double(seq_len), W = double(window);
+  // Pairs of the queries [0, n): sum over i < n of min(i + 1, W).
+  auto upto = [W](double n) { return n <= W ? n * (n + 1) / 2 : W * (W + 1) / 2 + (n - W) * W; };
+  auto chunk = [&](double a, double len) { return upto(a + len) - upto(a); };
+  double busiest = 0;
+  for (int r = 0; r < cp; ++r) {
+    double pairs;
+    if (layout == CpLayout::zigzag && cp > 1) {
+      const double c = S / (2.0 * cp);
+      pairs = chunk(r * c, c) + chunk((2.0 * cp - 1 - r) * c, c);
+    } else {
+      const double c = S / cp;
+      pairs = chunk(r * c, c);
+    }
+    busiest = std::max(busiest, pairs);
+  }
+  return busiest;
+}
+
 namespace {
 
 // The CP communication of one action: the ring's K/V (and dK/dV) blocks and
@@ -363,10 +384,14 @@ ChunkCost chunk_cost(const Config& cfg, const MeshPlan& p, int vs) {
   c.layers = end - begin;
   // The core runs H/u heads over the pairs of the busiest rank of the ring of
   // r = cp/u groups (u = 1: the plain ring).
+  // model.window bounds the pairs of every query (Ulysses is refused with a
+  // window, so u = 1 there).
   const double pairs =
-      causal_pairs_busiest_rank(cfg.data.seq_len, p.cp_ring(), p.cp_layout) / p.cp_ulysses;
+      window_pairs_busiest_rank(cfg.data.seq_len, p.cp_ring(), p.cp_layout, cfg.model.window) /
+      p.cp_ulysses;
   c.attention_flops_total_f =
-      c.layers * s.mbs * (double(cfg.data.seq_len) * (cfg.data.seq_len + 1) / 2) * 4 * s.H * s.D;
+      c.layers * s.mbs *
+      window_pairs_busiest_rank(cfg.data.seq_len, 1, p.cp_layout, cfg.model.window) * 4 * s.H * s.D;
   const std::vector<LayerHold> holds = add_layers(cfg, p, s, pairs, begin, end, c);
   if (c.first) {
     c.f.memory_bytes += kFloat * 2 * s.T * s.d;  // embedding gather

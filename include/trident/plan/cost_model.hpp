@@ -124,6 +124,9 @@ double moe_imbalance(double routed_copies, int ep);
 
 // Causal (query, key) pairs of one sequence held by the busiest CP rank.
 double causal_pairs_busiest_rank(long long seq_len, int cp, CpLayout layout);
+// The same with a sliding window (model.window = W > 0: query i sees at most
+// W keys); window 0 is causal_pairs_busiest_rank.
+double window_pairs_busiest_rank(long long seq_len, int cp, CpLayout layout, long long window);
 
 ChunkCost chunk_cost(const Config& cfg, const MeshPlan& plan, int virtual_stage);
 

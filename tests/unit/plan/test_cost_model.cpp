@@ -2,6 +2,7 @@
 // formulas of planner.md evaluated by hand for small shapes, the parameter
 // count equals the model's own, memory equals a hand count, and a prediction
 // without latency equals the schedule's textbook makespan.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 
@@ -56,6 +57,33 @@ TEST_CASE("causal pairs of the busiest CP rank") {
   CHECK(causal_pairs_busiest_rank(16, 2, CpLayout::contiguous) == 100);
   // zig-zag, cp=4, S=32: chunks of 4; rank 0 (chunks 0 and 7): 10 + (28*4 + 10) = 132 = 528/4
   CHECK(causal_pairs_busiest_rank(32, 4, CpLayout::zigzag) == 132);
+  // A window W: query i sees min(i + 1, W) keys. Window 0 or >= seq: causal.
+  CHECK(window_pairs_busiest_rank(32, 4, CpLayout::zigzag, 0) == 132);
+  CHECK(window_pairs_busiest_rank(32, 4, CpLayout::zigzag, 32) == 132);
+  CHECK(window_pairs_busiest_rank(16, 1, CpLayout::zigzag, 4) == 10 + 12 * 4);
+  // contiguous cp=2, W=4: rank 1 holds queries 8..15, 4 keys each
+  CHECK(window_pairs_busiest_rank(16, 2, CpLayout::contiguous, 4) == 32);
+  // zig-zag cp=2 (chunks of 4), W=3: rank 0 holds 0..3 (1+2+3+3) and 12..15
+  // (12), 21 pairs; rank 1 holds 4..11, 24 pairs: the busiest
+  CHECK(window_pairs_busiest_rank(16, 2, CpLayout::zigzag, 3) == 24);
+  // the pairs a query sees, brute force, against the formula on odd sizes
+  for (CpLayout l : {CpLayout::zigzag, CpLayout::contiguous})
+    for (long long w : {1, 5, 7, 23}) {
+      const int cp = 3;
+      const long long seq = 42;
+      double best = 0;
+      for (int r = 0; r < cp; ++r) {
+        double n = 0;
+        for (long long i = 0; i < seq; ++i) {
+          const long long chunk = l == CpLayout::zigzag ? i / (seq / (2 * cp)) : i / (seq / cp);
+          const int owner =
+              l == CpLayout::zigzag ? int(chunk < cp ? chunk : 2 * cp - 1 - chunk) : int(chunk);
+          if (owner == r) n += double(std::min(i + 1, w));
+        }
+        best = std::max(best, n);
+      }
+      CHECK(window_pairs_busiest_rank(seq, cp, l, w) == best);
+    }
 }
 
 TEST_CASE("FLOPs and bytes of F, B and W on a dense chunk equal the hand count") {
