@@ -79,6 +79,7 @@ std::vector<std::unique_ptr<Command>> add_commands(CLI::App& app) {
   cmds.push_back(add_bench_schedule(*bench));
   cmds.push_back(add_bench_moe(*bench));
   cmds.push_back(add_bench_comm(*bench));
+  cmds.push_back(add_eval_command(app));
   return cmds;
 }
 
@@ -128,6 +129,7 @@ Command* chosen_command(CLI::App& app, const std::vector<std::unique_ptr<Command
   } else {
     for (int i = 0; i < 4; ++i)
       if (leaf == top_names[i]) return cmds[size_t(i)].get();
+    if (leaf == "eval") return cmds[9].get();
   }
   return nullptr;
 }

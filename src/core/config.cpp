@@ -22,7 +22,7 @@
 namespace trident {
 namespace {
 
-enum class Kind { Int, UInt64, Float, Bool, String, IntList, StringList };
+enum class Kind { Int, UInt64, Float, Bool, String, IntList, StringList, Blend };
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -90,7 +90,7 @@ TopologyOverride& topo_of(Config& c) {
 }
 
 const std::vector<std::string> kSections = {"model",   "data",   "parallel", "train",
-                                            "runtime", "output", "topology"};
+                                            "eval",  "runtime", "output",   "topology"};
 
 const std::vector<KeyDef>& key_table() {
   static const std::vector<KeyDef> table = [] {
@@ -151,6 +151,19 @@ const std::vector<KeyDef>& key_table() {
     t.push_back(choice_key("data", "token_dtype",
                            [](Config & c) -> auto& { return c.data.token_dtype; },
                            {"uint16", "uint32"}));
+    t.push_back(choice_key("data", "format", [](Config & c) -> auto& { return c.data.format; },
+                           {"flat", "megatron"}));
+    t.push_back(string_key(
+        "data", "prefix", [](Config& c) { return &c.data.prefix; }, false));
+    t.push_back(int_key(
+        "data", "eod_token", [](Config& c) { return &c.data.eod_token; }, -1));
+    t.push_back({"data", "blend", Kind::Blend, [](Config& c) { return &c.data.blend; }});
+    t.push_back(string_key(
+        "data", "split", [](Config& c) { return &c.data.split; }, true));
+    t.push_back(choice_key("data", "packing", [](Config & c) -> auto& { return c.data.packing; },
+                           {"none", "documents"}));
+    t.push_back(
+        {"data", "reset_positions", Kind::Bool, [](Config& c) { return &c.data.reset_positions; }});
     // [parallel]
     t.push_back(int_key(
         "parallel", "pp", [](Config& c) { return &c.parallel.pp; }, 1));
@@ -210,6 +223,15 @@ const std::vector<KeyDef>& key_table() {
     t.push_back(choice_key("train", "optimizer_sharding",
                            [](Config & c) -> auto& { return c.train.optimizer_sharding; },
                            {"none", "dp"}));
+    // [eval]
+    t.push_back(int_key(
+        "eval", "every", [](Config& c) { return &c.eval.every; }, 0));
+    t.push_back(int_key(
+        "eval", "steps", [](Config& c) { return &c.eval.steps; }, 1));
+    t.push_back(string_key(
+        "eval", "token_file", [](Config& c) { return &c.eval.token_file; }, false));
+    t.push_back(string_key(
+        "eval", "prefix", [](Config& c) { return &c.eval.prefix; }, false));
     // [runtime]
     t.push_back(choice_key("runtime", "backend",
                            [](Config & c) -> auto& { return c.runtime.backend; },
@@ -411,6 +433,8 @@ const char* kind_name(Kind k) {
       return "an array of integers";
     case Kind::StringList:
       return "an array of strings";
+    case Kind::Blend:
+      return "an array of [weight, path] pairs";
   }
   return "?";
 }
@@ -496,6 +520,31 @@ std::vector<std::string> string_list(const KeyDef& k, const toml::node& n,
   return out;
 }
 
+// data.blend: [[weight, path], ...], weights > 0, paths non-empty.
+std::vector<DataConfig::BlendEntry> blend_list(const KeyDef& k, const toml::node& n,
+                                               const std::string& origin) {
+  const toml::array* arr = n.as_array();
+  if (!arr)
+    fail(origin, k.full(), std::string("expected ") + kind_name(k.kind) + ", got " + type_name(n));
+  std::vector<DataConfig::BlendEntry> out;
+  for (const toml::node& e : *arr) {
+    const toml::array* pair = e.as_array();
+    const toml::node* w = pair && pair->size() == 2 ? pair->get(0) : nullptr;
+    const toml::node* p = pair && pair->size() == 2 ? pair->get(1) : nullptr;
+    std::optional<double> weight;
+    if (w && w->is_floating_point()) weight = w->value_exact<double>();
+    if (w && w->is_integer()) weight = static_cast<double>(*w->value_exact<int64_t>());
+    if (!weight || !p || !p->is_string())
+      fail(origin, k.full(), "every element must be a [weight, path] pair, e.g. [0.7, \"a\"]");
+    if (!(std::isfinite(*weight) && *weight > 0))
+      fail(origin, k.full(), "every weight must be > 0 (got " + format_double(*weight) + ")");
+    const std::string path = *p->value_exact<std::string>();
+    if (path.empty()) fail(origin, k.full(), "a path must not be empty");
+    out.push_back({*weight, path});
+  }
+  return out;
+}
+
 // Sets key k of cfg from TOML node n; origin names where n came from.
 void apply(Config& cfg, const KeyDef& k, const toml::node& n, const std::string& origin) {
   void* field = k.ref(cfg);
@@ -542,6 +591,9 @@ void apply(Config& cfg, const KeyDef& k, const toml::node& n, const std::string&
       break;
     case Kind::StringList:
       *static_cast<std::vector<std::string>*>(field) = string_list(k, n, origin);
+      break;
+    case Kind::Blend:
+      *static_cast<std::vector<DataConfig::BlendEntry>*>(field) = blend_list(k, n, origin);
       break;
   }
 }
@@ -638,8 +690,8 @@ Config parse_config_text(const std::string& toml_text, const std::string& source
       }
       fail(at, section,
            "unknown table or key '" + section + "'" +
-               (sug.empty() ? "; tables are [model] [data] [parallel] [train] [runtime] [output] "
-                              "[topology]"
+               (sug.empty() ? "; tables are [model] [data] [parallel] [train] [eval] [runtime] "
+                              "[output] [topology]"
                             : "; did you mean '" + sug + "'?"));
     }
     const toml::table* tbl = node->as_table();
@@ -729,18 +781,80 @@ void check_model(const Config& cfg) {
                " (otherwise no layer is an MoE layer)");
 }
 
+// data.format, prefix, blend, eod_token, split, packing and [eval] together.
+void check_token_data(const Config& cfg) {
+  const DataConfig& d = cfg.data;
+  const EvalConfig& e = cfg.eval;
+  auto failed = [&](std::initializer_list<const char*> keys, const std::string& rule) {
+    config_rule_failed(cfg, keys, rule);
+  };
+  const bool tokens = d.task == DataTask::tokens;
+  const bool megatron = d.format == DataFormat::megatron;
+  if (!tokens) {
+    for (const char* k : {"data.format", "data.prefix", "data.blend", "data.eod_token",
+                          "data.split", "data.packing", "eval.every"})
+      if (cfg.key_origin.count(k))
+        failed({k, "data.task"}, std::string(k) +
+                                     " applies to token files: set data.task = "
+                                     "\"tokens\" (got \"" +
+                                     config_name(d.task) + "\")");
+    return;
+  }
+  if (megatron && !d.token_file.empty())
+    failed({"data.token_file", "data.format"},
+           "data.format = \"megatron\" reads data.prefix (PATH without .bin/.idx), not "
+           "data.token_file");
+  if (!megatron && !d.prefix.empty())
+    failed({"data.prefix", "data.format"},
+           "data.prefix names a Megatron dataset: set data.format = \"megatron\"");
+  const bool one = megatron ? !d.prefix.empty() : !d.token_file.empty();
+  if (!d.blend.empty() && one)
+    failed({"data.blend", megatron ? "data.prefix" : "data.token_file"},
+           std::string("data.blend replaces ") + (megatron ? "data.prefix" : "data.token_file") +
+               ": give one or the other");
+  if (d.blend.empty() && !one)
+    failed({"data.task", megatron ? "data.prefix" : "data.token_file", "data.blend"},
+           megatron ? "data.format = \"megatron\" needs data.prefix (PATH of PATH.bin and "
+                      "PATH.idx) or data.blend"
+                    : "data.task = \"tokens\" needs data.token_file (a flat binary file of token "
+                      "ids) or data.blend");
+  if (d.eod_token >= cfg.model.vocab_size)
+    failed({"data.eod_token", "model.vocab_size"},
+           "data.eod_token=" + s(d.eod_token) +
+               " must be below model.vocab_size=" + s(cfg.model.vocab_size));
+  if (megatron && d.eod_token >= 0)
+    failed({"data.eod_token", "data.format"},
+           "data.eod_token is for flat files: a Megatron dataset's .idx holds its document "
+           "boundaries");
+  std::array<double, 3> shares{};
+  try {
+    shares = data_split_shares(d.split);
+  } catch (const InputError& err) {
+    failed({"data.split"}, err.what());
+  }
+  if (!megatron && !e.prefix.empty())
+    failed({"eval.prefix", "data.format"},
+           "eval.prefix names a Megatron dataset: set data.format = \"megatron\" (or use "
+           "eval.token_file)");
+  if (megatron && !e.token_file.empty())
+    failed({"eval.token_file", "data.format"},
+           "eval.token_file is a flat file: with data.format = \"megatron\" use eval.prefix");
+  if (e.every > 0 && e.uses_split() && shares[1] <= 0)
+    failed({"eval.every", "data.split"},
+           "eval.every needs validation data: a validation share in data.split (e.g. \"98,2\") "
+           "or eval.token_file / eval.prefix");
+}
+
 void check_data_and_output(const Config& cfg) {
   const DataConfig& d = cfg.data;
   auto failed = [&](std::initializer_list<const char*> keys, const std::string& rule) {
     config_rule_failed(cfg, keys, rule);
   };
-  if (d.task == DataTask::tokens && d.token_file.empty())
-    failed({"data.task", "data.token_file"},
-           "data.task = \"tokens\" needs data.token_file (a flat binary file of token ids)");
   if (d.task != DataTask::tokens && !d.token_file.empty())
     failed({"data.token_file", "data.task"},
            "data.token_file is only read with data.task = \"tokens\" (got \"" +
                config_name(d.task) + "\")");
+  check_token_data(cfg);
   for (int l : cfg.output.activation_layers)
     if (l >= cfg.model.n_layers)
       failed({"output.activation_layers", "model.n_layers"},
@@ -795,6 +909,29 @@ void validate_config(const Config& cfg, int world_size) {
   if (world_size > 0) check_world(cfg, world_size);
 }
 
+std::array<double, 3> data_split_shares(const std::string& split) {
+  std::array<double, 3> out{0, 0, 0};
+  size_t n = 0, at = 0;
+  const std::string rule =
+      "data.split: expected 2 or 3 comma-separated shares \"train,validation[,test]\" with a "
+      "positive train share, e.g. \"98,2\" (got \"" +
+      split + "\")";
+  while (at <= split.size()) {
+    size_t comma = split.find(',', at);
+    if (comma == std::string::npos) comma = split.size();
+    const std::string part = trim(split.substr(at, comma - at));
+    double v = 0;
+    const auto res = std::from_chars(part.data(), part.data() + part.size(), v);
+    if (n == 3 || part.empty() || res.ec != std::errc() || res.ptr != part.data() + part.size() ||
+        !std::isfinite(v) || v < 0)
+      throw InputError(rule);
+    out[n++] = v;
+    at = comma + 1;
+  }
+  if (n < 2 || out[0] <= 0) throw InputError(rule);
+  return out;
+}
+
 std::string to_toml(const Config& cfg) {
   Config c = cfg;  // the field accessors take a mutable Config
   std::ostringstream out;
@@ -835,6 +972,15 @@ std::string to_toml(const Config& cfg) {
         const auto& v = *static_cast<std::vector<std::string>*>(f);
         out << "[";
         for (size_t i = 0; i < v.size(); ++i) out << (i ? ", " : "") << quote(v[i]);
+        out << "]";
+        break;
+      }
+      case Kind::Blend: {
+        const auto& v = *static_cast<std::vector<DataConfig::BlendEntry>*>(f);
+        out << "[";
+        for (size_t i = 0; i < v.size(); ++i)
+          out << (i ? ", " : "") << "[" << format_double(v[i].weight) << ", " << quote(v[i].path)
+              << "]";
         out << "]";
         break;
       }

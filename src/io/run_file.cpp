@@ -94,6 +94,15 @@ Handle step_type() {
   return t;
 }
 
+Handle eval_type() {
+  Handle t = compound(sizeof(EvalMetrics));
+  member(t, "step", offsetof(EvalMetrics, step), H5T_NATIVE_INT64);
+  member(t, "loss", offsetof(EvalMetrics, loss), H5T_NATIVE_DOUBLE);
+  member(t, "perplexity", offsetof(EvalMetrics, perplexity), H5T_NATIVE_DOUBLE);
+  member(t, "targets", offsetof(EvalMetrics, targets), H5T_NATIVE_INT64);
+  return t;
+}
+
 Handle rank_row_type() {
   Handle t = compound(sizeof(RankRow));
   member(t, "rank", offsetof(RankRow, rank), H5T_NATIVE_INT32);
@@ -398,6 +407,9 @@ void create_run_datasets(hid_t file, const std::vector<int64_t>& moe_ids, int n_
     Handle st = step_type();
     Handle st_file = packed(st);
     create_extendible(metrics, "steps", st_file, {}, kStepChunk);
+    Handle ev = eval_type();
+    Handle ev_file = packed(ev);
+    create_extendible(metrics, "eval", ev_file, {}, kStepChunk);
     Handle cb = create_extendible(metrics, "comm_bytes", H5T_IEEE_F64LE, {4}, kStepChunk);
     h5::write_attr(cb, "columns", kCommColumns);
     h5::write_attr(cb, "units", "bytes");
@@ -711,6 +723,50 @@ void RunFile::append_event(const RunEvent& e) try {
     TRIDENT_H5(H5Dwrite(ev, mtype, mem, fsel, H5P_DEFAULT, &row), "write /events");
   }
   run_events_ += 1;
+  flush();
+} catch (const h5::Failure& failure) {
+  throw_write_failure(path_, failure);
+}
+
+void RunFile::append_eval(const EvalMetrics& m) try {
+  TRIDENT_CHECK(!closed_, "run file " + path_ + ": append_eval after close");
+  h5::QuietErrors quiet;
+  Handle ds = open_dataset(file_, "metrics/eval");
+  extend_rows(ds, static_cast<hsize_t>(evals_ + 1));
+  if (rank_ == 0) {
+    Handle mtype = eval_type();
+    Handle fsel = select_rows(ds, static_cast<hsize_t>(evals_), 1);
+    Handle mem = memory_rows(ds, 1);
+    TRIDENT_H5(H5Dwrite(ds, mtype, mem, fsel, H5P_DEFAULT, &m), "write /metrics/eval");
+  }
+  evals_ += 1;
+  flush();
+} catch (const h5::Failure& failure) {
+  throw_write_failure(path_, failure);
+}
+
+void RunFile::write_length_histogram(const std::string& name, const std::vector<int64_t>& counts,
+                                     const std::string& description) try {
+  TRIDENT_CHECK(!closed_, "run file " + path_ + ": write_length_histogram after close");
+  h5::QuietErrors quiet;
+  // The dataset's shape must be the same on every rank: rank 0's.
+  int64_t n = static_cast<int64_t>(counts.size());
+  world_.broadcast(&n, sizeof n, 0);
+  Handle data = h5::open_or_create_group(file_, "data");
+  Handle space = simple_space({static_cast<hsize_t>(n)});
+  Handle ds = TRIDENT_H5_DSET(
+      H5Dcreate2(data, name.c_str(), H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+      "create /data/" + name);
+  if (n > 0) {
+    const hsize_t mine = rank_ == 0 ? static_cast<hsize_t>(n) : 0;
+    Handle fsel = select_rows(ds, 0, mine);
+    Handle mem = memory_rows(ds, mine);
+    Handle xfer = collective_xfer();
+    TRIDENT_H5(H5Dwrite(ds, H5T_NATIVE_INT64, mem, fsel, xfer, counts.data()),
+               "write /data/" + name);
+  }
+  h5::write_attr(ds, "bins", "bin b counts lengths in [2^b, 2^(b+1)) tokens");
+  h5::write_attr(ds, "description", description);
   flush();
 } catch (const h5::Failure& failure) {
   throw_write_failure(path_, failure);

@@ -2,11 +2,13 @@
 #include "trident/model/data.hpp"
 
 #include <algorithm>
-#include <fstream>
+#include <array>
+#include <cmath>
 #include <numeric>
 
 #include "trident/core/error.hpp"
 #include "trident/core/rng.hpp"
+#include "trident/model/token_files.hpp"
 
 namespace trident::model {
 namespace {
@@ -94,7 +96,8 @@ class CopyTask : public DataSource {
     Sample s;
     s.tokens.assign(size_t(L_), 0);
     s.tokens[0] = 0;  // BOS
-    for (int i = 1; i < half; ++i) s.tokens[size_t(i)] = 1 + int(rng::below(key, uint64_t(i), uint64_t(V_ - 1)));
+    for (int i = 1; i < half; ++i)
+      s.tokens[size_t(i)] = 1 + int(rng::below(key, uint64_t(i), uint64_t(V_ - 1)));
     s.tokens[size_t(half)] = 0;  // separator
     for (int i = 1; i < half; ++i) s.tokens[size_t(half + i)] = s.tokens[size_t(i)];
     s.targets.assign(size_t(L_), -1);
@@ -108,71 +111,186 @@ class CopyTask : public DataSource {
   int L_, V_;
 };
 
-class TokenFile : public DataSource {
+// One dataset's part of data.split: documents [d0, d1) = tokens [t0, t1).
+struct Part {
+  const TokenCorpus* corpus = nullptr;
+  int64_t d0 = 0, d1 = 0, t0 = 0, t1 = 0;
+};
+
+// Windows of a token stream: one dataset or a blend (see model/data.hpp).
+class TokenStream : public DataSource {
  public:
-  TokenFile(const Config& cfg, int dp) : L_(cfg.data.seq_len), V_(cfg.model.vocab_size) {
+  TokenStream(const Config& cfg, int dp, DataPart which)
+      : L_(cfg.data.seq_len),
+        packed_(cfg.data.packing == Packing::documents),
+        reset_positions_(cfg.data.reset_positions) {
     const auto& d = cfg.data;
     global_batch_ = int64_t(d.micro_batch_size) * d.num_microbatches * dp;
-    if (d.token_file.empty())
-      throw InputError("data.token_file: task = \"tokens\" needs a token file");
-    const int width = d.token_dtype == TokenDType::uint16 ? 2 : 4;
-    std::ifstream in(d.token_file, std::ios::binary);
-    if (!in) throw InputError("data.token_file: cannot open '" + d.token_file + "'");
-    std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (raw.size() % size_t(width) != 0)
-      throw InputError("data.token_file: '" + d.token_file + "' has " + std::to_string(raw.size()) +
-                       " bytes, not a multiple of " + std::to_string(width) + " (" +
-                       config_name(d.token_dtype) + ")");
-    const size_t n = raw.size() / size_t(width);
-    if (n < size_t(L_) + 1)
-      throw InputError("data.token_file: '" + d.token_file + "' holds " + std::to_string(n) +
-                       " tokens, shorter than one sample (data.seq_len + 1 = " +
-                       std::to_string(L_ + 1) + ")");
-    ids_.resize(n);
-    for (size_t i = 0; i < n; ++i) {
-      uint32_t v = 0;
-      if (width == 2) {
-        uint16_t h;
-        std::copy_n(raw.data() + 2 * i, 2, reinterpret_cast<char*>(&h));
-        v = h;
-      } else {
-        std::copy_n(raw.data() + 4 * i, 4, reinterpret_cast<char*>(&v));
-      }
-      if (v >= uint32_t(V_))
-        throw InputError("data.token_file: '" + d.token_file + "' token " + std::to_string(i) +
-                         " is " + std::to_string(v) + ", not below model.vocab_size = " +
-                         std::to_string(V_));
-      ids_[i] = int32_t(v);
+    const bool megatron = d.format == DataFormat::megatron;
+    const bool own_eval = which == DataPart::validation && !cfg.eval.uses_split();
+    std::vector<DataConfig::BlendEntry> sets = d.blend;
+    std::string key = "data.blend";
+    if (own_eval) {
+      sets = {{1.0, megatron ? cfg.eval.prefix : cfg.eval.token_file}};
+      key = megatron ? "eval.prefix" : "eval.token_file";
+    } else if (sets.empty()) {
+      sets = {{1.0, megatron ? d.prefix : d.token_file}};
+      key = megatron ? "data.prefix" : "data.token_file";
     }
+    const std::array<double, 3> shares = data_split_shares(d.split);
+    const double total = shares[0] + shares[1] + shares[2];
+    std::vector<double> weights;
+    for (const auto& set : sets) {
+      corpora_.push_back(megatron ? TokenCorpus::open_megatron(set.path, cfg.model.vocab_size, key)
+                                  : TokenCorpus::open_flat(set.path, d.token_dtype, d.eod_token,
+                                                           cfg.model.vocab_size, key));
+      const TokenCorpus& c = *corpora_.back();
+      Part part{&c, 0, c.n_documents(), 0, 0};
+      std::string what = "holds";
+      if (!own_eval) {
+        // Megatron's rule: each share is a contiguous run of documents.
+        const double n = double(c.n_documents());
+        const int64_t b1 = std::llround(n * shares[0] / total);
+        const int64_t b2 = std::llround(n * (shares[0] + shares[1]) / total);
+        part.d0 = which == DataPart::train ? 0 : b1;
+        part.d1 = which == DataPart::train ? b1 : b2;
+        if (part.d1 - part.d0 != c.n_documents())
+          what =
+              std::string("has in its ") + (which == DataPart::train ? "training" : "validation") +
+              " share of data.split = \"" + d.split + "\" (" + std::to_string(part.d1 - part.d0) +
+              " of " + std::to_string(c.n_documents()) + " documents)";
+      }
+      part.t0 = c.doc_begin(part.d0);
+      part.t1 = c.doc_begin(part.d1);
+      if (part.t1 - part.t0 < int64_t(L_) + 1)
+        throw InputError(
+            key + ": '" + c.name() + "' " + what + " " + std::to_string(part.t1 - part.t0) +
+            " tokens, shorter than one sample (data.seq_len + 1 = " + std::to_string(L_ + 1) + ")");
+      parts_.push_back(part);
+      weights.push_back(set.weight);
+    }
+    order_ = make_blend_order(weights, parts_.size() == 1 ? 1 : kBlendBlock);
+    before_.assign(parts_.size(), std::vector<int64_t>(order_.size() + 1, 0));
+    for (size_t p = 0; p < parts_.size(); ++p)
+      for (size_t j = 0; j < order_.size(); ++j)
+        before_[p][j + 1] = before_[p][j] + (order_[j] == int(p) ? 1 : 0);
   }
+
   Sample sample(int64_t step, int64_t g) const override {
-    const int64_t span = int64_t(ids_.size()) - L_;  // windows start in [0, span)
-    const int64_t start = ((step * global_batch_ + g) * L_) % span;
+    const auto [part, start] = window(step, g);
+    const TokenCorpus& c = *part->corpus;
     Sample s;
-    s.tokens.assign(ids_.begin() + start, ids_.begin() + start + L_);
-    s.targets.assign(ids_.begin() + start + 1, ids_.begin() + start + L_ + 1);
+    s.tokens.resize(size_t(L_));
+    s.targets.resize(size_t(L_));
+    for (int p = 0; p < L_; ++p) {
+      s.tokens[size_t(p)] = c.token(start + p);
+      s.targets[size_t(p)] = c.token(start + p + 1);
+    }
+    if (!packed_) return s;
+    s.doc_ids.resize(size_t(L_));
+    if (reset_positions_) s.positions.resize(size_t(L_));
+    int64_t doc = c.document_of(start), next = c.doc_begin(doc + 1);
+    int32_t id = 0, first = 0;
+    for (int p = 0; p < L_; ++p) {
+      if (start + p == next) {  // a document begins at p
+        ++id;
+        first = p;
+        next = c.doc_begin(++doc + 1);
+      }
+      s.doc_ids[size_t(p)] = id;
+      if (reset_positions_) s.positions[size_t(p)] = p - first;
+      if (start + p + 1 == next) s.targets[size_t(p)] = -1;  // p ends its document
+    }
     return s;
   }
+
   int64_t targets_per_sample() const override { return L_; }
 
+  int64_t targets_in_batch(int64_t step, int64_t n_samples) const override {
+    if (!packed_) return n_samples * L_;
+    int64_t n = 0;
+    for (int64_t g = 0; g < n_samples; ++g) {
+      const auto [part, start] = window(step, g);
+      // one target lost for each document beginning in (start, start + L]
+      const TokenCorpus& c = *part->corpus;
+      n += L_ - (c.document_of(start + L_) - c.document_of(start));
+    }
+    return n;
+  }
+
+  std::vector<int64_t> document_lengths_log2() const override {
+    std::vector<int64_t> bins;
+    for (const Part& p : parts_)
+      for (int64_t d = p.d0; d < p.d1; ++d)
+        add_log2_length(bins, p.corpus->doc_begin(d + 1) - p.corpus->doc_begin(d));
+    return bins;
+  }
+
  private:
-  int L_, V_;
+  static constexpr int kBlendBlock = 1000;
+
+  // The part and first token of sample g of step.
+  std::pair<const Part*, int64_t> window(int64_t step, int64_t g) const {
+    const int64_t i = step * global_batch_ + g;
+    const int64_t B = int64_t(order_.size()), j = i % B;
+    const size_t d = size_t(order_[size_t(j)]);
+    const int64_t k = (i / B) * before_[d][size_t(B)] + before_[d][size_t(j)];
+    const Part& p = parts_[d];
+    const int64_t span = p.t1 - p.t0 - L_;  // windows start in [t0, t0 + span)
+    return {&p, p.t0 + (k * L_) % span};
+  }
+
+  int L_;
+  bool packed_, reset_positions_;
   int64_t global_batch_ = 1;
-  std::vector<int32_t> ids_;
+  std::vector<std::unique_ptr<TokenCorpus>> corpora_;
+  std::vector<Part> parts_;
+  std::vector<int> order_;                    // the blend's interleaving of one block
+  std::vector<std::vector<int64_t>> before_;  // [part][j]: samples of part in order_[0, j)
 };
 
 }  // namespace
 
-std::unique_ptr<DataSource> make_data_source(const Config& cfg, int dp) {
+std::unique_ptr<DataSource> make_data_source(const Config& cfg, int dp, DataPart part) {
   switch (cfg.data.task) {
     case DataTask::recall:
       return std::make_unique<RecallTask>(cfg);
     case DataTask::copy:
       return std::make_unique<CopyTask>(cfg);
     case DataTask::tokens:
-      return std::make_unique<TokenFile>(cfg, dp);
+      return std::make_unique<TokenStream>(cfg, dp, part);
   }
   throw InputError("data.task: no such task");
+}
+
+void add_log2_length(std::vector<int64_t>& bins, int64_t length) {
+  if (length <= 0) return;
+  size_t b = 0;
+  while ((int64_t(1) << (b + 1)) <= length) ++b;
+  if (bins.size() <= b) bins.resize(b + 1, 0);
+  ++bins[b];
+}
+
+std::vector<int> make_blend_order(const std::vector<double>& weights, int block) {
+  double total = 0;
+  for (double w : weights) total += w;
+  std::vector<double> taken(weights.size(), 0);
+  std::vector<int> order(static_cast<size_t>(block));
+  // Greedy: each sample goes to the dataset furthest behind its share so far.
+  for (int j = 0; j < block; ++j) {
+    size_t best = 0;
+    double best_gap = -1e300;
+    for (size_t d = 0; d < weights.size(); ++d) {
+      const double gap = weights[d] / total * double(j + 1) - taken[d];
+      if (gap > best_gap) {
+        best_gap = gap;
+        best = d;
+      }
+    }
+    order[size_t(j)] = int(best);
+    taken[best] += 1;
+  }
+  return order;
 }
 
 }  // namespace trident::model

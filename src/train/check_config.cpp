@@ -9,6 +9,12 @@ namespace trident::train {
 
 void check_config(const Config& cfg, int world_size) {
   validate_config(cfg, world_size);
+  // The data side fills Sample::doc_ids; until the attention reads them a
+  // packed run would attend across documents, so it is refused.
+  if (cfg.data.packing == Packing::documents)
+    config_rule_failed(cfg, {"data.packing"},
+                       "data.packing = \"documents\" is not supported by this build's attention "
+                       "yet (it would attend across documents); use \"none\"");
   ep::check_config(cfg, world_size);
   cp::check_config(cfg);
   pp::check_config(cfg);

@@ -2,6 +2,7 @@
 // its checkpoint cadence and stop-signal consensus, and the closing summary.
 #include "trident/train/run.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -20,6 +21,9 @@
 
 namespace trident::train {
 namespace {
+
+// Steps whose packed sequences /data/packed_lengths counts.
+constexpr int64_t kPieceSteps = 8;
 
 double peak_rss_bytes() {
   std::ifstream f("/proc/self/status");
@@ -177,6 +181,46 @@ void print_step(const StepResult& r) {
   std::fflush(stdout);
 }
 
+void print_eval(const EvalMetrics& e) {
+  std::printf("eval  %5lld | loss %.4f | perplexity %.3f | %lld targets\n",
+              static_cast<long long>(e.step), e.loss, e.perplexity,
+              static_cast<long long>(e.targets));
+  std::fflush(stdout);
+}
+
+// The validation loss after `done` steps into /metrics/eval and the log.
+void evaluate_into(Trainer& trainer, const model::DataSource& data, RunFile& file, int64_t done) {
+  const Trainer::EvalResult r = trainer.evaluate(data, trainer.config().eval.steps);
+  const EvalMetrics e{done, r.loss, std::exp(r.loss), r.targets};
+  file.append_eval(e);
+  if (trainer.comms().world->rank() == 0) print_eval(e);
+}
+
+// /data: the document-length histogram of the training data and, when
+// packed, of the pieces the first steps' sequences hold (what attention sees).
+void record_documents(Trainer& trainer, RunFile& file, int64_t start) {
+  const Config& cfg = trainer.config();
+  if (cfg.data.task != DataTask::tokens) return;
+  const bool lead = trainer.comms().world->rank() == 0;
+  std::vector<int64_t> docs, pieces;
+  if (lead) docs = trainer.data().document_lengths_log2();
+  file.write_length_histogram("document_lengths", docs,
+                              "documents of the training data (whole, before packing)");
+  if (cfg.data.packing != Packing::documents) return;
+  const int64_t end = std::min<int64_t>(cfg.train.steps, start + kPieceSteps);
+  for (int64_t step = start; lead && step < end; ++step)
+    for (int64_t g = 0; g < trainer.samples_per_step(); ++g) {
+      const std::vector<int32_t> ids = trainer.data().sample(step, g).doc_ids;
+      for (size_t b = 0, e = 0; b < ids.size(); b = e) {
+        while (e < ids.size() && ids[e] == ids[b]) ++e;
+        model::add_log2_length(pieces, int64_t(e - b));
+      }
+    }
+  file.write_length_histogram("packed_lengths", pieces,
+                              "document pieces in the packed sequences of steps [" +
+                                  std::to_string(start) + ", " + std::to_string(end) + ")");
+}
+
 // What the steps leave for the summary.
 struct LoopTotals {
   double first_loss = NAN, last_loss = NAN, total_time = 0, compute_s = 0;
@@ -294,7 +338,7 @@ bool guards_stop(const StepResult& r, const Config& cfg, Communicator* world, Ru
 
 // Steps [start, train.steps), until then, a stop signal or a guard's stop.
 LoopTotals run_steps(Trainer& trainer, RunFile& file, int64_t start,
-                     const std::string& resumed_from) {
+                     const std::string& resumed_from, const model::DataSource* eval_data) {
   const Config& cfg = trainer.config();
   Communicator* world = trainer.comms().world;
   const int rank = world->rank();
@@ -321,6 +365,8 @@ LoopTotals run_steps(Trainer& trainer, RunFile& file, int64_t start,
     ++tot.steps_run;
     if (rank == 0) print_step(r);
     if (guards_stop(r, cfg, world, file, tot, spikes, resumed_from)) break;
+    if (eval_data && (step + 1) % cfg.eval.every == 0)
+      evaluate_into(trainer, *eval_data, file, step + 1);
     if (rank == hooks.rank && step == hooks.signal_at) std::raise(SIGUSR1);
     // every rank sees the same decision at the same step boundary
     int stop = stop_signal_received();
@@ -388,18 +434,43 @@ void summarise(Trainer& trainer, RunFile& file, const LoopTotals& tot, const Com
   std::fflush(stdout);
 }
 
-}  // namespace
-
-int run(const Config& cfg, Communicators& comms, const RunRequest& request) {
-  Trainer trainer(cfg, train_comms(comms));
-  stage_device_buffers(comms, trainer.ctx());
+// The Trainer of this rank, its communicators set up for its device.
+std::unique_ptr<Trainer> make_trainer(const Config& cfg, Communicators& comms) {
+  auto trainer = std::make_unique<Trainer>(cfg, train_comms(comms));
+  stage_device_buffers(comms, trainer->ctx());
   // A device backend's communication runs after the compute queued before it
   // (comm.hpp), so it needs the stream the step computes on.
   for (auto* g : {&comms.world, &comms.cp, &comms.pp, &comms.dp, &comms.dpcp, &comms.ep,
                   &comms.expert_replica})
-    if (*g) (*g)->set_compute_stream(trainer.ctx().stream);
+    if (*g) (*g)->set_compute_stream(trainer->ctx().stream);
+  return trainer;
+}
+
+}  // namespace
+
+EvalReport evaluate_checkpoint(const Config& cfg, Communicators& comms,
+                               const std::string& checkpoint) {
+  auto trainer = make_trainer(cfg, comms);
+  const auto data = model::make_data_source(cfg, comms.mesh.dp, model::DataPart::validation);
+  EvalReport rep;
+  const std::string why = load_everywhere(*trainer, checkpoint, rep.step);
+  if (!why.empty()) throw InputError("--checkpoint: " + why);
+  const Trainer::EvalResult r = trainer->evaluate(*data, cfg.eval.steps);
+  rep.loss = r.loss;
+  rep.perplexity = std::exp(r.loss);
+  rep.targets = r.targets;
+  rep.sequences = trainer->samples_per_step() * cfg.eval.steps;
+  return rep;
+}
+
+int run(const Config& cfg, Communicators& comms, const RunRequest& request) {
+  auto trainer_ptr = make_trainer(cfg, comms);
+  Trainer& trainer = *trainer_ptr;
   validate_activation_request(cfg, trainer.samples_per_step());
   const ResumePoint at = resume_point(cfg, request, trainer);
+  std::unique_ptr<model::DataSource> eval_data;
+  if (cfg.eval.every > 0)
+    eval_data = model::make_data_source(cfg, comms.mesh.dp, model::DataPart::validation);
 
   // Every input is valid: now the run file may exist.
   const std::string path = resolve_output_name(cfg.output.file, *comms.world);
@@ -423,7 +494,8 @@ int run(const Config& cfg, Communicators& comms, const RunRequest& request) {
     std::fflush(stdout);
   }
   const CommCounters at_start = comm_counters();
-  const LoopTotals tot = run_steps(trainer, file, at.step, at.checkpoint);
+  record_documents(trainer, file, at.step);
+  const LoopTotals tot = run_steps(trainer, file, at.step, at.checkpoint, eval_data.get());
   if (tot.last_ckpt_step < 0 && at.step == cfg.train.steps && lead)
     std::printf("nothing to do: the checkpoint is at train.steps = %d\n", cfg.train.steps);
   summarise(trainer, file, tot, at_start, path);

@@ -1,6 +1,7 @@
 // One training step (see train/trainer.hpp).
 #include "trident/train/trainer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -70,7 +71,7 @@ void Trainer::compute_gradients(int64_t step, const model::CaptureRequest* captu
                                 StepResult& res) {
   const auto& d = cfg_.data;
   const int64_t n_seq = samples_per_step();
-  const double n_targets = double(n_seq) * double(data_->targets_per_sample());
+  const double n_targets = double(std::max<int64_t>(1, data_->targets_in_batch(step, n_seq)));
   Tensor grads = store_->grads();
   kernels::fill(device_->ctx(), grads.ptr(), grads.numel(), 0.0f);
   stage_->begin_step(model::make_microbatches(*data_, d, step, comms_.dp_rank, positions_),
@@ -85,6 +86,29 @@ void Trainer::compute_gradients(int64_t step, const model::CaptureRequest* captu
   if (step == fault_.nan_at && !stage_->params().empty())
     kernels::fill(device_->ctx(), stage_->params().front()->grad.ptr(), 1,
                   std::numeric_limits<float>::quiet_NaN());
+}
+
+Trainer::EvalResult Trainer::evaluate(const model::DataSource& data, int batches) {
+  const int64_t n_seq = samples_per_step();
+  double sum = 0;
+  EvalResult res;
+  for (int b = 0; b < batches; ++b) {
+    const int64_t targets = data.targets_in_batch(b, n_seq);
+    Tensor grads = store_->grads();
+    kernels::fill(device_->ctx(), grads.ptr(), grads.numel(), 0.0f);
+    stage_->begin_step(model::make_microbatches(data, cfg_.data, b, comms_.dp_rank, positions_),
+                       float(1.0 / double(std::max<int64_t>(1, targets))),
+                       float(1.0 / double(n_seq)), nullptr);
+    std::vector<TimelineEvent> events;
+    double compute_s = 0;
+    run_pipeline(b, events, compute_s);
+    double s = stage_->loss_sum();
+    if (comms_.world && comms_.world->size() > 1) comms_.world->allreduce_sum(&s, 1);
+    sum += s;
+    res.targets += targets;
+  }
+  res.loss = res.targets > 0 ? sum / double(res.targets) : 0.0;
+  return res;
 }
 
 void Trainer::verify_step(int64_t step, StepResult& res) {
@@ -144,7 +168,7 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
   const CommCounters before = comm_counters();
   const double t_begin = now_s();
   const int64_t n_seq = samples_per_step();
-  const double n_targets = double(n_seq) * double(data_->targets_per_sample());
+  const double n_targets = double(std::max<int64_t>(1, data_->targets_in_batch(step, n_seq)));
   compute_gradients(step, capture, res);
   res.captures = stage_->take_captures();
   const int every = cfg_.runtime.verify_every;

@@ -33,6 +33,8 @@ namespace trident {
 enum class RouterScoring { softmax, sigmoid_bias };                     // model.router
 enum class DataTask { recall, copy, tokens };                           // data.task
 enum class TokenDType { uint16, uint32 };                               // data.token_dtype
+enum class DataFormat { flat, megatron };                               // data.format
+enum class Packing { none, documents };                                 // data.packing
 enum class CpLayout { contiguous, zigzag };                             // parallel.cp_layout
 enum class CpMode { ring, ulysses, hybrid };                            // parallel.cp_mode
 enum class PipelineSchedule {
@@ -64,6 +66,14 @@ struct ConfigNames<DataTask> {
 template <>
 struct ConfigNames<TokenDType> {
   static constexpr std::array<std::string_view, 2> names = {"uint16", "uint32"};
+};
+template <>
+struct ConfigNames<DataFormat> {
+  static constexpr std::array<std::string_view, 2> names = {"flat", "megatron"};
+};
+template <>
+struct ConfigNames<Packing> {
+  static constexpr std::array<std::string_view, 2> names = {"none", "documents"};
 };
 template <>
 struct ConfigNames<CpLayout> {
@@ -158,9 +168,40 @@ struct DataConfig {
   uint64_t seed = 1234;
   std::string token_file;              // task = "tokens": flat binary token ids
   TokenDType token_dtype = TokenDType::uint16;
+  // task = "tokens" (model/data.hpp, share/trident/data.md):
+  DataFormat format = DataFormat::flat;  // flat: token_file; megatron: prefix (.bin + .idx)
+  std::string prefix;                    // Megatron indexed dataset, without .bin/.idx
+  int eod_token = -1;                    // flat files: a document ends with this id (-1: none)
+  struct BlendEntry {
+    double weight = 1.0;
+    std::string path;  // a token file (format flat) or a prefix (format megatron)
+    bool operator==(const BlendEntry&) const = default;
+  };
+  std::vector<BlendEntry> blend;  // non-empty: replaces token_file / prefix
+  std::string split = "100,0";    // train,validation[,test] shares of each dataset's documents
+  Packing packing = Packing::none;
+  bool reset_positions = true;  // packing: RoPE positions restart at each document
 
   bool operator==(const DataConfig&) const = default;
 };
+
+// [eval]: validation loss every `every` steps (0: never) over `steps`
+// global batches of validation data: the validation share of data.split, or
+// a file of its own (eval.token_file / eval.prefix, read whole).
+struct EvalConfig {
+  int every = 0;
+  int steps = 1;
+  std::string token_file;  // data.format = "flat"
+  std::string prefix;      // data.format = "megatron"
+
+  bool uses_split() const { return token_file.empty() && prefix.empty(); }
+  bool operator==(const EvalConfig&) const = default;
+};
+
+// data.split as shares (train, validation, test), each >= 0; InputError
+// naming data.split when it is not 2 or 3 comma-separated numbers with a
+// positive first share.
+std::array<double, 3> data_split_shares(const std::string& split);
 
 struct ParallelConfig {
   int pp = 1;
@@ -248,6 +289,7 @@ struct Config {
   DataConfig data;
   ParallelConfig parallel;
   TrainConfig train;
+  EvalConfig eval;
   RuntimeConfig runtime;
   OutputConfig output;
   std::optional<TopologyOverride> topology;
@@ -264,7 +306,7 @@ struct Config {
   // Equal resolved values (source and key_origin are not compared).
   bool operator==(const Config& o) const {
     return model == o.model && data == o.data && parallel == o.parallel && train == o.train &&
-           runtime == o.runtime && output == o.output && topology == o.topology;
+           eval == o.eval && runtime == o.runtime && output == o.output && topology == o.topology;
   }
 };
 

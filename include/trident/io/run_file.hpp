@@ -26,6 +26,13 @@ struct StepMetrics {
   double step_time_s = 0, tokens_per_s = 0, bubble_fraction = 0;
 };
 
+// One validation of /metrics/eval: after `step` training steps.
+struct EvalMetrics {
+  int64_t step = 0;
+  double loss = 0, perplexity = 0;  // mean cross-entropy over `targets`, exp(loss)
+  int64_t targets = 0;
+};
+
 struct TimelineEvent {
   int32_t rank = 0;
   int64_t step = 0;
@@ -94,6 +101,12 @@ class RunFile {
                         const std::vector<int64_t>& global_positions);
   // Every rank passes the same event (rank 0's is written); collective.
   void append_event(const RunEvent& e);
+  // A row of /metrics/eval (rank 0's is written); collective, flushes.
+  void append_eval(const EvalMetrics& m);
+  // /data/<name>: a length histogram in power-of-two bins (rank 0's
+  // counts; every rank passes the same name); collective, once per name.
+  void write_length_histogram(const std::string& name, const std::vector<int64_t>& counts,
+                              const std::string& description);
   // Per-rank summary at the end; collective.
   void write_rank_summaries(const RankSummary& mine);
   // Free-form attribute on the root group (rank 0's value); collective.
@@ -113,7 +126,7 @@ class RunFile {
   Communicator& world_;  // host (MPI) group: collectives and the MPI-IO driver
   int rank_ = 0, size_ = 1;
   hid_t file_ = -1;
-  int64_t steps_ = 0, events_ = 0, run_events_ = 0;
+  int64_t steps_ = 0, events_ = 0, run_events_ = 0, evals_ = 0;
   int moe_layers_ = 0, n_experts_ = 0;
   bool closed_ = false;
 };

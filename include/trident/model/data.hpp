@@ -16,9 +16,18 @@
 //            take it the rest of the way.
 //  "copy":   a random first half, then the same tokens again; loss on the
 //            second half only.
-//  "tokens": windows of data.token_file (flat uint16 or uint32 ids); the
-//            window of sample g of step s starts at
-//            ((s * global_batch + g) * seq_len) mod (n_tokens - seq_len).
+//  "tokens": windows of a token stream: data.token_file (flat uint16 or
+//            uint32 ids), a Megatron dataset (data.prefix) or a blend of
+//            several (data.blend), each cut by data.split into a training
+//            and a validation part (share/trident/data.md). Sample g of
+//            step s is number i = s * global_batch + g of the stream; with
+//            one dataset its window starts at
+//            (i * seq_len) mod (n_tokens - seq_len) of the part (as before
+//            blends existed), with a blend dataset d's k-th window, where the
+//            blend's fixed interleaving gives d and k (see make_blend_order).
+//            data.packing = "documents": the window's document boundaries
+//            fill doc_ids and positions, and the target of a document's last
+//            token is -1 (no loss across a boundary).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -48,15 +57,36 @@ class DataSource {
  public:
   virtual ~DataSource() = default;
   virtual Sample sample(int64_t step, int64_t global_index) const = 0;
-  // Every sample has this many targets (>= 0), so the loss normaliser of a
-  // global batch is known without generating it.
+  // Every sample has at most this many targets (>= 0); exactly this many
+  // unless documents are packed.
   virtual int64_t targets_per_sample() const = 0;
+  // Targets of samples [0, n_samples) of step (the loss normaliser of a
+  // global batch), known without reading the tokens.
+  virtual int64_t targets_in_batch(int64_t step, int64_t n_samples) const {
+    return n_samples * targets_per_sample();
+  }
+  // Length histogram of the documents this source draws from (whole
+  // documents, before packing cuts them); empty for synthetic tasks.
+  virtual std::vector<int64_t> document_lengths_log2() const { return {}; }
 };
+
+// Lengths in power-of-two bins: bin b counts lengths in [2^b, 2^(b+1)).
+void add_log2_length(std::vector<int64_t>& bins, int64_t length);
+
+// Which part of data.split a source reads: training, or validation (the
+// validation share, or eval.token_file / eval.prefix when given).
+enum class DataPart { train, validation };
 
 // Throws InputError for a task the data config cannot support (vocabulary too
 // small, token file missing, shorter than one sample, ids >= vocab_size).
 // dp: the mesh's data-parallel size (the global batch is known from it).
-std::unique_ptr<DataSource> make_data_source(const Config& cfg, int dp);
+std::unique_ptr<DataSource> make_data_source(const Config& cfg, int dp,
+                                             DataPart part = DataPart::train);
+
+// A blend's interleaving of `block` samples: which dataset each takes, so
+// that every block gives dataset d its share round(weight_d * block) (within
+// one). Sample i of the stream takes dataset order[i % block].
+std::vector<int> make_blend_order(const std::vector<double>& weights, int block);
 
 // Global batch of one step: micro_batch_size * num_microbatches * dp samples.
 // Sample `slot` of micro-batch `mb` on dp rank `dp_rank` has global index

@@ -9,6 +9,7 @@
 // step boundary, write the checkpoint and return 0), and ends with a summary
 // of where the ranks' time went. Collective over comms.world.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "trident/core/config.hpp"
@@ -29,5 +30,18 @@ struct RunRequest {
 // cfg: checked (train::check_config) against comms' world. Returns the exit
 // code (0); errors are exceptions (InputError: exit 2, before the run file).
 int run(const Config& cfg, Communicators& comms, const RunRequest& request);
+
+// `trident eval`: a checkpoint loaded into this mesh, its loss on eval.steps
+// global batches of the validation data (the validation share of data.split
+// or eval.token_file / eval.prefix). The same on every rank and on every mesh
+// (the mean over the same targets). Collective over comms.world; InputError
+// for a checkpoint of another model or damaged, or missing validation data.
+struct EvalReport {
+  int64_t step = 0;  // the checkpoint's steps done
+  double loss = 0, perplexity = 0;
+  int64_t targets = 0, sequences = 0;
+};
+EvalReport evaluate_checkpoint(const Config& cfg, Communicators& comms,
+                               const std::string& checkpoint);
 
 }  // namespace trident::train

@@ -91,8 +91,19 @@ class Trainer {
   // Runs step `step` (0-based). capture: activations to keep (null: none).
   StepResult train_step(int64_t step, const model::CaptureRequest* capture = nullptr);
   void set_gradient_fault(GradientFault f) { fault_ = f; }
+  // Validation loss: the mean cross-entropy over every target of batches
+  // [0, batches) of `data` (global batches of this mesh's size), the same on
+  // every rank and every mesh. The batches run through the pipeline
+  // schedule like a step; parameters, optimizer and router biases stay as
+  // they are (the gradients are left for the next step to zero).
+  struct EvalResult {
+    double loss = 0;
+    int64_t targets = 0;
+  };
+  EvalResult evaluate(const model::DataSource& data, int batches);
 
   model::ModelStage& stage() { return *stage_; }
+  const model::DataSource& data() const { return *data_; }
   const ParamStore& param_store() const { return *store_; }
   // Which part of the store this rank's optimizer updates (all of it unless
   // train.optimizer_sharding = "dp").

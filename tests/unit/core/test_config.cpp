@@ -206,6 +206,18 @@ Config random_config(std::mt19937& rng) {
   c.data.seed = std::uniform_int_distribution<uint64_t>(0, (1ULL << 63) - 1)(rng);
   c.data.token_file = "dir with space/\"quoted\"\\tokens\t.bin";
   c.data.token_dtype = pick(0, 1) ? TokenDType::uint16 : TokenDType::uint32;
+  c.data.format = pick(0, 1) ? DataFormat::flat : DataFormat::megatron;
+  c.data.prefix = "data/name_text_document";
+  c.data.eod_token = pick(-1, 50000);
+  for (int i = pick(0, 3); i > 0; --i)
+    c.data.blend.push_back({double(pick(1, 1000)) / 7.0, "set " + std::to_string(i)});
+  c.data.split = std::to_string(pick(1, 99)) + "," + std::to_string(pick(0, 9));
+  c.data.packing = pick(0, 1) ? Packing::none : Packing::documents;
+  c.data.reset_positions = pick(0, 1);
+  c.eval.every = pick(0, 1000);
+  c.eval.steps = pick(1, 100);
+  c.eval.token_file = "val.bin";
+  c.eval.prefix = "val_text_document";
   c.parallel.pp = pick(1, 16);
   c.parallel.vpp = pick(1, 4);
   c.parallel.cp = pick(1, 16);
@@ -290,6 +302,13 @@ TEST_CASE("to_toml round-trips every key") {
                                              "data.seed",
                                              "data.token_file",
                                              "data.token_dtype",
+                                             "data.format",
+                                             "data.prefix",
+                                             "data.eod_token",
+                                             "data.blend",
+                                             "data.split",
+                                             "data.packing",
+                                             "data.reset_positions",
                                              "parallel.pp",
                                              "parallel.vpp",
                                              "parallel.cp",
@@ -314,6 +333,10 @@ TEST_CASE("to_toml round-trips every key") {
                                              "train.recompute",
                                              "train.recompute_layers",
                                              "train.optimizer_sharding",
+                                             "eval.every",
+                                             "eval.steps",
+                                             "eval.token_file",
+                                             "eval.prefix",
                                              "runtime.backend",
                                              "runtime.comm",
                                              "runtime.timeout_s",
@@ -472,6 +495,14 @@ TEST_CASE("per-key ranges and enums") {
       {"data.num_microbatches", "0", "must be >= 1", "7"},
       {"data.seed", "-1", "must be >= 0", "0"},
       {"data.token_dtype", "\"int8\"", "must be one of \"uint16\", \"uint32\"", "\"uint32\""},
+      {"data.format", "\"hf\"", "must be one of \"flat\", \"megatron\"", "\"megatron\""},
+      {"data.packing", "\"docs\"", "must be one of \"none\", \"documents\"", "\"documents\""},
+      {"data.eod_token", "-2", "must be >= -1", "0"},
+      {"data.blend", "[[0, \"a\"]]", "every weight must be > 0", "[[0.5, \"a\"], [2, \"b\"]]"},
+      {"data.blend", "[\"a\"]", "every element must be a [weight, path] pair", "[]"},
+      {"data.blend", "[[1, \"\"]]", "a path must not be empty", "[[1, \"a\"]]"},
+      {"eval.every", "-1", "must be >= 0", "0"},
+      {"eval.steps", "0", "must be >= 1", "3"},
       {"parallel.pp", "0", "must be >= 1", "2"},
       {"parallel.vpp", "0", "must be >= 1", "1"},
       {"parallel.cp", "0", "must be >= 1", "2"},
@@ -604,7 +635,23 @@ TEST_CASE("cross-key rules") {
        "placement) and needs parallel.vpp = 2 (got 1)"},
       {"[data]\ntask = \"tokens\"\n", 0,
        "t.toml:2: data.task: data.task = \"tokens\" needs data.token_file (a flat binary file of "
-       "token ids)"},
+       "token ids) or data.blend"},
+      {"[data]\ntask = \"tokens\"\nformat = \"megatron\"\ntoken_file = \"a.bin\"\n", 0,
+       "t.toml:4: data.token_file: data.format = \"megatron\" reads data.prefix (PATH without "
+       ".bin/.idx), not data.token_file"},
+      {"[data]\ntask = \"tokens\"\ntoken_file = \"a.bin\"\nblend = [[1, \"b.bin\"]]\n", 0,
+       "t.toml:4: data.blend: data.blend replaces data.token_file: give one or the other"},
+      {"[data]\ntask = \"tokens\"\ntoken_file = \"a.bin\"\neod_token = 64\n", 0,
+       "t.toml:4: data.eod_token: data.eod_token=64 must be below model.vocab_size=64"},
+      {"[data]\ntask = \"tokens\"\ntoken_file = \"a.bin\"\nsplit = \"98\"\n", 0,
+       "t.toml:4: data.split: data.split: expected 2 or 3 comma-separated shares "
+       "\"train,validation[,test]\" with a positive train share, e.g. \"98,2\" (got \"98\")"},
+      {"[data]\ntask = \"tokens\"\ntoken_file = \"a.bin\"\n[eval]\nevery = 5\n", 0,
+       "t.toml:5: eval.every: eval.every needs validation data: a validation share in data.split "
+       "(e.g. \"98,2\") or eval.token_file / eval.prefix"},
+      {"[data]\npacking = \"documents\"\n", 0,
+       "t.toml:2: data.packing: data.packing applies to token files: set data.task = \"tokens\" "
+       "(got \"recall\")"},
       {"[data]\ntoken_file = \"x.bin\"\n", 0,
        "t.toml:2: data.token_file: data.token_file is only read with data.task = \"tokens\" (got "
        "\"recall\")"},
