@@ -102,6 +102,7 @@ Trainer::EvalResult Trainer::evaluate(const model::DataSource& data, int batches
     std::vector<TimelineEvent> events;
     double compute_s = 0;
     run_pipeline(b, events, compute_s);
+    stage_->take_attention_spans();  // not a training step's: kept out of the timeline
     double s = stage_->loss_sum();
     if (comms_.world && comms_.world->size() > 1) comms_.world->allreduce_sum(&s, 1);
     sum += s;
