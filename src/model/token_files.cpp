@@ -87,6 +87,57 @@ bool megatron_dtype(int code, MegatronDType& out) {
 constexpr unsigned char kIdxMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
 constexpr size_t kIdxHeader = 34;  // magic 9, version 8, dtype 1, sequences 8, documents 8
 
+// The .idx header and where its arrays lie: lengths int32[n_seq], pointers
+// int64[n_seq], document indices int64[n_doc], and in multimodal datasets
+// modes int8[n_seq] (ignored).
+struct IdxLayout {
+  MegatronDType dt{};
+  uint64_t n_seq = 0, n_doc = 0;
+  size_t lengths_at = 0, pointers_at = 0, docs_at = 0;
+};
+
+InputError idx_error(const std::string& key, const std::string& path, size_t offset,
+                     const std::string& rule) {
+  return InputError(key + ": '" + path + "' byte offset " + str(offset) + ": " + rule);
+}
+
+IdxLayout read_idx_layout(const MappedFile& idx, const std::string& key) {
+  auto bad = [&](size_t offset, const std::string& rule) {
+    return idx_error(key, idx.path(), offset, rule);
+  };
+  if (idx.size() < kIdxHeader)
+    throw bad(idx.size(),
+              "the file ends inside the " + str(kIdxHeader) + "-byte header (not a Megatron .idx)");
+  const unsigned char* p = idx.data();
+  if (std::memcmp(p, kIdxMagic, sizeof kIdxMagic) != 0)
+    throw bad(0, "bad magic: a Megatron .idx starts with \"MMIDIDX\\0\\0\"");
+  if (const uint64_t version = load<uint64_t>(p + 9); version != 1)
+    throw bad(9, "index version " + std::to_string(version) + ", only version 1 is read");
+  IdxLayout l;
+  if (!megatron_dtype(p[17], l.dt))
+    throw bad(17, "dtype code " + str(int(p[17])) +
+                      " is not a token id type (1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 8 "
+                      "uint16)");
+  l.n_seq = load<uint64_t>(p + 18);
+  l.n_doc = load<uint64_t>(p + 26);
+  const uint64_t limit = uint64_t(1) << 40;
+  if (l.n_seq > limit || l.n_doc > limit)
+    throw bad(18, "sequence count " + std::to_string(l.n_seq) + " / document count " +
+                      std::to_string(l.n_doc) + " is not plausible");
+  l.lengths_at = kIdxHeader;
+  l.pointers_at = l.lengths_at + 4 * l.n_seq;
+  l.docs_at = l.pointers_at + 8 * l.n_seq;
+  const size_t end = l.docs_at + 8 * l.n_doc;
+  if (idx.size() != end && idx.size() != end + l.n_seq)
+    throw bad(std::min(idx.size(), end),
+              "the file has " + str(idx.size()) + " bytes; " + std::to_string(l.n_seq) +
+                  " sequences and " + std::to_string(l.n_doc) + " document indices need " +
+                  str(end) + " (or " + str(end + l.n_seq) + " with sequence modes)");
+  if (l.n_doc < 1 || load<int64_t>(p + l.docs_at) != 0)
+    throw bad(l.docs_at, "the document indices must start with 0");
+  return l;
+}
+
 }  // namespace
 
 MappedFile::MappedFile(const std::string& path, const std::string& what) : path_(path) {
@@ -150,38 +201,13 @@ std::unique_ptr<TokenCorpus> TokenCorpus::open_megatron(const std::string& prefi
   const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
   MappedFile idx(idx_path, key);
   auto bad = [&](size_t offset, const std::string& rule) {
-    return InputError(key + ": '" + idx_path + "' byte offset " + str(offset) + ": " + rule);
+    return idx_error(key, idx_path, offset, rule);
   };
-  if (idx.size() < kIdxHeader)
-    throw bad(idx.size(),
-              "the file ends inside the " + str(kIdxHeader) + "-byte header (not a Megatron .idx)");
+  const IdxLayout l = read_idx_layout(idx, key);
+  const MegatronDType dt = l.dt;
+  const uint64_t n_seq = l.n_seq, n_doc = l.n_doc;
+  const size_t lengths_at = l.lengths_at, pointers_at = l.pointers_at, docs_at = l.docs_at;
   const unsigned char* p = idx.data();
-  if (std::memcmp(p, kIdxMagic, sizeof kIdxMagic) != 0)
-    throw bad(0, "bad magic: a Megatron .idx starts with \"MMIDIDX\\0\\0\"");
-  if (const uint64_t version = load<uint64_t>(p + 9); version != 1)
-    throw bad(9, "index version " + std::to_string(version) + ", only version 1 is read");
-  const int code = p[17];
-  MegatronDType dt{};
-  if (!megatron_dtype(code, dt))
-    throw bad(17, "dtype code " + str(code) +
-                      " is not a token id type (1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 8 "
-                      "uint16)");
-  const uint64_t n_seq = load<uint64_t>(p + 18), n_doc = load<uint64_t>(p + 26);
-  // The arrays: lengths int32[n_seq], pointers int64[n_seq], document
-  // indices int64[n_doc], and in multimodal datasets modes int8[n_seq].
-  const uint64_t limit = uint64_t(1) << 40;
-  if (n_seq > limit || n_doc > limit)
-    throw bad(18, "sequence count " + std::to_string(n_seq) + " / document count " +
-                      std::to_string(n_doc) + " is not plausible");
-  const size_t lengths_at = kIdxHeader, pointers_at = lengths_at + 4 * n_seq,
-               docs_at = pointers_at + 8 * n_seq, end = docs_at + 8 * n_doc;
-  if (idx.size() != end && idx.size() != end + n_seq)
-    throw bad(std::min(idx.size(), end),
-              "the file has " + str(idx.size()) + " bytes; " + std::to_string(n_seq) +
-                  " sequences and " + std::to_string(n_doc) + " document indices need " + str(end) +
-                  " (or " + str(end + n_seq) + " with sequence modes)");
-  if (n_doc < 1 || load<int64_t>(p + docs_at) != 0)
-    throw bad(docs_at, "the document indices must start with 0");
 
   std::unique_ptr<TokenCorpus> c(new TokenCorpus);
   c->name_ = bin_path;
