@@ -106,8 +106,8 @@ def main():
               % (loss8, t8, loss1, t1))
 
     # 3. bad input: exit 2, one line naming the file (and the byte offset)
-    def bad(name, expect, extra=(), outname="bad.h5"):
-        rc, out, err, _ = launch(1, ["job.toml", "--output", outname] + list(extra))
+    def bad(name, expect, extra=(), outname="bad.h5", np_=1):
+        rc, out, err, _ = launch(np_, ["job.toml", "--output", outname] + list(extra))
         lines = [l for l in err.strip().splitlines() if l.startswith("trident: error")]
         check(rc == 2 and len(lines) == 1 and all(e in lines[0] for e in expect),
               "%s: exit 2 and %r (rc=%d, stderr: %s)" % (name, expect, rc, err.strip()[-300:]))
@@ -143,8 +143,9 @@ def main():
     bad("id >= vocab_size", ["v_vocab.bin' byte offset 10", "token id 40", "vocab_size = 32"],
         variant("vocab", edit_bin=big_id))
     bad("too short for one sequence", ["shorter than one sample"], ["--set", "data.seq_len=4000"])
-    bad("packing before the attention honours documents", ["data.packing"],
-        ["--set", "data.packing=documents"])
+    bad("packing under Ulysses (no document masks there)", ["data.packing", "cp_mode = \"ring\""],
+        ["--set", "data.packing=documents", "--set", "parallel.cp=2",
+         "--set", "parallel.cp_mode=ulysses"], np_=2)
     rc, _, _, p = trident_eval(1, ["job.toml", "--checkpoint", ckpt, "--set", "data.split=100,0",
                                    "--set", "eval.every=0"])
     check(rc == 2 and "needs validation data" in p.stderr,
