@@ -15,6 +15,8 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "trident/core/error.hpp"
@@ -89,7 +91,7 @@ TopologyOverride& topo_of(Config& c) {
   return *c.topology;
 }
 
-const std::vector<std::string> kSections = {"model",   "data",   "parallel", "train",
+const std::vector<std::string> kSections = {"model", "data",    "parallel", "train",
                                             "eval",  "runtime", "output",   "topology"};
 
 const std::vector<KeyDef>& key_table() {
@@ -992,11 +994,33 @@ std::string to_toml(const Config& cfg) {
 
 std::string model_hash(const Config& cfg) {
   // FNV-1a over the [model] lines of to_toml(): stable across machines,
-  // because the text (shortest round-trip doubles) is.
-  const std::string text = to_toml(cfg);
-  const size_t b = text.find("[model]\n");
-  const size_t e = text.find("\n[", b + 1);
-  const std::string model = text.substr(b, e == std::string::npos ? std::string::npos : e - b);
+  // because the text (shortest round-trip doubles) is. The keys the first
+  // checkpoints hashed always count; a key added since counts only when it
+  // is set away from its default, so that a checkpoint written before the
+  // key existed still names the same model (a new key's default keeps the
+  // old behaviour).
+  static const std::set<std::string> kFirstKeys = {
+      "vocab_size",       "d_model",       "n_layers",   "n_heads",   "n_kv_heads",
+      "ffn_hidden",       "n_experts",     "top_k",      "moe_every", "router",
+      "capacity_factor",  "aux_loss_coef", "rope_theta", "norm_topk", "z_loss_coef",
+      "router_bias_rate", "init_std"};
+  auto model_lines = [](const Config& c) {
+    const std::string text = to_toml(c);
+    const size_t b = text.find("[model]\n");
+    const size_t e = text.find("\n[", b + 1);
+    std::istringstream in(text.substr(b, e == std::string::npos ? std::string::npos : e - b));
+    std::vector<std::pair<std::string, std::string>> lines;  // (key, line)
+    for (std::string line; std::getline(in, line);)
+      lines.emplace_back(line.substr(0, line.find(" = ")), line);
+    return lines;
+  };
+  std::map<std::string, std::string> defaults;
+  for (auto& [key, line] : model_lines(Config{})) defaults[key] = line;
+  std::string model;
+  for (auto& [key, line] : model_lines(cfg)) {
+    if (line != "[model]" && !kFirstKeys.count(key) && defaults[key] == line) continue;
+    model += line + "\n";
+  }
   uint64_t h = 1469598103934665603ULL;
   for (unsigned char ch : model) {
     h ^= ch;
