@@ -610,16 +610,18 @@ void ModelStage::begin_step(std::vector<MicroBatch> mbs, float loss_scale, float
     mb.on_device.positions = kernels::from_host(ctx_, mb.positions.data(), {Ls}, DType::i64);
     // Each token's sample, and its index in the micro-batch as one rank
     // holds it (the MoE capacity is decided over whole sequences, whatever
-    // the cp split).
-    std::vector<int32_t> sample(static_cast<size_t>(T));
-    std::vector<int64_t> index(static_cast<size_t>(T));
-    for (int64_t t = 0; t < T; ++t) {
-      const int64_t s = t / Ls;
-      sample[size_t(t)] = int32_t(s);
-      index[size_t(t)] = s * cfg_.data.seq_len + mb.positions[size_t(t % Ls)];
+    // the cp split); only the MoE layers read them.
+    if (cfg_.model.n_experts > 0) {
+      std::vector<int32_t> sample(static_cast<size_t>(T));
+      std::vector<int64_t> index(static_cast<size_t>(T));
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t s = t / Ls;
+        sample[size_t(t)] = int32_t(s);
+        index[size_t(t)] = s * cfg_.data.seq_len + mb.positions[size_t(t % Ls)];
+      }
+      mb.on_device.sample_of_token = kernels::from_host(ctx_, sample.data(), {T}, DType::i32);
+      mb.on_device.token_index = kernels::from_host(ctx_, index.data(), {T}, DType::i64);
     }
-    mb.on_device.sample_of_token = kernels::from_host(ctx_, sample.data(), {T}, DType::i32);
-    mb.on_device.token_index = kernels::from_host(ctx_, index.data(), {T}, DType::i64);
     TRIDENT_CHECK((mb.doc_ids.empty() || int64_t(mb.doc_ids.size()) == T) &&
                       (mb.rope_positions.empty() || int64_t(mb.rope_positions.size()) == T),
                   "ModelStage::begin_step: a micro-batch's doc_ids or rope_positions do not "
