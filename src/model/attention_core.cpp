@@ -157,28 +157,18 @@ class UlyssesAttentionCore : public F32DistributedCore {
         ulysses_(cp, cp::ulysses_size(cfg.parallel), cfg.parallel.cp_layout, true, cfg.data.seq_len,
                  cfg.model.n_heads, cfg.model.n_kv_heads, cfg.model.head_dim(), ctx) {
     ulysses_.set_profiler(&work_);
+    ulysses_.set_window(cfg.model.window);
   }
 
  private:
-  // Packed documents and windows are the ring's alone for now (the Ulysses
-  // all-to-all would have to carry the document ids): refused, and the
-  // window already by the config's validation.
-  static void refuse(const cp::LocalDocs& docs) {
-    if (docs.host)
-      throw InputError(
-          "parallel.cp_mode: packed documents need cp_mode = \"ring\" (ulysses and hybrid do "
-          "not apply document masks yet)");
-  }
   void run_forward(const float* q, const float* k, const float* v, float* out, float* lse,
                    const cp::LocalDocs& docs) override {
-    refuse(docs);
-    ulysses_.forward(q, k, v, out, lse);
+    ulysses_.forward(q, k, v, out, lse, docs);
   }
   void run_backward(const float* q, const float* k, const float* v, const float* out,
                     const float* lse, const float* dout, float* dq, float* dk, float* dv,
                     const cp::LocalDocs& docs) override {
-    refuse(docs);
-    ulysses_.backward(q, k, v, out, lse, dout, dq, dk, dv);
+    ulysses_.backward(q, k, v, out, lse, dout, dq, dk, dv, docs);
   }
 
   cp::UlyssesAttention ulysses_;

@@ -384,8 +384,8 @@ ChunkCost chunk_cost(const Config& cfg, const MeshPlan& p, int vs) {
   c.layers = end - begin;
   // The core runs H/u heads over the pairs of the busiest rank of the ring of
   // r = cp/u groups (u = 1: the plain ring).
-  // model.window bounds the pairs of every query (Ulysses is refused with a
-  // window, so u = 1 there).
+  // model.window bounds the pairs of every query, in every cp mode: the
+  // window is over positions, which the head split does not change.
   const double pairs =
       window_pairs_busiest_rank(cfg.data.seq_len, p.cp_ring(), p.cp_layout, cfg.model.window) /
       p.cp_ulysses;

@@ -68,11 +68,6 @@ void check_config(const Config& cfg) {
     config_rule_failed(cfg, {"model.n_kv_heads", "parallel.cp_ulysses", "parallel.cp"}, heads);
   if (!heads.empty())
     config_rule_failed(cfg, {"model.n_heads", "parallel.cp_ulysses", "parallel.cp"}, heads);
-  if (cfg.model.window > 0 && ulysses_size(p) > 1)
-    config_rule_failed(cfg, {"model.window", "parallel.cp_mode"},
-                       "model.window=" + s(cfg.model.window) +
-                           " needs parallel.cp_mode=\"ring\" (ulysses and hybrid do not apply "
-                           "sliding windows yet)");
 }
 
 }  // namespace trident::cp

@@ -64,8 +64,27 @@ void UlyssesAttention::connect() {
   ring_comm_ = split_group(cp_, u_, false);
   ring_ = std::make_unique<RingAttention>(ring_comm_.get(), layout_, causal_, seq_len_, ctx_);
   ring_->set_profiler(sink_);
+  ring_->set_window(window_);
   TRIDENT_CHECK(group_->size() == u_ && ring_->local_tokens() == u_ * tl_,
                 "Ulysses groups do not match the cp group");
+}
+
+void UlyssesAttention::set_window(int64_t window) {
+  window_ = window;
+  if (ring_) ring_->set_window(window);
+}
+
+LocalDocs UlyssesAttention::group_docs(const LocalDocs& docs) {
+  TRIDENT_CHECK((docs.device == nullptr) == (docs.host == nullptr),
+                "UlyssesAttention: document ids on the device and not on the host, or the reverse");
+  if (!docs.host) return {};
+  // Rank s's tokens are rows [s*tl_, (s+1)*tl_) of the head layout (to_heads),
+  // which is the all-gather's order over the group's ranks.
+  group_docs_.resize(size_t(u_ * tl_));
+  group_->host().allgather(docs.host, group_docs_.data(), size_t(tl_) * sizeof(int32_t));
+  if (ctx_.device.is_cpu()) return {group_docs_.data(), group_docs_.data()};
+  group_docs_dev_ = kernels::from_host(ctx_, group_docs_.data(), {u_ * tl_}, DType::i32);
+  return {group_docs_dev_.data<int32_t>(), group_docs_.data()};
 }
 
 int UlyssesAttention::kv_first(int i) const {
@@ -141,8 +160,9 @@ void UlyssesAttention::to_tokens(const float* y, int hx, int n, int w, First fir
 }
 
 void UlyssesAttention::forward(const float* q, const float* k, const float* v, float* out,
-                               float* lse) {
+                               float* lse, const LocalDocs& docs) {
   connect();
+  const LocalDocs gdocs = group_docs(docs);
   auto qh = [this](int d) { return d * hq_; };
   auto kvh = [this](int d) { return kv_first(d); };
   to_heads(q, H_, hq_, D_, qh, buf_.q);
@@ -151,7 +171,7 @@ void UlyssesAttention::forward(const float* q, const float* k, const float* v, f
   kernels::reserve(ctx_, buf_.out, u_ * tl_ * hq_ * D_);
   kernels::reserve(ctx_, buf_.lse, u_ * tl_ * hq_);
   ring_->forward(buf_.q.ptr(), buf_.k.ptr(), buf_.v.ptr(), hq_, hkv_local_, D_, buf_.out.ptr(),
-                 buf_.lse.ptr());
+                 buf_.lse.ptr(), gdocs);
   to_tokens(buf_.out.ptr(), H_, hq_, D_, qh, false, out);
   to_tokens(buf_.lse.ptr(), H_, hq_, 1, qh, false, lse);
   note_workspace();
@@ -159,8 +179,9 @@ void UlyssesAttention::forward(const float* q, const float* k, const float* v, f
 
 void UlyssesAttention::backward(const float* q, const float* k, const float* v, const float* out,
                                 const float* lse, const float* dout, float* dq, float* dk,
-                                float* dv) {
+                                float* dv, const LocalDocs& docs) {
   connect();
+  const LocalDocs gdocs = group_docs(docs);
   auto qh = [this](int d) { return d * hq_; };
   auto kvh = [this](int d) { return kv_first(d); };
   to_heads(q, H_, hq_, D_, qh, buf_.q);
@@ -173,8 +194,8 @@ void UlyssesAttention::backward(const float* q, const float* k, const float* v, 
   kernels::reserve(ctx_, buf_.dk, u_ * tl_ * hkv_local_ * D_);
   kernels::reserve(ctx_, buf_.dv, u_ * tl_ * hkv_local_ * D_);
   ring_->backward(buf_.q.ptr(), buf_.k.ptr(), buf_.v.ptr(), buf_.out.ptr(), buf_.lse.ptr(),
-                  buf_.dout.ptr(), hq_, hkv_local_, D_, buf_.dq.ptr(), buf_.dk.ptr(),
-                  buf_.dv.ptr());
+                  buf_.dout.ptr(), hq_, hkv_local_, D_, buf_.dq.ptr(), buf_.dk.ptr(), buf_.dv.ptr(),
+                  gdocs);
   // K/V heads replicated on several ranks (u > n_kv_heads): their gradient
   // is the sum of every holder's part.
   const bool replicated = hkv_local_ * u_ > Hkv_;

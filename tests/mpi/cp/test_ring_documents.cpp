@@ -3,7 +3,8 @@
 // the kernel on each document alone (its own sequence, positions from 0) and
 // compares its shard of out, lse, dq, dk, dv with what the masked ring gave;
 // windows: the ring against the one-rank windowed kernel. CP groups of 2 and
-// 4 ranks, contiguous and zig-zag.
+// 4 ranks, contiguous and zig-zag; the same through Ulysses (u = cp) and
+// hybrid (u = 2 under a ring of 2) attention.
 #include <mpi.h>
 
 #include <catch2/catch.hpp>
@@ -18,6 +19,7 @@
 #include "trident/core/tensor.hpp"
 #include "trident/kernels/attention.hpp"
 #include "trident/parallel/cp/ring_attention.hpp"
+#include "trident/parallel/cp/ulysses_attention.hpp"
 
 using namespace trident;
 using trident::testing::world_rank;
@@ -100,24 +102,35 @@ Grads zeros(int64_t seq) {
           std::vector<float>(size_t(seq * kKvrow))};
 }
 
-// The ring on this rank's shard (docs: the sequence's ids, or empty) against
-// `want`, the whole sequence's one-rank result. Returns the ring's FLOPs.
+// The ring (ulysses = 1) or Ulysses/hybrid attention (ulysses = u) on this
+// rank's shard (docs: the sequence's ids, or empty) against `want`, the whole
+// sequence's one-rank result. Returns the ring's FLOPs on this rank.
 double check_ring(Communicator& comm, cp::Layout layout, const Inputs& in,
-                  const std::vector<int32_t>& docs, int64_t window, const Grads& want) {
+                  const std::vector<int32_t>& docs, int64_t window, const Grads& want,
+                  int ulysses = 1) {
   const int cp = comm.size(), rank = comm.rank();
   const int64_t seq = int64_t(in.q.size()) / kQrow;
-  cp::RingAttention ring(&comm, layout, true, seq);
-  ring.set_window(window);
   prof::Recorder work;
-  ring.set_profiler(&work);
-  const int64_t T = ring.local_tokens();
+  std::unique_ptr<cp::RingAttention> ring;
+  std::unique_ptr<cp::UlyssesAttention> uly;
+  if (ulysses == 1) {
+    ring = std::make_unique<cp::RingAttention>(&comm, layout, true, seq);
+    ring->set_window(window);
+    ring->set_profiler(&work);
+  } else {
+    uly = std::make_unique<cp::UlyssesAttention>(&comm, ulysses, layout, true, seq, H, Hkv, D);
+    uly->set_window(window);
+    uly->set_profiler(&work);
+  }
+  const std::vector<int64_t>& positions = ring ? ring->positions() : uly->positions();
+  const int64_t T = int64_t(positions.size());
   auto shard = [&](const std::vector<float>& g, int64_t row) {
     std::vector<float> l(static_cast<size_t>(T * row));
-    cp::scatter_to_local(g.data(), l.data(), row, seq, cp, rank, layout);
+    cp::scatter_to_local(g.data(), l.data(), row, seq, cp, rank, layout, ulysses);
     return l;
   };
   std::vector<int32_t> ldocs;
-  for (int64_t p : ring.positions())
+  for (int64_t p : positions)
     if (!docs.empty()) ldocs.push_back(docs[size_t(p)]);
   const cp::LocalDocs ld =
       docs.empty() ? cp::LocalDocs{} : cp::LocalDocs{ldocs.data(), ldocs.data()};
@@ -126,9 +139,15 @@ double check_ring(Communicator& comm, cp::Layout layout, const Inputs& in,
   auto lout = random_tensor(T * kQrow, "garbage"), llse = random_tensor(T * H, "garbage");
   auto ldq = random_tensor(T * kQrow, "garbage"), ldk = random_tensor(T * kKvrow, "garbage");
   auto ldv = random_tensor(T * kKvrow, "garbage");
-  ring.forward(lq.data(), lk.data(), lv.data(), H, Hkv, D, lout.data(), llse.data(), ld);
-  ring.backward(lq.data(), lk.data(), lv.data(), lout.data(), llse.data(), ldo.data(), H, Hkv, D,
-                ldq.data(), ldk.data(), ldv.data(), ld);
+  if (ring) {
+    ring->forward(lq.data(), lk.data(), lv.data(), H, Hkv, D, lout.data(), llse.data(), ld);
+    ring->backward(lq.data(), lk.data(), lv.data(), lout.data(), llse.data(), ldo.data(), H, Hkv, D,
+                   ldq.data(), ldk.data(), ldv.data(), ld);
+  } else {
+    uly->forward(lq.data(), lk.data(), lv.data(), lout.data(), llse.data(), ld);
+    uly->backward(lq.data(), lk.data(), lv.data(), lout.data(), llse.data(), ldo.data(), ldq.data(),
+                  ldk.data(), ldv.data(), ld);
+  }
   CHECK(rel_l2_diff(lout.data(), shard(want.out, kQrow).data(), T * kQrow) <= 1e-5);
   CHECK(rel_l2_diff(llse.data(), shard(want.lse, H).data(), T * H) <= 1e-5);
   CHECK(rel_l2_diff(ldq.data(), shard(want.dq, kQrow).data(), T * kQrow) <= 1e-5);
@@ -140,13 +159,13 @@ double check_ring(Communicator& comm, cp::Layout layout, const Inputs& in,
 
 // Packed: the ring with documents equals each document alone.
 void check_packed(Communicator& comm, cp::Layout layout, const std::vector<int64_t>& lengths,
-                  int64_t window = 0) {
+                  int64_t window = 0, int ulysses = 1) {
   int64_t seq = 0;
   for (int64_t l : lengths) seq += l;
   std::string key = "packed";
   for (int64_t l : lengths) key += " " + std::to_string(l);
-  INFO("cp=" << comm.size() << " " << cp::layout_name(layout) << " window " << window << " "
-             << key);
+  INFO("cp=" << comm.size() << " ulysses=" << ulysses << " " << cp::layout_name(layout)
+             << " window " << window << " " << key);
   const Inputs in = inputs(seq, key);
   Grads want = zeros(seq);
   int64_t t0 = 0;
@@ -154,7 +173,7 @@ void check_packed(Communicator& comm, cp::Layout layout, const std::vector<int64
     serial_piece(in, t0, l, window, &want);
     t0 += l;
   }
-  const double flops = check_ring(comm, layout, in, doc_ids(lengths), window, want);
+  const double flops = check_ring(comm, layout, in, doc_ids(lengths), window, want, ulysses);
   // The ring counts only the visible pairs: those of the documents alone.
   double pairs = 0;
   for (int64_t l : lengths)
@@ -199,7 +218,7 @@ TEST_CASE("packed ring attention equals each document alone", "[cp][documents]")
   }
 }
 
-TEST_CASE("sliding-window ring attention equals one rank", "[cp][window]") {
+TEST_CASE("sliding-window ring, hybrid and Ulysses attention equal one rank", "[cp][window]") {
   REQUIRE(world_size() % 4 == 0);
   auto comm = split_cp(4);
   const int64_t seq = 1024;
@@ -207,11 +226,34 @@ TEST_CASE("sliding-window ring attention equals one rank", "[cp][window]") {
     const int64_t chunk = layout == cp::Layout::zigzag ? seq / 8 : seq / 4;
     // Smaller than, equal to and larger than a chunk (and than two).
     for (int64_t w : {int64_t(2), chunk / 2 + 3, chunk, chunk + 1, 2 * chunk + 17, seq}) {
-      INFO(cp::layout_name(layout) << " window " << w);
       const Inputs in = inputs(seq, "window " + std::to_string(w));
       Grads want = zeros(seq);
       serial_piece(in, 0, seq, w, &want);
-      check_ring(*comm, layout, in, {}, w, want);
+      // The ring alone, hybrid (Ulysses pairs under a ring of 2), Ulysses.
+      for (int u : {1, 2, 4}) {
+        INFO(cp::layout_name(layout) << " window " << w << " ulysses " << u);
+        check_ring(*comm, layout, in, {}, w, want, u);
+      }
     }
+  }
+}
+
+TEST_CASE("packed Ulysses and hybrid attention equal each document alone", "[cp][documents]") {
+  using cp::Layout;
+  const int64_t seq = 1024;
+  for (int cp : cp_sizes()) {
+    auto comm = split_cp(cp);
+    // u = cp: Ulysses alone (Hkv = 2 < u = 4 replicates each K/V head on two
+    // ranks); u = 2 < cp = 4: hybrid, Ulysses pairs under a ring of two.
+    std::vector<int> us{cp};
+    if (cp == 4) us.push_back(2);
+    for (int u : us)
+      for (Layout layout : {Layout::contiguous, Layout::zigzag}) {
+        check_packed(*comm, layout, {1, 63, 64, 5, 123, 1, 256, 511}, 0, u);
+        check_packed(*comm, layout, {3, 1000, 21}, 0, u);
+        check_packed(*comm, layout, long_tailed(seq, "mix"), 0, u);
+        check_packed(*comm, layout, {seq}, 0, u);
+        check_packed(*comm, layout, long_tailed(seq, "mix"), 100, u);
+      }
   }
 }

@@ -143,9 +143,6 @@ def main():
     bad("id >= vocab_size", ["v_vocab.bin' byte offset 10", "token id 40", "vocab_size = 32"],
         variant("vocab", edit_bin=big_id))
     bad("too short for one sequence", ["shorter than one sample"], ["--set", "data.seq_len=4000"])
-    bad("packing under Ulysses (no document masks there)", ["data.packing", "cp_mode = \"ring\""],
-        ["--set", "data.packing=documents", "--set", "parallel.cp=2",
-         "--set", "parallel.cp_mode=ulysses"], np_=2)
     rc, _, _, p = trident_eval(1, ["job.toml", "--checkpoint", ckpt, "--set", "data.split=100,0",
                                    "--set", "eval.every=0"])
     check(rc == 2 and "needs validation data" in p.stderr,

@@ -5,8 +5,10 @@ hold two documents each, A|B, A|C, D|B and D|C (|A| = |D|, |B| = |C|), so
 that with per-document attention loss(AB) + loss(DC) = loss(AC) + loss(DB)
 (each loss is (S_first + S_second) / the same target count); the same
 identity fails with packing = "none" (the test can fail). The packed
-validation loss on cp = 2 (ring, zig-zag) equals one rank (1e-5 relative),
-and the run file records the packed-piece histogram."""
+validation loss on cp = 2 (ring zig-zag and contiguous, Ulysses) equals one
+rank (1e-5 relative); two packed training steps with a sliding window under
+Ulysses (cp = 2) and hybrid (cp = 4, u = 2) end with the one-rank weights
+(1e-4 relative); the run file records the packed-piece histogram."""
 import os
 import re
 import subprocess
@@ -16,7 +18,7 @@ import tempfile
 import h5py
 import numpy as np
 
-from mpirun_cli import BIN, MPIRUN, check, launch, verdict
+from mpirun_cli import BIN, MPIRUN, check, checkpoint_tensors, launch, verdict
 
 sys.path.insert(0, os.path.join(os.environ["TRIDENT_SOURCE_DIR"], "share", "trident", "examples"))
 import make_megatron_data  # noqa: E402
@@ -102,7 +104,37 @@ def main():
                                 "--set", "parallel.cp=2", "--set", "parallel.cp_layout=" + layout])
         check(abs(ring - packed["ab"]) <= 1e-5 * abs(packed["ab"]),
               "cp=2 %s packed validation %.7f = 1 rank %.7f" % (layout, ring, packed["ab"]))
+    uly = trident_eval(2, ["job.toml", "--checkpoint", ckpt, "--set", "eval.prefix=v_ab",
+                           "--set", "parallel.cp=2", "--set", "parallel.cp_mode=ulysses"])
+    check(abs(uly - packed["ab"]) <= 1e-5 * abs(packed["ab"]),
+          "cp=2 ulysses packed validation %.7f = 1 rank %.7f" % (uly, packed["ab"]))
+    check_modes_train()
     return verdict()
+
+
+def check_modes_train():
+    """Packed training with a window (smaller than most documents) under the
+    Ulysses modes ends with the one-rank weights."""
+    def train(np_, tag, extra):
+        rc, _, err, _ = launch(np_, ["job.toml", "--output", tag + ".h5", "--set", "model.window=9",
+                                     "--set", "output.checkpoint_dir=" + tag] + extra, timeout=240)
+        check(rc == 0, "%s: packed training with a window (rc=%d: %s)" % (tag, rc, err.strip()[-300:]))
+        path = "%s/ckpt_step_%08d.h5" % (tag, 2)
+        return checkpoint_tensors(path) if rc == 0 else {}
+
+    one = train(1, "window1", [])
+    for tag, np_, extra in (("ulysses2", 2, ["--set", "parallel.cp=2",
+                                             "--set", "parallel.cp_mode=ulysses"]),
+                            ("hybrid4", 4, ["--set", "parallel.cp=4", "--set", "parallel.cp_mode=hybrid",
+                                            "--set", "parallel.cp_ulysses=2"])):
+        got = train(np_, tag, extra)
+        if not one or not got:
+            continue
+        worst = max(np.linalg.norm(got[n] - one[n]) / max(np.linalg.norm(one[n]), 1e-30)
+                    for n in one)
+        check(set(got) == set(one) and worst <= 1e-4,
+              "%s: weights after 2 packed steps with a window = 1 rank (worst relative %.2e)"
+              % (tag, worst))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,13 @@
 // Backward re-exchanges q, k, v, out, lse and dout into the head layout, runs
 // the ring backward, and sends dQ, dK, dV back.
 //
+// Packed documents and sliding windows: after the all-to-all a rank holds
+// every token of its group, so it needs the document ids of all of them. The
+// group gathers its ranks' ids (one small host all-gather per call, in the
+// order the all-to-all stacks the tokens) and hands them to the ring, which
+// masks and skips exactly as with cp_mode = "ring" (ring_attention.hpp). The
+// window is the ring's too; heads do not change which pairs are visible.
+//
 // Grouped-query attention: rank i of a group takes query heads
 // [i*H/u, (i+1)*H/u). With n_kv_heads % u == 0 it takes the n_kv_heads/u K/V
 // heads they read; with u % n_kv_heads == 0 its query heads all read one K/V
@@ -58,13 +65,18 @@ class UlyssesAttention {
   int kv_heads() const { return hkv_local_; }
   int kv_first(int i) const;
 
+  // Sliding window (model.window), as RingAttention::set_window.
+  void set_window(int64_t window);
+
   // One sequence in token layout: q [T_local, H, D], k/v [T_local, Hkv, D]
   // (after RoPE). out [T_local, H, D] and lse [T_local, H] are overwritten.
-  // Collective over the cp group.
-  void forward(const float* q, const float* k, const float* v, float* out, float* lse);
+  // docs: this rank's tokens' document ids, as for RingAttention (every rank
+  // of the cp group passes them, or none does). Collective over the cp group.
+  void forward(const float* q, const float* k, const float* v, float* out, float* lse,
+               const LocalDocs& docs = {});
   // dq, dk, dv OVERWRITTEN. Collective over the cp group.
   void backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
-                const float* dout, float* dq, float* dk, float* dv);
+                const float* dout, float* dq, float* dk, float* dv, const LocalDocs& docs = {});
 
   // Reports the ring's spans and counters (RingAttention::set_profiler) and
   // its own: "ulysses.alltoall" spans (packing, the exchange and unpacking),
@@ -86,6 +98,9 @@ class UlyssesAttention {
   void note_workspace();
   // The groups and the ring, made on first use (collective over cp).
   void connect();
+  // The document ids of the group's tokens in head-layout order (gathered
+  // from its ranks), or none when docs is empty.
+  LocalDocs group_docs(const LocalDocs& docs);
 
   kernels::Ctx ctx_;
   Communicator* cp_;
@@ -97,7 +112,10 @@ class UlyssesAttention {
   int H_, Hkv_, D_;
   int hq_ = 0, hkv_local_ = 0;
   int64_t tl_ = 0;
+  int64_t window_ = 0;
   std::vector<int64_t> positions_;
+  std::vector<int32_t> group_docs_;  // the group's ids on the host (group_docs)
+  Tensor group_docs_dev_;            // and on the ring's device when that is not the host
   std::unique_ptr<RingAttention> ring_;
   struct Buffers {
     Tensor pack, unpack, q, k, v, out, lse, dout, dq, dk, dv;
