@@ -41,10 +41,14 @@ class MpiRequest final : public PendingOp {
     return done != 0;
   }
   MPI_Request* handle() { return &req_; }
+  // Arguments MPI reads until the operation completes (an all-to-all-v's
+  // counts and displacements): held as long as the request.
+  void hold(std::vector<int> args) { held_ = std::move(args); }
 
  private:
   MPI_Request req_ = MPI_REQUEST_NULL;
   bool is_recv_;
+  std::vector<int> held_;
 };
 
 // A datatype of exactly `bytes` bytes (count 1), so that sizes beyond INT_MAX
@@ -134,16 +138,15 @@ std::vector<int> world_ranks_of(MPI_Comm comm) {
   return out;
 }
 
-// Counts and displacements of one all-to-all-v as MPI's ints.
-std::vector<int> to_int(const int64_t* v, size_t p, const std::string& where, const char* what) {
-  std::vector<int> out(p);
+// Counts or displacements of one all-to-all-v as MPI's ints, appended to out.
+void append_int(const int64_t* v, size_t p, const std::string& where, const char* what,
+                std::vector<int>& out) {
   for (size_t i = 0; i < p; ++i) {
     TRIDENT_CHECK(v[i] >= 0 && v[i] <= int64_t(INT_MAX), where + what + "[" + std::to_string(i) +
                                                              "] = " + std::to_string(v[i]) +
                                                              " elements is outside [0, INT_MAX]");
-    out[i] = int(v[i]);
+    out.push_back(int(v[i]));
   }
-  return out;
 }
 
 // ---- posting: one non-blocking MPI call per operation ----
@@ -198,17 +201,24 @@ std::unique_ptr<PendingOp> post_ialltoallv(MPI_Comm comm, size_t p, const std::s
                 where + "bad element size " + std::to_string(op.elem_bytes));
   // Counts are in elements of a contiguous type of elem_bytes, so the int
   // limit applies to elements (2^31 per peer), not to bytes.
-  const auto sc = to_int(op.send_counts, p, where, "send_counts");
-  const auto sd = to_int(op.send_displs, p, where, "send_displs");
-  const auto rc = to_int(op.recv_counts, p, where, "recv_counts");
-  const auto rd = to_int(op.recv_displs, p, where, "recv_displs");
+  // MPI may read the count and displacement arrays until the operation
+  // completes (the standard forbids freeing a non-blocking collective's
+  // argument arrays before then), so the request owns them: sc|sd|rc|rd.
+  std::vector<int> args;
+  args.reserve(4 * p);
+  append_int(op.send_counts, p, where, "send_counts", args);
+  append_int(op.send_displs, p, where, "send_displs", args);
+  append_int(op.recv_counts, p, where, "recv_counts", args);
+  append_int(op.recv_displs, p, where, "recv_displs", args);
   MPI_Datatype elem;
   MPI_CHECK(MPI_Type_contiguous(int(op.elem_bytes), MPI_BYTE, &elem));
   MPI_CHECK(MPI_Type_commit(&elem));
   auto req = std::make_unique<MpiRequest>(false);
-  MPI_CHECK(MPI_Ialltoallv(op.in, sc.data(), sd.data(), elem, op.out, rc.data(), rd.data(), elem,
-                           comm, req->handle()));
-  MPI_Type_free(&elem);
+  const int* a = args.data();
+  MPI_CHECK(MPI_Ialltoallv(op.in, a, a + p, elem, op.out, a + 2 * p, a + 3 * p, elem, comm,
+                           req->handle()));
+  req->hold(std::move(args));  // a moved vector keeps its storage
+  MPI_Type_free(&elem);        // pending operations keep using a freed type
   return req;
 }
 
