@@ -444,7 +444,9 @@ class BenchRingCommand : public Command {
  public:
   explicit BenchRingCommand(CLI::App* app) {
     app->add_option("--seq-per-rank", seq_per_rank_, "Local tokens per rank, comma-separated");
-    app->add_option("--layout", layout_, "zigzag, contiguous or both");
+    app->add_option(
+        "--layout", layout_,
+        "zigzag, contiguous or both (default); with --docs also docs, or all (default)");
     app->add_flag("--causal", causal_, "Causal mask (default: full attention)");
     app->add_option("--heads", heads_, "Query heads");
     app->add_option("--kv-heads", kv_heads_, "Key/value heads (default: = heads)");
@@ -482,7 +484,7 @@ class BenchRingCommand : public Command {
   void report(int rank) const;
 
   std::string seq_per_rank_ = "1024,2048";
-  std::string layout_ = "both";
+  std::string layout_;  // "": both, or all with --docs
   bool causal_ = false;
   bool baseline_ = false;
   bool serialize_ = false;
@@ -507,12 +509,18 @@ class BenchRingCommand : public Command {
 
 std::vector<cp::Layout> BenchRingCommand::check_flags() {
   std::vector<cp::Layout> layouts;
-  if (layout_ == "both")
+  // --docs compares all three layouts unless told otherwise; "docs" needs
+  // documents to lay out.
+  const std::string which = layout_.empty() ? (docs_.empty() ? "both" : "all") : layout_;
+  if (which == "both")
     layouts = {cp::Layout::contiguous, cp::Layout::zigzag};
-  else if (layout_ == "zigzag" || layout_ == "contiguous")
-    layouts = {cp::parse_layout(layout_)};
+  else if (which == "all" && !docs_.empty())
+    layouts = {cp::Layout::contiguous, cp::Layout::zigzag, cp::Layout::docs};
+  else if (which == "zigzag" || which == "contiguous" || (which == "docs" && !docs_.empty()))
+    layouts = {cp::parse_layout(which)};
   else
-    throw InputError("--layout " + layout_ + ": must be zigzag, contiguous or both");
+    throw InputError("--layout " + which +
+                     ": must be zigzag, contiguous or both (with --docs also docs or all)");
   if (kv_heads_ == 0) kv_heads_ = heads_;
   if (heads_ < 1 || kv_heads_ < 1 || heads_ % kv_heads_ != 0)
     throw InputError("--heads " + std::to_string(heads_) + " --kv-heads " +

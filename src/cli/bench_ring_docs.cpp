@@ -11,7 +11,8 @@
 // the balance max / mean of FLOPs and of compute over ranks. Zig-zag
 // balances the causal triangle; under packing the work is the documents'
 // triangles, wherever they fall, and the table says how far that is from
-// even.
+// even. Layout docs lays each packed sequence out by its documents
+// (cp/document_layout.hpp); its causal row is zig-zag's (no documents).
 //
 // Every rank spot-checks two of its output rows of the packed ring against
 // the fp64 definition with the documents' mask.
@@ -29,6 +30,7 @@
 #include "trident/core/rng.hpp"
 #include "trident/io/bench_report.hpp"
 #include "trident/kernels/attention.hpp"
+#include "trident/parallel/cp/document_layout.hpp"
 #include "trident/parallel/cp/ring_attention.hpp"
 
 namespace trident::cli {
@@ -63,13 +65,18 @@ struct Measured {
 };
 
 // One ring's iterations on this rank: medians of FLOPs and compute time.
+// Layout docs with documents: the sequence's own layout (balance_documents).
 Measured run_case(Communicator& ring_comm, cp::Layout layout, int64_t seq,
                   const std::vector<int32_t>& docs, const RingDocsOptions& o) {
   cp::RingAttention ring(&ring_comm, layout, true, seq);
   ring.set_window(o.window);
   prof::Recorder work;
   ring.set_profiler(&work);
-  const auto& pos = ring.positions();
+  cp::SeqLayout own;
+  if (layout == cp::Layout::docs && !docs.empty())
+    own = cp::balance_documents(docs.data(), seq, ring_comm.size(), o.window);
+  const std::vector<int64_t> pos =
+      own.empty() ? ring.positions() : cp::run_positions(own[size_t(ring_comm.rank())]);
   const int H = o.heads, Hkv = o.kv_heads, D = o.head_dim;
   auto q = rows_at(pos, int64_t(H) * D, "ring.q"), k = rows_at(pos, int64_t(Hkv) * D, "ring.k");
   auto v = rows_at(pos, int64_t(Hkv) * D, "ring.v"), dout = rows_at(pos, int64_t(H) * D, "ring.do");
@@ -79,7 +86,8 @@ Measured run_case(Communicator& ring_comm, cp::Layout layout, int64_t seq,
   for (int64_t p : pos)
     if (!docs.empty()) local.push_back(docs[size_t(p)]);
   const cp::LocalDocs ld =
-      docs.empty() ? cp::LocalDocs{} : cp::LocalDocs{local.data(), local.data()};
+      docs.empty() ? cp::LocalDocs{}
+                   : cp::LocalDocs{local.data(), local.data(), own.empty() ? nullptr : &own};
   std::vector<double> flops, compute;
   for (int it = 0; it < o.iters; ++it) {
     work.clear();

@@ -175,7 +175,7 @@ const std::vector<KeyDef>& key_table() {
         "parallel", "cp", [](Config& c) { return &c.parallel.cp; }, 1));
     t.push_back(choice_key("parallel", "cp_layout",
                            [](Config & c) -> auto& { return c.parallel.cp_layout; },
-                           {"zigzag", "contiguous"}));
+                           {"zigzag", "contiguous", "docs"}));
     t.push_back(int_key(
         "parallel", "ep", [](Config& c) { return &c.parallel.ep; }, 1));
     t.push_back(choice_key("parallel", "schedule",

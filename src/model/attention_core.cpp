@@ -108,7 +108,7 @@ class F32DistributedCore : public AttentionCore {
  protected:
   static cp::LocalDocs local_docs(const SeqDocs& docs) {
     if (!docs.packed()) return {};
-    return {docs.device.data<int32_t>(), docs.host};
+    return {docs.device.data<int32_t>(), docs.host, docs.layout};
   }
   virtual void run_forward(const float* q, const float* k, const float* v, float* out, float* lse,
                            const cp::LocalDocs& docs) = 0;
@@ -194,6 +194,13 @@ std::vector<int64_t> local_positions(const Config& cfg, const StageComms& comms)
   cp::check_layout(cfg.data.seq_len, comms.cp->size(), layout);
   return cp::local_positions(cfg.data.seq_len, comms.cp->size(), comms.cp->rank(), layout,
                              cp::ulysses_size(cfg.parallel));
+}
+
+DocumentBalance document_balance(const Config& cfg, const StageComms& comms) {
+  if (cfg.parallel.cp_layout != CpLayout::docs || !comms.cp || comms.cp->size() == 1 ||
+      cp::ulysses_size(cfg.parallel) > 1)
+    return {};
+  return {comms.cp->size(), comms.cp->rank(), cfg.model.window};
 }
 
 }  // namespace trident::model

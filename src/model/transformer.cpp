@@ -41,7 +41,9 @@ Tensor rope_positions(const MicroBatch& mb, int64_t s) {
 // Sample s's documents for the attention core (none: one document).
 SeqDocs seq_docs(const MicroBatch& mb, int64_t s) {
   if (mb.doc_ids.empty()) return {};
-  return {seq(mb.on_device.doc_ids, s, mb.local_seq), mb.doc_ids.data() + s * mb.local_seq};
+  const bool own = !mb.layouts.empty() && !mb.layouts[size_t(s)].empty();
+  return {seq(mb.on_device.doc_ids, s, mb.local_seq), mb.doc_ids.data() + s * mb.local_seq,
+          own ? &mb.layouts[size_t(s)] : nullptr};
 }
 
 // dW[out,in] += dyᵀ x, now or later (zero-bubble W).
@@ -617,7 +619,9 @@ void ModelStage::begin_step(std::vector<MicroBatch> mbs, float loss_scale, float
       for (int64_t t = 0; t < T; ++t) {
         const int64_t s = t / Ls;
         sample[size_t(t)] = int32_t(s);
-        index[size_t(t)] = s * cfg_.data.seq_len + mb.positions[size_t(t % Ls)];
+        index[size_t(t)] =
+            s * cfg_.data.seq_len +
+            (mb.seq_positions.empty() ? mb.positions[size_t(t % Ls)] : mb.seq_positions[size_t(t)]);
       }
       mb.on_device.sample_of_token = kernels::from_host(ctx_, sample.data(), {T}, DType::i32);
       mb.on_device.token_index = kernels::from_host(ctx_, index.data(), {T}, DType::i64);

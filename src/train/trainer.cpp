@@ -37,6 +37,7 @@ Trainer::Trainer(const Config& cfg, TrainComms comms) : cfg_(cfg), comms_(comms)
   data_ = model::make_data_source(cfg_, comms_.dp_size);
   model::StageComms sc{comms_.cp, comms_.ep};
   positions_ = model::local_positions(cfg_, sc);
+  by_docs_ = model::document_balance(cfg_, sc);
   const pp::Placement placement = pp::schedule_placement(config_name(cfg_.parallel.schedule),
                                                          comms_.pp_size, cfg_.parallel.vpp);
   stage_ = std::make_unique<model::ModelStage>(cfg_, comms_.pp_rank, comms_.pp_size, sc,
@@ -74,7 +75,7 @@ void Trainer::compute_gradients(int64_t step, const model::CaptureRequest* captu
   const double n_targets = double(std::max<int64_t>(1, data_->targets_in_batch(step, n_seq)));
   Tensor grads = store_->grads();
   kernels::fill(device_->ctx(), grads.ptr(), grads.numel(), 0.0f);
-  stage_->begin_step(model::make_microbatches(*data_, d, step, comms_.dp_rank, positions_),
+  stage_->begin_step(model::make_microbatches(*data_, d, step, comms_.dp_rank, positions_, by_docs_),
                      float(1.0 / n_targets), float(1.0 / double(n_seq)), capture);
   run_pipeline(step, res.events, res.compute_s);
   // ATTN_F/ATTN_B: begin of the call, length = kernel time on this rank.
@@ -96,7 +97,7 @@ Trainer::EvalResult Trainer::evaluate(const model::DataSource& data, int batches
     const int64_t targets = data.targets_in_batch(b, n_seq);
     Tensor grads = store_->grads();
     kernels::fill(device_->ctx(), grads.ptr(), grads.numel(), 0.0f);
-    stage_->begin_step(model::make_microbatches(data, cfg_.data, b, comms_.dp_rank, positions_),
+    stage_->begin_step(model::make_microbatches(data, cfg_.data, b, comms_.dp_rank, positions_, by_docs_),
                        float(1.0 / double(std::max<int64_t>(1, targets))),
                        float(1.0 / double(n_seq)), nullptr);
     std::vector<TimelineEvent> events;

@@ -35,7 +35,7 @@ enum class DataTask { recall, copy, tokens };                           // data.
 enum class TokenDType { uint16, uint32 };                               // data.token_dtype
 enum class DataFormat { flat, megatron };                               // data.format
 enum class Packing { none, documents };                                 // data.packing
-enum class CpLayout { contiguous, zigzag };                             // parallel.cp_layout
+enum class CpLayout { contiguous, zigzag, docs };                       // parallel.cp_layout
 enum class CpMode { ring, ulysses, hybrid };                            // parallel.cp_mode
 enum class PipelineSchedule {
   afab,
@@ -77,7 +77,7 @@ struct ConfigNames<Packing> {
 };
 template <>
 struct ConfigNames<CpLayout> {
-  static constexpr std::array<std::string_view, 2> names = {"contiguous", "zigzag"};
+  static constexpr std::array<std::string_view, 3> names = {"contiguous", "zigzag", "docs"};
 };
 template <>
 struct ConfigNames<CpMode> {

@@ -44,10 +44,12 @@ class GemmPrecision {
 // The packed documents of one sequence on this rank: each local token's
 // document id, on the stage's device (i32 [Ls], what the kernels read) and
 // the same ids on the host (what decides which ring blocks are skipped and
-// what is sent along with them). Both empty: one document.
+// what is sent along with them). Both empty: one document. layout: the
+// sequence's own cp layout (parallel.cp_layout = "docs"), or null.
 struct SeqDocs {
   Tensor device;
   const int32_t* host = nullptr;
+  const cp::SeqLayout* layout = nullptr;
   bool packed() const { return host != nullptr; }
 };
 
@@ -76,8 +78,13 @@ class AttentionCore {
 std::unique_ptr<AttentionCore> make_attention_core(const kernels::Ctx& ctx, const Config& cfg,
                                                    const StageComms& comms);
 
-// Global positions of this rank's tokens of one sequence (cp layout).
+// Global positions of this rank's tokens of one sequence (cp layout; with
+// "docs", those of a sequence without documents).
 std::vector<int64_t> local_positions(const Config& cfg, const StageComms& comms);
+
+// parallel.cp_layout = "docs" on a ring of cp > 1 ranks: this rank's place in
+// it (make_microbatches); otherwise cp = 1 (off).
+DocumentBalance document_balance(const Config& cfg, const StageComms& comms);
 
 // What an FFN forward hands back besides its output.
 struct FfnStats {

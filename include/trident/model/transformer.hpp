@@ -35,6 +35,7 @@
 #include "trident/core/tensor.hpp"
 #include "trident/kernels/context.hpp"
 #include "trident/model/data.hpp"
+#include "trident/parallel/cp/ring_attention.hpp"
 
 namespace trident::model {
 
@@ -55,6 +56,12 @@ struct MicroBatch {
   // sample, RoPE at the global positions.
   std::vector<int32_t> doc_ids;         // [n_samples * local_seq] document of each token
   std::vector<int64_t> rope_positions;  // [n_samples * local_seq] RoPE position of each token
+  // parallel.cp_layout = "docs": each packed sample has its own layout over
+  // the cp ring. layouts [n_samples] (empty for a sample without documents,
+  // which keeps `positions`); seq_positions [n_samples * local_seq] each
+  // token's global position. Both empty under a fixed layout.
+  std::vector<cp::SeqLayout> layouts;
+  std::vector<int64_t> seq_positions;
   struct OnDevice {
     Tensor tokens, targets;  // i32 [n_samples * local_seq]
     Tensor positions;        // i64 [local_seq]
@@ -66,10 +73,21 @@ struct MicroBatch {
   int64_t tokens_total() const { return n_samples * local_seq; }
 };
 
+// parallel.cp_layout = "docs" on a ring of cp > 1 ranks: rank `rank` takes
+// the runs cp::balance_documents gives it for each packed sample. cp = 1:
+// off (every sample uses the fixed positions).
+struct DocumentBalance {
+  int cp = 1, rank = 0;
+  int64_t window = 0;  // model.window
+};
+
 // This rank's micro-batches of a step: dp rank dp_rank's slice of the global
-// batch, each sample cut to the tokens at `positions` (its cp share).
+// batch, each sample cut to the tokens at `positions` (its cp share), or, for
+// a packed sample under by_docs, to the tokens of its own layout (and then
+// rope_positions is filled for every sample).
 std::vector<MicroBatch> make_microbatches(const DataSource& data, const DataConfig& d, int64_t step,
-                                          int dp_rank, const std::vector<int64_t>& positions);
+                                          int dp_rank, const std::vector<int64_t>& positions,
+                                          const DocumentBalance& by_docs = {});
 
 // Group communicators a stage needs (null: that parallelism is off, size 1).
 struct StageComms {

@@ -144,6 +144,7 @@ class Trainer {
   dp::Sharding sharding_;
   std::unique_ptr<AdamW> opt_;
   std::vector<int64_t> positions_;
+  model::DocumentBalance by_docs_;  // parallel.cp_layout = "docs": each sample's own layout
   std::unique_ptr<Pipeline> pipe_;
   GradientFault fault_;
 };

@@ -8,12 +8,15 @@ std::string s(long long v) { return std::to_string(v); }
 }  // namespace
 
 std::string layout_rule_broken(int64_t seq_len, int cp, CpLayout layout) {
-  const bool zigzag = layout == CpLayout::zigzag;
+  // docs: at least the 2*cp chunks of zig-zag (its layout without packing)
+  const bool zigzag = layout != CpLayout::contiguous;
   const int64_t chunks = zigzag ? 2 * int64_t(cp) : int64_t(cp);
   if (seq_len > 0 && seq_len % chunks == 0) return "";
   return "data.seq_len=" + std::to_string(seq_len) + " must be divisible by " +
          (zigzag ? "2*parallel.cp=" : "parallel.cp=") + std::to_string(chunks) +
-         (zigzag ? " (zigzag layout: 2*cp chunks)" : " (contiguous layout)");
+         (layout == CpLayout::docs     ? " (docs layout: 2*cp chunks or more)"
+          : layout == CpLayout::zigzag ? " (zigzag layout: 2*cp chunks)"
+                                       : " (contiguous layout)");
 }
 
 int ulysses_size(CpMode mode, int cp, int cp_ulysses) {
@@ -54,6 +57,23 @@ std::string heads_rule_broken(int n_heads, int n_kv_heads, int u) {
   return "";
 }
 
+namespace {
+// parallel.cp_layout = "docs": the ring's alone, and a sample's tokens are
+// not in one fixed order the activation capture could undo.
+void check_docs_layout(const Config& cfg) {
+  const ParallelConfig& p = cfg.parallel;
+  if (p.cp_layout != CpLayout::docs) return;
+  if (ulysses_size(p) > 1)
+    config_rule_failed(cfg, {"parallel.cp_layout", "parallel.cp_mode"},
+                       "parallel.cp_layout=\"docs\" needs parallel.cp_mode=\"ring\"");
+  if (p.cp > 1 && cfg.data.packing == Packing::documents && !cfg.output.activation_steps.empty())
+    config_rule_failed(cfg, {"output.activation_steps", "parallel.cp_layout"},
+                       "activation capture needs parallel.cp_layout "
+                       "\"zigzag\" or \"contiguous\" with packed documents (\"docs\" lays "
+                       "out each sample differently)");
+}
+}  // namespace
+
 void check_config(const Config& cfg) {
   const ParallelConfig& p = cfg.parallel;
   const std::string broken = layout_rule_broken(cfg.data.seq_len, p.cp, p.cp_layout);
@@ -68,6 +88,7 @@ void check_config(const Config& cfg) {
     config_rule_failed(cfg, {"model.n_kv_heads", "parallel.cp_ulysses", "parallel.cp"}, heads);
   if (!heads.empty())
     config_rule_failed(cfg, {"model.n_heads", "parallel.cp_ulysses", "parallel.cp"}, heads);
+  check_docs_layout(cfg);
 }
 
 }  // namespace trident::cp

@@ -54,11 +54,19 @@ double thread_cpu_s() {
 
 Layout parse_layout(const std::string& name) {
   if (auto layout = parse_config_name<Layout>(name)) return *layout;
-  throw InputError("cp layout '" + name + "': must be \"zigzag\" or \"contiguous\"");
+  throw InputError("cp layout '" + name + "': must be \"zigzag\", \"contiguous\" or \"docs\"");
 }
 
 const char* layout_name(Layout layout) {
-  return layout == Layout::zigzag ? "zigzag" : "contiguous";
+  switch (layout) {
+    case Layout::zigzag:
+      return "zigzag";
+    case Layout::docs:
+      return "docs";
+    case Layout::contiguous:
+      break;
+  }
+  return "contiguous";
 }
 
 void check_layout(int64_t seq_len, int cp, Layout layout) {
@@ -78,7 +86,7 @@ std::vector<TokenRun> local_runs(int64_t seq_len, int cp, int rank, Layout layou
   if (layout == Layout::contiguous) {
     const int64_t t = seq_len / ring;
     group = {TokenRun{0, j * t, t}};
-  } else {
+  } else {  // zigzag, and docs for a sequence without its own layout
     const int64_t c = seq_len / (2 * int64_t(ring));
     group = {TokenRun{0, j * c, c}, TokenRun{c, (2 * int64_t(ring) - 1 - j) * c, c}};
   }
@@ -112,6 +120,20 @@ void scatter_to_local(const float* global, float* local, int64_t row_elems, int6
 void gather_to_global(const float* local, float* global, int64_t row_elems, int64_t seq_len, int cp,
                       int rank, Layout layout, int ulysses) {
   for (const TokenRun& r : local_runs(seq_len, cp, rank, layout, ulysses))
+    std::copy(local + r.local_offset * row_elems, local + (r.local_offset + r.length) * row_elems,
+              global + r.pos0 * row_elems);
+}
+
+void scatter_runs(const float* global, float* local, int64_t row_elems,
+                  const std::vector<TokenRun>& runs) {
+  for (const TokenRun& r : runs)
+    std::copy(global + r.pos0 * row_elems, global + (r.pos0 + r.length) * row_elems,
+              local + r.local_offset * row_elems);
+}
+
+void gather_runs(const float* local, float* global, int64_t row_elems,
+                 const std::vector<TokenRun>& runs) {
+  for (const TokenRun& r : runs)
     std::copy(local + r.local_offset * row_elems, local + (r.local_offset + r.length) * row_elems,
               global + r.pos0 * row_elems);
 }
@@ -267,6 +289,27 @@ void RingAttention::load_docs(const LocalDocs& docs) {
   TRIDENT_CHECK((docs.device == nullptr) == (docs.host == nullptr),
                 "RingAttention: document ids on the device and not on the host, or the reverse");
   packed_ = docs.host != nullptr;
+  call_runs_ = &runs_;
+  if (docs.layout) {
+    TRIDENT_CHECK(packed_, "RingAttention: a sequence layout without document ids");
+    const SeqLayout& runs = *docs.layout;
+    TRIDENT_CHECK(int(runs.size()) == cp_size_,
+                  "RingAttention: a sequence layout for " + std::to_string(runs.size()) +
+                      " ranks on a ring of " + std::to_string(cp_size_));
+    for (const auto& rank_runs : runs) {
+      int64_t n = 0;
+      for (const TokenRun& r : rank_runs) {
+        TRIDENT_CHECK(
+            r.local_offset == n && r.length > 0 && r.pos0 >= 0 && r.pos0 + r.length <= seq_len_,
+            "RingAttention: a sequence layout's runs do not tile a rank's tokens");
+        n += r.length;
+      }
+      TRIDENT_CHECK(n == local_tokens_, "RingAttention: a sequence layout gives a rank " +
+                                            std::to_string(n) + " tokens, not " +
+                                            std::to_string(local_tokens_));
+    }
+    call_runs_ = &runs;
+  }
   if (!packed_) return;
   own_docs_dev_ = docs.device;
   own_docs_.assign(docs.host, docs.host + local_tokens_);
@@ -341,21 +384,21 @@ void RingAttention::forward(const float* q, const float* k, const float* v, int 
     {
       ComputeSpan span(sink_, "ring.forward", step);
       const float* cur = buf_.cur.ptr();
-      for_each_pair(
-          runs_[source_rank(step)], runs_[cp_rank_], shapes,
-          [&](const TokenRun& qr, const TokenRun& kr, const kernels::AttnShape& s,
-              const kernels::AttnShape& host) {
-            const int64_t qo = qr.local_offset, ko = kr.local_offset;
-            // Merges into (out, lse) as it goes: the LSE merge is the kernel's
-            // online softmax continued from the keys of earlier pairs and steps.
-            kernels::attention_forward_resume(ctx_, s, q + qo * H * D, cur + ko * Hkv * D,
-                                              cur + nkv + ko * Hkv * D, out + qo * H * D,
-                                              lse + qo * H);
-            if (sink_) span.flops += kernels::attention_flops(host, false);
-          },
-          [&] {
-            span.drive_progress(comm_, {&kv.recv, &kv.send});
-          });
+      for_each_pair((*call_runs_)[size_t(source_rank(step))], (*call_runs_)[size_t(cp_rank_)],
+                    shapes,
+                    [&](const TokenRun& qr, const TokenRun& kr, const kernels::AttnShape& s,
+                        const kernels::AttnShape& host) {
+                      const int64_t qo = qr.local_offset, ko = kr.local_offset;
+                      // Merges into (out, lse) as it goes: the LSE merge is the kernel's
+                      // online softmax continued from the keys of earlier pairs and steps.
+                      kernels::attention_forward_resume(ctx_, s, q + qo * H * D, cur + ko * Hkv * D,
+                                                        cur + nkv + ko * Hkv * D, out + qo * H * D,
+                                                        lse + qo * H);
+                      if (sink_) span.flops += kernels::attention_flops(host, false);
+                    },
+                    [&] {
+                      span.drive_progress(comm_, {&kv.recv, &kv.send});
+                    });
     }
     take_kv(step, kv);
   }
@@ -416,7 +459,7 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
       kernels::fill(ctx_, partial.ptr(), block_floats_, 0.0f);
       const float* cur = buf_.cur.ptr();
       for_each_pair(
-          runs_[source_rank(step)], runs_[cp_rank_], shapes,
+          (*call_runs_)[size_t(source_rank(step))], (*call_runs_)[size_t(cp_rank_)], shapes,
           [&](const TokenRun& qr, const TokenRun& kr, const kernels::AttnShape& s,
               const kernels::AttnShape& host) {
             const int64_t qo = qr.local_offset * H * D, ko = kr.local_offset * Hkv * D;

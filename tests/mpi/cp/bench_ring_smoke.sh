@@ -124,16 +124,18 @@ if [[ -f $tmp/d4.h5 ]]; then
 import sys, h5py
 g = h5py.File(sys.argv[1], "r")["bench/ring_docs"]
 rows = {(g["layout"][i].decode(), g["mask"][i].decode()): i for i in range(len(g["mask"]))}
-assert len(rows) == 4, rows
+assert len(rows) == 6, rows
 seq, D, H = 256, 16, 2
 pairs = lambda n: n * (n + 1) / 2
-for lay in ("contiguous", "zigzag"):
+for lay in ("contiguous", "zigzag", "docs"):
     c, p = rows[(lay, "causal")], rows[(lay, "packed")]
     assert g["docs"][c] == 1 and g["docs"][p] == 8
     # mean over 4 ranks of 14 D H FLOPs per visible pair
     assert abs(g["GFLOP_mean"][c] * 1e9 * 4 - 14 * D * H * pairs(seq)) < 1e-3
     assert abs(g["GFLOP_mean"][p] * 1e9 * 4 - 14 * D * H * 8 * pairs(32)) < 1e-3
     assert g["flops_imbalance"][p] >= 1 and g["speedup_flops"][p] > 1
+# 8 equal documents on 8 chunks of 32: the docs layout gives every rank the same work
+assert abs(g["flops_imbalance"][rows[("docs", "packed")]] - 1) < 1e-12
 print("ok   docs")
 PY
 else
@@ -141,6 +143,7 @@ else
 fi
 
 expect_input_error "--layout" "${mpirun[@]}" -np 2 "$bin" bench ring --layout bogus
+expect_input_error "--layout" "${mpirun[@]}" -np 2 "$bin" bench ring --layout docs
 expect_input_error "--docs" "${mpirun[@]}" -np 2 "$bin" bench ring --docs zipf
 expect_input_error "--docs" "${mpirun[@]}" -np 2 "$bin" bench ring --docs fixed:0
 expect_input_error "--window" "${mpirun[@]}" -np 2 "$bin" bench ring --window 8

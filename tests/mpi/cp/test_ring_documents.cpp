@@ -18,6 +18,7 @@
 #include "trident/core/rng.hpp"
 #include "trident/core/tensor.hpp"
 #include "trident/kernels/attention.hpp"
+#include "trident/parallel/cp/document_layout.hpp"
 #include "trident/parallel/cp/ring_attention.hpp"
 #include "trident/parallel/cp/ulysses_attention.hpp"
 
@@ -105,9 +106,10 @@ Grads zeros(int64_t seq) {
 // The ring (ulysses = 1) or Ulysses/hybrid attention (ulysses = u) on this
 // rank's shard (docs: the sequence's ids, or empty) against `want`, the whole
 // sequence's one-rank result. Returns the ring's FLOPs on this rank.
+// own: the sequence's own layout (cp_layout = "docs", the ring), or null.
 double check_ring(Communicator& comm, cp::Layout layout, const Inputs& in,
                   const std::vector<int32_t>& docs, int64_t window, const Grads& want,
-                  int ulysses = 1) {
+                  int ulysses = 1, const cp::SeqLayout* own = nullptr) {
   const int cp = comm.size(), rank = comm.rank();
   const int64_t seq = int64_t(in.q.size()) / kQrow;
   prof::Recorder work;
@@ -122,18 +124,23 @@ double check_ring(Communicator& comm, cp::Layout layout, const Inputs& in,
     uly->set_window(window);
     uly->set_profiler(&work);
   }
-  const std::vector<int64_t>& positions = ring ? ring->positions() : uly->positions();
+  const std::vector<int64_t> positions = own    ? cp::run_positions((*own)[size_t(rank)])
+                                         : ring ? ring->positions()
+                                                : uly->positions();
   const int64_t T = int64_t(positions.size());
   auto shard = [&](const std::vector<float>& g, int64_t row) {
     std::vector<float> l(static_cast<size_t>(T * row));
-    cp::scatter_to_local(g.data(), l.data(), row, seq, cp, rank, layout, ulysses);
+    if (own)
+      cp::scatter_runs(g.data(), l.data(), row, (*own)[size_t(rank)]);
+    else
+      cp::scatter_to_local(g.data(), l.data(), row, seq, cp, rank, layout, ulysses);
     return l;
   };
   std::vector<int32_t> ldocs;
   for (int64_t p : positions)
     if (!docs.empty()) ldocs.push_back(docs[size_t(p)]);
   const cp::LocalDocs ld =
-      docs.empty() ? cp::LocalDocs{} : cp::LocalDocs{ldocs.data(), ldocs.data()};
+      docs.empty() ? cp::LocalDocs{} : cp::LocalDocs{ldocs.data(), ldocs.data(), own};
   auto lq = shard(in.q, kQrow), lk = shard(in.k, kKvrow), lv = shard(in.v, kKvrow);
   auto ldo = shard(in.dout, kQrow);
   auto lout = random_tensor(T * kQrow, "garbage"), llse = random_tensor(T * H, "garbage");
@@ -157,9 +164,11 @@ double check_ring(Communicator& comm, cp::Layout layout, const Inputs& in,
   return work.counter("ring.flops");
 }
 
-// Packed: the ring with documents equals each document alone.
-void check_packed(Communicator& comm, cp::Layout layout, const std::vector<int64_t>& lengths,
-                  int64_t window = 0, int ulysses = 1) {
+// Packed: the ring with documents equals each document alone. min_chunk > 0
+// (the ring): cp_layout = "docs" with chunks down to min_chunk tokens.
+// Returns the most loaded rank's counted FLOPs over the mean rank's.
+double check_packed(Communicator& comm, cp::Layout layout, const std::vector<int64_t>& lengths,
+                    int64_t window = 0, int ulysses = 1, int64_t min_chunk = 0) {
   int64_t seq = 0;
   for (int64_t l : lengths) seq += l;
   std::string key = "packed";
@@ -173,7 +182,11 @@ void check_packed(Communicator& comm, cp::Layout layout, const std::vector<int64
     serial_piece(in, t0, l, window, &want);
     t0 += l;
   }
-  const double flops = check_ring(comm, layout, in, doc_ids(lengths), window, want, ulysses);
+  const std::vector<int32_t> ids = doc_ids(lengths);
+  cp::SeqLayout own;
+  if (min_chunk > 0) own = cp::balance_documents(ids.data(), seq, comm.size(), window, min_chunk);
+  const double flops =
+      check_ring(comm, layout, in, ids, window, want, ulysses, min_chunk > 0 ? &own : nullptr);
   // The ring counts only the visible pairs: those of the documents alone.
   double pairs = 0;
   for (int64_t l : lengths)
@@ -181,6 +194,9 @@ void check_packed(Communicator& comm, cp::Layout layout, const std::vector<int64
   double total = 0;
   MPI_Allreduce(&flops, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   CHECK(total == (world_size() / comm.size()) * 14.0 * D * H * pairs);
+  double most = 0;
+  MPI_Allreduce(&flops, &most, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return most / (total / world_size());
 }
 
 std::vector<int> cp_sizes() {
@@ -256,4 +272,76 @@ TEST_CASE("packed Ulysses and hybrid attention equal each document alone", "[cp]
         check_packed(*comm, layout, long_tailed(seq, "mix"), 100, u);
       }
   }
+}
+
+TEST_CASE("cp_layout docs: packed ring equals each document alone, and is balanced",
+          "[cp][documents][docs]") {
+  const int64_t seq = 1024;
+  for (int cp : cp_sizes()) {
+    auto comm = split_cp(cp);
+    // min_chunk 16: up to 1024/16 = 64 chunks, several runs per rank; 128:
+    // the default, 2 or 4 chunks per rank at this length.
+    for (int64_t min_chunk : {int64_t(16), cp::kDocMinChunk}) {
+      INFO("min_chunk " << min_chunk);
+      check_packed(*comm, cp::Layout::docs, {1, 63, 64, 5, 123, 1, 256, 511}, 0, 1, min_chunk);
+      check_packed(*comm, cp::Layout::docs, {3, 1000, 21}, 0, 1, min_chunk);
+      check_packed(*comm, cp::Layout::docs, {seq}, 0, 1, min_chunk);
+      std::vector<int64_t> edges(size_t(2 * cp), seq / (2 * cp));
+      check_packed(*comm, cp::Layout::docs, edges, 0, 1, min_chunk);
+      // windows below, at and above a chunk of 16
+      for (int64_t w : {int64_t(7), int64_t(16), int64_t(100)})
+        check_packed(*comm, cp::Layout::docs, long_tailed(seq, "mix"), w, 1, min_chunk);
+      // The realistic mix: the counted FLOPs of the most loaded rank within
+      // 10% of the mean (the issue's target) where chunks of 16 are allowed
+      // (at 128, cp = 4 has only 2 chunks per rank at this length), and
+      // below zig-zag's, which is off by more than 10%.
+      const double docs =
+          check_packed(*comm, cp::Layout::docs, long_tailed(seq, "mix"), 0, 1, min_chunk);
+      const double zz = check_packed(*comm, cp::Layout::zigzag, long_tailed(seq, "mix"));
+      INFO("cp=" << cp << " max/mean docs " << docs << " zigzag " << zz);
+      if (min_chunk == 16) CHECK(docs <= 1.10);
+      CHECK(docs < zz);
+      CHECK(zz > 1.10);
+    }
+  }
+}
+
+TEST_CASE("document layout: a permutation with equal shares, deterministic, balanced",
+          "[cp][docs]") {
+  for (int cp : {1, 2, 3, 4, 8}) {
+    for (int64_t seq : {int64_t(48) * cp, int64_t(1024) * cp}) {
+      for (const char* mix : {"a", "b", "c"}) {
+        const std::vector<int32_t> ids = doc_ids(long_tailed(seq, mix));
+        for (int64_t window : {int64_t(0), int64_t(33)}) {
+          INFO("cp=" << cp << " seq " << seq << " mix " << mix << " window " << window);
+          const cp::SeqLayout a = cp::balance_documents(ids.data(), seq, cp, window, 8);
+          REQUIRE(a == cp::balance_documents(ids.data(), seq, cp, window, 8));
+          REQUIRE(int(a.size()) == cp);
+          std::vector<int> seen(static_cast<size_t>(seq), 0);
+          for (const auto& runs : a) {
+            const std::vector<int64_t> pos = cp::run_positions(runs);
+            REQUIRE(int64_t(pos.size()) == seq / cp);
+            for (size_t i = 1; i < runs.size(); ++i)  // in order, adjacent runs merged
+              CHECK(runs[i].pos0 > runs[i - 1].pos0 + runs[i - 1].length);
+            for (int64_t p : pos) seen[size_t(p)] += 1;
+          }
+          for (int n : seen) REQUIRE(n == 1);
+          const auto pairs = cp::pairs_per_query(ids.data(), seq, window);
+          const auto load = cp::layout_pairs(a, pairs);
+          double sum = 0, top = 0;
+          for (double l : load) sum += l, top = std::max(top, l);
+          if (seq >= 1024 * cp) CHECK(top / (sum / cp) <= 1.10);
+        }
+      }
+    }
+  }
+  // pairs_per_query: distance to the document's start + 1, capped by the window
+  const std::vector<int32_t> ids{0, 0, 0, 1, 2, 2, 2, 2};
+  CHECK(cp::pairs_per_query(ids.data(), 8, 0) == std::vector<int64_t>{1, 2, 3, 1, 1, 2, 3, 4});
+  CHECK(cp::pairs_per_query(ids.data(), 8, 2) == std::vector<int64_t>{1, 2, 2, 1, 1, 2, 2, 2});
+  // one document: the causal triangle, balanced like zig-zag
+  const std::vector<int32_t> one(1024, 0);
+  const auto load = cp::layout_pairs(cp::balance_documents(one.data(), 1024, 4, 0),
+                                     cp::pairs_per_query(one.data(), 1024, 0));
+  CHECK(*std::max_element(load.begin(), load.end()) == *std::min_element(load.begin(), load.end()));
 }

@@ -14,6 +14,10 @@
 //   zigzag:     the sequence is cut into 2*cp chunks; rank r holds chunk r
 //               followed by chunk 2*cp-1-r. With a causal mask every rank then
 //               does the same work at every step (ZigZagLayout balance).
+//   docs:       chosen per packed sequence from its documents
+//               (cp/document_layout.hpp) and passed to each call in
+//               LocalDocs::layout; a sequence without one (no packing) and
+//               every layout-only function below use zigzag.
 // Positions are global, so RoPE and the causal mask use the token's place in
 // the whole sequence.
 #pragma once
@@ -33,7 +37,7 @@ namespace trident::cp {
 
 using Layout = CpLayout;  // parallel.cp_layout
 
-// "contiguous" | "zigzag"; anything else is an InputError.
+// "contiguous" | "zigzag" | "docs"; anything else is an InputError.
 Layout parse_layout(const std::string& name);
 const char* layout_name(Layout layout);
 
@@ -47,9 +51,14 @@ struct TokenRun {
   int64_t local_offset = 0;
   int64_t pos0 = 0;
   int64_t length = 0;
+  bool operator==(const TokenRun&) const = default;
 };
 
-// The runs of `rank` (one for contiguous, two for zigzag), in local order.
+// The runs of every rank of a ring for one sequence: runs[r] are rank r's,
+// in local order (parallel.cp_layout = "docs" gives one per sequence).
+using SeqLayout = std::vector<std::vector<TokenRun>>;
+
+// The runs of `rank` (one for contiguous, two for zigzag and docs), in local order.
 //
 // ulysses = u > 1 (cp_mode ulysses / hybrid): cp rank c = j*u + i belongs to
 // ring group j of cp/u and is Ulysses rank i inside it. The group holds the
@@ -73,15 +82,24 @@ void scatter_to_local(const float* global, float* local, int64_t row_elems, int6
 void gather_to_global(const float* local, float* global, int64_t row_elems, int64_t seq_len, int cp,
                       int rank, Layout layout, int ulysses = 1);
 
+// The same two copies over explicit runs (one rank's runs of a SeqLayout).
+void scatter_runs(const float* global, float* local, int64_t row_elems,
+                  const std::vector<TokenRun>& runs);
+void gather_runs(const float* local, float* global, int64_t row_elems,
+                 const std::vector<TokenRun>& runs);
+
 // Packed documents of this rank's tokens of one sequence, in local order:
 // each token's document id (0-based in the sequence, non-decreasing along
 // the sequence) in the memory of the ring's device (what the kernels read)
 // and the same ids on the host (what the ring sends along with each K/V
 // block and what decides which pairs of runs are skipped). Both null: one
-// document.
+// document. layout: the sequence's own layout (parallel.cp_layout = "docs",
+// every rank passes the same one and holds the tokens of its runs[rank]);
+// null: the ring's layout.
 struct LocalDocs {
   const int32_t* device = nullptr;
   const int32_t* host = nullptr;
+  const SeqLayout* layout = nullptr;
 };
 
 class RingAttention {
@@ -111,7 +129,8 @@ class RingAttention {
   // inside each document: every K/V block travels with its tokens' document
   // ids (a small i32 message), and a (query tile, key run) pair without a
   // visible pair (documents, causal order, window) is skipped entirely.
-  // Every rank of the group passes docs, or none does.
+  // Every rank of the group passes docs, or none does; docs.layout replaces
+  // the ring's layout for this call.
   void forward(const float* q, const float* k, const float* v, int H, int Hkv, int D, float* out,
                float* lse, const LocalDocs& docs = {});
   // Gradients given the forward's out and lse. dq, dk, dv are OVERWRITTEN
@@ -145,6 +164,7 @@ class RingAttention {
   // The documents of this call (docs_ empty: none): this rank's own, then
   // those of the block in compute (cur) and of the one arriving (nxt), on
   // the host, and cur's ids on the device for the kernels.
+  // Also picks the call's runs (docs.layout, or the ring's own).
   void load_docs(const LocalDocs& docs);
   // The kernel's shape for one pair of runs, and its twin over the host ids
   // (for the skip decision and the FLOP count); false: no visible pair.
@@ -180,7 +200,8 @@ class RingAttention {
   int cp_size_ = 1, cp_rank_ = 0;
   int64_t local_tokens_ = 0;
   std::vector<int64_t> positions_;
-  std::vector<std::vector<TokenRun>> runs_;  // runs of every rank of the ring
+  SeqLayout runs_;                       // runs of every rank of the ring (its layout)
+  const SeqLayout* call_runs_ = &runs_;  // those of the current call
   prof::Sink* sink_ = nullptr;
   void count(const char* counter, double amount) {
     if (sink_) sink_->add(counter, amount);
