@@ -236,6 +236,18 @@ Handle memory_rows(hid_t dset, hsize_t count) {
   return mem;
 }
 
+// Appends one row to the extendible table `name` (collective): every rank
+// grows it, rank 0 writes `row` of memory type mtype at index `index`.
+void append_row(hid_t file, int rank, const char* name, int64_t index, hid_t mtype,
+                const void* row) {
+  Handle ds = open_dataset(file, name);
+  extend_rows(ds, static_cast<hsize_t>(index + 1));
+  if (rank != 0) return;
+  Handle fsel = select_rows(ds, static_cast<hsize_t>(index), 1);
+  Handle mem = memory_rows(ds, 1);
+  TRIDENT_H5(H5Dwrite(ds, mtype, mem, fsel, H5P_DEFAULT, row), std::string("write /") + name);
+}
+
 // Root's string on every rank (attribute values must be identical).
 std::string bcast_from(int root, const std::string& s, Communicator& comm) {
   return broadcast_string(comm, s, root);
@@ -714,14 +726,8 @@ void RunFile::append_event(const RunEvent& e) try {
   row.value = e.value;
   row.reference = e.reference;
   copy_cstr(row.detail, sizeof row.detail, e.detail);
-  Handle ev = open_dataset(file_, "events");
-  extend_rows(ev, static_cast<hsize_t>(run_events_ + 1));
-  if (rank_ == 0) {
-    Handle mtype = run_event_type();
-    Handle fsel = select_rows(ev, static_cast<hsize_t>(run_events_), 1);
-    Handle mem = memory_rows(ev, 1);
-    TRIDENT_H5(H5Dwrite(ev, mtype, mem, fsel, H5P_DEFAULT, &row), "write /events");
-  }
+  Handle mtype = run_event_type();
+  append_row(file_, rank_, "events", run_events_, mtype, &row);
   run_events_ += 1;
   flush();
 } catch (const h5::Failure& failure) {
@@ -731,14 +737,8 @@ void RunFile::append_event(const RunEvent& e) try {
 void RunFile::append_eval(const EvalMetrics& m) try {
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": append_eval after close");
   h5::QuietErrors quiet;
-  Handle ds = open_dataset(file_, "metrics/eval");
-  extend_rows(ds, static_cast<hsize_t>(evals_ + 1));
-  if (rank_ == 0) {
-    Handle mtype = eval_type();
-    Handle fsel = select_rows(ds, static_cast<hsize_t>(evals_), 1);
-    Handle mem = memory_rows(ds, 1);
-    TRIDENT_H5(H5Dwrite(ds, mtype, mem, fsel, H5P_DEFAULT, &m), "write /metrics/eval");
-  }
+  Handle mtype = eval_type();
+  append_row(file_, rank_, "metrics/eval", evals_, mtype, &m);
   evals_ += 1;
   flush();
 } catch (const h5::Failure& failure) {
