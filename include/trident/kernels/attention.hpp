@@ -137,8 +137,8 @@ TRIDENT_HD inline void attn_query_range(const AttnShape& s, int64_t j0, int64_t 
 
 // Tile sizes (rows of queries, rows of keys). Not a tuning knob for callers;
 // exposed so tests can pick sequence lengths with odd remainders.
-inline constexpr int64_t kQueryBlock = 128;
-inline constexpr int64_t kKeyBlock = 256;
+inline constexpr int64_t kQueryBlock = 256;
+inline constexpr int64_t kKeyBlock = 512;
 
 // Throws trident::Error if the shape is inconsistent (H % Hkv, sizes < 0, one
 // of q_doc / k_doc without the other, window < 0).

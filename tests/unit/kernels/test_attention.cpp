@@ -187,13 +187,14 @@ TEST_CASE("attention matches the naive reference, causal") {
   check_against_reference(shape(517, 517, 1, 1, 32, true));
 }
 
-TEST_CASE("attention at the tile edges: lengths 256*m + 1 and 256*m - 1", "[boundary]") {
+TEST_CASE("attention at the tile edges: lengths kKeyBlock*m + 1 and kKeyBlock*m - 1",
+          "[boundary]") {
   using trident::kernels::kKeyBlock;
   using trident::kernels::kQueryBlock;
   static_assert(kKeyBlock % kQueryBlock == 0, "the lengths below assume nested tiles");
-  // 256*m + 1: the last query block is one row, and its only query's own key
+  // kKeyBlock*m + 1: the last query block is one row, and its only query's own key
   // is the first key of a new tile (a tile whose first key equals the block's
-  // last query must be computed, not skipped). 256*m - 1: the last tile and
+  // last query must be computed, not skipped). kKeyBlock*m - 1: the last tile and
   // the last query block each end one short of a full tile.
   for (int64_t m : {1, 2}) {
     INFO("m = " << m);
@@ -207,10 +208,11 @@ TEST_CASE("a query that sees exactly one key", "[boundary]") {
   using trident::kernels::kKeyBlock;
   // The keys start at the query's position: the query sees the first key only.
   check_against_reference(shape(1, 300, 2, 1, 16, true, 500, 500));
-  // One query at position 256 against keys 0..299: its last visible key is the
-  // first of the second key tile, alone in that tile.
-  check_against_reference(shape(1, 300, 2, 2, 16, true, kKeyBlock, 0));
-  // Keys 256.. of a later run: queries 0..255 see none, query 256 sees one.
+  // One query at position kKeyBlock against keys 0..kKeyBlock+43: its last
+  // visible key is the first of the second key tile, alone in that tile.
+  check_against_reference(shape(1, kKeyBlock + 44, 2, 2, 16, true, kKeyBlock, 0));
+  // Keys from position kKeyBlock on, of a later run: queries 0..kKeyBlock-1
+  // see none, query kKeyBlock sees one.
   check_against_reference(shape(kKeyBlock + 1, 40, 1, 1, 8, true, 0, kKeyBlock));
   CHECK(trident::kernels::attention_visible_pairs(shape(1, 300, 2, 1, 16, true, 500, 500)) == 2);
   CHECK(trident::kernels::attention_visible_pairs(
@@ -362,7 +364,8 @@ std::vector<int64_t> random_lengths(int64_t n, const char* name) {
 }  // namespace
 
 TEST_CASE("document masks match the naive reference", "[documents]") {
-  const int64_t T = 700;  // 5 query tiles + 60 rows, 2 key tiles + 188
+  // Two key tiles and 188 keys; the last query tile is partial too.
+  const int64_t T = 2 * trident::kernels::kKeyBlock + 188;
   SECTION("random long-tailed lengths, GQA") {
     const auto ids = doc_ids(random_lengths(T, "doc lengths"));
     AttnShape s = shape(T, T, 4, 2, 32, true);
@@ -371,7 +374,8 @@ TEST_CASE("document masks match the naive reference", "[documents]") {
   }
   SECTION("boundaries on query and key tile edges, a length-1 document, one long document") {
     const auto ids =
-        doc_ids({trident::kernels::kQueryBlock, 1, trident::kernels::kKeyBlock - 129,
+        doc_ids({trident::kernels::kQueryBlock, 1,
+                 trident::kernels::kKeyBlock - trident::kernels::kQueryBlock - 1,
                  trident::kernels::kKeyBlock, 1, T - 2 * trident::kernels::kKeyBlock - 1});
     AttnShape s = shape(T, T, 2, 2, 16, true);
     s.q_doc = s.k_doc = ids.data();
