@@ -16,7 +16,10 @@
 #include "trident/core/config.hpp"
 #include "trident/core/error.hpp"
 #include "trident/kernels/gemm.hpp"
+#include "trident/model/data.hpp"
+#include "trident/parallel/cp/config_rules.hpp"
 #include "trident/plan/calibrate.hpp"
+#include "trident/plan/packed_attention.hpp"
 #include "trident/plan/search.hpp"
 #include "trident/topo/mesh.hpp"
 #include "trident/topo/topology.hpp"
@@ -108,6 +111,39 @@ std::string mapping_json_open(const Config& cfg, const Mesh& mesh, bool list_gro
   return o.str();
 }
 
+// data.packing = "documents": the documents' length histogram from the data
+// files into cfg (what prices packed attention), and a line saying what it
+// gives on the config's mesh. Data that cannot be read leaves the histogram
+// empty (attention priced causal) and says so: the plan of a config whose
+// files live on the cluster is still worth having.
+std::string read_document_lengths(Config& cfg) {
+  if (cfg.data.packing != Packing::documents || cfg.data.task != DataTask::tokens) return "";
+  try {
+    cfg.doc_lengths_log2 = model::make_data_source(cfg, 1)->document_lengths_log2();
+  } catch (const InputError& e) {
+    return std::string("attention: packed documents priced as one causal sequence (") + e.what() +
+           ")\n";
+  }
+  int64_t docs = 0;
+  for (int64_t n : cfg.doc_lengths_log2) docs += n;
+  const auto& d = cfg.data;
+  const int ring = cp::ulysses_size(cfg.parallel) > 1
+                       ? cfg.parallel.cp / cp::ulysses_size(cfg.parallel)
+                       : cfg.parallel.cp;
+  const double S = double(d.seq_len), causal = S * (S + 1) / 2;
+  const double pairs =
+      plan::packed_pairs_per_sequence(cfg.doc_lengths_log2, d.seq_len, cfg.model.window);
+  const double imb = plan::packed_layout_imbalance(cfg.doc_lengths_log2, d.seq_len, ring,
+                                                   cfg.parallel.cp_layout, cfg.model.window);
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "attention: packed documents (%lld in the data): %.4g pairs per sequence, %.1f%% "
+                "of causal; busiest of %d ring rank(s) %.3fx the mean (%s)\n",
+                static_cast<long long>(docs), pairs, 100 * pairs / causal, ring, imb,
+                config_name(cfg.parallel.cp_layout).c_str());
+  return buf;
+}
+
 class PlanCommand : public Command {
  public:
   explicit PlanCommand(CLI::App* app) {
@@ -146,6 +182,7 @@ class PlanCommand : public Command {
     cfg.topology = TopologyOverride{nodes_, devices_, shape.nvlink_domain};
     for (const char* k : {"topology.nodes", "topology.devices_per_node", "topology.nvlink_domain"})
       cfg.key_origin.erase(k);
+    const std::string packed = read_document_lengths(cfg);
     std::optional<plan::MachineProfile> machine;
     if (!machine_path_.empty()) machine = plan::load_machine(machine_path_);
     if (search_) return run_search(cfg, shape, *machine);
@@ -160,7 +197,7 @@ class PlanCommand : public Command {
       std::cout << mapping_json_open(cfg, mesh, list_groups_)
                 << (pred ? ", \"prediction\": " + plan::prediction_json(*pred) : "") << "}\n";
     } else {
-      std::cout << mapping_text(cfg, mesh, list_groups_)
+      std::cout << mapping_text(cfg, mesh, list_groups_) << packed
                 << (pred ? plan::prediction_text(*pred, memory_limit(*machine)) : "");
     }
     if (pred) refuse_if_too_large(*pred, memory_limit(*machine));

@@ -10,6 +10,7 @@
 #include "trident/kernels/attention.hpp"
 #include "trident/parallel/cp/config_rules.hpp"
 #include "trident/parallel/pp/generators.hpp"
+#include "trident/plan/packed_attention.hpp"
 
 namespace trident::plan {
 namespace {
@@ -386,12 +387,16 @@ ChunkCost chunk_cost(const Config& cfg, const MeshPlan& p, int vs) {
   // r = cp/u groups (u = 1: the plain ring).
   // model.window bounds the pairs of every query, in every cp mode: the
   // window is over positions, which the head split does not change.
-  const double pairs =
-      window_pairs_busiest_rank(cfg.data.seq_len, p.cp_ring(), p.cp_layout, cfg.model.window) /
-      p.cp_ulysses;
-  c.attention_flops_total_f =
-      c.layers * s.mbs *
-      window_pairs_busiest_rank(cfg.data.seq_len, 1, p.cp_layout, cfg.model.window) * 4 * s.H * s.D;
+  // Packed documents: the pairs of their lengths' histogram (packed_attention.hpp).
+  const bool packed = cfg.data.packing == Packing::documents && !cfg.doc_lengths_log2.empty();
+  auto busiest = [&](int ring) {
+    return packed
+               ? packed_pairs_busiest_rank(cfg.doc_lengths_log2, cfg.data.seq_len, ring,
+                                           p.cp_layout, cfg.model.window)
+               : window_pairs_busiest_rank(cfg.data.seq_len, ring, p.cp_layout, cfg.model.window);
+  };
+  const double pairs = busiest(p.cp_ring()) / p.cp_ulysses;
+  c.attention_flops_total_f = c.layers * s.mbs * busiest(1) * 4 * s.H * s.D;
   const std::vector<LayerHold> holds = add_layers(cfg, p, s, pairs, begin, end, c);
   if (c.first) {
     c.f.memory_bytes += kFloat * 2 * s.T * s.d;  // embedding gather

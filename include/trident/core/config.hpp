@@ -303,6 +303,12 @@ struct Config {
   // line of a key involved in a cross-key rule. Not part of equality.
   std::map<std::string, std::string> key_origin;
 
+  // data.packing = "documents": the length histogram of the documents (bin b:
+  // lengths in [2^b, 2^(b+1))), read from the data files by `trident plan`
+  // so that the cost model prices packed attention; empty: priced as one
+  // causal sequence. Not a key, not part of equality.
+  std::vector<int64_t> doc_lengths_log2;
+
   // Equal resolved values (source and key_origin are not compared).
   bool operator==(const Config& o) const {
     return model == o.model && data == o.data && parallel == o.parallel && train == o.train &&
