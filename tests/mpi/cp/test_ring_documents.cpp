@@ -279,8 +279,8 @@ TEST_CASE("cp_layout docs: packed ring equals each document alone, and is balanc
   const int64_t seq = 1024;
   for (int cp : cp_sizes()) {
     auto comm = split_cp(cp);
-    // min_chunk 16: up to 1024/16 = 64 chunks, several runs per rank; 128:
-    // the default, 2 or 4 chunks per rank at this length.
+    // min_chunk 16: up to 1024/16 = 64 chunks, several runs per rank; the
+    // default (one query tile of the kernel): 2cp chunks at this length.
     for (int64_t min_chunk : {int64_t(16), cp::kDocMinChunk}) {
       INFO("min_chunk " << min_chunk);
       check_packed(*comm, cp::Layout::docs, {1, 63, 64, 5, 123, 1, 256, 511}, 0, 1, min_chunk);
@@ -292,9 +292,8 @@ TEST_CASE("cp_layout docs: packed ring equals each document alone, and is balanc
       for (int64_t w : {int64_t(7), int64_t(16), int64_t(100)})
         check_packed(*comm, cp::Layout::docs, long_tailed(seq, "mix"), w, 1, min_chunk);
       // The realistic mix: the counted FLOPs of the most loaded rank within
-      // 10% of the mean (the issue's target) where chunks of 16 are allowed
-      // (at 128, cp = 4 has only 2 chunks per rank at this length), and
-      // below zig-zag's, which is off by more than 10%.
+      // 10% of the mean (the issue's target) where chunks of 16 are allowed,
+      // and below zig-zag's, which is off by more than 10%.
       const double docs =
           check_packed(*comm, cp::Layout::docs, long_tailed(seq, "mix"), 0, 1, min_chunk);
       const double zz = check_packed(*comm, cp::Layout::zigzag, long_tailed(seq, "mix"));
