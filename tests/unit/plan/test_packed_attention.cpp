@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -26,7 +27,9 @@ namespace {
 // Documents with log-normal lengths (mean about `mean`, sigma 1) ending in
 // token 0, `tokens` in all.
 std::string write_documents(const std::string& name, double mean, int64_t tokens) {
-  const std::string path = name + "-" + std::to_string(::getpid()) + ".bin";
+  const std::string path =
+      (std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()) + ".bin"))
+          .string();
   std::vector<float> z(8192);
   rng::fill_normal(z.data(), int64_t(z.size()), rng::hash_name(name), 0, 1.0f);
   std::vector<uint16_t> ids;
