@@ -44,6 +44,10 @@ class ScheduleCommand : public Command {
         ->capture_default_str();
     app->add_option("--latency", costs_.latency, "send-to-receive latency (time units)")
         ->capture_default_str();
+    app->add_option("--layout", layout_,
+                    "layers per virtual stage, comma-separated (parallel.pp_layout): each "
+                    "stage's actions cost its layers over the mean")
+        ->delimiter(',');
   }
   bool needs_mpi() const override { return false; }
 
@@ -76,15 +80,25 @@ class ScheduleCommand : public Command {
       s = lower(make_schedule(name_, pp_, m_, vpp));
       validate(s);
     }
+    if (!layout_.empty()) {
+      if (int(layout_.size()) != s.num_stages())
+        throw InputError("--layout: " + std::to_string(layout_.size()) +
+                         " entries; the schedule has " + std::to_string(s.num_stages()) +
+                         " virtual stages (pp * vpp)");
+      for (int n : layout_)
+        if (n < 1)
+          throw InputError("--layout: every stage needs a layer (got " + std::to_string(n) + ")");
+      stage_work_ = stage_work_of_layout(layout_);
+    }
     // Simulate before exporting so that a broken schedule leaves no file.
     SimResult sim;
-    if (simulate_ || !import_.empty()) sim = simulate(s, costs_);
+    if (simulate_ || !import_.empty()) sim = simulate(s, costs_, stage_work_);
     std::cout << format_actions(s);
     if (simulate_) {
       std::cout << "\n" << format_report(s, sim, costs_);
       const ClosedForm cf = closed_form_bubble(s.name, s.pp, s.microbatches, s.vpp, costs_.t_f,
                                                costs_.t_b, costs_.t_w);
-      if (cf.exists() && costs_.latency == 0) {
+      if (cf.exists() && costs_.latency == 0 && layout_.empty()) {
         std::printf("closed form %s = %.4f of ideal time, i.e. bubble fraction %.4f\n",
                     cf.formula.c_str(), cf.ratio, cf.fraction);
       }
@@ -123,6 +137,8 @@ class ScheduleCommand : public Command {
   }
 
   std::string name_, export_, import_, format_ = "auto";
+  std::vector<int> layout_;
+  std::vector<double> stage_work_;
   int pp_ = 0, m_ = 0, vpp_ = 1;
   bool simulate_ = false;
   pp::SimCosts costs_;

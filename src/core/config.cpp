@@ -186,6 +186,12 @@ const std::vector<KeyDef>& key_table() {
                            {"ring", "ulysses", "hybrid"}));
     t.push_back(int_key(
         "parallel", "cp_ulysses", [](Config& c) { return &c.parallel.cp_ulysses; }, 0));
+    {
+      KeyDef k{"parallel", "pp_layout", Kind::IntList,
+               [](Config& c) { return &c.parallel.pp_layout; }};
+      k.lo = 1;  // a stage without a layer
+      t.push_back(k);
+    }
     // [train]
     t.push_back(int_key(
         "train", "steps", [](Config& c) { return &c.train.steps; }, 1));
@@ -225,6 +231,8 @@ const std::vector<KeyDef>& key_table() {
     t.push_back(choice_key("train", "optimizer_sharding",
                            [](Config & c) -> auto& { return c.train.optimizer_sharding; },
                            {"none", "dp"}));
+    t.push_back(float_key(
+        "train", "grad_bucket_mb", [](Config& c) { return &c.train.grad_bucket_mb; }, 0, false));
     // [eval]
     t.push_back(int_key(
         "eval", "every", [](Config& c) { return &c.eval.every; }, 0));

@@ -62,7 +62,7 @@ class Arena final : public Allocator {
     void* frames[kFrames + kSkipFrames];
     const int n = backtrace(frames, kFrames + kSkipFrames);
     for (int i = kSkipFrames; i < n; ++i) b.frames[b.n_frames++] = frames[i];
-    count_alloc(bytes);
+    count_alloc(base_ + off, bytes);
     install_handler();
     return base_ + off;
   }
@@ -79,7 +79,7 @@ class Arena final : public Allocator {
     }
     give_back(off, it->second.size);
     live_.erase(it);
-    count_free(bytes);
+    count_free(p, bytes);
   }
 
   Device device() const override { return Device::emulated(); }

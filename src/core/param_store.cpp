@@ -4,6 +4,7 @@
 #include <set>
 #include <string>
 
+#include "trident/core/allocator.hpp"
 #include "trident/core/error.hpp"
 
 namespace trident {
@@ -36,14 +37,20 @@ ParamStore::ParamStore(const std::vector<Param*>& params, Allocator& alloc, cons
   // The construction-time gradients are zeros that nobody has read: dropping
   // them first keeps the stage's peak at what it was before the move.
   for (Param* p : params) p->grad = Tensor();
-  values_ = Tensor::empty({numel_}, alloc);
+  {
+    MemKindScope kind(MemKind::parameters);
+    values_ = Tensor::empty({numel_}, alloc);
+  }
   fill(values_, 0.0f);  // the padding
   for (const Entry& e : entries_) {
     Tensor v = values_.view(e.offset, e.param->value.shape());
     copy(v, e.param->value);
     e.param->value = v;  // releases the parameter's own value tensor
   }
-  grads_ = Tensor::empty({numel_}, alloc);
+  {
+    MemKindScope kind(MemKind::gradients);
+    grads_ = Tensor::empty({numel_}, alloc);
+  }
   fill(grads_, 0.0f);
   for (const Entry& e : entries_) e.param->grad = grads_.view(e.offset, e.param->value.shape());
 }

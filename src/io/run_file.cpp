@@ -25,6 +25,7 @@
 
 // The MPI communicator under world, for parallel HDF5's file driver only.
 #include "trident/comm/mpi/mpi_communicator.hpp"
+#include "trident/core/allocator.hpp"
 #include "trident/core/error.hpp"
 #include "trident/io/h5util.hpp"
 
@@ -157,6 +158,10 @@ Handle summary_type() {
   hsize_t four[1] = {4};
   Handle arr = TRIDENT_H5_TYPE(H5Tarray_create2(H5T_NATIVE_DOUBLE, 1, four), "array type");
   member(t, "comm_wait_s", offsetof(RankSummary, comm_wait_s), arr);
+  static_assert(kNumMemKinds == 6, "one member per MemKind");
+  for (int k = 0; k < kNumMemKinds; ++k)
+    member(t, (std::string("peak_") + mem_kind_name(MemKind(k)) + "_bytes").c_str(),
+           offsetof(RankSummary, peak_kind_bytes) + size_t(k) * sizeof(double), H5T_NATIVE_DOUBLE);
   return t;
 }
 

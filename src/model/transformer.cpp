@@ -20,7 +20,17 @@
 
 namespace trident::model {
 
-std::pair<int, int> layer_range(int n_layers, int n_virtual, int vs) {
+std::pair<int, int> layer_range(int n_layers, int n_virtual, int vs,
+                                const std::vector<int>& layout) {
+  if (!layout.empty()) {
+    TRIDENT_CHECK(int(layout.size()) == n_virtual && vs >= 0 && vs < n_virtual,
+                  "layer_range: a layout of " + std::to_string(layout.size()) +
+                      " stages for virtual stage " + std::to_string(vs) + " of " +
+                      std::to_string(n_virtual));
+    int begin = 0;
+    for (int s = 0; s < vs; ++s) begin += layout[size_t(s)];
+    return {begin, begin + layout[size_t(vs)]};
+  }
   const int base = n_layers / n_virtual, extra = n_layers % n_virtual;
   const int begin = vs * base + std::min(vs, extra);
   return {begin, begin + base + (vs < extra ? 1 : 0)};
@@ -338,7 +348,7 @@ class Chunk {
     V_ = m.vocab_size;
     first_ = vs == 0;
     last_ = vs == n_virtual - 1;
-    auto [b, e] = layer_range(m.n_layers, n_virtual, vs);
+    auto [b, e] = layer_range(m.n_layers, n_virtual, vs, st.cfg_.parallel.pp_layout);
     for (int l = b; l < e; ++l) {
       auto core = make_attention_core(ctx_, st.cfg_, st.comms_);
       core->spans = &st.attn_spans_;
@@ -464,10 +474,12 @@ class Chunk {
       kernels::rmsnorm_backward(ctx_, dh, c.x_final, final_norm_.value, c.rstd_final, dy,
                                 final_norm_.grad);
       WeightGradTask t{&head_, std::move(c.h_final), std::move(c.dlogits)};
-      if (deferred)
+      if (deferred) {
         deferred->push_back(std::move(t));
-      else
+      } else {
         run_task(ctx_, t);
+        report({&final_norm_, &head_});
+      }
     } else {
       dy = grad_output.reshape({T, d_});
     }
@@ -477,19 +489,29 @@ class Chunk {
       ffn_[i]->backward(mb, dy, dx, c.ffn[i], st_.aux_scale_);
       dy = !first_ && i == 0 ? grad_input.reshape({T, d_}) : kernels::empty(ctx_, {T, d_});
       attn_[i]->backward(mb, dx, dy, c.attn[i], deferred);
+      if (!deferred) {
+        std::vector<Param*> done = attn_[i]->params();
+        for (Param* p : ffn_[i]->params()) done.push_back(p);
+        report(done);
+      }
     }
-    if (first_)
+    if (first_) {
       kernels::embedding_backward(ctx_, dy, mb.on_device.tokens, embed_.grad);
-    else if (!dy.shares_storage_with(grad_input))
+      if (!deferred) report({&embed_});
+    } else if (!dy.shares_storage_with(grad_input))
       kernels::copy(ctx_, grad_input, dy);  // a chunk without blocks
     cache_.erase(it);
   }
 
+  // B deferred this micro-batch's weight gradients: after W every gradient
+  // of the chunk is complete for it.
   void backward_weight(int mbi) {
     auto it = stash_.find(mbi);
-    if (it == stash_.end()) return;
-    for (auto& t : it->second) run_task(ctx_, t);
-    stash_.erase(it);
+    if (it != stash_.end()) {
+      for (auto& t : it->second) run_task(ctx_, t);
+      stash_.erase(it);
+    }
+    report(params());
   }
 
  private:
@@ -498,6 +520,10 @@ class Chunk {
     std::vector<FfnBlock::Cache> ffn;
     Tensor x_final, h_final, dlogits, rstd_final;
   };
+
+  void report(const std::vector<Param*>& ps) const {
+    if (st_.grads_ready_) st_.grads_ready_(ps);
+  }
 
   // train.recompute on layer i of this chunk (the first recompute_layers).
   bool recomputes(size_t i) const {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "trident/core/allocator.hpp"
 #include "trident/core/error.hpp"
 #include "trident/kernels/ops.hpp"
 #include "trident/kernels/tensor_ops.hpp"
@@ -26,6 +27,7 @@ AdamW::AdamW(std::vector<Param*> params, const TrainConfig& t, const kernels::Ct
     pieces_.push_back(Piece{p, 0, p->value.numel(), n});
     n += p->value.numel();
   }
+  MemKindScope kind(MemKind::optimizer);
   m_ = kernels::zeros(ctx_, {n});
   v_ = kernels::zeros(ctx_, {n});
 }
@@ -41,6 +43,7 @@ AdamW::AdamW(const ParamStore& store, const std::array<ParamStore::Range, 3>& ow
     if (lo < hi)
       pieces_.push_back(Piece{e.param, lo - e.offset, hi - lo, base[k] + lo - owned[k].begin});
   }
+  MemKindScope kind(MemKind::optimizer);
   m_ = kernels::zeros(ctx_, {n_moments});
   v_ = kernels::zeros(ctx_, {n_moments});
 }

@@ -394,6 +394,8 @@ void summarise(Trainer& trainer, RunFile& file, const LoopTotals& tot, const Com
   rs.peak_rss_bytes = peak_rss_bytes();
   rs.peak_alloc_bytes = double(cpu_allocator().peak_bytes());
   if (!trainer.device().is_cpu()) rs.peak_device_bytes = double(trainer.allocator().peak_bytes());
+  const auto& by_kind = trainer.allocator().peak_bytes_by_kind();
+  for (int k = 0; k < kNumMemKinds; ++k) rs.peak_kind_bytes[k] = double(by_kind[size_t(k)]);
   rs.compute_s = tot.compute_s;
   const CommCounters comm_total = comm_counters() - at_start;
   for (int k = 0; k < 4; ++k) rs.comm_wait_s[k] = comm_total.wait_s[size_t(k)];

@@ -40,9 +40,13 @@ Trainer::Trainer(const Config& cfg, TrainComms comms) : cfg_(cfg), comms_(comms)
   by_docs_ = model::document_balance(cfg_, sc);
   const pp::Placement placement = pp::schedule_placement(config_name(cfg_.parallel.schedule),
                                                          comms_.pp_size, cfg_.parallel.vpp);
-  stage_ = std::make_unique<model::ModelStage>(cfg_, comms_.pp_rank, comms_.pp_size, sc,
-                                               placement.stages.at(size_t(comms_.pp_rank)),
-                                               device_->ctx());
+  {
+    // The parameters as built (moved into the store below) and bf16 copies.
+    MemKindScope kind(MemKind::parameters);
+    stage_ = std::make_unique<model::ModelStage>(cfg_, comms_.pp_rank, comms_.pp_size, sc,
+                                                 placement.stages.at(size_t(comms_.pp_rank)),
+                                                 device_->ctx());
+  }
   const kernels::Ctx& ctx = device_->ctx();
   sharded_ = cfg_.train.optimizer_sharding == OptimizerSharding::dp;
   store_ = std::make_unique<ParamStore>(
@@ -54,6 +58,12 @@ Trainer::Trainer(const Config& cfg, TrainComms comms) : cfg_(cfg), comms_(comms)
   sharding_ = dp::make_sharding(*store_, sharded_, comms_.dpcp, comms_.expert_replica);
   opt_ = std::make_unique<AdamW>(*store_, sharding_.owned, sharding_.base, sharding_.owned_numel,
                                  cfg_.train, ctx);
+  if (cfg_.train.grad_bucket_mb > 0)
+    buckets_ = std::make_unique<dp::GradBuckets>(
+        *store_, sharding_, comms_.dpcp, comms_.expert_replica, cfg_.train.grad_bucket_mb,
+        cfg_.data.num_microbatches,
+        [this](const std::vector<Param*>& ps) { before_bucket_reduce(ps); });
+  if (buckets_ && buckets_->buckets().empty()) buckets_.reset();  // nothing to reduce
   init_pipeline();
 }
 
@@ -68,8 +78,23 @@ int64_t Trainer::samples_per_step() const {
   return int64_t(cfg_.data.micro_batch_size) * cfg_.data.num_microbatches * comms_.dp_size;
 }
 
-void Trainer::compute_gradients(int64_t step, const model::CaptureRequest* capture,
-                                StepResult& res) {
+void Trainer::before_bucket_reduce(const std::vector<Param*>& params) {
+  const auto all = stage_->params();
+  if (bucket_step_ == fault_.nan_at && !all.empty() &&
+      std::find(params.begin(), params.end(), all.front()) != params.end())
+    kernels::fill(device_->ctx(), all.front()->grad.ptr(), 1,
+                  std::numeric_limits<float>::quiet_NaN());
+  const int n_layers = cfg_.model.n_layers;
+  const int i = first_nonfinite_gradient(device_->ctx(), params, n_layers);
+  if (i < 0) return;
+  const Param* p = params[size_t(i)];
+  if (!bucket_first_ ||
+      model_order_of(p->name, n_layers) < model_order_of(bucket_first_->name, n_layers))
+    bucket_first_ = p;
+}
+
+void Trainer::compute_gradients(int64_t step, const model::CaptureRequest* capture, StepResult& res,
+                                bool bucketed) {
   const auto& d = cfg_.data;
   const int64_t n_seq = samples_per_step();
   const double n_targets = double(std::max<int64_t>(1, data_->targets_in_batch(step, n_seq)));
@@ -77,14 +102,22 @@ void Trainer::compute_gradients(int64_t step, const model::CaptureRequest* captu
   kernels::fill(device_->ctx(), grads.ptr(), grads.numel(), 0.0f);
   stage_->begin_step(model::make_microbatches(*data_, d, step, comms_.dp_rank, positions_, by_docs_),
                      float(1.0 / n_targets), float(1.0 / double(n_seq)), capture);
+  if (bucketed) {
+    bucket_step_ = step;
+    bucket_first_ = nullptr;
+    buckets_->begin_step();
+    stage_->set_grads_ready([this](const std::vector<Param*>& ps) { buckets_->ready(ps); });
+  }
   run_pipeline(step, res.events, res.compute_s);
+  stage_->set_grads_ready(nullptr);
   // ATTN_F/ATTN_B: begin of the call, length = kernel time on this rank.
   TimelineSink timeline(res.events, comms_.world ? comms_.world->rank() : 0, step);
   for (const model::AttnSpan& a : stage_->take_attention_spans())
     if (cfg_.output.timeline)
       timeline.span(prof::Span{a.backward ? "ATTN_B" : "ATTN_F", comms_.pp_rank, a.layer, -1,
                                a.t_begin_s, a.t_begin_s + a.compute_s});
-  if (step == fault_.nan_at && !stage_->params().empty())
+  if (step == fault_.nan_at && !stage_->params().empty() &&
+      !(bucketed && buckets_->holds(stage_->params().front())))
     kernels::fill(device_->ctx(), stage_->params().front()->grad.ptr(), 1,
                   std::numeric_limits<float>::quiet_NaN());
 }
@@ -171,17 +204,41 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
   const double t_begin = now_s();
   const int64_t n_seq = samples_per_step();
   const double n_targets = double(std::max<int64_t>(1, data_->targets_in_batch(step, n_seq)));
-  compute_gradients(step, capture, res);
-  res.captures = stage_->take_captures();
   const int every = cfg_.runtime.verify_every;
-  if (every > 0 && (step + 1) % every == 0) verify_step(step, res);
-  // Where a non-finite value came from is visible only before the reduction.
-  const int local_first =
-      first_nonfinite_gradient(device_->ctx(), stage_->params(), cfg_.model.n_layers);
+  const bool verifying = every > 0 && (step + 1) % every == 0;
+  // A verified step compares this rank's own gradients of two runs, so it
+  // reduces after the pipeline as without buckets.
+  const bool bucketed = buckets_ && !verifying;
+  compute_gradients(step, capture, res, bucketed);
+  res.captures = stage_->take_captures();
+  if (verifying) verify_step(step, res);
+  // Where a non-finite value came from is visible only before the reduction
+  // (with buckets: noted as each bucket's reduction was posted).
+  int local_first = -1;
+  if (!bucketed) {
+    local_first = first_nonfinite_gradient(device_->ctx(), stage_->params(), cfg_.model.n_layers);
+  } else {
+    // The buckets' parameters were checked before their reductions; the
+    // others (not reduced) are checked now.
+    const auto params = stage_->params();
+    std::vector<Param*> rest;
+    for (Param* p : params)
+      if (!buckets_->holds(p)) rest.push_back(p);
+    const int i = first_nonfinite_gradient(device_->ctx(), rest, cfg_.model.n_layers);
+    const int n_layers = cfg_.model.n_layers;
+    const Param* first = bucket_first_;
+    if (i >= 0 && (!first || model_order_of(rest[size_t(i)]->name, n_layers) <
+                                 model_order_of(first->name, n_layers)))
+      first = rest[size_t(i)];
+    if (first) local_first = int(std::find(params.begin(), params.end(), first) - params.begin());
+  }
 
   // Sharded: each rank receives the sum of the part it updates; otherwise
-  // every rank receives the whole sum, one all-reduce per kind.
-  if (sharded_)
+  // every rank receives the whole sum, one all-reduce per kind. Bucketed:
+  // the same sums, posted during the backward; here the wait for them.
+  if (bucketed)
+    buckets_->finish();
+  else if (sharded_)
     dp::reduce_scatter_gradients(*store_, sharding_, device_->ctx());
   else
     dp::reduce_gradients(*store_, comms_.dpcp, comms_.expert_replica);

@@ -81,6 +81,29 @@ def test_summary_text_and_json(runs):
     assert s["expert_tokens_per_step"] == tokens * 2 * 2  # top_k = 2, two MoE layers
 
 
+def test_peak_memory_split_by_kind(runs):
+    """The allocator's peak splits into kinds that add up to it, and the
+    summary shows the split of the rank with the highest peak."""
+    kinds = ("parameters", "gradients", "optimizer", "activations", "communication", "workspace")
+    with h5py.File(runs["par"], "r") as f:
+        rs = f["/ranks/summary"][()]
+    for row in rs:
+        parts = [float(row[f"peak_{k}_bytes"]) for k in kinds]
+        assert sum(parts) == float(row["peak_alloc_bytes"])
+        # AdamW holds two moments per parameter and the step's gradients one
+        assert parts[2] == 2 * parts[1] and parts[1] > 0 and parts[3] > 0
+    r = analyze("summary", runs["par"])
+    assert r.returncode == 0, r.stderr
+    line = [l for l in r.stdout.splitlines() if l.startswith("peak by kind")]
+    assert len(line) == 1 and "activations" in line[0] and "optimizer" in line[0], r.stdout
+    r = analyze("summary", runs["par"], "--json")
+    import json
+    pk = json.loads(r.stdout)["peak_by_kind_mb"]
+    top = max(rs, key=lambda row: sum(float(row[f"peak_{k}_bytes"]) for k in kinds))
+    assert pk["rank"] == int(top["rank"])
+    assert abs(pk["activations"] - top["peak_activations_bytes"] / 2**20) < 1e-9
+
+
 def test_expert_tokens_sum_dropless(runs):
     with h5py.File(runs["par"], "r") as f:
         et = f["/metrics/expert_tokens"][()]

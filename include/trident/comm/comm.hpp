@@ -111,7 +111,8 @@ struct CommOp {
     allgather,
     alltoallv,
     barrier,
-    reduce_scatter
+    reduce_scatter,
+    reduce
   };
   Kind kind = Kind::barrier;
   // send: the message; allgather: this rank's block; alltoallv: what is sent;
@@ -119,13 +120,14 @@ struct CommOp {
   const void* in = nullptr;
   // recv: the message; allreduce, broadcast: the data (in place); allgather:
   // every rank's block; alltoallv: what is received; reduce_scatter: this
-  // rank's block of the sum.
+  // rank's block of the sum; reduce: the data (in place: the sum lands in
+  // the root's, the others' is only read).
   void* out = nullptr;
-  size_t bytes = 0;                 // send, recv, broadcast; allgather: per rank
-  size_t count = 0;                 // allreduce: elements of `type`; reduce_scatter: per rank
-  int peer = 0;                     // send, recv: the other rank; broadcast: the root
-  int tag = 0;                      // send, recv
-  ElemType type = ElemType::f32;    // allreduce, reduce_scatter
+  size_t bytes = 0;               // send, recv, broadcast; allgather: per rank
+  size_t count = 0;               // allreduce, reduce: elements of `type`; reduce_scatter: per rank
+  int peer = 0;                   // send, recv: the other rank; broadcast, reduce: the root
+  int tag = 0;                    // send, recv
+  ElemType type = ElemType::f32;  // allreduce, reduce_scatter
   ReduceOp reduce = ReduceOp::sum;  // allreduce, reduce_scatter
   // alltoallv: per peer, in elements of elem_bytes bytes.
   const int64_t* send_counts = nullptr;
@@ -219,6 +221,13 @@ class Communicator {
   // in holds size() blocks of `count` floats; out (not overlapping in)
   // receives the sum over ranks of block rank().
   void reduce_scatter_sum(const float* in, float* out, size_t count);
+  // Non-blocking sums of n floats (n <= what one operation takes), posted
+  // now and finished by wait() (with the deadline) or test(); the buffer is
+  // the operation's until then. Every rank posts the same sequence, as for
+  // the blocking collectives. iallreduce_sum: in place on every rank;
+  // ireduce_sum: the sum lands in root's data, the others' is only read.
+  Request iallreduce_sum(float* data, size_t n);
+  Request ireduce_sum(float* data, size_t n, int root);
   // Every rank contributes `bytes` bytes; out holds size()*bytes.
   void allgather(const void* in, void* out, size_t bytes);
   // all-to-all-v in units of `elem_bytes` (counts and displacements in elements).

@@ -5,12 +5,49 @@
 // caching pool) behind the same calls the CPU uses. Every allocator counts its
 // bytes in use and its peak, which the run file and the planner read as the
 // measured memory of a rank.
+//
+// Memory accounting: each allocation is counted under the kind of what it
+// holds, the calling thread's current MemKind (set by a MemKindScope where
+// the training code allocates parameters, gradients, optimizer state,
+// activations or communication buffers; workspace otherwise), and the bytes
+// in use of each kind are kept at the moment of the peak, so the peak splits
+// by kind (the run file's /ranks/summary).
 #pragma once
+#include <array>
 #include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
 
 #include "trident/core/device.hpp"
 
 namespace trident {
+
+enum class MemKind : uint8_t {
+  parameters,
+  gradients,
+  optimizer,      // optimizer state (AdamW's moments)
+  activations,    // allocated by the pipeline's F, B and W actions
+  communication,  // pipeline boundary buffers, reduction scratch
+  workspace,      // everything else: kernel scratch, inputs, captures
+};
+constexpr int kNumMemKinds = 6;
+const char* mem_kind_name(MemKind k);  // "parameters", ..., "workspace"
+
+// The kind this thread's allocations are counted as now (workspace unless a
+// MemKindScope says otherwise).
+MemKind current_mem_kind();
+// Sets the current kind for its lifetime (scopes nest).
+class MemKindScope {
+ public:
+  explicit MemKindScope(MemKind k);
+  ~MemKindScope();
+  MemKindScope(const MemKindScope&) = delete;
+  MemKindScope& operator=(const MemKindScope&) = delete;
+
+ private:
+  MemKind prev_;
+};
 
 class Allocator {
  public:
@@ -24,17 +61,37 @@ class Allocator {
 
   size_t bytes_in_use() const { return in_use_; }
   size_t peak_bytes() const { return peak_; }
-  void reset_peak() { peak_ = in_use_; }
+  // Bytes in use of each kind (MemKind order) now, and when the peak was
+  // reached (they sum to peak_bytes()).
+  const std::array<size_t, kNumMemKinds>& bytes_in_use_by_kind() const { return live_; }
+  const std::array<size_t, kNumMemKinds>& peak_bytes_by_kind() const { return peak_live_; }
+  void reset_peak() {
+    peak_ = in_use_;
+    peak_live_ = live_;
+  }
 
  protected:
-  void count_alloc(size_t b) {
-    in_use_ += b;
-    if (in_use_ > peak_) peak_ = in_use_;
-  }
-  void count_free(size_t b) { in_use_ -= b; }
+  // p: the allocation, so that its free is counted under the same kind.
+  void count_alloc(const void* p, size_t b);
+  void count_free(const void* p, size_t b);
+  // Without the pointer: counted as workspace.
+  void count_alloc(size_t b) { add(MemKind::workspace, b); }
+  void count_free(size_t b) { live_[size_t(MemKind::workspace)] -= b, in_use_ -= b; }
 
  private:
+  void add(MemKind k, size_t b) {
+    in_use_ += b;
+    live_[size_t(k)] += b;
+    if (in_use_ > peak_) {
+      peak_ = in_use_;
+      peak_live_ = live_;
+    }
+  }
+
   size_t in_use_ = 0, peak_ = 0;
+  std::array<size_t, kNumMemKinds> live_{}, peak_live_{};
+  std::mutex kinds_mu_;  // kind_of_ (a helper thread may allocate)
+  std::unordered_map<const void*, MemKind> kind_of_;
 };
 
 // The host allocator (64-byte aligned). One per process.

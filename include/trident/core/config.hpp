@@ -213,6 +213,11 @@ struct ParallelConfig {
   CpMode cp_mode = CpMode::ring;  // how attention crosses the cp group
   int cp_ulysses = 0;             // hybrid: all-to-all ranks inside a domain; 0: as cp_mode implies
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
+  // Transformer layers of each virtual pipeline stage, in pipeline order
+  // (pp * vpp entries, each >= 1, summing to model.n_layers); the embedding
+  // sits in the first, the head in the last. Empty: n_layers / (pp * vpp)
+  // each (config-reference.md).
+  std::vector<int> pp_layout;
   // dp = world_size / (pp * cp)
 
   bool operator==(const ParallelConfig&) const = default;
@@ -246,6 +251,11 @@ struct TrainConfig {
   // AdamW moments sharded over each parameter's replicas (ZeRO-1), gradients
   // reduce-scattered and parameters all-gathered (parallel/dp/zero.hpp).
   OptimizerSharding optimizer_sharding = OptimizerSharding::none;
+  // > 0: gradients are reduced in buckets of about this many MiB, each
+  // started as soon as its gradients are final, overlapping the rest of the
+  // backward (parallel/dp/grad_buckets.hpp); 0: one reduction per kind
+  // after the pipeline has drained.
+  double grad_bucket_mb = 0.0;
 
   bool operator==(const TrainConfig&) const = default;
 };

@@ -59,6 +59,10 @@ struct RankSummary {
   double peak_rss_bytes = 0, peak_device_bytes = 0;
   double peak_alloc_bytes = 0;  // the host allocator's peak (tensors, workspaces)
   double compute_s = 0, comm_wait_s[4] = {0, 0, 0, 0};
+  // The training allocator's bytes in use by kind (core/allocator.hpp's
+  // MemKind order) when it reached its peak: they sum to peak_device_bytes
+  // on a device, else to peak_alloc_bytes.
+  double peak_kind_bytes[6] = {0, 0, 0, 0, 0, 0};
 };
 
 class RunFile {

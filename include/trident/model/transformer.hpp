@@ -22,6 +22,7 @@
 // gradients over dp x cp gives the gradient of the global mean loss.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -112,8 +113,12 @@ struct Capture {
   std::vector<float> rows;
 };
 
-// Layer range [begin, end) of virtual stage vs out of n_virtual.
-std::pair<int, int> layer_range(int n_layers, int n_virtual, int vs);
+// Layer range [begin, end) of virtual stage vs out of n_virtual: layout[vs]
+// layers after those of the stages before it (parallel.pp_layout, n_virtual
+// entries), or an even split (the first n_layers % n_virtual stages one more)
+// when layout is empty.
+std::pair<int, int> layer_range(int n_layers, int n_virtual, int vs,
+                                const std::vector<int>& layout = {});
 
 class Chunk;          // one virtual stage's layers (model/transformer.cpp)
 class GemmPrecision;  // what GEMMs read under train.precision (model/blocks.hpp)
@@ -168,6 +173,13 @@ class ModelStage {
   // gradient tensors) for backward_weight().
   void backward(int chunk, int mb, const Tensor& grad_output, Tensor& grad_input, bool weight_grad);
   void backward_weight(int chunk, int mb);
+  // Told the parameters whose gradient of one micro-batch is complete: after
+  // each layer's backward (and the head's, the embedding's) in B, or all of
+  // a chunk's after its W when B deferred the weight gradients. Each
+  // parameter is reported once per micro-batch. The bucketed gradient
+  // reduction starts from it (parallel/dp/grad_buckets.hpp); null: nobody.
+  using GradsReady = std::function<void(const std::vector<Param*>&)>;
+  void set_grads_ready(GradsReady fn) { grads_ready_ = std::move(fn); }
 
   // This step's sums on this rank: token losses (last stage only) and the
   // MoE load-balancing loss and router z-loss (sums over sequences, unscaled;
@@ -205,6 +217,7 @@ class ModelStage {
   std::vector<std::vector<int64_t>> expert_tokens_;
   std::vector<Capture> captures_;
   std::vector<AttnSpan> attn_spans_;
+  GradsReady grads_ready_;
 };
 
 }  // namespace trident::model

@@ -32,6 +32,7 @@
 #include "trident/kernels/backend.hpp"
 #include "trident/model/data.hpp"
 #include "trident/model/transformer.hpp"
+#include "trident/parallel/dp/grad_buckets.hpp"
 #include "trident/parallel/dp/zero.hpp"
 #include "trident/train/optimizer.hpp"
 
@@ -47,12 +48,12 @@ struct TrainComms {
 };
 
 struct StepResult {
-  StepMetrics metrics;                     // loss, aux, lr, grad_norm, times (rank-0 view)
-  std::array<double, 4> comm_bytes{};      // cp, pp, ep, dp bytes sent by all ranks this step
+  StepMetrics metrics;                 // loss, aux, lr, grad_norm, times (rank-0 view)
+  std::array<double, 4> comm_bytes{};  // cp, pp, ep, dp bytes sent by all ranks this step
   std::vector<std::vector<int64_t>> expert_tokens;  // [moe layer][expert], global batch
-  std::vector<TimelineEvent> events;       // this rank's F/B/W/SEND/RECV of the step
-  double compute_s = 0;                    // this rank's time in F, B, W
-  std::vector<model::Capture> captures;    // this rank's activation captures
+  std::vector<TimelineEvent> events;                // this rank's F/B/W/SEND/RECV of the step
+  double compute_s = 0;                             // this rank's time in F, B, W
+  std::vector<model::Capture> captures;             // this rank's activation captures
   // The guard, the same on every rank: loss, aux losses and gradient norm
   // finite; the optimizer update applied (only when finite and, on a
   // verified step, both runs agreed).
@@ -116,7 +117,7 @@ class Trainer {
   const kernels::Ctx& ctx() const { return device_->ctx(); }
   // The allocator of that device (its peak is the rank's measured memory).
   const Allocator& allocator() const { return device_->allocator(); }
-  int64_t tokens_per_step() const;  // tokens of the global batch
+  int64_t tokens_per_step() const;   // tokens of the global batch
   int64_t samples_per_step() const;  // sequences of the global batch
   // Global positions of this rank's tokens of a sequence (its cp share).
   const std::vector<int64_t>& positions() const { return positions_; }
@@ -125,7 +126,13 @@ class Trainer {
   void init_pipeline();
   void run_pipeline(int64_t step, std::vector<TimelineEvent>& events, double& compute_s);
   // Forward and backward of the step into the gradients (zeroed first).
-  void compute_gradients(int64_t step, const model::CaptureRequest* capture, StepResult& res);
+  // bucketed: the gradient buckets' reductions start during the backward
+  // (finished by train_step); otherwise the gradients stay this rank's own.
+  void compute_gradients(int64_t step, const model::CaptureRequest* capture, StepResult& res,
+                         bool bucketed = false);
+  // A bucket's parameters before their reduction is posted: the test hook's
+  // NaN goes in here, and the first non-finite gradient is noted.
+  void before_bucket_reduce(const std::vector<Param*>& params);
   // runtime.verify_every: runs the step again and compares (StepResult::verify_*).
   void verify_step(int64_t step, StepResult& res);
   // Agrees on StepResult::finite and on the first non-finite gradient
@@ -143,6 +150,10 @@ class Trainer {
   bool sharded_ = false;               // train.optimizer_sharding = "dp"
   dp::Sharding sharding_;
   std::unique_ptr<AdamW> opt_;
+  // train.grad_bucket_mb > 0: the reduction overlapped with the backward.
+  std::unique_ptr<dp::GradBuckets> buckets_;
+  int64_t bucket_step_ = -1;             // the step whose buckets are in flight
+  const Param* bucket_first_ = nullptr;  // its first non-finite gradient (model order)
   std::vector<int64_t> positions_;
   model::DocumentBalance by_docs_;  // parallel.cp_layout = "docs": each sample's own layout
   std::unique_ptr<Pipeline> pipe_;

@@ -179,6 +179,14 @@ std::unique_ptr<PendingOp> post_ireduce_scatter(MPI_Comm comm, const CommOp& op)
   return req;
 }
 
+// In place: the root reduces into its own data.
+std::unique_ptr<PendingOp> post_ireduce(MPI_Comm comm, int rank, const CommOp& op) {
+  auto req = std::make_unique<MpiRequest>(false);
+  MPI_CHECK(MPI_Ireduce(rank == op.peer ? MPI_IN_PLACE : op.out, op.out, int(op.count),
+                        mpi_type(op.type), mpi_op(op.reduce), op.peer, comm, req->handle()));
+  return req;
+}
+
 std::unique_ptr<PendingOp> post_ibcast(MPI_Comm comm, const CommOp& op) {
   auto req = std::make_unique<MpiRequest>(false);
   ByteSpan span(op.bytes);
@@ -286,6 +294,7 @@ void op_extents(const CommOp& op, size_t p, size_t& in_bytes, size_t& out_bytes)
       out_bytes = op.bytes;
       break;
     case CommOp::Kind::allreduce:
+    case CommOp::Kind::reduce:
       out_bytes = op.count * elem_size(op.type);
       break;
     case CommOp::Kind::broadcast:
@@ -377,7 +386,8 @@ std::unique_ptr<PendingOp> MpiCommunicator::post(const CommOp& op) {
   op_extents(op, size_t(size()), in_bytes, out_bytes);
   StagedBuffer in = stage(*staging_, op.in, in_bytes, true);
   // in place (allreduce, broadcast): the device's data goes out and comes back
-  const bool in_place = op.kind == CommOp::Kind::allreduce || op.kind == CommOp::Kind::broadcast;
+  const bool in_place = op.kind == CommOp::Kind::allreduce || op.kind == CommOp::Kind::broadcast ||
+                        op.kind == CommOp::Kind::reduce;
   StagedBuffer out = stage(*staging_, op.out, out_bytes, in_place);
   if (!in.device && !out.device) return post_host(op);
   CommOp host_op = op;
@@ -406,6 +416,8 @@ std::unique_ptr<PendingOp> MpiCommunicator::post_host(const CommOp& op) {
       return post_ibarrier(comm_);
     case CommOp::Kind::reduce_scatter:
       return post_ireduce_scatter(comm_, op);
+    case CommOp::Kind::reduce:
+      return post_ireduce(comm_, rank(), op);
   }
   throw Error("MpiCommunicator: unknown operation kind " + std::to_string(int(op.kind)));
 }

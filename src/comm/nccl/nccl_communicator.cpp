@@ -97,6 +97,10 @@ std::pair<int, const char*> enqueue(const CommOp& op, ncclComm_t comm, cudaStrea
       return {ncclReduceScatter(op.in, op.out, op.count, nccl_type(op.type), nccl_op(op.reduce),
                                 comm, s),
               "ncclReduceScatter"};
+    case CommOp::Kind::reduce:
+      return {ncclReduce(op.out, op.out, op.count, nccl_type(op.type), nccl_op(op.reduce), op.peer,
+                         comm, s),
+              "ncclReduce"};
     default:
       throw Error("NCCL: no single call posts operation kind " + std::to_string(int(op.kind)));
   }

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "trident/core/allocator.hpp"
 #include "trident/core/error.hpp"
 #include "trident/kernels/ops.hpp"
 #include "trident/kernels/tensor_ops.hpp"
@@ -58,6 +59,7 @@ void reduce_scatter_gradients(const ParamStore& store, const Sharding& s, const 
     if (!splits(s.group[k]) || full.size() == 0) continue;
     // MPI and NCCL take distinct send and receive buffers: the sum lands in
     // scratch and is copied into this rank's part of the range.
+    MemKindScope scratch(MemKind::communication);
     Tensor sum = kernels::empty(ctx, {own.size()});
     s.group[k]->reduce_scatter_sum(grads.ptr() + full.begin, sum.ptr(), size_t(own.size()));
     Tensor dst = grads.view(own.begin, {own.size()});
@@ -71,6 +73,7 @@ void allgather_values(const ParamStore& store, const Sharding& s, const kernels:
     const size_t k = size_t(kind);
     const ParamStore::Range full = store.range(kind), own = s.owned[k];
     if (!splits(s.group[k]) || full.size() == 0) continue;
+    MemKindScope scratch(MemKind::communication);
     const Tensor mine = kernels::clone(ctx, values.view(own.begin, {own.size()}));
     s.group[k]->allgather(mine.ptr(), values.ptr() + full.begin,
                           size_t(own.size()) * sizeof(float));

@@ -27,11 +27,26 @@ void check_config(const Config& cfg) {
                            "\" holds two chunks per rank (V placement) and needs parallel.vpp = 2 "
                            "(got " +
                            s(p.vpp) + ")");
-  if (cfg.model.n_layers % (p.pp * p.vpp) != 0)
+  if (!p.pp_layout.empty()) {
+    // Each entry >= 1 is the key's own rule (core/config.cpp).
+    if (int(p.pp_layout.size()) != p.pp * p.vpp)
+      config_rule_failed(cfg, {"parallel.pp_layout", "parallel.pp", "parallel.vpp"},
+                         "parallel.pp_layout has " + s(int(p.pp_layout.size())) +
+                             " entries; it needs one per virtual stage, parallel.pp*parallel.vpp=" +
+                             s(p.pp * p.vpp));
+    long long sum = 0;
+    for (int n : p.pp_layout) sum += n;
+    if (sum != cfg.model.n_layers)
+      config_rule_failed(cfg, {"parallel.pp_layout", "model.n_layers"},
+                         "parallel.pp_layout holds " + s(sum) +
+                             " layers in all, model.n_layers=" + s(cfg.model.n_layers));
+  } else if (cfg.model.n_layers % (p.pp * p.vpp) != 0) {
     config_rule_failed(cfg, {"model.n_layers", "parallel.pp", "parallel.vpp"},
                        "model.n_layers=" + s(cfg.model.n_layers) +
                            " must be divisible by parallel.pp*parallel.vpp=" + s(p.pp * p.vpp) +
-                           " (every model chunk gets the same number of layers)");
+                           " (every model chunk gets the same number of layers), or "
+                           "parallel.pp_layout must say how many each gets");
+  }
   const int min_m = min_microbatches(name, p.pp, p.vpp);
   if (d.num_microbatches < min_m)
     config_rule_failed(cfg, {"data.num_microbatches", "parallel.schedule", "parallel.pp"},

@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "trident/core/allocator.hpp"
 #include "trident/core/error.hpp"
 
 namespace trident::pp {
@@ -23,7 +24,10 @@ namespace {
 // the executor's handle (the stage may still hold the storage).
 struct Buffer {
   Tensor t;
-  void allocate(Allocator& alloc, int64_t n) { t = Tensor::empty({n}, alloc); }
+  void allocate(Allocator& alloc, int64_t n) {
+    MemKindScope kind(MemKind::communication);
+    t = Tensor::empty({n}, alloc);
+  }
   void reset() { t = Tensor(); }
   void* data() const { return t.data_ptr(); }
   size_t bytes() const { return t.bytes(); }
@@ -288,6 +292,8 @@ class ScheduleWalk {
 
   void run_action(size_t i, ExecResult& res) {
     const Action& a = row_[i];
+    // What F, B and W allocate (the boundary buffers say otherwise).
+    MemKindScope kind(MemKind::activations);
     const int st = a.stage, mb = a.microbatch;
     switch (a.op) {
       case Op::F:

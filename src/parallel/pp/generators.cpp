@@ -188,15 +188,22 @@ Schedule interleaved_one_f_one_b(int pp, int m, int vpp) {
     return s;
   }
   Schedule s = empty_schedule("interleaved", pp, m, vpp, false);
-  // Megatron order: micro-batches in groups of pp; a group goes through chunk
-  // 0, then chunk 1, ... (backward: last chunk first). The remainder m % pp
-  // joins the first group: the warm-up below covers the first group's chunks,
-  // and every later group is no larger, so no backward comes due before its
-  // forward (see generators.hpp for why the other placements fail).
+  // Megatron order: micro-batches in rounds of at least pp; a round goes
+  // through chunk 0, then chunk 1, ... (backward: last chunk first). With m
+  // not a multiple of pp there are m / pp rounds and the remainder is spread
+  // over them, one extra micro-batch for each of the first m % rounds (as
+  // PyTorch's Interleaved1F1B sizes its rounds): the warm-up below covers
+  // the first round's chunks, and every later round is no larger, so no
+  // backward comes due before its forward (see generators.hpp for why the
+  // other placements fail). The warm-up, and so the peak of activations in
+  // flight, grows with the first round's size: ceil(m / rounds) is at most
+  // what putting the whole remainder into the first round (pp + m % pp)
+  // gave, and less where there are two or more rounds (p=4 m=10: 5, not 6).
   std::vector<std::pair<int, int>> fwd, bwd;  // (chunk, micro-batch)
+  const int rounds = std::max(1, m / pp);
   int first_group = 0;
-  for (int start = 0; start < m;) {
-    const int end = std::min(m, start == 0 ? pp + m % pp : start + pp);
+  for (int start = 0, i = 0; start < m; ++i) {
+    const int end = start + m / rounds + (i < m % rounds ? 1 : 0);
     for (int c = 0; c < vpp; ++c)
       for (int mb = start; mb < end; ++mb) fwd.push_back({c, mb});
     for (int c = vpp - 1; c >= 0; --c)

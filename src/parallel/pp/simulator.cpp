@@ -14,11 +14,23 @@ namespace trident::pp {
 
 double SimCosts::cost(const Schedule& s, Op op) const {
   switch (op) {
-    case Op::F: return t_f;
-    case Op::B: return s.split_backward ? t_b : t_b + t_w;
-    case Op::W: return t_w;
-    default: return 0;
+    case Op::F:
+      return t_f;
+    case Op::B:
+      return s.split_backward ? t_b : t_b + t_w;
+    case Op::W:
+      return t_w;
+    default:
+      return 0;
   }
+}
+
+std::vector<double> stage_work_of_layout(const std::vector<int>& layers) {
+  double sum = 0;
+  for (int n : layers) sum += n;
+  std::vector<double> w;
+  for (int n : layers) w.push_back(sum > 0 ? n * double(layers.size()) / sum : 1.0);
+  return w;
 }
 
 double SimResult::mean_bubble() const {
@@ -56,12 +68,19 @@ Action matching_send(const Action& recv) {
 
 }  // namespace
 
-SimResult simulate(const Schedule& s, const SimCosts& costs) {
+SimResult simulate(const Schedule& s, const SimCosts& costs) { return simulate(s, costs, {}); }
+
+SimResult simulate(const Schedule& s, const SimCosts& costs,
+                   const std::vector<double>& stage_work) {
+  TRIDENT_CHECK(stage_work.empty() || int(stage_work.size()) == s.num_stages(),
+                "simulate: stage work for " + std::to_string(stage_work.size()) + " of " +
+                    std::to_string(s.num_stages()) + " virtual stages");
   validate(s);
   const int S = s.num_stages(), M = s.microbatches;
   // Arrival time of each send's data, by (sending stage, direction, micro-batch); < 0: not sent.
   auto msg_key = [&](const Action& send) {
-    return (static_cast<size_t>(send.stage) * 2 + (send.op == Op::SEND_B ? 1 : 0)) * M + send.microbatch;
+    return (static_cast<size_t>(send.stage) * 2 + (send.op == Op::SEND_B ? 1 : 0)) * M +
+           send.microbatch;
   };
   std::vector<double> arrival(static_cast<size_t>(S) * 2 * M, -1.0);
 
@@ -79,7 +98,8 @@ SimResult simulate(const Schedule& s, const SimCosts& costs) {
         const Action& a = row[next[r]];
         double begin = clock[r], end = clock[r];
         if (is_compute(a.op)) {
-          end = begin + costs.cost(s, a.op);
+          end = begin +
+                costs.cost(s, a.op) * (stage_work.empty() ? 1.0 : stage_work[size_t(a.stage)]);
           rr.busy += end - begin;
         } else if (a.op == Op::SEND_F || a.op == Op::SEND_B) {
           arrival[msg_key(a)] = begin + costs.latency;
@@ -127,10 +147,11 @@ SimResult simulate(const Schedule& s, const SimCosts& costs) {
 std::string format_report(const Schedule& s, const SimResult& r, const SimCosts& c) {
   std::ostringstream o;
   char line[256];
-  std::snprintf(line, sizeof line,
-                "schedule %s: pp=%d vpp=%d microbatches=%d%s; costs tF=%g tB=%g tW=%g latency=%g%s\n",
-                s.name.c_str(), s.pp, s.vpp, s.microbatches, s.split_backward ? " (B/W split)" : "",
-                c.t_f, c.t_b, c.t_w, c.latency, s.split_backward ? "" : " (B runs tB+tW)");
+  std::snprintf(
+      line, sizeof line,
+      "schedule %s: pp=%d vpp=%d microbatches=%d%s; costs tF=%g tB=%g tW=%g latency=%g%s\n",
+      s.name.c_str(), s.pp, s.vpp, s.microbatches, s.split_backward ? " (B/W split)" : "", c.t_f,
+      c.t_b, c.t_w, c.latency, s.split_backward ? "" : " (B runs tB+tW)");
   o << line;
   std::snprintf(line, sizeof line, "makespan %g, mean bubble %.4f, no deadlock\n", r.makespan,
                 r.mean_bubble());

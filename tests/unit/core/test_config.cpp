@@ -226,6 +226,7 @@ Config random_config(std::mt19937& rng) {
   c.parallel.schedule = PipelineSchedule(pick(0, 5));
   c.parallel.cp_mode = CpMode(pick(0, 2));
   c.parallel.cp_ulysses = pick(0, 8);
+  c.parallel.pp_layout = {pick(1, 8), pick(1, 8)};
   c.train.steps = pick(1, 100000);
   c.train.lr = real(1e-6, 1e-1);
   c.train.warmup_steps = pick(0, 1000);
@@ -238,6 +239,7 @@ Config random_config(std::mt19937& rng) {
   c.train.precision = Precision(pick(0, 1));
   c.train.recompute = Recompute(pick(0, 2));
   c.train.recompute_layers = pick(0, 8);
+  c.train.grad_bucket_mb = real(0, 64);
   c.runtime.backend = Backend(pick(0, 2));
   c.runtime.comm = CommBackend(pick(0, 2));
   c.runtime.timeout_s = real(0.001, 1e5);
@@ -317,6 +319,7 @@ TEST_CASE("to_toml round-trips every key") {
                                              "parallel.schedule",
                                              "parallel.cp_mode",
                                              "parallel.cp_ulysses",
+                                             "parallel.pp_layout",
                                              "train.steps",
                                              "train.lr",
                                              "train.warmup_steps",
@@ -333,6 +336,7 @@ TEST_CASE("to_toml round-trips every key") {
                                              "train.recompute",
                                              "train.recompute_layers",
                                              "train.optimizer_sharding",
+                                             "train.grad_bucket_mb",
                                              "eval.every",
                                              "eval.steps",
                                              "eval.token_file",

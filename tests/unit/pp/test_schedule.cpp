@@ -189,6 +189,83 @@ TEST_CASE("interleaved beats 1F1B's bubble and ZB-H1 beats 1F1B", "[pp]") {
   }
 }
 
+namespace {
+
+// Interleaved as trident generated it before rounds were balanced: rounds of
+// pp, the whole remainder m % pp in the first one (what the peak check below
+// compares the bubble with).
+Schedule remainder_first_interleaved(int pp, int m, int vpp) {
+  Schedule s = make_schedule("interleaved", pp, m, vpp);
+  std::vector<std::pair<int, int>> fwd, bwd;
+  int first = 0;
+  for (int start = 0; start < m;) {
+    const int end = std::min(m, start == 0 ? pp + m % pp : start + pp);
+    for (int c = 0; c < vpp; ++c)
+      for (int mb = start; mb < end; ++mb) fwd.push_back({c, mb});
+    for (int c = vpp - 1; c >= 0; --c)
+      for (int mb = start; mb < end; ++mb) bwd.push_back({c, mb});
+    if (start == 0) first = end;
+    start = end;
+  }
+  const int total = m * vpp;
+  for (int r = 0; r < pp; ++r) {
+    const int warmup = std::min(total, (pp - r - 1) * 2 + (vpp - 1) * first);
+    auto& row = s.ranks[size_t(r)];
+    row.clear();
+    int f = 0, b = 0;
+    for (; f < warmup; ++f) row.push_back({s.stage_of(r, fwd[f].first), Op::F, fwd[f].second});
+    for (; f < total; ++f, ++b) {
+      row.push_back({s.stage_of(r, fwd[f].first), Op::F, fwd[f].second});
+      row.push_back({s.stage_of(r, bwd[b].first), Op::B, bwd[b].second});
+    }
+    for (; b < total; ++b) row.push_back({s.stage_of(r, bwd[b].first), Op::B, bwd[b].second});
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("interleaved holds no more activations than PyTorch's Interleaved1F1B", "[pp]") {
+  // The cases: PyTorch 2.15 peaks at 12 (p=4 m=10) and 25 (p=8 m=20).
+  CHECK(simulate(lower(make_schedule("interleaved", 4, 10, 2)), SimCosts{1, 1, 1, 0})
+            .max_peak_inflight() == 12);
+  CHECK(simulate(lower(make_schedule("interleaved", 8, 20, 2)), SimCosts{1, 1, 1, 0})
+            .max_peak_inflight() == 25);
+  for (int p : {2, 3, 4, 5, 8})
+    for (int v : {2, 3, 4})
+      for (int m = p; m <= 3 * p + 1; ++m) {
+        INFO("p=" << p << " v=" << v << " m=" << m);
+        const Schedule s = make_schedule("interleaved", p, m, v);
+        validate(lower(s));
+        // PyTorch: rounds = m / p, warm-up (v-1) m/rounds + 2 (p-1-rank); it
+        // takes only m that the rounds divide.
+        const int rounds = std::max(1, m / p);
+        const int torch_peak = std::min(m * v, (v - 1) * (m / rounds) + 2 * (p - 1) + 1);
+        for (const SimCosts& c : {SimCosts{1, 1, 1, 0}, SimCosts{1, 2, 1, 0.1}}) {
+          const SimResult now = simulate(lower(s), c);
+          const SimResult before = simulate(lower(remainder_first_interleaved(p, m, v)), c);
+          if (m % rounds == 0) CHECK(now.max_peak_inflight() <= torch_peak);
+          CHECK(now.max_peak_inflight() <= before.max_peak_inflight());
+          // the same bubble as the order with the remainder in the first round
+          CHECK(now.makespan <= before.makespan + 1e-9);
+        }
+      }
+}
+
+TEST_CASE("an uneven layout costs each stage its layers", "[pp]") {
+  const Schedule s = lower(one_f_one_b(2, 4));
+  const SimCosts c{1, 1, 1, 0};
+  const std::vector<double> uneven = stage_work_of_layout({1, 3});  // 0.5 and 1.5 of the mean
+  CHECK(uneven == std::vector<double>{0.5, 1.5});
+  const double even = simulate(s, c).makespan;
+  CHECK(simulate(s, c, stage_work_of_layout({2, 2})).makespan == Approx(even));
+  // The slow stage sets the pace: 4 micro-batches of its F (1.5) and B (3),
+  // after stage 0's first forward (0.5) and before its last backward (1).
+  CHECK(simulate(s, c, uneven).makespan == Approx(0.5 + 4 * 4.5 + 1.0));
+  CHECK(simulate(s, c, uneven).makespan > even);
+  CHECK_THROWS(simulate(s, c, {1.0, 1.0, 1.0}));
+}
+
 TEST_CASE("latency adds two hops per pipeline boundary to AFAB's makespan", "[pp]") {
   const SimCosts c{1, 2, 1, 0.25};
   for (int p : {2, 3, 5})

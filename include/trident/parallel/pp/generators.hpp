@@ -11,9 +11,12 @@
 //  - "dualpipev": microbatches >= 2 pp (its steady phase, one overlapped F+B
 //    pair per chunk, needs every stage busy), as in DeepSeek's DualPipeV.
 // Interleaved takes any micro-batch count: micro-batches go through the
-// chunks in groups of pp (Megatron's order), and the remainder m % pp joins
-// the FIRST group, whose size g then sets the warm-up ((vpp-1) g +
-// 2 (pp-1-rank) forwards). The alternatives fail: a short group at the end
+// chunks in rounds (Megatron's order), m / pp rounds (at least one) of
+// ceil or floor m / rounds micro-batches, the larger ones FIRST (PyTorch's
+// Interleaved1F1B sizes its rounds alike); the first round's size g sets the
+// warm-up ((vpp-1) g + 2 (pp-1-rank) forwards), so at p=4 m=10 rank 0 holds
+// 12 activations at its peak, not the 13 of one round of 6 followed by one of
+// 4. The alternatives fail: a short group at the end
 // deadlocks (pp=4 vpp=3 m=5: rank 0 waits for rank 3's forward while rank 3
 // waits for rank 0's backward), and a long group at the end makes a backward
 // come due before its forward.

@@ -23,6 +23,9 @@ struct SimCosts {
   double cost(const Schedule& s, Op op) const;
 };
 
+// stage_work of a layout (layers per virtual stage): each entry over the mean.
+std::vector<double> stage_work_of_layout(const std::vector<int>& layers);
+
 struct SimEvent {
   Action action;
   double t_begin = 0, t_end = 0;  // a RECV spans its wait
@@ -48,6 +51,11 @@ struct SimResult {
 // waiting actions ("deadlock: rank 0 waits at 0RECV_B0 for 1SEND_B0 on rank 1,
 // which is blocked; rank 1 waits at ...").
 SimResult simulate(const Schedule& lowered, const SimCosts& costs);
+// The same with per-virtual-stage work: stage s's actions cost stage_work[s]
+// times the above (an uneven parallel.pp_layout: stage_work_of_layout);
+// empty: 1 each.
+SimResult simulate(const Schedule& lowered, const SimCosts& costs,
+                   const std::vector<double>& stage_work);
 
 // Peak in-flight activations per rank from the action order alone: (chunk,
 // micro-batch) pairs whose F has run and whose last backward (W when split,

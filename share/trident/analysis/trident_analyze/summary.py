@@ -5,6 +5,9 @@ import numpy as np
 
 from .runfile import COMM_KINDS, RunFile, decode
 
+# /ranks/summary's peak_<kind>_bytes columns (core/allocator.hpp's MemKind).
+MEMORY_KINDS = ("parameters", "gradients", "optimizer", "activations", "communication", "workspace")
+
 BUSY_KINDS = {"F", "B", "W"}
 
 
@@ -75,6 +78,14 @@ def summarize(rf: RunFile) -> dict:
             out["peak_rss_mb_max"] = float(np.max(rs["peak_rss_bytes"]) / 2**20)
         if "peak_alloc_bytes" in rs.dtype.names:
             out["peak_alloc_mb_max"] = float(np.max(rs["peak_alloc_bytes"]) / 2**20)
+        # The training allocator's peak split by kind, on the rank whose
+        # peak is highest (run files from before the split have no columns).
+        kinds = [k for k in MEMORY_KINDS if f"peak_{k}_bytes" in rs.dtype.names]
+        if kinds:
+            totals = sum(np.asarray(rs[f"peak_{k}_bytes"], dtype=np.float64) for k in kinds)
+            top = int(np.argmax(totals))
+            out["peak_by_kind_mb"] = {"rank": int(rs["rank"][top]), **{
+                k: float(rs[f"peak_{k}_bytes"][top] / 2**20) for k in kinds}}
     out["time_split"] = split
 
     cb = rf.comm_bytes()
@@ -125,4 +136,9 @@ def format_text(s: dict) -> str:
         if "peak_rss_mb_max" in s:
             alloc = f", allocator {s['peak_alloc_mb_max']:.1f} MB" if "peak_alloc_mb_max" in s else ""
             L.append(f"memory        peak RSS {s['peak_rss_mb_max']:.0f} MB{alloc} (max over ranks)")
+        if "peak_by_kind_mb" in s:
+            pk = dict(s["peak_by_kind_mb"])
+            rank = pk.pop("rank")
+            L.append(f"peak by kind  rank {rank}: " + ", ".join(f"{k} {v:.2f} MB" for k, v in pk.items())
+                     + f" (= {sum(pk.values()):.2f} MB, the allocator's peak)")
     return "\n".join(L)
