@@ -55,7 +55,7 @@ void* CudaAllocator::allocate(size_t bytes) {
                 " bytes (" + cudaGetErrorString(e) + "); " + std::to_string(bytes_in_use()) +
                 " bytes in use");
   }
-  count_alloc(bytes);
+  count_alloc(p, bytes);
   return p;
 }
 
@@ -63,8 +63,8 @@ void CudaAllocator::deallocate(void* p, size_t bytes) noexcept {
   if (!p) return;
   // A failure here means the context is already broken; the next checked
   // call reports it, and a destructor must not throw.
+  count_free(p, bytes);  // before the address can be handed out again
   (void)cudaFreeAsync(p, as_stream(stream_));
-  count_free(bytes);
 }
 
 Stream::Stream(int device) {

@@ -2,6 +2,7 @@
 // allocator accounting that the run file and the planner read.
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <string>
 
 #include "trident/core/error.hpp"
 #include "trident/core/rng.hpp"
@@ -120,4 +121,59 @@ TEST_CASE("an empty tensor has no storage and no elements") {
   Tensor z = Tensor::empty({0, 5});
   CHECK(z.empty());
   CHECK(z.dim(1) == 5);
+}
+
+namespace {
+
+// Counts by kind, as the host allocator does (the pointer names the kind).
+class KindCountingAllocator final : public Allocator {
+ public:
+  void* allocate(size_t bytes) override {
+    void* p = bytes ? ::operator new(bytes) : nullptr;
+    count_alloc(p, bytes);
+    return p;
+  }
+  void deallocate(void* p, size_t bytes) noexcept override {
+    count_free(p, bytes);
+    if (p) ::operator delete(p);
+  }
+  Device device() const override { return Device::cpu(); }
+};
+
+}  // namespace
+
+TEST_CASE("the allocator's peak splits by the kind each allocation was made under") {
+  KindCountingAllocator a;
+  auto kind = [&](MemKind k) { return a.bytes_in_use_by_kind()[size_t(k)]; };
+  auto at_peak = [&](MemKind k) { return a.peak_bytes_by_kind()[size_t(k)]; };
+  Tensor params, grads;
+  {
+    MemKindScope s(MemKind::parameters);
+    params = Tensor::empty({100}, a);
+    MemKindScope inner(MemKind::gradients);  // scopes nest
+    grads = Tensor::empty({100}, a);
+  }
+  CHECK(current_mem_kind() == MemKind::workspace);
+  CHECK(kind(MemKind::parameters) == 400);
+  CHECK(kind(MemKind::gradients) == 400);
+  Tensor act;
+  {
+    MemKindScope s(MemKind::activations);
+    act = Tensor::empty({300}, a);  // the peak: 400 + 400 + 1200
+  }
+  CHECK(a.peak_bytes() == 2000);
+  CHECK(kind(MemKind::activations) == 1200);
+  act = Tensor();  // freed outside its scope: still leaves its own kind
+  CHECK(kind(MemKind::activations) == 0);
+  CHECK(kind(MemKind::workspace) == 0);
+  Tensor work = Tensor::empty({50}, a);  // no scope: workspace, below the peak
+  CHECK(kind(MemKind::workspace) == 200);
+  CHECK(at_peak(MemKind::parameters) == 400);
+  CHECK(at_peak(MemKind::gradients) == 400);
+  CHECK(at_peak(MemKind::activations) == 1200);
+  CHECK(at_peak(MemKind::workspace) == 0);
+  size_t sum = 0;
+  for (size_t b : a.peak_bytes_by_kind()) sum += b;
+  CHECK(sum == a.peak_bytes());
+  CHECK(std::string(mem_kind_name(MemKind::communication)) == "communication");
 }
