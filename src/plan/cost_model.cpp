@@ -8,6 +8,7 @@
 
 #include "trident/core/error.hpp"
 #include "trident/kernels/attention.hpp"
+#include "trident/model/transformer.hpp"
 #include "trident/parallel/cp/config_rules.hpp"
 #include "trident/parallel/pp/generators.hpp"
 #include "trident/plan/packed_attention.hpp"
@@ -18,13 +19,6 @@ namespace {
 constexpr double kFloat = 4;           // bytes per fp32 value
 constexpr double kIndex = 4;           // bytes per int32 routing entry
 constexpr double kAttnBackward = 2.5;  // attention backward / forward FLOPs (P recomputed)
-
-// Layers [begin, end) of virtual stage vs of n (the model's layer_range rule).
-std::pair<int, int> stage_layers(int n_layers, int n_virtual, int vs) {
-  const int base = n_layers / n_virtual, extra = n_layers % n_virtual;
-  const int begin = vs * base + std::min(vs, extra);
-  return {begin, begin + base + (vs < extra ? 1 : 0)};
-}
 
 // Shapes of one micro-batch on one rank.
 struct Shapes {
@@ -190,6 +184,10 @@ std::string MeshPlan::str() const {
     if (recompute_layers > 0) o << ":" << recompute_layers;
   }
   if (sharding != OptimizerSharding::none) o << " sharding=" << config_name(sharding);
+  if (!pp_layout.empty()) {
+    o << " layout=";
+    for (size_t i = 0; i < pp_layout.size(); ++i) o << (i ? "," : "") << pp_layout[i];
+  }
   return o.str();
 }
 
@@ -213,6 +211,8 @@ MeshPlan mesh_plan_of(const Config& cfg, int world) {
   p.recompute = cfg.train.recompute;
   p.recompute_layers = cfg.train.recompute_layers;
   p.sharding = cfg.train.optimizer_sharding;
+  p.pp_layout = cfg.parallel.pp_layout;
+  p.grad_bucket_mb = cfg.train.grad_bucket_mb;
   return p;
 }
 
@@ -230,6 +230,8 @@ Config with_plan(Config cfg, const MeshPlan& p) {
   cfg.train.recompute = p.recompute;
   cfg.train.recompute_layers = p.recompute_layers;
   cfg.train.optimizer_sharding = p.sharding;
+  cfg.parallel.pp_layout = p.pp_layout;
+  cfg.train.grad_bucket_mb = p.grad_bucket_mb;
   return cfg;
 }
 
@@ -379,7 +381,7 @@ ChunkCost chunk_cost(const Config& cfg, const MeshPlan& p, int vs) {
   TRIDENT_CHECK(vs >= 0 && vs < n_virtual, "virtual stage out of range");
   const Shapes s(cfg, p);
   ChunkCost c;
-  const auto [begin, end] = stage_layers(cfg.model.n_layers, n_virtual, vs);
+  const auto [begin, end] = model::layer_range(cfg.model.n_layers, n_virtual, vs, p.pp_layout);
   c.first = vs == 0;
   c.last = vs == n_virtual - 1;
   c.layers = end - begin;

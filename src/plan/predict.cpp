@@ -131,6 +131,34 @@ double agreements_s(const Config& cfg, const ClusterShape& shape, const MachineP
   return (kStepAgreements + moe_layers) * rounds * per_round;
 }
 
+// train.grad_bucket_mb > 0: each bucket's reduction is posted once its
+// gradients are final, which for every bucket but the ones of the rank's
+// first layers is during the last micro-batch's backward through the rank's
+// chunks (`backward_s`, the shortest over the ranks). That much of the
+// reduction hides behind it, and never the last bucket's share (posted as the
+// backward ends). Where the ranks outnumber the cores (sharing > 1) the
+// reduction's copies take the cores the backward needs, and nothing hides:
+// measured, memory.md.
+double exposed_dp_s(const MeshPlan& p, double dp_s, double grad_bytes, double sharing,
+                    double backward_s) {
+  if (p.grad_bucket_mb <= 0 || dp_s <= 0 || sharing > 1 || grad_bytes <= 0) return dp_s;
+  const double buckets = std::max(1.0, std::ceil(grad_bytes / (p.grad_bucket_mb * 1048576.0)));
+  return std::max(dp_s / buckets, dp_s - backward_s);
+}
+
+// One micro-batch through each rank's chunks: the busiest rank's F + B + W
+// into a.busiest_rank_s; returns the shortest rank's B + W (its backward).
+double rank_times(ActionTimes& a, const MeshPlan& p, const pp::Placement& place) {
+  std::vector<double> work(size_t(p.pp), 0), backward(size_t(p.pp), 0);
+  for (size_t vs = 0; vs < a.stages.size(); ++vs) {
+    const StageTimes& t = a.stages[vs];
+    work[size_t(place.rank[vs])] += t.f + t.b + t.w;
+    backward[size_t(place.rank[vs])] += t.b + t.w;
+  }
+  a.busiest_rank_s = *std::max_element(work.begin(), work.end());
+  return *std::min_element(backward.begin(), backward.end());
+}
+
 }  // namespace
 
 double optimizer_seconds(const MachineProfile& m, double params) {
@@ -145,7 +173,14 @@ double compute_seconds(const Work& w, const MachineProfile& m) {
 }
 
 double ActionTimes::lower_bound_s() const {
-  return std::max(microbatches * vpp * (t_f + t_b + t_w), cpu_bound_s()) + after_pipeline;
+  return std::max(microbatches * busiest_rank_s, cpu_bound_s()) + after_pipeline;
+}
+
+std::vector<double> ActionTimes::stage_work() const {
+  const double slowest = t_f + t_b + t_w;
+  std::vector<double> out;
+  for (const StageTimes& s : stages) out.push_back(slowest > 0 ? (s.f + s.b + s.w) / slowest : 1);
+  return out;
 }
 
 ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShape& shape,
@@ -214,6 +249,8 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
   if (sharing > 1) a.node_work_s = node_work_s(a, place);
   a.dp = sharing * (allreduce_s(dp_link, dense_grad, stage) +
                     allreduce_s(expert_link, expert_grad, stage / p.ep));
+  a.dp_total = a.dp;
+  a.dp = exposed_dp_s(p, a.dp, dense_grad + expert_grad, sharing, rank_times(a, p, place));
   const long long world = stage * p.pp;
   const double agreements = agreements_s(cfg, shape, m, world);
   a.after_pipeline =
@@ -252,7 +289,10 @@ Prediction predict(const Config& cfg, const MeshPlan& p, const ClusterShape& sha
   const ActionTimes a = action_times(cfg, p, shape, m);
   pp::SimCosts costs{a.t_f, a.t_b, a.t_w, a.latency};
   const pp::Schedule lowered = lowered_schedule(p);
-  const pp::SimResult sim = pp::simulate(lowered, costs);
+  // each virtual stage at its own cost (its layers, the embedding and the
+  // head), in units of the slowest stage's
+  const std::vector<double> work = a.stage_work();
+  const pp::SimResult sim = pp::simulate(lowered, costs, work);
   Prediction out;
   out.plan = p;
   out.t_f = a.t_f, out.t_b = a.t_b, out.t_w = a.t_w, out.pp_latency_s = a.latency;
@@ -275,11 +315,12 @@ Prediction predict(const Config& cfg, const MeshPlan& p, const ClusterShape& sha
   out.split.cp = p.microbatches * a.cp;
   out.split.ep = p.microbatches * a.ep;
   out.split.dp = a.dp;
+  out.dp_reduction_s = a.dp_total;
   out.split.other = a.after_pipeline - a.dp;
   double no_latency = sim.makespan;
   if (detailed && a.latency > 0) {
     costs.latency = 0;
-    no_latency = pp::simulate(lowered, costs).makespan;
+    no_latency = pp::simulate(lowered, costs, work).makespan;
   }
   out.split.pp = sim.makespan - no_latency;
   out.split.bubble = std::max(0.0, no_latency - busy);
@@ -365,6 +406,9 @@ std::string prediction_text(const Prediction& p, double limit) {
   o << "\n  time: " << part("compute", s.compute) << ", " << part("bubble", s.bubble) << ", "
     << part("cp", s.cp) << ", " << part("ep", s.ep) << ", " << part("pp", s.pp) << ", "
     << part("dp", s.dp) << ", " << part("other", s.other);
+  if (p.dp_reduction_s > s.dp)
+    o << " (dp: " << seconds_text(p.dp_reduction_s) << " of reduction in "
+      << fmt("%g", p.plan.grad_bucket_mb) << " MiB buckets, the rest behind the backward)";
   if (s.cores > 0) o << ", " << part("shared cores", s.cores);
   o << "\n"
     << "  per action: F " << seconds_text(p.t_f) << ", B " << seconds_text(p.t_b) << ", W "
@@ -420,7 +464,10 @@ std::string prediction_json(const Prediction& p) {
     << "]}}, \"peak_inflight\": " << p.peak_inflight << ", \"moe_imbalance\": " << p.moe_imbalance
     << ", \"recompute\": \"" << config_name(m.recompute)
     << "\", \"recompute_layers\": " << m.recompute_layers << ", \"optimizer_sharding\": \""
-    << config_name(m.sharding) << "\"";
+    << config_name(m.sharding) << "\", \"grad_bucket_mb\": " << m.grad_bucket_mb
+    << ", \"dp_reduction_s\": " << p.dp_reduction_s << ", \"pp_layout\": [";
+  for (size_t i = 0; i < m.pp_layout.size(); ++i) o << (i ? ", " : "") << m.pp_layout[i];
+  o << "]";
   if (!p.policy_effects.empty()) {
     o << ", \"policy_effects\": [";
     for (size_t i = 0; i < p.policy_effects.size(); ++i) {

@@ -81,6 +81,10 @@ std::vector<MeshPlan> meshes(const Config& cfg, const ClusterShape& shape) {
               p.pp = pp, p.cp = cp, p.ep = ep, p.vpp = vpp, p.dp = int(stage / cp);
               p.schedule = sched, p.cp_layout = layout;
               p.cp_mode = mode, p.cp_ulysses = u;
+              // the config's layout on its own pipeline, the even split on others
+              if (pp == cfg.parallel.pp && vpp == cfg.parallel.vpp)
+                p.pp_layout = cfg.parallel.pp_layout;
+              p.grad_bucket_mb = cfg.train.grad_bucket_mb;
               out.push_back(p);
             }
           }

@@ -51,6 +51,11 @@ struct MeshPlan {
   Recompute recompute = Recompute::none;
   int recompute_layers = 0;  // the first N layers of each chunk; 0: all
   OptimizerSharding sharding = OptimizerSharding::none;
+  // Layers per virtual stage (parallel.pp_layout); empty: the even split.
+  std::vector<int> pp_layout;
+  // train.grad_bucket_mb: > 0, the gradient reduction runs in buckets of about
+  // this many MiB, posted during the backward; 0, after the pipeline.
+  double grad_bucket_mb = 0;
 
   long long global_batch() const { return 1LL * micro_batch_size * microbatches * dp; }
   int cp_ring() const { return cp / cp_ulysses; }

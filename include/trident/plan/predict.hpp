@@ -51,7 +51,8 @@ struct Prediction {
   // under uniform random routing; 1 without MoE or with ep = 1)
   double moe_imbalance = 1;
   TimeSplit split;
-  MemoryEstimate memory;  // of the rank that needs the most
+  double dp_reduction_s = 0;  // the whole gradient reduction; split.dp is its exposed part
+  MemoryEstimate memory;      // of the rank that needs the most
   int memory_pp_rank = 0;
   std::vector<double> rank_total, rank_allocator;  // memory of each pipeline rank, bytes
   // Filled by add_policy_effects: each policy the plan uses, and the mesh
@@ -73,7 +74,9 @@ struct ActionTimes {
   double t_f = 0, t_b = 0, t_w = 0, latency = 0;
   double compute = 0, cp = 0, ep = 0;  // per micro-batch over the rank's chunks
   double after_pipeline = 0;           // dp reduction + agreements + optimizer + overhead
-  double dp = 0;
+  double dp = 0;                       // the gradient reduction's exposed seconds
+  double dp_total = 0;                 // all of it (= dp without grad buckets)
+  double busiest_rank_s = 0;           // one micro-batch through the busiest rank's chunks
   double sharing = 1;        // ranks per core (>= 1), see MachineProfile::oversubscription
   double moe_imbalance = 1;  // busiest EP rank's routed rows over the mean
   int microbatches = 1, vpp = 1;
@@ -84,6 +87,9 @@ struct ActionTimes {
   double cpu_bound_s() const { return node_work_s; }
   // Step time no schedule can beat: no bubble, and no idle core.
   double lower_bound_s() const;
+  // Each virtual stage's f + b + w over the slowest stage's (the simulator's
+  // stage_work).
+  std::vector<double> stage_work() const;
 };
 ActionTimes action_times(const Config& cfg, const MeshPlan& plan, const ClusterShape& shape,
                          const MachineProfile& m);

@@ -305,7 +305,22 @@ TEST_CASE("a prediction prices each action at the machine's rates") {
   CHECK(dp2.step_time_s == Approx(4 * per + dp2.split.dp + dp2.split.other));
 }
 
-TEST_CASE("without latency, 1F1B on equal stages takes (m + p - 1)(tF + tB + tW)") {
+namespace {
+// Seconds of F + B + W of virtual stage vs at unit_machine()'s rates.
+double stage_seconds(const Config& c, const MeshPlan& p, int vs) {
+  const ChunkCost cc = chunk_cost(c, p, vs);
+  auto sec = [&](const Work& w) {
+    return w.gemm_flops / 1e9 + w.attention_flops / 5e8 + w.memory_bytes / 2e9;
+  };
+  return sec(cc.f) + sec(cc.b) + sec(cc.w);
+}
+}  // namespace
+
+TEST_CASE("without latency, 1F1B on two stages takes m x the slower stage + the other") {
+  // Each stage's actions cost its own work: stage 1 (the head) is the
+  // slower; stage 0 runs its first F before stage 1 can start and its last
+  // B after stage 1 has ended, so the step is m s1 + s0 (the textbook
+  // (m + p - 1) x per when the stages are equal).
   Config c = dense_config();
   c.model.n_layers = 4;
   MachineProfile m = unit_machine();
@@ -315,13 +330,105 @@ TEST_CASE("without latency, 1F1B on equal stages takes (m + p - 1)(tF + tB + tW)
     p.pp = 2;
     p.microbatches = micro;
     const Prediction pr = predict(c, p, ClusterShape{1, 2, 2}, m);
-    const double per = pr.t_f + pr.t_b + pr.t_w;
+    const double s0 = stage_seconds(c, p, 0), s1 = stage_seconds(c, p, 1);
+    REQUIRE(s0 < s1);
+    CHECK(pr.t_f + pr.t_b + pr.t_w == Approx(s1));
     const double most = std::max(chunk_cost(c, p, 0).params, chunk_cost(c, p, 1).params);
     const double optimizer = 36 * most / 2e9;  // the rank with the most parameters
-    CHECK(pr.step_time_s == Approx((micro + 1) * per + optimizer));
-    CHECK(pr.split.bubble == Approx(per));
+    CHECK(pr.step_time_s == Approx(micro * s1 + s0 + optimizer));
+    CHECK(pr.split.bubble == Approx(s0));
     CHECK(pr.peak_inflight == 2);
   }
+}
+
+TEST_CASE("parallel.pp_layout: each stage holds its layers, priced and simulated as laid out") {
+  Config c = dense_config();
+  c.model.n_layers = 6;
+  c.model.vocab_size = 256;  // the head costs more than a layer
+  MachineProfile m = unit_machine();
+  m.nvlink = m.node = m.network = Link{1e30, 0};
+  MeshPlan even = serial_plan(c);
+  even.pp = 2;
+  even.microbatches = 8;
+  MeshPlan uneven = even;
+  uneven.pp_layout = {4, 2};
+  CHECK(chunk_cost(c, uneven, 0).layers == 4);
+  CHECK(chunk_cost(c, uneven, 1).layers == 2);
+  CHECK(chunk_cost(c, even, 0).layers == 3);
+  // the layers' parameters follow them; the model's counts are the model's
+  {
+    Config with = c;
+    with.parallel.pp = 2;
+    with.parallel.pp_layout = {4, 2};
+    model::ModelStage st(with, 0, 2, model::StageComms{});
+    double numel = 0;
+    for (Param* q : st.params()) numel += double(q->value.numel());
+    CHECK(chunk_cost(c, uneven, 0).params == numel);
+  }
+  // the config's layout comes into the plan and back out of it
+  Config laid = c;
+  laid.parallel.pp = 2;
+  laid.parallel.pp_layout = {4, 2};
+  CHECK(mesh_plan_of(laid, 2).pp_layout == std::vector<int>{4, 2});
+  CHECK(with_plan(c, uneven).parallel.pp_layout == std::vector<int>{4, 2});
+  CHECK(uneven.str().find("layout=4,2") != std::string::npos);
+  // 1F1B on two stages: m x the slower stage + the other (see above)
+  for (const MeshPlan& p : {even, uneven}) {
+    const Prediction pr = predict(c, p, ClusterShape{1, 2, 2}, m);
+    const double s0 = stage_seconds(c, p, 0), s1 = stage_seconds(c, p, 1);
+    const double most = std::max(chunk_cost(c, p, 0).params, chunk_cost(c, p, 1).params);
+    CHECK(pr.step_time_s == Approx(8 * std::max(s0, s1) + std::min(s0, s1) + 36 * most / 2e9));
+  }
+  // moving a layer off the head's stage makes the step shorter; moving one
+  // onto it, longer
+  MeshPlan balanced = even, heavy = even;
+  balanced.pp_layout = {4, 2};
+  heavy.pp_layout = {2, 4};
+  const double t_even = predict(c, even, ClusterShape{1, 2, 2}, m).step_time_s;
+  CHECK(predict(c, heavy, ClusterShape{1, 2, 2}, m).step_time_s > t_even);
+  CHECK(predict(c, balanced, ClusterShape{1, 2, 2}, m).step_time_s < t_even);
+}
+
+TEST_CASE(
+    "train.grad_bucket_mb: the reduction hides behind the last backward, never its last bucket") {
+  Config c = dense_config();
+  c.model.n_layers = 4;
+  MachineProfile m = unit_machine();
+  m.nvlink = m.node = m.network = Link{1e7, 1e-6};  // a slow link: the reduction matters
+  MeshPlan p = serial_plan(c);
+  p.dp = 4;
+  const ClusterShape shape{1, 4, 4};
+  const Prediction after = predict(c, p, shape, m);
+  CHECK(after.split.dp == Approx(after.dp_reduction_s));
+  CHECK(after.split.dp > 0);
+  const double grad_bytes = 4 * chunk_cost(c, p, 0).params;
+  const double backward = after.t_b + after.t_w;  // one rank, one chunk
+  for (double mb : {1e-3, 4e-3, 1.0}) {
+    MeshPlan b = p;
+    b.grad_bucket_mb = mb;
+    const Prediction pr = predict(c, b, shape, m);
+    const double buckets = std::max(1.0, std::ceil(grad_bytes / (mb * 1048576.0)));
+    CHECK(pr.dp_reduction_s == Approx(after.dp_reduction_s));
+    const double exposed = std::max(after.split.dp / buckets, after.split.dp - backward);
+    CHECK(pr.split.dp == Approx(exposed));
+    CHECK(pr.step_time_s == Approx(after.step_time_s - (after.split.dp - exposed)));
+  }
+  // one bucket holds every gradient: nothing hides
+  MeshPlan one = p;
+  one.grad_bucket_mb = 1.0;
+  CHECK(predict(c, one, shape, m).split.dp == Approx(after.split.dp));
+  // more ranks than cores: the reduction's copies take the backward's cores
+  MachineProfile shared = m;
+  shared.cores_per_node = 2;
+  MeshPlan small = p;
+  small.grad_bucket_mb = 1e-3;
+  const Prediction s0 = predict(c, p, shape, shared), s1 = predict(c, small, shape, shared);
+  CHECK(s1.split.dp == Approx(s0.split.dp));
+  CHECK(s1.step_time_s == Approx(s0.step_time_s));
+  // the config's key reaches the plan
+  Config keyed = c;
+  keyed.train.grad_bucket_mb = 2;
+  CHECK(mesh_plan_of(keyed, 1).grad_bucket_mb == 2);
 }
 
 TEST_CASE("a fixed cost per layer and a measured update rate add to the step") {

@@ -193,3 +193,30 @@ TEST_CASE("under a memory limit the search recomputes and shards, and says what 
   CHECK(search_text(r, opt.memory_limit_bytes).find(rc.choice + ": saves") != std::string::npos);
   CHECK(search_json(r).find("\"policy_effects\": [") != std::string::npos);
 }
+
+TEST_CASE("a config's pp_layout is searched on its own pipeline; every other mesh splits evenly") {
+  Config c = moe_config();
+  c.parallel.pp = 2;
+  const ClusterShape shape{2, 4, 2};
+  SearchOptions opt;
+  opt.top_k = 1 << 20;
+  const SearchResult plain = search(c, shape, gpu_like(), opt);
+  c.parallel.pp_layout = {3, 5};
+  c.train.grad_bucket_mb = 4;
+  const SearchResult laid = search(c, shape, gpu_like(), opt);
+  // the layout refuses no mesh: the same legal meshes as without it
+  CHECK(laid.legal == plain.legal);
+  int with_layout = 0;
+  for (const Prediction& p : laid.best) {
+    INFO(p.plan.str());
+    CHECK(plan_refusal(c, shape, p.plan).empty());
+    CHECK(p.plan.grad_bucket_mb == 4);
+    if (p.plan.pp == 2 && p.plan.vpp == 1) {
+      CHECK(p.plan.pp_layout == std::vector<int>{3, 5});
+      ++with_layout;
+    } else {
+      CHECK(p.plan.pp_layout.empty());
+    }
+  }
+  CHECK(with_layout > 0);
+}
