@@ -189,15 +189,17 @@ void rope(const Ctx& ctx, const char* op, const Tensor& x, const Tensor& pos, in
 
 }  // namespace
 
-void rope_forward(const Ctx& ctx, const Tensor& x, const Tensor& pos, int64_t D, double theta) {
+void rope_forward(const Ctx& ctx, const Tensor& x, const Tensor& pos, int64_t D,
+                  const RopeFreqs& freqs) {
   rope(ctx, "rope_forward", x, pos, D, [&](float* px, const int64_t* pp, int64_t T, int64_t H) {
-    rope_forward(ctx, px, pp, T, H, D, theta);
+    rope_forward(ctx, px, pp, T, H, D, freqs);
   });
 }
 
-void rope_backward(const Ctx& ctx, const Tensor& dx, const Tensor& pos, int64_t D, double theta) {
+void rope_backward(const Ctx& ctx, const Tensor& dx, const Tensor& pos, int64_t D,
+                   const RopeFreqs& freqs) {
   rope(ctx, "rope_backward", dx, pos, D, [&](float* px, const int64_t* pp, int64_t T, int64_t H) {
-    rope_backward(ctx, px, pp, T, H, D, theta);
+    rope_backward(ctx, px, pp, T, H, D, freqs);
   });
 }
 

@@ -73,13 +73,13 @@ void rmsnorm_backward(const Ctx& ctx, const float* dy, const float* x, const flo
 }
 
 void rope_forward(const Ctx& ctx, float* x, const int64_t* pos, int64_t T, int64_t H, int64_t D,
-                  double theta) {
-  TRIDENT_ROUTE(rope_forward, x, pos, T, H, D, theta);
+                  const RopeFreqs& freqs) {
+  TRIDENT_ROUTE(rope_forward, x, pos, T, H, D, freqs);
 }
 
 void rope_backward(const Ctx& ctx, float* dx, const int64_t* pos, int64_t T, int64_t H, int64_t D,
-                   double theta) {
-  TRIDENT_ROUTE(rope_backward, dx, pos, T, H, D, theta);
+                   const RopeFreqs& freqs) {
+  TRIDENT_ROUTE(rope_backward, dx, pos, T, H, D, freqs);
 }
 
 void embedding_forward(const Ctx& ctx, const float* table, const int32_t* ids, int64_t T, int64_t d,

@@ -2,7 +2,7 @@
 // position so that every CP layout rotates a token identically.
 //
 // The cos/sin of every (position, frequency) pair are computed once per
-// thread and kept in a table per (head_dim, theta) covering positions
+// thread and kept in a table per (head_dim, frequencies) covering positions
 // [0, rows): the same double computation rounded to float as a direct
 // evaluation, so a table lookup gives the same bits, and a step no longer
 // spends a million sin/cos on angles it computed the step before. The table
@@ -33,7 +33,7 @@ void angles(int64_t p, int64_t D, const std::vector<double>& inv_freq, float* ro
 
 struct RopeTable {
   int64_t D = 0;
-  double theta = 0;
+  RopeFreqs freqs;
   std::vector<double> inv_freq;
   int64_t rows = 0;
   std::vector<float> cs;  // [rows, D]
@@ -48,18 +48,17 @@ struct RopeTable {
   }
 };
 
-// The table for (D, theta) covering positions [0, want) where it may.
-RopeTable& table_for(int64_t D, double theta, int64_t want) {
+// The table for (D, freqs) covering positions [0, want) where it may.
+RopeTable& table_for(int64_t D, const RopeFreqs& freqs, int64_t want) {
   thread_local std::vector<RopeTable> tables;
   auto it = std::find_if(tables.begin(), tables.end(),
-                         [&](const RopeTable& t) { return t.D == D && t.theta == theta; });
+                         [&](const RopeTable& t) { return t.D == D && t.freqs == freqs; });
   if (it == tables.end()) {
     if (tables.size() == kMaxTables) tables.erase(tables.begin());
     RopeTable t;
     t.D = D;
-    t.theta = theta;
-    for (int64_t i = 0; i < D / 2; ++i)
-      t.inv_freq.push_back(std::pow(theta, -2.0 * double(i) / double(D)));
+    t.freqs = freqs;
+    for (int64_t i = 0; i < D / 2; ++i) t.inv_freq.push_back(rope_inv_freq(freqs, i, D));
     tables.push_back(std::move(t));
     it = tables.end() - 1;
   }
@@ -90,12 +89,12 @@ void rotate_token(float* x, const float* cs, int64_t H, int64_t D) {
 }
 
 template <bool inverse>
-void rotate(float* x, const int64_t* pos, int64_t T, int64_t H, int64_t D, double theta) {
+void rotate(float* x, const int64_t* pos, int64_t T, int64_t H, int64_t D, const RopeFreqs& freqs) {
   if (T == 0 || D < 2) return;
   // A table grows to cover a call's positions only where it can cover all
   // of them; positions past it are computed directly.
   const int64_t hi = *std::max_element(pos, pos + T);
-  const RopeTable& tab = table_for(D, theta, hi < kMaxTableFloats / D ? hi + 1 : 0);
+  const RopeTable& tab = table_for(D, freqs, hi < kMaxTableFloats / D ? hi + 1 : 0);
   std::vector<float> direct;
   for (int64_t t = 0; t < T; ++t) {
     const int64_t p = pos[t];
@@ -114,13 +113,13 @@ void rotate(float* x, const int64_t* pos, int64_t T, int64_t H, int64_t D, doubl
 }  // namespace
 
 void rope_forward(const Ctx& ctx, float* x, const int64_t* pos, int64_t T, int64_t H, int64_t D,
-                  double theta) {
-  rotate<false>(x, pos, T, H, D, theta);
+                  const RopeFreqs& freqs) {
+  rotate<false>(x, pos, T, H, D, freqs);
 }
 
 void rope_backward(const Ctx& ctx, float* dx, const int64_t* pos, int64_t T, int64_t H, int64_t D,
-                   double theta) {
-  rotate<true>(dx, pos, T, H, D, theta);
+                   const RopeFreqs& freqs) {
+  rotate<true>(dx, pos, T, H, D, freqs);
 }
 
 }  // namespace trident::kernels::cpu

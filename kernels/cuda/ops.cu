@@ -53,11 +53,11 @@ __global__ void rmsnorm_backward_dw_kernel(const float* dy, const float* x, cons
 // One thread per (token, head, pair); the angle in fp64 from the global
 // position as on the CPU.
 __global__ void rope_kernel(float* x, const int64_t* pos, int64_t T, int64_t H, int64_t D,
-                            double theta, double sign) {
+                            RopeFreqs freqs, double sign) {
   const int64_t half = D / 2;
   GRID_STRIDE(e, T * H * half) {
     const int64_t i = e % half, th = e / half, t = th / H;
-    const double a = double(pos[t]) * pow(theta, -2.0 * double(i) / double(D));
+    const double a = double(pos[t]) * rope_inv_freq(freqs, i, D);
     const float cs = float(cos(a)), sn = float(sign * sin(a));
     float* v = x + th * D;
     const float p = v[i], q = v[i + half];
@@ -186,11 +186,11 @@ __global__ void to_f32_kernel(const __nv_bfloat16* x, int64_t n, float* y) {
 
 #undef GRID_STRIDE
 
-void rope(const Ctx& c, float* x, const int64_t* pos, int64_t T, int64_t H, int64_t D, double theta,
-          double sign) {
+void rope(const Ctx& c, float* x, const int64_t* pos, int64_t T, int64_t H, int64_t D,
+          const RopeFreqs& freqs, double sign) {
   const int64_t n = T * H * (D / 2);
   if (n == 0) return;
-  rope_kernel<<<plan::grid_for(n), plan::kThreads, 0, stream_of(c)>>>(x, pos, T, H, D, theta, sign);
+  rope_kernel<<<plan::grid_for(n), plan::kThreads, 0, stream_of(c)>>>(x, pos, T, H, D, freqs, sign);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -217,13 +217,13 @@ void rmsnorm_backward(const Ctx& c, const float* dy, const float* x, const float
 }
 
 void rope_forward(const Ctx& c, float* x, const int64_t* pos, int64_t T, int64_t H, int64_t D,
-                  double theta) {
-  rope(c, x, pos, T, H, D, theta, 1.0);
+                  const RopeFreqs& freqs) {
+  rope(c, x, pos, T, H, D, freqs, 1.0);
 }
 
 void rope_backward(const Ctx& c, float* dx, const int64_t* pos, int64_t T, int64_t H, int64_t D,
-                   double theta) {
-  rope(c, dx, pos, T, H, D, theta, -1.0);
+                   const RopeFreqs& freqs) {
+  rope(c, dx, pos, T, H, D, freqs, -1.0);
 }
 
 void embedding_forward(const Ctx& c, const float* table, const int32_t* ids, int64_t T, int64_t d,

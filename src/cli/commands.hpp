@@ -23,7 +23,7 @@ std::unique_ptr<Command> add_run_command(CLI::App& app);
 std::unique_ptr<Command> add_topo_command(CLI::App& app);
 std::unique_ptr<Command> add_plan_command(CLI::App& app);
 std::unique_ptr<Command> add_schedule_command(CLI::App& app);
-std::unique_ptr<Command> add_eval_command(CLI::App& app);  // validation loss of a checkpoint
+std::unique_ptr<Command> add_eval_command(CLI::App& app);  // validation loss, logits of given tokens
 
 // `trident bench KIND`: each kind registers below the bench subcommand.
 std::unique_ptr<Command> add_bench_attention(CLI::App& bench);  // CP kernels (one rank)
@@ -31,6 +31,10 @@ std::unique_ptr<Command> add_bench_ring(CLI::App& bench);       // ring attentio
 std::unique_ptr<Command> add_bench_schedule(CLI::App& bench);   // pipeline executor (mpirun)
 std::unique_ptr<Command> add_bench_moe(CLI::App& bench);        // dispatch/combine (mpirun)
 std::unique_ptr<Command> add_bench_comm(CLI::App& bench);       // collectives (mpirun)
+
+// `trident convert hf | to-hf`: Hugging Face models in and out (one process).
+std::unique_ptr<Command> add_convert_hf(CLI::App& convert);
+std::unique_ptr<Command> add_convert_to_hf(CLI::App& convert);
 
 // The process's rank as the launcher sets it (before MPI starts), 0 if none.
 int launcher_rank();

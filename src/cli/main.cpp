@@ -79,6 +79,10 @@ std::vector<std::unique_ptr<Command>> add_commands(CLI::App& app) {
   cmds.push_back(add_bench_schedule(*bench));
   cmds.push_back(add_bench_moe(*bench));
   cmds.push_back(add_bench_comm(*bench));
+  auto* convert = app.add_subcommand("convert", "Hugging Face models in and out: hf | to-hf");
+  convert->require_subcommand(1);
+  cmds.push_back(add_convert_hf(*convert));
+  cmds.push_back(add_convert_to_hf(*convert));
   cmds.push_back(add_eval_command(app));
   return cmds;
 }
@@ -121,6 +125,9 @@ Command* chosen_command(CLI::App& app, const std::vector<std::unique_ptr<Command
   }
   const std::string leaf = path.empty() ? "" : path.back()->get_name();
   const bool under_bench = path.size() == 2 && path.front()->get_name() == "bench";
+  const bool under_convert = path.size() == 2 && path.front()->get_name() == "convert";
+  if (under_convert) return cmds[size_t(leaf == "hf" ? 9 : 10)].get();
+  if (leaf == "eval" && path.size() == 1) return cmds[11].get();
   static const char* top_names[] = {"run", "topo", "plan", "schedule"};
   static const char* bench_names[] = {"attention", "ring", "schedule", "moe", "comm"};
   if (under_bench) {
@@ -129,7 +136,6 @@ Command* chosen_command(CLI::App& app, const std::vector<std::unique_ptr<Command
   } else {
     for (int i = 0; i < 4; ++i)
       if (leaf == top_names[i]) return cmds[size_t(i)].get();
-    if (leaf == "eval") return cmds[9].get();
   }
   return nullptr;
 }

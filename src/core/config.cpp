@@ -134,6 +134,36 @@ const std::vector<KeyDef>& key_table() {
         "model", "init_std", [](Config& c) { return &c.model.init_std; }, 0, true));
     t.push_back(int_key(
         "model", "window", [](Config& c) { return &c.model.window; }, 0));
+    t.push_back(int_key(
+        "model", "head_dim", [](Config& c) { return &c.model.head_dim_key; }, 0));
+    t.push_back(int_key(
+        "model", "moe_ffn_hidden", [](Config& c) { return &c.model.moe_ffn_hidden; }, 0));
+    {
+      KeyDef k{"model", "dense_layers", Kind::IntList,
+               [](Config& c) { return &c.model.dense_layers; }};
+      k.lo = 0;
+      k.unique = true;
+      t.push_back(k);
+    }
+    t.push_back(
+        {"model", "tie_embeddings", Kind::Bool, [](Config& c) { return &c.model.tie_embeddings; }});
+    t.push_back({"model", "qk_norm", Kind::Bool, [](Config& c) { return &c.model.qk_norm; }});
+    t.push_back(float_key(
+        "model", "norm_eps", [](Config& c) { return &c.model.norm_eps; }, 0, true));
+    t.push_back(choice_key("model", "rope_scaling",
+                           [](Config & c) -> auto& { return c.model.rope_scaling; },
+                           {"none", "linear", "llama3"}));
+    t.push_back(float_key(
+        "model", "rope_factor", [](Config& c) { return &c.model.rope_factor; }, 0, true));
+    t.push_back(float_key(
+        "model", "rope_low_freq_factor", [](Config& c) { return &c.model.rope_low_freq_factor; }, 0,
+        true));
+    t.push_back(float_key(
+        "model", "rope_high_freq_factor", [](Config& c) { return &c.model.rope_high_freq_factor; },
+        0, true));
+    t.push_back(int_key(
+        "model", "rope_original_max_positions",
+        [](Config& c) { return &c.model.rope_original_max_positions; }, 1));
     // [data]
     t.push_back(choice_key("data", "task", [](Config & c) -> auto& { return c.data.task; },
                            {"recall", "copy", "tokens"}));
@@ -775,13 +805,36 @@ void check_model(const Config& cfg) {
     failed({"model.n_kv_heads", "model.n_heads"},
            "model.n_heads=" + s(m.n_heads) + " must be a multiple of model.n_kv_heads=" +
                s(m.n_kv_heads) + " (grouped-query attention)");
-  if (m.d_model % m.n_heads != 0)
+  if (m.head_dim_key == 0 && m.d_model % m.n_heads != 0)
     failed({"model.d_model", "model.n_heads"},
            "model.d_model=" + s(m.d_model) + " must be divisible by model.n_heads=" + s(m.n_heads));
-  if (m.head_dim() % 2 != 0)
+  if (m.head_dim_key == 0 && m.head_dim() % 2 != 0)
     failed({"model.d_model", "model.n_heads"},
            "head_dim = model.d_model/model.n_heads = " + s(m.head_dim()) +
                " must be even (RoPE rotates pairs)");
+  if (m.head_dim_key % 2 != 0)
+    failed({"model.head_dim"},
+           "model.head_dim=" + s(m.head_dim_key) + " must be even (RoPE rotates pairs)");
+  for (int l : m.dense_layers)
+    if (l >= m.n_layers)
+      failed({"model.dense_layers", "model.n_layers"},
+             "layer " + s(l) + " is outside [0, model.n_layers=" + s(m.n_layers) + ")");
+  if (m.rope_scaling == RopeScaling::llama3 && !(m.rope_high_freq_factor > m.rope_low_freq_factor))
+    failed({"model.rope_high_freq_factor", "model.rope_low_freq_factor"},
+           "model.rope_high_freq_factor=" + format_double(m.rope_high_freq_factor) +
+               " must be > model.rope_low_freq_factor=" + format_double(m.rope_low_freq_factor) +
+               " (llama3 scaling interpolates between them)");
+  // The embedding lives on the first virtual stage and the head on the last:
+  // one parameter can serve both only where one rank holds both stages.
+  const bool v_placement = cfg.parallel.schedule == PipelineSchedule::zb_v ||
+                           cfg.parallel.schedule == PipelineSchedule::dualpipev;
+  if (m.tie_embeddings && cfg.parallel.pp > 1 && !v_placement)
+    failed({"model.tie_embeddings", "parallel.pp", "parallel.schedule"},
+           "model.tie_embeddings = true needs the embedding and the LM head on one rank: "
+           "parallel.pp = 1, or a V schedule (zb-v, dualpipev) that puts the first and the last "
+           "stage on rank 0 (got parallel.pp=" +
+               s(cfg.parallel.pp) + ", parallel.schedule=\"" + config_name(cfg.parallel.schedule) +
+               "\")");
   if (m.n_experts > 0 && m.top_k > m.n_experts)
     failed({"model.top_k", "model.n_experts"},
            "model.top_k=" + s(m.top_k) + " must be <= model.n_experts=" + s(m.n_experts));

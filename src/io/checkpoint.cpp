@@ -248,6 +248,16 @@ std::string write_checkpoint(const std::string& dir, Communicator* world, const 
   return path;
 }
 
+void write_checkpoint_file(const std::string& path, const CheckpointMeta& meta,
+                           const std::vector<CheckpointTensor>& tensors) {
+  std::vector<char> buf;
+  for (const auto& t : tensors) pack(buf, t);
+  std::vector<Unpacked> all = unpack(buf);
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const std::string error = write_on_root(dir.empty() ? "." : dir, path, meta, all);
+  if (!error.empty()) throw Error(error);
+}
+
 std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
   std::error_code ec;
   std::vector<std::string> names;

@@ -37,7 +37,18 @@ std::pair<int, int> layer_range(int n_layers, int n_virtual, int vs,
 }
 
 namespace {
-constexpr float kNormEps = 1e-5f;
+
+kernels::RopeFreqs rope_freqs(const ModelConfig& m) {
+  kernels::RopeFreqs r(m.rope_theta);
+  r.kind = m.rope_scaling == RopeScaling::linear   ? kernels::RopeKind::linear
+           : m.rope_scaling == RopeScaling::llama3 ? kernels::RopeKind::llama3
+                                                   : kernels::RopeKind::none;
+  r.factor = m.rope_factor;
+  r.low_freq_factor = m.rope_low_freq_factor;
+  r.high_freq_factor = m.rope_high_freq_factor;
+  r.original_max = double(m.rope_original_max_positions);
+  return r;
+}
 
 // Rows [s * Ls, (s + 1) * Ls) of t: sequence s of a micro-batch.
 Tensor seq(const Tensor& t, int64_t s, int64_t Ls) { return t.rows(s * Ls, (s + 1) * Ls); }
@@ -94,13 +105,18 @@ struct AttentionBlock {
   GemmPrecision& lp;
   int layer;
   int64_t d, H, Hkv, D;
-  double theta;
+  kernels::RopeFreqs freqs;
+  float eps;
+  bool qk_norm;
   Param norm, wq, wk, wv, wo;
+  Param q_norm, k_norm;  // model.qk_norm: one RMSNorm scale per head dimension
   std::unique_ptr<AttentionCore> core;
 
   // x is the block's input, shared with whoever produced it (not copied).
+  // With qk_norm, q_in/k_in are the projections before the head norms.
   struct Cache {
     Tensor x, h1, q, k, v, o, lse, rstd;
+    Tensor q_in, k_in, q_rstd, k_rstd;
   };
 
   AttentionBlock(const kernels::Ctx& ctx, GemmPrecision& precision, const ModelConfig& m, int l,
@@ -112,7 +128,9 @@ struct AttentionBlock {
         H(m.n_heads),
         Hkv(m.n_kv_heads),
         D(m.head_dim()),
-        theta(m.rope_theta),
+        freqs(rope_freqs(m)),
+        eps(float(m.norm_eps)),
+        qk_norm(m.qk_norm),
         core(std::move(c)) {
     const std::string p = "layers." + std::to_string(l) + ".attn.";
     norm = Param(p + "norm", {d});
@@ -129,9 +147,28 @@ struct AttentionBlock {
     // scaled so that the residual stream does not grow with depth
     wo.init_normal(s / std::sqrt(2.0f * float(m.n_layers)));
     for (Param* w : {&wq, &wk, &wv, &wo}) lp.add(*w);
+    if (qk_norm) {
+      q_norm = Param(p + "q_norm", {D});
+      k_norm = Param(p + "k_norm", {D});
+      for (Param* n : {&q_norm, &k_norm}) {
+        n->init_constant(1.0f);
+        n->decay = false;
+      }
+    }
   }
 
-  std::vector<Param*> params() { return {&norm, &wq, &wk, &wv, &wo}; }
+  std::vector<Param*> params() {
+    if (qk_norm) return {&norm, &wq, &wk, &wv, &wo, &q_norm, &k_norm};
+    return {&norm, &wq, &wk, &wv, &wo};
+  }
+
+  // q or k = RMSNorm over each head of the projection `in` (rows [T * heads, D]).
+  void head_norm_forward(const Param& w, const Tensor& in, const Tensor& out, Tensor& rstd) {
+    const int64_t rows = in.numel() / D;
+    rstd = kernels::empty(ctx_, {rows});
+    kernels::rmsnorm_forward(ctx_, in.reshape({rows, D}), w.value, eps, out.reshape({rows, D}),
+                             rstd);
+  }
 
   // x [T, d] -> y = x + attn(norm(x)) (y may not alias x).
   void forward(const MicroBatch& mb, const Tensor& x, Tensor& y, Cache& c,
@@ -140,17 +177,26 @@ struct AttentionBlock {
     c.x = x;
     c.h1 = lp.activation({T, d});
     c.rstd = kernels::empty(ctx_, {T});
-    kernels::rmsnorm_forward(ctx_, x, norm.value, kNormEps, c.h1, c.rstd);
+    kernels::rmsnorm_forward(ctx_, x, norm.value, eps, c.h1, c.rstd);
     c.q = lp.activation({T, H * D});
     c.k = lp.activation({T, Hkv * D});
     c.v = lp.activation({T, Hkv * D});
-    kernels::linear_forward(ctx_, c.h1, lp.weight(wq), c.q);
-    kernels::linear_forward(ctx_, c.h1, lp.weight(wk), c.k);
+    if (qk_norm) {
+      c.q_in = kernels::empty(ctx_, {T, H * D});
+      c.k_in = kernels::empty(ctx_, {T, Hkv * D});
+      kernels::linear_forward(ctx_, c.h1, lp.weight(wq), c.q_in);
+      kernels::linear_forward(ctx_, c.h1, lp.weight(wk), c.k_in);
+      head_norm_forward(q_norm, c.q_in, c.q, c.q_rstd);
+      head_norm_forward(k_norm, c.k_in, c.k, c.k_rstd);
+    } else {
+      kernels::linear_forward(ctx_, c.h1, lp.weight(wq), c.q);
+      kernels::linear_forward(ctx_, c.h1, lp.weight(wk), c.k);
+    }
     kernels::linear_forward(ctx_, c.h1, lp.weight(wv), c.v);
     for (int64_t s = 0; s < mb.n_samples; ++s) {
       const Tensor pos = rope_positions(mb, s);
-      kernels::rope_forward(ctx_, seq(c.q, s, Ls), pos, D, theta);
-      kernels::rope_forward(ctx_, seq(c.k, s, Ls), pos, D, theta);
+      kernels::rope_forward(ctx_, seq(c.q, s, Ls), pos, D, freqs);
+      kernels::rope_forward(ctx_, seq(c.k, s, Ls), pos, D, freqs);
     }
     c.o = lp.activation({T, H * D});
     c.lse = kernels::empty(ctx_, {T, H});
@@ -189,7 +235,7 @@ struct AttentionBlock {
   void drop_norm(Cache& c) const { c.h1 = Tensor(); }
   void renorm(Cache& c) {
     c.h1 = lp.activation({c.x.dim(0), d});
-    kernels::rmsnorm_forward(ctx_, c.x, norm.value, kNormEps, c.h1, c.rstd);
+    kernels::rmsnorm_forward(ctx_, c.x, norm.value, eps, c.h1, c.rstd);
   }
 
   // dy [T, d] -> dx [T, d] (overwritten). Linear weight gradients go to
@@ -208,8 +254,17 @@ struct AttentionBlock {
                      seq(dv, s, Ls), seq_docs(mb, s));
     for (int64_t s = 0; s < mb.n_samples; ++s) {
       const Tensor pos = rope_positions(mb, s);
-      kernels::rope_backward(ctx_, seq(dq, s, Ls), pos, D, theta);
-      kernels::rope_backward(ctx_, seq(dk, s, Ls), pos, D, theta);
+      kernels::rope_backward(ctx_, seq(dq, s, Ls), pos, D, freqs);
+      kernels::rope_backward(ctx_, seq(dk, s, Ls), pos, D, freqs);
+    }
+    if (qk_norm) {  // through the head norms: dq, dk become the projections' gradients
+      Tensor dq_in = kernels::empty(ctx_, {T, H * D}), dk_in = kernels::empty(ctx_, {T, Hkv * D});
+      kernels::rmsnorm_backward(ctx_, dq.reshape({T * H, D}), c.q_in.reshape({T * H, D}),
+                                q_norm.value, c.q_rstd, dq_in.reshape({T * H, D}), q_norm.grad);
+      kernels::rmsnorm_backward(ctx_, dk.reshape({T * Hkv, D}), c.k_in.reshape({T * Hkv, D}),
+                                k_norm.value, c.k_rstd, dk_in.reshape({T * Hkv, D}), k_norm.grad);
+      dq = std::move(dq_in);
+      dk = std::move(dk_in);
     }
     Tensor dh1 = kernels::empty(ctx_, {T, d});
     kernels::linear_backward_input(ctx_, dq, lp.weight(wq), dh1);
@@ -239,6 +294,7 @@ struct FfnBlock {
   GemmPrecision& lp;
   int layer;
   int64_t d;
+  float eps;
   Param norm;
   std::unique_ptr<FeedForward> ffn;
 
@@ -249,7 +305,12 @@ struct FfnBlock {
 
   FfnBlock(const kernels::Ctx& ctx, GemmPrecision& precision, const ModelConfig& m, int l,
            std::unique_ptr<FeedForward> f)
-      : ctx_(ctx), lp(precision), layer(l), d(m.d_model), ffn(std::move(f)) {
+      : ctx_(ctx),
+        lp(precision),
+        layer(l),
+        d(m.d_model),
+        eps(float(m.norm_eps)),
+        ffn(std::move(f)) {
     norm = Param("layers." + std::to_string(l) + ".ffn_norm", {d});
     norm.init_constant(1.0f);
     norm.decay = false;
@@ -266,7 +327,7 @@ struct FfnBlock {
     c.x = x;
     c.h = ffn->reads_bf16() ? lp.activation({T, d}) : kernels::empty(ctx_, {T, d});
     c.rstd = kernels::empty(ctx_, {T});
-    kernels::rmsnorm_forward(ctx_, x, norm.value, kNormEps, c.h, c.rstd);
+    kernels::rmsnorm_forward(ctx_, x, norm.value, eps, c.h, c.rstd);
     ffn->forward(mb, c.h, y, c.inner, stats);
     kernels::add_inplace(ctx_, y, x);
   }
@@ -281,7 +342,7 @@ struct FfnBlock {
   void renorm(Cache& c) {
     c.h =
         ffn->reads_bf16() ? lp.activation({c.x.dim(0), d}) : kernels::empty(ctx_, {c.x.dim(0), d});
-    kernels::rmsnorm_forward(ctx_, c.x, norm.value, kNormEps, c.h, c.rstd);
+    kernels::rmsnorm_forward(ctx_, c.x, norm.value, eps, c.h, c.rstd);
     c.inner.x = c.h;
   }
 
@@ -359,18 +420,30 @@ class Chunk {
                                                     ? make_moe_ffn(ctx_, st.cfg_, l, st.comms_)
                                                     : make_dense_ffn(ctx_, m, l, st.precision_)));
     }
+    // Tied: the stage's one table serves as both (model.tie_embeddings).
+    const bool tied = m.tie_embeddings;
     if (first_) {
-      embed_ = Param("embedding", {V_, d_});
-      embed_.init_normal(float(m.init_std));
-      embed_.decay = false;
+      if (tied) {
+        embed_ = st.tied_embedding_.get();
+      } else {
+        own_embed_ = Param("embedding", {V_, d_});
+        own_embed_.init_normal(float(m.init_std));
+        own_embed_.decay = false;
+        embed_ = &own_embed_;
+      }
     }
     if (last_) {
       final_norm_ = Param("final_norm", {d_});
       final_norm_.init_constant(1.0f);
       final_norm_.decay = false;
-      head_ = Param("lm_head", {V_, d_});
-      head_.init_normal(float(m.init_std));
-      st.precision_.add(head_);
+      if (tied) {
+        head_ = st.tied_embedding_.get();
+      } else {
+        own_head_ = Param("lm_head", {V_, d_});
+        own_head_.init_normal(float(m.init_std));
+        st.precision_.add(own_head_);
+        head_ = &own_head_;
+      }
     }
   }
 
@@ -379,14 +452,14 @@ class Chunk {
 
   std::vector<Param*> params() {
     std::vector<Param*> ps;
-    if (first_) ps.push_back(&embed_);
+    if (first_) ps.push_back(embed_);
     for (size_t i = 0; i < attn_.size(); ++i) {
       for (Param* p : attn_[i]->params()) ps.push_back(p);
       for (Param* p : ffn_[i]->params()) ps.push_back(p);
     }
     if (last_) {
       ps.push_back(&final_norm_);
-      ps.push_back(&head_);
+      if (head_ != st_.tied_embedding_.get()) ps.push_back(head_);
     }
     return ps;
   }
@@ -408,7 +481,7 @@ class Chunk {
     Tensor x;
     if (first_) {
       x = kernels::empty(ctx_, {T, d_});
-      kernels::embedding_forward(ctx_, embed_.value, mb.on_device.tokens, x);
+      kernels::embedding_forward(ctx_, embed_->value, mb.on_device.tokens, x);
     } else {
       x = input.reshape({T, d_});
     }
@@ -445,10 +518,11 @@ class Chunk {
       c.x_final = std::move(x);
       c.h_final = st_.precision_.activation({T, d_});
       c.rstd_final = kernels::empty(ctx_, {T});
-      kernels::rmsnorm_forward(ctx_, c.x_final, final_norm_.value, kNormEps, c.h_final,
-                               c.rstd_final);
+      kernels::rmsnorm_forward(ctx_, c.x_final, final_norm_.value, float(st_.cfg_.model.norm_eps),
+                               c.h_final, c.rstd_final);
       Tensor logits = kernels::empty(ctx_, {T, V_});
-      kernels::linear_forward(ctx_, c.h_final, st_.precision_.weight(head_), logits);
+      kernels::linear_forward(ctx_, c.h_final, st_.precision_.weight(*head_), logits);
+      if (st_.capture_ && st_.capture_->logits) capture_logits(mb, logits);
       c.dlogits = kernels::empty(ctx_, {T, V_});
       st_.loss_sum_ +=
           kernels::cross_entropy(ctx_, logits, mb.on_device.targets, st_.loss_scale_, c.dlogits);
@@ -469,16 +543,16 @@ class Chunk {
     Tensor dy;
     if (last_) {
       Tensor dh = kernels::empty(ctx_, {T, d_});
-      kernels::linear_backward_input(ctx_, c.dlogits, st_.precision_.weight(head_), dh);
+      kernels::linear_backward_input(ctx_, c.dlogits, st_.precision_.weight(*head_), dh);
       dy = kernels::empty(ctx_, {T, d_});
       kernels::rmsnorm_backward(ctx_, dh, c.x_final, final_norm_.value, c.rstd_final, dy,
                                 final_norm_.grad);
-      WeightGradTask t{&head_, std::move(c.h_final), std::move(c.dlogits)};
+      WeightGradTask t{head_, std::move(c.h_final), std::move(c.dlogits)};
       if (deferred) {
         deferred->push_back(std::move(t));
       } else {
         run_task(ctx_, t);
-        report({&final_norm_, &head_});
+        report({&final_norm_, head_}, mbi);
       }
     } else {
       dy = grad_output.reshape({T, d_});
@@ -492,12 +566,12 @@ class Chunk {
       if (!deferred) {
         std::vector<Param*> done = attn_[i]->params();
         for (Param* p : ffn_[i]->params()) done.push_back(p);
-        report(done);
+        report(done, mbi);
       }
     }
     if (first_) {
-      kernels::embedding_backward(ctx_, dy, mb.on_device.tokens, embed_.grad);
-      if (!deferred) report({&embed_});
+      kernels::embedding_backward(ctx_, dy, mb.on_device.tokens, embed_->grad);
+      if (!deferred) report({embed_}, mbi);
     } else if (!dy.shares_storage_with(grad_input))
       kernels::copy(ctx_, grad_input, dy);  // a chunk without blocks
     cache_.erase(it);
@@ -511,7 +585,9 @@ class Chunk {
       for (auto& t : it->second) run_task(ctx_, t);
       stash_.erase(it);
     }
-    report(params());
+    std::vector<Param*> done = params();
+    if (last_ && head_ == st_.tied_embedding_.get()) done.push_back(head_);  // its head part
+    report(done, mbi);
   }
 
  private:
@@ -521,8 +597,31 @@ class Chunk {
     Tensor x_final, h_final, dlogits, rstd_final;
   };
 
-  void report(const std::vector<Param*>& ps) const {
-    if (st_.grads_ready_) st_.grads_ready_(ps);
+  // Parameters whose gradient of micro-batch mbi is final on this rank. The
+  // tied table has two parts, the head's and the embedding's (another
+  // chunk's in a V schedule): it is final once both are in.
+  void report(const std::vector<Param*>& ps, int mbi) const {
+    if (!st_.grads_ready_) return;
+    Param* tied = st_.tied_embedding_.get();
+    std::vector<Param*> done;
+    for (Param* p : ps) {
+      if (p == tied && ++st_.tied_parts_[mbi] < 2) continue;
+      if (p == tied) st_.tied_parts_.erase(mbi);
+      done.push_back(p);
+    }
+    st_.grads_ready_(done);
+  }
+
+  // The rows of the requested samples of logits [T, V] (one host copy each).
+  void capture_logits(const MicroBatch& mb, const Tensor& logits) {
+    const int64_t Ls = mb.local_seq;
+    for (int64_t s = 0; s < mb.n_samples; ++s) {
+      if (!st_.capture_->samples.count(mb.sample_ids[size_t(s)])) continue;
+      const Tensor host = kernels::to_host(ctx_, seq(logits, s, Ls));
+      Capture k{-1, "logits", mb.sample_ids[size_t(s)], V_, {}};
+      k.rows.assign(host.ptr(), host.ptr() + Ls * V_);
+      st_.captures_.push_back(std::move(k));
+    }
   }
 
   // train.recompute on layer i of this chunk (the first recompute_layers).
@@ -569,7 +668,9 @@ class Chunk {
   bool first_ = false, last_ = false;
   std::vector<std::unique_ptr<AttentionBlock>> attn_;
   std::vector<std::unique_ptr<FfnBlock>> ffn_;
-  Param embed_, final_norm_, head_;
+  Param own_embed_, final_norm_, own_head_;
+  Param* embed_ = nullptr;  // own_embed_, or the stage's tied table
+  Param* head_ = nullptr;   // own_head_, or the stage's tied table
   std::map<int, Cache> cache_;
   std::map<int, std::vector<WeightGradTask>> stash_;
 };
@@ -597,9 +698,25 @@ ModelStage::ModelStage(const Config& cfg, int pp_rank, int pp, StageComms comms,
   TRIDENT_CHECK(
       stages.empty() || static_cast<int>(stages.size()) == vpp,
       "ModelStage: " + std::to_string(stages.size()) + " stages for vpp = " + std::to_string(vpp));
+  std::vector<int> held;
   for (int c = 0; c < vpp; ++c)
-    chunks_.push_back(std::make_unique<Chunk>(
-        *this, stages.empty() ? c * pp + pp_rank : stages[size_t(c)], n_virtual));
+    held.push_back(stages.empty() ? c * pp + pp_rank : stages[size_t(c)]);
+  const bool has_first = std::count(held.begin(), held.end(), 0) > 0;
+  const bool has_last = std::count(held.begin(), held.end(), n_virtual - 1) > 0;
+  if (cfg.model.tie_embeddings && has_first != has_last)
+    throw InputError("model.tie_embeddings: this rank holds the " +
+                     std::string(has_first ? "first" : "last") + " pipeline stage but not the " +
+                     (has_first ? "last" : "first") +
+                     "; tied embeddings need both on one rank (parallel.pp = 1 or a V schedule)");
+  if (cfg.model.tie_embeddings && has_first) {
+    tied_embedding_ = std::make_unique<Param>(
+        "embedding", std::vector<int64_t>{cfg.model.vocab_size, cfg.model.d_model});
+    tied_embedding_->init_normal(float(cfg.model.init_std));
+    tied_embedding_->decay = false;
+    precision_.add(*tied_embedding_);
+  }
+  for (int c = 0; c < vpp; ++c)
+    chunks_.push_back(std::make_unique<Chunk>(*this, held[size_t(c)], n_virtual));
 }
 
 ModelStage::~ModelStage() = default;

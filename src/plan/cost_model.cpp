@@ -22,7 +22,7 @@ constexpr double kAttnBackward = 2.5;  // attention backward / forward FLOPs (P 
 
 // Shapes of one micro-batch on one rank.
 struct Shapes {
-  double T, d, H, Hkv, D, f, E, k, V, mbs, R;
+  double T, d, H, Hkv, D, f, fe, E, k, V, mbs, R;  // fe: each expert's hidden size
   bool shm;  // the MoE exchange goes through the node's shared-memory slots
   Shapes(const Config& cfg, const MeshPlan& p) {
     const ModelConfig& m = cfg.model;
@@ -33,6 +33,7 @@ struct Shapes {
     Hkv = m.n_kv_heads;
     D = m.head_dim();
     f = m.ffn_hidden;
+    fe = m.expert_ffn_hidden();
     E = m.n_experts;
     k = m.top_k;
     V = m.vocab_size;
@@ -105,15 +106,15 @@ void add_ffn_layer(const Shapes& s, bool moe, ChunkCost& c) {
   double gemm, mem = kFloat * 7 * s.T * s.d;
   c.tracked.cache += kFloat * (2 * s.T * s.d + s.T);
   if (moe) {
-    gemm = 2 * s.T * s.d * s.E + 6 * s.R * s.d * s.f;
-    mem += kFloat * (2 * s.T * s.E + 4 * s.T * s.k * s.d + 3 * s.R * s.f);
+    gemm = 2 * s.T * s.d * s.E + 6 * s.R * s.d * s.fe;
+    mem += kFloat * (2 * s.T * s.E + 4 * s.T * s.k * s.d + 3 * s.R * s.fe);
     // tensors: gate/up, the expert side's rows in and out (in the node's
     // shared slots with shm, outside the allocator, which keeps a tensor of
     // the rows gathered back instead), the routing (logits, probabilities,
     // lse; chosen, expert and weight of each copy) and the dispatch plan's
     // row_of and send_token (i64); the input is the block's h, already counted
     const double in_out = kFloat * 2 * s.R * s.d, kept = kFloat * s.T * s.k * s.d;
-    c.tracked.cache += kFloat * 2 * s.R * s.f + (s.shm ? kept : in_out) +
+    c.tracked.cache += kFloat * 2 * s.R * s.fe + (s.shm ? kept : in_out) +
                        kFloat * (2 * s.T * s.E + s.T) + kIndex * 3 * s.T * s.k + 8 * 2 * s.T * s.k;
     c.untracked.cache += s.shm ? in_out : 0;
     // the MoE phase's temporaries (add_transients adds the block's): forward
@@ -123,7 +124,7 @@ void add_ffn_layer(const Shapes& s, bool moe, ChunkCost& c) {
         c.tracked.transient_b, kFloat * (s.T * s.k * s.d + s.T * s.k + 2 * s.R * s.d + s.T * s.E));
     // one expert's rows from one source rank through the SwiGLU backward
     const double rows = s.T * s.k / s.E * moe_imbalance(s.T * s.k, int(s.E));
-    c.workspace = std::max(c.workspace, kFloat * 2 * rows * s.f);
+    c.workspace = std::max(c.workspace, kFloat * 2 * rows * s.fe);
   } else {
     gemm = 6 * s.T * s.d * s.f;
     mem += kFloat * 3 * s.T * s.f;
@@ -336,7 +337,8 @@ void add_cp_comm(const Shapes& s, const MeshPlan& p, ChunkCost& c) {
 // plan's recompute on its first recompute_layers layers.
 std::vector<LayerHold> add_layers(const Config& cfg, const MeshPlan& p, const Shapes& s,
                                   double pairs, int begin, int end, ChunkCost& c) {
-  const double attn_params = 2 * s.d + 2 * s.H * s.D * s.d + 2 * s.Hkv * s.D * s.d;  // + 2 norms
+  const double attn_params = 2 * s.d + 2 * s.H * s.D * s.d + 2 * s.Hkv * s.D * s.d +
+                             (cfg.model.qk_norm ? 2 * s.D : 0);  // + 2 norms (+ q/k norms)
   std::vector<LayerHold> holds;
   const Recompute mode = p.recompute;
   for (int l = begin; l < end; ++l) {
@@ -364,7 +366,7 @@ std::vector<LayerHold> add_layers(const Config& cfg, const MeshPlan& p, const Sh
     c.params += attn_params;
     if (moe) {
       c.moe_layers += 1;
-      const double experts = (s.E / p.ep) * 3 * s.d * s.f;
+      const double experts = (s.E / p.ep) * 3 * s.d * s.fe;
       c.params += s.E * s.d + experts;
       c.expert_params += experts;
     } else {
@@ -410,7 +412,7 @@ ChunkCost chunk_cost(const Config& cfg, const MeshPlan& p, int vs) {
     c.f += Work{head, 0, kFloat * (2 * s.T * s.d + 3 * s.T * s.V)};
     c.b += Work{head, 0, kFloat * 2 * s.T * s.d};
     c.w += Work{head, 0, 0};
-    c.params += s.d + s.V * s.d;
+    c.params += s.d + (cfg.model.tie_embeddings ? 0 : s.V * s.d);  // tied: the embedding's
     // x_final, h_final and dlogits; a split backward keeps h_final and dlogits for W
     c.tracked.cache += kFloat * (2 * s.T * s.d + s.T + s.T * s.V);
     c.tracked.stash += kFloat * (s.T * s.d + s.T * s.V);

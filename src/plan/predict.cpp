@@ -269,8 +269,9 @@ double model_flops_per_step(const Config& cfg, const MeshPlan& p) {
   double per_token = 0;  // forward matmul FLOPs per token
   for (int l = 0; l < mc.n_layers; ++l) {
     per_token += 2 * d * (2 * HD + 2 * KD);
-    per_token += mc.is_moe_layer(l) ? 2 * d * mc.n_experts + 6.0 * mc.top_k * d * mc.ffn_hidden
-                                    : 6 * d * mc.ffn_hidden;
+    per_token += mc.is_moe_layer(l)
+                     ? 2 * d * mc.n_experts + 6.0 * mc.top_k * d * mc.expert_ffn_hidden()
+                     : 6 * d * mc.ffn_hidden;
   }
   per_token += 2 * d * mc.vocab_size;
   const double sequences = double(p.global_batch());

@@ -69,10 +69,35 @@ std::string save_checkpoint(Trainer& t, int64_t steps_done) {
   return write_checkpoint(cfg.output.checkpoint_dir, c.world, meta, mine);
 }
 
+namespace {
+
+// The run's config with the checkpoint's RoPE keys: RoPE has no
+// parameters, and changing its base or scaling on a trained model is how a
+// context is extended, so those keys may differ from the checkpoint's.
+Config with_checkpoint_rope(const Config& cfg, const CheckpointMeta& meta) {
+  Config c = cfg;
+  Config saved;
+  try {
+    saved = parse_config_text(meta.config_toml, "checkpoint config");
+  } catch (const InputError&) {
+    return c;  // unreadable: the hash comparison decides alone
+  }
+  c.model.rope_theta = saved.model.rope_theta;
+  c.model.rope_scaling = saved.model.rope_scaling;
+  c.model.rope_factor = saved.model.rope_factor;
+  c.model.rope_low_freq_factor = saved.model.rope_low_freq_factor;
+  c.model.rope_high_freq_factor = saved.model.rope_high_freq_factor;
+  c.model.rope_original_max_positions = saved.model.rope_original_max_positions;
+  return c;
+}
+
+}  // namespace
+
 int64_t load_checkpoint(Trainer& t, const std::string& path) {
   CheckpointReader r(path);
   const std::string want = model_hash(t.config());
-  if (r.meta().model_hash != want)
+  if (r.meta().model_hash != want &&
+      r.meta().model_hash != model_hash(with_checkpoint_rope(t.config(), r.meta())))
     throw InputError("checkpoint '" + path + "' belongs to another model: its [model] hash is " +
                      r.meta().model_hash + ", this config's is " + want +
                      " (the [model] table must match the checkpoint's)");

@@ -436,7 +436,8 @@ void summarise(Trainer& trainer, RunFile& file, const LoopTotals& tot, const Com
   std::fflush(stdout);
 }
 
-// The Trainer of this rank, its communicators set up for its device.
+}  // namespace
+
 std::unique_ptr<Trainer> make_trainer(const Config& cfg, Communicators& comms) {
   auto trainer = std::make_unique<Trainer>(cfg, train_comms(comms));
   stage_device_buffers(comms, trainer->ctx());
@@ -448,15 +449,19 @@ std::unique_ptr<Trainer> make_trainer(const Config& cfg, Communicators& comms) {
   return trainer;
 }
 
-}  // namespace
+int64_t load_checkpoint_everywhere(Trainer& trainer, const std::string& checkpoint) {
+  int64_t step = 0;
+  const std::string why = load_everywhere(trainer, checkpoint, step);
+  if (!why.empty()) throw InputError("--checkpoint: " + why);
+  return step;
+}
 
 EvalReport evaluate_checkpoint(const Config& cfg, Communicators& comms,
                                const std::string& checkpoint) {
   auto trainer = make_trainer(cfg, comms);
   const auto data = model::make_data_source(cfg, comms.mesh.dp, model::DataPart::validation);
   EvalReport rep;
-  const std::string why = load_everywhere(*trainer, checkpoint, rep.step);
-  if (!why.empty()) throw InputError("--checkpoint: " + why);
+  rep.step = load_checkpoint_everywhere(*trainer, checkpoint);
   const Trainer::EvalResult r = trainer->evaluate(*data, cfg.eval.steps);
   rep.loss = r.loss;
   rep.perplexity = std::exp(r.loss);

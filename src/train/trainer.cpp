@@ -278,6 +278,26 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
   return res;
 }
 
+StepResult Trainer::evaluate(int64_t step, const model::CaptureRequest* capture) {
+  StepResult res;
+  const CommCounters before = comm_counters();
+  const double t_begin = now_s();
+  const int64_t n_seq = samples_per_step();
+  const double n_targets = double(n_seq) * double(data_->targets_per_sample());
+  compute_gradients(step, capture, res);
+  res.captures = stage_->take_captures();
+  double sums[3] = {stage_->loss_sum(), stage_->aux_sum(), stage_->z_sum()};
+  if (comms_.world && comms_.world->size() > 1) comms_.world->allreduce_sum(sums, 3);
+  res.applied = false;
+  StepMetrics& m = res.metrics;
+  m.step = step;
+  m.loss = sums[0] / n_targets;
+  m.aux_loss = sums[1] / double(n_seq);
+  m.z_loss = sums[2] / double(n_seq);
+  fill_timing(res, before, t_begin);
+  return res;
+}
+
 void Trainer::fill_timing(StepResult& res, const CommCounters& before, double t_begin) {
   const double t_end = now_s();
   StepMetrics& m = res.metrics;

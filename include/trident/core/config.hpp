@@ -31,6 +31,7 @@ namespace trident {
 // Values of the enum-valued keys, in the order of their TOML spellings
 // (config_names<E>()).
 enum class RouterScoring { softmax, sigmoid_bias };                     // model.router
+enum class RopeScaling { none, linear, llama3 };                        // model.rope_scaling
 enum class DataTask { recall, copy, tokens };                           // data.task
 enum class TokenDType { uint16, uint32 };                               // data.token_dtype
 enum class DataFormat { flat, megatron };                               // data.format
@@ -58,6 +59,10 @@ struct ConfigNames;  // ::names: the TOML spelling of each value, in the enum's 
 template <>
 struct ConfigNames<RouterScoring> {
   static constexpr std::array<std::string_view, 2> names = {"softmax", "sigmoid_bias"};
+};
+template <>
+struct ConfigNames<RopeScaling> {
+  static constexpr std::array<std::string_view, 3> names = {"none", "linear", "llama3"};
 };
 template <>
 struct ConfigNames<DataTask> {
@@ -151,10 +156,27 @@ struct ModelConfig {
   double router_bias_rate = 1e-3;  // sigmoid_bias: bias update rate per step
   double init_std = 0.02;
   int window = 0;  // sliding-window attention: a token sees the last `window` positions; 0: off
+  // Pre-trained architectures (share/trident/models.md); each default keeps
+  // the model as it was before these keys existed.
+  int head_dim_key = 0;           // model.head_dim; 0: d_model / n_heads
+  int moe_ffn_hidden = 0;         // hidden size of each expert; 0: ffn_hidden
+  std::vector<int> dense_layers;  // layers that stay dense whatever moe_every says
+  bool tie_embeddings = false;    // the LM head is the embedding table
+  bool qk_norm = false;           // RMSNorm over each head of q and k before RoPE
+  double norm_eps = 1e-5;         // every RMSNorm's epsilon
+  RopeScaling rope_scaling = RopeScaling::none;
+  double rope_factor = 1.0;                // linear, llama3: the context extension factor
+  double rope_low_freq_factor = 1.0;       // llama3
+  double rope_high_freq_factor = 4.0;      // llama3
+  int rope_original_max_positions = 8192;  // llama3: the context trained before scaling
 
-  int head_dim() const { return d_model / n_heads; }
+  int head_dim() const { return head_dim_key > 0 ? head_dim_key : d_model / n_heads; }
+  int expert_ffn_hidden() const { return moe_ffn_hidden > 0 ? moe_ffn_hidden : ffn_hidden; }
   bool is_moe_layer(int layer) const {
-    return n_experts > 0 && (layer % moe_every) == (moe_every - 1);
+    if (n_experts <= 0 || (layer % moe_every) != (moe_every - 1)) return false;
+    for (int l : dense_layers)
+      if (l == layer) return false;
+    return true;
   }
 
   bool operator==(const ModelConfig&) const = default;
@@ -166,7 +188,7 @@ struct DataConfig {
   int micro_batch_size = 2;
   int num_microbatches = 4;
   uint64_t seed = 1234;
-  std::string token_file;              // task = "tokens": flat binary token ids
+  std::string token_file;  // task = "tokens": flat binary token ids
   TokenDType token_dtype = TokenDType::uint16;
   // task = "tokens" (model/data.hpp, share/trident/data.md):
   DataFormat format = DataFormat::flat;  // flat: token_file; megatron: prefix (.bin + .idx)
@@ -263,11 +285,11 @@ struct TrainConfig {
 struct RuntimeConfig {
   Backend backend = Backend::automatic;
   CommBackend comm = CommBackend::automatic;
-  double timeout_s = 300;        // watchdog deadline for any single wait
+  double timeout_s = 300;  // watchdog deadline for any single wait
   // additions:
   EpTransportChoice ep_transport = EpTransportChoice::automatic;  // MoE token exchange
-  double ep_shm_limit_mb = 0;         // shared memory one MoE layer's exchange may hold; 0: no cap
-  int verify_every = 0;  // every N-th step runs twice and compares bitwise; 0: off
+  double ep_shm_limit_mb = 0;  // shared memory one MoE layer's exchange may hold; 0: no cap
+  int verify_every = 0;        // every N-th step runs twice and compares bitwise; 0: off
 
   bool operator==(const RuntimeConfig&) const = default;
 };

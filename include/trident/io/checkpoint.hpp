@@ -49,6 +49,11 @@ std::string checkpoint_path(const std::string& dir, int64_t step);
 std::string write_checkpoint(const std::string& dir, Communicator* world, const CheckpointMeta& meta,
                              const std::vector<CheckpointTensor>& mine);
 
+// One process writes a whole checkpoint to `path` (temporary name, then
+// renamed), e.g. a model converted from another format (trident convert).
+void write_checkpoint_file(const std::string& path, const CheckpointMeta& meta,
+                           const std::vector<CheckpointTensor>& tensors);
+
 // The complete checkpoints in dir (no temporary files), highest step first.
 std::vector<std::string> checkpoints_newest_first(const std::string& dir);
 

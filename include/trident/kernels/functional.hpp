@@ -46,8 +46,10 @@ void rmsnorm_backward(const Ctx& ctx, const Tensor& dy, const Tensor& x, const T
                       const Tensor& rstd, const Tensor& dx, const Tensor& dw);
 
 // ---- RoPE in place on x [T, H, D] (H = numel / (T * D)), pos [T] i64 ----
-void rope_forward(const Ctx& ctx, const Tensor& x, const Tensor& pos, int64_t D, double theta);
-void rope_backward(const Ctx& ctx, const Tensor& dx, const Tensor& pos, int64_t D, double theta);
+void rope_forward(const Ctx& ctx, const Tensor& x, const Tensor& pos, int64_t D,
+                  const RopeFreqs& rope);
+void rope_backward(const Ctx& ctx, const Tensor& dx, const Tensor& pos, int64_t D,
+                   const RopeFreqs& rope);
 
 // ---- embedding: table [V, d], ids [T] i32, out [T, d] ----
 void embedding_forward(const Ctx& ctx, const Tensor& table, const Tensor& ids, const Tensor& out);

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "trident/kernels/context.hpp"
+#include "trident/kernels/rope.hpp"
 
 namespace trident::kernels {
 
@@ -36,13 +37,13 @@ void rmsnorm_backward(const Ctx& ctx, const float* dy, const float* x, const flo
                       const float* rstd, int64_t T, int64_t d, float* dx, float* dw);
 
 // ---- RoPE on x[T, H, D] in place, rotating pairs (i, i + D/2) by
-// angle pos * theta^(-2i/D). pos are GLOBAL sequence positions, so a CP rank
-// rotates its tokens exactly as the one-rank run does. ----
+// angle pos * rope_inv_freq(rope, i, D) (kernels/rope.hpp). pos are GLOBAL sequence positions, so a
+// CP rank rotates its tokens exactly as the one-rank run does. ----
 void rope_forward(const Ctx& ctx, float* x, const int64_t* pos, int64_t T, int64_t H, int64_t D,
-                  double theta);
+                  const RopeFreqs& freqs);
 // The backward of a rotation is the inverse rotation (applied in place to dx).
 void rope_backward(const Ctx& ctx, float* dx, const int64_t* pos, int64_t T, int64_t H, int64_t D,
-                   double theta);
+                   const RopeFreqs& freqs);
 
 // ---- Embedding: out[T,d] = table[ids[t]] ----
 void embedding_forward(const Ctx& ctx, const float* table, const int32_t* ids, int64_t T, int64_t d,

@@ -1,10 +1,11 @@
 // The decoder-only MoE transformer, cut into pipeline chunks.
 //
-//   tokens -> embedding -> n_layers x [ RMSNorm -> attention (QKV, RoPE at
-//   global positions, causal attention over the whole sequence through the
-//   CP ring, output projection) -> residual -> RMSNorm -> FFN (MoE on every
-//   moe_every-th layer, dense SwiGLU otherwise) -> residual ] -> RMSNorm ->
-//   LM head -> cross-entropy
+//   tokens -> embedding -> n_layers x [ RMSNorm -> attention (QKV, q/k head
+//   RMSNorm when model.qk_norm, RoPE at global positions, causal attention
+//   over the whole sequence through the CP ring, output projection) ->
+//   residual -> RMSNorm -> FFN (MoE on every moe_every-th layer not in
+//   dense_layers, dense SwiGLU otherwise) -> residual ] -> RMSNorm ->
+//   LM head (the embedding table when model.tie_embeddings) -> cross-entropy
 //
 // The layers are split over pp * vpp virtual stages (contiguous ranges, the
 // first stages take one more layer when it does not divide); which rank holds
@@ -101,6 +102,9 @@ struct CaptureRequest {
   std::set<int> layers;
   std::set<int64_t> samples;
   std::set<std::string> names;
+  // The LM head's output of `samples` (trident eval --logits-out): a
+  // Capture named "logits", layer -1, width vocab_size, on the last stage.
+  bool logits = false;
   bool active() const { return !layers.empty() && !samples.empty() && !names.empty(); }
 };
 
@@ -209,6 +213,7 @@ class ModelStage {
   kernels::Ctx ctx_;
   std::unique_ptr<GemmPrecision> precision_holder_;
   GemmPrecision& precision_;
+  std::unique_ptr<Param> tied_embedding_;  // model.tie_embeddings: embedding and LM head
   std::vector<std::unique_ptr<Chunk>> chunks_;
   std::vector<MicroBatch> mbs_;
   float loss_scale_ = 1, aux_scale_ = 0;
@@ -218,6 +223,7 @@ class ModelStage {
   std::vector<Capture> captures_;
   std::vector<AttnSpan> attn_spans_;
   GradsReady grads_ready_;
+  std::map<int, int> tied_parts_;  // micro-batch -> parts of the tied table's gradient reported
 };
 
 }  // namespace trident::model

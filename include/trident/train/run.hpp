@@ -10,10 +10,12 @@
 // of where the ranks' time went. Collective over comms.world.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "trident/core/config.hpp"
 #include "trident/topo/topology.hpp"
+#include "trident/train/trainer.hpp"
 
 namespace trident::train {
 
@@ -26,6 +28,14 @@ struct RunRequest {
   // recorded as the root attribute "prediction"; empty: none.
   std::string prediction_json;
 };
+
+// The Trainer of this rank, its communicators set up for its device (device
+// tensors reaching MPI go through host copies; device communication follows
+// the Trainer's compute stream).
+std::unique_ptr<Trainer> make_trainer(const Config& cfg, Communicators& comms);
+// Loads `checkpoint` on every rank; the ranks agree on the outcome. Returns
+// the checkpoint's steps done; InputError "--checkpoint: why" on every rank.
+int64_t load_checkpoint_everywhere(Trainer& trainer, const std::string& checkpoint);
 
 // cfg: checked (train::check_config) against comms' world. Returns the exit
 // code (0); errors are exceptions (InputError: exit 2, before the run file).

@@ -91,6 +91,11 @@ class Trainer {
 
   // Runs step `step` (0-based). capture: activations to keep (null: none).
   StepResult train_step(int64_t step, const model::CaptureRequest* capture = nullptr);
+  // The step's forward (and backward, which the pipeline schedules pair
+  // with it) without any update: parameters, optimizer and router biases
+  // stay as they are. metrics.loss / aux_loss / z_loss are the global
+  // batch's; captures are this rank's (trident eval).
+  StepResult evaluate(int64_t step, const model::CaptureRequest* capture);
   void set_gradient_fault(GradientFault f) { fault_ = f; }
   // Validation loss: the mean cross-entropy over every target of batches
   // [0, batches) of `data` (global batches of this mesh's size), the same on

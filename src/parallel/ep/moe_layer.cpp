@@ -68,7 +68,7 @@ MoELayer::MoELayer(const ModelConfig& cfg, int layer_index, Communicator* ep, Co
                    EpTransportChoice transport, double shm_limit_bytes, const kernels::Ctx& ctx)
     : ctx_(ctx),
       d_(cfg.d_model),
-      f_(cfg.ffn_hidden),
+      f_(cfg.expert_ffn_hidden()),
       E_(cfg.n_experts),
       k_(cfg.top_k),
       L_(cfg.n_experts / std::max(1, ep_size_of(ep))),
@@ -76,7 +76,7 @@ MoELayer::MoELayer(const ModelConfig& cfg, int layer_index, Communicator* ep, Co
       router_(router_options(cfg)),
       dispatcher_(ep, cfg.n_experts, transport, shm_limit_bytes, ctx),
       cp_(cp),
-      swiglu_(std::make_unique<SwigluExperts>(*this, cfg.d_model, cfg.ffn_hidden, ctx)),
+      swiglu_(std::make_unique<SwigluExperts>(*this, cfg.d_model, cfg.expert_ffn_hidden(), ctx)),
       expert_fn_(swiglu_.get()) {
   const std::string base = "layers." + std::to_string(layer_index) + ".moe.";
   router_w_ = Param(base + "router", {E_, d_}, GradReduce::dense);

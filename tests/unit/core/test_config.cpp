@@ -199,6 +199,17 @@ Config random_config(std::mt19937& rng) {
   c.model.router_bias_rate = 1e-3 / 3;
   c.model.init_std = real(1e-4, 1);
   c.model.window = pick(0, 1) ? 0 : pick(1, 1 << 20);
+  c.model.head_dim_key = 2 * pick(0, 64);
+  c.model.moe_ffn_hidden = pick(0, 4096);
+  c.model.dense_layers = {pick(0, 3), pick(4, 7)};
+  c.model.tie_embeddings = pick(0, 1);
+  c.model.qk_norm = pick(0, 1);
+  c.model.norm_eps = real(1e-8, 1e-4);
+  c.model.rope_scaling = RopeScaling(pick(0, 2));
+  c.model.rope_factor = real(1, 64);
+  c.model.rope_low_freq_factor = real(0.5, 2);
+  c.model.rope_high_freq_factor = real(2, 8);
+  c.model.rope_original_max_positions = pick(1, 1 << 17);
   c.data.task = DataTask(pick(0, 2));
   c.data.seq_len = pick(1, 1 << 20);
   c.data.micro_batch_size = pick(1, 64);
@@ -297,6 +308,17 @@ TEST_CASE("to_toml round-trips every key") {
                                              "model.router_bias_rate",
                                              "model.init_std",
                                              "model.window",
+                                             "model.head_dim",
+                                             "model.moe_ffn_hidden",
+                                             "model.dense_layers",
+                                             "model.tie_embeddings",
+                                             "model.qk_norm",
+                                             "model.norm_eps",
+                                             "model.rope_scaling",
+                                             "model.rope_factor",
+                                             "model.rope_low_freq_factor",
+                                             "model.rope_high_freq_factor",
+                                             "model.rope_original_max_positions",
                                              "data.task",
                                              "data.seq_len",
                                              "data.micro_batch_size",
@@ -398,7 +420,15 @@ TEST_CASE("model_hash covers exactly the [model] table") {
       [](Config& c) { c.model.rope_theta = 5e5; },
       [](Config& c) { c.model.init_std = 0.0200001; },
       [](Config& c) { c.model.window = 64; },
-      [](Config& c) { c.model.norm_topk = false; }};
+      [](Config& c) { c.model.norm_topk = false; },
+      [](Config& c) { c.model.head_dim_key = 32; },
+      [](Config& c) { c.model.moe_ffn_hidden = 64; },
+      [](Config& c) { c.model.dense_layers = {0}; },
+      [](Config& c) { c.model.tie_embeddings = true; },
+      [](Config& c) { c.model.qk_norm = true; },
+      [](Config& c) { c.model.norm_eps = 1e-6; },
+      [](Config& c) { c.model.rope_scaling = RopeScaling::linear; },
+      [](Config& c) { c.model.rope_factor = 8.0; }};
   for (size_t i = 0; i < model_changes.size(); ++i) {
     Config c = base;
     model_changes[i](c);
@@ -416,6 +446,24 @@ TEST_CASE("model_hash of checkpoints written before a model key existed stays th
   Config w = q;
   w.model.window = 8;
   CHECK(model_hash(w) != model_hash(q));
+}
+
+TEST_CASE("model_hash of a model without the pre-trained keys is the one format 2 wrote") {
+  // The [model] text before head_dim & co. existed, hashed the same way: an
+  // older checkpoint of the default model still matches.
+  const std::string before =
+      "[model]\nvocab_size = 64\nd_model = 64\nn_layers = 4\nn_heads = 4\nn_kv_heads = 4\n"
+      "ffn_hidden = 128\nn_experts = 8\ntop_k = 2\nmoe_every = 1\nrouter = \"softmax\"\n"
+      "capacity_factor = 0.0\naux_loss_coef = 0.01\nrope_theta = 10000.0\nnorm_topk = true\n"
+      "z_loss_coef = 0.0\nrouter_bias_rate = 0.001\ninit_std = 0.02\n";
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char ch : before) {
+    h ^= ch;
+    h *= 1099511628211ULL;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  CHECK(model_hash(Config{}) == std::string(buf));
 }
 
 TEST_CASE("min_microbatches per schedule") {

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <set>
 
 #include "trident/core/error.hpp"
 #include "trident/model/transformer.hpp"
@@ -130,6 +131,63 @@ TEST_CASE("dense model gradients match finite differences", "[model]") {
 
 TEST_CASE("MoE model gradients match finite differences", "[model]") {
   check_gradients(tiny(4));
+}
+
+namespace {
+
+// The keys of the pre-trained architectures (models.md) away from their
+// defaults: heads wider than d_model / n_heads, q/k head norms, experts of
+// their own hidden size, a dense layer among MoE layers, Llama 3 RoPE
+// scaling, another epsilon, and one table for the embedding and the head.
+Config pretrained_features() {
+  Config c = tiny(4);
+  c.model.head_dim_key = 6;  // 4 heads of 6 on d_model 16
+  c.model.qk_norm = true;
+  c.model.moe_ffn_hidden = 10;
+  c.model.n_layers = 3;
+  c.model.dense_layers = {1};
+  c.model.norm_eps = 1e-6;
+  c.model.rope_scaling = RopeScaling::llama3;
+  c.model.rope_factor = 4.0;
+  c.model.rope_original_max_positions = 16;  // every band within 12 positions
+  c.model.rope_theta = 50.0;
+  c.model.tie_embeddings = true;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("pre-trained architecture keys: gradients match finite differences", "[model]") {
+  const Config c = pretrained_features();
+  ModelStage st(c, 0, 1, {});
+  std::set<std::string> names;
+  for (Param* p : st.params()) names.insert(p->name);
+  CHECK(names.count("embedding") == 1);
+  CHECK(names.count("lm_head") == 0);  // tied: the embedding is the head
+  CHECK(names.count("layers.0.attn.q_norm") == 1);
+  CHECK(names.count("layers.2.attn.k_norm") == 1);
+  CHECK(names.count("layers.1.ffn.w_gate") == 1);          // dense_layers
+  CHECK(names.count("layers.2.moe.experts.3.w_up") == 1);  // moe_every = 1
+  for (Param* p : st.params()) {
+    if (p->name == "layers.0.attn.wq") CHECK(p->value.shape() == std::vector<int64_t>{24, 16});
+    if (p->name == "layers.0.attn.wo") CHECK(p->value.shape() == std::vector<int64_t>{16, 24});
+    if (p->name == "layers.0.moe.experts.0.w_down")
+      CHECK(p->value.shape() == std::vector<int64_t>{16, 10});
+    if (p->name == "layers.0.attn.q_norm") CHECK(p->value.shape() == std::vector<int64_t>{6});
+  }
+  check_gradients(c);
+}
+
+TEST_CASE("the RoPE scaling changes the model's output", "[model]") {
+  Config a = pretrained_features();
+  a.model.rope_scaling = RopeScaling::none;
+  Config b = a;
+  b.model.rope_scaling = RopeScaling::linear;
+  b.model.rope_factor = 2.0;
+  ModelStage sa(a, 0, 1, {}), sb(b, 0, 1, {});
+  const double la = run({&sa}, a, false), lb = run({&sb}, b, false);
+  INFO("loss none " << la << ", linear x2 " << lb);
+  CHECK(std::fabs(la - lb) > 1e-6 * std::fabs(la));
 }
 
 TEST_CASE("zero-bubble split (B then W) gives the same gradients as one backward", "[model]") {
