@@ -854,9 +854,18 @@ void check_token_data(const Config& cfg) {
   const bool tokens = d.task == DataTask::tokens;
   const bool megatron = d.format == DataFormat::megatron;
   if (!tokens) {
-    for (const char* k : {"data.format", "data.prefix", "data.blend", "data.eod_token",
-                          "data.split", "data.packing", "eval.every"})
-      if (cfg.key_origin.count(k))
+    // Refused only away from their defaults: to_toml() writes every key, and
+    // its text (a checkpoint's config_toml, convert hf --config-out) parses.
+    const DataConfig dd;
+    const std::pair<const char*, bool> set[] = {{"data.format", d.format != dd.format},
+                                                {"data.prefix", d.prefix != dd.prefix},
+                                                {"data.blend", d.blend != dd.blend},
+                                                {"data.eod_token", d.eod_token != dd.eod_token},
+                                                {"data.split", d.split != dd.split},
+                                                {"data.packing", d.packing != dd.packing},
+                                                {"eval.every", e.every != EvalConfig{}.every}};
+    for (const auto& [k, away] : set)
+      if (away)
         failed({k, "data.task"}, std::string(k) +
                                      " applies to token files: set data.task = "
                                      "\"tokens\" (got \"" +

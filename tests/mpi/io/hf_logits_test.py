@@ -10,7 +10,8 @@ logits equal an independent float64 numpy forward of the published
 equations within 1e-5 relative, and the per-token losses equal the
 cross-entropy of the reference logits. A context-extension run setting
 model.rope_theta on the converted checkpoint is accepted and changes the
-logits as the reference with that base does. Bad eval inputs exit 2."""
+logits as the reference with that base does. Bad eval inputs exit 2
+(--tokens or --logits-out alone among them)."""
 import os
 import shlex
 import subprocess
@@ -131,6 +132,16 @@ def main():
                 lines = [x for x in err.splitlines() if x.startswith("trident: error")]
                 check(rc == 2 and len(lines) == 1 and "another model" in lines[0],
                       f"eval: a checkpoint of another model exits 2 ({lines})")
+                # --tokens and --logits-out come together.
+                for flags, name_ in ((["--tokens", tok], "--tokens"),
+                                     (["--logits-out", os.path.join(d, "z.h5")], "--logits-out")):
+                    p = subprocess.run(MPIRUN + ["-np", "1", BIN, "eval", toml, "--checkpoint", ck]
+                                       + flags + mesh_args(1, False),
+                                       capture_output=True, text=True, timeout=300)
+                    lines = [x for x in p.stderr.splitlines() if x.startswith("trident: error")]
+                    check(p.returncode == 2 and len(lines) == 1 and name_ in lines[0] and
+                          not os.path.exists(os.path.join(d, "z.h5")),
+                          f"eval: {name_} alone exits 2 ({lines})")
     if failures:
         print(f"{len(failures)} check(s) failed")
         return 1

@@ -6,7 +6,8 @@ every schedule, with and without optimizer sharding, 10 steps with small
 buckets (many per stage) agree with the unbucketed run within 1e-6 relative
 (losses, gradient norms, every tensor of the final checkpoint), and with the
 1-rank run within 1e-4; on 2 data-parallel ranks (groups of two: sums exact in
-any order) they are bit for bit the unbucketed run's. A NaN injected on one
+any order) they are bit for bit the unbucketed run's; with tied embeddings
+too (V schedules, and pp = 1 on 2 ranks). A NaN injected on one
 rank before the reduction is still attributed to that rank and parameter."""
 import os
 import sys
@@ -91,6 +92,19 @@ def main():
                 check(w1 <= 1e-4, "%s, sharding %s: bucketed 8 ranks vs 1 rank within 1e-4 "
                       "(%.1e)" % (name, sharding, w1))
 
+        # Tied embeddings: the table's gradient has two parts, the head's and
+        # the embedding's (two chunks under a V schedule); its bucket waits
+        # for both.
+        tie = ["--set", "model.tie_embeddings=true"]
+        for name, extra in SCHEDULES[4:]:
+            base = run(d, name + "-tied-unbucketed", 8, extra + tie)
+            got = run(d, name + "-tied-bucketed", 8, extra + tie + BUCKET)
+            if base is None or got is None:
+                return verdict()
+            w = worst(base, got)
+            check(w <= 1e-6, "%s, tied embeddings: bucketed vs unbucketed within 1e-6 (%.1e)"
+                  % (name, w))
+
         # dp = 2 (pp1 cp1 ep1 on 2 ranks): every group has two ranks.
         two = ["--set", "parallel.pp=1", "--set", "parallel.cp=1", "--set", "parallel.ep=1",
                "--set", "topology.nodes=1", "--set", "topology.devices_per_node=2",
@@ -103,6 +117,11 @@ def main():
                 return verdict()
             check(bitwise(base, got), "dp=2, sharding %s: bucketed bit for bit equal to "
                   "unbucketed (losses, norms, checkpoint)" % sharding)
+        base = run(d, "dp2-tied-unbucketed", 2, two + tie)
+        got = run(d, "dp2-tied-bucketed", 2, two + tie + BUCKET)
+        if base is None or got is None:
+            return verdict()
+        check(bitwise(base, got), "dp=2, tied embeddings: bucketed bit for bit equal to unbucketed")
 
         # The step guard still names the rank whose own gradient was NaN.
         rc, so, err = run(d, "nan", 8, BUCKET, env={"TRIDENT_TEST_RANK": "5",

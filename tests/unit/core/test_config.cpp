@@ -278,6 +278,9 @@ TEST_CASE("to_toml round-trips every key") {
     CHECK(back == c);
     CHECK(to_toml(back) == text);
   }
+  // The defaults too: data.task = "recall" with the token-file keys written
+  // at their defaults (a checkpoint's config_toml, convert hf --config-out).
+  CHECK(parse_config_text(to_toml(Config{}), "defaults.toml") == Config{});
   // Every key appears in the text, in its table.
   const std::string text = to_toml(random_config(rng));
   for (const std::string& key : config_keys()) {
