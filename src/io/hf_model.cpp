@@ -80,9 +80,6 @@ class Fields {
     const double v = real_or(key, 0.0);
     if (v != 0.0) throw InputError(what(key) + ": must be 0 (" + why + ")");
   }
-  void require_null(const std::string& key, const std::string& why) {
-    if (get(key)) throw InputError(what(key) + ": must be null (" + why + ")");
-  }
   void ignore(std::initializer_list<const char*> keys) {
     for (const char* k : keys) used_.insert(k);
   }
@@ -103,6 +100,36 @@ class Fields {
 int to_int(int64_t v, const std::string& what) {
   if (v < 0 || v > INT32_MAX) throw InputError(what + ": " + std::to_string(v) + " out of range");
   return int(v);
+}
+
+// A sliding window of every layer (model.window): null or absent is none.
+int read_window(Fields& f, const std::string& key) {
+  const json::Value* v = f.get(key);
+  if (!v) return 0;
+  const int64_t w = v->as_int(f.what(key));
+  if (w < 1) throw InputError(f.what(key) + ": must be >= 1 or null (no window)");
+  return to_int(w, f.what(key));
+}
+
+// Qwen3's window: with use_sliding_window, transformers 4 windows the layers
+// from max_window_layers on (the ones before attend over the whole context)
+// and transformers 5 windows every layer; both agree, and trident converts,
+// only at max_window_layers = 0. Without it both fields are inert.
+int read_qwen_window(Fields& f) {
+  if (!f.bool_or("use_sliding_window", false)) {
+    f.ignore({"sliding_window", "max_window_layers"});
+    return 0;
+  }
+  const int w = read_window(f, "sliding_window");
+  if (w == 0) throw InputError(f.what("sliding_window") + ": missing (use_sliding_window is true)");
+  const json::Value* first = f.get("max_window_layers");
+  if (!first || first->as_int(f.what("max_window_layers")) != 0)
+    throw InputError(f.what("max_window_layers") + ": " +
+                     (first ? first->number_text() : std::string("missing")) +
+                     " with use_sliding_window: the layers below it attend over the whole "
+                     "context, the rest in the window; trident has one window for every layer "
+                     "(max_window_layers = 0)");
+  return w;
 }
 
 // rope_theta and rope_scaling (transformers 4) or rope_parameters
@@ -170,7 +197,7 @@ void read_arch_fields(Fields& f, Arch arch, ModelConfig& m) {
       m.moe_every = 1;
       break;
     case Arch::mixtral:
-      f.require_null("sliding_window", "trident attends over the whole causal context");
+      m.window = read_window(f, "sliding_window");  // every layer's, when set
       f.require_zero("router_jitter_noise", "trident's router has no jitter");
       m.n_experts = to_int(f.need_int("num_local_experts"), f.what("num_local_experts"));
       m.top_k = to_int(f.int_or("num_experts_per_tok", 2), f.what("num_experts_per_tok"));
@@ -178,8 +205,7 @@ void read_arch_fields(Fields& f, Arch arch, ModelConfig& m) {
       m.norm_topk = true;  // Mixtral renormalises the chosen k
       break;
     case Arch::qwen3_moe: {
-      f.require_bool("use_sliding_window", false, "trident attends over the whole causal context");
-      f.ignore({"sliding_window"});  // unused without use_sliding_window
+      m.window = read_qwen_window(f);
       m.qk_norm = true;
       m.n_experts = to_int(f.need_int("num_experts"), f.what("num_experts"));
       m.top_k = to_int(f.need_int("num_experts_per_tok"), f.what("num_experts_per_tok"));
@@ -280,7 +306,7 @@ HfConfig read_config(const std::string& path) {
   f.ignore({"bos_token_id", "eos_token_id", "pad_token_id", "transformers_version", "use_cache",
             "initializer_range", "output_router_logits", "return_dict", "output_hidden_states",
             "output_attentions", "torchscript", "_name_or_path", "tokenizer_class",
-            "max_window_layers", "router_aux_loss_coef"});
+            "router_aux_loss_coef"});
   m.router = RouterScoring::softmax;
   m.capacity_factor = 0.0;
   m.z_loss_coef = 0.0;
@@ -300,6 +326,8 @@ Arch arch_of(const ModelConfig& m, const std::string& source) {
     refuse("router", "\"sigmoid_bias\" has no Hugging Face architecture here (softmax only)");
   if (m.n_experts == 0) {
     if (m.qk_norm) refuse("qk_norm", "a dense model with q/k norms (Qwen3) is not supported");
+    if (m.window > 0)
+      refuse("window", "LlamaForCausalLM has no sliding window (Mixtral and Qwen3-MoE have)");
     return Arch::llama;
   }
   if (m.qk_norm) return Arch::qwen3_moe;
@@ -394,7 +422,7 @@ json::Value make_config(Arch a, const ModelConfig& m, safetensors::DType dtype,
     case Arch::mixtral:
       c.set("num_local_experts", Value::integer(m.n_experts));
       c.set("num_experts_per_tok", Value::integer(m.top_k));
-      c.set("sliding_window", Value());
+      c.set("sliding_window", m.window > 0 ? Value::integer(m.window) : Value());
       c.set("router_jitter_noise", Value::real(0.0));
       break;
     case Arch::qwen3_moe: {
@@ -408,7 +436,11 @@ json::Value make_config(Arch a, const ModelConfig& m, safetensors::DType dtype,
       std::sort(layers.begin(), layers.end());
       for (int l : layers) dense.push(Value::integer(l));
       c.set("mlp_only_layers", std::move(dense));
-      c.set("use_sliding_window", Value::boolean(false));
+      c.set("use_sliding_window", Value::boolean(m.window > 0));
+      if (m.window > 0) {
+        c.set("sliding_window", Value::integer(m.window));
+        c.set("max_window_layers", Value::integer(0));  // every layer (read_qwen_window)
+      }
       break;
     }
   }

@@ -30,7 +30,7 @@ struct HfConfig {
 };
 
 // Reads config.json (path names it in errors). A field trident cannot
-// honour (another architecture, biases, sliding windows, dropout, another
+// honour (another architecture, biases, per-layer sliding windows, dropout, another
 // RoPE type, an unknown field) is an InputError naming it.
 HfConfig read_config(const std::string& path);
 

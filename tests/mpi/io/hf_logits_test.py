@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A converted Hugging Face model computes what its architecture defines:
 small random LlamaForCausalLM (Llama 3 RoPE scaling; tied embeddings with
-linear scaling), MixtralForCausalLM and Qwen3MoeForCausalLM models written
+linear scaling), MixtralForCausalLM and Qwen3MoeForCausalLM models (each
+also with a sliding window on every layer) written
 with numpy (tests/unit/io/hf_models.py), converted with `trident convert hf`,
 evaluated with `trident eval --tokens --logits-out` on 1 rank and on the
 8-rank mesh (pp2 cp2 ep2 dp2, zig-zag; the dense Llama pp2 cp2 dp2, the tied model
@@ -66,7 +67,10 @@ def main():
         cases = [("llama", hm.config_of("llama"), False),
                  ("llama-tied", hm.config_of("llama", tied=True, scaling="linear"), True),
                  ("mixtral", hm.config_of("mixtral"), False),
-                 ("qwen3moe", hm.config_of("qwen3_moe"), False)]
+                 ("qwen3moe", hm.config_of("qwen3_moe"), False),
+                 ("mixtral-window5", dict(hm.config_of("mixtral"), sliding_window=5), False),
+                 ("qwen3moe-window6", dict(hm.config_of("qwen3_moe"), use_sliding_window=True,
+                                           sliding_window=6, max_window_layers=0), False)]
         for name, c, tied in cases:
             src, ck, toml = (os.path.join(d, name + s) for s in ("-hf", ".h5", ".toml"))
             tensors = hm.random_tensors(c, seed=len(name) + 100)
@@ -83,6 +87,12 @@ def main():
             lse = np.log(np.exp(ref - ref.max(-1, keepdims=True)).sum(-1)) + ref.max(-1)
             tgt = np.stack([ids[k * S + 1:(k + 1) * S + 1] for k in range(4)]).astype(np.int64)
             ref_loss = lse - np.take_along_axis(ref, tgt[..., None], -1)[..., 0]
+            if hm.window_of(c, c["num_hidden_layers"] - 1):
+                c0 = dict(c, sliding_window=None, use_sliding_window=False)
+                ref0 = np.stack([hm.forward(c0, tensors, ids[k * S:(k + 1) * S])
+                                 for k in range(4)])
+                check(rel(ref, ref0) > 1e-3, f"{name}: the window changes the reference logits "
+                                             f"({rel(ref, ref0):.2e})")
             for np_ in (1, 8):
                 out = os.path.join(d, f"{name}-{np_}.h5")
                 rc, err = evaluate(np_, toml, ck, tok, out,

@@ -2,7 +2,8 @@
 (hf_models.py): the round trip Hugging Face -> trident -> Hugging Face is
 bit-exact for every tensor, in fp32 and bf16, from one file and from shards
 to one file and to shards, for LlamaForCausalLM (llama3 and linear RoPE
-scaling, tied embeddings), MixtralForCausalLM and Qwen3MoeForCausalLM; the
+scaling, tied embeddings), MixtralForCausalLM and Qwen3MoeForCausalLM (each
+also with a sliding window on every layer); the
 converted config keeps what the model computes; and bad inputs exit 2 with
 one line naming the file, tensor or field, leaving no output behind.
 """
@@ -69,6 +70,11 @@ def round_trip(tmp, name, config, dtype, shards_in, shard_out):
         if key in config:
             check(cb.get(key) == config[key], f"{name}: config.json {key} = {config[key]!r}")
     check(cb["head_dim"] == hm.head_dim(config), f"{name}: config.json head_dim")
+    w = hm.window_of(config, config["num_hidden_layers"] - 1)
+    check(cb.get("sliding_window") == w and
+          cb.get("use_sliding_window", w is not None) == (w is not None) and
+          cb.get("max_window_layers", 0) == 0,
+          f"{name}: config.json sliding window {w} on every layer")
     rs = config.get("rope_scaling")
     if rs:
         kind = rs.get("rope_type", rs.get("type"))
@@ -101,7 +107,10 @@ def main():
         cases = [("llama", hm.config_of("llama")),
                  ("llama-tied-linear", hm.config_of("llama", tied=True, scaling="linear")),
                  ("mixtral", hm.config_of("mixtral")),
-                 ("qwen3moe", hm.config_of("qwen3_moe"))]
+                 ("qwen3moe", hm.config_of("qwen3_moe")),
+                 ("mixtral-window", dict(hm.config_of("mixtral"), sliding_window=6)),
+                 ("qwen3moe-window", dict(hm.config_of("qwen3_moe"), use_sliding_window=True,
+                                          sliding_window=6, max_window_layers=0))]
         for name, cfg in cases:
             for dtype in ("F32", "BF16"):
                 cfg = dict(cfg, torch_dtype="float32" if dtype == "F32" else "bfloat16")
@@ -118,6 +127,11 @@ def main():
         for line in ('rope_scaling = "llama3"', "rope_factor = 8.0",
                      "rope_original_max_positions = 512", "n_experts = 0", "head_dim = 0"):
             check(line in toml, f"llama config: {line}")
+        for name in ("mixtral", "qwen3moe"):
+            toml = open(os.path.join(tmp, f"{name}-F32-1to1.h5.toml")).read()
+            check("window = 0" in toml, f"{name} config: window = 0")
+            toml = open(os.path.join(tmp, f"{name}-window-F32-1to1.h5.toml")).read()
+            check("window = 6" in toml, f"{name}-window config: window = 6")
         toml = open(os.path.join(tmp, "llama-tied-linear-F32-1to1.h5.toml")).read()
         check("tie_embeddings = true" in toml and 'rope_scaling = "linear"' in toml,
               "tied llama config: tie_embeddings, linear scaling")
@@ -188,15 +202,29 @@ def main():
         for field, value, needle in (
                 ("architectures", ["GPT2LMHeadModel"], "architectures"),
                 ("attention_bias", True, "attention_bias"),
-                ("sliding_window", 4096, "sliding_window"),
+                ("sliding_window", 0, "sliding_window: must be >= 1 or null"),
                 ("hidden_act", "gelu", "hidden_act"),
                 ("rope_scaling", {"rope_type": "yarn", "factor": 4.0}, "rope_scaling.rope_type"),
                 ("some_new_field", 1, "some_new_field")):
             expect_refusal(tmp, "config-" + field,
                            model_with(cfg=dict(good_cfg, **{field: value})), needle)
         q = hm.config_of("qwen3_moe")
-        expect_refusal(tmp, "qwen-sliding", lambda d: hm.write_model(
-            d, dict(q, use_sliding_window=True), hm.random_tensors(q, 3)), "use_sliding_window")
+        # Qwen3: one window for every layer or none (per-layer windows refused).
+        for name, change, needle in (
+                ("qwen-window-layers", dict(use_sliding_window=True, max_window_layers=2),
+                 "max_window_layers: 2 with use_sliding_window"),
+                ("qwen-window-layers-missing", dict(use_sliding_window=True),
+                 "max_window_layers: missing"),
+                ("qwen-window-null", dict(use_sliding_window=True, sliding_window=None,
+                                          max_window_layers=0), "sliding_window: missing")):
+            qc = {k: v for k, v in dict(q, **change).items()
+                  if not (name.endswith("missing") and k == "max_window_layers")}
+            expect_refusal(tmp, name, lambda d, qc=qc: hm.write_model(
+                d, qc, hm.random_tensors(q, 3)), needle)
+        # Llama has no such field: unknown, refused.
+        lc = dict(hm.config_of("llama"), sliding_window=8)
+        expect_refusal(tmp, "llama-window", lambda d: hm.write_model(
+            d, lc, hm.random_tensors(lc, 3)), "sliding_window: a field trident does not know")
         expect_refusal(tmp, "bad-json", lambda d: (model_with()(d), open(
             os.path.join(d, "config.json"), "w").write('{"vocab_size": 48,}')), "JSON")
 

@@ -15,7 +15,10 @@ identity otherwise. RoPE rotates the halves of each head: (a, b) -> (a cos -
 b sin, a sin + b cos) at angle position * inv_freq[i], inv_freq[i] =
 theta^(-2i/D), with "linear" dividing by factor and "llama3" applying Llama
 3.1's wavelength bands. Attention is causal softmax(q kᵀ / sqrt(D)) v, query
-head h reading key/value head h // (H / Hkv). A dense FFN is W_down (silu(W_gate
+head h reading key/value head h // (H / Hkv); a layer with a sliding window W
+lets query i see keys j with i - W < j <= i (Mixtral's sliding_window on
+every layer; Qwen3's with use_sliding_window on the layers from
+max_window_layers on). A dense FFN is W_down (silu(W_gate
 x) * (W_up x)); an MoE FFN takes softmax(W_router x), the top-k experts, and
 sums their FFNs weighted by their probabilities (renormalised over the k
 for Mixtral and for Qwen3 with norm_topk_prob).
@@ -170,6 +173,15 @@ def config_of(arch, tied=False, scaling="llama3"):
     return base
 
 
+def window_of(c, layer):
+    """The sliding window of a layer, or None (full causal attention)."""
+    if c["model_type"] == "mixtral":
+        return c.get("sliding_window")
+    if c["model_type"] == "qwen3_moe" and c.get("use_sliding_window"):
+        return c["sliding_window"] if layer >= c["max_window_layers"] else None
+    return None
+
+
 def head_dim(c):
     return c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
 
@@ -285,9 +297,12 @@ def forward(c, t, tokens):
     pos = np.arange(T, dtype=np.float64)
     freqs = inv_freq(c, D)
     x = g["model.embed_tokens.weight"][tokens]
-    mask = np.tril(np.ones((T, T), dtype=bool))
+    causal = np.tril(np.ones((T, T), dtype=bool))
     for l in range(c["num_hidden_layers"]):
         p = f"model.layers.{l}."
+        w = window_of(c, l)
+        i, j = np.indices((T, T))
+        mask = causal if w is None else causal & (i - j < w)
         h = rmsnorm(x, g[p + "input_layernorm.weight"], eps)
         q = (h @ g[p + "self_attn.q_proj.weight"].T).reshape(T, H, D)
         k = (h @ g[p + "self_attn.k_proj.weight"].T).reshape(T, Hkv, D)
