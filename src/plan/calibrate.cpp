@@ -441,6 +441,84 @@ double collective_round_seconds(Communicator& world) {
   return t / std::ceil(std::log2(double(world.size())));
 }
 
+// What one blocking exchange costs its ranks beyond its bytes when they
+// compute between exchanges, as the ring's steps and the Ulysses and MoE
+// all-to-alls do: the wait for the slowest peer, the handshake that only
+// runs once both sides are in the library, and on shared cores the turn of a
+// peer that is not running. Every rank runs rounds of one ring step's
+// attention (the config's heads, seq/n queries against seq/n keys, n the
+// calibrating ranks): alone, then each round followed by a ring step (the
+// K/V block to the next rank, from the previous one), then by an all-to-all
+// of the same bytes. Sets of the three alternate, so that load from
+// elsewhere touches them alike. The medians of the differences per round,
+// less the bytes at the link's rate, divided by the oversubscription (the
+// prediction multiplies its own back in).
+struct ExchangeCosts {
+  double ring_step_s = 0, alltoall_s = 0;
+};
+
+ExchangeCosts exchange_costs(Communicator& world, const Config& cfg, const Link& link,
+                             double oversubscription) {
+  const int n = world.size(), me = world.rank();
+  ExchangeCosts out;
+  if (n < 2) return out;
+  const ModelConfig& mc = cfg.model;
+  // one off-diagonal ring step of one sequence: seq/n queries against seq/n keys
+  const int64_t rows = std::max<int64_t>(1, cfg.data.seq_len / n);
+  kernels::AttnShape shape;
+  shape.Tq = shape.Tk = rows;
+  shape.H = mc.n_heads, shape.Hkv = mc.n_kv_heads, shape.D = mc.head_dim();
+  shape.scale = 1.0f / std::sqrt(float(shape.D));
+  shape.causal = false;
+  const size_t block = size_t(2 * rows * mc.n_kv_heads * mc.head_dim());  // K and V, floats
+  const kernels::DeviceContext host(Device::cpu());
+  const auto q = filled(size_t(rows * shape.H * shape.D), 0.1f), kv = filled(block / 2, 0.2f);
+  std::vector<float> o(q.size()), lse(size_t(rows * shape.H));
+  auto work = [&] {
+    kernels::attention_forward(host.ctx(), shape, q.data(), kv.data(), kv.data(), o.data(),
+                               lse.data());
+  };
+  std::vector<float> send(block * size_t(n), 1.0f), recv(block * size_t(n));
+  const int next = (me + 1) % n, prev = (me + n - 1) % n;
+  constexpr int kTag = 7302, kRounds = 64, kSets = 7;
+  auto ring_round = [&] {
+    Request r = world.irecv(recv.data(), block * sizeof(float), prev, kTag);
+    Request s = world.isend(send.data(), block * sizeof(float), next, kTag);
+    work();
+    world.wait(r);
+    world.wait(s);
+  };
+  // the block split over the peers, as the all-to-alls split their tensors
+  const int64_t per_peer = int64_t(std::max<size_t>(1, block / size_t(n)));
+  std::vector<int64_t> counts(size_t(n), per_peer);
+  std::vector<int64_t> displs = counts;
+  for (int i = 0; i < n; ++i) displs[size_t(i)] = i * per_peer;
+  counts[size_t(me)] = 0;
+  auto a2a_round = [&] {
+    work();
+    world.alltoallv(send.data(), counts, displs, recv.data(), counts, displs, sizeof(float));
+  };
+  auto per_round = [&](const std::function<void()>& fn) {
+    world.barrier();
+    const double t0 = now_s();
+    for (int i = 0; i < kRounds; ++i) fn();
+    double t = (now_s() - t0) / kRounds;
+    world.allreduce_max(&t, 1);
+    return t;
+  };
+  std::vector<double> ring, a2a;
+  for (int set = 0; set < kSets; ++set) {
+    const double alone = per_round(work);
+    ring.push_back(per_round(ring_round) - alone);
+    a2a.push_back(per_round(a2a_round) - alone);
+  }
+  const double bytes = double(block) * sizeof(float);
+  out.ring_step_s = std::max(0.0, median_of(ring) - link.seconds(bytes)) / oversubscription;
+  out.alltoall_s =
+      std::max(0.0, median_of(a2a) - (n - 1) * link.seconds(bytes / n)) / oversubscription;
+  return out;
+}
+
 ModelFit fit_model(Communicator& world, const Config& cfg, const MachineProfile& m, double budget) {
   const int big = cfg.data.micro_batch_size, small = big > 1 ? big / 2 : 2;
   ForwardBackward at_big(cfg, m, big), at_small(cfg, m, small);
@@ -523,6 +601,9 @@ MachineProfile calibrate_machine(Communicator& world, const std::vector<int>& no
   if (n > 1 && std::count(node_of.begin(), node_of.end(), node_of[0]) == n)
     m.source += "; one node: network copied from the node link";
   m.nvlink = m.node;  // a CPU node has no NVLink: its domain is the node's shared memory
+  const ExchangeCosts ex = exchange_costs(world, cfg, m.node, m.oversubscription(per_node));
+  m.ring_step_s = ex.ring_step_s;
+  m.alltoall_s = ex.alltoall_s;
   return m;
 }
 

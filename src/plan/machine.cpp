@@ -54,6 +54,8 @@ const std::vector<NumericKey>& numeric_keys() {
       {"overhead.step_us", 1e-6, &M::step_overhead_s, nullptr, nullptr, true, true},
       {"overhead.layer_us", 1e-6, &M::layer_overhead_s, nullptr, nullptr, true, true},
       {"overhead.collective_round_us", 1e-6, &M::collective_round_s, nullptr, nullptr, true, true},
+      {"overhead.ring_step_us", 1e-6, &M::ring_step_s, nullptr, nullptr, true, true},
+      {"overhead.alltoall_us", 1e-6, &M::alltoall_s, nullptr, nullptr, true, true},
 
   };
   return keys;

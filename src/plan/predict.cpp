@@ -69,20 +69,24 @@ double ring_exposed(const MachineProfile& m, const Link& l, const ActionComm& c,
   const double per_step_comm = l.seconds((c.cp_bytes - c.cp_tail_bytes) / c.cp_steps);
   const double per_step_compute = m.ring_overlap * compute_seconds(Work{0, attn_flops, 0}, m) / cp /
                                   (double(c.cp_steps) / (cp - 1));
+  // each step, and the trip home, also waits as a blocking exchange does
   return c.cp_steps * std::max(0.0, per_step_comm - per_step_compute) +
-         l.seconds(c.cp_tail_bytes, c.cp_tail_messages);
+         l.seconds(c.cp_tail_bytes, c.cp_tail_messages) +
+         (c.cp_steps + c.cp_tail_messages) * m.ring_step_s;
 }
 
 // The Ulysses all-to-alls of one action: nothing to hide them behind (the
 // attention needs all their data), so every byte and message is exposed.
-double alltoall_s(const Link& l, const ActionComm& c, int u) {
+double alltoall_s(const MachineProfile& m, const Link& l, const ActionComm& c, int u) {
   if (c.a2a_calls == 0) return 0;
-  return c.a2a_calls * (u - 1) * l.latency_s + c.a2a_bytes / l.bandwidth_Bps;
+  return c.a2a_calls * ((u - 1) * l.latency_s + m.alltoall_s) + c.a2a_bytes / l.bandwidth_Bps;
 }
 
-double exchange_s(const Link& l, const ActionComm& c, int ep, double imbalance) {
+double exchange_s(const MachineProfile& m, const Link& l, const ActionComm& c, int ep,
+                  double imbalance) {
   if (c.ep_exchanges == 0) return 0;
-  return c.ep_exchanges * (ep - 1) * l.latency_s + imbalance * c.ep_bytes / l.bandwidth_Bps;
+  return c.ep_exchanges * ((ep - 1) * l.latency_s + m.alltoall_s) +
+         imbalance * c.ep_bytes / l.bandwidth_Bps;
 }
 
 // Which schedule ranks share a node's cores, and how many of the node's ranks
@@ -207,11 +211,11 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
     const ChunkCost c = chunk_cost(cfg, p, vs);
     const int r = p.cp_ring(), u = p.cp_ulysses;
     const double cp_f = ring_exposed(m, cp_link, c.f_comm, c.f.attention_flops, r) +
-                        alltoall_s(a2a_link, c.f_comm, u);
+                        alltoall_s(m, a2a_link, c.f_comm, u);
     const double cp_b = ring_exposed(m, cp_link, c.b_comm, c.b.attention_flops, r) +
-                        alltoall_s(a2a_link, c.b_comm, u);
-    const double ep_f = exchange_s(ep_link, c.f_comm, p.ep, imb);
-    const double ep_b = exchange_s(ep_link, c.b_comm, p.ep, imb);
+                        alltoall_s(m, a2a_link, c.b_comm, u);
+    const double ep_f = exchange_s(m, ep_link, c.f_comm, p.ep, imb);
+    const double ep_b = exchange_s(m, ep_link, c.b_comm, p.ep, imb);
     // the fixed cost of the chunk's layers: a third in F, the rest in B
     // (backward makes about twice the forward's kernel calls)
     const double fixed = m.layer_overhead_s * c.layers;

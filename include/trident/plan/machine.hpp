@@ -59,6 +59,15 @@ struct MachineProfile {
   // oversubscription (the prediction multiplies its own back in); 0: two
   // latencies of the world's link per round.
   double collective_round_s = 0;
+  // What one blocking exchange costs beyond its bytes when the ranks compute
+  // between exchanges (the wait for the slowest peer, a handshake that runs
+  // once both sides are in the library, a peer's turn on shared cores):
+  // seconds per ring step (the CP ring's K/V and dK/dV steps) and per
+  // all-to-all call (Ulysses, the MoE exchange), divided by the
+  // calibration's oversubscription like collective_round_s. Calibration
+  // measures both; 0: the links' latencies only.
+  double ring_step_s = 0;
+  double alltoall_s = 0;
   // Fixed seconds per layer and micro-batch of a forward and backward beyond
   // their work at the rates (kernel calls, allocations); calibration fits it
   // from two micro-batch sizes.

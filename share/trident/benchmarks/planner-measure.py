@@ -134,6 +134,7 @@ MESHES = [
 # The context-parallel modes (parallel.cp_mode): Ulysses alone and the hybrid
 # (Ulysses groups of cp_ulysses ranks under a ring), next to the plain ring above.
 CP_MESHES = [
+    (2, ["parallel.cp=2"]),
     (2, ["parallel.cp=2", "parallel.cp_mode=ulysses"]),
     (4, ["parallel.cp=4", "parallel.cp_mode=ulysses"]),
     (4, ["parallel.cp=4", "parallel.cp_mode=hybrid", "parallel.cp_ulysses=2"]),

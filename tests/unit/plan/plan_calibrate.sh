@@ -34,6 +34,8 @@ o = m["overhead"]
 # what a whole step costs beyond its priced work, and the step's small all-reduces
 assert o["step_us"] >= 0 and o["layer_us"] >= 0, o
 assert 0 < o["collective_round_us"] < 1e6, o
+# a blocking ring step and all-to-all between computing ranks, beyond their bytes
+assert 0 <= o["ring_step_us"] < 1e6 and 0 <= o["alltoall_us"] < 1e6, o
 print("calibrated profile: ok")
 PY
 "$bin" plan "$quick" --nodes 1 --devices-per-node 8 --machine "$tmp/m.toml" | grep -q "^prediction for" \

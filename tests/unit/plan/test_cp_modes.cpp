@@ -106,6 +106,39 @@ TEST_CASE("cp modes: the all-to-alls are exposed whole, the ring only beyond the
   CHECK(predict(c, plan_of(4, CpMode::ulysses, 4), shape, fast).split.cp > 0);
 }
 
+TEST_CASE("cp modes: each ring step and all-to-all adds the profile's exchange cost") {
+  Config c = small();
+  const ClusterShape shape{1, 4, 4};
+  MachineProfile m = machine();
+  m.nvlink = Link{1e15, 0};  // bytes free: only the exchange costs remain
+  MachineProfile costly = m;
+  costly.ring_step_s = 3e-5;
+  costly.alltoall_s = 7e-5;
+  const double mb = c.data.num_microbatches;
+  SECTION("ring: every step of F and B, and the dK/dV trip home") {
+    const MeshPlan p = plan_of(4, CpMode::ring, 1);
+    const ChunkCost cr = chunk_cost(c, p, 0);
+    const int steps = cr.f_comm.cp_steps + cr.b_comm.cp_steps + cr.b_comm.cp_tail_messages;
+    CHECK(steps == 2 * 3 + 2 * 3 + 2);  // layers x (cp-1) in F and in B, one trip home each
+    CHECK(predict(c, p, shape, costly).split.cp - predict(c, p, shape, m).split.cp ==
+          Approx(mb * steps * 3e-5));
+  }
+  SECTION("ulysses: every all-to-all call") {
+    const MeshPlan p = plan_of(4, CpMode::ulysses, 4);
+    const ChunkCost cu = chunk_cost(c, p, 0);
+    CHECK(predict(c, p, shape, costly).split.cp - predict(c, p, shape, m).split.cp ==
+          Approx(mb * (cu.f_comm.a2a_calls + cu.b_comm.a2a_calls) * 7e-5));
+  }
+  SECTION("hybrid: both") {
+    const MeshPlan p = plan_of(4, CpMode::hybrid, 2);
+    const ChunkCost ch = chunk_cost(c, p, 0);
+    const double ring = ch.f_comm.cp_steps + ch.b_comm.cp_steps + ch.b_comm.cp_tail_messages;
+    const double calls = ch.f_comm.a2a_calls + ch.b_comm.a2a_calls;
+    CHECK(predict(c, p, shape, costly).step_time_s - predict(c, p, shape, m).step_time_s ==
+          Approx(mb * (ring * 3e-5 + calls * 7e-5)));
+  }
+}
+
 TEST_CASE("the search tries every cp mode, and only hybrid past an NVLink domain") {
   Config c = small();
   c.data.num_microbatches = 8;

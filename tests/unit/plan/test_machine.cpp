@@ -92,8 +92,12 @@ TEST_CASE("a written profile reads back equal") {
   m.network_rails = 8;
   m.ring_overlap = 0.75;
   m.collective_round_s = 7e-6;
+  m.ring_step_s = 41e-6;
+  m.alltoall_s = 13e-6;
   const MachineProfile r = parse_machine_text(machine_to_toml(m), "again.toml");
   CHECK(r.collective_round_s == Approx(7e-6));
+  CHECK(r.ring_step_s == Approx(41e-6));
+  CHECK(r.alltoall_s == Approx(13e-6));
   CHECK(r.network_rails == 8);
   CHECK(r.ring_overlap == Approx(0.75));
   CHECK(r.layer_overhead_s == Approx(m.layer_overhead_s));
