@@ -256,42 +256,36 @@ void Communicator::reduce_scatter_sum(const float* in, float* out, size_t count)
         kind_, double(count * size_t(size()) * sizeof(float)));
 }
 
-Request Communicator::iallreduce_sum(float* data, size_t n) {
-  TRIDENT_CHECK(n <= max_elements_per_reduction(), "iallreduce on " + name_ + ": " +
-                                                       std::to_string(n) +
-                                                       " elements exceed what one operation takes");
+// One posted sum of n floats (allreduce, or reduce to op.peer), as a
+// request that carries what it is and the bytes it sends.
+Request Communicator::post_sum(CommOp op, const std::string& what) {
+  TRIDENT_CHECK(op.count <= max_elements_per_reduction(),
+                what + " on " + name_ + ": " + std::to_string(op.count) +
+                    " elements exceed what one operation takes");
+  op.type = ElemType::f32;
+  op.reduce = ReduceOp::sum;
   Request r;
-  r.op_ = post({.kind = CommOp::Kind::allreduce,
-                .out = data,
-                .count = n,
-                .type = ElemType::f32,
-                .reduce = ReduceOp::sum});
+  r.op_ = post(op);
   r.what_ =
-      "iallreduce_sum of " + std::to_string(n) + " float over " + std::to_string(size()) + " ranks";
+      what + " of " + std::to_string(op.count) + " float" +
+      (op.kind == CommOp::Kind::reduce ? " to rank " + std::to_string(op.peer) + " (world " +
+                                             std::to_string(world_ranks_[size_t(op.peer)]) + ")"
+                                       : std::string()) +
+      " over " + std::to_string(size()) + " ranks";
   r.kind_ = kind_;
-  r.bytes_ = double(n * sizeof(float));
+  r.bytes_ = double(op.count * sizeof(float));
   return r;
+}
+
+Request Communicator::iallreduce_sum(float* data, size_t n) {
+  return post_sum({.kind = CommOp::Kind::allreduce, .out = data, .count = n}, "iallreduce_sum");
 }
 
 Request Communicator::ireduce_sum(float* data, size_t n, int root) {
   TRIDENT_CHECK(root >= 0 && root < size(),
                 "reduce root " + std::to_string(root) + " outside " + name_);
-  TRIDENT_CHECK(n <= max_elements_per_reduction(), "ireduce on " + name_ + ": " +
-                                                       std::to_string(n) +
-                                                       " elements exceed what one operation takes");
-  Request r;
-  r.op_ = post({.kind = CommOp::Kind::reduce,
-                .out = data,
-                .count = n,
-                .peer = root,
-                .type = ElemType::f32,
-                .reduce = ReduceOp::sum});
-  r.what_ = "ireduce_sum of " + std::to_string(n) + " float to rank " + std::to_string(root) +
-            " (world " + std::to_string(world_ranks_[size_t(root)]) + ") over " +
-            std::to_string(size()) + " ranks";
-  r.kind_ = kind_;
-  r.bytes_ = double(n * sizeof(float));
-  return r;
+  return post_sum({.kind = CommOp::Kind::reduce, .out = data, .count = n, .peer = root},
+                  "ireduce_sum");
 }
 
 void Communicator::allgather(const void* in, void* out, size_t bytes) {

@@ -260,6 +260,8 @@ class Communicator {
   void await(PendingOp& op, const std::string& what, CommKind kind, double bytes_sent);
 
  private:
+  Request post_sum(CommOp op, const std::string& what);
+
   CommKind kind_;
   std::string name_;
   double timeout_s_;
