@@ -297,78 +297,11 @@ Rates measure_compute(Communicator& world, const std::vector<int>& node_of, cons
 }
 
 // What the config's model on one rank (pp = cp = ep = 1) adds to the rates:
-// efficiency and the fixed cost per layer from one forward and backward at
-// two micro-batch sizes, and the step's update per parameter.
+// efficiency and the fixed cost per layer and micro-batch from whole training
+// steps at two micro-batch sizes, and the step's update per parameter.
 struct ModelFit {
   double efficiency = 1, layer_overhead_s = 0, optimizer_s_per_param = 0;
 };
-
-// One micro-batch's forward and backward of `mbs` sequences on one rank
-// (pp = cp = ep = 1), and the cost model's price of it at the rates
-// (efficiency 1).
-struct ForwardBackward {
-  Config one;
-  model::ModelStage stage;
-  std::unique_ptr<model::DataSource> data;
-  std::vector<int64_t> positions;
-  int64_t step = 0;
-  double priced = 0;
-
-  ForwardBackward(const Config& cfg, const MachineProfile& m, int mbs)
-      : one(single_rank(cfg, mbs)),
-        stage(one, 0, 1, model::StageComms{}),
-        data(model::make_data_source(one, 1)),
-        positions(model::local_positions(one, model::StageComms{})) {
-    const ChunkCost c = chunk_cost(one, mesh_plan_of(one, 1), 0);
-    Work all = c.f;
-    all += c.b;
-    all += c.w;
-    MachineProfile at_rates = m;
-    at_rates.efficiency = 1;
-    priced = compute_seconds(all, at_rates);
-  }
-  static Config single_rank(Config c, int mbs) {
-    c.parallel = ParallelConfig{};
-    c.data.num_microbatches = 1;
-    c.data.micro_batch_size = mbs;
-    return c;
-  }
-  void run() {
-    const double targets = double(one.data.micro_batch_size) * double(data->targets_per_sample());
-    stage.begin_step(model::make_microbatches(*data, one.data, step++, 0, positions),
-                     float(1.0 / targets), float(1.0 / one.data.micro_batch_size), nullptr);
-    Tensor none;
-    stage.forward(0, 0, Tensor(), none);
-    stage.backward(0, 0, Tensor(), none, true);
-  }
-};
-
-// Medians of a and b timed alternately on rank 0 alone (the others sleep), so
-// that a change of load on the node touches both alike.
-std::pair<double, double> alternate_medians(Communicator& world, ForwardBackward& a,
-                                            ForwardBackward& b, double budget) {
-  double t[2] = {0, 0};
-  world.barrier();
-  if (world.rank() == 0) {
-    std::vector<double> ta, tb;
-    const double start = now_s();
-    do {
-      double t0 = now_s();
-      a.run();
-      ta.push_back(now_s() - t0);
-      t0 = now_s();
-      b.run();
-      tb.push_back(now_s() - t0);
-    } while (now_s() - start < 2 * budget || ta.size() < 7);
-    std::sort(ta.begin(), ta.end());
-    std::sort(tb.begin(), tb.end());
-    t[0] = ta[ta.size() / 2], t[1] = tb[tb.size() / 2];
-  } else {
-    std::this_thread::sleep_for(std::chrono::duration<double>(budget * 4 + 0.1));
-  }
-  world.allreduce_max(t, 2);
-  return {t[0], t[1]};
-}
 
 // Gradient norm and AdamW over the model's parameters, alone.
 double update_seconds_per_param(Communicator& world, const Config& cfg, double budget) {
@@ -519,24 +452,89 @@ ExchangeCosts exchange_costs(Communicator& world, const Config& cfg, const Link&
   return out;
 }
 
+// Median seconds of whole training steps of `a` and `b` (the trainer's own
+// steps: the batch's data, every micro-batch's forward and backward, the
+// guard's scans, the norm and the update), timed alternately on rank 0 while
+// the others sleep, so that a change of load on the node touches both alike.
+std::pair<double, double> alternate_step_medians(Communicator& world, const Config& a,
+                                                 const Config& b, double budget) {
+  double t[2] = {0, 0};
+  constexpr int kTag = 7303;
+  world.barrier();
+  if (world.rank() == 0) {
+    train::Trainer ta(a, train::TrainComms{}), tb(b, train::TrainComms{});
+    int64_t step = 0;
+    ta.train_step(step, nullptr);  // first touches of the buffers
+    tb.train_step(step++, nullptr);
+    std::vector<double> xa, xb;
+    const double start = now_s();
+    do {
+      double t0 = now_s();
+      ta.train_step(step, nullptr);
+      xa.push_back(now_s() - t0);
+      t0 = now_s();
+      tb.train_step(step++, nullptr);
+      xb.push_back(now_s() - t0);
+    } while (now_s() - start < 2 * budget || xa.size() < 7);
+    t[0] = median_of(std::move(xa)), t[1] = median_of(std::move(xb));
+    std::vector<Request> sends;
+    for (int r = 1; r < world.size(); ++r) sends.push_back(world.isend(t, sizeof t, r, kTag));
+    for (Request& r : sends) world.wait(r);
+  } else {
+    // sleep between polls, so that rank 0 has the cores to itself
+    Request done = world.irecv(t, sizeof t, 0, kTag);
+    while (!world.test(done)) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  world.barrier();
+  return {t[0], t[1]};
+}
+
+// The config's model on one rank (pp = cp = ep = dp = 1) in whole training
+// steps of its micro-batch count, at its micro-batch size and at a quarter
+// of it (4 when it is 1): the range that cp up to 4 puts on a rank at the
+// same micro-batch size. Each step less its update is fixed + the cost
+// model's price of its forwards and backwards at the rates / efficiency.
 ModelFit fit_model(Communicator& world, const Config& cfg, const MachineProfile& m, double budget) {
-  const int big = cfg.data.micro_batch_size, small = big > 1 ? big / 2 : 2;
-  ForwardBackward at_big(cfg, m, big), at_small(cfg, m, small);
-  const auto [t1, t2] = alternate_medians(world, at_big, at_small, budget);
-  const double c1 = at_big.priced, c2 = at_small.priced;
   ModelFit fit;
+  fit.optimizer_s_per_param = update_seconds_per_param(world, cfg, budget);
+  const int big = cfg.data.micro_batch_size, small = big > 1 ? std::max(1, big / 4) : 4;
+  auto one_rank = [&](int mbs) {
+    Config c = cfg;
+    c.parallel = ParallelConfig{};
+    c.runtime.verify_every = 0;
+    c.data.micro_batch_size = mbs;
+    return c;
+  };
+  const Config cb = one_rank(big), cs = one_rank(small);
+  MachineProfile at_rates = m;
+  at_rates.efficiency = 1;
+  auto priced = [&](const Config& c) {
+    const ChunkCost cost = chunk_cost(c, mesh_plan_of(c, 1), 0);
+    Work all = cost.f;
+    all += cost.b;
+    all += cost.w;
+    return c.data.num_microbatches * compute_seconds(all, at_rates);
+  };
+  double params = 0;
+  {
+    const ChunkCost cost = chunk_cost(cb, mesh_plan_of(cb, 1), 0);
+    params = cost.params;
+  }
+  const double update = params * fit.optimizer_s_per_param;
+  const auto [s1, s2] = alternate_step_medians(world, cb, cs, budget);
+  const double t1 = std::max(s1 - update, 1e-9), t2 = std::max(s2 - update, 1e-9);
+  const double c1 = priced(cb), c2 = priced(cs);
   // t = fixed + c / efficiency through both points. A fit that makes the
   // fixed part negative (a size that runs relatively slower), or more than
   // half the smaller size's time (noise: no per-call cost is that large),
   // keeps the config's size exact with no fixed part.
   const double slope = (t1 - t2) / (c1 - c2), fixed = t1 - slope * c1;
-  if (slope > 0 && fixed >= 0 && fixed <= 0.5 * t2) {
+  if (slope > 0 && fixed >= 0 && fixed <= 0.5 * std::min(t1, t2)) {
     fit.efficiency = 1 / slope;
-    fit.layer_overhead_s = fixed / cfg.model.n_layers;
+    fit.layer_overhead_s = fixed / (double(cfg.data.num_microbatches) * cfg.model.n_layers);
   } else {
     fit.efficiency = c1 / t1;
   }
-  fit.optimizer_s_per_param = update_seconds_per_param(world, cfg, budget);
   return fit;
 }
 
