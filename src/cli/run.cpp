@@ -9,6 +9,7 @@
 #include "commands.hpp"
 #include "trident/comm/process.hpp"
 #include "trident/kernels/gemm.hpp"
+#include "trident/model/data.hpp"
 #include "trident/plan/predict.hpp"
 #include "trident/topo/topology.hpp"
 #include "trident/train/check_config.hpp"
@@ -60,9 +61,15 @@ int RunCommand::run() {
   request.resume = resume_opt_->count() > 0;
   request.resume_from = resume_;
   request.command_line = command_line();
-  if (machine)
+  if (machine) {
+    // Packed documents: attention priced from the data's length histogram,
+    // as `trident plan` prices it (plan/packed_attention.hpp).
+    Config priced = cfg;
+    if (cfg.data.packing == Packing::documents && cfg.data.task == DataTask::tokens)
+      priced.doc_lengths_log2 = model::make_data_source(cfg, 1)->document_lengths_log2();
     request.prediction_json = plan::prediction_json(
-        plan::predict(cfg, plan::mesh_plan_of(cfg, world_size), comms->topo.shape, *machine));
+        plan::predict(priced, plan::mesh_plan_of(cfg, world_size), comms->topo.shape, *machine));
+  }
   return train::run(cfg, *comms, request);
 }
 

@@ -394,10 +394,13 @@ ChunkCost chunk_cost(const Config& cfg, const MeshPlan& p, int vs) {
   // Packed documents: the pairs of their lengths' histogram (packed_attention.hpp).
   const bool packed = cfg.data.packing == Packing::documents && !cfg.doc_lengths_log2.empty();
   auto busiest = [&](int ring) {
-    return packed
-               ? packed_pairs_busiest_rank(cfg.doc_lengths_log2, cfg.data.seq_len, ring,
-                                           p.cp_layout, cfg.model.window)
-               : window_pairs_busiest_rank(cfg.data.seq_len, ring, p.cp_layout, cfg.model.window);
+    if (!packed)
+      return window_pairs_busiest_rank(cfg.data.seq_len, ring, p.cp_layout, cfg.model.window);
+    if (ring > 1 && ring == p.cp_ring() && p.packed_imbalance > 0)
+      return packed_pairs_per_sequence(cfg.doc_lengths_log2, cfg.data.seq_len, cfg.model.window) /
+             ring * p.packed_imbalance;
+    return packed_pairs_busiest_rank(cfg.doc_lengths_log2, cfg.data.seq_len, ring, p.cp_layout,
+                                     cfg.model.window);
   };
   const double pairs = busiest(p.cp_ring()) / p.cp_ulysses;
   c.attention_flops_total_f = c.layers * s.mbs * busiest(1) * 4 * s.H * s.D;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <queue>
@@ -13,6 +14,7 @@
 
 #include "trident/core/error.hpp"
 #include "trident/parallel/cp/config_rules.hpp"
+#include "trident/plan/packed_attention.hpp"
 #include "trident/train/check_config.hpp"
 
 namespace trident::plan {
@@ -41,6 +43,22 @@ std::vector<std::pair<PipelineSchedule, int>> schedules_for(int pp, int n_layers
 // The meshes (pp, cp, ep) and schedules, before the batch split.
 std::vector<MeshPlan> meshes(const Config& cfg, const ClusterShape& shape) {
   std::vector<MeshPlan> out;
+  // Packed documents: each (ring, layout)'s imbalance simulated once.
+  std::map<std::pair<int, CpLayout>, double> imbalance;
+  const bool packed = cfg.data.packing == Packing::documents && !cfg.doc_lengths_log2.empty();
+  auto priced = [&](MeshPlan p) {
+    const std::pair<int, CpLayout> key{p.cp_ring(), p.cp_layout};
+    if (packed && key.first > 1) {
+      if (!imbalance.count(key))
+        imbalance[key] = packed_layout_imbalance(cfg.doc_lengths_log2, cfg.data.seq_len, key.first,
+                                                 key.second, cfg.model.window);
+      p.packed_imbalance = imbalance[key];
+    }
+    return p;
+  };
+  // Packed documents: also the layout laid out by each sequence's documents.
+  std::vector<CpLayout> layouts = {CpLayout::zigzag, CpLayout::contiguous};
+  if (cfg.data.packing == Packing::documents) layouts.push_back(CpLayout::docs);
   const long long world = shape.world();
   for (int pp : divisors(world)) {
     if (pp > cfg.model.n_layers) break;
@@ -74,9 +92,11 @@ std::vector<MeshPlan> meshes(const Config& cfg, const ClusterShape& shape) {
         if (cfg.model.n_experts == 0 ? ep > 1 : cfg.model.n_experts % ep != 0) continue;
         for (auto [sched, vpp] : schedules_for(pp, cfg.model.n_layers)) {
           for (auto [mode, u] : modes) {
-            for (CpLayout layout : {CpLayout::zigzag, CpLayout::contiguous}) {
+            for (CpLayout layout : layouts) {
               // the layout splits the ring only
               if (cp / u == 1 && layout != cfg.parallel.cp_layout) continue;
+              // the document layout: the plain ring's alone (cp/config_rules)
+              if (layout == CpLayout::docs && mode != CpMode::ring) continue;
               MeshPlan p;
               p.pp = pp, p.cp = cp, p.ep = ep, p.vpp = vpp, p.dp = int(stage / cp);
               p.schedule = sched, p.cp_layout = layout;
@@ -85,7 +105,7 @@ std::vector<MeshPlan> meshes(const Config& cfg, const ClusterShape& shape) {
               if (pp == cfg.parallel.pp && vpp == cfg.parallel.vpp)
                 p.pp_layout = cfg.parallel.pp_layout;
               p.grad_bucket_mb = cfg.train.grad_bucket_mb;
-              out.push_back(p);
+              out.push_back(priced(p));
             }
           }
         }

@@ -56,6 +56,10 @@ struct MeshPlan {
   // train.grad_bucket_mb: > 0, the gradient reduction runs in buckets of about
   // this many MiB, posted during the backward; 0, after the pipeline.
   double grad_bucket_mb = 0;
+  // Packed documents: the cp layout's simulated imbalance on this ring
+  // (packed_layout_imbalance), set by the search, which prices thousands of
+  // candidates on a few rings; 0: simulated where the plan is priced.
+  double packed_imbalance = 0;
 
   long long global_batch() const { return 1LL * micro_batch_size * microbatches * dp; }
   int cp_ring() const { return cp / cp_ulysses; }

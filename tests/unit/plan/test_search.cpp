@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "trident/core/error.hpp"
@@ -219,4 +220,51 @@ TEST_CASE("a config's pp_layout is searched on its own pipeline; every other mes
     }
   }
   CHECK(with_layout > 0);
+}
+
+TEST_CASE(
+    "with packed documents the search also tries the docs layout, priced from the histogram") {
+  Config c = moe_config();
+  c.data.task = DataTask::tokens;
+  c.data.token_file = "never-opened.bin";  // the search prices; it reads no data
+  c.data.eod_token = 0;
+  c.data.seq_len = 1024;
+  // A long-tailed mix (bin b: lengths 2^b .. 2^(b+1) - 1), mean about seq/8.
+  c.doc_lengths_log2 = {2, 4, 8, 12, 16, 16, 12, 8, 5, 3, 2};
+  const ClusterShape shape{1, 8, 8};
+  SearchOptions opt;
+  opt.top_k = 1 << 20;
+  const SearchResult causal = search(c, shape, gpu_like(), opt);
+  for (const Prediction& p : causal.best) CHECK(p.plan.cp_layout != CpLayout::docs);
+  c.data.packing = Packing::documents;
+  const SearchResult packed = search(c, shape, gpu_like(), opt);
+  // every zig-zag mesh on a plain ring of cp > 1 gains a docs twin, and no other
+  auto twin = [](MeshPlan p) {
+    p.cp_layout = CpLayout::zigzag;
+    return p.str();
+  };
+  std::map<std::string, double> zigzag;
+  for (const Prediction& p : packed.best)
+    if (p.plan.cp_layout == CpLayout::zigzag) zigzag[p.plan.str()] = p.step_time_s;
+  int docs = 0, faster = 0;
+  for (const Prediction& p : packed.best) {
+    if (p.plan.cp_layout != CpLayout::docs) continue;
+    INFO(p.plan.str());
+    ++docs;
+    CHECK(plan_refusal(c, shape, p.plan).empty());
+    CHECK(p.plan.cp_mode == CpMode::ring);
+    CHECK(p.plan.cp > 1);
+    REQUIRE(zigzag.count(twin(p.plan)) == 1);
+    // the document layout's busiest rank carries fewer pairs than zig-zag's
+    CHECK(p.step_time_s <= zigzag[twin(p.plan)] * (1 + 1e-12));
+    if (p.step_time_s < zigzag[twin(p.plan)] * (1 - 1e-6)) ++faster;
+  }
+  CHECK(docs > 0);
+  CHECK(faster > 0);
+  int ring_zigzag = 0;
+  for (const Prediction& p : packed.best)
+    if (p.plan.cp_layout == CpLayout::zigzag && p.plan.cp_mode == CpMode::ring && p.plan.cp > 1)
+      ++ring_zigzag;
+  CHECK(docs == ring_zigzag);
+  CHECK(packed.legal == causal.legal + docs);
 }
