@@ -67,6 +67,14 @@ SeqDocs seq_docs(const MicroBatch& mb, int64_t s) {
           own ? &mb.layouts[size_t(s)] : nullptr};
 }
 
+// Sample s's global positions when it has its own layout (a capture's
+// Capture::positions); empty under a fixed layout.
+std::vector<int64_t> capture_positions(const MicroBatch& mb, int64_t s) {
+  if (mb.seq_positions.empty()) return {};
+  const auto first = mb.seq_positions.begin() + s * mb.local_seq;
+  return {first, first + mb.local_seq};
+}
+
 // dW[out,in] += dyᵀ x, now or later (zero-bubble W).
 struct WeightGradTask {
   Param* p;
@@ -208,7 +216,7 @@ struct AttentionBlock {
         if (!req->samples.count(mb.sample_ids[size_t(s)])) continue;
         auto keep = [&](const char* name, const Tensor& t, int64_t width) {
           if (!req->names.count(name)) return;
-          Capture k{layer, name, mb.sample_ids[size_t(s)], width, {}};
+          Capture k{layer, name, mb.sample_ids[size_t(s)], width, {}, {}};
           Tensor rows = seq(t, s, Ls);
           if (rows.dtype() != DType::f32) {  // captures are f32 (the run file's contract)
             Tensor wide = kernels::empty(ctx_, rows.shape());
@@ -217,6 +225,7 @@ struct AttentionBlock {
           }
           const Tensor host = kernels::to_host(ctx_, rows);  // the capture's one copy
           k.rows.assign(host.ptr(), host.ptr() + Ls * width);
+          k.positions = capture_positions(mb, s);
           cap->push_back(std::move(k));
         };
         keep("q", c.q, H * D);
@@ -506,9 +515,10 @@ class Chunk {
         const int64_t E = int64_t(stats.router_logits.size()) / T;
         for (int64_t s = 0; s < mb.n_samples; ++s) {
           if (!st_.capture_->samples.count(mb.sample_ids[size_t(s)])) continue;
-          Capture k{ffn_[i]->layer, "router_logits", mb.sample_ids[size_t(s)], E, {}};
+          Capture k{ffn_[i]->layer, "router_logits", mb.sample_ids[size_t(s)], E, {}, {}};
           k.rows.assign(stats.router_logits.begin() + s * mb.local_seq * E,
                         stats.router_logits.begin() + (s + 1) * mb.local_seq * E);
+          k.positions = capture_positions(mb, s);
           st_.captures_.push_back(std::move(k));
         }
       }
@@ -618,8 +628,9 @@ class Chunk {
     for (int64_t s = 0; s < mb.n_samples; ++s) {
       if (!st_.capture_->samples.count(mb.sample_ids[size_t(s)])) continue;
       const Tensor host = kernels::to_host(ctx_, seq(logits, s, Ls));
-      Capture k{-1, "logits", mb.sample_ids[size_t(s)], V_, {}};
+      Capture k{-1, "logits", mb.sample_ids[size_t(s)], V_, {}, {}};
       k.rows.assign(host.ptr(), host.ptr() + Ls * V_);
+      k.positions = capture_positions(mb, s);
       st_.captures_.push_back(std::move(k));
     }
   }

@@ -32,11 +32,13 @@ void validate_activation_request(const Config& cfg, int64_t global_batch) {
   for (int l : o.activation_layers)
     if (l < 0 || l >= cfg.model.n_layers)
       throw InputError("output.activation_layers: layer " + std::to_string(l) +
-                       " does not exist (model.n_layers = " + std::to_string(cfg.model.n_layers) + ")");
+                       " does not exist (model.n_layers = " + std::to_string(cfg.model.n_layers) +
+                       ")");
   for (int s : o.activation_samples)
     if (s < 0 || s >= global_batch)
       throw InputError("output.activation_samples: sample " + std::to_string(s) +
-                       " is outside the global batch of " + std::to_string(global_batch) + " sequences");
+                       " is outside the global batch of " + std::to_string(global_batch) +
+                       " sequences");
   for (const auto& n : o.activations)
     if (name_index(n) >= int(kKnown.size()))
       throw InputError("output.activations: unknown activation '" + n +
@@ -48,7 +50,8 @@ void validate_activation_request(const Config& cfg, int64_t global_batch) {
 namespace {
 
 // This rank's captures as one message: its positions once, then per capture
-// layer, name index, sample, width, row count and the rows.
+// layer, name index, sample, width, row count, the count of the capture's
+// own positions (0: the rank's) and those positions, and the rows.
 std::vector<char> pack_captures(const std::vector<int64_t>& positions,
                                 const std::vector<model::Capture>& mine) {
   std::vector<char> buf;
@@ -60,9 +63,10 @@ std::vector<char> pack_captures(const std::vector<int64_t>& positions,
   put(&np, 8);
   put(positions.data(), positions.size() * 8);
   for (const auto& c : mine) {
-    const int64_t head[5] = {c.layer, name_index(c.name), c.sample, c.width,
-                             int64_t(c.rows.size())};
+    const int64_t head[6] = {c.layer, name_index(c.name),     c.sample,
+                             c.width, int64_t(c.rows.size()), int64_t(c.positions.size())};
     put(head, sizeof head);
+    put(c.positions.data(), c.positions.size() * 8);
     put(c.rows.data(), c.rows.size() * sizeof(float));
   }
   return buf;
@@ -85,8 +89,13 @@ void unpack_captures(const std::vector<char>& p, const Config& cfg, GlobalCaptur
   std::vector<int64_t> pos(static_cast<size_t>(n));
   get(pos.data(), size_t(n) * 8);
   while (off < p.size()) {
-    int64_t h[5];
+    int64_t h[6];
     get(h, sizeof h);
+    // A sample with its own layout (parallel.cp_layout = "docs") brings its
+    // rows' positions; the others use the rank's.
+    std::vector<int64_t> own(static_cast<size_t>(h[5]));
+    get(own.data(), own.size() * 8);
+    const std::vector<int64_t>& at = own.empty() ? pos : own;
     std::vector<float> rows(static_cast<size_t>(h[4]));
     get(rows.data(), rows.size() * sizeof(float));
     const int64_t width = h[3];
@@ -95,8 +104,10 @@ void unpack_captures(const std::vector<char>& p, const Config& cfg, GlobalCaptur
     if (dst.empty())
       dst.assign(size_t(int64_t(samples.size()) * seq * width),
                  std::numeric_limits<float>::quiet_NaN());
-    for (int64_t i = 0; i < n; ++i)
-      std::copy_n(rows.data() + i * width, width, dst.data() + (s * seq + pos[size_t(i)]) * width);
+    TRIDENT_CHECK(int64_t(at.size()) * width == int64_t(rows.size()),
+                  "activation capture: rows and positions of different lengths");
+    for (size_t i = 0; i < at.size(); ++i)
+      std::copy_n(rows.data() + int64_t(i) * width, width, dst.data() + (s * seq + at[i]) * width);
   }
 }
 
@@ -106,8 +117,10 @@ GlobalCaptures gather_captures(const Config& cfg, Communicator* world,
   const int size = world ? world->size() : 1, rank = world ? world->rank() : 0;
   std::vector<int64_t> sizes(static_cast<size_t>(size), 0);
   const int64_t my = int64_t(buf.size());
-  if (size > 1) world->allgather(&my, sizes.data(), sizeof my);
-  else sizes[0] = my;
+  if (size > 1)
+    world->allgather(&my, sizes.data(), sizeof my);
+  else
+    sizes[0] = my;
   GlobalCaptures full;
   if (rank != 0) {
     Request r = world->isend(buf.data(), buf.size(), 0, 7302);
@@ -147,7 +160,8 @@ void write_activations(RunFile& file, const Config& cfg, Communicator* world, in
       std::vector<int64_t> gp;
       if (lead) {
         auto it = full.find({layer, name_index(name)});
-        TRIDENT_CHECK(it != full.end(), "activation " + name + " of layer " + std::to_string(layer) +
+        TRIDENT_CHECK(it != full.end(), "activation " + name + " of layer " +
+                                            std::to_string(layer) +
                                             " was not captured by any rank");
         local = it->second.data();
         gp = all_pos;

@@ -162,9 +162,10 @@ int eval_logits(const Config& cfg, Communicators& comms, const std::string& chec
     std::vector<char> mine;
     for (const model::Capture& c : r.captures)
       if (c.name == "logits") {
-        TRIDENT_CHECK(int64_t(c.rows.size()) == int64_t(pos.size()) * V,
+        const std::vector<int64_t>& at = c.positions.empty() ? pos : c.positions;
+        TRIDENT_CHECK(int64_t(c.rows.size()) == int64_t(at.size()) * V,
                       "eval: a logits capture of unexpected length");
-        pack(mine, c.sample, pos, c.rows);
+        pack(mine, c.sample, at, c.rows);
       }
     const int64_t my = int64_t(mine.size());
     std::vector<int64_t> sizes(size_t(world.size()), 0);

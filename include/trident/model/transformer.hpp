@@ -115,6 +115,10 @@ struct Capture {
   int64_t sample = 0;
   int64_t width = 0;  // floats per token (H*D, Hkv*D or n_experts)
   std::vector<float> rows;
+  // Global position of each row when the sample has its own layout
+  // (MicroBatch::seq_positions, parallel.cp_layout = "docs"); empty: the
+  // rank's fixed positions.
+  std::vector<int64_t> positions;
 };
 
 // Layer range [begin, end) of virtual stage vs out of n_virtual: layout[vs]

@@ -58,19 +58,14 @@ std::string heads_rule_broken(int n_heads, int n_kv_heads, int u) {
 }
 
 namespace {
-// parallel.cp_layout = "docs": the ring's alone, and a sample's tokens are
-// not in one fixed order the activation capture could undo.
+// parallel.cp_layout = "docs": the ring's alone (the Ulysses all-to-all
+// keeps one layout for every sequence).
 void check_docs_layout(const Config& cfg) {
   const ParallelConfig& p = cfg.parallel;
   if (p.cp_layout != CpLayout::docs) return;
   if (ulysses_size(p) > 1)
     config_rule_failed(cfg, {"parallel.cp_layout", "parallel.cp_mode"},
                        "parallel.cp_layout=\"docs\" needs parallel.cp_mode=\"ring\"");
-  if (p.cp > 1 && cfg.data.packing == Packing::documents && !cfg.output.activation_steps.empty())
-    config_rule_failed(cfg, {"output.activation_steps", "parallel.cp_layout"},
-                       "activation capture needs parallel.cp_layout "
-                       "\"zigzag\" or \"contiguous\" with packed documents (\"docs\" lays "
-                       "out each sample differently)");
 }
 }  // namespace
 
