@@ -446,7 +446,8 @@ class BenchRingCommand : public Command {
     app->add_option("--seq-per-rank", seq_per_rank_, "Local tokens per rank, comma-separated");
     app->add_option(
         "--layout", layout_,
-        "zigzag, contiguous or both (default); with --docs also docs, or all (default)");
+        "zigzag, contiguous or both (default); with --docs also docs, all (default) or a "
+        "comma-separated list");
     app->add_flag("--causal", causal_, "Causal mask (default: full attention)");
     app->add_option("--heads", heads_, "Query heads");
     app->add_option("--kv-heads", kv_heads_, "Key/value heads (default: = heads)");
@@ -471,6 +472,11 @@ class BenchRingCommand : public Command {
                     "Packed documents against full causal at equal tokens: document lengths "
                     "from lognormal[:MEAN[:SIGMA]] (default mean seq/8, sigma 1) or fixed:LEN");
     app->add_option("--docs-seed", docs_seed_, "--docs: seed of the document lengths");
+    app->add_option("--docs-seeds", docs_seeds_,
+                    "--docs: run this many seeds from --docs-seed on (the causal ring once) and "
+                    "summarise them per layout");
+    app->add_flag("--per-rank", per_rank_,
+                  "--docs: also list every rank's modelled tile work next to its compute");
     app->add_option("--window", window_, "--docs: sliding window of both rings (0: off)");
   }
 
@@ -479,6 +485,8 @@ class BenchRingCommand : public Command {
 
  private:
   std::vector<cp::Layout> check_flags();
+  void check_docs_flags(const std::vector<CpMode>& modes) const;
+  RingDocsOptions docs_options() const;
   void measure(Communicator& world, Communicator& ring_comm, int64_t T, ComputeLock* lock);
   void add_case_rows(Communicator& world, LayoutCase& lc, int64_t T, const Baseline& base);
   void report(int rank) const;
@@ -499,6 +507,8 @@ class BenchRingCommand : public Command {
   int ulysses_ = 2;
   std::string docs_;
   uint64_t docs_seed_ = 1;
+  int docs_seeds_ = 1;
+  bool per_rank_ = false;
   int64_t window_ = 0;
   // Filled by run().
   std::vector<cp::Layout> layouts_;
@@ -518,9 +528,18 @@ std::vector<cp::Layout> BenchRingCommand::check_flags() {
     layouts = {cp::Layout::contiguous, cp::Layout::zigzag, cp::Layout::docs};
   else if (which == "zigzag" || which == "contiguous" || (which == "docs" && !docs_.empty()))
     layouts = {cp::parse_layout(which)};
-  else
+  else if (!docs_.empty() && which.find(',') != std::string::npos) {
+    std::stringstream list(which);
+    for (std::string name; std::getline(list, name, ',');) {
+      if (name != "zigzag" && name != "contiguous" && name != "docs")
+        throw InputError("--layout " + which + ": '" + name +
+                         "' is not zigzag, contiguous or docs");
+      layouts.push_back(cp::parse_layout(name));
+    }
+  } else
     throw InputError("--layout " + which +
-                     ": must be zigzag, contiguous or both (with --docs also docs or all)");
+                     ": must be zigzag, contiguous or both (with --docs also docs, all, or a "
+                     "comma-separated list of them)");
   if (kv_heads_ == 0) kv_heads_ = heads_;
   if (heads_ < 1 || kv_heads_ < 1 || heads_ % kv_heads_ != 0)
     throw InputError("--heads " + std::to_string(heads_) + " --kv-heads " +
@@ -624,6 +643,36 @@ void BenchRingCommand::report(int rank) const {
                      command_line());
 }
 
+// The --docs flags, before any rank starts.
+void BenchRingCommand::check_docs_flags(const std::vector<CpMode>& modes) const {
+  if (!docs_.empty() && (modes != std::vector<CpMode>{CpMode::ring} || baseline_ || serialize_))
+    throw InputError(
+        "--docs: runs the ring alone, without --cp-mode, --baseline and "
+        "--serialize-compute");
+  if (window_ < 0) throw InputError("--window " + std::to_string(window_) + ": must be >= 0");
+  if (window_ > 0 && docs_.empty()) throw InputError("--window: only with --docs");
+  if (docs_seeds_ < 1)
+    throw InputError("--docs-seeds " + std::to_string(docs_seeds_) + ": must be >= 1");
+  if ((docs_seeds_ > 1 || per_rank_) && docs_.empty())
+    throw InputError(std::string(per_rank_ ? "--per-rank" : "--docs-seeds") + ": only with --docs");
+  if (!docs_.empty())  // the lengths' syntax
+    document_lengths(docs_, 1, docs_seed_);
+}
+
+RingDocsOptions BenchRingCommand::docs_options() const {
+  RingDocsOptions o;
+  o.dist = docs_;
+  o.seed = docs_seed_;
+  o.seeds = docs_seeds_;
+  o.per_rank = per_rank_;
+  o.window = window_;
+  o.layouts = layouts_;
+  o.seq_per_rank = parse_positive_list("--seq-per-rank", seq_per_rank_);
+  o.heads = heads_, o.kv_heads = kv_heads_, o.head_dim = head_dim_, o.iters = iters_;
+  o.output = output_;
+  return o;
+}
+
 int BenchRingCommand::run() {
   layouts_ = check_flags();
   std::vector<CpMode> modes;
@@ -637,28 +686,13 @@ int BenchRingCommand::run() {
   if (modes.empty()) throw InputError("--cp-mode: names no mode");
   kernels::set_blas_threads(threads_);
 
-  if (!docs_.empty() && (modes != std::vector<CpMode>{CpMode::ring} || baseline_ || serialize_))
-    throw InputError(
-        "--docs: runs the ring alone, without --cp-mode, --baseline and "
-        "--serialize-compute");
-  if (window_ < 0) throw InputError("--window " + std::to_string(window_) + ": must be >= 0");
-  if (window_ > 0 && docs_.empty()) throw InputError("--window: only with --docs");
-  if (!docs_.empty())  // the lengths' syntax, before any rank starts
-    document_lengths(docs_, 1, docs_seed_);
+  check_docs_flags(modes);
   auto job = world_communicator(timeout_s_);
   auto ring_group =
       comm_group(*job, CommBackend::mpi, 0, job->rank(), CommKind::cp, "cp", timeout_s_);
   Communicator &ring_comm = *ring_group, &world = *job;
   if (!docs_.empty()) {
-    RingDocsOptions o;
-    o.dist = docs_;
-    o.seed = docs_seed_;
-    o.window = window_;
-    o.layouts = layouts_;
-    o.seq_per_rank = parse_positive_list("--seq-per-rank", seq_per_rank_);
-    o.heads = heads_, o.kv_heads = kv_heads_, o.head_dim = head_dim_, o.iters = iters_;
-    o.output = output_;
-    const long long wrong = run_ring_docs(ring_comm, o);
+    const long long wrong = run_ring_docs(ring_comm, docs_options());
     world.barrier();
     return wrong ? 1 : 0;
   }

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <sstream>
 
 #include "bench_harness.hpp"
@@ -45,6 +46,13 @@ std::vector<float> rows_at(const std::vector<int64_t>& positions, int64_t row_el
   return x;
 }
 
+// CPU time of the calling thread (not inflated by waiting for a core).
+double thread_cpu_s() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
 [[noreturn]] void bad_dist(const std::string& dist, const std::string& rule) {
   throw InputError("--docs " + dist + ": " + rule);
 }
@@ -62,6 +70,8 @@ double parse_number(const std::string& dist, const std::string& text) {
 struct Measured {
   double flops = 0, compute_s = 0;
   double err = 0, wrong = 0;
+  double layout_s = 0;  // computing the docs layout of the sequence (balance_documents)
+  cp::RingWork work;    // this rank's modelled tile work (cp/document_layout.hpp), per head
 };
 
 // One ring's iterations on this rank: medians of FLOPs and compute time.
@@ -73,8 +83,12 @@ Measured run_case(Communicator& ring_comm, cp::Layout layout, int64_t seq,
   prof::Recorder work;
   ring.set_profiler(&work);
   cp::SeqLayout own;
-  if (layout == cp::Layout::docs && !docs.empty())
+  double layout_s = 0;
+  if (layout == cp::Layout::docs && !docs.empty()) {
+    const double t0 = thread_cpu_s();
     own = cp::balance_documents(docs.data(), seq, ring_comm.size(), o.window);
+    layout_s = thread_cpu_s() - t0;
+  }
   const std::vector<int64_t> pos =
       own.empty() ? ring.positions() : cp::run_positions(own[size_t(ring_comm.rank())]);
   const int H = o.heads, Hkv = o.kv_heads, D = o.head_dim;
@@ -98,7 +112,13 @@ Measured run_case(Communicator& ring_comm, cp::Layout layout, int64_t seq,
     flops.push_back(work.counter("ring.flops"));
     compute.push_back(work.counter("ring.compute_cpu_s"));
   }
-  Measured m{median(flops), median(compute), 0, 0};
+  Measured m{median(flops), median(compute), 0, 0, layout_s, {}};
+  cp::SeqLayout all_runs = own;
+  if (all_runs.empty())
+    for (int r = 0; r < ring_comm.size(); ++r)
+      all_runs.push_back(cp::local_runs(seq, ring_comm.size(), r, layout));
+  m.work = cp::ring_work(all_runs, docs.empty() ? nullptr : docs.data(), seq,
+                         o.window)[size_t(ring_comm.rank())];
   // Spot check: the first and last local row of head 0.
   std::vector<int64_t> all(static_cast<size_t>(seq));
   for (int64_t i = 0; i < seq; ++i) all[size_t(i)] = i;
@@ -164,67 +184,184 @@ std::vector<int64_t> document_lengths(const std::string& dist, int64_t seq, uint
   return len;
 }
 
-long long run_ring_docs(Communicator& ring_comm, const RingDocsOptions& o) {
-  const int cp = ring_comm.size(), rank = ring_comm.rank();
+namespace {
+
+// One case measured on every rank: st[r * kStats + i].
+constexpr int kStats = 10;
+struct CaseStats {
+  std::vector<double> st;
+  int cp = 1;
+  double at(int r, int i) const { return st[size_t(r * kStats + i)]; }
+  double max(int i) const {
+    double m = 0;
+    for (int r = 0; r < cp; ++r) m = std::max(m, at(r, i));
+    return m;
+  }
+  double mean(int i) const {
+    double s = 0;
+    for (int r = 0; r < cp; ++r) s += at(r, i);
+    return s / cp;
+  }
+};
+
+CaseStats gather(Communicator& ring_comm, const Measured& m) {
+  const double mine[kStats] = {m.flops,        m.compute_s,     m.err,         m.wrong,
+                               m.work.visible, m.work.computed, m.work.pieces, m.work.tile_rows,
+                               m.work.calls,   m.layout_s};
+  CaseStats c;
+  c.cp = ring_comm.size();
+  c.st.resize(size_t(kStats * c.cp));
+  ring_comm.allgather(mine, c.st.data(), sizeof mine);
+  return c;
+}
+
+std::vector<int32_t> document_ids(const std::vector<int64_t>& lengths) {
+  std::vector<int32_t> docs;
+  for (size_t d = 0; d < lengths.size(); ++d)
+    docs.insert(docs.end(), size_t(lengths[d]), int32_t(d));
+  return docs;
+}
+
+}  // namespace
+
+namespace {
+
+struct DocsTables {
+  BenchTable table, summary, ranks;
+};
+
+DocsTables make_tables(const RingDocsOptions& o, int cp) {
+  const std::string seeds =
+      o.seeds > 1 ? "seeds " + std::to_string(o.seed) + ".." + std::to_string(o.seed + o.seeds - 1)
+                  : "seed " + std::to_string(o.seed);
+  const std::string shape = "cp=" + std::to_string(cp) + ", heads " + std::to_string(o.heads) +
+                            "/" + std::to_string(o.kv_heads) + ", head_dim " +
+                            std::to_string(o.head_dim) +
+                            (o.window ? ", window " + std::to_string(o.window) : "");
   TableSpec spec{
       "ring_docs",
-      "Ring attention, packed documents (" + o.dist + ", seed " + std::to_string(o.seed) +
-          ") against full causal at the same tokens: cp=" + std::to_string(cp) + ", heads " +
-          std::to_string(o.heads) + "/" + std::to_string(o.kv_heads) + ", head_dim " +
-          std::to_string(o.head_dim) + (o.window ? ", window " + std::to_string(o.window) : "") +
-          ", forward+backward, median of " + std::to_string(o.iters) + " iteration(s)",
-      {"layout", "seq", "mask", "docs", "mean_doc", "GFLOP_mean", "GFLOP_max", "flops_imbalance",
-       "compute_ms_mean", "compute_ms_max", "compute_imbalance", "speedup_time", "speedup_flops",
-       "max_err", "#wrong"},
+      "Ring attention, packed documents (" + o.dist + ", " + seeds +
+          ") against full causal at the same tokens: " + shape + ", forward+backward, median of " +
+          std::to_string(o.iters) + " iteration(s)",
+      {"layout", "seq", "mask", "seed", "docs", "mean_doc", "GFLOP_mean", "GFLOP_max",
+       "flops_imbalance", "compute_ms_mean", "compute_ms_max", "compute_imbalance", "speedup_time",
+       "speedup_flops", "layout_ms", "max_err", "#wrong"},
       {"GFLOP: attention FLOPs of a rank (visible pairs only: forward 4*D, backward 10*D per "
        "pair and head); compute: the rank's thread CPU time in the ring's compute spans (not "
        "inflated by waiting for a core); *_imbalance: the most loaded rank over the mean rank",
        "speedup_time: the slowest rank's compute in the causal ring over the packed ring's "
-       "(what a step waits for); speedup_flops: the same for the most loaded rank's FLOPs"}};
-  BenchTable table = spec.make();
-  long long wrong = 0;
-  for (int64_t T : o.seq_per_rank) {
-    const int64_t seq = T * cp;
-    const std::vector<int64_t> lengths = document_lengths(o.dist, seq, o.seed);
-    std::vector<int32_t> docs;
-    for (size_t d = 0; d < lengths.size(); ++d)
-      docs.insert(docs.end(), size_t(lengths[d]), int32_t(d));
-    for (CpLayout layout : o.layouts) {
-      cp::check_layout(seq, cp, layout);
-      double causal_max_t = 0, causal_max_f = 0;
-      for (bool packed : {false, true}) {
-        const Measured m =
-            run_case(ring_comm, layout, seq, packed ? docs : std::vector<int32_t>{}, o);
-        const double mine[4] = {m.flops, m.compute_s, m.err, m.wrong};
-        std::vector<double> all(size_t(4 * cp));
-        ring_comm.allgather(mine, all.data(), sizeof mine);
-        double fsum = 0, fmax = 0, csum = 0, cmax = 0, emax = 0, nwrong = 0;
-        for (int r = 0; r < cp; ++r) {
-          const double* st = all.data() + 4 * r;
-          fsum += st[0], fmax = std::max(fmax, st[0]);
-          csum += st[1], cmax = std::max(cmax, st[1]);
-          emax = std::max(emax, st[2]), nwrong += st[3];
-        }
-        wrong += static_cast<long long>(nwrong);
-        if (!packed) causal_max_t = cmax, causal_max_f = fmax;
-        const long long ndocs = packed ? static_cast<long long>(lengths.size()) : 1;
-        table.add_row({cp::layout_name(layout), static_cast<long long>(seq),
-                       std::string(packed ? "packed" : "causal"), ndocs,
-                       double(seq) / double(ndocs), fsum / cp / 1e9, fmax / 1e9, fmax / (fsum / cp),
-                       csum / cp * 1e3, cmax * 1e3, cmax / (csum / cp),
-                       packed ? causal_max_t / cmax : NAN, packed ? causal_max_f / fmax : NAN, emax,
-                       static_cast<long long>(nwrong)});
-        if (rank == 0)
-          std::fprintf(stderr, "  done: %s seq %lld %s\n", cp::layout_name(layout),
-                       static_cast<long long>(seq), packed ? "packed" : "causal");
-      }
-    }
+       "(what a step waits for); speedup_flops: the same for the most loaded rank's FLOPs",
+       "layout_ms: the thread's CPU time computing the sequence's docs layout on a rank (the "
+       "slowest; training does it once per packed sample on every rank)"}};
+  TableSpec sum_spec{
+      "ring_docs_seeds",
+      "Over " + seeds + " (" + o.dist + "), " + shape +
+          ": per layout, the packed ring's "
+          "speedup over the causal ring and its imbalances",
+      {"layout", "seq", "seeds", "speedup_median", "speedup_min", "speedup_max", "seeds_3x",
+       "flops_reduction_median", "flops_imb_median", "flops_imb_max", "compute_imb_median",
+       "compute_imb_max"},
+      {"speedup: speedup_time of the table above (slowest rank, causal over packed); seeds_3x: "
+       "seeds whose speedup is at least 3; flops_reduction: the mean rank's causal FLOPs over "
+       "its packed FLOPs (what packing removes, whatever the layout)"}};
+  TableSpec rank_spec{
+      "ring_docs_ranks",
+      "Per rank: the modelled tile work of one head (cp/document_layout.hpp, RingWork) and the "
+      "measured compute, " +
+          shape,
+      {"layout", "seq", "mask", "seed", "rank", "visible", "computed", "pieces", "tile_rows",
+       "calls", "model_cost", "compute_ms"},
+      {"visible/computed: pairs visible / computed by the GEMM pieces; model_cost: "
+       "RingWork::cost() in computed pairs; compute_ms: as above, all heads"}};
+  return {spec.make(), sum_spec.make(), rank_spec.make()};
+}
+
+// Every rank's modelled work and compute of one case into the ranks table.
+void add_rank_rows(BenchTable& ranks, const char* layout, int64_t seq, bool packed, uint64_t seed,
+                   const CaseStats& c) {
+  for (int r = 0; r < c.cp; ++r) {
+    cp::RingWork w;
+    w.visible = c.at(r, 4), w.computed = c.at(r, 5), w.pieces = c.at(r, 6);
+    w.tile_rows = c.at(r, 7), w.calls = c.at(r, 8);
+    ranks.add_row({std::string(layout), static_cast<long long>(seq),
+                   std::string(packed ? "packed" : "causal"), static_cast<long long>(seed),
+                   static_cast<long long>(r), w.visible, w.computed, w.pieces, w.tile_rows, w.calls,
+                   w.cost(), c.at(r, 1) * 1e3});
   }
+}
+
+// One layout at one length: the causal ring once, the packed ring for every
+// seed, and the layout's summary row. Returns the wrong spot-checked rows.
+long long run_layout(Communicator& ring_comm, const RingDocsOptions& o, int64_t seq,
+                     CpLayout layout, DocsTables& t) {
+  const int cp = ring_comm.size(), rank = ring_comm.rank();
+  long long wrong = 0;
+  cp::check_layout(seq, cp, layout);
+  const char* name = cp::layout_name(layout);
+  const CaseStats causal = gather(ring_comm, run_case(ring_comm, layout, seq, {}, o));
+  wrong += static_cast<long long>(causal.mean(3) * cp);
+  t.table.add_row({std::string(name), static_cast<long long>(seq), std::string("causal"), 0LL, 1LL,
+                   double(seq), causal.mean(0) / 1e9, causal.max(0) / 1e9,
+                   causal.max(0) / causal.mean(0), causal.mean(1) * 1e3, causal.max(1) * 1e3,
+                   causal.max(1) / causal.mean(1), NAN, NAN, 0.0, causal.max(2),
+                   static_cast<long long>(causal.mean(3) * cp)});
+  if (o.per_rank) add_rank_rows(t.ranks, name, seq, false, 0, causal);
+  std::vector<double> speedup, reduction, fimb, cimb;
+  for (int i = 0; i < o.seeds; ++i) {
+    const uint64_t seed = o.seed + uint64_t(i);
+    const std::vector<int64_t> lengths = document_lengths(o.dist, seq, seed);
+    const CaseStats c =
+        gather(ring_comm, run_case(ring_comm, layout, seq, document_ids(lengths), o));
+    const long long nwrong = static_cast<long long>(c.mean(3) * cp);
+    wrong += nwrong;
+    const double ndocs = double(lengths.size());
+    speedup.push_back(causal.max(1) / c.max(1));
+    reduction.push_back(causal.mean(0) / c.mean(0));
+    fimb.push_back(c.max(0) / c.mean(0));
+    cimb.push_back(c.max(1) / c.mean(1));
+    t.table.add_row({std::string(name), static_cast<long long>(seq), std::string("packed"),
+                     static_cast<long long>(seed), static_cast<long long>(lengths.size()),
+                     double(seq) / ndocs, c.mean(0) / 1e9, c.max(0) / 1e9, fimb.back(),
+                     c.mean(1) * 1e3, c.max(1) * 1e3, cimb.back(), speedup.back(),
+                     causal.max(0) / c.max(0), c.max(9) * 1e3, c.max(2), nwrong});
+    if (o.per_rank) add_rank_rows(t.ranks, name, seq, true, seed, c);
+    if (rank == 0)
+      std::fprintf(stderr, "  done: %s seq %lld seed %llu\n", name, static_cast<long long>(seq),
+                   static_cast<unsigned long long>(seed));
+  }
+  long long three = 0;
+  for (double x : speedup) three += x >= 3.0 ? 1 : 0;
+  t.summary.add_row({std::string(name), static_cast<long long>(seq),
+                     static_cast<long long>(o.seeds), median(speedup),
+                     *std::min_element(speedup.begin(), speedup.end()),
+                     *std::max_element(speedup.begin(), speedup.end()), three, median(reduction),
+                     median(fimb), *std::max_element(fimb.begin(), fimb.end()), median(cimb),
+                     *std::max_element(cimb.begin(), cimb.end())});
+  return wrong;
+}
+
+}  // namespace
+
+long long run_ring_docs(Communicator& ring_comm, const RingDocsOptions& o) {
+  const int cp = ring_comm.size(), rank = ring_comm.rank();
+  DocsTables t = make_tables(o, cp);
+  long long wrong = 0;
+  for (int64_t T : o.seq_per_rank)
+    for (CpLayout layout : o.layouts) wrong += run_layout(ring_comm, o, T * cp, layout, t);
   if (rank == 0) {
-    std::fputs(table.format().c_str(), stdout);
+    std::fputs(t.table.format().c_str(), stdout);
+    std::vector<BenchTable> out = {t.table};
+    if (o.seeds > 1) {
+      std::fputs(t.summary.format().c_str(), stdout);
+      out.push_back(t.summary);
+    }
+    if (o.per_rank) {
+      std::fputs(t.ranks.format().c_str(), stdout);
+      out.push_back(t.ranks);
+    }
     std::printf("# wrong rows in total: %lld (%s)\n", wrong, wrong ? "FAILED" : "OK");
     std::fflush(stdout);
-    if (!o.output.empty()) write_bench_file(o.output, {table}, command_line());
+    if (!o.output.empty()) write_bench_file(o.output, out, command_line());
   }
   return wrong;
 }

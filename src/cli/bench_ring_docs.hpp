@@ -11,9 +11,11 @@
 namespace trident::cli {
 
 struct RingDocsOptions {
-  std::string dist;    // "lognormal[:MEAN[:SIGMA]]" or "fixed:LEN" (document lengths)
-  uint64_t seed = 1;   // of the document lengths
-  int64_t window = 0;  // model.window for both rings (0: off)
+  std::string dist;   // "lognormal[:MEAN[:SIGMA]]" or "fixed:LEN" (document lengths)
+  uint64_t seed = 1;  // of the document lengths: seeds seed .. seed + seeds - 1
+  int seeds = 1;
+  bool per_rank = false;  // also a table of every rank's modelled tile work and time
+  int64_t window = 0;     // model.window for both rings (0: off)
   std::vector<CpLayout> layouts;
   std::vector<int64_t> seq_per_rank;
   int heads = 2, kv_heads = 2, head_dim = 64, iters = 1;
@@ -25,8 +27,10 @@ struct RingDocsOptions {
 std::vector<int64_t> document_lengths(const std::string& dist, int64_t seq, uint64_t seed);
 
 // Runs every (seq, layout) case on all ranks of ring (cp = its size): the
-// causal ring and the packed ring, forward+backward; prints the table on
-// rank 0 and writes it to opt.output. Returns the wrong spot-checked rows.
+// causal ring once and the packed ring for every seed, forward+backward;
+// prints the tables on rank 0 (with several seeds a summary per layout:
+// median, min and max of the speedup and the imbalances) and writes them to
+// opt.output. Returns the wrong spot-checked rows.
 long long run_ring_docs(Communicator& ring, const RingDocsOptions& opt);
 
 }  // namespace trident::cli

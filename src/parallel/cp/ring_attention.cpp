@@ -141,6 +141,10 @@ void gather_runs(const float* local, float* global, int64_t row_elems,
 RingAttention::RingAttention(Communicator* cp, Layout layout, bool causal, int64_t seq_len,
                              const kernels::Ctx& ctx)
     : ctx_(ctx), comm_(cp), layout_(layout), causal_(causal), seq_len_(seq_len) {
+  if (!ctx_.workspace) {
+    own_workspace_ = std::make_unique<kernels::Workspace>(kernels::allocator_of(ctx_));
+    ctx_.workspace = own_workspace_.get();
+  }
   if (comm_ && comm_->size() > 1) {
     cp_size_ = comm_->size();
     cp_rank_ = comm_->rank();
@@ -234,8 +238,9 @@ class ComputeSpan {
 // working set is that of a step with one key run and both query runs (with
 // the query tile outermost a backward step's K, V, dK and dV no longer fit
 // the L2, which unbalances the ranks).
-// shapes(qr, kr, &dev, &host) builds the pair's kernel shape and its host
-// twin, false when the mask hides the whole pair.
+// shapes(qr, kr, &dev, &host, &pairs) builds the pair's kernel shape and its
+// host twin (and the visible pairs when it counted them), false when the
+// mask hides the whole pair.
 template <typename Shapes, typename OnPair, typename AfterRun>
 void for_each_pair(const std::vector<TokenRun>& key_runs, const std::vector<TokenRun>& my_runs,
                    Shapes&& shapes, OnPair&& on_pair, AfterRun&& after_query_run) {
@@ -243,7 +248,8 @@ void for_each_pair(const std::vector<TokenRun>& key_runs, const std::vector<Toke
     for (const TokenRun& run : my_runs) {
       for (const TokenRun& qr : query_tiles(run)) {
         kernels::AttnShape s, host;
-        if (shapes(qr, kr, &s, &host)) on_pair(qr, kr, s, host);
+        int64_t pairs = -1;
+        if (shapes(qr, kr, &s, &host, &pairs)) on_pair(qr, kr, s, host, pairs);
       }
       after_query_run();
     }
@@ -258,7 +264,9 @@ void RingAttention::set_window(int64_t window) {
 }
 
 bool RingAttention::pair_shapes(const TokenRun& qr, const TokenRun& kr, int H, int Hkv, int D,
-                                kernels::AttnShape* dev, kernels::AttnShape* host) const {
+                                kernels::AttnShape* dev, kernels::AttnShape* host,
+                                int64_t* pairs) const {
+  *pairs = -1;
   // All keys after all queries: the causal skip of the unpacked ring.
   if (causal_ && kr.pos0 > qr.pos0 + qr.length - 1) return false;
   kernels::AttnShape& s = *dev;
@@ -280,10 +288,25 @@ bool RingAttention::pair_shapes(const TokenRun& qr, const TokenRun& kr, int H, i
     host->k_doc = cur_docs_.data() + kr.local_offset;
   }
   if (!packed_ && window_ == 0) return true;
-  // Documents and window: skipped unless some pair is visible (the exact
-  // count over the host ids, O(Tq log Tk)).
-  return kernels::attention_visible_pairs(*host) > 0;
+  // Documents: the runs' ids are sorted, so when the query tile's documents
+  // and the key run's do not overlap no pair is visible (most pairs of a
+  // packed ring step), found without counting.
+  if (packed_ &&
+      (host->q_doc[qr.length - 1] < host->k_doc[0] || host->q_doc[0] > host->k_doc[kr.length - 1]))
+    return false;
+  // Otherwise skipped unless some pair is visible: the exact count over the
+  // host ids, O(Tq log Tk), kept for the FLOP count.
+  *pairs = kernels::attention_visible_pairs(*host);
+  return *pairs > 0;
 }
+
+namespace {
+// Attention FLOPs of one call: from the pairs pair_shapes counted, or counted now.
+double call_flops(const kernels::AttnShape& host, int64_t pairs, bool backward) {
+  if (pairs < 0) return kernels::attention_flops(host, backward);
+  return (backward ? 10.0 : 4.0) * double(host.D) * double(pairs);
+}
+}  // namespace
 
 void RingAttention::load_docs(const LocalDocs& docs) {
   TRIDENT_CHECK((docs.device == nullptr) == (docs.host == nullptr),
@@ -378,7 +401,8 @@ void RingAttention::forward(const float* q, const float* k, const float* v, int 
                  kernels::attention_workspace_bytes(probe, false));
 
   auto shapes = [&](const TokenRun& qr, const TokenRun& kr, kernels::AttnShape* s,
-                    kernels::AttnShape* host) { return pair_shapes(qr, kr, H, Hkv, D, s, host); };
+                    kernels::AttnShape* host,
+                    int64_t* pairs) { return pair_shapes(qr, kr, H, Hkv, D, s, host, pairs); };
   for (int step = 0; step < cp_size_; ++step) {
     KvTransfer kv = post_kv(step);
     {
@@ -387,14 +411,14 @@ void RingAttention::forward(const float* q, const float* k, const float* v, int 
       for_each_pair((*call_runs_)[size_t(source_rank(step))], (*call_runs_)[size_t(cp_rank_)],
                     shapes,
                     [&](const TokenRun& qr, const TokenRun& kr, const kernels::AttnShape& s,
-                        const kernels::AttnShape& host) {
+                        const kernels::AttnShape& host, int64_t pairs) {
                       const int64_t qo = qr.local_offset, ko = kr.local_offset;
                       // Merges into (out, lse) as it goes: the LSE merge is the kernel's
                       // online softmax continued from the keys of earlier pairs and steps.
                       kernels::attention_forward_resume(ctx_, s, q + qo * H * D, cur + ko * Hkv * D,
                                                         cur + nkv + ko * Hkv * D, out + qo * H * D,
                                                         lse + qo * H);
-                      if (sink_) span.flops += kernels::attention_flops(host, false);
+                      if (sink_) span.flops += call_flops(host, pairs, false);
                     },
                     [&] {
                       span.drive_progress(comm_, {&kv.recv, &kv.send});
@@ -405,7 +429,7 @@ void RingAttention::forward(const float* q, const float* k, const float* v, int 
   count("ring.calls", 1);
 }
 
-void RingAttention::pass_dkv(int step, Request& dkv_send, Request& dkv_recv) {
+void RingAttention::pass_dkv(int step, bool touched, Request& dkv_send, Request& dkv_recv) {
   Tensor& partial = buf_.partial;
   Tensor& sending = buf_.sending;
   Tensor& arriving = buf_.arriving;
@@ -414,7 +438,7 @@ void RingAttention::pass_dkv(int step, Request& dkv_send, Request& dkv_recv) {
   } else {
     timed_wait(dkv_recv);  // the block's accumulator from the left neighbour
     timed_wait(dkv_send);  // the previous one has left: its buffer is free
-    {
+    if (touched) {         // a step without a visible pair adds nothing
       ComputeSpan span(sink_, "ring.backward", step);
       kernels::add_inplace(ctx_, arriving.ptr(), partial.ptr(), block_floats_);
     }
@@ -450,30 +474,38 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
                  buf_.arriving.bytes() + kernels::attention_workspace_bytes(probe, true));
 
   auto shapes = [&](const TokenRun& qr, const TokenRun& kr, kernels::AttnShape* s,
-                    kernels::AttnShape* host) { return pair_shapes(qr, kr, H, Hkv, D, s, host); };
+                    kernels::AttnShape* host,
+                    int64_t* pairs) { return pair_shapes(qr, kr, H, Hkv, D, s, host, pairs); };
   Request dkv_send, dkv_recv;
   for (int step = 0; step < cp_size_; ++step) {
     KvTransfer kv = post_kv(step);
+    // The partial is zeroed by the step's first kernel call: under packing
+    // or a window many steps have none, and then neither zeroing nor the
+    // sum in pass_dkv is needed (except for the own block, which starts the
+    // accumulator's journey).
+    bool touched = false;
     {
       ComputeSpan span(sink_, "ring.backward", step);
-      kernels::fill(ctx_, partial.ptr(), block_floats_, 0.0f);
       const float* cur = buf_.cur.ptr();
       for_each_pair(
           (*call_runs_)[size_t(source_rank(step))], (*call_runs_)[size_t(cp_rank_)], shapes,
           [&](const TokenRun& qr, const TokenRun& kr, const kernels::AttnShape& s,
-              const kernels::AttnShape& host) {
+              const kernels::AttnShape& host, int64_t pairs) {
             const int64_t qo = qr.local_offset * H * D, ko = kr.local_offset * Hkv * D;
+            if (!touched) kernels::fill(ctx_, partial.ptr(), block_floats_, 0.0f);
+            touched = true;
             kernels::attention_backward(ctx_, s, q + qo, cur + ko, cur + nkv + ko, out + qo,
                                         lse + qr.local_offset * H, dout + qo, dq + qo,
                                         partial.ptr() + ko, partial.ptr() + nkv + ko);
-            if (sink_) span.flops += kernels::attention_flops(host, true);
+            if (sink_) span.flops += call_flops(host, pairs, true);
           },
           // The previous step's dK/dV accumulator is in flight too.
           [&] {
             span.drive_progress(comm_, {&kv.recv, &kv.send, &dkv_recv, &dkv_send});
           });
+      if (!touched && step == 0) kernels::fill(ctx_, partial.ptr(), block_floats_, 0.0f);
     }
-    if (comm_) pass_dkv(step, dkv_send, dkv_recv);
+    if (comm_) pass_dkv(step, touched, dkv_send, dkv_recv);
     take_kv(step, kv);
   }
   const Tensor& own = comm_ ? buf_.arriving : partial;

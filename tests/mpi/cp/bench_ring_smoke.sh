@@ -119,6 +119,38 @@ grep -q '# wrong rows in total: 0 (OK)' "$tmp/outd" || { echo "FAIL docs verdict
 timeout 120 "${mpirun[@]}" -np 2 "$bin" bench ring --docs lognormal:20:1.5 --window 24 \
   --seq-per-rank 64 --layout zigzag >"$tmp/outw" 2>&1 || { echo "FAIL docs window rc=$?"; cat "$tmp/outw"; fail=1; }
 grep -q '# wrong rows in total: 0 (OK)' "$tmp/outw" || { echo "FAIL docs window verdict"; cat "$tmp/outw"; fail=1; }
+# several seeds: the causal ring once per layout, a summary per layout, and
+# every rank's modelled tile work next to its compute
+timeout 120 "${mpirun[@]}" -np 2 "$bin" bench ring --docs lognormal:16 --docs-seeds 3 --per-rank \
+  --seq-per-rank 64 --layout all --heads 1 --head-dim 16 --output "$tmp/ds.h5" >"$tmp/outs" 2>&1 \
+  || { echo "FAIL docs seeds rc=$?"; cat "$tmp/outs"; fail=1; }
+grep -q '# wrong rows in total: 0 (OK)' "$tmp/outs" || { echo "FAIL docs seeds verdict"; cat "$tmp/outs"; fail=1; }
+if [[ -f $tmp/ds.h5 ]]; then
+  "$py" - "$tmp/ds.h5" <<'PY' || fail=1
+import sys, h5py
+f = h5py.File(sys.argv[1], "r")
+t, s, r = f["bench/ring_docs"], f["bench/ring_docs_seeds"], f["bench/ring_docs_ranks"]
+assert len(t["layout"]) == 3 * (1 + 3), len(t["layout"])
+assert sorted(set(int(x) for x in t["seed"][:] if x)) == [1, 2, 3]
+assert [x.decode() for x in s["layout"][:]] == ["contiguous", "zigzag", "docs"]
+for i in range(3):
+    sp = [t["speedup_time"][j] for j in range(len(t["layout"]))
+          if t["layout"][j] == s["layout"][i] and t["mask"][j] == b"packed"]
+    assert s["seeds"][i] == 3 and s["speedup_min"][i] == min(sp) and s["speedup_max"][i] == max(sp)
+    assert s["speedup_min"][i] <= s["speedup_median"][i] <= s["speedup_max"][i]
+assert len(r["rank"]) == 2 * 3 * (1 + 3)
+# the model counts the same visible pairs as the ring's FLOP counter (1 head, D 16)
+for j in range(len(t["layout"])):
+    rows = [k for k in range(len(r["rank"])) if (r["layout"][k], r["mask"][k], r["seed"][k]) ==
+            (t["layout"][j], t["mask"][j], t["seed"][j])]
+    vis = sum(r["visible"][k] for k in rows)
+    assert abs(vis * 14 * 16 - t["GFLOP_mean"][j] * 1e9 * 2) < 1e-3 * vis, (vis, t["GFLOP_mean"][j])
+    assert all(r["computed"][k] >= r["visible"][k] and r["calls"][k] > 0 for k in rows)
+print("ok   docs seeds")
+PY
+else
+  echo "FAIL missing docs seeds HDF5 output"; fail=1
+fi
 if [[ -f $tmp/d4.h5 ]]; then
   "$py" - "$tmp/d4.h5" <<'PY' || fail=1
 import sys, h5py
@@ -147,5 +179,7 @@ expect_input_error "--layout" "${mpirun[@]}" -np 2 "$bin" bench ring --layout do
 expect_input_error "--docs" "${mpirun[@]}" -np 2 "$bin" bench ring --docs zipf
 expect_input_error "--docs" "${mpirun[@]}" -np 2 "$bin" bench ring --docs fixed:0
 expect_input_error "--window" "${mpirun[@]}" -np 2 "$bin" bench ring --window 8
+expect_input_error "--docs-seeds" "${mpirun[@]}" -np 2 "$bin" bench ring --docs fixed:8 --docs-seeds 0
+expect_input_error "--per-rank" "${mpirun[@]}" -np 2 "$bin" bench ring --per-rank
 expect_input_error "--cp-mode" "${mpirun[@]}" -np 2 "$bin" bench ring --cp-mode usp
 exit $fail

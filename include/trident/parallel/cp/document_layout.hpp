@@ -6,15 +6,19 @@
 // work is the sum of its documents' triangles (a query sees the keys of its
 // own document up to itself, at most model.window of them), wherever the
 // documents fall, so zig-zag leaves one rank with a long document's triangle.
-// The document layout prices each token by the keys it sees, cuts the
-// sequence into n = 2*cp*m equal chunks and gives every rank 2m of them:
-// equal token counts (the ring's blocks keep their shape), chunks assigned
-// longest first to the least loaded rank with room, then improved by
-// swapping a chunk of the most loaded rank with a lighter one of another
-// rank while that lowers the pair's maximum. m is the smallest of 1, 2, 4,
-// ... whose assignment is within kDocBalanceGoal of the mean, as long as a
-// chunk keeps at least min_chunk tokens (smaller chunks mean more, smaller
-// kernel calls); when none is, the most even one.
+// The document layout cuts the sequence into n = 2*cp*m equal chunks and
+// gives every rank 2m of them: equal token counts (the ring's blocks keep
+// their shape). Chunks are assigned most expensive first to the cheapest
+// rank with room, then improved by swapping a chunk of the most expensive
+// rank with a cheaper one of another rank while that lowers the pair's
+// maximum; a chunk's price is either its queries' visible pairs or the
+// modelled time of their kernel calls (RingWork below: visible pairs are not
+// enough, a partially visible tile costs more per pair than a full one).
+// Of the two assignments for each of m = 1, 2, 4, ... (while a chunk keeps
+// at least min_chunk tokens), those whose most loaded rank's visible pairs
+// are within kDocFlopGoal of the mean compete on their slowest rank's
+// modelled time over the ring's actual calls; when none is, the most even
+// in pairs is taken.
 //
 // The layout is a pure function of (doc ids, seq_len, cp, window,
 // min_chunk): every rank computes the same one from the same sample, with no
@@ -28,9 +32,9 @@
 
 namespace trident::cp {
 
-// Stop doubling the chunk count once the most loaded rank is within 2% of
-// the mean (the target is 10%).
-inline constexpr double kDocBalanceGoal = 1.02;
+// The most loaded rank's visible pairs (its attention FLOPs) at most 10%
+// over the mean (the target); within that, time decides.
+inline constexpr double kDocFlopGoal = 1.10;
 // Chunks below one query tile of the kernel cost more in calls than they
 // gain in balance.
 inline constexpr int64_t kDocMinChunk = kernels::kQueryBlock;
@@ -50,5 +54,48 @@ std::vector<double> layout_pairs(const SeqLayout& layout, const std::vector<int6
 
 // Global positions of a rank's runs, in local order.
 std::vector<int64_t> run_positions(const std::vector<TokenRun>& runs);
+
+// What the ring's kernel calls cost one rank, per head: a model of the CPU
+// kernel's tiling (kernels/cpu/attention.cpp, share/trident/cpu-kernels.md).
+// Per query block of kQueryBlock rows the kernel sweeps the keys a block can
+// see in tiles of kKeyBlock; a tile no row sees is skipped, the others run
+// GEMMs over "pieces" (the whole tile, or, when that computes more than 1/8
+// of it in vain, bands of 32 rows), then per-row softmax passes. Visible
+// pairs alone miss the time a partially visible tile costs beyond its pairs:
+// the masked pairs inside its pieces, the GEMM calls of a cut diagonal, the
+// row passes and the calls themselves.
+struct RingWork {
+  double visible = 0;    // visible (query, key) pairs
+  double computed = 0;   // pairs the GEMM pieces compute (visible and masked)
+  double pieces = 0;     // GEMM pieces (each: 2 GEMMs forward, 5 backward)
+  double tile_rows = 0;  // rows of the non-empty tiles (row passes, interval search)
+  double calls = 0;      // kernel calls (one per (query tile, key run) not skipped)
+  RingWork& operator+=(const RingWork& o);
+  // Forward + backward time in units of one computed pair (kTileCost).
+  double cost() const;
+};
+
+// The time of the rest in computed pairs, forward + backward: least squares
+// through the origin over every rank's measured compute in `trident bench
+// ring --docs lognormal --docs-seeds 12 --per-rank --layout all` (cp 4, seq
+// 8192, 4 heads, head_dim 64; ring-attention.md, "Pricing tile time"). A
+// GEMM piece costs about 1400 computed pairs, a call (all 4 heads) about
+// 5000; the row passes showed no cost beyond their tile's computed pairs.
+// Residual rms 4.3% of a rank's time, against 16% for visible pairs alone.
+struct TileCostModel {
+  double piece, tile_row, call;
+};
+inline constexpr TileCostModel kTileCost{1400, 0, 5000};
+
+// The work of one kernel call (one head) on shape s, whose document ids are
+// host memory; Tq <= kQueryBlock need not hold.
+RingWork call_work(const kernels::AttnShape& s);
+
+// The work of every rank of the causal ring under `layout` for one sequence
+// of seq_len tokens: the kernel calls the ring makes (each rank's query
+// tiles against each block's key runs, skipping pairs without a visible
+// pair). doc_ids [seq_len] (nullptr: one document), window as model.window.
+std::vector<RingWork> ring_work(const SeqLayout& layout, const int32_t* doc_ids, int64_t seq_len,
+                                int64_t window);
 
 }  // namespace trident::cp

@@ -23,6 +23,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -168,15 +169,21 @@ class RingAttention {
   void load_docs(const LocalDocs& docs);
   // The kernel's shape for one pair of runs, and its twin over the host ids
   // (for the skip decision and the FLOP count); false: no visible pair.
+  // *pairs: the visible pairs over all heads when they were counted (packed
+  // or windowed), else -1.
   bool pair_shapes(const TokenRun& qr, const TokenRun& kr, int H, int Hkv, int D,
-                   kernels::AttnShape* dev, kernels::AttnShape* host) const;
+                   kernels::AttnShape* dev, kernels::AttnShape* host, int64_t* pairs) const;
   KvTransfer post_kv(int step);
   void take_kv(int step, KvTransfer& t);
   // Backward: this step's dK/dV partial joins the accumulator travelling
-  // the ring, which moves one rank on.
-  void pass_dkv(int step, Request& dkv_send, Request& dkv_recv);
+  // the ring, which moves one rank on (touched: the step computed one).
+  void pass_dkv(int step, bool touched, Request& dkv_send, Request& dkv_recv);
 
   kernels::Ctx ctx_;
+  // Scratch of the kernel calls when the caller's ctx brings none: without
+  // it every call (one per query tile and key run) would allocate and zero
+  // its tiles anew, which a packed layout's many small calls pay for.
+  std::unique_ptr<kernels::Workspace> own_workspace_;
   // K/V blocks in flight and dK/dV accumulators, kept between calls (every
   // call of one ring has the same sizes) so that a step allocates nothing.
   // They come from ctx's allocator (device memory on a GPU) and grow only
