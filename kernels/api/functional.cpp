@@ -5,15 +5,23 @@
 // f32 buffer from ctx's allocator before the kernel (inputs, and outputs the
 // kernel accumulates into), narrowed back with round-to-nearest-even after
 // it (outputs). That is the reference semantics of bf16 for every backend;
-// a backend with a native bf16 kernel for an op may replace the staging.
+// a backend with a native bf16 kernel for an op may replace the staging. The
+// CUDA backend does for the GEMMs whose two operands are bf16 (cuBLAS with
+// fp32 accumulation, the output f32, or bf16 rounded to nearest even) and for
+// attention on bf16 q, k, v, out (and dout) with fp32 lse and gradients: the
+// same arithmetic on the same bf16 operands, in another summation order.
 #include "trident/kernels/functional.hpp"
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "trident/core/error.hpp"
 #include "trident/kernels/swiglu.hpp"
 #include "trident/kernels/tensor_ops.hpp"
+#ifdef TRIDENT_HAVE_CUDA
+#include "trident/kernels/cuda/ops.hpp"
+#endif
 
 namespace trident::kernels {
 namespace {
@@ -46,6 +54,28 @@ int64_t rows_of(const char* op, const char* what, const Tensor& t, int64_t width
                     " is not a whole number of rows of " + std::to_string(width));
   return t.numel() / width;
 }
+
+#ifdef TRIDENT_HAVE_CUDA
+// Whether the call runs a native bf16 kernel: on a CUDA device, with every
+// tensor of `bf16` in bf16 and every tensor of `f32` in f32 (the kernel's
+// signature); the tensors are checked to be on the op's device.
+bool native_bf16(const Ctx& ctx, const char* op, std::initializer_list<const Tensor*> bf16,
+                 std::initializer_list<const Tensor*> f32 = {}) {
+  if (ctx.device.type != DeviceType::cuda) return false;
+  for (const Tensor* t : bf16)
+    if (t->dtype() != DType::bf16 || t->numel() == 0) return false;
+  for (const Tensor* t : f32)
+    if (t->dtype() != DType::f32) return false;
+  for (const Tensor* t : bf16) check_device(ctx, op, "operand", *t);
+  for (const Tensor* t : f32) check_device(ctx, op, "operand", *t);
+  return true;
+}
+
+const cuda::Bf16* bf(const Tensor& t) {
+  return reinterpret_cast<const cuda::Bf16*>(t.data<uint16_t>());
+}
+cuda::Bf16* bf_out(const Tensor& t) { return reinterpret_cast<cuda::Bf16*>(t.data<uint16_t>()); }
+#endif
 
 // The float tensors of one call as the f32 kernels see them (see the file
 // comment). finish() narrows the staged outputs; it must run after the
@@ -114,6 +144,18 @@ void linear_forward(const Ctx& ctx, const Tensor& x, const Tensor& w, const Tens
   TRIDENT_CHECK(w.ndim() == 2, "kernels::linear_forward: w " + describe(w) + " is not [out, in]");
   const int64_t out = w.dim(0), in = w.dim(1), T = rows_of("linear_forward", "x", x, in);
   check_numel("linear_forward", "y", y, T * out);
+#ifdef TRIDENT_HAVE_CUDA
+  if (native_bf16(ctx, "linear_forward", {&x, &w})) {  // y = x w^T
+    check_device(ctx, "linear_forward", "y", y);
+    if (y.dtype() == DType::f32)
+      cuda::gemm_bf16(ctx, false, true, T, out, in, 1.0f, bf(x), in, bf(w), in, 0.0f,
+                      y.data<float>(), out);
+    else
+      cuda::gemm_bf16_out(ctx, false, true, T, out, in, 1.0f, bf(x), in, bf(w), in, 0.0f, bf_out(y),
+                          out);
+    return;
+  }
+#endif
   F32Args a(ctx, "linear_forward");
   linear_forward(ctx, a.in("x", x), a.in("w", w), T, in, out, a.out("y", y));
   a.finish();
@@ -125,6 +167,13 @@ void linear_backward_input(const Ctx& ctx, const Tensor& dy, const Tensor& w, co
                 "kernels::linear_backward_input: w " + describe(w) + " is not [out, in]");
   const int64_t out = w.dim(0), in = w.dim(1), T = rows_of("linear_backward_input", "dy", dy, out);
   check_numel("linear_backward_input", "dx", dx, T * in);
+#ifdef TRIDENT_HAVE_CUDA
+  if (native_bf16(ctx, "linear_backward_input", {&dy, &w}, {&dx})) {  // dx = dy w + beta dx
+    cuda::gemm_bf16(ctx, false, false, T, in, out, 1.0f, bf(dy), out, bf(w), in, beta,
+                    dx.data<float>(), in);
+    return;
+  }
+#endif
   F32Args a(ctx, "linear_backward_input");
   const float* pdy = a.in("dy", dy);
   const float* pw = a.in("w", w);
@@ -138,6 +187,13 @@ void linear_backward_weight(const Ctx& ctx, const Tensor& dy, const Tensor& x, c
                 "kernels::linear_backward_weight: dw " + describe(dw) + " is not [out, in]");
   const int64_t out = dw.dim(0), in = dw.dim(1), T = rows_of("linear_backward_weight", "x", x, in);
   check_numel("linear_backward_weight", "dy", dy, T * out);
+#ifdef TRIDENT_HAVE_CUDA
+  if (native_bf16(ctx, "linear_backward_weight", {&dy, &x}, {&dw})) {  // dw += dy^T x
+    cuda::gemm_bf16(ctx, true, false, out, in, T, 1.0f, bf(dy), out, bf(x), in, 1.0f,
+                    dw.data<float>(), in);
+    return;
+  }
+#endif
   F32Args a(ctx, "linear_backward_weight");
   const float* pdy = a.in("dy", dy);
   const float* px = a.in("x", x);
@@ -311,6 +367,12 @@ void check_attention(const char* op, const AttnShape& s, const Tensor& q, const 
 void attention_forward(const Ctx& ctx, const AttnShape& s, const Tensor& q, const Tensor& k,
                        const Tensor& v, const Tensor& out, const Tensor& lse) {
   check_attention("attention_forward", s, q, k, v, out, lse);
+#ifdef TRIDENT_HAVE_CUDA
+  if (native_bf16(ctx, "attention_forward", {&q, &k, &v, &out}, {&lse})) {
+    cuda::attention_forward_bf16(ctx, s, bf(q), bf(k), bf(v), bf_out(out), lse.data<float>());
+    return;
+  }
+#endif
   F32Args a(ctx, "attention_forward");
   const float* pq = a.in("q", q);
   const float* pk = a.in("k", k);
@@ -328,6 +390,13 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const Tensor& q, con
   check_numel("attention_backward", "dq", dq, q.numel());
   check_numel("attention_backward", "dk", dk, k.numel());
   check_numel("attention_backward", "dv", dv, v.numel());
+#ifdef TRIDENT_HAVE_CUDA
+  if (native_bf16(ctx, "attention_backward", {&q, &k, &v, &out, &dout}, {&lse, &dq, &dk, &dv})) {
+    cuda::attention_backward_bf16(ctx, s, bf(q), bf(k), bf(v), bf(out), lse.data<float>(), bf(dout),
+                                  dq.data<float>(), dk.data<float>(), dv.data<float>());
+    return;
+  }
+#endif
   F32Args a(ctx, "attention_backward");
   const float* pq = a.in("q", q);
   const float* pk = a.in("k", k);
