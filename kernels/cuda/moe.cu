@@ -3,6 +3,8 @@
 // segments, and their backward passes. Every sum over a token's k copies runs
 // in slot order, as on the CPU, so a token's result does not depend on where
 // its copies were computed.
+#include <cub/block/block_scan.cuh>
+
 #include "common.cuh"
 #include "trident/kernels/moe_backends.hpp"
 
@@ -80,25 +82,44 @@ __global__ void counts_kernel(const int* expert, int64_t n, int E, unsigned long
   }
 }
 
-// One thread per expert walks the copies in order, so the rows of an expert
-// keep copy order (the stable counting sort the CPU runs). O(E * n) work in
-// E threads: E is small and n = T*k a few ten thousand per micro-batch.
+// One block per expert, and one more for the dropped copies. An expert's
+// block walks the copies in tiles of kOrderBlock: each thread flags whether
+// its copy went to the expert, an exclusive block scan of the flags gives
+// every flagged copy its place among them, and the tile's total moves the
+// expert's next row on. The rows of an expert keep copy order (the stable
+// counting sort the CPU runs), in n / kOrderBlock steps per block instead of
+// n in one thread.
+constexpr int kOrderBlock = 256;
+
 __global__ void order_kernel(const int* expert, int64_t n, int k, int E, const int64_t* counts,
                              int64_t* row_of, int64_t* send_token) {
-  const int e = blockIdx.x * blockDim.x + threadIdx.x;
-  if (e > E) return;
+  using Scan = cub::BlockScan<int, kOrderBlock>;
+  __shared__ typename Scan::TempStorage scan;
+  __shared__ int64_t next;
+  const int e = blockIdx.x;
   if (e == E) {  // the dropped copies
-    for (int64_t i = 0; i < n; ++i)
+    for (int64_t i = threadIdx.x; i < n; i += kOrderBlock)
       if (expert[i] < 0) row_of[i] = -1;
     return;
   }
-  int64_t next = 0;
-  for (int g = 0; g < e; ++g) next += counts[g];
-  for (int64_t i = 0; i < n; ++i) {
-    if (expert[i] != e) continue;
-    row_of[i] = next;
-    send_token[next] = i / k;
-    ++next;
+  if (threadIdx.x == 0) {
+    int64_t first = 0;
+    for (int g = 0; g < e; ++g) first += counts[g];
+    next = first;
+  }
+  __syncthreads();
+  for (int64_t start = 0; start < n; start += kOrderBlock) {
+    const int64_t i = start + threadIdx.x;
+    const int mine = i < n && expert[i] == e ? 1 : 0;
+    int place = 0, total = 0;
+    Scan(scan).ExclusiveSum(mine, place, total);
+    if (mine) {
+      row_of[i] = next + place;
+      send_token[next + place] = i / k;
+    }
+    __syncthreads();  // every thread has read `next` and the scan's storage is free
+    if (threadIdx.x == 0) next += total;
+    __syncthreads();
   }
 }
 
@@ -151,9 +172,9 @@ void expert_counts(const Ctx& c, const int* expert, int64_t n, int E, int64_t* c
 void expert_order(const Ctx& c, const int* expert, int64_t n, int k, int E, const int64_t* counts,
                   int64_t* row_of, int64_t* send_token) {
   if (n == 0) return;
-  const int threads = E + 1;  // one per expert, and one for the dropped copies
-  order_kernel<<<(threads + plan::kThreads - 1) / plan::kThreads, plan::kThreads, 0,
-                 stream_of(c)>>>(expert, n, k, E, counts, row_of, send_token);
+  // one block per expert, and one for the dropped copies
+  order_kernel<<<unsigned(E + 1), kOrderBlock, 0, stream_of(c)>>>(expert, n, k, E, counts, row_of,
+                                                                  send_token);
   CUDA_CHECK_LAUNCH();
 }
 
