@@ -27,33 +27,8 @@ seq=${5:-4096}
 hd=${6:-128}
 out=${OUTDIR:-/tmp/trident-cpu-attention}
 core=${CORE:-$(($(nproc) - 1))}
-for b in "$old" $new; do
-  [[ -x $b ]] || { echo "cpu-attention.sh: $b is not an executable" >&2; exit 2; }
-done
-[[ -x /usr/bin/time ]] || { echo "cpu-attention.sh: needs /usr/bin/time (Debian: time)" >&2; exit 2; }
-mkdir -p "$out"
-export OPENBLAS_NUM_THREADS=1
-pin=(taskset -c "$core")
-
-sgemm_cpu() {
-  "${pin[@]}" python3 - <<'PY'
-import ctypes, time
-blas = ctypes.CDLL("libopenblas.so.0")
-blas.openblas_set_num_threads(1)
-n = 2048
-one = b"\x00\x00\x80\x3f" * (n * n)
-A = (ctypes.c_float * (n * n)).from_buffer_copy(one)
-B = (ctypes.c_float * (n * n)).from_buffer_copy(one)
-C = (ctypes.c_float * (n * n))()
-best = float("inf")
-for _ in range(4):  # the first warms up
-    t0 = time.process_time()
-    blas.cblas_sgemm(101, 111, 111, n, n, n, ctypes.c_float(1.0), A, n, B, n,
-                     ctypes.c_float(0.0), C, n)
-    best = min(best, time.process_time() - t0)
-print(f"{2 * n**3 / best / 1e9:.3f}")
-PY
-}
+source "$(dirname "${BASH_SOURCE[0]}")/cpu-common.sh"
+cpu_bench_setup cpu-attention.sh
 
 measure() {
   local bin=$1 log=$2 n
@@ -68,16 +43,7 @@ measure() {
     "$log.out$((reps + 1))" >>"$log.fig"
 }
 
-sides=(old)
-[[ -n $new ]] && sides+=(new)
-for ((r = 1; r <= runs; ++r)); do
-  for side in "${sides[@]}"; do
-    bin=$old
-    [[ $side == new ]] && bin=$new
-    echo "== run $r: $side ($bin) on core $core" >&2
-    measure "$bin" "$out/$side-$r.log"
-  done
-done
+cpu_bench_alternate
 
 python3 - "$out" "$reps" "$seq" "$hd" "${sides[@]}" <<'PY'
 import glob, statistics, sys

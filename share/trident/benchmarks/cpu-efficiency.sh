@@ -30,36 +30,10 @@ out=${5:-/tmp/trident-cpu-efficiency}
 core=${CORE:-$(($(nproc) - 1))}
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
 config=$repo/share/trident/examples/cpu-moe-bench.toml
-for b in "$old" $new; do
-  [[ -x $b ]] || { echo "cpu-efficiency.sh: $b is not an executable" >&2; exit 2; }
-done
-old=$(realpath "$old")
-[[ -n $new ]] && new=$(realpath "$new")
-[[ -x /usr/bin/time ]] || { echo "cpu-efficiency.sh: needs /usr/bin/time (Debian: time)" >&2; exit 2; }
-mkdir -p "$out"
-export OPENBLAS_NUM_THREADS=1
-pin=(taskset -c "$core")
-
-# sgemm 2048^3 by CPU time through the same OpenBLAS, best of 3: GFLOP/s
-sgemm_cpu() {
-  "${pin[@]}" python3 - <<'PY'
-import ctypes, time
-blas = ctypes.CDLL("libopenblas.so.0")
-blas.openblas_set_num_threads(1)
-n = 2048
-one = b"\x00\x00\x80\x3f" * (n * n)
-A = (ctypes.c_float * (n * n)).from_buffer_copy(one)
-B = (ctypes.c_float * (n * n)).from_buffer_copy(one)
-C = (ctypes.c_float * (n * n))()
-best = float("inf")
-for _ in range(4):  # the first warms up
-    t0 = time.process_time()
-    blas.cblas_sgemm(101, 111, 111, n, n, n, ctypes.c_float(1.0), A, n, B, n,
-                     ctypes.c_float(0.0), C, n)
-    best = min(best, time.process_time() - t0)
-print(f"{2 * n**3 / best / 1e9:.3f}")
-PY
-}
+[[ -n $new && -x $new ]] && new=$(realpath "$new")
+[[ -x $old ]] && old=$(realpath "$old")
+source "$repo/share/trident/benchmarks/cpu-common.sh"
+cpu_bench_setup cpu-efficiency.sh
 
 # one measurement of BINARY into LOG.fig: "key value" lines
 measure() {
@@ -82,16 +56,7 @@ measure() {
     "$log.run$((steps + 1))" >>"$log.fig"
 }
 
-sides=(old)
-[[ -n $new ]] && sides+=(new)
-for ((r = 1; r <= runs; ++r)); do
-  for side in "${sides[@]}"; do
-    bin=$old
-    [[ $side == new ]] && bin=$new
-    echo "== run $r: $side ($bin) on core $core" >&2
-    measure "$bin" "$out/$side-$r.log"
-  done
-done
+cpu_bench_alternate
 
 python3 - "$out" "$runs" "$steps" "$config" "${sides[@]}" <<'PY'
 import glob, statistics, sys, tomllib
