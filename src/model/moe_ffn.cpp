@@ -24,7 +24,6 @@ class MoEFeedForward : public FeedForward {
     for (int l = 0; l < layer; ++l) moe_index_ += cfg.model.is_moe_layer(l) ? 1 : 0;
   }
   std::vector<Param*> params() override { return layer_.params(); }
-  bool keeps_input() const override { return true; }  // the layer's cache points into x
   void forward(const MicroBatch& mb, const Tensor& x, const Tensor& y, FfnCache& c,
                FfnStats& stats) override {
     const int64_t T = mb.tokens_total();
@@ -48,6 +47,15 @@ class MoEFeedForward : public FeedForward {
     auto& cache = static_cast<MoEState&>(*c.moe).cache;
     layer_.backward(dy.data<float>(), dx.data<float>(), cache, aux_scale);
     c.moe.reset();
+  }
+  // The layer's cache points into x: recompute() points it at the new x.
+  void drop(FfnCache& c) override {
+    layer_.drop_expert_activations(static_cast<MoEState&>(*c.moe).cache);
+  }
+  void recompute(FfnCache& c) override {
+    auto& cache = static_cast<MoEState&>(*c.moe).cache;
+    cache.x = c.x.data<float>();
+    layer_.recompute_expert_activations(cache);
   }
   void update_bias(const std::vector<std::vector<int64_t>>& global_load) override {
     layer_.update_bias(global_load.at(size_t(moe_index_)));

@@ -341,18 +341,19 @@ struct FfnBlock {
     kernels::add_inplace(ctx_, y, x);
   }
 
-  // Selective recompute drops the normed input of a dense FFN (the MoE
-  // layer's dispatch reads its input until the backward, so it keeps it).
-  bool drops_norm() const { return !ffn->keeps_input(); }
-  void drop_norm(Cache& c) const {
+  // Selective recompute drops the normed input h and what the FFN can make
+  // again from it (drop), and computes both again before the backward.
+  void drop_recomputable(Cache& c) const {
     c.h = Tensor();
     c.inner.x = Tensor();
+    ffn->drop(c.inner);
   }
-  void renorm(Cache& c) {
+  void recompute(Cache& c) {
     c.h =
         ffn->reads_bf16() ? lp.activation({c.x.dim(0), d}) : kernels::empty(ctx_, {c.x.dim(0), d});
     kernels::rmsnorm_forward(ctx_, c.x, norm.value, eps, c.h, c.rstd);
     c.inner.x = c.h;
+    ffn->recompute(c.inner);
   }
 
   void backward(const MicroBatch& mb, const Tensor& dy, Tensor& dx, Cache& c, float aux_scale) {
@@ -394,6 +395,20 @@ class DenseSwiGLU : public FeedForward {
   void backward(const Tensor& dy, const Tensor& dx, FfnCache& c, float) override {
     kernels::swiglu_backward(ctx_, c.x, c.gate, c.up, dy, lp_.weight(w_gate_), lp_.weight(w_up_),
                              lp_.weight(w_down_), dx, w_gate_.grad, w_up_.grad, w_down_.grad);
+  }
+  void drop(FfnCache& c) override {
+    c.gate = Tensor();
+    c.up = Tensor();
+  }
+  // The fused kernel computes gate and up with the output: its output goes
+  // to a scratch tensor (the same f32 [T, d] as the forward's).
+  void recompute(FfnCache& c) override {
+    const int64_t T = c.x.dim(0);
+    c.gate = lp_.activation({T, f_});
+    c.up = lp_.activation({T, f_});
+    const Tensor discarded = kernels::empty(ctx_, {T, d_});
+    kernels::swiglu_forward(ctx_, c.x, lp_.weight(w_gate_), lp_.weight(w_up_), lp_.weight(w_down_),
+                            discarded, c.gate, c.up);
   }
 
  private:
@@ -642,7 +657,10 @@ class Chunk {
            (t.recompute_layers == 0 || int(i) < t.recompute_layers);
   }
   // After layer i's forward: full keeps only the layer's input (the
-  // attention block's x); selective drops the normed inputs.
+  // attention block's x); selective drops the normed inputs and the FFN's
+  // activations that its GEMMs make from them (SwiGLU gate and up, dense or
+  // the experts'), and keeps the attention's (q, k, v, o, lse: recomputing
+  // them costs the attention core) and the MoE layer's routing and rows.
   void drop(Cache& c, size_t i) const {
     if (st_.cfg_.train.recompute == Recompute::full) {
       Tensor x = c.attn[i].x;
@@ -652,7 +670,7 @@ class Chunk {
       return;
     }
     attn_[i]->drop_norm(c.attn[i]);
-    if (ffn_[i]->drops_norm()) ffn_[i]->drop_norm(c.ffn[i]);
+    ffn_[i]->drop_recomputable(c.ffn[i]);
   }
   // Before layer i's backward: what drop() removed, computed again. Full
   // recompute runs the layer's forward once more, ring exchange and MoE
@@ -671,7 +689,7 @@ class Chunk {
       return;
     }
     attn_[i]->renorm(c.attn[i]);
-    if (ffn_[i]->drops_norm()) ffn_[i]->renorm(c.ffn[i]);
+    ffn_[i]->recompute(c.ffn[i]);
   }
   ModelStage& st_;
   kernels::Ctx ctx_;

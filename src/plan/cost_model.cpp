@@ -73,8 +73,10 @@ struct LayerHold {
 // train.recompute on one layer (share/trident/memory.md): full keeps the
 // attention block's input x alone and reruns the layer's forward at the start
 // of its B (work, ring and MoE exchanges again); selective drops the RMSNorm
-// outputs before the attention projections and a dense FFN (a MoE layer's
-// dispatch keeps its input) and recomputes them.
+// outputs before the attention projections and the FFN and the SwiGLU gate
+// and up activations (dense: T x f each; MoE: the experts' R x f each), and
+// recomputes them: the norms and the SwiGLU forward (its three GEMMs: the
+// fused kernel makes its output too, discarded) on the kept rows.
 LayerHold recompute_layer(const Shapes& s, Recompute mode, bool moe, const ChunkCost& layer,
                           double attn_cache, ChunkCost& c) {
   LayerHold h;
@@ -90,11 +92,14 @@ LayerHold recompute_layer(const Shapes& s, Recompute mode, bool moe, const Chunk
     h.reruns_forward = true;
     c.b += layer.f;
   } else if (mode == Recompute::selective) {
+    const double rows = moe ? s.R : s.T;  // the SwiGLU's rows: the experts' or the tokens'
+    const double gate_up = kFloat * 2 * rows * s.f;
     h.attn_refill = Td;
-    h.ffn_refill = moe ? 0 : Td;
+    h.ffn_refill = Td + gate_up;
     h.kept -= h.attn_refill + h.ffn_refill;
     h.ffn_kept -= h.ffn_refill;
-    c.b.memory_bytes += 2 * (h.attn_refill + h.ffn_refill);  // read x, write the norm's output
+    c.b.memory_bytes += 2 * 2 * Td;  // the norms: read x, write the output
+    c.b += Work{6 * rows * s.d * s.f, 0, kFloat * (3 * rows * s.f + 2 * rows * s.d)};
   }
   return h;
 }

@@ -116,9 +116,14 @@ class FeedForward {
   // Whether forward takes its input in bf16 (GemmPrecision::activation);
   // false: f32 whatever the precision.
   virtual bool reads_bf16() const { return false; }
-  // Whether the FFN holds on to its input x (not only FfnCache::x) until the
-  // backward: selective recompute cannot drop it then.
-  virtual bool keeps_input() const { return false; }
+  // Selective recompute: drop() releases what the forward kept that
+  // recompute() can make again from FfnCache::x alone (the SwiGLU gate and up
+  // activations, the input itself); recompute() runs, with c.x set again,
+  // before the backward and gives the same bits as the forward (the same
+  // kernels on the same inputs). What needs an exchange (the MoE layer's
+  // rows, routing and plan) is kept.
+  virtual void drop(FfnCache& c) = 0;
+  virtual void recompute(FfnCache& c) = 0;
   // x [T, d] -> y [T, d] (overwritten).
   virtual void forward(const MicroBatch& mb, const Tensor& x, const Tensor& y, FfnCache& c,
                        FfnStats& stats) = 0;

@@ -203,6 +203,19 @@ void MoELayer::backward(const float* dy, float* dx, Cache& c, float daux_scale) 
   c.rows.reset();  // after the backward's transfers: no peer reads these rows any more
 }
 
+void MoELayer::drop_expert_activations(Cache& c) {
+  c.gate = Tensor();
+  c.up = Tensor();
+}
+
+void MoELayer::recompute_expert_activations(Cache& c) {
+  const int64_t R = c.plan.received();
+  c.gate = kernels::empty(ctx_, {R, f_});
+  c.up = kernels::empty(ctx_, {R, f_});
+  Tensor discarded = kernels::empty(ctx_, {R, d_});  // the experts' outputs, kept in rows
+  run_experts_forward(c, discarded.ptr());
+}
+
 void MoELayer::update_bias(const std::vector<int64_t>& global_load) {
   router_.update_bias(global_load);
 }

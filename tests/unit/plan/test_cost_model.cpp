@@ -474,16 +474,20 @@ TEST_CASE("recompute: what each mode keeps, recomputes and holds in B, by hand")
     CHECK(cc.tracked.transient_f == 4 * (1120 + 1568));
     CHECK(cc.tracked.stash == base.tracked.stash);  // W needs the same inputs
   }
-  SECTION("selective: the two RMSNorm outputs per dense layer") {
+  SECTION("selective: the two RMSNorm outputs and the SwiGLU gate and up per dense layer") {
     MeshPlan p = none;
     p.recompute = Recompute::selective;
     const ChunkCost cc = chunk_cost(c, p, 0);
-    CHECK(cc.tracked.cache == base.tracked.cache - 4 * 2 * 2 * Td);
-    CHECK(cc.b.memory_bytes == base.b.memory_bytes + 2 * 2 * 4 * 2 * Td);  // read x, write h
-    CHECK(cc.b.gemm_flops == base.b.gemm_flops);
+    const double gate_up = 2 * 32 * 16;  // T x f each
+    CHECK(cc.tracked.cache == base.tracked.cache - 4 * 2 * (2 * Td + gate_up));
+    // per layer: the norms read x and write h (2 x 2 Td), the SwiGLU forward
+    // once more (its 3 GEMMs, the gating pass over 3 T f, its input and output)
+    CHECK(cc.b.memory_bytes == base.b.memory_bytes + 2 * 4 * (2 * 2 * Td + 3 * 32 * 16 + 2 * Td));
+    CHECK(cc.b.gemm_flops == base.b.gemm_flops + 2 * 6 * 32 * 8 * 16);
+    CHECK(cc.f.gemm_flops == base.f.gemm_flops);
     CHECK(cc.reruns == 0);
-    // B of the last layer: h1 and h again, then the FFN phase's 3 Td
-    CHECK(cc.tracked.transient_b == 4 * (2 * Td + 3 * Td));
+    // B of the last layer: h1, h, gate and up again, then the FFN phase's 3 Td
+    CHECK(cc.tracked.transient_b == 4 * (2 * Td + gate_up + 3 * Td));
   }
   SECTION("recompute_layers = 1: only the first layer; B's peak is the last layer's, as none") {
     MeshPlan p = none;

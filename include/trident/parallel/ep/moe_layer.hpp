@@ -95,6 +95,12 @@ class MoELayer {
   // dy [T, d] -> dx [T, d] (overwritten); gradients ACCUMULATE into the
   // params. daux_scale: d(total loss) / d(aux_loss_sum + z_loss_sum).
   void backward(const float* dy, float* dx, Cache& cache, float daux_scale);
+  // Selective recompute: release the experts' gate and up activations
+  // ([R, f] each) after the forward, and compute them again before the
+  // backward by running the experts on the kept expert-side rows (the same
+  // kernels on the same rows: the same bits; no exchange).
+  void drop_expert_activations(Cache& cache);
+  void recompute_expert_activations(Cache& cache);
   // sigmoid_bias only: load = copies per expert over the global batch.
   void update_bias(const std::vector<int64_t>& global_load);
 
