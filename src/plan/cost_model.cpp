@@ -92,14 +92,15 @@ LayerHold recompute_layer(const Shapes& s, Recompute mode, bool moe, const Chunk
     h.reruns_forward = true;
     c.b += layer.f;
   } else if (mode == Recompute::selective) {
-    const double rows = moe ? s.R : s.T;  // the SwiGLU's rows: the experts' or the tokens'
-    const double gate_up = kFloat * 2 * rows * s.f;
+    // the SwiGLU's rows and hidden size: the experts' (R, fe) or the tokens' (T, f)
+    const double rows = moe ? s.R : s.T, f = moe ? s.fe : s.f;
+    const double gate_up = kFloat * 2 * rows * f;
     h.attn_refill = Td;
     h.ffn_refill = Td + gate_up;
     h.kept -= h.attn_refill + h.ffn_refill;
     h.ffn_kept -= h.ffn_refill;
     c.b.memory_bytes += 2 * 2 * Td;  // the norms: read x, write the output
-    c.b += Work{6 * rows * s.d * s.f, 0, kFloat * (3 * rows * s.f + 2 * rows * s.d)};
+    c.b += Work{6 * rows * s.d * f, 0, kFloat * (3 * rows * f + 2 * rows * s.d)};
   }
   return h;
 }

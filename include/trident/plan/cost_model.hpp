@@ -18,8 +18,10 @@
 //    cross-entropy (counts in planner.md); backward twice forward.
 //  - Recompute (train.recompute on the first recompute_layers layers of a
 //    chunk): full keeps a layer's input and B reruns its forward (work and
-//    exchanges); selective drops the RMSNorm outputs before attention and a
-//    dense FFN and B recomputes them. The sharded optimizer keeps AdamW state
+//    exchanges); selective drops the RMSNorm outputs before attention and
+//    the FFN and the SwiGLU gate and up (dense: T x f; MoE: the experts'
+//    R x fe) and B recomputes them (the norms and the SwiGLU forward, with
+//    no exchange). The sharded optimizer keeps AdamW state
 //    for the rank's shards only (memory_of_rank).
 //  - Communication per action: the CP ring sends cp-1 K/V blocks forward and
 //    2cp-1 blocks backward (K/V, the dK/dV accumulators, the last one home

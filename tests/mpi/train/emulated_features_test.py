@@ -2,8 +2,8 @@
 """`trident run` on the emulated device equals the CPU run bit for bit for
 every feature that reaches the device on the small 4-rank mesh (pp=2 x cp=2,
 ep=2, MoE): every pipeline schedule (afab, interleaved, zb-h1, zb-v,
-dualpipev; 1f1b is train_emulated's), the sigmoid_bias router with capacity
-drops, full recomputation, activation captures (device tensors copied out),
+dualpipev, the last with selective recomputation; 1f1b is train_emulated's),
+the sigmoid_bias router with capacity drops, full recomputation, activation captures (device tensors copied out),
 the non-finite guard skipping a step, verify_every naming a flipped bit, and
 a resume from a checkpoint written on the device. The emulated device stops
 a run with exit 86 on any host access to device memory and on any host
@@ -31,7 +31,9 @@ VARIANTS = {
     "interleaved": ['parallel.schedule="interleaved"', "parallel.vpp=2"],
     "zb-h1": ['parallel.schedule="zb-h1"'],
     "zb-v": ['parallel.schedule="zb-v"', "parallel.vpp=2"],
-    "dualpipev": ['parallel.schedule="dualpipev"', "parallel.vpp=2"],
+    # selective recompute rides along (bit-identical to none, so free to add)
+    "dualpipev+selective": ['parallel.schedule="dualpipev"', "parallel.vpp=2",
+                            'train.recompute="selective"'],
     "router+captures+recompute": [
         'model.router="sigmoid_bias"', "model.capacity_factor=1.0", 'train.recompute="full"',
         "output.activation_steps=[1]", "output.activation_layers=[0,3]",

@@ -19,7 +19,7 @@ from mpirun_cli import check, checkpoint_tensors, launch, verdict
 
 SRC = os.environ["TRIDENT_SOURCE_DIR"]
 QUICKSTART = os.path.join(SRC, "share/trident/examples/quickstart.toml")
-STEPS = 4
+STEPS = 2
 ONE_RANK = ["--set", "data.num_microbatches=8", "--set", "parallel.pp=1", "--set", "parallel.cp=1",
             "--set", "parallel.ep=1", "--set", "topology.nodes=1",
             "--set", "topology.devices_per_node=1", "--set", "topology.nvlink_domain=1"]

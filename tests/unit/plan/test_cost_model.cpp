@@ -489,6 +489,24 @@ TEST_CASE("recompute: what each mode keeps, recomputes and holds in B, by hand")
     // B of the last layer: h1, h, gate and up again, then the FFN phase's 3 Td
     CHECK(cc.tracked.transient_b == 4 * (2 * Td + gate_up + 3 * Td));
   }
+  SECTION("selective on MoE layers: the experts' gate and up, R x moe_ffn_hidden each") {
+    Config m = c;
+    m.model.n_experts = 4;
+    m.model.top_k = 2;
+    m.model.moe_ffn_hidden = 24;  // not ffn_hidden (16): the experts' own size
+    const MeshPlan plain_plan = serial_plan(m);
+    const ChunkCost plain = chunk_cost(m, plain_plan, 0);
+    MeshPlan p = plain_plan;
+    p.recompute = Recompute::selective;
+    const ChunkCost cc = chunk_cost(m, p, 0);
+    const double R = 32 * 2, fe = 24;  // one rank: every copy of T k is local
+    CHECK(cc.tracked.cache == plain.tracked.cache - 4 * 2 * (2 * Td + 2 * R * fe));
+    CHECK(cc.b.gemm_flops == plain.b.gemm_flops + 2 * 6 * R * 8 * fe);
+    CHECK(cc.b.memory_bytes ==
+          plain.b.memory_bytes + 2 * 4 * (2 * 2 * Td + 3 * R * fe + 2 * R * 8));
+    CHECK(cc.f.gemm_flops == plain.f.gemm_flops);
+    CHECK(cc.moe_reruns == 0);
+  }
   SECTION("recompute_layers = 1: only the first layer; B's peak is the last layer's, as none") {
     MeshPlan p = none;
     p.recompute = Recompute::full;
