@@ -298,9 +298,10 @@ Rates measure_compute(Communicator& world, const std::vector<int>& node_of, cons
 
 // What the config's model on one rank (pp = cp = ep = 1) adds to the rates:
 // efficiency and the fixed cost per layer and micro-batch from whole training
-// steps at two micro-batch sizes, and the step's update per parameter.
+// steps at two micro-batch sizes, and the step's update per parameter;
+// step_s: the median whole step at the config's size.
 struct ModelFit {
-  double efficiency = 1, layer_overhead_s = 0, optimizer_s_per_param = 0;
+  double efficiency = 1, layer_overhead_s = 0, optimizer_s_per_param = 0, step_s = 0;
 };
 
 // Gradient norm and AdamW over the model's parameters, alone.
@@ -322,37 +323,18 @@ double update_seconds_per_param(Communicator& world, const Config& cfg, double b
 
 // What a step costs beyond the work the model prices (the batch's data, the
 // gradients zeroed, the guard's scans, the norm and the agreements, the
-// update's bookkeeping, the trainer's own calls): whole training steps of the
-// config's batch on one rank (pp = cp = ep = dp = 1), timed on rank 0 while
-// the others sleep, less the prediction of the same mesh without a fixed step
-// cost. Every step of every mesh pays it once.
-double step_overhead_seconds(Communicator& world, const Config& cfg, const MachineProfile& m,
-                             double budget) {
+// update's bookkeeping, the trainer's own calls): the fit's whole training
+// steps of the config's batch on one rank (pp = cp = ep = dp = 1, `step_s`)
+// less the prediction of the same mesh without a fixed step cost. Every step
+// of every mesh pays it once.
+double step_overhead_seconds(const Config& cfg, const MachineProfile& m, double step_s) {
   Config one = cfg;
   one.parallel = ParallelConfig{};
-  one.runtime.verify_every = 0;
-  double t = 0;
-  constexpr int kTag = 7301;
-  world.barrier();
-  if (world.rank() == 0) {
-    train::Trainer trainer(one, train::TrainComms{});
-    int64_t step = 0;
-    trainer.train_step(step++, nullptr);  // first touches of the buffers
-    t = median_time([&] { trainer.train_step(step++, nullptr); }, budget);
-    std::vector<Request> sends;
-    for (int r = 1; r < world.size(); ++r) sends.push_back(world.isend(&t, sizeof t, r, kTag));
-    for (Request& r : sends) world.wait(r);
-  } else {
-    // sleep between polls, so that rank 0 has the cores to itself
-    Request done = world.irecv(&t, sizeof t, 0, kTag);
-    while (!world.test(done)) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  world.barrier();
   MachineProfile fixed_free = m;
   fixed_free.step_overhead_s = 0;
   const double priced =
       predict(one, mesh_plan_of(one, 1), ClusterShape{1, 1, 1}, fixed_free, false).step_time_s;
-  return std::max(0.0, t - priced);
+  return std::max(0.0, step_s - priced);
 }
 
 // One of the step's small all-reduces (a few doubles) over every rank, all of
@@ -515,13 +497,10 @@ ModelFit fit_model(Communicator& world, const Config& cfg, const MachineProfile&
     all += cost.w;
     return c.data.num_microbatches * compute_seconds(all, at_rates);
   };
-  double params = 0;
-  {
-    const ChunkCost cost = chunk_cost(cb, mesh_plan_of(cb, 1), 0);
-    params = cost.params;
-  }
+  const double params = chunk_cost(cb, mesh_plan_of(cb, 1), 0).params;
   const double update = params * fit.optimizer_s_per_param;
   const auto [s1, s2] = alternate_step_medians(world, cb, cs, budget);
+  fit.step_s = s1;
   const double t1 = std::max(s1 - update, 1e-9), t2 = std::max(s2 - update, 1e-9);
   const double c1 = priced(cb), c2 = priced(cs);
   // t = fixed + c / efficiency through both points. A fit that makes the
@@ -579,7 +558,7 @@ MachineProfile calibrate_machine(Communicator& world, const std::vector<int>& no
   m.efficiency = fit.efficiency;
   m.layer_overhead_s = fit.layer_overhead_s;
   m.optimizer_s_per_param = fit.optimizer_s_per_param;
-  m.step_overhead_s = step_overhead_seconds(world, cfg, m, opt.seconds);
+  m.step_overhead_s = step_overhead_seconds(cfg, m, fit.step_s);
   m.collective_round_s = collective_round_seconds(world) / m.oversubscription(per_node);
   m.calibrated_tokens = double(cfg.data.micro_batch_size) * double(cfg.data.seq_len);
   m.memory_bytes = host_memory_bytes() / per_node;
