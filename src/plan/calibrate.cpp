@@ -298,14 +298,42 @@ Rates measure_compute(Communicator& world, const std::vector<int>& node_of, cons
 
 // What the config's model on one rank (pp = cp = ep = 1) adds to the rates:
 // efficiency and the fixed cost per layer and micro-batch from whole training
-// steps at two micro-batch sizes, and the step's update per parameter;
-// step_s: the median whole step at the config's size.
+// steps at two micro-batch sizes, and the step's update per parameter (rank
+// 0 alone, and with `at_once` ranks of its node updating together, as every
+// rank of a mesh does); step_s: the median whole step at the config's size.
 struct ModelFit {
   double efficiency = 1, layer_overhead_s = 0, optimizer_s_per_param = 0, step_s = 0;
+  double optimizer_together_s_per_param = 0;
 };
 
-// Gradient norm and AdamW over the model's parameters, alone.
-double update_seconds_per_param(Communicator& world, const Config& cfg, double budget) {
+// The ranks in `work` run fn at once (the others sleep); the slowest
+// worker's median over about `budget` seconds, on every rank.
+double together(Communicator& world, const std::vector<bool>& work, const std::function<void()>& fn,
+                double budget) {
+  double t = 0;
+  world.barrier();
+  if (work[size_t(world.rank())])
+    t = median_time(fn, budget);
+  else
+    std::this_thread::sleep_for(std::chrono::duration<double>(budget * 2 + 0.1));
+  world.allreduce_max(&t, 1);
+  return t;
+}
+
+// Node 0's first `k` ranks.
+std::vector<bool> first_ranks_of_node0(const std::vector<int>& node_of, int k) {
+  std::vector<bool> work(node_of.size(), false);
+  for (size_t rank = 0; rank < node_of.size() && k > 0; ++rank)
+    if (node_of[rank] == node_of[0]) work[rank] = true, --k;
+  return work;
+}
+
+// Gradient norm and AdamW over the model's parameters: seconds per
+// parameter alone (first) and with the ranks of `work` updating at once:
+// the update streams the parameters, gradients and moments, so ranks that
+// share a memory system slow each other down.
+std::pair<double, double> update_seconds_per_param(Communicator& world, const Config& cfg,
+                                                   const std::vector<bool>& work, double budget) {
   Config one = cfg;
   one.parallel = ParallelConfig{};
   model::ModelStage stage(one, 0, 1, model::StageComms{});
@@ -318,7 +346,9 @@ double update_seconds_per_param(Communicator& world, const Config& cfg, double b
     const double norm = dp::global_grad_sumsq(params, nullptr, nullptr, nullptr, host.ctx());
     opt.step(1e-9, float(1.0 / (1.0 + norm)));
   };
-  return alone(world, 0, update, budget) / n;
+  const double by_one = alone(world, 0, update, budget) / n;
+  const double at_once = together(world, work, update, budget) / n;
+  return {by_one, std::max(by_one, at_once)};
 }
 
 // What a step costs beyond the work the model prices (the batch's data, the
@@ -335,6 +365,66 @@ double step_overhead_seconds(const Config& cfg, const MachineProfile& m, double 
   const double priced =
       predict(one, mesh_plan_of(one, 1), ClusterShape{1, 1, 1}, fixed_free, false).step_time_s;
   return std::max(0.0, step_s - priced);
+}
+
+// Bytes of the one-rank model's gradient all-reduces: one call per kind
+// (the dense gradients, the experts'), each at most 64 MiB.
+std::vector<size_t> gradient_reduction_bytes(const Config& cfg) {
+  Config one = cfg;
+  one.parallel = ParallelConfig{};
+  const MeshPlan p = mesh_plan_of(one, 1);
+  double dense = 0, expert = 0;
+  for (int vs = 0; vs < p.pp * p.vpp; ++vs) {
+    const ChunkCost c = chunk_cost(one, p, vs);
+    dense += c.params - c.expert_params;
+    expert += c.expert_params;
+  }
+  std::vector<size_t> out;
+  for (double n : {dense, expert})
+    if (n > 0) out.push_back(size_t(std::min(4 * n, 64.0 * 1048576)));
+  return out;
+}
+
+// Bus bandwidth (nccl-tests' busbw: 2 (k-1)/k bytes over the time) of the
+// step's gradient all-reduces (one call per size in `bytes`, as the step
+// makes them) over node 0's ranks of `work` (the others sleep). Large
+// reductions run at another rate than a message (their arithmetic, buffers
+// past the caches). 0 when fewer than 2 ranks work.
+double allreduce_bus_Bps(Communicator& world, const std::vector<bool>& work,
+                         const std::vector<size_t>& bytes, double budget) {
+  const int k = int(std::count(work.begin(), work.end(), true));
+  const bool in = work[size_t(world.rank())];
+  auto group = world.split(in ? 0 : -1, world.rank(), CommKind::dp, "calibrate-allreduce");
+  size_t total = 0;
+  std::vector<std::vector<float>> bufs;
+  for (size_t b : bytes) {
+    total += b;
+    if (in) bufs.push_back(filled(std::max<size_t>(b / sizeof(float), 1), 1e-3f));
+  }
+  auto reduce = [&] {
+    for (auto& buf : bufs) group->allreduce_sum(buf.data(), buf.size());
+  };
+  double t = 0;
+  world.barrier();
+  if (k >= 2 && in) {
+    reduce();  // first touches, the protocol's setup
+    const double t0 = now_s();
+    reduce();
+    // every member makes the same number of calls: the slowest estimate's
+    double calls = std::clamp(budget / std::max(now_s() - t0, 1e-7), 5.0, 2000.0);
+    group->allreduce_max(&calls, 1);
+    std::vector<double> times;
+    for (int i = 0; i < int(calls); ++i) {
+      const double s0 = now_s();
+      reduce();
+      times.push_back(now_s() - s0);
+    }
+    t = median_of(std::move(times));
+  } else if (!in) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(budget * 2 + 0.1));
+  }
+  world.allreduce_max(&t, 1);
+  return t > 0 ? 2.0 * (k - 1) / k * double(total) / t : 0.0;
 }
 
 // One of the step's small all-reduces (a few doubles) over every rank, all of
@@ -473,21 +563,33 @@ std::pair<double, double> alternate_step_medians(Communicator& world, const Conf
 
 // The config's model on one rank (pp = cp = ep = dp = 1) in whole training
 // steps of its micro-batch count, at its micro-batch size and at a quarter
-// of it (4 when it is 1): the range that cp up to 4 puts on a rank at the
-// same micro-batch size. Each step less its update is fixed + the cost
+// of its tokens per micro-batch (below): the range that cp up to 4 puts on
+// a rank at the same micro-batch size. Each step less its update is fixed + the cost
 // model's price of its forwards and backwards at the rates / efficiency.
-ModelFit fit_model(Communicator& world, const Config& cfg, const MachineProfile& m, double budget) {
+ModelFit fit_model(Communicator& world, const Config& cfg, const MachineProfile& m,
+                   const std::vector<bool>& node_ranks, double budget) {
   ModelFit fit;
-  fit.optimizer_s_per_param = update_seconds_per_param(world, cfg, budget);
-  const int big = cfg.data.micro_batch_size, small = big > 1 ? std::max(1, big / 4) : 4;
-  auto one_rank = [&](int mbs) {
+  std::tie(fit.optimizer_s_per_param, fit.optimizer_together_s_per_param) =
+      update_seconds_per_param(world, cfg, node_ranks, budget);
+  // The small point: a quarter of the micro-batch, or with one sequence per
+  // micro-batch a quarter of the sequence (what cp = 4 leaves a rank), when
+  // the data allow it; else four sequences.
+  const int big = cfg.data.micro_batch_size;
+  const int64_t seq = cfg.data.seq_len;
+  const bool quarter_seq =
+      big == 1 && seq % 4 == 0 && seq / 4 >= 16 && cfg.data.packing == Packing::none;
+  auto one_rank = [&](int mbs, int64_t seq_len) {
     Config c = cfg;
     c.parallel = ParallelConfig{};
     c.runtime.verify_every = 0;
     c.data.micro_batch_size = mbs;
+    c.data.seq_len = seq_len;
     return c;
   };
-  const Config cb = one_rank(big), cs = one_rank(small);
+  const Config cb = one_rank(big, seq);
+  const Config cs = big > 1       ? one_rank(std::max(1, big / 4), seq)
+                    : quarter_seq ? one_rank(1, seq / 4)
+                                  : one_rank(4, seq);
   MachineProfile at_rates = m;
   at_rates.efficiency = 1;
   auto priced = [&](const Config& c) {
@@ -554,11 +656,15 @@ MachineProfile calibrate_machine(Communicator& world, const std::vector<int>& no
     m.source +=
         "; the node was busy (fewer ranks ran at once than it has cores): rates measured "
         "now may be low, calibrate again on an idle node";
-  const ModelFit fit = fit_model(world, cfg, m, opt.seconds);
+  // The ranks of node 0 that run at once: as many as it has cores.
+  const std::vector<bool> node_ranks = first_ranks_of_node0(node_of, std::min(per_node, r.cores));
+  const ModelFit fit = fit_model(world, cfg, m, node_ranks, opt.seconds);
   m.efficiency = fit.efficiency;
   m.layer_overhead_s = fit.layer_overhead_s;
   m.optimizer_s_per_param = fit.optimizer_s_per_param;
   m.step_overhead_s = step_overhead_seconds(cfg, m, fit.step_s);
+  // Every rank of a mesh updates at the same time as the others of its node.
+  m.optimizer_s_per_param = fit.optimizer_together_s_per_param;
   m.collective_round_s = collective_round_seconds(world) / m.oversubscription(per_node);
   m.calibrated_tokens = double(cfg.data.micro_batch_size) * double(cfg.data.seq_len);
   m.memory_bytes = host_memory_bytes() / per_node;
@@ -575,8 +681,13 @@ MachineProfile calibrate_machine(Communicator& world, const std::vector<int>& no
     m.node = m.network = Link{1e10, 1e-6};
     m.source += "; one rank: links not measured";
   }
-  if (n > 1 && std::count(node_of.begin(), node_of.end(), node_of[0]) == n)
-    m.source += "; one node: network copied from the node link";
+  const bool one_node = n > 1 && per_node == n;
+  if (one_node) m.source += "; one node: network copied from the node link";
+  if (per_node >= 2) {
+    m.node.collective_Bps =
+        allreduce_bus_Bps(world, node_ranks, gradient_reduction_bytes(cfg), opt.seconds);
+    if (one_node) m.network.collective_Bps = m.node.collective_Bps;
+  }
   m.nvlink = m.node;  // a CPU node has no NVLink: its domain is the node's shared memory
   const ExchangeCosts ex = exchange_costs(world, cfg, m.node, m.oversubscription(per_node));
   m.ring_step_s = ex.ring_step_s;

@@ -37,8 +37,8 @@ LinkClass pp_class(const ClusterShape& s, const MeshPlan& p) {
 // Ring allreduce of `bytes` over n ranks; sharded (ZeRO-1), a reduce-scatter
 // and an all-gather of the same bytes: the same ring steps in two calls.
 double allreduce_s(const Link& l, double bytes, long long n) {
-  if (n <= 1) return 0;
-  return 2.0 * (n - 1) * l.latency_s + 2.0 * (n - 1) / n * bytes / l.bandwidth_Bps;
+  if (n <= 1 || bytes <= 0) return 0;  // no call (a model without experts)
+  return 2.0 * (n - 1) * l.latency_s + 2.0 * (n - 1) / n * bytes / l.reduction_Bps();
 }
 
 // The link of a collective over the group of every stride-th rank of `span`
@@ -56,8 +56,9 @@ Link collective_link(const ClusterShape& s, const MachineProfile& m, long long s
   if (k <= 1) return l;
   const Link& inside = m.link(span_class(s, std::min<long long>(span, s.devices_per_node)));
   const double per_byte =
-      std::max(1 / (k * m.network.bandwidth_Bps), (g - 1) / (g * inside.bandwidth_Bps));
+      std::max(1 / (k * m.network.reduction_Bps()), (g - 1) / (g * inside.reduction_Bps()));
   l.bandwidth_Bps = 1 / per_byte;
+  l.collective_Bps = 0;
   return l;
 }
 

@@ -19,6 +19,11 @@ const char* link_class_name(LinkClass c);
 struct Link {
   double bandwidth_Bps = 0;  // bytes per second, one direction, one rank's share
   double latency_s = 0;      // per message
+  // An all-reduce's bus bandwidth (nccl-tests' busbw) at the size of the
+  // step's gradient reduction, where it differs from a message's rate (the
+  // reduction's arithmetic, buffers past the caches); 0: bandwidth_Bps.
+  double collective_Bps = 0;
+  double reduction_Bps() const { return collective_Bps > 0 ? collective_Bps : bandwidth_Bps; }
   double seconds(double bytes, int messages = 1) const {
     return messages * latency_s + bytes / bandwidth_Bps;
   }
@@ -72,7 +77,8 @@ struct MachineProfile {
   // their work at the rates (kernel calls, allocations); calibration fits it
   // from two micro-batch sizes.
   double layer_overhead_s = 0;
-  // Seconds per parameter of the step's update (gradient norm and AdamW);
+  // Seconds per parameter of the step's update (gradient norm and AdamW),
+  // with every rank of a node updating at once, as a mesh's ranks do;
   // 0: 36 bytes per parameter at memory_Bps.
   double optimizer_s_per_param = 0;
   // Tokens per micro-batch and rank the efficiency was measured at (0:

@@ -55,6 +55,7 @@ warmup_steps = 1
 SHORT_MODEL = MODEL.replace("micro_batch_size = 4", "micro_batch_size = 1").replace(
     "num_microbatches = 4", "num_microbatches = 2")
 SHORT_MESHES = [
+    (1, []),  # the control: the calibration's own one-rank fit, so drift since it shows
     (2, []),
     (2, ["parallel.pp=2"]),
     (2, ["parallel.cp=2"]),
@@ -153,7 +154,7 @@ def sh(cmd, **kw):
 def mesh_name(sets: list[str], np_: int) -> str:
     short = [s.replace("parallel.", "").replace("data.num_microbatches", "m").replace("data.micro_batch_size", "mbs")
              .replace("=", "") for s in sets]
-    return ("mesh-" + "-".join(short) if sets else "mesh-dp") + f"-np{np_}"
+    return ("mesh-" + "-".join(short) if sets else "mesh-dp" if np_ > 1 else "mesh-one") + f"-np{np_}"
 
 
 def predict_mesh(binary, cfg, machine, np_, sets):
@@ -251,7 +252,7 @@ def measure(a, cfg, machine, meshes, load_before, big) -> int:
     print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         tag = " (search's first choice)" if r.get("search_first") else ""
-        print(f"| {r['ranks']} | {' '.join(s.replace('parallel.', '').replace('data.', '') for s in r['sets']) or 'dp only'}"
+        print(f"| {r['ranks']} | {' '.join(s.replace('parallel.', '').replace('data.', '') for s in r['sets']) or ('dp only' if r['ranks'] > 1 else 'one rank')}"
               f"{tag} | {r['pred_step_s']:.3f} | {r['meas_step_s']:.3f} | {r['pred_step_s'] / r['meas_step_s']:.2f} | "
               f"{r['pred_alloc'] / 1e6:.2f} | {r['meas_alloc'] / 1e6:.2f} | {r['pred_alloc'] / r['meas_alloc']:.3f} | "
               f"{r['pred_total'] / 1e6:.1f} |")

@@ -25,6 +25,11 @@ assert c["gemm_tflops"] > 0 and c["attention_tflops"] > 0 and c["memory_gb_per_s
 assert 0 < c["efficiency"] < 100, c
 link = m["link"]["node"]
 assert link["bandwidth_gb_per_s"] > 0 and link["latency_us"] > 0, link
+# the step's gradient all-reduces at their own rate (2 ranks: measured), and
+# the update timed with the node's ranks at once
+assert 0 < link["collective_gb_per_s"] < 1e4, link
+assert m["link"]["network"]["collective_gb_per_s"] == link["collective_gb_per_s"], m["link"]
+assert c["optimizer_ns_per_param"] > 0, c
 mach = m["machine"]
 assert 0 <= mach["cores_per_node"] <= int(sys.argv[2]), mach
 assert 0 <= mach.get("wait_core_share", 0) <= 1, mach

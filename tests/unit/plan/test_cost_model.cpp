@@ -389,6 +389,31 @@ TEST_CASE("parallel.pp_layout: each stage holds its layers, priced and simulated
   CHECK(predict(c, balanced, ClusterShape{1, 2, 2}, m).step_time_s < t_even);
 }
 
+TEST_CASE("the gradient all-reduce runs at the link's collective rate where one is measured") {
+  Config c = dense_config();
+  MachineProfile m = unit_machine();
+  m.nvlink = m.node = m.network = Link{1e8, 1e-6};
+  MeshPlan p = serial_plan(c);
+  p.dp = 4;
+  const ClusterShape shape{1, 4, 4};
+  const Prediction msg = predict(c, p, shape, m);
+  const double bytes = 4 * chunk_cost(c, p, 0).params;
+  CHECK(msg.dp_reduction_s == Approx(2.0 * 3 * 1e-6 + 2.0 * 3 / 4 * bytes / 1e8));
+  // a measured bus bandwidth at a quarter of the message rate: the bytes'
+  // share of the reduction takes four times as long, the latencies the same
+  m.nvlink.collective_Bps = m.node.collective_Bps = m.network.collective_Bps = 0.25e8;
+  const Prediction slow = predict(c, p, shape, m);
+  CHECK(slow.dp_reduction_s == Approx(2.0 * 3 * 1e-6 + 2.0 * 3 / 4 * bytes / 0.25e8));
+  CHECK(slow.step_time_s - msg.step_time_s ==
+        Approx(slow.dp_reduction_s - msg.dp_reduction_s).epsilon(1e-9));
+  // it does not touch what is not a reduction (one rank: no all-reduce)
+  const MeshPlan one = serial_plan(c);
+  MachineProfile plain = m;
+  plain.nvlink.collective_Bps = plain.node.collective_Bps = plain.network.collective_Bps = 0;
+  CHECK(predict(c, one, ClusterShape{1, 1, 1}, m).step_time_s ==
+        predict(c, one, ClusterShape{1, 1, 1}, plain).step_time_s);
+}
+
 TEST_CASE(
     "train.grad_bucket_mb: the reduction hides behind the last backward, never its last bucket") {
   Config c = dense_config();

@@ -94,7 +94,12 @@ TEST_CASE("a written profile reads back equal") {
   m.collective_round_s = 7e-6;
   m.ring_step_s = 41e-6;
   m.alltoall_s = 13e-6;
+  m.node.collective_Bps = 37e9;
   const MachineProfile r = parse_machine_text(machine_to_toml(m), "again.toml");
+  CHECK(r.node.collective_Bps == Approx(37e9));
+  CHECK(r.node.reduction_Bps() == Approx(37e9));
+  CHECK(r.network.collective_Bps == 0);  // optional, default 0: the link's bandwidth
+  CHECK(r.network.reduction_Bps() == Approx(m.network.bandwidth_Bps));
   CHECK(r.collective_round_s == Approx(7e-6));
   CHECK(r.ring_step_s == Approx(41e-6));
   CHECK(r.alltoall_s == Approx(13e-6));
