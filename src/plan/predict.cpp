@@ -76,18 +76,27 @@ double ring_exposed(const MachineProfile& m, const Link& l, const ActionComm& c,
          (c.cp_steps + c.cp_tail_messages) * m.ring_step_s;
 }
 
-// The Ulysses all-to-alls of one action: nothing to hide them behind (the
-// attention needs all their data), so every byte and message is exposed.
-double alltoall_s(const MachineProfile& m, const Link& l, const ActionComm& c, int u) {
-  if (c.a2a_calls == 0) return 0;
-  return c.a2a_calls * ((u - 1) * l.latency_s + m.alltoall_s) + c.a2a_bytes / l.bandwidth_Bps;
+// `calls` all-to-alls over `peers` ranks moving `bytes` in all: a message
+// to each other peer per call, the measured cost of a blocking exchange per
+// call, and the bytes at the link's rate.
+double all_to_all_calls_s(const MachineProfile& m, const Link& l, double calls, int peers,
+                          double bytes) {
+  if (calls == 0) return 0;
+  return calls * ((peers - 1) * l.latency_s + m.alltoall_s) + bytes / l.bandwidth_Bps;
 }
 
+// The Ulysses all-to-alls of one action over its u ranks: nothing to hide
+// them behind (the attention needs all their data), so every byte and
+// message is exposed.
+double alltoall_s(const MachineProfile& m, const Link& l, const ActionComm& c, int u) {
+  return all_to_all_calls_s(m, l, c.a2a_calls, u, c.a2a_bytes);
+}
+
+// The MoE dispatch and combine over ep ranks; the busiest rank's bytes are
+// `imbalance` times the mean.
 double exchange_s(const MachineProfile& m, const Link& l, const ActionComm& c, int ep,
                   double imbalance) {
-  if (c.ep_exchanges == 0) return 0;
-  return c.ep_exchanges * ((ep - 1) * l.latency_s + m.alltoall_s) +
-         imbalance * c.ep_bytes / l.bandwidth_Bps;
+  return all_to_all_calls_s(m, l, c.ep_exchanges, ep, imbalance * c.ep_bytes);
 }
 
 // Which schedule ranks share a node's cores, and how many of the node's ranks
