@@ -602,6 +602,8 @@ class Chunk {
     cache_.erase(it);
   }
 
+  void discard(int mbi) { cache_.erase(mbi); }
+
   // B deferred this micro-batch's weight gradients: after W every gradient
   // of the chunk is complete for it.
   void backward_weight(int mbi) {
@@ -828,6 +830,8 @@ void ModelStage::backward(int chunk, int mb, const Tensor& grad_output, Tensor& 
 void ModelStage::backward_weight(int chunk, int mb) {
   chunks_.at(size_t(chunk))->backward_weight(mb);
 }
+
+void ModelStage::discard_forward(int chunk, int mb) { chunks_.at(size_t(chunk))->discard(mb); }
 
 std::vector<Capture> ModelStage::take_captures() { return std::move(captures_); }
 

@@ -22,6 +22,7 @@ class StageAdapter : public pp::PipelineStage {
     s_.backward(chunk, mb, g_out, g_in, weight_grad);
   }
   void backward_weight(int chunk, int mb) override { s_.backward_weight(chunk, mb); }
+  void discard_forward(int chunk, int mb) override { s_.discard_forward(chunk, mb); }
 
  private:
   model::ModelStage& s_;
@@ -29,6 +30,7 @@ class StageAdapter : public pp::PipelineStage {
 
 struct ExecutorPipeline : Trainer::Pipeline {
   pp::Schedule lowered;
+  pp::Schedule forward_only;  // evaluation: the same order without the backward
   std::unique_ptr<StageAdapter> adapter;
 };
 
@@ -37,21 +39,25 @@ struct ExecutorPipeline : Trainer::Pipeline {
 void Trainer::init_pipeline() {
   const auto& p = cfg_.parallel;
   auto pipe = std::make_unique<ExecutorPipeline>();
-  pipe->lowered = pp::lower(pp::make_schedule(config_name(p.schedule), comms_.pp_size,
-                                              cfg_.data.num_microbatches, p.vpp));
+  const pp::Schedule compute =
+      pp::make_schedule(config_name(p.schedule), comms_.pp_size, cfg_.data.num_microbatches, p.vpp);
+  pipe->lowered = pp::lower(compute);
   pp::validate(pipe->lowered);
+  pipe->forward_only = pp::lower(pp::forward_only_of(compute));
+  pp::validate(pipe->forward_only);
   pipe->adapter = std::make_unique<StageAdapter>(*stage_);
   pipe_ = std::move(pipe);
 }
 
-void Trainer::run_pipeline(int64_t step, std::vector<TimelineEvent>& events, double& compute_s) {
+void Trainer::run_pipeline(int64_t step, std::vector<TimelineEvent>& events, double& compute_s,
+                           bool forward_only) {
   auto& pipe = static_cast<ExecutorPipeline&>(*pipe_);
   TRIDENT_CHECK(comms_.pp || comms_.pp_size == 1, "pipeline parallelism without a pp communicator");
   pp::ExecOptions options;
   TimelineSink timeline(events, comms_.world ? comms_.world->rank() : 0, step);
   if (cfg_.output.timeline) options.profiler = &timeline;
-  pp::ExecResult r = pp::execute(pipe.lowered, comms_.pp_rank, *pipe.adapter, comms_.pp, int(step),
-                                 nullptr, options);
+  pp::ExecResult r = pp::execute(forward_only ? pipe.forward_only : pipe.lowered, comms_.pp_rank,
+                                 *pipe.adapter, comms_.pp, int(step), nullptr, options);
   compute_s += r.busy_s;
 }
 

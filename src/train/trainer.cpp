@@ -100,8 +100,9 @@ void Trainer::compute_gradients(int64_t step, const model::CaptureRequest* captu
   const double n_targets = double(std::max<int64_t>(1, data_->targets_in_batch(step, n_seq)));
   Tensor grads = store_->grads();
   kernels::fill(device_->ctx(), grads.ptr(), grads.numel(), 0.0f);
-  stage_->begin_step(model::make_microbatches(*data_, d, step, comms_.dp_rank, positions_, by_docs_),
-                     float(1.0 / n_targets), float(1.0 / double(n_seq)), capture);
+  stage_->begin_step(
+      model::make_microbatches(*data_, d, step, comms_.dp_rank, positions_, by_docs_),
+      float(1.0 / n_targets), float(1.0 / double(n_seq)), capture);
   if (bucketed) {
     bucket_step_ = step;
     bucket_first_ = nullptr;
@@ -128,14 +129,12 @@ Trainer::EvalResult Trainer::evaluate(const model::DataSource& data, int batches
   EvalResult res;
   for (int b = 0; b < batches; ++b) {
     const int64_t targets = data.targets_in_batch(b, n_seq);
-    Tensor grads = store_->grads();
-    kernels::fill(device_->ctx(), grads.ptr(), grads.numel(), 0.0f);
-    stage_->begin_step(model::make_microbatches(data, cfg_.data, b, comms_.dp_rank, positions_, by_docs_),
-                       float(1.0 / double(std::max<int64_t>(1, targets))),
-                       float(1.0 / double(n_seq)), nullptr);
+    stage_->begin_step(
+        model::make_microbatches(data, cfg_.data, b, comms_.dp_rank, positions_, by_docs_),
+        float(1.0 / double(std::max<int64_t>(1, targets))), float(1.0 / double(n_seq)), nullptr);
     std::vector<TimelineEvent> events;
     double compute_s = 0;
-    run_pipeline(b, events, compute_s);
+    run_pipeline(b, events, compute_s, /*forward_only=*/true);
     stage_->take_attention_spans();  // not a training step's: kept out of the timeline
     double s = stage_->loss_sum();
     if (comms_.world && comms_.world->size() > 1) comms_.world->allreduce_sum(&s, 1);
@@ -284,7 +283,15 @@ StepResult Trainer::evaluate(int64_t step, const model::CaptureRequest* capture)
   const double t_begin = now_s();
   const int64_t n_seq = samples_per_step();
   const double n_targets = double(n_seq) * double(data_->targets_per_sample());
-  compute_gradients(step, capture, res);
+  // The forwards alone: the loss and the captures come from them, and
+  // nothing is kept for a backward (the same scales as a training step, so
+  // the same bits).
+  const double scale_targets = double(std::max<int64_t>(1, data_->targets_in_batch(step, n_seq)));
+  stage_->begin_step(
+      model::make_microbatches(*data_, cfg_.data, step, comms_.dp_rank, positions_, by_docs_),
+      float(1.0 / scale_targets), float(1.0 / double(n_seq)), capture);
+  run_pipeline(step, res.events, res.compute_s, /*forward_only=*/true);
+  stage_->take_attention_spans();  // not a training step's: kept out of the timeline
   res.captures = stage_->take_captures();
   double sums[3] = {stage_->loss_sum(), stage_->aux_sum(), stage_->z_sum()};
   if (comms_.world && comms_.world->size() > 1) comms_.world->allreduce_sum(sums, 3);

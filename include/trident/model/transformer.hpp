@@ -181,6 +181,9 @@ class ModelStage {
   // gradient tensors) for backward_weight().
   void backward(int chunk, int mb, const Tensor& grad_output, Tensor& grad_input, bool weight_grad);
   void backward_weight(int chunk, int mb);
+  // Forward-only schedules: drops what forward kept of micro-batch mb for
+  // its backward.
+  void discard_forward(int chunk, int mb);
   // Told the parameters whose gradient of one micro-batch is complete: after
   // each layer's backward (and the head's, the embedding's) in B, or all of
   // a chunk's after its W when B deferred the weight gradients. Each

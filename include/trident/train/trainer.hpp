@@ -129,7 +129,9 @@ class Trainer {
 
  private:
   void init_pipeline();
-  void run_pipeline(int64_t step, std::vector<TimelineEvent>& events, double& compute_s);
+  // forward_only: the schedule's forwards alone (evaluation).
+  void run_pipeline(int64_t step, std::vector<TimelineEvent>& events, double& compute_s,
+                    bool forward_only = false);
   // Forward and backward of the step into the gradients (zeroed first).
   // bucketed: the gradient buckets' reductions start during the backward
   // (finished by train_step); otherwise the gradients stay this rank's own.

@@ -327,6 +327,11 @@ class ScheduleWalk {
     stage_.forward(chunk, mb, input_[at(st, mb)].t, out.t);
     if (local(st + 1)) input_[at(st + 1, mb)] = std::move(out);
     res.peak_inflight = std::max(res.peak_inflight, ++live_);
+    if (s_.forward_only) {  // no backward will read the input or what F kept
+      stage_.discard_forward(chunk, mb);
+      input_[at(st, mb)].reset();
+      --live_;
+    }
   }
 
   void backward(int st, int mb) {

@@ -151,6 +151,20 @@ size_t Schedule::num_actions() const {
   return n;
 }
 
+Schedule forward_only_of(const Schedule& in) {
+  TRIDENT_CHECK(!in.has_comm(),
+                "forward_only_of(): schedule '" + in.name + "' already has communication");
+  Schedule out = in;
+  out.split_backward = false;
+  out.forward_only = true;
+  out.early_posts.clear();
+  for (auto& row : out.ranks) {
+    std::erase_if(row, [](const Action& a) { return a.op != Op::F; });
+    for (Action& a : row) a.overlapped = false;
+  }
+  return out;
+}
+
 Schedule lower(const Schedule& in) {
   TRIDENT_CHECK(!in.has_comm(), "lower(): schedule '" + in.name + "' already has communication");
   Schedule out = in;
@@ -267,6 +281,8 @@ class ScheduleCheck {
     }
     if (a.op == Op::W && !s_.split_backward)
       throw InputError(pre_ + a.str() + ": W in a schedule without a B/W split");
+    if (s_.forward_only && a.op != Op::F && a.op != Op::SEND_F && a.op != Op::RECV_F)
+      throw InputError(here + ": a forward-only schedule holds only F, SEND_F and RECV_F");
     int& p = pos(a.stage, a.op, a.microbatch);
     if (p >= 0) throw InputError(here + " appears twice");
     p = static_cast<int>(i);
@@ -276,6 +292,7 @@ class ScheduleCheck {
   void check_compute(int st, int mb) {
     const int f = pos(st, Op::F, mb), b = pos(st, Op::B, mb), w = pos(st, Op::W, mb);
     if (f < 0) missing(st, Op::F, mb);
+    if (s_.forward_only) return;
     if (b < 0) missing(st, Op::B, mb);
     if (s_.split_backward && w < 0) missing(st, Op::W, mb);
     if (b < f)
@@ -300,7 +317,7 @@ class ScheduleCheck {
                          on(st));
       }
     }
-    if (st < S_ - 1) {
+    if (st < S_ - 1 && !s_.forward_only) {
       if (next_remote(st)) {
         const int rb = pos(st, Op::RECV_B, mb);
         if (lowered && rb < 0) missing(st, Op::RECV_B, mb);
@@ -318,7 +335,8 @@ class ScheduleCheck {
   // Sends after the compute that produced the data, each matched by the peer.
   void check_sends(int st, int mb) {
     check_send(st, mb, next_remote(st), {Op::SEND_F, Op::F, Op::RECV_B}, "next");
-    check_send(st, mb, prev_remote(st), {Op::SEND_B, Op::B, Op::RECV_F}, "previous");
+    if (!s_.forward_only)
+      check_send(st, mb, prev_remote(st), {Op::SEND_B, Op::B, Op::RECV_F}, "previous");
   }
 
   // One direction: the send, the compute that produces what it sends, and

@@ -36,11 +36,17 @@ class TaggedStage final : public PipelineStage {
   }
   void backward(int chunk, int mb, const Tensor& gout, Tensor& gin, bool) override {
     const int st = s_.stage_of(rank_, chunk);
+    if (s_.forward_only) errors += "B of stage " + std::to_string(st) + " in a forward-only run; ";
     if (st < s_.num_stages() - 1) check(gout, st + 1, mb, true, "B");
     if (!gin.empty()) fill(gin, st, mb, true);
   }
   void backward_weight(int, int) override {}
+  void discard_forward(int chunk, int mb) override {
+    if (!s_.forward_only) errors += "a forward discarded in a training run; ";
+    forwards_discarded.push_back({s_.stage_of(rank_, chunk), mb});
+  }
   std::string errors;
+  std::vector<std::pair<int, int>> forwards_discarded;  // (stage, micro-batch), in order
 
  private:
   static float value(int st, int mb, int64_t i, bool bwd) {
@@ -62,9 +68,12 @@ class TaggedStage final : public PipelineStage {
 };
 
 // Runs every rank of s on its own thread; returns the ranks' errors.
-std::string run_threads(const Schedule& s, double timeout_s) {
+// discarded: each rank's forwards as discard_forward saw them.
+std::string run_threads(const Schedule& s, double timeout_s,
+                        std::vector<std::vector<std::pair<int, int>>>* discarded = nullptr) {
   InOrderWorld world(s.pp);
   std::vector<std::string> errors(size_t(s.pp));
+  if (discarded) discarded->assign(size_t(s.pp), {});
   std::vector<std::thread> threads;
   for (int r = 0; r < s.pp; ++r)
     threads.emplace_back([&, r] {
@@ -73,6 +82,7 @@ std::string run_threads(const Schedule& s, double timeout_s) {
         TaggedStage stage(s, r);
         execute(s, r, stage, comm, 0, nullptr);
         errors[size_t(r)] = stage.errors;
+        if (discarded) (*discarded)[size_t(r)] = stage.forwards_discarded;
       } catch (const std::exception& e) {
         errors[size_t(r)] = std::string("rank ") + std::to_string(r) + ": " + e.what();
       }
@@ -168,4 +178,36 @@ TEST_CASE("every schedule runs on in-order point-to-point without a deadlock", "
         }
       }
     }
+}
+
+TEST_CASE("forward-only schedules run each forward once, in the schedule's order, and nothing else",
+          "[pp][comm]") {
+  for (const std::string& name : schedule_names())
+    for (int p : {1, 2, 4}) {
+      const int vpp = name == "interleaved" ? 2 : default_vpp(name);
+      for (int m : {p, 2 * p + 1}) {
+        if (m < min_microbatches(name, p, vpp)) continue;
+        if (name == "interleaved" && p == 1) continue;
+        INFO(name << " pp=" << p << " vpp=" << vpp << " m=" << m);
+        const Schedule compute = make_schedule(name, p, m, vpp);
+        const Schedule fwd = lower(forward_only_of(compute));
+        REQUIRE_NOTHROW(validate(fwd));
+        std::vector<std::vector<std::pair<int, int>>> discarded;
+        CHECK(run_threads(fwd, 5.0, &discarded) == "");
+        for (int r = 0; r < p; ++r) {
+          // the forwards in the training schedule's order on that rank
+          std::vector<std::pair<int, int>> want;
+          for (const Action& a : compute.ranks[size_t(r)])
+            if (a.op == Op::F) want.push_back({a.stage, a.microbatch});
+          CHECK(discarded[size_t(r)] == want);
+          for (const Action& a : fwd.ranks[size_t(r)])
+            CHECK((a.op == Op::F || a.op == Op::SEND_F || a.op == Op::RECV_F));
+        }
+      }
+    }
+  // a backward in a forward-only schedule is refused with one line naming it
+  Schedule bad = forward_only_of(make_schedule("1f1b", 2, 2, 1));
+  bad.ranks[1].push_back(Action{1, Op::B, 0});
+  CHECK_THROWS_WITH(validate(bad), Catch::Contains("1B0") &&
+                                       Catch::Contains("forward-only schedule holds only F"));
 }

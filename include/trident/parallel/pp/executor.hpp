@@ -54,6 +54,9 @@ class PipelineStage {
   virtual void backward(int chunk, int microbatch, const Tensor& grad_output, Tensor& grad_input,
                         bool weight_grad) = 0;
   virtual void backward_weight(int chunk, int microbatch) = 0;  // W of a split schedule
+  // After F of a forward-only schedule: no backward follows, so what the
+  // forward kept for one can go.
+  virtual void discard_forward(int /*chunk*/, int /*microbatch*/) {}
 };
 
 struct ActionTiming {

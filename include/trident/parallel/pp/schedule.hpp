@@ -71,6 +71,7 @@ struct Schedule {
   int vpp = 1;
   int microbatches = 1;
   bool split_backward = false;  // true: B is the input gradient and W actions exist
+  bool forward_only = false;    // true: F actions only (evaluation), no B or W
   Placement placement = Placement::loop(1, 1);
   std::vector<std::vector<Action>> ranks;  // ranks[r]: rank r's actions in execution order
   // Receives posted before their RECV action, as PyTorch's RECV means it
@@ -93,6 +94,11 @@ struct Schedule {
   size_t num_actions() const;
 };
 
+// The forwards of a compute-only schedule, in its order on every rank, as a
+// forward-only schedule (evaluation: no backward, nothing kept for one).
+// Dropping B and W removes only waits, so a feasible schedule stays feasible.
+Schedule forward_only_of(const Schedule& compute_only);
+
 // Adds SEND/RECV actions to a compute-only schedule. For every F (and B) whose
 // consumer stage lives on another rank the producer gets a SEND right after
 // the compute, and the consumer gets the matching RECV immediately before the
@@ -106,7 +112,8 @@ Schedule lower(const Schedule& compute_only);
 // InputError with one line naming the first problem:
 //  - every action on the rank that owns its stage, stage and micro-batch in range;
 //  - each (stage, micro-batch) has exactly one F and one B, and one W iff
-//    split_backward (none otherwise);
+//    split_backward (none otherwise); forward_only: one F, no B, W, SEND_B
+//    or RECV_B;
 //  - on its rank, F comes after its input is there (RECV_F, or the previous
 //    stage's F on the same rank), B after F and after its output gradient is
 //    there, W after B, a SEND after the compute that produced its data;
