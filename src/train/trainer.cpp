@@ -211,6 +211,14 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
   compute_gradients(step, capture, res, bucketed);
   res.captures = stage_->take_captures();
   if (verifying) verify_step(step, res);
+  // The work after the pipeline, as spans of the timeline (host clock).
+  TimelineSink timeline(res.events, comms_.world ? comms_.world->rank() : 0, step);
+  double t_mark = now_s();
+  auto phase = [&](const char* kind) {
+    const double t = now_s();
+    if (cfg_.output.timeline) timeline.span(prof::Span{kind, comms_.pp_rank, -1, -1, t_mark, t});
+    t_mark = t;
+  };
   // Where a non-finite value came from is visible only before the reduction
   // (with buckets: noted as each bucket's reduction was posted).
   int local_first = -1;
@@ -232,6 +240,7 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
     if (first) local_first = int(std::find(params.begin(), params.end(), first) - params.begin());
   }
 
+  phase("GUARD");
   // Sharded: each rank receives the sum of the part it updates; otherwise
   // every rank receives the whole sum, one all-reduce per kind. Bucketed:
   // the same sums, posted during the backward; here the wait for them.
@@ -242,6 +251,7 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
   else
     dp::reduce_gradients(*store_, comms_.dpcp, comms_.expert_replica);
 
+  phase("GRAD_REDUCE");
   double sums[3] = {stage_->loss_sum(), stage_->aux_sum(), stage_->z_sum()};
   if (comms_.world && comms_.world->size() > 1) comms_.world->allreduce_sum(sums, 3);
   res.expert_tokens = stage_->expert_tokens();
@@ -257,6 +267,7 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
                   std::isfinite(sums[0]) && std::isfinite(sums[1]) && std::isfinite(sums[2]) &&
                       std::isfinite(norm),
                   res);
+  phase("NORM");
   res.applied = res.finite && res.verify_mismatch.empty();
   if (res.applied) {
     stage_->update_router_bias(res.expert_tokens);
@@ -265,6 +276,7 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
     opt_->step(lr, scale);
     if (sharded_) dp::allgather_values(*store_, sharding_, device_->ctx());
   }
+  phase("UPDATE");
 
   StepMetrics& m = res.metrics;
   m.step = step;

@@ -139,6 +139,25 @@ def test_trace(runs, tmp_path):
     assert all(e["dur"] >= 0 for e in xs)
 
 
+def test_timeline_spans_after_the_pipeline(runs):
+    # Every rank, every step: GUARD, GRAD_REDUCE, NORM, UPDATE once each, back
+    # to back in that order, after the rank's last F/B/W of the step.
+    with h5py.File(runs["par"]) as f:
+        ev = f["/timeline/events"][()]
+    kinds = np.array([k.decode() for k in ev["kind"]])
+    after = ["GUARD", "GRAD_REDUCE", "NORM", "UPDATE"]
+    for step in range(3):
+        for rank in range(4):
+            mine = (ev["step"] == step) & (ev["rank"] == rank)
+            spans = sorted(((float(ev["t_begin_s"][i]), float(ev["t_end_s"][i]), kinds[i])
+                            for i in np.nonzero(mine & np.isin(kinds, after))[0]))
+            assert [k for _, _, k in spans] == after, (step, rank, spans)
+            assert all(a[1] == b[0] for a, b in zip(spans, spans[1:])), spans  # contiguous
+            assert all(e >= b for b, e, _ in spans)
+            last = float(ev["t_end_s"][mine & np.isin(kinds, ["F", "B", "W"])].max())
+            assert spans[0][0] >= last, (step, rank)
+
+
 def test_compare_identical_runs_is_zero(runs):
     r = analyze("compare", runs["ser"], runs["ser2"], "--tolerance", "0", "--json")
     assert r.returncode == 0, r.stdout + r.stderr

@@ -105,3 +105,32 @@ def test_moe_imbalance_against_the_expert_loads(tmp_path):
     make_run(path, [5.0, 0.2, 0.2])  # ep = 1: no such row
     with RunFile(path) as rf:
         assert "moe_imbalance" not in rows(predicted.compare(rf))
+
+
+def test_work_after_the_pipeline_against_the_prediction(tmp_path):
+    path = str(tmp_path / "run.h5")
+    pred = dict(PREDICTION, time_split_s={"compute": 0.15, "bubble": 0.01, "dp": 0.03, "other": 0.01})
+    make_run(path, [5.0, 0.2, 0.2, 0.2], prediction=pred)
+    ev_t = np.dtype([("rank", "<i4"), ("step", "<i8"), ("kind", "S16"), ("stage", "<i4"), ("chunk", "<i4"),
+                     ("microbatch", "<i4"), ("t_begin_s", "<f8"), ("t_end_s", "<f8")])
+    rows_ = []
+    # per (step, rank): GUARD begins at b, UPDATE ends at b + d; F/B spans are ignored
+    spans = {(0, 0): (1.0, 9.0), (0, 1): (1.0, 9.0),       # step 0: warm-up, left out
+             (1, 0): (10.0, 0.05), (1, 1): (10.01, 0.06),  # longest rank: 0.06
+             (2, 0): (20.0, 0.03), (2, 1): (20.0, 0.02),   # 0.03
+             (3, 0): (30.0, 0.04), (3, 1): (30.0, 0.045)}  # 0.045
+    for (step, rank), (b, d) in spans.items():
+        rows_ += [(rank, step, b"B", rank, 0, 0, b - 0.1, b),
+                  (rank, step, b"GUARD", rank, -1, -1, b, b + 0.001),
+                  (rank, step, b"GRAD_REDUCE", rank, -1, -1, b + 0.001, b + d / 2),
+                  (rank, step, b"NORM", rank, -1, -1, b + d / 2, b + d / 2),
+                  (rank, step, b"UPDATE", rank, -1, -1, b + d / 2, b + d)]
+    with h5py.File(path, "a") as f:
+        f.create_dataset("/timeline/events", data=np.array(rows_, dtype=ev_t))
+    with RunFile(path) as rf:
+        r = rows(predicted.compare(rf))["after_pipeline_s"]
+    assert r["predicted"] == pytest.approx(0.04)
+    assert r["measured"] == pytest.approx(0.045)  # median of 0.06, 0.03, 0.045
+    make_run(path, [5.0, 0.2, 0.2], prediction=pred)  # no timeline: no such row
+    with RunFile(path) as rf:
+        assert "after_pipeline_s" not in rows(predicted.compare(rf))

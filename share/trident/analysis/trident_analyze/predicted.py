@@ -13,7 +13,10 @@ output). With ep > 1, the routing imbalance the prediction assumed (the
 busiest EP rank's routed rows over the mean) next to the run's: from
 /metrics/expert_tokens, each EP rank holding a contiguous block of experts,
 the mean over the steps used and the MoE layers (the loads are summed over
-the data-parallel replicas, which evens them out a little).
+the data-parallel replicas, which evens them out a little). With the
+trainer's spans after the pipeline in the timeline, the longest rank's work
+after its pipeline (GUARD's begin to UPDATE's end, median over steps) next to
+the prediction's exposed reduction plus its other costs.
 """
 from __future__ import annotations
 
@@ -83,6 +86,27 @@ def measured_imbalance(rf: RunFile, ep: int, skip: int) -> float:
     return float(np.mean(per_rank.max(axis=2)[ok] / mean[ok])) if ok.any() else float("nan")
 
 
+# The trainer's spans after the pipeline, in order (hdf5-layout.md).
+AFTER_PIPELINE_KINDS = ("GUARD", "GRAD_REDUCE", "NORM", "UPDATE")
+
+
+def measured_after_pipeline(rf: RunFile, skip: int) -> float:
+    """Median over the steps after `skip` of the longest rank's work after its
+    pipeline: from its GUARD span's begin to its UPDATE span's end. NaN for a
+    run without those spans (timeline off, or written before 2026-12-02)."""
+    if not rf.has("/timeline/events"):
+        return float("nan")
+    ev = rf.events()
+    kinds = summary.event_kinds(ev)
+    begin = {(int(e["step"]), int(e["rank"])): float(e["t_begin_s"]) for e in ev[kinds == "GUARD"]}
+    end = {(int(e["step"]), int(e["rank"])): float(e["t_end_s"]) for e in ev[kinds == "UPDATE"]}
+    per_step: dict[int, float] = {}
+    for key, b in begin.items():
+        if key in end and key[0] >= skip:
+            per_step[key[0]] = max(per_step.get(key[0], 0.0), end[key] - b)
+    return float(np.median(list(per_step.values()))) if per_step else float("nan")
+
+
 def compare(rf: RunFile, prediction_path: str | None = None, skip: int = 1) -> dict:
     p = load_prediction(rf, prediction_path)
     steps = rf.steps()
@@ -102,6 +126,12 @@ def compare(rf: RunFile, prediction_path: str | None = None, skip: int = 1) -> d
     rows.append(Row("peak_memory_bytes", pm["allocator"] if in_allocator else pm["total"], mem))
     if p.get("ep", 1) > 1 and "moe_imbalance" in p:
         rows.append(Row("moe_imbalance", p["moe_imbalance"], measured_imbalance(rf, p["ep"], skip)))
+    after = measured_after_pipeline(rf, skip)
+    if not np.isnan(after) and "time_split_s" in p:
+        # what the planner puts after the pipeline: the exposed reduction and
+        # the rest (agreements, the update, the fixed step cost)
+        ts = p["time_split_s"]
+        rows.append(Row("after_pipeline_s", ts.get("dp", 0.0) + ts.get("other", 0.0), after))
     split = summary.summarize(rf).get("time_split", {})
     step = p["step_time_s"]
     pred_split = {k: v / step for k, v in p.get("time_split_s", {}).items()}
