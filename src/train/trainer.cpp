@@ -197,6 +197,26 @@ void Trainer::agree_on_finite(int local_first, bool sums_finite, StepResult& res
     res.nonfinite_param = describe_param(params[size_t(local_first)]->name, n_layers);
 }
 
+// Where a non-finite value came from is visible only before the reduction
+// (with buckets: noted as each bucket's reduction was posted).
+int Trainer::local_nonfinite_gradient(bool bucketed) const {
+  if (!bucketed)
+    return first_nonfinite_gradient(device_->ctx(), stage_->params(), cfg_.model.n_layers);
+  // The buckets' parameters were checked before their reductions; the
+  // others (not reduced) are checked now.
+  const auto params = stage_->params();
+  std::vector<Param*> rest;
+  for (Param* p : params)
+    if (!buckets_->holds(p)) rest.push_back(p);
+  const int i = first_nonfinite_gradient(device_->ctx(), rest, cfg_.model.n_layers);
+  const int n_layers = cfg_.model.n_layers;
+  const Param* first = bucket_first_;
+  if (i >= 0 && (!first || model_order_of(rest[size_t(i)]->name, n_layers) <
+                               model_order_of(first->name, n_layers)))
+    first = rest[size_t(i)];
+  return first ? int(std::find(params.begin(), params.end(), first) - params.begin()) : -1;
+}
+
 StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* capture) {
   StepResult res;
   const CommCounters before = comm_counters();
@@ -219,27 +239,7 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
     if (cfg_.output.timeline) timeline.span(prof::Span{kind, comms_.pp_rank, -1, -1, t_mark, t});
     t_mark = t;
   };
-  // Where a non-finite value came from is visible only before the reduction
-  // (with buckets: noted as each bucket's reduction was posted).
-  int local_first = -1;
-  if (!bucketed) {
-    local_first = first_nonfinite_gradient(device_->ctx(), stage_->params(), cfg_.model.n_layers);
-  } else {
-    // The buckets' parameters were checked before their reductions; the
-    // others (not reduced) are checked now.
-    const auto params = stage_->params();
-    std::vector<Param*> rest;
-    for (Param* p : params)
-      if (!buckets_->holds(p)) rest.push_back(p);
-    const int i = first_nonfinite_gradient(device_->ctx(), rest, cfg_.model.n_layers);
-    const int n_layers = cfg_.model.n_layers;
-    const Param* first = bucket_first_;
-    if (i >= 0 && (!first || model_order_of(rest[size_t(i)]->name, n_layers) <
-                                 model_order_of(first->name, n_layers)))
-      first = rest[size_t(i)];
-    if (first) local_first = int(std::find(params.begin(), params.end(), first) - params.begin());
-  }
-
+  const int local_first = local_nonfinite_gradient(bucketed);
   phase("GUARD");
   // Sharded: each rank receives the sum of the part it updates; otherwise
   // every rank receives the whole sum, one all-reduce per kind. Bucketed:

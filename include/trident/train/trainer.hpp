@@ -146,6 +146,9 @@ class Trainer {
   // (local_first: this rank's, before the reduction; sums_finite: its view of
   // the reduced loss sums and norm).
   void agree_on_finite(int local_first, bool sums_finite, StepResult& res);
+  // This rank's first parameter (index in params()) with a non-finite
+  // gradient before the reduction; -1: none.
+  int local_nonfinite_gradient(bool bucketed) const;
   void fill_timing(StepResult& res, const CommCounters& before, double t_begin);
 
   Config cfg_;
