@@ -156,6 +156,16 @@ def test_timeline_spans_after_the_pipeline(runs):
             assert all(e >= b for b, e, _ in spans)
             last = float(ev["t_end_s"][mine & np.isin(kinds, ["F", "B", "W"])].max())
             assert spans[0][0] >= last, (step, rank)
+    # the summary shows them: the slowest rank's span, median over steps 1-2
+    r = analyze("summary", runs["par"], "--json")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)["after_pipeline_ms"]
+    assert list(got) == after
+    for k in after:
+        want = [max(float(ev["t_end_s"][i] - ev["t_begin_s"][i]) for i in np.nonzero((ev["step"] == s) & (kinds == k))[0])
+                for s in (1, 2)]
+        assert got[k] == pytest.approx(1e3 * float(np.median(want))), k
+    assert "after the pipeline" in analyze("summary", runs["par"]).stdout
 
 
 def test_compare_identical_runs_is_zero(runs):

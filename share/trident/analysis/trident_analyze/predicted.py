@@ -86,10 +86,6 @@ def measured_imbalance(rf: RunFile, ep: int, skip: int) -> float:
     return float(np.mean(per_rank.max(axis=2)[ok] / mean[ok])) if ok.any() else float("nan")
 
 
-# The trainer's spans after the pipeline, in order (hdf5-layout.md).
-AFTER_PIPELINE_KINDS = ("GUARD", "GRAD_REDUCE", "NORM", "UPDATE")
-
-
 def measured_after_pipeline(rf: RunFile, skip: int) -> float:
     """Median over the steps after `skip` of the longest rank's work after its
     pipeline: from its GUARD span's begin to its UPDATE span's end. NaN for a

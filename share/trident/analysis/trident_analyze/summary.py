@@ -25,6 +25,26 @@ def busy_per_rank_step(ev) -> dict:
     return busy
 
 
+# The trainer's spans after the pipeline, in order (hdf5-layout.md).
+AFTER_PIPELINE_KINDS = ("GUARD", "GRAD_REDUCE", "NORM", "UPDATE")
+
+
+def after_pipeline_ms(ev, skip: int = 1) -> dict:
+    """Per span kind after the pipeline, the median over the steps after the
+    first `skip` of the slowest rank's span, in ms; {} without such spans."""
+    kinds = event_kinds(ev)
+    out = {}
+    for k in AFTER_PIPELINE_KINDS:
+        per_step: dict = {}
+        for i in np.nonzero(kinds == k)[0]:
+            step = int(ev["step"][i])
+            if step >= skip:
+                per_step[step] = max(per_step.get(step, 0.0), float(ev["t_end_s"][i] - ev["t_begin_s"][i]))
+        if per_step:
+            out[k] = 1e3 * float(np.median(list(per_step.values())))
+    return out
+
+
 def summarize(rf: RunFile) -> dict:
     out: dict = {"file": rf.path, "completed": rf.completed}
     out["trident_version"] = rf.attr("trident_version", default="")
@@ -64,6 +84,9 @@ def summarize(rf: RunFile) -> dict:
         ranks = sorted({r for r, _ in busy})
         if ranks and total_time > 0:
             split["compute"] = float(np.mean([sum(v for (r, _), v in busy.items() if r == rk) for rk in ranks]) / total_time)
+        after = after_pipeline_ms(ev, 1 if n > 1 else 0)
+        if after:
+            out["after_pipeline_ms"] = after
     rs = rf.rank_summary()
     if rs is not None and total_time > 0 and "comm_wait_s" in rs.dtype.names:
         waits = np.asarray(rs["comm_wait_s"], dtype=np.float64).reshape(len(rs), -1)
@@ -127,6 +150,9 @@ def format_text(s: dict) -> str:
         L.append(f"time split    compute {pct('compute')} | waits inside F/B/W: cp {pct('comm_wait_cp')}, "
                  f"ep {pct('comm_wait_ep')} | bubble {pct('bubble')} (pp wait {pct('comm_wait_pp')}, "
                  f"dp wait {pct('comm_wait_dp')})")
+        if "after_pipeline_ms" in s:
+            L.append("after the pipeline  " + ", ".join(f"{k} {v:.2f} ms" for k, v in s["after_pipeline_ms"].items())
+                     + " (slowest rank, median over steps after the first)")
         if "comm_mb_per_step" in s:
             L.append("comm / step   " + "  ".join(f"{k} {v:.2f} MB" for k, v in s["comm_mb_per_step"].items()))
         if "expert_imbalance" in s:
