@@ -9,6 +9,7 @@
 #
 #   scripts/gpu-check.sh [--dry-run] [--prebuilt DIR] [--pack DIR] [--build-dir DIR]
 #                        [--arch SM] [--no-torch] [--trident BIN [--mpirun CMD]]
+#                        [--train-bundle ARCHIVE]
 #
 #   --dry-run     for a machine without a GPU: checks this script's verdict
 #                 logic (tests/unit/scripts/test_gpu_check_verdict.sh), the
@@ -36,6 +37,12 @@
 #                 machine has no MPI or HDF5).
 #   --mpirun      the launcher for --trident (default: mpirun as root,
 #                 oversubscribed)
+#   --train-bundle  also train, with the bundle scripts/gpu-bundle.sh
+#                 pack-train made (trident, Open MPI, HDF5, OpenBLAS and
+#                 their libraries; for the project's GPU machine, which has
+#                 none of them): the same checks as --trident, on the GPU;
+#                 with --dry-run on the emulated device, in a scrubbed
+#                 environment (gpu-bundle.sh test-train)
 #
 # Environment: TRIDENT_CUDA_ARCH (default of --arch), TRIDENT_GPU_BUILD_TIMEOUT
 # (seconds for the build step, default 360; a 2-core CPU machine needs more).
@@ -55,6 +62,7 @@ prebuilt=""
 arch=${TRIDENT_CUDA_ARCH:-90}
 torch=1
 trident_bin=""
+train_bundle=""
 mpirun_cmd="mpirun --allow-run-as-root --oversubscribe --bind-to none"
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -66,6 +74,7 @@ while [[ $# -gt 0 ]]; do
     --no-torch) torch=0 ;;
     --trident) trident_bin=${2:?--trident needs a value}; shift ;;
     --mpirun) mpirun_cmd=${2:?--mpirun needs a value}; shift ;;
+    --train-bundle) train_bundle=${2:?--train-bundle needs a value}; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "gpu-check.sh: unknown flag $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -78,6 +87,11 @@ fi
 [[ $build = /* ]] || build=$repo/$build
 [[ $pack = /* ]] || pack=$repo/$pack
 [[ -z $prebuilt || $prebuilt = /* ]] || prebuilt=$repo/$prebuilt
+[[ -z $train_bundle || $train_bundle = /* ]] || train_bundle=$repo/$train_bundle
+if [[ -n $trident_bin && -n $train_bundle ]]; then
+  echo "gpu-check.sh: --trident and --train-bundle both train; give one" >&2
+  exit 2
+fi
 mode=gpu
 [[ $dry_run = 1 ]] && mode=dry-run
 # The limit of the whole test step; every test's own timeout must be below it
@@ -289,18 +303,31 @@ if [[ $dry_run = 1 && $failed = 0 ]]; then
 fi
 
 # ---- the training job on the device (needs a full trident build) ----
+# The dry run's emulated device runs the same steps on a CPU (minutes).
+train_limit=480
+[[ $dry_run = 1 ]] && train_limit=1200
 if [[ -n $trident_bin ]]; then
   device=cuda
   [[ $dry_run = 1 ]] && device=emulated
-  if step 480 python3 "$repo/scripts/gpu-train-check.py" --bin "$trident_bin" \
+  if step "$train_limit" python3 "$repo/scripts/gpu-train-check.py" --bin "$trident_bin" \
       --device "$device" --mpirun "$mpirun_cmd" --out "$build/train-check" 2>&1 |
       tee "$build/train-check.log"; then
     note "training on $device: $(grep -c '^ok' "$build/train-check.log") checks passed (log above)"
   else
     fail "training on $device: $(grep '^FAIL' "$build/train-check.log" | head -1)"
   fi
+elif [[ -n $train_bundle ]]; then
+  verb=run-train
+  device=cuda
+  [[ $dry_run = 1 ]] && verb=test-train device=emulated
+  if step "$train_limit" bash "$repo/scripts/gpu-bundle.sh" "$verb" "$train_bundle" --device "$device" 2>&1 |
+      tee "$build/train-check.log"; then
+    note "training on $device (bundle): $(grep -c '^ok' "$build/train-check.log") checks passed (log above)"
+  else
+    fail "training on $device (bundle): $(grep -m1 '^FAIL' "$build/train-check.log")"
+  fi
 else
-  note "training on the GPU: not run (give --trident BIN, a full build with MPI and HDF5)"
+  note "training on the GPU: not run (give --train-bundle ARCHIVE, or --trident BIN of a full build)"
 fi
 
 echo
