@@ -3,7 +3,12 @@
 // are small), in the same order and precision (fp64 statistics), so every
 // token's scores, choices, weights and gradients match the CPU's. The loss
 // shares are per-token terms summed in a fixed order; the loads are integer
-// counts (exact in any order).
+// counts (exact in any order). Capacity drops sort the group's copies (two
+// stable radix sorts, O(N) work per key bit) instead of comparing every pair.
+#include <algorithm>
+#include <cub/device/device_radix_sort.cuh>
+#include <limits>
+
 #include "common.cuh"
 #include "trident/kernels/moe_backends.hpp"
 #include "trident/kernels/router_token.hpp"
@@ -54,30 +59,55 @@ __global__ void frequencies_kernel(RouterDims dims, const double* stats, int n_s
   }
 }
 
-// One thread per copy of rank `me`: its place among its expert's copies is
-// the number of copies of that expert that come before it in the order of
-// router.hpp (a total order, so the places are those of a sort). O(n * N)
-// comparisons, run only when capacity_factor > 0.
-__global__ void capacity_kernel(RouterDims dims, int ranks, int me, const int64_t* token,
-                                const float* weight, const int* chosen, int64_t capacity,
-                                int* expert, unsigned long long* dropped) {
-  const int k = dims.k;
-  const int64_t n = dims.T * k, N = n * ranks;
-  GRID_STRIDE(m, n) {
-    const int64_t i = n * me + m;
-    const int e = chosen[i];
-    const float w = weight[i];
-    const int64_t tok = token[i / k];
-    int64_t place = 0;
-    for (int64_t j = 0; j < N && place < capacity; ++j) {
-      if (j == i || chosen[j] != e) continue;
-      const float wj = weight[j];
-      const int64_t tj = token[j / k];
-      if (wj > w || (wj == w && (tj < tok || (tj == tok && j % k < i % k)))) ++place;
-    }
-    const bool keep = place < capacity;
-    expert[m] = keep ? e : -1;
-    if (!keep) atomicAdd(dropped, 1ull);
+// Capacity drops by sorting (router_capacity below): the group's N copies
+// are sorted stably by (token, slot), then stably by (expert, weight
+// descending), which leaves every expert's copies as one run in the total
+// order of router.hpp. A copy's place among its expert's copies is its
+// position minus where its expert's run starts.
+
+// The (token, slot) key of copy i; tokens are indices in a micro-batch
+// (0 <= token < 2^56), so token * k + slot does not overflow.
+__global__ void token_key_kernel(const int64_t* token, int64_t N, int k, uint64_t* key, int* idx) {
+  GRID_STRIDE(i, N) {
+    key[i] = uint64_t(token[i / k]) * uint64_t(k) + uint64_t(i % k);
+    idx[i] = int(i);
+  }
+}
+
+// Unsigned keys in descending float order; -0 and +0 are one key, as they
+// compare equal on the CPU.
+__device__ uint32_t descending_weight_key(float w) {
+  uint32_t u = __float_as_uint(w == 0.0f ? 0.0f : w);
+  u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);  // ascending float order
+  return ~u;
+}
+
+__global__ void expert_key_kernel(const int* idx, const int* chosen, const float* weight, int64_t N,
+                                  uint64_t* key) {
+  GRID_STRIDE(p, N) {
+    const int i = idx[p];
+    key[p] = (uint64_t(uint32_t(chosen[i])) << 32) | descending_weight_key(weight[i]);
+  }
+}
+
+// start[e]: where expert e's run begins in the sorted keys (set only for
+// experts that have copies, the only ones read).
+__global__ void expert_start_kernel(const uint64_t* key, int64_t N, int64_t* start) {
+  GRID_STRIDE(p, N) {
+    const uint64_t e = key[p] >> 32;
+    if (p == 0 || (key[p - 1] >> 32) != e) start[e] = p;
+  }
+}
+
+// Drops rank me's copies placed at or after `capacity` in their expert's run.
+__global__ void drop_kernel(const uint64_t* key, const int* idx, int64_t N, const int64_t* start,
+                            int64_t n, int me, int64_t capacity, int* expert,
+                            unsigned long long* dropped) {
+  GRID_STRIDE(p, N) {
+    const int64_t i = idx[p];
+    if (p - start[key[p] >> 32] < capacity || i / n != me) continue;
+    expert[i % n] = -1;
+    atomicAdd(dropped, 1ull);  // an integer count: exact in any order
   }
 }
 
@@ -164,11 +194,56 @@ void router_capacity(const Ctx& c, const RouterDims& dims, int ranks, int me, co
                      const float* weight, const int* chosen, int64_t capacity, int* expert,
                      int64_t* dropped) {
   static_assert(sizeof(unsigned long long) == sizeof(int64_t), "the count is 64-bit");
+  cudaStream_t s = stream_of(c);
   fill_zero(c, dropped, sizeof(int64_t));
-  const int64_t n = dims.T * dims.k;
+  const int64_t n = dims.T * dims.k, N = n * ranks;
   if (n == 0) return;
-  capacity_kernel<<<plan::grid_for(n), plan::kThreads, 0, stream_of(c)>>>(
-      dims, ranks, me, token, weight, chosen, capacity, expert,
+  CUDA_CHECK(cudaMemcpyAsync(expert, chosen + n * me, size_t(n) * sizeof(int),
+                             cudaMemcpyDeviceToDevice, s));
+  if (N <= capacity) return;  // no expert has more copies than it keeps
+  TRIDENT_CHECK(N <= std::numeric_limits<int>::max(),
+                "router_capacity: more than 2^31 - 1 copies in the group");
+  const int items = int(N);
+  int expert_bits = 1;
+  while ((int64_t(1) << expert_bits) < dims.E) ++expert_bits;
+  // Temporary storage of the two sorts (the larger of the two).
+  size_t sort_bytes = 0;
+  for (const int end_bit : {64, 32 + expert_bits}) {
+    size_t b = 0;
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+        nullptr, b, static_cast<uint64_t*>(nullptr), static_cast<uint64_t*>(nullptr),
+        static_cast<int*>(nullptr), static_cast<int*>(nullptr), items, 0, end_bit, s));
+    sort_bytes = std::max(sort_bytes, b);
+  }
+  // One scratch block: keys and indices twice each, expert starts, the
+  // sorts' storage; not the workspace, which `expert` may be part of.
+  auto up = [](size_t b) { return (b + 255) / 256 * 256; };
+  const size_t key_bytes = up(size_t(N) * sizeof(uint64_t)),
+               idx_bytes = up(size_t(N) * sizeof(int));
+  const size_t start_bytes = up(size_t(dims.E) * sizeof(int64_t));
+  Scratch scratch(c, 2 * key_bytes + 2 * idx_bytes + start_bytes + sort_bytes, false);
+  char* base = scratch.as<char>();
+  auto* key_a = reinterpret_cast<uint64_t*>(base);
+  auto* key_b = reinterpret_cast<uint64_t*>(base + key_bytes);
+  auto* idx_a = reinterpret_cast<int*>(base + 2 * key_bytes);
+  auto* idx_b = reinterpret_cast<int*>(base + 2 * key_bytes + idx_bytes);
+  auto* start = reinterpret_cast<int64_t*>(base + 2 * key_bytes + 2 * idx_bytes);
+  void* sort_tmp = base + 2 * key_bytes + 2 * idx_bytes + start_bytes;
+
+  token_key_kernel<<<plan::grid_for(N), plan::kThreads, 0, s>>>(token, N, dims.k, key_a, idx_a);
+  CUDA_CHECK_LAUNCH();
+  size_t bytes = sort_bytes;
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_tmp, bytes, key_a, key_b, idx_a, idx_b, items, 0,
+                                             64, s));
+  expert_key_kernel<<<plan::grid_for(N), plan::kThreads, 0, s>>>(idx_b, chosen, weight, N, key_a);
+  CUDA_CHECK_LAUNCH();
+  bytes = sort_bytes;
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_tmp, bytes, key_a, key_b, idx_b, idx_a, items, 0,
+                                             32 + expert_bits, s));
+  expert_start_kernel<<<plan::grid_for(N), plan::kThreads, 0, s>>>(key_b, N, start);
+  CUDA_CHECK_LAUNCH();
+  drop_kernel<<<plan::grid_for(N), plan::kThreads, 0, s>>>(
+      key_b, idx_a, N, start, n, me, capacity, expert,
       reinterpret_cast<unsigned long long*>(dropped));
   CUDA_CHECK_LAUNCH();
 }

@@ -5,8 +5,10 @@
 // router's scores (softmax, sigmoid), top-k with ties and bias, weights,
 // loads, aux and z losses and the logits' gradient. A rank with zero tokens
 // (T = 0) is a valid call everywhere.
+#include <algorithm>
 #include <memory>
 #include <numeric>
+#include <random>
 
 #include "harness.hpp"
 #include "trident/kernels/backends.hpp"
@@ -282,6 +284,59 @@ GPU_TEST("dispatch plan index data and capacity drops on the device") {
       expect(grow.host() == row_of && sent == send_token,
              "expert-major order (rows and send tokens) equals the CPU's");
     }
+}
+
+GPU_TEST("capacity drops on random copies equal the CPU's") {
+  // Random groups: tokens in a random order, each token's k distinct experts
+  // drawn at random, weights with many ties (a coarse grid, +0 and -0),
+  // capacities from "drop everything" past "keep everything".
+  std::mt19937_64 rng(23);
+  struct Shape {
+    int E, k, ranks;
+    int64_t T;
+  };
+  for (const Shape& sh : {Shape{16, 4, 2, 700}, Shape{3, 1, 4, 97}, Shape{64, 8, 3, 129}}) {
+    const int64_t n = sh.T * sh.k, N = n * sh.ranks;
+    std::vector<int64_t> token(sz(sh.T * sh.ranks));
+    std::iota(token.begin(), token.end(), int64_t{0});
+    std::shuffle(token.begin(), token.end(), rng);
+    std::vector<int> chosen(sz(N)), experts(sz(sh.E));
+    std::vector<float> weight(sz(N));
+    std::iota(experts.begin(), experts.end(), 0);
+    for (int64_t t = 0; t < sh.T * sh.ranks; ++t) {
+      std::shuffle(experts.begin(), experts.end(), rng);
+      for (int j = 0; j < sh.k; ++j) {
+        const int64_t i = t * sh.k + j;
+        chosen[sz(i)] = experts[sz(j)];
+        const uint64_t r = rng() % 40;
+        weight[sz(i)] = r == 0 ? -0.0f : float(r % 12) / 16.0f;  // ties, and -0 == +0
+      }
+    }
+    Buf<int> gchosen(dc, chosen);
+    Buf<float> gweight(dc, weight);
+    Buf<int64_t> gtoken(dc, token);
+    RouterDims dims;
+    dims.T = sh.T;
+    dims.E = sh.E;
+    dims.k = sh.k;
+    const int64_t fair = N / sh.E;  // the mean copies per expert
+    for (int me = 0; me < sh.ranks; ++me)
+      for (int64_t capacity : {int64_t(0), int64_t(1), fair / 2, fair, fair + 1, 2 * fair, N}) {
+        std::vector<int> expert(sz(n));
+        int64_t dropped = 0;
+        ref::router_capacity(kHost, dims, sh.ranks, me, token.data(), weight.data(), chosen.data(),
+                             capacity, expert.data(), &dropped);
+        Buf<int> gexpert(dc, sz(n));
+        Buf<int64_t> gdropped(dc, 1);
+        cuda::router_capacity(dc.ctx(), dims, sh.ranks, me, gtoken, gweight, gchosen, capacity,
+                              gexpert, gdropped);
+        expect(gexpert.host() == expert && gdropped.host()[0] == dropped,
+               "random capacity drops equal the CPU's (E " + std::to_string(sh.E) + ", k " +
+                   std::to_string(sh.k) + ", rank " + std::to_string(me) + " of " +
+                   std::to_string(sh.ranks) + ", capacity " + std::to_string(capacity) + ", " +
+                   std::to_string(dropped) + " dropped)");
+      }
+  }
 }
 
 GPU_TEST("router: scores, top-k, weights, loads, losses and backward") {
