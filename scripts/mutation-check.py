@@ -53,8 +53,8 @@ mutation("S2", "six", "ring pair skip: kr.pos0 > -> >=", "src/parallel/cp/ring_a
          "if (causal && kr.pos0 > qr.pos0", "if (causal && kr.pos0 >= qr.pos0",
          RING, "^test_ring_attention_np(2|4)$")
 mutation("S3", "six", "grad norm without its square root", "src/train/trainer.cpp",
-         "const double norm = std::sqrt(dp::global_grad_sumsq(",
-         "const double norm = (dp::global_grad_sumsq(", ["trident"], TRAIN_TESTS)
+         "const double norm = std::sqrt(dp::grad_sumsq(",
+         "const double norm = (dp::grad_sumsq(", ["trident"], TRAIN_TESTS)
 mutation("S4", "six", "clip when the norm is below the threshold", "src/train/trainer.cpp",
          "clip > 0 && norm > clip ?", "clip > 0 && norm < clip ?", ["trident"], TRAIN_TESTS)
 mutation("S5", "six", "cosine phase from step 0, not the warm-up's end", "src/train/optimizer.cpp",

@@ -211,7 +211,7 @@ bool Communicator::test(Request& r) {
 
 // ---- collectives ----
 
-void Communicator::allreduce(void* data, size_t n, ElemType type, ReduceOp op) {
+void Communicator::allreduce(void* data, size_t n, ElemType type, ReduceOp op, SumOrder order) {
   static const char* op_names[] = {"sum", "max", "min"};
   const size_t esize = elem_size(type), piece = max_elements_per_reduction();
   size_t off = 0;
@@ -221,7 +221,8 @@ void Communicator::allreduce(void* data, size_t n, ElemType type, ReduceOp op) {
                          .out = static_cast<char*>(data) + off * esize,
                          .count = len,
                          .type = type,
-                         .reduce = op});
+                         .reduce = op,
+                         .order = order});
     await(*pending,
           std::string("allreduce_") + op_names[int(op)] + " of " + std::to_string(len) + " " +
               elem_name(type) + " over " + std::to_string(size()) + " ranks",
@@ -240,7 +241,7 @@ void Communicator::broadcast(void* data, size_t bytes, int root) {
         kind_, rank_ == root ? double(bytes) : 0.0);
 }
 
-void Communicator::reduce_scatter_sum(const float* in, float* out, size_t count) {
+void Communicator::reduce_scatter_sum(const float* in, float* out, size_t count, SumOrder order) {
   TRIDENT_CHECK(count <= max_elements_per_reduction(),
                 "reduce_scatter on " + name_ + ": " + std::to_string(count) +
                     " elements per rank exceed what one operation takes");
@@ -249,7 +250,8 @@ void Communicator::reduce_scatter_sum(const float* in, float* out, size_t count)
                        .out = out,
                        .count = count,
                        .type = ElemType::f32,
-                       .reduce = ReduceOp::sum});
+                       .reduce = ReduceOp::sum,
+                       .order = order});
   await(*pending,
         "reduce_scatter_sum of " + std::to_string(count) + " float per rank over " +
             std::to_string(size()) + " ranks",
@@ -277,15 +279,17 @@ Request Communicator::post_sum(CommOp op, const std::string& what) {
   return r;
 }
 
-Request Communicator::iallreduce_sum(float* data, size_t n) {
-  return post_sum({.kind = CommOp::Kind::allreduce, .out = data, .count = n}, "iallreduce_sum");
+Request Communicator::iallreduce_sum(float* data, size_t n, SumOrder order) {
+  return post_sum({.kind = CommOp::Kind::allreduce, .out = data, .count = n, .order = order},
+                  "iallreduce_sum");
 }
 
-Request Communicator::ireduce_sum(float* data, size_t n, int root) {
+Request Communicator::ireduce_sum(float* data, size_t n, int root, SumOrder order) {
   TRIDENT_CHECK(root >= 0 && root < size(),
                 "reduce root " + std::to_string(root) + " outside " + name_);
-  return post_sum({.kind = CommOp::Kind::reduce, .out = data, .count = n, .peer = root},
-                  "ireduce_sum");
+  return post_sum(
+      {.kind = CommOp::Kind::reduce, .out = data, .count = n, .peer = root, .order = order},
+      "ireduce_sum");
 }
 
 void Communicator::allgather(const void* in, void* out, size_t bytes) {

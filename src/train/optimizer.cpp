@@ -34,14 +34,18 @@ AdamW::AdamW(std::vector<Param*> params, const TrainConfig& t, const kernels::Ct
 
 AdamW::AdamW(const ParamStore& store, const std::array<ParamStore::Range, 3>& owned,
              const std::array<int64_t, 3>& base, int64_t n_moments, const TrainConfig& t,
-             const kernels::Ctx& ctx)
+             const kernels::Ctx& ctx, const std::array<int64_t, 3>& cut)
     : ctx_(ctx), cfg_(t) {
   for (const ParamStore::Entry& e : store.entries()) {
     const size_t k = size_t(e.param->reduce);
-    const int64_t lo = std::max(e.offset, owned[k].begin);
     const int64_t hi = std::min(e.offset + e.numel, owned[k].end);
-    if (lo < hi)
-      pieces_.push_back(Piece{e.param, lo - e.offset, hi - lo, base[k] + lo - owned[k].begin});
+    const int64_t start = store.range(e.param->reduce).begin;
+    for (int64_t lo = std::max(e.offset, owned[k].begin); lo < hi;) {
+      const int64_t end =
+          cut[k] > 0 ? std::min(hi, start + ((lo - start) / cut[k] + 1) * cut[k]) : hi;
+      pieces_.push_back(Piece{e.param, lo - e.offset, end - lo, base[k] + lo - owned[k].begin});
+      lo = end;
+    }
   }
   MemKindScope kind(MemKind::optimizer);
   m_ = kernels::zeros(ctx_, {n_moments});

@@ -57,7 +57,7 @@ Trainer::Trainer(const Config& cfg, TrainComms comms) : cfg_(cfg), comms_(comms)
                : std::array<int64_t, 3>{1, 1, 1});
   sharding_ = dp::make_sharding(*store_, sharded_, comms_.dpcp, comms_.expert_replica);
   opt_ = std::make_unique<AdamW>(*store_, sharding_.owned, sharding_.base, sharding_.owned_numel,
-                                 cfg_.train, ctx);
+                                 cfg_.train, ctx, sharding_.part);
   if (cfg_.train.grad_bucket_mb > 0)
     buckets_ = std::make_unique<dp::GradBuckets>(
         *store_, sharding_, comms_.dpcp, comms_.expert_replica, cfg_.train.grad_bucket_mb,
@@ -258,10 +258,8 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
   if (comms_.world && comms_.world->size() > 1)
     for (auto& row : res.expert_tokens) comms_.world->allreduce_sum(row.data(), row.size());
 
-  const double norm = std::sqrt(
-      sharded_ ? dp::sharded_grad_sumsq(*store_, sharding_, comms_.world, device_->ctx())
-               : dp::global_grad_sumsq(stage_->params(), comms_.dpcp, comms_.expert_replica,
-                                       comms_.world, device_->ctx()));
+  const double norm = std::sqrt(dp::grad_sumsq(*store_, comms_.dpcp, comms_.expert_replica,
+                                               comms_.world, device_->ctx()));
   const double lr = learning_rate(cfg_.train, step);
   agree_on_finite(local_first,
                   std::isfinite(sums[0]) && std::isfinite(sums[1]) && std::isfinite(sums[2]) &&

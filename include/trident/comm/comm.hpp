@@ -92,6 +92,16 @@ class Request {
 // Element types and reductions of the collectives.
 enum class ElemType : uint8_t { f32, f64, i32, i64 };
 enum class ReduceOp : uint8_t { sum, max, min };
+// How a float sum over three or more ranks is bracketed (over two, a + b is
+// the same either way round). any: as the backend's algorithm chooses, which
+// can depend on the operation and the message's size, so an all-reduce and
+// a reduce-scatter of the same data may differ in the last bits. rank: every
+// element as ((x_0 + x_1) + x_2) + ... + x_{p-1}, in group-rank order,
+// whatever the operation, its size or the element's position in it, so that
+// all-reduces, reduce-scatters and reduces of pieces of the same data give
+// the same bits (the MPI backend; NCCL keeps its own order, see
+// share/trident/memory.md).
+enum class SumOrder : uint8_t { any, rank };
 size_t elem_size(ElemType t);
 const char* elem_name(ElemType t);  // "float" | "double" | "int" | "int64_t"
 
@@ -129,6 +139,7 @@ struct CommOp {
   int tag = 0;                    // send, recv
   ElemType type = ElemType::f32;  // allreduce, reduce_scatter
   ReduceOp reduce = ReduceOp::sum;  // allreduce, reduce_scatter
+  SumOrder order = SumOrder::any;   // allreduce, reduce_scatter, reduce of f32 sums
   // alltoallv: per peer, in elements of elem_bytes bytes.
   const int64_t* send_counts = nullptr;
   const int64_t* send_displs = nullptr;
@@ -207,7 +218,9 @@ class Communicator {
 
   // Collectives (in place), each with the deadline. An empty reduction still
   // takes part, so every rank issues the same sequence of collectives.
-  void allreduce_sum(float* data, size_t n) { allreduce(data, n, ElemType::f32, ReduceOp::sum); }
+  void allreduce_sum(float* data, size_t n, SumOrder order = SumOrder::any) {
+    allreduce(data, n, ElemType::f32, ReduceOp::sum, order);
+  }
   void allreduce_sum(double* data, size_t n) { allreduce(data, n, ElemType::f64, ReduceOp::sum); }
   void allreduce_sum(int64_t* data, size_t n) { allreduce(data, n, ElemType::i64, ReduceOp::sum); }
   void allreduce_max(double* data, size_t n) { allreduce(data, n, ElemType::f64, ReduceOp::max); }
@@ -216,18 +229,19 @@ class Communicator {
   void allreduce_min(double* data, size_t n) { allreduce(data, n, ElemType::f64, ReduceOp::min); }
   void allreduce_min(int* data, size_t n) { allreduce(data, n, ElemType::i32, ReduceOp::min); }
   void allreduce_min(int64_t* data, size_t n) { allreduce(data, n, ElemType::i64, ReduceOp::min); }
-  void allreduce(void* data, size_t n, ElemType type, ReduceOp op);
+  void allreduce(void* data, size_t n, ElemType type, ReduceOp op, SumOrder order = SumOrder::any);
   void broadcast(void* data, size_t bytes, int root);
   // in holds size() blocks of `count` floats; out (not overlapping in)
   // receives the sum over ranks of block rank().
-  void reduce_scatter_sum(const float* in, float* out, size_t count);
+  void reduce_scatter_sum(const float* in, float* out, size_t count,
+                          SumOrder order = SumOrder::any);
   // Non-blocking sums of n floats (n <= what one operation takes), posted
   // now and finished by wait() (with the deadline) or test(); the buffer is
   // the operation's until then. Every rank posts the same sequence, as for
   // the blocking collectives. iallreduce_sum: in place on every rank;
   // ireduce_sum: the sum lands in root's data, the others' is only read.
-  Request iallreduce_sum(float* data, size_t n);
-  Request ireduce_sum(float* data, size_t n, int root);
+  Request iallreduce_sum(float* data, size_t n, SumOrder order = SumOrder::any);
+  Request ireduce_sum(float* data, size_t n, int root, SumOrder order = SumOrder::any);
   // Every rank contributes `bytes` bytes; out holds size()*bytes.
   void allgather(const void* in, void* out, size_t bytes);
   // all-to-all-v in units of `elem_bytes` (counts and displacements in elements).

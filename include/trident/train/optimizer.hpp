@@ -35,10 +35,14 @@ class AdamW {
   // device, from its allocator.
   AdamW(std::vector<Param*> params, const TrainConfig& t, const kernels::Ctx& ctx = {});
   // The elements of `store` inside owned[kind] (store offsets), the moments
-  // of kind k starting at base[k]: n_moments elements in all.
+  // of kind k starting at base[k]: n_moments elements in all. cut[k] > 0:
+  // pieces also end at every multiple of cut[k] elements from the start of
+  // kind k's range (the shards, dp::Sharding::part), so that an element is
+  // updated by a kernel call of the same extent whether this rank owns the
+  // whole range or one shard of it.
   AdamW(const ParamStore& store, const std::array<ParamStore::Range, 3>& owned,
         const std::array<int64_t, 3>& base, int64_t n_moments, const TrainConfig& t,
-        const kernels::Ctx& ctx = {});
+        const kernels::Ctx& ctx = {}, const std::array<int64_t, 3>& cut = {});
   // One update of every piece with gradients multiplied by grad_scale.
   void step(double lr, float grad_scale);
   int64_t steps_taken() const { return t_; }

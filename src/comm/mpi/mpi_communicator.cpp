@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "mpi_check.hpp"
+#include "ordered_sum.hpp"
 #include "trident/core/error.hpp"
 
 namespace trident {
@@ -335,10 +336,14 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, CommKind kind, std::string name,
                                  bool owned)
     : Communicator(kind, std::move(name), timeout_s, rank_of(comm), world_ranks_of(comm)),
       comm_(comm),
-      owned_(owned) {}
+      owned_(owned) {
+  MPI_CHECK(MPI_Comm_dup(comm_, &ordered_));
+}
 
 MpiCommunicator::~MpiCommunicator() {
-  if (owned_ && !mpi_finalized() && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  if (mpi_finalized()) return;
+  if (ordered_ != MPI_COMM_NULL) MPI_Comm_free(&ordered_);
+  if (owned_ && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
 int MpiCommunicator::max_tag() const {
@@ -399,6 +404,30 @@ std::unique_ptr<PendingOp> MpiCommunicator::post(const CommOp& op) {
 }
 
 std::unique_ptr<PendingOp> MpiCommunicator::post_host(const CommOp& op) {
+  const bool reduction = op.kind == CommOp::Kind::allreduce || op.kind == CommOp::Kind::reduce ||
+                         op.kind == CommOp::Kind::reduce_scatter;
+  // Over two ranks every bracketing is the same sum, and MPI's is faster.
+  if (reduction && op.order == SumOrder::rank && op.type == ElemType::f32 &&
+      op.reduce == ReduceOp::sum && size() > 2) {
+    using Mode = detail::OrderedSumArgs::Mode;
+    detail::OrderedSumArgs a;
+    a.comm = ordered_;
+    a.rank = rank();
+    a.size = size();
+    // Every rank posts the same sequence of collectives, so the count agrees.
+    const uint64_t slots = uint64_t(max_tag() / detail::kOrderedTagsPerOp);
+    a.tag_base = int(ordered_posted_++ % slots) * detail::kOrderedTagsPerOp;
+    a.mode = op.kind == CommOp::Kind::allreduce ? Mode::all
+             : op.kind == CommOp::Kind::reduce  ? Mode::root
+                                                : Mode::scatter;
+    a.in = op.kind == CommOp::Kind::reduce_scatter ? static_cast<const float*>(op.in)
+                                                   : static_cast<const float*>(op.out);
+    a.out = static_cast<float*>(op.out);
+    a.n = op.kind == CommOp::Kind::reduce_scatter ? op.count * size_t(size()) : op.count;
+    a.block = op.count;
+    a.root = op.peer;
+    return detail::post_ordered_sum(a);
+  }
   switch (op.kind) {
     case CommOp::Kind::send:
       return post_isend(comm_, op);

@@ -82,7 +82,8 @@ void GradBuckets::post(Bucket& b) {
   float* grads = all.ptr();
   Communicator* shard_group = sharding_.group[size_t(b.kind)];
   if (!shard_group) {
-    b.requests.push_back(g->iallreduce_sum(grads + b.range.begin, size_t(b.range.size())));
+    b.requests.push_back(
+        g->iallreduce_sum(grads + b.range.begin, size_t(b.range.size()), SumOrder::rank));
     return;
   }
   // Owner r holds elements [full.begin + r*n, full.begin + (r+1)*n); the
@@ -92,7 +93,9 @@ void GradBuckets::post(Bucket& b) {
   for (int r = 0; r < shard_group->size(); ++r) {
     const int64_t lo = std::max(b.range.begin, full.begin + r * n);
     const int64_t hi = std::min(b.range.end, full.begin + (r + 1) * n);
-    if (lo < hi) b.requests.push_back(shard_group->ireduce_sum(grads + lo, size_t(hi - lo), r));
+    if (lo < hi)
+      b.requests.push_back(
+          shard_group->ireduce_sum(grads + lo, size_t(hi - lo), r, SumOrder::rank));
   }
 }
 

@@ -46,6 +46,15 @@ Sharding make_sharding(const ParamStore& store, bool sharded, Communicator* dpcp
     }
     s.base[k] = base;
     base += s.owned[k].size();
+    Communicator* parts = kind == GradReduce::dense    ? dpcp
+                          : kind == GradReduce::expert ? expert_replica
+                                                       : nullptr;
+    if (splits(parts)) {
+      int64_t numel = 0;
+      for (const ParamStore::Entry& e : store.entries())
+        if (e.param->reduce == kind) numel += e.numel;
+      s.part[k] = (numel + parts->size() - 1) / parts->size();
+    }
   }
   s.owned_numel = base;
   return s;
@@ -61,7 +70,8 @@ void reduce_scatter_gradients(const ParamStore& store, const Sharding& s, const 
     // scratch and is copied into this rank's part of the range.
     MemKindScope scratch(MemKind::communication);
     Tensor sum = kernels::empty(ctx, {own.size()});
-    s.group[k]->reduce_scatter_sum(grads.ptr() + full.begin, sum.ptr(), size_t(own.size()));
+    s.group[k]->reduce_scatter_sum(grads.ptr() + full.begin, sum.ptr(), size_t(own.size()),
+                                   SumOrder::rank);
     Tensor dst = grads.view(own.begin, {own.size()});
     kernels::copy(ctx, dst, sum);
   }
@@ -107,18 +117,6 @@ void scatter_owned(const Sharding& s, const Tensor& full, Tensor& owned, const k
     Tensor dst = owned.view(s.base[k], {own.size()});
     kernels::copy(ctx, dst, full.view(own.begin, {own.size()}));
   }
-}
-
-double sharded_grad_sumsq(const ParamStore& store, const Sharding& s, Communicator* world,
-                          const kernels::Ctx& ctx) {
-  const Tensor grads = store.grads();
-  double sum = 0.0;
-  for (GradReduce kind : {GradReduce::dense, GradReduce::expert}) {
-    const ParamStore::Range own = s.owned[size_t(kind)];
-    if (own.size() > 0) sum += kernels::sum_squares(ctx, grads.ptr() + own.begin, own.size());
-  }
-  if (world && world->size() > 1) world->allreduce_sum(&sum, 1);
-  return sum;
 }
 
 }  // namespace trident::dp

@@ -5,8 +5,8 @@
 #include <mpi.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -60,6 +60,99 @@ TEST_CASE("allreduce_sum on float equals the serial sum", "[comm]") {
     }
     CHECK(bad == 0);
   }
+}
+
+namespace {
+
+// The sum of element i over ranks 0..p-1, bracketed in rank order, in float.
+float rank_order_sum(int p, size_t i, uint64_t key) {
+  float s = input(0, i, key);
+  for (int r = 1; r < p; ++r) s = s + input(r, i, key);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "SumOrder::rank: all-reduce, reduce-scatter and reduces of pieces give the bits of "
+    "the rank-order sum",
+    "[comm]") {
+  auto c = dup_world(CommKind::dp);
+  const int p = c->size(), me = c->rank();
+  // Sizes inside one chunk (64Ki floats), across chunks, and beyond the
+  // window of 4 chunks in flight.
+  for (size_t block : {size_t(1), size_t(1000), size_t(65536 + 3), size_t(5 * 65536 + 7)}) {
+    const size_t n = block * size_t(p);
+    const uint64_t key = rng::hash_name("ordered-sum") + block;
+    std::vector<float> mine(n);
+    for (size_t i = 0; i < n; ++i) mine[i] = input(me, i, key);
+    std::vector<float> ref(n);
+    for (size_t i = 0; i < n; ++i) ref[i] = rank_order_sum(p, i, key);
+
+    // Blocking all-reduce, in place.
+    std::vector<float> x = mine;
+    c->allreduce_sum(x.data(), n, SumOrder::rank);
+    CHECK(std::memcmp(x.data(), ref.data(), n * sizeof(float)) == 0);
+
+    // Reduce-scatter: this rank's block.
+    std::vector<float> out(block, -7.0f);
+    c->reduce_scatter_sum(mine.data(), out.data(), block, SumOrder::rank);
+    CHECK(std::memcmp(out.data(), ref.data() + size_t(me) * block, block * sizeof(float)) == 0);
+
+    // Non-blocking: two all-reduces of halves and one reduce per rank of
+    // uneven pieces, all in flight together, waited for in reverse.
+    std::vector<float> y = mine, z = mine;
+    std::vector<Request> reqs;
+    const size_t half = n / 2;
+    reqs.push_back(c->iallreduce_sum(y.data(), half, SumOrder::rank));
+    reqs.push_back(c->iallreduce_sum(y.data() + half, n - half, SumOrder::rank));
+    std::vector<size_t> cut(size_t(p) + 1, 0);
+    for (int r = 1; r <= p; ++r) cut[size_t(r)] = n * size_t(r) * size_t(r) / size_t(p * p);
+    for (int r = 0; r < p; ++r)
+      reqs.push_back(c->ireduce_sum(z.data() + cut[size_t(r)], cut[size_t(r) + 1] - cut[size_t(r)],
+                                    r, SumOrder::rank));
+    for (size_t k = reqs.size(); k-- > 0;) c->wait(reqs[k]);
+    CHECK(std::memcmp(y.data(), ref.data(), n * sizeof(float)) == 0);
+    const size_t lo = cut[size_t(me)], hi = cut[size_t(me) + 1];
+    CHECK(std::memcmp(z.data() + lo, ref.data() + lo, (hi - lo) * sizeof(float)) == 0);
+    // The other ranks' pieces are only read.
+    CHECK(std::memcmp(z.data(), mine.data(), lo * sizeof(float)) == 0);
+    CHECK(std::memcmp(z.data() + hi, mine.data() + hi, (n - hi) * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("SumOrder::rank sums do not meet point-to-point messages of the same communicator",
+          "[comm]") {
+  auto c = dup_world(CommKind::dp);
+  const int p = c->size(), me = c->rank();
+  const int next = (me + 1) % p, prev = (me + p - 1) % p;
+  const size_t n = 3 * 65536 + 11;
+  const uint64_t key = rng::hash_name("ordered-sum-p2p");
+  std::vector<float> x(n), ref(n), out(n), in(n, 0.0f);
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = input(me, i, key);
+    ref[i] = rank_order_sum(p, i, key);
+    out[i] = input(me, i, key + 1);
+  }
+  // Tags 0..7 are those the first ordered sum of a communicator would use
+  // on its own messages.
+  std::vector<Request> reqs;
+  for (int tag = 0; tag < 8; ++tag) {
+    const size_t lo = n * size_t(tag) / 8, len = n * size_t(tag + 1) / 8 - lo;
+    reqs.push_back(c->irecv(in.data() + lo, len * sizeof(float), prev, tag));
+  }
+  Request sum = c->iallreduce_sum(x.data(), n, SumOrder::rank);
+  for (int tag = 0; tag < 8; ++tag) {
+    const size_t lo = n * size_t(tag) / 8, len = n * size_t(tag + 1) / 8 - lo;
+    reqs.push_back(c->isend(out.data() + lo, len * sizeof(float), next, tag));
+  }
+  c->wait(sum);
+  c->wait_all(reqs);
+  CHECK(std::memcmp(x.data(), ref.data(), n * sizeof(float)) == 0);
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (in[i] != input(prev, i, key + 1)) ++bad;
+  CHECK(bad == 0);
 }
 
 TEST_CASE("allreduce on double, int64, max, min", "[comm]") {
@@ -340,7 +433,7 @@ TEST_CASE("now_s on one host is one clock: a reading after a message is never be
     }
   }
   INFO("readings earlier than the sender's: " << reversed << " of " << same_host_pairs
-                                             << ", by up to " << worst * 1e6 << " us");
+                                              << ", by up to " << worst * 1e6 << " us");
   CHECK(reversed == 0);
   int pairs = same_host_pairs;
   c->allreduce_max(&pairs, 1);

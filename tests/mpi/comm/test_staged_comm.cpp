@@ -85,6 +85,26 @@ TEST_CASE("collectives on emulated buffers equal those on host buffers", "[comm]
   }
 }
 
+TEST_CASE("rank-ordered sums on emulated buffers equal those on host buffers", "[comm][emulated]") {
+  auto c = staged_world();
+  const int p = c->size(), me = c->rank();
+  const int64_t block = 70001;  // more than one chunk of the chain
+  Tensor h = host_randn(block * p, "staged.ordered", me);
+  Tensor d = kernels::clone(dev(), h);
+  Tensor hs(std::vector<int64_t>{block});
+  Tensor ds = kernels::empty(dev(), {block});
+  c->reduce_scatter_sum(h.ptr(), hs.ptr(), size_t(block), SumOrder::rank);
+  c->reduce_scatter_sum(d.ptr(), ds.ptr(), size_t(block), SumOrder::rank);
+  CHECK(same_bits(kernels::to_host(dev(), ds), hs));
+  Request rh = c->iallreduce_sum(h.ptr(), size_t(block * p), SumOrder::rank);
+  Request rd = c->iallreduce_sum(d.ptr(), size_t(block * p), SumOrder::rank);
+  c->wait(rd);
+  c->wait(rh);
+  CHECK(same_bits(kernels::to_host(dev(), d), h));
+  // The reduce-scatter's block is the all-reduce's, bit for bit.
+  CHECK(std::memcmp(hs.data_ptr(), h.ptr() + block * me, size_t(block) * sizeof(float)) == 0);
+}
+
 TEST_CASE("alltoallv on emulated buffers equals the host one", "[comm][emulated]") {
   auto comm = staged_world();
   const int p = comm->size(), me = comm->rank();

@@ -5,7 +5,7 @@
 // gradient within 1e-5 relative. 4 ranks: each parallelism alone, and the V
 // schedules; 8 ranks: pp x cp x ep x dp together, under each pipeline
 // schedule. The sharded optimizer (train.optimizer_sharding = "dp") equals
-// the unsharded one on the same mesh within 1e-6 over 10 steps, holding its
+// the unsharded one on the same mesh bit for bit over 10 steps, holding its
 // share of the moments. A test case tagged [npN] needs exactly N ranks: CMake runs it only
 // in the npN registration, and it fails (not passes) anywhere else.
 #include <catch2/catch.hpp>
@@ -41,7 +41,7 @@ Config tiny(int world) {
   c.train.steps = 4;
   c.train.lr = 1e-2;
   c.train.warmup_steps = 1;
-  c.train.grad_clip = 0.5;  // small enough to clip: the global norm must be right
+  c.train.grad_clip = 0.5;     // small enough to clip: the global norm must be right
   c.train.weight_decay = 0.1;  // every mesh must decay the same parameters
   c.runtime.timeout_s = 60;
   c.output.timeline = false;
@@ -91,8 +91,7 @@ Curve run_serial(Config cfg, int dp) {
 }
 
 void check_case(int pp, int cp, int ep, const std::string& schedule, int vpp = 1, int n_layers = 4,
-                int microbatches = 4,
-                EpTransportChoice transport = EpTransportChoice::automatic) {
+                int microbatches = 4, EpTransportChoice transport = EpTransportChoice::automatic) {
   const int world = testing::world_size();
   Config cfg = tiny(world);
   cfg.runtime.ep_transport = transport;
@@ -108,9 +107,12 @@ void check_case(int pp, int cp, int ep, const std::string& schedule, int vpp = 1
   if (testing::world_rank() != 0) return;
   Curve ser = run_serial(cfg, dp);
   for (size_t s = 0; s < ser.loss.size(); ++s) {
-    std::printf("pp=%d cp=%d ep=%d dp=%d %s: step %zu loss %.7f (serial %.7f) grad norm %.6f (serial %.6f)\n",
-                pp, cp, ep, dp, schedule.c_str(), s, par.loss[s], ser.loss[s], par.norm[s], ser.norm[s]);
-    INFO("pp=" << pp << " cp=" << cp << " ep=" << ep << " dp=" << dp << " " << schedule << " step " << s);
+    std::printf(
+        "pp=%d cp=%d ep=%d dp=%d %s: step %zu loss %.7f (serial %.7f) grad norm %.6f (serial "
+        "%.6f)\n",
+        pp, cp, ep, dp, schedule.c_str(), s, par.loss[s], ser.loss[s], par.norm[s], ser.norm[s]);
+    INFO("pp=" << pp << " cp=" << cp << " ep=" << ep << " dp=" << dp << " " << schedule << " step "
+               << s);
     REQUIRE(std::fabs(par.loss[s] - ser.loss[s]) <= 1e-4 * std::fabs(ser.loss[s]));
     REQUIRE(std::fabs(par.norm[s] - ser.norm[s]) <= 1e-4 * std::fabs(ser.norm[s]));
   }
@@ -291,9 +293,11 @@ Trained train_mesh(const Config& cfg) {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // train.optimizer_sharding = "dp" against "none" on the same mesh over 10
-// steps: losses, gradient norms and every parameter within 1e-6 relative,
+// steps: losses, gradient norms and every parameter bit for bit (rank-ordered
+// gradient sums, the norm over the same parts, the same AdamW calls; see
+// share/trident/memory.md),
 // and each rank holding 1/(dp*cp) of the dense and 1/replicas of the expert
-// moments. Prints whether the runs were bit for bit equal.
+// moments. Prints the largest relative differences when they are not.
 void check_sharded(int pp, int cp, int ep, const std::string& schedule, int vpp = 1,
                    EpTransportChoice transport = EpTransportChoice::automatic) {
   const int world = testing::world_size();
@@ -312,37 +316,32 @@ void check_sharded(int pp, int cp, int ep, const std::string& schedule, int vpp 
   const Trained sharded = train_mesh(cfg);
   INFO("pp=" << pp << " cp=" << cp << " ep=" << ep << " dp=" << dpcp / cp << " " << schedule
              << " rank " << testing::world_rank());
-  bool bitwise = true, norms_bitwise = true;
   for (size_t s = 0; s < plain.curve.loss.size(); ++s) {
     INFO("step " << s);
     const double l0 = plain.curve.loss[s], l1 = sharded.curve.loss[s];
     const double n0 = plain.curve.norm[s], n1 = sharded.curve.norm[s];
-    REQUIRE(std::fabs(l1 - l0) <= 1e-6 * std::fabs(l0));
-    REQUIRE(std::fabs(n1 - n0) <= 1e-6 * std::fabs(n0));
-    bitwise = bitwise && l0 == l1;
-    norms_bitwise = norms_bitwise && n0 == n1;
+    INFO("relative differences: loss " << std::fabs(l1 - l0) / std::fabs(l0) << ", norm "
+                                       << std::fabs(n1 - n0) / std::fabs(n0));
+    REQUIRE(l1 == l0);
+    REQUIRE(n1 == n0);
   }
   REQUIRE(plain.values.size() == sharded.values.size());
   for (const auto& [name, a] : plain.values) {
     INFO("parameter " << name);
     const std::vector<float>& b = sharded.values.at(name);
     REQUIRE(a.size() == b.size());
-    REQUIRE(rel_l2_diff(b.data(), a.data(), int64_t(a.size())) <= 1e-6);
-    bitwise = bitwise && a == b;
+    INFO("relative L2 difference " << rel_l2_diff(b.data(), a.data(), int64_t(a.size())));
+    REQUIRE(a == b);
   }
   REQUIRE(plain.moments == plain.dense + plain.expert);
   REQUIRE(sharded.moments == ceil_div(plain.dense, dpcp) + ceil_div(plain.expert, replicas));
-  int all_bitwise[2] = {bitwise ? 1 : 0, norms_bitwise ? 1 : 0};
-  MPI_Allreduce(MPI_IN_PLACE, all_bitwise, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (testing::world_rank() == 0)
     std::printf(
-        "sharded optimizer pp=%d cp=%d ep=%d dp=%d %s: 10 steps; losses and parameters %s "
-        "the unsharded run's, gradient norms %s; rank 0 holds %lld of %lld moment "
-        "elements\n",
-        pp, cp, ep, dpcp / cp, schedule.c_str(),
-        all_bitwise[0] ? "bit for bit equal to" : "within 1e-6 of",
-        all_bitwise[1] ? "bit for bit equal" : "within 1e-6",
-        static_cast<long long>(sharded.moments), static_cast<long long>(plain.moments));
+        "sharded optimizer pp=%d cp=%d ep=%d dp=%d %s: 10 steps; losses, gradient norms and "
+        "parameters bit for bit equal to the unsharded run's (rank 0); rank 0 holds %lld of "
+        "%lld moment elements\n",
+        pp, cp, ep, dpcp / cp, schedule.c_str(), static_cast<long long>(sharded.moments),
+        static_cast<long long>(plain.moments));
 }
 
 }  // namespace

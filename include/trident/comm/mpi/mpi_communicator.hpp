@@ -19,7 +19,9 @@ namespace trident {
 
 class MpiCommunicator final : public Communicator {
  public:
-  // Wraps (does not duplicate) comm; frees it at destruction if owned.
+  // Wraps comm (frees it at destruction if owned) and duplicates it once for
+  // the messages of rank-ordered sums (SumOrder::rank), which then never
+  // meet the point-to-point traffic of comm's users.
   MpiCommunicator(MPI_Comm comm, CommKind kind, std::string name, double timeout_s, bool owned);
   ~MpiCommunicator() override;
 
@@ -47,6 +49,8 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<PendingOp> post_host(const CommOp& op);  // host buffers as given
 
   MPI_Comm comm_;
+  MPI_Comm ordered_ = MPI_COMM_NULL;  // a duplicate of comm_ for rank-ordered sums
+  uint64_t ordered_posted_ = 0;       // rank-ordered sums so far: their tags
   bool owned_;
   std::shared_ptr<DeviceStaging> staging_;  // null: host buffers only
 };

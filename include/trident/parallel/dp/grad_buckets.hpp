@@ -26,11 +26,11 @@
 // is progressed by polling whenever the model reports (MPI moves
 // non-blocking collectives only inside its calls).
 //
-// Results: each element is summed over the same ranks as without buckets;
-// only the order of that sum may differ (MPI's algorithm depends on the
-// message's size and position). Sums of two ranks are exact in any order,
-// so groups of two give bit-identical results; larger groups agree within
-// rounding (tests/mpi/train/grad_bucket_test.py: 1e-6 relative over 10 steps).
+// Results: each element is summed over the same ranks as without buckets,
+// in the same order: every reduction here is bracketed in group-rank order
+// (SumOrder::rank), whatever the bucket's size and position, so buckets give
+// the unbucketed reduction's bits on the MPI backend, sharded or not
+// (tests/mpi/train/grad_bucket_test.py). NCCL orders its sums itself.
 #pragma once
 #include <functional>
 #include <map>

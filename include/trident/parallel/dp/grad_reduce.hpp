@@ -7,8 +7,12 @@
 //
 // The gradients of one kind lie in one contiguous range of the stage's
 // ParamStore (core/param_store.hpp), in parameter order; each range is reduced
-// in place by one allreduce, so the order of additions (and so the result) is
-// the same in every step: a resumed run reduces exactly as the original did.
+// in place by one allreduce. Every reduction of gradients here, in
+// parallel/dp/zero.hpp and in parallel/dp/grad_buckets.hpp sums in group-rank
+// order (SumOrder::rank), so an element's sum has the same bits whether it is
+// all-reduced, reduce-scattered or reduced in a bucket: the sharded optimizer
+// and buckets equal the plain all-reduce bit for bit on the MPI backend, and
+// a resumed run reduces exactly as the original did.
 #pragma once
 #include <vector>
 
@@ -22,6 +26,20 @@ namespace trident::dp {
 // Either communicator may be null (or of size 1): nothing to reduce there.
 // The buffers are the communicators' to read and write (on their device).
 void reduce_gradients(const ParamStore& store, Communicator* dpcp, Communicator* expert_replica);
+
+// Sum of squared reduced gradient entries of the whole model, with the same
+// bits whether the optimizer is sharded (parallel/dp/zero.hpp) or not, and
+// whether the gradients were bucketed: each kind's elements are cut into
+// its group's parts as the optimizer's shards are (ceil(n / p) each; the
+// padding of a sharded store is left out), rank r of the group sums the
+// squares of part r in double, and the parts' sums, one per (rank, kind),
+// are gathered over
+// `world` and added in a fixed order (dense, then expert, each in world-rank
+// order). Every part is summed by exactly one rank: the dense parts of a
+// stage by the ranks of its dpcp group, an expert range's by its replicas.
+// Call after the reduction (sharded: the owned parts suffice).
+double grad_sumsq(const ParamStore& store, Communicator* dpcp, Communicator* expert_replica,
+                  Communicator* world, const kernels::Ctx& ctx = {});
 
 // Sum of squared gradient entries of the whole model, each distinct parameter
 // counted once although several ranks hold it (dense: on dpcp rank 0 of each

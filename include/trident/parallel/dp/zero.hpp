@@ -11,6 +11,13 @@
 // range to a multiple of its group's size (ParamStore's range_multiple), so
 // the shards are equal; padding holds zeros and belongs to no parameter.
 //
+// Bit for bit: every gradient sum is bracketed in group-rank order
+// (SumOrder::rank), so a reduce-scatter leaves each element with the bits
+// that the unsharded optimizer's all-reduce gives it, the gradient norm sums
+// the same parts either way (parallel/dp/grad_reduce.hpp: grad_sumsq), and
+// the AdamW update is elementwise: sharded and unsharded runs give the same losses, norms,
+// parameters and moments on the MPI backend (share/trident/memory.md).
+//
 // With sharding off (or a group of one rank) a rank owns whole ranges, and
 // the functions below reduce to local copies.
 #pragma once
@@ -31,6 +38,13 @@ struct Sharding {
   // owned parts one after another (AdamW's moments).
   std::array<int64_t, 3> base{};
   int64_t owned_numel = 0;
+  // Per kind: the elements of one shard, ceil(parameter elements / group
+  // size), with sharding on or off (0: the kind has no group of 2+ ranks).
+  // The optimizer ends its kernel calls at multiples of it either way, so
+  // that each element is updated by a call of the same extent, and so by
+  // the same code path of a vectorised kernel (a loop's body and its tail
+  // may round differently), sharded or not.
+  std::array<int64_t, 3> part{};
 };
 
 // The padding multiples a store needs for sharding over these groups.
@@ -53,11 +67,5 @@ void gather_owned(const ParamStore& store, const Sharding& s, const Tensor& owne
                   const kernels::Ctx& ctx);
 // The reverse, without communication: this rank's owned parts of `full`.
 void scatter_owned(const Sharding& s, const Tensor& full, Tensor& owned, const kernels::Ctx& ctx);
-
-// Sum of squared (reduced) gradient entries of the whole model from the
-// owned parts after reduce_scatter_gradients: the shards of a group
-// partition its range, so every element is counted once; summed over world.
-double sharded_grad_sumsq(const ParamStore& store, const Sharding& s, Communicator* world,
-                          const kernels::Ctx& ctx);
 
 }  // namespace trident::dp
