@@ -387,7 +387,8 @@ std::vector<size_t> gradient_reduction_bytes(const Config& cfg) {
 
 // Bus bandwidth (nccl-tests' busbw: 2 (k-1)/k bytes over the time) of the
 // step's gradient all-reduces (one call per size in `bytes`, as the step
-// makes them) over node 0's ranks of `work` (the others sleep). Large
+// makes them, in the order the trainer asks for: SumOrder::rank) over node
+// 0's ranks of `work` (the others sleep). Large
 // reductions run at another rate than a message (their arithmetic, buffers
 // past the caches). 0 when fewer than 2 ranks work.
 double allreduce_bus_Bps(Communicator& world, const std::vector<bool>& work,
@@ -402,7 +403,7 @@ double allreduce_bus_Bps(Communicator& world, const std::vector<bool>& work,
     if (in) bufs.push_back(filled(std::max<size_t>(b / sizeof(float), 1), 1e-3f));
   }
   auto reduce = [&] {
-    for (auto& buf : bufs) group->allreduce_sum(buf.data(), buf.size());
+    for (auto& buf : bufs) group->allreduce_sum(buf.data(), buf.size(), SumOrder::rank);
   };
   double t = 0;
   world.barrier();
