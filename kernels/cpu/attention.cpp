@@ -1,11 +1,18 @@
 // CPU flash-style attention, forward and backward (see kernels/attention.hpp).
 //
 // One (head, query block) at a time: scores for one key tile come from one
-// sgemm, the online softmax updates the running row max m and row sum l, and
-// the tile's P·V is added by a second sgemm. Backward recomputes each tile's
+// GEMM, the online softmax updates the running row max m and row sum l, and
+// the tile's P·V is added by a second GEMM. Backward recomputes each tile's
 // probabilities from the given lse and issues the four gradient GEMMs. Query
 // head h reads kv head h / (H / Hkv) through the row stride Hkv * D, so GQA
 // needs no copy.
+//
+// The GEMMs are gemm_direct's (gemm_direct.hpp), which read A where it lies
+// and B by rows: K (and in backward V) is transposed once per kv head and
+// call into the workspace, so that Q·Kᵀ and dO·Vᵀ read Kᵀ and Vᵀ by rows;
+// every other operand (Q, P, dS, V, K, dO) is read in place. OpenBLAS would
+// copy both operands of every tile's GEMMs, the same K and V rows once per
+// query block.
 //
 // A tile whose rows see very different key ranges (the causal diagonal, a
 // window's edge, a document boundary) is cut into pieces so that the GEMMs
@@ -22,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "gemm_direct.hpp"
 #include "scratch.hpp"
 #include "trident/core/error.hpp"
 #include "trident/kernels/backends.hpp"
@@ -207,6 +215,11 @@ inline f8 exp8(const f8& x) {
   return x < lo ? splat(0.0f) : y;
 }
 
+// Row stride of the transposed K and V: the keys rounded up to 16 floats,
+// plus 16 so that the stride is never a power of two (rows at such a stride
+// share cache sets).
+inline int64_t transposed_stride(const AttnShape& s) { return (s.Tk + 15) / 16 * 16 + 16; }
+
 inline float hmax(const f8& v) {
   float m = v[0];
   for (int u = 1; u < 8; ++u) m = std::max(m, v[u]);
@@ -267,6 +280,17 @@ struct Strides {
   int64_t q, kv;  // row strides of [T, H, D] and [T, Hkv, D]
 };
 
+// kt[d * ldt + j] = x[j * ld + d] for the Tk rows of one kv head (x points at
+// the head's first element): x transposed, read by rows by the GEMMs.
+void transpose_keys(const float* x, int64_t ld, int64_t Tk, int64_t D, float* kt, int64_t ldt) {
+  constexpr int64_t kRows = 16;
+  for (int64_t j0 = 0; j0 < Tk; j0 += kRows) {
+    const int64_t n = std::min(kRows, Tk - j0);
+    for (int64_t d = 0; d < D; ++d)
+      for (int64_t j = 0; j < n; ++j) kt[d * ldt + j0 + j] = x[(j0 + j) * ld + d];
+  }
+}
+
 }  // namespace
 
 void check_attn_shape(const AttnShape& s) {
@@ -301,10 +325,13 @@ void forward_impl(const Ctx& ctx, const AttnShape& s, const float* q, const floa
   float* acc = scratch.take(size_t(kQueryBlock * D));  // running P·V of the query block
   float* m = scratch.take(kQueryBlock);
   float* l = scratch.take(kQueryBlock);
+  const int64_t ldt = transposed_stride(s);
+  float* kt = scratch.take(size_t(D * ldt));  // K of the kv head, transposed
   TileView tile;
 
   for (int h = 0; h < s.H; ++h) {
     const int g = h / group;
+    if (h % group == 0) transpose_keys(k + int64_t(g) * D, ld.kv, s.Tk, D, kt, ldt);
     for (int64_t i0 = 0; i0 < s.Tq; i0 += kQueryBlock) {
       const int64_t rows = std::min(kQueryBlock, s.Tq - i0);
       const float* qb = q + i0 * ld.q + int64_t(h) * D;
@@ -325,12 +352,11 @@ void forward_impl(const Ctx& ctx, const AttnShape& s, const float* q, const floa
         view_tile(s, i0, rows, jt, std::min(kKeyBlock, je - jt), &tile);
         if (tile.empty()) continue;  // no row sees any of its keys: no arithmetic
         const int64_t j0 = jt + tile.c0, cols = tile.c1 - tile.c0;
-        const float* kb = k + j0 * ld.kv + int64_t(g) * D;
         const float* vb = v + j0 * ld.kv + int64_t(g) * D;
         for (int u = 0; u < tile.n_pieces; ++u) {
           const Piece& pc = tile.piece[u];
-          cpu::sgemm(ctx, false, true, pc.r1 - pc.r0, pc.c1 - pc.c0, D, s.scale, qb + pc.r0 * ld.q,
-                     ld.q, kb + pc.c0 * ld.kv, ld.kv, 0.0f, scores + pc.r0 * cols + pc.c0, cols);
+          gemm_direct(ctx, false, pc.r1 - pc.r0, pc.c1 - pc.c0, D, s.scale, qb + pc.r0 * ld.q, ld.q,
+                      kt + j0 + pc.c0, ldt, 0.0f, scores + pc.r0 * cols + pc.c0, cols);
         }
         for (int64_t i = 0; i < rows; ++i) {
           float* srow = scores + i * cols;
@@ -348,9 +374,9 @@ void forward_impl(const Ctx& ctx, const AttnShape& s, const float* q, const floa
         }
         for (int u = 0; u < tile.n_pieces; ++u) {
           const Piece& pc = tile.piece[u];
-          cpu::sgemm(ctx, false, false, pc.r1 - pc.r0, D, pc.c1 - pc.c0, 1.0f,
-                     scores + pc.r0 * cols + pc.c0, cols, vb + pc.c0 * ld.kv, ld.kv, 1.0f,
-                     acc + pc.r0 * D, D);
+          gemm_direct(ctx, false, pc.r1 - pc.r0, D, pc.c1 - pc.c0, 1.0f,
+                      scores + pc.r0 * cols + pc.c0, cols, vb + pc.c0 * ld.kv, ld.kv, 1.0f,
+                      acc + pc.r0 * D, D);
         }
       }
 
@@ -393,10 +419,17 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, cons
   float* p = scratch.take(size_t(kQueryBlock * kKeyBlock));
   float* dp = scratch.take(size_t(kQueryBlock * kKeyBlock));
   float* delta = scratch.take(kQueryBlock);  // rowsum(dO * O): softmax's Jacobian term
+  const int64_t ldt = transposed_stride(s);
+  float* kt = scratch.take(size_t(D * ldt));  // K and V of the kv head, transposed
+  float* vt = scratch.take(size_t(D * ldt));
   TileView tile;
 
   for (int h = 0; h < s.H; ++h) {
     const int g = h / group;
+    if (h % group == 0) {
+      transpose_keys(k + int64_t(g) * D, ld.kv, s.Tk, D, kt, ldt);
+      transpose_keys(v + int64_t(g) * D, ld.kv, s.Tk, D, vt, ldt);
+    }
     for (int64_t i0 = 0; i0 < s.Tq; i0 += kQueryBlock) {
       const int64_t rows = std::min(kQueryBlock, s.Tq - i0);
       const int64_t off = i0 * ld.q + int64_t(h) * D;
@@ -412,12 +445,12 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, cons
         if (tile.empty()) continue;
         const int64_t j0 = jt + tile.c0, cols = tile.c1 - tile.c0;
         const int64_t koff = j0 * ld.kv + int64_t(g) * D;
-        const float *kb = k + koff, *vb = v + koff;
+        const float* kb = k + koff;
         float *dkb = dk + koff, *dvb = dv + koff;
         for (int u = 0; u < tile.n_pieces; ++u) {
           const Piece& pc = tile.piece[u];
-          cpu::sgemm(ctx, false, true, pc.r1 - pc.r0, pc.c1 - pc.c0, D, s.scale, qb + pc.r0 * ld.q,
-                     ld.q, kb + pc.c0 * ld.kv, ld.kv, 0.0f, p + pc.r0 * cols + pc.c0, cols);
+          gemm_direct(ctx, false, pc.r1 - pc.r0, pc.c1 - pc.c0, D, s.scale, qb + pc.r0 * ld.q, ld.q,
+                      kt + j0 + pc.c0, ldt, 0.0f, p + pc.r0 * cols + pc.c0, cols);
         }
         for (int64_t i = 0; i < rows; ++i) {
           float* prow = p + i * cols;
@@ -435,10 +468,10 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, cons
         for (int u = 0; u < tile.n_pieces; ++u) {
           const Piece& pc = tile.piece[u];
           const int64_t pr = pc.r1 - pc.r0, pn = pc.c1 - pc.c0, at = pc.r0 * cols + pc.c0;
-          cpu::sgemm(ctx, true, false, pn, D, pr, 1.0f, p + at, cols, dob + pc.r0 * ld.q, ld.q,
-                     1.0f, dvb + pc.c0 * ld.kv, ld.kv);
-          cpu::sgemm(ctx, false, true, pr, pn, D, 1.0f, dob + pc.r0 * ld.q, ld.q,
-                     vb + pc.c0 * ld.kv, ld.kv, 0.0f, dp + at, cols);
+          gemm_direct(ctx, true, pn, D, pr, 1.0f, p + at, cols, dob + pc.r0 * ld.q, ld.q, 1.0f,
+                      dvb + pc.c0 * ld.kv, ld.kv);
+          gemm_direct(ctx, false, pr, pn, D, 1.0f, dob + pc.r0 * ld.q, ld.q, vt + j0 + pc.c0, ldt,
+                      0.0f, dp + at, cols);
         }
         for (int64_t i = 0; i < rows; ++i) {
           float* dprow = dp + i * cols;
@@ -449,10 +482,10 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, cons
         for (int u = 0; u < tile.n_pieces; ++u) {
           const Piece& pc = tile.piece[u];
           const int64_t pr = pc.r1 - pc.r0, pn = pc.c1 - pc.c0, at = pc.r0 * cols + pc.c0;
-          cpu::sgemm(ctx, false, false, pr, D, pn, s.scale, dp + at, cols, kb + pc.c0 * ld.kv,
-                     ld.kv, 1.0f, dqb + pc.r0 * ld.q, ld.q);
-          cpu::sgemm(ctx, true, false, pn, D, pr, s.scale, dp + at, cols, qb + pc.r0 * ld.q, ld.q,
-                     1.0f, dkb + pc.c0 * ld.kv, ld.kv);
+          gemm_direct(ctx, false, pr, D, pn, s.scale, dp + at, cols, kb + pc.c0 * ld.kv, ld.kv,
+                      1.0f, dqb + pc.r0 * ld.q, ld.q);
+          gemm_direct(ctx, true, pn, D, pr, s.scale, dp + at, cols, qb + pc.r0 * ld.q, ld.q, 1.0f,
+                      dkb + pc.c0 * ld.kv, ld.kv);
         }
       }
     }
@@ -531,8 +564,10 @@ double attention_reference_row(const AttnShape& s, const float* q, const float* 
 
 size_t attention_workspace_bytes(const AttnShape& s, bool backward) {
   const size_t tile = size_t(kQueryBlock * kKeyBlock);
-  if (backward) return sizeof(float) * (2 * tile + size_t(kQueryBlock));
-  return sizeof(float) * (tile + size_t(kQueryBlock) * size_t(s.D) + 2 * size_t(kQueryBlock));
+  const size_t transposed = size_t(s.D) * size_t(transposed_stride(s));
+  if (backward) return sizeof(float) * (2 * tile + size_t(kQueryBlock) + 2 * transposed);
+  return sizeof(float) *
+         (tile + size_t(kQueryBlock) * size_t(s.D) + 2 * size_t(kQueryBlock) + transposed);
 }
 
 }  // namespace trident::kernels

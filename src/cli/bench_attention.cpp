@@ -62,7 +62,6 @@ double spot_check(const kernels::AttnShape& s, const float* q, const float* k, c
   return worst;
 }
 
-
 class BenchAttentionCommand : public Command {
  public:
   explicit BenchAttentionCommand(CLI::App* app) {
@@ -189,7 +188,8 @@ int BenchAttentionCommand::run() {
            "sgemm: " + std::to_string(sgemm_n_) +
                "^3 square, measured just before each row; fwd/sgemm and bwd/sgemm are the rates "
                "relative to it",
-           "workspace: scratch per kernel call (independent of seq; no seq x seq buffer); max_err: "
+           "workspace: scratch per kernel call (tiles, and K and V of one head transposed: D x seq "
+           "floats each; no seq x seq buffer); max_err: "
            "worst relative L2 error of 8 spot-checked output rows vs fp64"}}
           .make();
   for (bool causal : causal_list)
@@ -209,8 +209,8 @@ int BenchAttentionCommand::run() {
 }  // namespace
 
 std::unique_ptr<Command> add_bench_attention(CLI::App& parent) {
-  auto* app = parent.add_subcommand(
-      "attention", "CPU attention kernel GFLOP/s next to sgemm (one rank)");
+  auto* app =
+      parent.add_subcommand("attention", "CPU attention kernel GFLOP/s next to sgemm (one rank)");
   return std::make_unique<BenchAttentionCommand>(app);
 }
 }  // namespace trident::cli

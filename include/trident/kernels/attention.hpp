@@ -194,8 +194,8 @@ double attention_flops(const AttnShape& s, bool backward);
 double attention_reference_row(const AttnShape& s, const float* q, const float* k, const float* v,
                                int64_t i, int h, double* out_row);
 
-// Bytes of scratch memory one call allocates (tiles and row statistics); it
-// depends on D and H, not on the sequence length.
+// Bytes of scratch memory one call allocates (tiles, row statistics, and the
+// call's K (backward: K and V) of one kv head transposed, D x Tk floats each).
 size_t attention_workspace_bytes(const AttnShape& s, bool backward);
 
 }  // namespace trident::kernels

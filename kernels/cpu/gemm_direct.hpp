@@ -1,0 +1,35 @@
+// A GEMM that reads its operands where they lie, for the attention tiles.
+//
+// OpenBLAS copies both operands of every call into its own panel layout
+// before computing. For the attention's tiles (a few hundred rows, K or N
+// of 32 to 512) that copy is a large share of the call: the same K and V
+// rows are copied again for every query block, and P is copied once more
+// after the softmax wrote it. gemm_direct needs only that B's rows are
+// contiguous along N (so that its register tile loads them as vectors); A
+// is read element by element, by rows or transposed, where it lies. The
+// attention transposes K and V once per head and call so that Q·Kᵀ and
+// dO·Vᵀ take this form; every other attention GEMM has it already.
+//
+// On an x86-64 machine with AVX-512F and FMA (checked when the program
+// runs) a register-blocked kernel computes 8 x 32 blocks of C, each
+// element's sum one fused multiply-add chain in the order of k; elsewhere
+// the call goes to sgemm (OpenBLAS) with the same arguments.
+#pragma once
+#include <cstdint>
+
+#include "trident/kernels/context.hpp"
+
+namespace trident::kernels::cpu {
+
+// C = alpha * op(A) * B + beta * C, row-major float32 (beta 0: C is only
+// written).
+// op(A) is M x K: A is [M, K] at row stride lda, or with a_trans [K, M]
+// (read transposed); B is [K, N] at row stride ldb; C is [M, N] at ldc.
+void gemm_direct(const Ctx& ctx, bool a_trans, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                 int64_t ldc);
+
+// Whether gemm_direct runs its own kernel on this machine (else sgemm).
+bool gemm_direct_native();
+
+}  // namespace trident::kernels::cpu
