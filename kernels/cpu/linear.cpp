@@ -1,12 +1,27 @@
-// Linear layer kernels (W stored [out, in]) on top of sgemm, plus the buffer
-// ops (add, copy, fill, sum of squares: in double, in vector_math.hpp's fixed
-// eight-lane order).
+// Linear layer kernels (W stored [out, in]) on top of sgemm and gemm_direct,
+// plus the buffer ops (add, copy, fill, sum of squares: in double, in
+// vector_math.hpp's fixed eight-lane order).
 #include <algorithm>
 
+#include "gemm_direct.hpp"
 #include "trident/kernels/backends.hpp"
 #include "vector_math.hpp"
 
 namespace trident::kernels::cpu {
+namespace {
+
+// The backward's two GEMMs already have gemm_direct's form (B read by rows:
+// W for dx = dy·W, x for dW += dyᵀ·x), so they need no packing at all. It
+// is faster than OpenBLAS while both operands fit the second-level cache
+// (an MoE expert's rows, the attention projections of one micro-batch) and
+// slower beyond (it does not block K or N), where OpenBLAS keeps the call.
+constexpr int64_t kDirectMaxFloats = int64_t(1) << 18;  // 1 MiB per operand
+
+bool direct_fits(int64_t a_floats, int64_t b_floats) {
+  return gemm_direct_native() && a_floats <= kDirectMaxFloats && b_floats <= kDirectMaxFloats;
+}
+
+}  // namespace
 
 void linear_forward(const Ctx& ctx, const float* x, const float* w, int64_t T, int64_t in,
                     int64_t out, float* y) {
@@ -15,13 +30,19 @@ void linear_forward(const Ctx& ctx, const float* x, const float* w, int64_t T, i
 
 void linear_backward_input(const Ctx& ctx, const float* dy, const float* w, int64_t T, int64_t in,
                            int64_t out, float* dx, float beta) {
-  cpu::sgemm(ctx, false, false, T, in, out, 1.0f, dy, out, w, in, beta, dx, in);
+  if (direct_fits(T * out, out * in))
+    gemm_direct(ctx, false, T, in, out, 1.0f, dy, out, w, in, beta, dx, in);
+  else
+    cpu::sgemm(ctx, false, false, T, in, out, 1.0f, dy, out, w, in, beta, dx, in);
 }
 
 void linear_backward_weight(const Ctx& ctx, const float* dy, const float* x, int64_t T, int64_t in,
                             int64_t out, float* dw) {
   if (T == 0) return;
-  cpu::sgemm(ctx, true, false, out, in, T, 1.0f, dy, out, x, in, 1.0f, dw, in);
+  if (direct_fits(T * out, T * in))
+    gemm_direct(ctx, true, out, in, T, 1.0f, dy, out, x, in, 1.0f, dw, in);
+  else
+    cpu::sgemm(ctx, true, false, out, in, T, 1.0f, dy, out, x, in, 1.0f, dw, in);
 }
 
 void add_inplace(const Ctx& ctx, float* y, const float* x, int64_t n) {
