@@ -220,6 +220,13 @@ inline f8 exp8(const f8& x) {
 // share cache sets).
 inline int64_t transposed_stride(const AttnShape& s) { return (s.Tk + 15) / 16 * 16 + 16; }
 
+// Row stride of a tile of scores (and of the backward's P and dP): its
+// columns rounded up to 16 floats, plus 16 for the same reason. At the
+// tile's full width of 512 keys the rows would otherwise lie 2 KiB apart,
+// and the column of P or dS that a transposed-A GEMM reads (one element per
+// row) would fall into two cache sets.
+inline int64_t tile_stride(int64_t cols) { return (cols + 15) / 16 * 16 + 16; }
+
 inline float hmax(const f8& v) {
   float m = v[0];
   for (int u = 1; u < 8; ++u) m = std::max(m, v[u]);
@@ -283,12 +290,7 @@ struct Strides {
 // kt[d * ldt + j] = x[j * ld + d] for the Tk rows of one kv head (x points at
 // the head's first element): x transposed, read by rows by the GEMMs.
 void transpose_keys(const float* x, int64_t ld, int64_t Tk, int64_t D, float* kt, int64_t ldt) {
-  constexpr int64_t kRows = 16;
-  for (int64_t j0 = 0; j0 < Tk; j0 += kRows) {
-    const int64_t n = std::min(kRows, Tk - j0);
-    for (int64_t d = 0; d < D; ++d)
-      for (int64_t j = 0; j < n; ++j) kt[d * ldt + j0 + j] = x[(j0 + j) * ld + d];
-  }
+  cpu::transpose_rows(x, ld, Tk, D, kt, ldt);
 }
 
 }  // namespace
@@ -321,7 +323,7 @@ void forward_impl(const Ctx& ctx, const AttnShape& s, const float* q, const floa
   const int group = s.H / s.Hkv;
   const int64_t D = s.D;
   Scratch scratch(ctx, attention_workspace_bytes(s, false) / sizeof(float));
-  float* scores = scratch.take(size_t(kQueryBlock * kKeyBlock));
+  float* scores = scratch.take(size_t(kQueryBlock * tile_stride(kKeyBlock)));
   float* acc = scratch.take(size_t(kQueryBlock * D));  // running P·V of the query block
   float* m = scratch.take(kQueryBlock);
   float* l = scratch.take(kQueryBlock);
@@ -352,14 +354,15 @@ void forward_impl(const Ctx& ctx, const AttnShape& s, const float* q, const floa
         view_tile(s, i0, rows, jt, std::min(kKeyBlock, je - jt), &tile);
         if (tile.empty()) continue;  // no row sees any of its keys: no arithmetic
         const int64_t j0 = jt + tile.c0, cols = tile.c1 - tile.c0;
+        const int64_t lds = tile_stride(cols);
         const float* vb = v + j0 * ld.kv + int64_t(g) * D;
         for (int u = 0; u < tile.n_pieces; ++u) {
           const Piece& pc = tile.piece[u];
           gemm_direct(ctx, false, pc.r1 - pc.r0, pc.c1 - pc.c0, D, s.scale, qb + pc.r0 * ld.q, ld.q,
-                      kt + j0 + pc.c0, ldt, 0.0f, scores + pc.r0 * cols + pc.c0, cols);
+                      kt + j0 + pc.c0, ldt, 0.0f, scores + pc.r0 * lds + pc.c0, lds);
         }
         for (int64_t i = 0; i < rows; ++i) {
-          float* srow = scores + i * cols;
+          float* srow = scores + i * lds;
           const int64_t a = tile.lo[i], n = tile.n[i];
           const float m_new = std::max(m[i], row_max(srow + a, n));
           if (m_new == kNegInf) {  // nothing visible yet: the row stays empty
@@ -375,7 +378,7 @@ void forward_impl(const Ctx& ctx, const AttnShape& s, const float* q, const floa
         for (int u = 0; u < tile.n_pieces; ++u) {
           const Piece& pc = tile.piece[u];
           gemm_direct(ctx, false, pc.r1 - pc.r0, D, pc.c1 - pc.c0, 1.0f,
-                      scores + pc.r0 * cols + pc.c0, cols, vb + pc.c0 * ld.kv, ld.kv, 1.0f,
+                      scores + pc.r0 * lds + pc.c0, lds, vb + pc.c0 * ld.kv, ld.kv, 1.0f,
                       acc + pc.r0 * D, D);
         }
       }
@@ -416,8 +419,8 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, cons
   const int group = s.H / s.Hkv;
   const int64_t D = s.D;
   Scratch scratch(ctx, attention_workspace_bytes(s, true) / sizeof(float));
-  float* p = scratch.take(size_t(kQueryBlock * kKeyBlock));
-  float* dp = scratch.take(size_t(kQueryBlock * kKeyBlock));
+  float* p = scratch.take(size_t(kQueryBlock * tile_stride(kKeyBlock)));
+  float* dp = scratch.take(size_t(kQueryBlock * tile_stride(kKeyBlock)));
   float* delta = scratch.take(kQueryBlock);  // rowsum(dO * O): softmax's Jacobian term
   const int64_t ldt = transposed_stride(s);
   float* kt = scratch.take(size_t(D * ldt));  // K and V of the kv head, transposed
@@ -444,16 +447,17 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, cons
         view_tile(s, i0, rows, jt, std::min(kKeyBlock, je - jt), &tile);
         if (tile.empty()) continue;
         const int64_t j0 = jt + tile.c0, cols = tile.c1 - tile.c0;
+        const int64_t lds = tile_stride(cols);
         const int64_t koff = j0 * ld.kv + int64_t(g) * D;
         const float* kb = k + koff;
         float *dkb = dk + koff, *dvb = dv + koff;
         for (int u = 0; u < tile.n_pieces; ++u) {
           const Piece& pc = tile.piece[u];
           gemm_direct(ctx, false, pc.r1 - pc.r0, pc.c1 - pc.c0, D, s.scale, qb + pc.r0 * ld.q, ld.q,
-                      kt + j0 + pc.c0, ldt, 0.0f, p + pc.r0 * cols + pc.c0, cols);
+                      kt + j0 + pc.c0, ldt, 0.0f, p + pc.r0 * lds + pc.c0, lds);
         }
         for (int64_t i = 0; i < rows; ++i) {
-          float* prow = p + i * cols;
+          float* prow = p + i * lds;
           const int64_t a = tile.lo[i], n = tile.n[i];
           const float row_lse = lse[(i0 + i) * s.H + h];
           if (row_lse == kNegInf) {
@@ -467,24 +471,24 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, cons
         // each over the tile's pieces (P and dS are zero outside every row's keys).
         for (int u = 0; u < tile.n_pieces; ++u) {
           const Piece& pc = tile.piece[u];
-          const int64_t pr = pc.r1 - pc.r0, pn = pc.c1 - pc.c0, at = pc.r0 * cols + pc.c0;
-          gemm_direct(ctx, true, pn, D, pr, 1.0f, p + at, cols, dob + pc.r0 * ld.q, ld.q, 1.0f,
+          const int64_t pr = pc.r1 - pc.r0, pn = pc.c1 - pc.c0, at = pc.r0 * lds + pc.c0;
+          gemm_direct(ctx, true, pn, D, pr, 1.0f, p + at, lds, dob + pc.r0 * ld.q, ld.q, 1.0f,
                       dvb + pc.c0 * ld.kv, ld.kv);
           gemm_direct(ctx, false, pr, pn, D, 1.0f, dob + pc.r0 * ld.q, ld.q, vt + j0 + pc.c0, ldt,
-                      0.0f, dp + at, cols);
+                      0.0f, dp + at, lds);
         }
         for (int64_t i = 0; i < rows; ++i) {
-          float* dprow = dp + i * cols;
+          float* dprow = dp + i * lds;
           const int64_t a = tile.lo[i], n = tile.n[i];
-          softmax_grad_row(p + i * cols + a, dprow + a, n, delta[i]);
+          softmax_grad_row(p + i * lds + a, dprow + a, n, delta[i]);
           zero_masked(tile, i, dprow);
         }
         for (int u = 0; u < tile.n_pieces; ++u) {
           const Piece& pc = tile.piece[u];
-          const int64_t pr = pc.r1 - pc.r0, pn = pc.c1 - pc.c0, at = pc.r0 * cols + pc.c0;
-          gemm_direct(ctx, false, pr, D, pn, s.scale, dp + at, cols, kb + pc.c0 * ld.kv, ld.kv,
-                      1.0f, dqb + pc.r0 * ld.q, ld.q);
-          gemm_direct(ctx, true, pn, D, pr, s.scale, dp + at, cols, qb + pc.r0 * ld.q, ld.q, 1.0f,
+          const int64_t pr = pc.r1 - pc.r0, pn = pc.c1 - pc.c0, at = pc.r0 * lds + pc.c0;
+          gemm_direct(ctx, false, pr, D, pn, s.scale, dp + at, lds, kb + pc.c0 * ld.kv, ld.kv, 1.0f,
+                      dqb + pc.r0 * ld.q, ld.q);
+          gemm_direct(ctx, true, pn, D, pr, s.scale, dp + at, lds, qb + pc.r0 * ld.q, ld.q, 1.0f,
                       dkb + pc.c0 * ld.kv, ld.kv);
         }
       }
@@ -563,7 +567,7 @@ double attention_reference_row(const AttnShape& s, const float* q, const float* 
 }
 
 size_t attention_workspace_bytes(const AttnShape& s, bool backward) {
-  const size_t tile = size_t(kQueryBlock * kKeyBlock);
+  const size_t tile = size_t(kQueryBlock * tile_stride(kKeyBlock));
   const size_t transposed = size_t(s.D) * size_t(transposed_stride(s));
   if (backward) return sizeof(float) * (2 * tile + size_t(kQueryBlock) + 2 * transposed);
   return sizeof(float) *

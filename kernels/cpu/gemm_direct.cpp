@@ -98,6 +98,60 @@ TRIDENT_AVX512 void gemm_avx512(bool a_trans, int64_t M, int64_t N, int64_t K, f
   }
 }
 
+// GCC 12's AVX-512 shuffle intrinsics start from an "undefined" register
+// that -Wmaybe-uninitialized reports when they are inlined; every lane of
+// their results is defined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// One block of up to 16 x 16: xt[c * ldt + r] = x[r * ld + c] for r < rows,
+// c < cols. Three rounds of shuffles (pairs of floats, pairs of pairs,
+// 128-bit lanes) turn 16 loaded rows into 16 columns.
+TRIDENT_AVX512 void transpose16(const float* x, int64_t ld, int rows, int cols, float* xt,
+                                int64_t ldt) {
+  const __mmask16 cm = __mmask16((1u << cols) - 1u), rm = __mmask16((1u << rows) - 1u);
+  __m512 r[16], t[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i)
+    r[i] = i < rows ? _mm512_maskz_loadu_ps(cm, x + i * ld) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  // per group of four rows g, u[4g + j] holds, in 128-bit lane L, column 4L + j of those rows
+#pragma GCC unroll 4
+  for (int g = 0; g < 16; g += 4) {
+    const __m512d a = _mm512_castps_pd(t[g]), b = _mm512_castps_pd(t[g + 1]);
+    const __m512d c = _mm512_castps_pd(t[g + 2]), d = _mm512_castps_pd(t[g + 3]);
+    r[g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m512 v = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
+    const __m512 w = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xDD);
+    const __m512 v2 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
+    const __m512 w2 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xDD);
+    const __m512 col[4] = {_mm512_shuffle_f32x4(v, v2, 0x88), _mm512_shuffle_f32x4(w, w2, 0x88),
+                           _mm512_shuffle_f32x4(v, v2, 0xDD), _mm512_shuffle_f32x4(w, w2, 0xDD)};
+#pragma GCC unroll 4
+    for (int l = 0; l < 4; ++l)
+      if (4 * l + j < cols) _mm512_mask_storeu_ps(xt + (4 * l + j) * ldt, rm, col[l]);
+  }
+}
+
+TRIDENT_AVX512 void transpose_avx512(const float* x, int64_t ld, int64_t rows, int64_t cols,
+                                     float* xt, int64_t ldt) {
+  for (int64_t r0 = 0; r0 < rows; r0 += 16)
+    for (int64_t c0 = 0; c0 < cols; c0 += 16)
+      transpose16(x + r0 * ld + c0, ld, int(std::min<int64_t>(16, rows - r0)),
+                  int(std::min<int64_t>(16, cols - c0)), xt + c0 * ldt + r0, ldt);
+}
+
+#pragma GCC diagnostic pop
+
 bool detect_native() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"); }
 #else
 bool detect_native() { return false; }
@@ -121,6 +175,22 @@ void gemm_direct(const Ctx& ctx, bool a_trans, int64_t M, int64_t N, int64_t K, 
   }
 #endif
   cpu::sgemm(ctx, a_trans, false, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void transpose_rows(const float* x, int64_t ld, int64_t rows, int64_t cols, float* xt,
+                    int64_t ldt) {
+#ifdef TRIDENT_GEMM_AVX512
+  if (gemm_direct_native()) {
+    transpose_avx512(x, ld, rows, cols, xt, ldt);
+    return;
+  }
+#endif
+  constexpr int64_t kRows = 16;  // rows read together, so that xt is written in runs
+  for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
+    const int64_t n = std::min(kRows, rows - r0);
+    for (int64_t c = 0; c < cols; ++c)
+      for (int64_t r = 0; r < n; ++r) xt[c * ldt + r0 + r] = x[(r0 + r) * ld + c];
+  }
 }
 
 }  // namespace trident::kernels::cpu

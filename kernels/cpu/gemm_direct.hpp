@@ -32,4 +32,9 @@ void gemm_direct(const Ctx& ctx, bool a_trans, int64_t M, int64_t N, int64_t K, 
 // Whether gemm_direct runs its own kernel on this machine (else sgemm).
 bool gemm_direct_native();
 
+// xt[c * ldt + r] = x[r * ld + c] for r < rows, c < cols: the operand that
+// gemm_direct needs by rows, written once where a caller holds it by columns
+// (AVX-512 blocks of 16 x 16 where gemm_direct is native, a loop elsewhere).
+void transpose_rows(const float* x, int64_t ld, int64_t rows, int64_t cols, float* xt, int64_t ldt);
+
 }  // namespace trident::kernels::cpu

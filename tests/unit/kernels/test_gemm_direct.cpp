@@ -74,3 +74,23 @@ TEST_CASE("gemm_direct equals the fp64 product on random inputs", "[gemm_direct]
         CHECK(outside == 0);
       }
 }
+
+TEST_CASE("transpose_rows writes the transpose and nothing else", "[gemm_direct]") {
+  const float sentinel = -777.0f;
+  uint64_t key = 9300;
+  for (auto [rows, cols] :
+       {std::array<int64_t, 2>{1, 1}, {16, 16}, {17, 33}, {5, 128}, {513, 32}, {40, 7}, {0, 9}}) {
+    INFO("rows " << rows << " cols " << cols);
+    const int64_t ld = cols + 3, ldt = rows + 5;
+    const auto x = randn(size_t(std::max<int64_t>(rows, 1) * ld), ++key);
+    std::vector<float> xt(size_t(cols * ldt), sentinel);
+    kernels::cpu::transpose_rows(x.data(), ld, rows, cols, xt.data(), ldt);
+    int64_t wrong = 0, outside = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      for (int64_t r = 0; r < rows; ++r) wrong += xt[size_t(c * ldt + r)] != x[size_t(r * ld + c)];
+      for (int64_t r = rows; r < ldt; ++r) outside += xt[size_t(c * ldt + r)] != sentinel;
+    }
+    CHECK(wrong == 0);
+    CHECK(outside == 0);
+  }
+}
