@@ -1,14 +1,19 @@
 // DeviceStaging for a Ctx's device: the emulated arena's copies (host copies
-// with its guard lifted) and a CUDA device's (on the Ctx's stream).
+// with its guard lifted, host buffers of plain memory) and a CUDA device's
+// (on the Ctx's stream, through reused pinned host buffers).
 #include "trident/kernels/staging.hpp"
 
 #include <cstring>
+#include <functional>
+#include <string>
 
 #include "trident/core/emulated.hpp"
 #include "trident/core/error.hpp"
 #ifdef TRIDENT_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "trident/kernels/cuda/check.hpp"
+#include "trident/kernels/cuda/pinned_pool.hpp"
 #include "trident/kernels/cuda/runtime.hpp"
 #endif
 
@@ -30,9 +35,35 @@ class EmulatedStaging final : public DeviceStaging {
 };
 
 #ifdef TRIDENT_HAVE_CUDA
+// Pinned host memory for the staging of ctx's device: page-locked buffers
+// (portable: any device may copy from them), fences on ctx's stream.
+std::shared_ptr<cuda::PinnedPool> pinned_pool(const Ctx& ctx) {
+  cuda::PinnedPool::Hooks hooks;
+  hooks.pin = [](size_t bytes) {
+    void* p = nullptr;
+    CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocPortable));
+    return p;
+  };
+  hooks.unpin = [](void* p) { (void)cudaFreeHost(p); };
+  hooks.fence = [stream = ctx.stream] {
+    auto done = std::make_shared<cuda::Event>();
+    done->record(stream);
+    return std::function<bool()>([done] { return done->ready(); });
+  };
+  return cuda::PinnedPool::make(std::move(hooks));
+}
+
+// A GPU's staging: host buffers from a pool of pinned memory, copies queued
+// on the Ctx's stream. A copy to the host waits (with the deadline) for the
+// copy alone: into pinned memory it is asynchronous, so the work queued
+// before it needs no wait of its own. A copy to the device does not wait:
+// the stream runs it before any later op reads the data, and the pool keeps
+// its host buffer until it has run.
 class CudaStaging final : public DeviceStaging {
  public:
-  explicit CudaStaging(const Ctx& ctx) : ctx_(ctx) {}  // a copy: the handles, not the Ctx object
+  CudaStaging(const Ctx& ctx, double timeout_s)  // a copy: the handles, not the Ctx object
+      : ctx_(ctx), timeout_s_(timeout_s), pool_(pinned_pool(ctx)) {}
+  HostBuffer host_buffer(size_t bytes) override { return pool_->get(bytes); }
   Device device() const override { return ctx_.device; }
   bool on_device(const void* p) const override {
     cudaPointerAttributes a{};
@@ -43,22 +74,26 @@ class CudaStaging final : public DeviceStaging {
     return a.type == cudaMemoryTypeDevice;
   }
   void to_host(void* host, const void* dev, size_t bytes) override {
-    cuda::copy_to_host(ctx_, host, dev, bytes);
+    if (bytes == 0) return;
+    CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost,
+                               static_cast<cudaStream_t>(ctx_.stream)));
+    cuda::synchronize(ctx_, timeout_s_,
+                      "staging copy of " + std::to_string(bytes) + " bytes to the host");
   }
   void to_device(void* dev, const void* host, size_t bytes) override {
     cuda::copy_to_device(ctx_, dev, host, bytes);
-    // the host buffer is freed when the operation is: the copy must be done
-    cuda::synchronize(ctx_, 300.0, "staging copy to the device");
   }
 
  private:
   Ctx ctx_;
+  double timeout_s_;
+  std::shared_ptr<cuda::PinnedPool> pool_;
 };
 #endif
 
 }  // namespace
 
-std::shared_ptr<DeviceStaging> device_staging(const Ctx& ctx) {
+std::shared_ptr<DeviceStaging> device_staging(const Ctx& ctx, double timeout_s) {
   switch (ctx.device.type) {
     case DeviceType::cpu:
       return nullptr;
@@ -66,7 +101,7 @@ std::shared_ptr<DeviceStaging> device_staging(const Ctx& ctx) {
       return std::make_shared<EmulatedStaging>();
     case DeviceType::cuda:
 #ifdef TRIDENT_HAVE_CUDA
-      return std::make_shared<CudaStaging>(ctx);
+      return std::make_shared<CudaStaging>(ctx, timeout_s);
 #else
       break;
 #endif

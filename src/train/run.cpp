@@ -53,8 +53,8 @@ const char* backend_name(Device d) {
 
 // Device tensors that reach an MPI communicator travel through host copies
 // (a device backend, NCCL, moves them itself and ignores this).
-void stage_device_buffers(Communicators& c, const kernels::Ctx& ctx) {
-  const std::shared_ptr<DeviceStaging> staging = kernels::device_staging(ctx);
+void stage_device_buffers(Communicators& c, const kernels::Ctx& ctx, double timeout_s) {
+  const std::shared_ptr<DeviceStaging> staging = kernels::device_staging(ctx, timeout_s);
   if (!staging) return;
   for (auto* g : {&c.world, &c.cp, &c.pp, &c.dp, &c.dpcp, &c.ep, &c.expert_replica})
     if (*g) (*g)->stage_device_buffers(staging);
@@ -440,7 +440,7 @@ void summarise(Trainer& trainer, RunFile& file, const LoopTotals& tot, const Com
 
 std::unique_ptr<Trainer> make_trainer(const Config& cfg, Communicators& comms) {
   auto trainer = std::make_unique<Trainer>(cfg, train_comms(comms));
-  stage_device_buffers(comms, trainer->ctx());
+  stage_device_buffers(comms, trainer->ctx(), cfg.runtime.timeout_s);
   // A device backend's communication runs after the compute queued before it
   // (comm.hpp), so it needs the stream the step computes on.
   for (auto* g : {&comms.world, &comms.cp, &comms.pp, &comms.dp, &comms.dpcp, &comms.ep,

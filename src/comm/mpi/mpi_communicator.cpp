@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -241,8 +242,8 @@ std::unique_ptr<PendingOp> post_ibarrier(MPI_Comm comm) {
 
 // One buffer of an operation copied through host memory.
 struct StagedBuffer {
-  void* device = nullptr;        // where the data lives (null: not staged)
-  std::unique_ptr<char[]> host;  // the copy MPI reads or writes
+  void* device = nullptr;  // where the data lives (null: not staged)
+  HostBuffer host;         // the copy MPI reads or writes (the device's kind of host memory)
   size_t bytes = 0;
 };
 
@@ -325,8 +326,11 @@ StagedBuffer stage(DeviceStaging& staging, const void* p, size_t bytes, bool fil
   if (!p || bytes == 0 || !staging.on_device(p)) return b;
   b.device = const_cast<void*>(p);
   b.bytes = bytes;
-  b.host = std::make_unique<char[]>(bytes);
-  if (fill) staging.to_host(b.host.get(), p, bytes);
+  b.host = staging.host_buffer(bytes);
+  if (fill)
+    staging.to_host(b.host.get(), p, bytes);
+  else  // what MPI leaves unwritten (gaps of an all-to-all-v) goes back as zeros
+    std::memset(b.host.get(), 0, bytes);
   return b;
 }
 
