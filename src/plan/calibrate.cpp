@@ -602,20 +602,25 @@ ModelFit fit_model(Communicator& world, const Config& cfg, const MachineProfile&
   };
   const double params = chunk_cost(cb, mesh_plan_of(cb, 1), 0).params;
   const double update = params * fit.optimizer_s_per_param;
-  const auto [s1, s2] = alternate_step_medians(world, cb, cs, budget);
-  fit.step_s = s1;
-  const double t1 = std::max(s1 - update, 1e-9), t2 = std::max(s2 - update, 1e-9);
   const double c1 = priced(cb), c2 = priced(cs);
   // t = fixed + c / efficiency through both points. A fit that makes the
   // fixed part negative (a size that runs relatively slower), or more than
   // half the smaller size's time (noise: no per-call cost is that large),
-  // keeps the config's size exact with no fixed part.
-  const double slope = (t1 - t2) / (c1 - c2), fixed = t1 - slope * c1;
-  if (slope > 0 && fixed >= 0 && fixed <= 0.5 * std::min(t1, t2)) {
-    fit.efficiency = 1 / slope;
-    fit.layer_overhead_s = fixed / (double(cfg.data.num_microbatches) * cfg.model.n_layers);
-  } else {
+  // is measured again, up to 3 times (every rank gets the same medians, so
+  // all decide alike); if none holds, the config's size is kept exact with
+  // no fixed part, which prices shorter rank shares (cp) fast.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const auto [s1, s2] = alternate_step_medians(world, cb, cs, budget);
+    fit.step_s = s1;
+    const double t1 = std::max(s1 - update, 1e-9), t2 = std::max(s2 - update, 1e-9);
+    const double slope = (t1 - t2) / (c1 - c2), fixed = t1 - slope * c1;
     fit.efficiency = c1 / t1;
+    fit.layer_overhead_s = 0;
+    if (slope > 0 && fixed >= 0 && fixed <= 0.5 * std::min(t1, t2)) {
+      fit.efficiency = 1 / slope;
+      fit.layer_overhead_s = fixed / (double(cfg.data.num_microbatches) * cfg.model.n_layers);
+      break;
+    }
   }
   return fit;
 }
