@@ -49,17 +49,34 @@ double median_time(const std::function<void()>& fn, double budget) {
   return median_of(std::move(t));
 }
 
-// Rank `who` runs fn while the others sleep (they would otherwise spin in MPI
-// and take the cores); every rank gets the median.
-double alone(Communicator& world, int who, const std::function<void()>& fn, double budget) {
+// The ranks in `work` run fn at once while the others sleep (they would
+// otherwise spin in MPI and take the cores); the slowest worker's median
+// over about `budget` seconds, on every rank.
+double together(Communicator& world, const std::vector<bool>& work, const std::function<void()>& fn,
+                double budget) {
   double t = 0;
   world.barrier();
-  if (world.rank() == who)
+  if (work[size_t(world.rank())])
     t = median_time(fn, budget);
   else
     std::this_thread::sleep_for(std::chrono::duration<double>(budget * 2 + 0.1));
   world.allreduce_max(&t, 1);
   return t;
+}
+
+// Rank `who` alone.
+double alone(Communicator& world, int who, const std::function<void()>& fn, double budget) {
+  std::vector<bool> work(size_t(world.size()), false);
+  work[size_t(who)] = true;
+  return together(world, work, fn, budget);
+}
+
+// Node 0's first `k` ranks.
+std::vector<bool> first_ranks_of_node0(const std::vector<int>& node_of, int k) {
+  std::vector<bool> work(node_of.size(), false);
+  for (size_t rank = 0; rank < node_of.size() && k > 0; ++rank)
+    if (node_of[rank] == node_of[0]) work[rank] = true, --k;
+  return work;
 }
 
 std::vector<float> filled(size_t n, float base) {
@@ -239,9 +256,7 @@ Rates measure_sharing(Communicator& world, const std::vector<int>& node_of,
   r.cores = physical > 0 ? std::min(physical, per_node)
                          : int(std::clamp(std::round(r.ranks_at_once), 1.0, double(per_node)));
   if (r.cores < per_node) {
-    std::vector<bool> work(size_t(n), false);  // node 0's first `cores` ranks
-    for (int rank = 0, k = 0; rank < n && k < r.cores; ++rank)
-      if (node_of[size_t(rank)] == node_of[0]) work[size_t(rank)] = true, ++k;
+    const std::vector<bool> work = first_ranks_of_node0(node_of, r.cores);
     std::vector<double> share;
     for (int i = 0; i < rounds; ++i) {
       const double asleep = node_rate(world, work, on_node0, fn, window, true);
@@ -305,28 +320,6 @@ struct ModelFit {
   double efficiency = 1, layer_overhead_s = 0, optimizer_s_per_param = 0, step_s = 0;
   double optimizer_together_s_per_param = 0;
 };
-
-// The ranks in `work` run fn at once (the others sleep); the slowest
-// worker's median over about `budget` seconds, on every rank.
-double together(Communicator& world, const std::vector<bool>& work, const std::function<void()>& fn,
-                double budget) {
-  double t = 0;
-  world.barrier();
-  if (work[size_t(world.rank())])
-    t = median_time(fn, budget);
-  else
-    std::this_thread::sleep_for(std::chrono::duration<double>(budget * 2 + 0.1));
-  world.allreduce_max(&t, 1);
-  return t;
-}
-
-// Node 0's first `k` ranks.
-std::vector<bool> first_ranks_of_node0(const std::vector<int>& node_of, int k) {
-  std::vector<bool> work(node_of.size(), false);
-  for (size_t rank = 0; rank < node_of.size() && k > 0; ++rank)
-    if (node_of[rank] == node_of[0]) work[rank] = true, --k;
-  return work;
-}
 
 // Gradient norm and AdamW over the model's parameters: seconds per
 // parameter alone (first) and with the ranks of `work` updating at once:
