@@ -123,19 +123,30 @@ void Trainer::compute_gradients(int64_t step, const model::CaptureRequest* captu
                   std::numeric_limits<float>::quiet_NaN());
 }
 
+// The forwards alone of `data`'s batch `batch`: the loss and the captures
+// come from them, and nothing is kept for a backward (the scales of a
+// training step, so the same bits).
+void Trainer::run_forwards(const model::DataSource& data, int64_t batch,
+                           const model::CaptureRequest* capture, std::vector<TimelineEvent>& events,
+                           double& compute_s) {
+  const int64_t n_seq = samples_per_step();
+  const double targets = double(std::max<int64_t>(1, data.targets_in_batch(batch, n_seq)));
+  stage_->begin_step(
+      model::make_microbatches(data, cfg_.data, batch, comms_.dp_rank, positions_, by_docs_),
+      float(1.0 / targets), float(1.0 / double(n_seq)), capture);
+  run_pipeline(batch, events, compute_s, /*forward_only=*/true);
+  stage_->take_attention_spans();  // not a training step's: kept out of the timeline
+}
+
 Trainer::EvalResult Trainer::evaluate(const model::DataSource& data, int batches) {
   const int64_t n_seq = samples_per_step();
   double sum = 0;
   EvalResult res;
   for (int b = 0; b < batches; ++b) {
     const int64_t targets = data.targets_in_batch(b, n_seq);
-    stage_->begin_step(
-        model::make_microbatches(data, cfg_.data, b, comms_.dp_rank, positions_, by_docs_),
-        float(1.0 / double(std::max<int64_t>(1, targets))), float(1.0 / double(n_seq)), nullptr);
     std::vector<TimelineEvent> events;
     double compute_s = 0;
-    run_pipeline(b, events, compute_s, /*forward_only=*/true);
-    stage_->take_attention_spans();  // not a training step's: kept out of the timeline
+    run_forwards(data, b, nullptr, events, compute_s);
     double s = stage_->loss_sum();
     if (comms_.world && comms_.world->size() > 1) comms_.world->allreduce_sum(&s, 1);
     sum += s;
@@ -258,8 +269,8 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
   if (comms_.world && comms_.world->size() > 1)
     for (auto& row : res.expert_tokens) comms_.world->allreduce_sum(row.data(), row.size());
 
-  const double norm = std::sqrt(dp::grad_sumsq(*store_, comms_.dpcp, comms_.expert_replica,
-                                               comms_.world, device_->ctx()));
+  const double norm = std::sqrt(
+      dp::grad_sumsq(*store_, comms_.dpcp, comms_.expert_replica, comms_.world, device_->ctx()));
   const double lr = learning_rate(cfg_.train, step);
   agree_on_finite(local_first,
                   std::isfinite(sums[0]) && std::isfinite(sums[1]) && std::isfinite(sums[2]) &&
@@ -293,15 +304,7 @@ StepResult Trainer::evaluate(int64_t step, const model::CaptureRequest* capture)
   const double t_begin = now_s();
   const int64_t n_seq = samples_per_step();
   const double n_targets = double(n_seq) * double(data_->targets_per_sample());
-  // The forwards alone: the loss and the captures come from them, and
-  // nothing is kept for a backward (the same scales as a training step, so
-  // the same bits).
-  const double scale_targets = double(std::max<int64_t>(1, data_->targets_in_batch(step, n_seq)));
-  stage_->begin_step(
-      model::make_microbatches(*data_, cfg_.data, step, comms_.dp_rank, positions_, by_docs_),
-      float(1.0 / scale_targets), float(1.0 / double(n_seq)), capture);
-  run_pipeline(step, res.events, res.compute_s, /*forward_only=*/true);
-  stage_->take_attention_spans();  // not a training step's: kept out of the timeline
+  run_forwards(*data_, step, capture, res.events, res.compute_s);
   res.captures = stage_->take_captures();
   double sums[3] = {stage_->loss_sum(), stage_->aux_sum(), stage_->z_sum()};
   if (comms_.world && comms_.world->size() > 1) comms_.world->allreduce_sum(sums, 3);

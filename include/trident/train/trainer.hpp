@@ -129,6 +129,9 @@ class Trainer {
 
  private:
   void init_pipeline();
+  void run_forwards(const model::DataSource& data, int64_t batch,
+                    const model::CaptureRequest* capture, std::vector<TimelineEvent>& events,
+                    double& compute_s);
   // forward_only: the schedule's forwards alone (evaluation).
   void run_pipeline(int64_t step, std::vector<TimelineEvent>& events, double& compute_s,
                     bool forward_only = false);
