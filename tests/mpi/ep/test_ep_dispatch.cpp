@@ -1,7 +1,10 @@
 // TokenDispatcher under MPI: identity experts round-trip tokens exactly,
 // bytes equal the routed copies, empty ranks and experts are normal, and
 // capacity drops with ep equal the one-rank drops of the same tokens.
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <thread>
 
 #include "../../unit/ep/ep_test_util.hpp"
 #include "ep_mesh.hpp"
@@ -9,6 +12,7 @@
 #include "trident/kernels/moe.hpp"
 #include "trident/parallel/ep/moe_layer.hpp"
 #include "trident/parallel/ep/token_dispatcher.hpp"
+#include "trident/parallel/ep/transport.hpp"
 
 using namespace trident;
 using namespace trident::ep;
@@ -186,6 +190,53 @@ TEST_CASE("forwards in flight keep their rows until released, slots are reused",
     live.push_back(forward(5));
     check_visit(live.back());
   }
+}
+
+TEST_CASE("shm: a dispatch leaves alone the rows peers still read from the last gather_back",
+          "[ep][multirank]") {
+  // The backward's two transfers of one micro-batch (dispatch, gather_back)
+  // and then the next micro-batch's, with no count exchange in between (the
+  // plans were made in the forwards), as schedules that run backwards back to
+  // back do. A gather_back's rows stay in the expert rank's outbox until each
+  // source has read them; the next dispatch writes the inboxes, whose rows
+  // can reach into the last outboxes when the plans differ.
+  const int W = testing::world_size(), rank = testing::world_rank();
+  REQUIRE(W > 1);  // a peer writes while another reads (not registered at np 1)
+  eptest::EpMesh mesh(W, 1);
+  const int E = W, d = 16;
+  // Every copy goes to expert 1 (rank 1's block). Plan a: 8 tokens per rank,
+  // so rank 1's outbox is rows [8W, 16W) of its block; plan b: 32W per rank,
+  // so rank 0's rows in b fill rows [0, 32W) of rank 1's inbox.
+  TokenDispatcher planner(mesh.ep_comm.get(), E, EpTransportChoice::alltoallv);
+  const auto plan_of = [&](int64_t T) {
+    const std::vector<int> expert(size_t(T), 1);
+    return planner.plan(expert.data(), T, 1);
+  };
+  const DispatchPlan a = plan_of(8), b = plan_of(32 * W);
+  const auto xa = randn("overlap_a", a.T * d, 1.0f, uint64_t(rank) << 20);
+  const auto xb = randn("overlap_b", b.T * d, 1.0f, uint64_t(rank) << 20);
+  std::unique_ptr<Transport> shm = make_shm_transport(*mesh.ep_comm, 0, kernels::Ctx{});
+  // Identity experts: each copy comes back as it went. `slow`: rank 1 reads
+  // its rows 0.3 s after the others, who go on to their next dispatch.
+  const auto round_trip = [&](const DispatchPlan& p, const std::vector<float>& x, bool slow) {
+    std::vector<float> expert_side(size_t(p.received() * d));
+    shm->dispatch(p, SendRows{x.data(), p.send_token.data<int64_t>()}, expert_side.data(), d);
+    const kernels::RowSource back = shm->gather_back(p, expert_side.data(), d, nullptr);
+    if (slow && rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    bool same = true;
+    for (int64_t i = 0; i < p.sent(); ++i) {
+      const int64_t t = p.send_token.data<int64_t>()[i];
+      same = same && std::equal(x.begin() + t * d, x.begin() + (t + 1) * d, back.row(i, d));
+    }
+    return same;
+  };
+  REQUIRE(shm->kind() == EpTransport::shm);
+  CHECK(round_trip(b, xb, false));  // grows the blocks to b's size: no growth below
+  const int growths = shm->shm_growths();
+  INFO("rank " << rank);
+  CHECK(round_trip(a, xa, true));
+  CHECK(round_trip(b, xb, false));
+  CHECK(shm->shm_growths() == growths);
 }
 
 TEST_CASE("past runtime.ep_shm_limit_mb the exchange falls back to alltoallv, same results",

@@ -164,8 +164,20 @@ class ShmTransport final : public Transport {
   std::unique_ptr<SharedWindow> window_;  // transient transfers
   std::shared_ptr<SlotPool> slots_ = std::make_shared<SlotPool>();
   int growths_ = 0;
+  // Whether p's inboxes, rows [0, rows_at[r]) of each block r, reach into
+  // the outboxes of the last gather_back, rows [outbox_at_[r], 2
+  // outbox_at_[r]), while those may still be read: the same on every rank
+  // (every rank has every plan's rows_at).
+  bool meets_busy_outbox(const DispatchPlan& p) const {
+    if (!outbox_busy_) return false;
+    for (size_t r = 0; r < outbox_at_.size(); ++r)
+      if (outbox_at_[r] > 0 && p.rows_at[r] > outbox_at_[r]) return true;
+    return false;
+  }
+
   // A box some peer may still be reading (no collective since its last read).
   bool inbox_busy_ = false, outbox_busy_ = false;
+  std::vector<int64_t> outbox_at_;   // rows_at of the last gather_back
   std::vector<const float*> bases_;  // gather_back's source
 };
 
@@ -220,14 +232,17 @@ bool ShmTransport::fit(std::unique_ptr<SharedWindow>& w, const DispatchPlan& p, 
 // Sources write their rows into the inboxes (their own rows to expert_in
 // directly); after the fence each expert rank copies the rest of its inbox
 // out. The inboxes stay busy until the next collective (or a fence before
-// the next write into them).
+// the next write into them). A plan with more rows than the last
+// gather_back's writes where that one's outboxes were, which sources may
+// still be reading when backwards run back to back (no count exchange in
+// between): then it fences first too.
 void ShmTransport::dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in,
                             int64_t d) {
   if (!fit(window_, p, d)) return fallback_->dispatch(p, src, expert_in, d);
   const double t0 = stamp();
   const int P = p.ep_size, L = p.local_experts, me = p.ep_rank;
   const size_t row_bytes = kRowBytes * size_t(d);
-  if (inbox_busy_) fence(*window_);
+  if (inbox_busy_ || meets_busy_outbox(p)) fence(*window_);
   write_rows(ctx_, p, src, *window_, expert_in, d);
   fence(*window_);
   const float* in = inbox_of(*window_, me);
@@ -261,6 +276,7 @@ kernels::RowSource ShmTransport::gather_back(const DispatchPlan& p, const float*
   if (expert_side != out_me && R > 0) std::memcpy(out_me, expert_side, row_bytes * size_t(R));
   fence(*window_);
   outbox_busy_ = true;
+  outbox_at_ = p.rows_at;
   bases_ = outbox_bases(*window_, p, d);
   kernels::RowSource source(bases_.data(), p.expert_first.data(), p.n_experts);
   account(double(R - p.recv_rows[me]) * double(row_bytes));
