@@ -329,6 +329,7 @@ void forward_impl(const Ctx& ctx, const AttnShape& s, const float* q, const floa
   float* l = scratch.take(kQueryBlock);
   const int64_t ldt = transposed_stride(s);
   float* kt = scratch.take(size_t(D * ldt));  // K of the kv head, transposed
+  const bool native = gemm_direct_native();   // the row passes in AVX-512
   TileView tile;
 
   for (int h = 0; h < s.H; ++h) {
@@ -364,13 +365,15 @@ void forward_impl(const Ctx& ctx, const AttnShape& s, const float* q, const floa
         for (int64_t i = 0; i < rows; ++i) {
           float* srow = scores + i * lds;
           const int64_t a = tile.lo[i], n = tile.n[i];
-          const float m_new = std::max(m[i], row_max(srow + a, n));
+          const float m_new =
+              std::max(m[i], native ? row_max_native(srow + a, n) : row_max(srow + a, n));
           if (m_new == kNegInf) {  // nothing visible yet: the row stays empty
             zero_masked(tile, i, srow);
             continue;
           }
           const float alpha = exp1(m[i] - m_new);
-          l[i] = l[i] * alpha + exp_shift_sum(srow + a, n, m_new);
+          l[i] = l[i] * alpha + (native ? exp_shift_sum_native(srow + a, n, m_new)
+                                        : exp_shift_sum(srow + a, n, m_new));
           zero_masked(tile, i, srow);
           if (alpha != 1.0f) scale_row(acc + i * D, D, alpha);
           m[i] = m_new;
@@ -421,7 +424,12 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, cons
   Scratch scratch(ctx, attention_workspace_bytes(s, true) / sizeof(float));
   float* p = scratch.take(size_t(kQueryBlock * tile_stride(kKeyBlock)));
   float* dp = scratch.take(size_t(kQueryBlock * tile_stride(kKeyBlock)));
-  float* delta = scratch.take(kQueryBlock);  // rowsum(dO * O): softmax's Jacobian term
+  float* delta = scratch.take(kQueryBlock);    // rowsum(dO * O): softmax's Jacobian term
+  float* row_lse = scratch.take(kQueryBlock);  // the query block's lse, contiguous
+  // Where gemm_direct is native, the exponentials (P = exp(S - lse)) and the
+  // softmax gradient (dS = P (dP - delta)) are computed by the GEMMs' tiles
+  // before they store S and dP, with the roundings of the passes below.
+  const bool fused = gemm_direct_native();
   const int64_t ldt = transposed_stride(s);
   float* kt = scratch.take(size_t(D * ldt));  // K and V of the kv head, transposed
   float* vt = scratch.take(size_t(D * ldt));
@@ -438,8 +446,10 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, cons
       const int64_t off = i0 * ld.q + int64_t(h) * D;
       const float *qb = q + off, *dob = dout + off;
       float* dqb = dq + off;
-      for (int64_t i = 0; i < rows; ++i)
+      for (int64_t i = 0; i < rows; ++i) {
         delta[i] = float(dot_d(dob + i * ld.q, out + off + i * ld.q, D));
+        row_lse[i] = lse[(i0 + i) * s.H + h];
+      }
 
       int64_t jb, je;
       attn_key_range(s, i0, rows, &jb, &je);
@@ -453,18 +463,22 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, cons
         float *dkb = dk + koff, *dvb = dv + koff;
         for (int u = 0; u < tile.n_pieces; ++u) {
           const Piece& pc = tile.piece[u];
-          gemm_direct(ctx, false, pc.r1 - pc.r0, pc.c1 - pc.c0, D, s.scale, qb + pc.r0 * ld.q, ld.q,
-                      kt + j0 + pc.c0, ldt, 0.0f, p + pc.r0 * lds + pc.c0, lds);
+          const float* qp = qb + pc.r0 * ld.q;
+          float* pp = p + pc.r0 * lds + pc.c0;
+          if (fused)
+            gemm_direct_rows(RowOp::kExp, pc.r1 - pc.r0, pc.c1 - pc.c0, D, s.scale, qp, ld.q,
+                             kt + j0 + pc.c0, ldt, pp, lds, row_lse + pc.r0, nullptr, 0);
+          else
+            gemm_direct(ctx, false, pc.r1 - pc.r0, pc.c1 - pc.c0, D, s.scale, qp, ld.q,
+                        kt + j0 + pc.c0, ldt, 0.0f, pp, lds);
         }
         for (int64_t i = 0; i < rows; ++i) {
           float* prow = p + i * lds;
-          const int64_t a = tile.lo[i], n = tile.n[i];
-          const float row_lse = lse[(i0 + i) * s.H + h];
-          if (row_lse == kNegInf) {
+          if (row_lse[i] == kNegInf) {
             std::fill(prow + tile.f0[i / kRowBand], prow + tile.f1[i / kRowBand], 0.0f);
             continue;
           }
-          exp_shift_sum(prow + a, n, row_lse);
+          if (!fused) exp_shift_sum(prow + tile.lo[i], tile.n[i], row_lse[i]);
           zero_masked(tile, i, prow);
         }
         // dV += P^T dO ; dP = dO V^T ; dS = P (dP - delta) ; dQ += s dS K ; dK += s dS^T Q,
@@ -474,13 +488,17 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, cons
           const int64_t pr = pc.r1 - pc.r0, pn = pc.c1 - pc.c0, at = pc.r0 * lds + pc.c0;
           gemm_direct(ctx, true, pn, D, pr, 1.0f, p + at, lds, dob + pc.r0 * ld.q, ld.q, 1.0f,
                       dvb + pc.c0 * ld.kv, ld.kv);
-          gemm_direct(ctx, false, pr, pn, D, 1.0f, dob + pc.r0 * ld.q, ld.q, vt + j0 + pc.c0, ldt,
-                      0.0f, dp + at, lds);
+          if (fused)
+            gemm_direct_rows(RowOp::kGrad, pr, pn, D, 1.0f, dob + pc.r0 * ld.q, ld.q,
+                             vt + j0 + pc.c0, ldt, dp + at, lds, delta + pc.r0, p + at, lds);
+          else
+            gemm_direct(ctx, false, pr, pn, D, 1.0f, dob + pc.r0 * ld.q, ld.q, vt + j0 + pc.c0, ldt,
+                        0.0f, dp + at, lds);
         }
         for (int64_t i = 0; i < rows; ++i) {
           float* dprow = dp + i * lds;
           const int64_t a = tile.lo[i], n = tile.n[i];
-          softmax_grad_row(p + i * lds + a, dprow + a, n, delta[i]);
+          if (!fused) softmax_grad_row(p + i * lds + a, dprow + a, n, delta[i]);
           zero_masked(tile, i, dprow);
         }
         for (int u = 0; u < tile.n_pieces; ++u) {
@@ -569,7 +587,7 @@ double attention_reference_row(const AttnShape& s, const float* q, const float* 
 size_t attention_workspace_bytes(const AttnShape& s, bool backward) {
   const size_t tile = size_t(kQueryBlock * tile_stride(kKeyBlock));
   const size_t transposed = size_t(s.D) * size_t(transposed_stride(s));
-  if (backward) return sizeof(float) * (2 * tile + size_t(kQueryBlock) + 2 * transposed);
+  if (backward) return sizeof(float) * (2 * tile + 2 * size_t(kQueryBlock) + 2 * transposed);
   return sizeof(float) *
          (tile + size_t(kQueryBlock) * size_t(s.D) + 2 * size_t(kQueryBlock) + transposed);
 }

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <utility>
 
+#include "trident/core/error.hpp"
 #include "trident/kernels/backends.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -24,12 +26,90 @@ constexpr int kMR = 8;  // rows of the register tile
 constexpr int kNV = 2;  // 16-float vectors across its columns
 constexpr int64_t kNR = 16 * kNV;
 
+// GCC 12's AVX-512 intrinsics (shuffles, min, max, scalef) start from an
+// "undefined" register that -W(maybe-)uninitialized reports when they are
+// inlined; every lane of their results is defined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+// exp(x) as attention.cpp's exp8 computes it, lane for lane and rounding for
+// rounding (the same fused multiply-adds where its AVX2 build contracts):
+// x = n ln2 + r, e^r by the degree-7 Taylor polynomial, times 2^n (vscalefps
+// multiplies by 2^n exactly, as exp8's exponent bits do); 0 below -87.
+TRIDENT_AVX512 inline __m512 exp16(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-87.0f), hi = _mm512_set1_ps(88.0f);
+  const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+  // max and min return their second operand when one is NaN: NaN stays NaN
+  const __m512 xc = _mm512_min_ps(hi, _mm512_max_ps(lo, x));
+  const __m512 magic = _mm512_set1_ps(12582912.0f);
+  const __m512 n =
+      _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), magic), magic);
+  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.0f / 5040.0f), r, _mm512_set1_ps(1.0f / 720.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_mov_ps(__mmask16(~under), _mm512_scalef_ps(p, n));
+}
+
+TRIDENT_AVX512 float row_max_avx512(const float* x, int64_t n) {
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 m = ninf;
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 in = n - j >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - j)) - 1u);
+    const __m512 v = _mm512_mask_loadu_ps(ninf, in, x + j);
+    // v > m ? v : m, as attention's pass: a NaN never replaces the maximum
+    m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ), v);
+  }
+  alignas(64) float t[16];
+  _mm512_store_ps(t, m);
+  float r = t[0];
+  for (int u = 1; u < 16; ++u) r = std::max(r, t[u]);
+  return r;
+}
+
+// The sum kept in eight lanes, each 16 exponentials added as their low and
+// then their high eight: the order of attention's eight-float pass.
+TRIDENT_AVX512 float exp_shift_sum_avx512(float* x, int64_t n, float m) {
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const __m512 mv = _mm512_set1_ps(m);
+  __m256 sum = _mm256_setzero_ps();
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 in = n - j >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - j)) - 1u);
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, in, x + j), mv));
+    _mm512_mask_storeu_ps(x + j, in, e);
+    sum = _mm256_add_ps(sum, _mm512_castps512_ps256(e));
+    sum = _mm256_add_ps(sum, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
+  }
+  alignas(32) float t[8];
+  _mm256_store_ps(t, sum);
+  float s = 0.0f;
+  for (int u = 0; u < 8; ++u) s += t[u];
+  return s;
+}
+
+// What a tile does before it stores (gemm_direct_rows): kPlain is
+// alpha * AB + beta * C; the others apply the RowOp to x = alpha * AB, with
+// row and p already at the tile's first row (and column).
+enum Epi { kPlain, kExpRows, kGradRows };
+struct RowArgs {
+  const float* row = nullptr;
+  const float* p = nullptr;
+  int64_t ldp = 0;
+};
+
 // C[0:MR, 0:16 NV] (+)= alpha * op(A) B over all K, the last vector's
 // columns selected by `last`. The MR x NV accumulators stay in registers
 // (16 of 32); each k loads NV vectors of B and broadcasts MR elements of A.
-template <int MR, int NV, bool TRANS>
+template <int MR, int NV, bool TRANS, int EPI = kPlain>
 TRIDENT_AVX512 void tile(int64_t K, float alpha, const float* A, int64_t lda, const float* B,
-                         int64_t ldb, float beta, float* C, int64_t ldc, __mmask16 last) {
+                         int64_t ldb, float beta, float* C, int64_t ldc, __mmask16 last,
+                         RowArgs ra) {
   __m512 c[MR][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
@@ -56,18 +136,31 @@ TRIDENT_AVX512 void tile(int64_t K, float alpha, const float* A, int64_t lda, co
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) {
       const __mmask16 m = v + 1 < NV ? __mmask16(0xFFFF) : last;
-      // beta 0: C is not read (it may hold anything, NaN included)
-      const __m512 x =
-          beta != 0.0f ? _mm512_fmadd_ps(al, c[r][v],
-                                         _mm512_mul_ps(be, _mm512_maskz_loadu_ps(m, cr + 16 * v)))
-                       : _mm512_mul_ps(al, c[r][v]);
-      _mm512_mask_storeu_ps(cr + 16 * v, m, x);
+      if constexpr (EPI == kPlain) {
+        // beta 0: C is not read (it may hold anything, NaN included)
+        const __m512 x =
+            beta != 0.0f ? _mm512_fmadd_ps(al, c[r][v],
+                                           _mm512_mul_ps(be, _mm512_maskz_loadu_ps(m, cr + 16 * v)))
+                         : _mm512_mul_ps(al, c[r][v]);
+        _mm512_mask_storeu_ps(cr + 16 * v, m, x);
+      } else {
+        // alpha * AB rounded as the plain tile stores it (a _round_ intrinsic is
+        // not contracted with the subtraction into one fused multiply-add)
+        const __m512 x = _mm512_sub_ps(_mm512_mul_round_ps(al, c[r][v], _MM_FROUND_CUR_DIRECTION),
+                                       _mm512_set1_ps(ra.row[r]));
+        if constexpr (EPI == kExpRows) {
+          _mm512_mask_storeu_ps(cr + 16 * v, m, exp16(x));
+        } else {
+          const __m512 p = _mm512_maskz_loadu_ps(m, ra.p + r * ra.ldp + 16 * v);
+          _mm512_mask_storeu_ps(cr + 16 * v, m, _mm512_mul_ps(p, x));
+        }
+      }
     }
   }
 }
 
 using TileFn = void (*)(int64_t, float, const float*, int64_t, const float*, int64_t, float, float*,
-                        int64_t, __mmask16);
+                        int64_t, __mmask16, RowArgs);
 
 // kTiles[trans][rows - 1][vectors - 1]
 template <bool TRANS, int... R>
@@ -77,6 +170,15 @@ constexpr std::array<std::array<TileFn, kNV>, kMR> tiles_of(std::integer_sequenc
 constexpr std::array<std::array<TileFn, kNV>, kMR> kTiles[2] = {
     tiles_of<false>(std::make_integer_sequence<int, kMR>{}),
     tiles_of<true>(std::make_integer_sequence<int, kMR>{})};
+
+template <int EPI, int... R>
+constexpr std::array<std::array<TileFn, kNV>, kMR> row_tiles_of(std::integer_sequence<int, R...>) {
+  return {{{&tile<R + 1, 1, false, EPI>, &tile<R + 1, 2, false, EPI>}...}};
+}
+// kRowTiles[op][rows - 1][vectors - 1]
+constexpr std::array<std::array<TileFn, kNV>, kMR> kRowTiles[2] = {
+    row_tiles_of<kExpRows>(std::make_integer_sequence<int, kMR>{}),
+    row_tiles_of<kGradRows>(std::make_integer_sequence<int, kMR>{})};
 
 // Column blocks outside, row tiles inside: one block's K x 32 slice of B is
 // read by every row tile while it is in the first-level cache, and A (the
@@ -93,16 +195,33 @@ TRIDENT_AVX512 void gemm_avx512(bool a_trans, int64_t M, int64_t N, int64_t K, f
       const int mr = int(std::min<int64_t>(kMR, M - m0));
       const float* a = a_trans ? A + m0 : A + m0 * lda;
       kTiles[a_trans][mr - 1][nv - 1](K, alpha, a, lda, B + n0, ldb, beta, C + m0 * ldc + n0, ldc,
-                                      last);
+                                      last, RowArgs{});
     }
   }
 }
 
-// GCC 12's AVX-512 shuffle intrinsics start from an "undefined" register
-// that -Wmaybe-uninitialized reports when they are inlined; every lane of
-// their results is defined.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// gemm_avx512's loops with a RowOp tile (A by rows, beta 0).
+TRIDENT_AVX512 void gemm_rows_avx512(RowOp op, int64_t M, int64_t N, int64_t K, float alpha,
+                                     const float* A, int64_t lda, const float* B, int64_t ldb,
+                                     float* C, int64_t ldc, const float* row, const float* P,
+                                     int64_t ldp) {
+  const auto& tiles = kRowTiles[op == RowOp::kExp ? 0 : 1];
+  for (int64_t n0 = 0; n0 < N; n0 += kNR) {
+    const int64_t nw = std::min(kNR, N - n0);
+    const int nv = int((nw + 15) / 16);
+    const __mmask16 last = __mmask16((1u << (nw - 16 * (nv - 1))) - 1u);
+    for (int64_t m0 = 0; m0 < M; m0 += kMR) {
+      const int mr = int(std::min<int64_t>(kMR, M - m0));
+      RowArgs ra;
+      ra.row = row + m0;
+      ra.p = P ? P + m0 * ldp + n0 : nullptr;
+      ra.ldp = ldp;
+      tiles[mr - 1][nv - 1](K, alpha, A + m0 * lda, lda, B + n0, ldb, 0.0f, C + m0 * ldc + n0, ldc,
+                            last, ra);
+    }
+  }
+}
+
 // One block of up to 16 x 16: xt[c * ldt + r] = x[r * ld + c] for r < rows,
 // c < cols. Three rounds of shuffles (pairs of floats, pairs of pairs,
 // 128-bit lanes) turn 16 loaded rows into 16 columns.
@@ -175,6 +294,35 @@ void gemm_direct(const Ctx& ctx, bool a_trans, int64_t M, int64_t N, int64_t K, 
   }
 #endif
   cpu::sgemm(ctx, a_trans, false, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_direct_rows(RowOp op, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                      int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
+                      const float* row, const float* P, int64_t ldp) {
+  TRIDENT_CHECK(gemm_direct_native(), "gemm_direct_rows: only where gemm_direct is native");
+  TRIDENT_CHECK(op != RowOp::kGrad || P != nullptr, "gemm_direct_rows: kGrad needs P");
+#ifdef TRIDENT_GEMM_AVX512
+  if (M == 0 || N == 0) return;
+  gemm_rows_avx512(op, M, N, K, alpha, A, lda, B, ldb, C, ldc, row, P, ldp);
+#endif
+}
+
+float row_max_native(const float* x, int64_t n) {
+  TRIDENT_CHECK(gemm_direct_native(), "row_max_native: only where gemm_direct is native");
+#ifdef TRIDENT_GEMM_AVX512
+  return row_max_avx512(x, n);
+#else
+  return 0.0f;
+#endif
+}
+
+float exp_shift_sum_native(float* x, int64_t n, float m) {
+  TRIDENT_CHECK(gemm_direct_native(), "exp_shift_sum_native: only where gemm_direct is native");
+#ifdef TRIDENT_GEMM_AVX512
+  return exp_shift_sum_avx512(x, n, m);
+#else
+  return 0.0f;
+#endif
 }
 
 void transpose_rows(const float* x, int64_t ld, int64_t rows, int64_t cols, float* xt,

@@ -29,6 +29,29 @@ void gemm_direct(const Ctx& ctx, bool a_trans, int64_t M, int64_t N, int64_t K, 
                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                  int64_t ldc);
 
+// What gemm_direct_rows does with each element x = alpha * (op(A) B)[i][j]
+// of C before storing it (the attention's per-row passes over a tile, done
+// while the tile is in registers). row[i] is a value per row of C; P is
+// [M, N] at row stride ldp. Each is the operation the attention's own pass
+// would perform on the stored x, with the same roundings.
+enum class RowOp {
+  kExp,   // C = exp(x - row[i]), the exp of attention's softmax (about one ulp)
+  kGrad,  // C = P * (x - row[i])
+};
+
+// C = op(x) for the M x N block, A by rows (not transposed), beta 0. Only
+// where gemm_direct_native(): the caller keeps its own passes elsewhere.
+void gemm_direct_rows(RowOp op, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                      int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
+                      const float* row, const float* P, int64_t ldp);
+
+// The forward softmax's row passes in AVX-512 (only where
+// gemm_direct_native()), with the results of attention.cpp's own: the
+// largest of x[0:n] (NaN ignored; -inf for n = 0), and x[j] <- exp(x[j] - m)
+// returning the sum of the x[j], added in the same order.
+float row_max_native(const float* x, int64_t n);
+float exp_shift_sum_native(float* x, int64_t n, float m);
+
 // Whether gemm_direct runs its own kernel on this machine (else sgemm).
 bool gemm_direct_native();
 

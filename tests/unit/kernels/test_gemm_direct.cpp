@@ -1,11 +1,13 @@
 // gemm_direct (kernels/cpu/gemm_direct.hpp, the attention's GEMM) against a
 // plain fp64 triple loop on random inputs: both layouts of A, beta 0, 1, -0.5,
 // alpha != 1, shapes with row, column and depth tails, row strides wider
-// than the rows, and nothing written outside C's block.
+// than the rows, and nothing written outside C's block. gemm_direct_rows and
+// the native softmax row passes against the same product and std::exp.
 #include <algorithm>
 #include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "gemm_direct.hpp"
@@ -92,5 +94,97 @@ TEST_CASE("transpose_rows writes the transpose and nothing else", "[gemm_direct]
     }
     CHECK(wrong == 0);
     CHECK(outside == 0);
+  }
+}
+
+TEST_CASE("gemm_direct_rows applies its row operation to gemm_direct's product", "[gemm_direct]") {
+  namespace cpu = kernels::cpu;
+  if (!cpu::gemm_direct_native()) {
+    WARN("SKIP: gemm_direct_rows needs AVX-512F and FMA, which this machine lacks");
+    return;
+  }
+  const float sentinel = 4242.0f;
+  uint64_t key = 9500;
+  for (auto [M, N, K] : {std::array<int64_t, 3>{1, 1, 1},
+                         {8, 32, 16},
+                         {13, 70, 37},
+                         {256, 512, 128},
+                         {33, 17, 64},
+                         {7, 5, 0}}) {
+    INFO("M " << M << " N " << N << " K " << K);
+    const float alpha = 0.37f;
+    const int64_t lda = K + 3, ldb = N + 5, ldc = N + 7, ldp = N + 2;
+    const auto A = randn(size_t(M * lda), ++key);
+    const auto B = randn(size_t(K * ldb + 1), ++key);
+    const auto P = randn(size_t(M * ldp), ++key);
+    auto row = randn(size_t(M), ++key);
+    // exp arguments from about -100 (below exp's cut at -87) to about +3
+    for (auto& r : row) r = 3.0f + 30.0f * std::fabs(r);
+    std::vector<float> prod(size_t(M * ldc));
+    cpu::gemm_direct(test::kernel_ctx(), false, M, N, K, alpha, A.data(), lda, B.data(), ldb, 0.0f,
+                     prod.data(), ldc);
+    for (cpu::RowOp op : {cpu::RowOp::kExp, cpu::RowOp::kGrad}) {
+      std::vector<float> C(size_t(M * ldc), sentinel);
+      cpu::gemm_direct_rows(op, M, N, K, alpha, A.data(), lda, B.data(), ldb, C.data(), ldc,
+                            row.data(), P.data(), ldp);
+      double worst = 0.0;
+      int64_t wrong = 0, outside = 0;
+      for (int64_t i = 0; i < M; ++i) {
+        for (int64_t j = 0; j < N; ++j) {
+          const float x = prod[size_t(i * ldc + j)] - row[size_t(i)];
+          const float c = C[size_t(i * ldc + j)];
+          if (op == cpu::RowOp::kGrad) {
+            wrong += c != P[size_t(i * ldp + j)] * x;  // the same two roundings
+          } else if (x < -87.0f) {
+            wrong += c != 0.0f;
+          } else {
+            const double ref = std::exp(double(x));
+            worst = std::max(worst, std::fabs(c - ref) / ref);
+          }
+        }
+        for (int64_t j = N; j < ldc; ++j) outside += C[size_t(i * ldc + j)] != sentinel;
+      }
+      INFO("op " << int(op));
+      CHECK(worst <= 3e-7);  // about 2 ulp
+      CHECK(wrong == 0);
+      CHECK(outside == 0);
+    }
+  }
+}
+
+TEST_CASE("the native softmax row passes: max, exp and sum", "[gemm_direct]") {
+  namespace cpu = kernels::cpu;
+  if (!cpu::gemm_direct_native()) {
+    WARN("SKIP: the native row passes need AVX-512F and FMA, which this machine lacks");
+    return;
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  uint64_t key = 9700;
+  for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 31, 40, 512, 517}) {
+    INFO("n " << n);
+    auto x = randn(size_t(n) + 1, ++key);
+    for (auto& v : x) v *= 20.0f;
+    if (n > 3) {
+      x[2] = -inf;  // a masked score
+      x[size_t(n - 1)] = std::numeric_limits<float>::quiet_NaN();
+    }
+    const float tail = x[size_t(n)];  // past the end: neither read into the max nor written
+    float ref_max = -inf;
+    for (int64_t j = 0; j < n; ++j)
+      if (x[size_t(j)] > ref_max) ref_max = x[size_t(j)];
+    CHECK(cpu::row_max_native(x.data(), n) == ref_max);
+    if (n > 3) x[size_t(n - 1)] = 1.0f;
+    const float m = n > 0 ? std::max(ref_max, 1.0f) : 0.0f;
+    const std::vector<float> x0 = x;
+    const float sum = cpu::exp_shift_sum_native(x.data(), n, m);
+    double ref_sum = 0.0, worst = 0.0;
+    for (int64_t j = 0; j < n; ++j) {
+      const double e = x0[size_t(j)] - m < -87.0f ? 0.0 : std::exp(double(x0[size_t(j)] - m));
+      ref_sum += e;
+      worst = std::max(worst, std::fabs(x[size_t(j)] - e) / std::max(e, 1e-300));
+    }
+    CHECK(worst <= 3e-7);
+    CHECK(std::fabs(sum - ref_sum) <= 1e-6 * std::max(ref_sum, 1.0));
+    CHECK(x[size_t(n)] == tail);
   }
 }
