@@ -8,11 +8,14 @@
 // needs no copy.
 //
 // The GEMMs are gemm_direct's (gemm_direct.hpp), which read A where it lies
-// and B by rows: K (and in backward V) is transposed once per kv head and
-// call into the workspace, so that Q·Kᵀ and dO·Vᵀ read Kᵀ and Vᵀ by rows;
-// every other operand (Q, P, dS, V, K, dO) is read in place. OpenBLAS would
-// copy both operands of every tile's GEMMs, the same K and V rows once per
-// query block.
+// (Q, dO, P, dS) and B by rows or, where gemm_direct is native (AVX-512), in
+// panels of 32 columns: K (and in backward V) is transposed once per kv head
+// and call into the workspace, so that Q·Kᵀ and dO·Vᵀ read Kᵀ and Vᵀ; where
+// native, V (forward), K (backward) and each query block's Q and dO
+// (backward) are copied into panels too, once per kv head or block, and the
+// softmax's exponentials and the backward's dS are computed in the GEMM
+// tiles that produce S and dP. OpenBLAS would copy both operands of every
+// tile's GEMMs, the same K and V rows once per query block.
 //
 // A tile whose rows see very different key ranges (the causal diagonal, a
 // window's edge, a document boundary) is cut into pieces so that the GEMMs
@@ -287,10 +290,32 @@ struct Strides {
   int64_t q, kv;  // row strides of [T, H, D] and [T, Hkv, D]
 };
 
-// kt[d * ldt + j] = x[j * ld + d] for the Tk rows of one kv head (x points at
-// the head's first element): x transposed, read by rows by the GEMMs.
-void transpose_keys(const float* x, int64_t ld, int64_t Tk, int64_t D, float* kt, int64_t ldt) {
-  cpu::transpose_rows(x, ld, Tk, D, kt, ldt);
+// The Tk rows of one kv head (x points at the head's first element)
+// transposed, the B operand of Q·Kᵀ and dO·Vᵀ: where gemm_direct is native in
+// panels of kPanel keys (D x kPanel floats each, one after the other; see
+// gemm_direct.hpp), elsewhere by rows, kt[d * ldt + j] = x[j * ld + d].
+void transpose_keys(bool panels, const float* x, int64_t ld, int64_t Tk, int64_t D, float* kt,
+                    int64_t ldt) {
+  if (panels)
+    cpu::transpose_panels(x, ld, Tk, D, kt, D * cpu::kPanel);
+  else
+    cpu::transpose_rows(x, ld, Tk, D, kt, ldt);
+}
+
+// Floats of an operand of `rows` rows by D columns in panels (pack_panels).
+inline int64_t panel_floats(int64_t rows, int64_t D) {
+  return (D + cpu::kPanel - 1) / cpu::kPanel * cpu::kPanel * rows;
+}
+
+// C = alpha op(A) B + beta C, B held both ways: by rows (b, ldb) for
+// gemm_direct, and in panels (bp) where gemm_direct is native.
+void gemm_b(const Ctx& ctx, bool panels, bool a_trans, int64_t M, int64_t N, int64_t K, float alpha,
+            const float* a, int64_t lda, const float* b, int64_t ldb, cpu::PanelB bp, float beta,
+            float* c, int64_t ldc) {
+  if (panels)
+    cpu::gemm_direct_panels(a_trans, M, N, K, alpha, a, lda, bp, beta, c, ldc);
+  else
+    cpu::gemm_direct(ctx, a_trans, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 }  // namespace
@@ -328,13 +353,18 @@ void forward_impl(const Ctx& ctx, const AttnShape& s, const float* q, const floa
   float* m = scratch.take(kQueryBlock);
   float* l = scratch.take(kQueryBlock);
   const int64_t ldt = transposed_stride(s);
-  float* kt = scratch.take(size_t(D * ldt));  // K of the kv head, transposed
-  const bool native = gemm_direct_native();   // the row passes in AVX-512
+  float* kt = scratch.take(size_t(D * ldt));                  // K of the kv head, transposed
+  float* vpan = scratch.take(size_t(panel_floats(s.Tk, D)));  // V of the kv head in panels
+  // where gemm_direct is native: Kᵀ and V in panels, the row passes in AVX-512
+  const bool native = gemm_direct_native();
   TileView tile;
 
   for (int h = 0; h < s.H; ++h) {
     const int g = h / group;
-    if (h % group == 0) transpose_keys(k + int64_t(g) * D, ld.kv, s.Tk, D, kt, ldt);
+    if (h % group == 0) {
+      transpose_keys(native, k + int64_t(g) * D, ld.kv, s.Tk, D, kt, ldt);
+      if (native) pack_panels(v + int64_t(g) * D, ld.kv, s.Tk, D, vpan, s.Tk * kPanel);
+    }
     for (int64_t i0 = 0; i0 < s.Tq; i0 += kQueryBlock) {
       const int64_t rows = std::min(kQueryBlock, s.Tq - i0);
       const float* qb = q + i0 * ld.q + int64_t(h) * D;
@@ -359,8 +389,9 @@ void forward_impl(const Ctx& ctx, const AttnShape& s, const float* q, const floa
         const float* vb = v + j0 * ld.kv + int64_t(g) * D;
         for (int u = 0; u < tile.n_pieces; ++u) {
           const Piece& pc = tile.piece[u];
-          gemm_direct(ctx, false, pc.r1 - pc.r0, pc.c1 - pc.c0, D, s.scale, qb + pc.r0 * ld.q, ld.q,
-                      kt + j0 + pc.c0, ldt, 0.0f, scores + pc.r0 * lds + pc.c0, lds);
+          gemm_b(ctx, native, false, pc.r1 - pc.r0, pc.c1 - pc.c0, D, s.scale, qb + pc.r0 * ld.q,
+                 ld.q, kt + j0 + pc.c0, ldt, PanelB{kt, D * kPanel, j0 + pc.c0}, 0.0f,
+                 scores + pc.r0 * lds + pc.c0, lds);
         }
         for (int64_t i = 0; i < rows; ++i) {
           float* srow = scores + i * lds;
@@ -380,9 +411,9 @@ void forward_impl(const Ctx& ctx, const AttnShape& s, const float* q, const floa
         }
         for (int u = 0; u < tile.n_pieces; ++u) {
           const Piece& pc = tile.piece[u];
-          gemm_direct(ctx, false, pc.r1 - pc.r0, D, pc.c1 - pc.c0, 1.0f,
-                      scores + pc.r0 * lds + pc.c0, lds, vb + pc.c0 * ld.kv, ld.kv, 1.0f,
-                      acc + pc.r0 * D, D);
+          gemm_b(ctx, native, false, pc.r1 - pc.r0, D, pc.c1 - pc.c0, 1.0f,
+                 scores + pc.r0 * lds + pc.c0, lds, vb + pc.c0 * ld.kv, ld.kv,
+                 PanelB{vpan + (j0 + pc.c0) * kPanel, s.Tk * kPanel, 0}, 1.0f, acc + pc.r0 * D, D);
         }
       }
 
@@ -426,26 +457,37 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, cons
   float* dp = scratch.take(size_t(kQueryBlock * tile_stride(kKeyBlock)));
   float* delta = scratch.take(kQueryBlock);    // rowsum(dO * O): softmax's Jacobian term
   float* row_lse = scratch.take(kQueryBlock);  // the query block's lse, contiguous
-  // Where gemm_direct is native, the exponentials (P = exp(S - lse)) and the
-  // softmax gradient (dS = P (dP - delta)) are computed by the GEMMs' tiles
-  // before they store S and dP, with the roundings of the passes below.
+  // Where gemm_direct is native, every B operand is read in panels (Kᵀ, Vᵀ
+  // and K once per kv head, the query block's Q and dO once per block), and the
+  // exponentials (P = exp(S - lse)) and the softmax gradient (dS = P (dP -
+  // delta)) are computed by the GEMMs' tiles before they store S and dP, with
+  // the roundings of the passes below.
   const bool fused = gemm_direct_native();
   const int64_t ldt = transposed_stride(s);
   float* kt = scratch.take(size_t(D * ldt));  // K and V of the kv head, transposed
   float* vt = scratch.take(size_t(D * ldt));
+  float* kpan = scratch.take(size_t(panel_floats(s.Tk, D)));          // K in panels
+  float* qpan = scratch.take(size_t(panel_floats(kQueryBlock, D)));   // the block's Q in panels
+  float* dopan = scratch.take(size_t(panel_floats(kQueryBlock, D)));  // and its dO
+  const int64_t kv_panel = s.Tk * kPanel, q_panel = kQueryBlock * kPanel;
   TileView tile;
 
   for (int h = 0; h < s.H; ++h) {
     const int g = h / group;
     if (h % group == 0) {
-      transpose_keys(k + int64_t(g) * D, ld.kv, s.Tk, D, kt, ldt);
-      transpose_keys(v + int64_t(g) * D, ld.kv, s.Tk, D, vt, ldt);
+      transpose_keys(fused, k + int64_t(g) * D, ld.kv, s.Tk, D, kt, ldt);
+      transpose_keys(fused, v + int64_t(g) * D, ld.kv, s.Tk, D, vt, ldt);
+      if (fused) pack_panels(k + int64_t(g) * D, ld.kv, s.Tk, D, kpan, kv_panel);
     }
     for (int64_t i0 = 0; i0 < s.Tq; i0 += kQueryBlock) {
       const int64_t rows = std::min(kQueryBlock, s.Tq - i0);
       const int64_t off = i0 * ld.q + int64_t(h) * D;
       const float *qb = q + off, *dob = dout + off;
       float* dqb = dq + off;
+      if (fused) {
+        pack_panels(qb, ld.q, rows, D, qpan, q_panel);
+        pack_panels(dob, ld.q, rows, D, dopan, q_panel);
+      }
       for (int64_t i = 0; i < rows; ++i) {
         delta[i] = float(dot_d(dob + i * ld.q, out + off + i * ld.q, D));
         row_lse[i] = lse[(i0 + i) * s.H + h];
@@ -467,7 +509,8 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, cons
           float* pp = p + pc.r0 * lds + pc.c0;
           if (fused)
             gemm_direct_rows(RowOp::kExp, pc.r1 - pc.r0, pc.c1 - pc.c0, D, s.scale, qp, ld.q,
-                             kt + j0 + pc.c0, ldt, pp, lds, row_lse + pc.r0, nullptr, 0);
+                             PanelB{kt, D * kPanel, j0 + pc.c0}, pp, lds, row_lse + pc.r0, nullptr,
+                             0);
           else
             gemm_direct(ctx, false, pc.r1 - pc.r0, pc.c1 - pc.c0, D, s.scale, qp, ld.q,
                         kt + j0 + pc.c0, ldt, 0.0f, pp, lds);
@@ -486,11 +529,12 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, cons
         for (int u = 0; u < tile.n_pieces; ++u) {
           const Piece& pc = tile.piece[u];
           const int64_t pr = pc.r1 - pc.r0, pn = pc.c1 - pc.c0, at = pc.r0 * lds + pc.c0;
-          gemm_direct(ctx, true, pn, D, pr, 1.0f, p + at, lds, dob + pc.r0 * ld.q, ld.q, 1.0f,
-                      dvb + pc.c0 * ld.kv, ld.kv);
+          gemm_b(ctx, fused, true, pn, D, pr, 1.0f, p + at, lds, dob + pc.r0 * ld.q, ld.q,
+                 PanelB{dopan + pc.r0 * kPanel, q_panel, 0}, 1.0f, dvb + pc.c0 * ld.kv, ld.kv);
           if (fused)
             gemm_direct_rows(RowOp::kGrad, pr, pn, D, 1.0f, dob + pc.r0 * ld.q, ld.q,
-                             vt + j0 + pc.c0, ldt, dp + at, lds, delta + pc.r0, p + at, lds);
+                             PanelB{vt, D * kPanel, j0 + pc.c0}, dp + at, lds, delta + pc.r0,
+                             p + at, lds);
           else
             gemm_direct(ctx, false, pr, pn, D, 1.0f, dob + pc.r0 * ld.q, ld.q, vt + j0 + pc.c0, ldt,
                         0.0f, dp + at, lds);
@@ -504,10 +548,10 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, cons
         for (int u = 0; u < tile.n_pieces; ++u) {
           const Piece& pc = tile.piece[u];
           const int64_t pr = pc.r1 - pc.r0, pn = pc.c1 - pc.c0, at = pc.r0 * lds + pc.c0;
-          gemm_direct(ctx, false, pr, D, pn, s.scale, dp + at, lds, kb + pc.c0 * ld.kv, ld.kv, 1.0f,
-                      dqb + pc.r0 * ld.q, ld.q);
-          gemm_direct(ctx, true, pn, D, pr, s.scale, dp + at, lds, qb + pc.r0 * ld.q, ld.q, 1.0f,
-                      dkb + pc.c0 * ld.kv, ld.kv);
+          gemm_b(ctx, fused, false, pr, D, pn, s.scale, dp + at, lds, kb + pc.c0 * ld.kv, ld.kv,
+                 PanelB{kpan + (j0 + pc.c0) * kPanel, kv_panel, 0}, 1.0f, dqb + pc.r0 * ld.q, ld.q);
+          gemm_b(ctx, fused, true, pn, D, pr, s.scale, dp + at, lds, qb + pc.r0 * ld.q, ld.q,
+                 PanelB{qpan + pc.r0 * kPanel, q_panel, 0}, 1.0f, dkb + pc.c0 * ld.kv, ld.kv);
         }
       }
     }
@@ -587,9 +631,14 @@ double attention_reference_row(const AttnShape& s, const float* q, const float* 
 size_t attention_workspace_bytes(const AttnShape& s, bool backward) {
   const size_t tile = size_t(kQueryBlock * tile_stride(kKeyBlock));
   const size_t transposed = size_t(s.D) * size_t(transposed_stride(s));
-  if (backward) return sizeof(float) * (2 * tile + 2 * size_t(kQueryBlock) + 2 * transposed);
-  return sizeof(float) *
-         (tile + size_t(kQueryBlock) * size_t(s.D) + 2 * size_t(kQueryBlock) + transposed);
+  // K (backward) or V (forward) in panels, and the backward's Q and dO blocks
+  const size_t kv_panels = size_t(panel_floats(s.Tk, s.D));
+  const size_t q_panels = size_t(panel_floats(kQueryBlock, s.D));
+  if (backward)
+    return sizeof(float) *
+           (2 * tile + 2 * size_t(kQueryBlock) + 2 * transposed + kv_panels + 2 * q_panels);
+  return sizeof(float) * (tile + size_t(kQueryBlock) * size_t(s.D) + 2 * size_t(kQueryBlock) +
+                          transposed + kv_panels);
 }
 
 }  // namespace trident::kernels

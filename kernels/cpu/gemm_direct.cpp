@@ -200,25 +200,31 @@ TRIDENT_AVX512 void gemm_avx512(bool a_trans, int64_t M, int64_t N, int64_t K, f
   }
 }
 
-// gemm_avx512's loops with a RowOp tile (A by rows, beta 0).
-TRIDENT_AVX512 void gemm_rows_avx512(RowOp op, int64_t M, int64_t N, int64_t K, float alpha,
-                                     const float* A, int64_t lda, const float* B, int64_t ldb,
-                                     float* C, int64_t ldc, const float* row, const float* P,
-                                     int64_t ldp) {
-  const auto& tiles = kRowTiles[op == RowOp::kExp ? 0 : 1];
-  for (int64_t n0 = 0; n0 < N; n0 += kNR) {
-    const int64_t nw = std::min(kNR, N - n0);
+// gemm_avx512's loops over B in panels: column blocks follow the panel grid
+// (a first block up to the next panel boundary when col0 is inside a panel),
+// each block's rows kPanel floats apart in one contiguous panel. tiles: a
+// table of tiles (plain, by rows or transposed, or a RowOp's with row and P).
+using TileTable = std::array<std::array<TileFn, kNV>, kMR>;
+TRIDENT_AVX512 void gemm_panels_avx512(const TileTable& tiles, bool a_trans, int64_t M, int64_t N,
+                                       int64_t K, float alpha, const float* A, int64_t lda,
+                                       PanelB B, float beta, float* C, int64_t ldc,
+                                       const float* row, const float* P, int64_t ldp) {
+  for (int64_t n0 = 0; n0 < N;) {
+    const int64_t c = B.col0 + n0, o = c % kPanel;
+    const int64_t nw = std::min(kPanel - o, N - n0);
+    const float* b = B.p + (c / kPanel) * B.stride + o;
     const int nv = int((nw + 15) / 16);
     const __mmask16 last = __mmask16((1u << (nw - 16 * (nv - 1))) - 1u);
     for (int64_t m0 = 0; m0 < M; m0 += kMR) {
       const int mr = int(std::min<int64_t>(kMR, M - m0));
       RowArgs ra;
-      ra.row = row + m0;
+      ra.row = row ? row + m0 : nullptr;
       ra.p = P ? P + m0 * ldp + n0 : nullptr;
       ra.ldp = ldp;
-      tiles[mr - 1][nv - 1](K, alpha, A + m0 * lda, lda, B + n0, ldb, 0.0f, C + m0 * ldc + n0, ldc,
-                            last, ra);
+      tiles[mr - 1][nv - 1](K, alpha, a_trans ? A + m0 : A + m0 * lda, lda, b, kPanel, beta,
+                            C + m0 * ldc + n0, ldc, last, ra);
     }
+    n0 += nw;
   }
 }
 
@@ -269,6 +275,15 @@ TRIDENT_AVX512 void transpose_avx512(const float* x, int64_t ld, int64_t rows, i
                   int(std::min<int64_t>(16, cols - c0)), xt + c0 * ldt + r0, ldt);
 }
 
+TRIDENT_AVX512 void transpose_panels_avx512(const float* x, int64_t ld, int64_t rows, int64_t cols,
+                                            float* xp, int64_t stride) {
+  for (int64_t r0 = 0; r0 < rows; r0 += 16)
+    for (int64_t c0 = 0; c0 < cols; c0 += 16)
+      transpose16(x + r0 * ld + c0, ld, int(std::min<int64_t>(16, rows - r0)),
+                  int(std::min<int64_t>(16, cols - c0)),
+                  xp + (r0 / kPanel) * stride + c0 * kPanel + r0 % kPanel, kPanel);
+}
+
 #pragma GCC diagnostic pop
 
 bool detect_native() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"); }
@@ -296,14 +311,41 @@ void gemm_direct(const Ctx& ctx, bool a_trans, int64_t M, int64_t N, int64_t K, 
   cpu::sgemm(ctx, a_trans, false, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+void gemm_direct_panels(bool a_trans, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                        int64_t lda, PanelB B, float beta, float* C, int64_t ldc) {
+  TRIDENT_CHECK(gemm_direct_native(), "gemm_direct_panels: only where gemm_direct is native");
+#ifdef TRIDENT_GEMM_AVX512
+  gemm_panels_avx512(kTiles[a_trans], a_trans, M, N, K, alpha, A, lda, B, beta, C, ldc, nullptr,
+                     nullptr, 0);
+#endif
+}
+
+void pack_panels(const float* x, int64_t ld, int64_t rows, int64_t cols, float* xp,
+                 int64_t stride) {
+  for (int64_t c0 = 0; c0 < cols; c0 += kPanel) {
+    const int64_t w = std::min(kPanel, cols - c0);
+    float* panel = xp + (c0 / kPanel) * stride;
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy(x + r * ld + c0, x + r * ld + c0 + w, panel + r * kPanel);
+  }
+}
+
 void gemm_direct_rows(RowOp op, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                      int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
-                      const float* row, const float* P, int64_t ldp) {
+                      int64_t lda, PanelB B, float* C, int64_t ldc, const float* row,
+                      const float* P, int64_t ldp) {
   TRIDENT_CHECK(gemm_direct_native(), "gemm_direct_rows: only where gemm_direct is native");
   TRIDENT_CHECK(op != RowOp::kGrad || P != nullptr, "gemm_direct_rows: kGrad needs P");
 #ifdef TRIDENT_GEMM_AVX512
-  if (M == 0 || N == 0) return;
-  gemm_rows_avx512(op, M, N, K, alpha, A, lda, B, ldb, C, ldc, row, P, ldp);
+  gemm_panels_avx512(kRowTiles[op == RowOp::kExp ? 0 : 1], false, M, N, K, alpha, A, lda, B, 0.0f,
+                     C, ldc, row, P, ldp);
+#endif
+}
+
+void transpose_panels(const float* x, int64_t ld, int64_t rows, int64_t cols, float* xp,
+                      int64_t stride) {
+  TRIDENT_CHECK(gemm_direct_native(), "transpose_panels: only where gemm_direct is native");
+#ifdef TRIDENT_GEMM_AVX512
+  transpose_panels_avx512(x, ld, rows, cols, xp, stride);
 #endif
 }
 

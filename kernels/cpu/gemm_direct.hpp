@@ -29,6 +29,36 @@ void gemm_direct(const Ctx& ctx, bool a_trans, int64_t M, int64_t N, int64_t K, 
                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                  int64_t ldc);
 
+// B held in panels of kPanel columns, for the gemm_direct_* calls below:
+// element (k, n) of the [K, N] operand at p[(c / kPanel) * stride + k *
+// kPanel + c % kPanel], c = col0 + n. The K rows of one column block are
+// then one contiguous run, read in order. From a row-major B whose rows lie
+// kilobytes apart (the attention's Kᵀ: 16 KiB at seq 4096) the same tiles
+// ran at 80-105 GFLOP/s from one process to the next, depending on where
+// the rows' pages fell in the caches; from panels at 105 every time.
+inline constexpr int64_t kPanel = 32;
+struct PanelB {
+  const float* p;  // at row k = 0
+  int64_t stride;  // floats from one panel to the next (>= K * kPanel)
+  int64_t col0;    // the column of the grid that is column 0 of the call
+};
+
+// xp in panels of x's transpose: element (c, r) of xᵀ (= x[r * ld + c]) at
+// xp[(r / kPanel) * stride + c * kPanel + r % kPanel], for r < rows, c <
+// cols; the rest of the last panel is not written. Native only.
+void transpose_panels(const float* x, int64_t ld, int64_t rows, int64_t cols, float* xp,
+                      int64_t stride);
+
+// xp in panels of x itself: element (r, c) = x[r * ld + c] at xp[(c / kPanel)
+// * stride + r * kPanel + c % kPanel], for r < rows, c < cols; the rest of
+// the last panel is not written. On every machine.
+void pack_panels(const float* x, int64_t ld, int64_t rows, int64_t cols, float* xp, int64_t stride);
+
+// gemm_direct with B in panels (A by rows, or with a_trans transposed).
+// Native only.
+void gemm_direct_panels(bool a_trans, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                        int64_t lda, PanelB B, float beta, float* C, int64_t ldc);
+
 // What gemm_direct_rows does with each element x = alpha * (op(A) B)[i][j]
 // of C before storing it (the attention's per-row passes over a tile, done
 // while the tile is in registers). row[i] is a value per row of C; P is
@@ -39,11 +69,12 @@ enum class RowOp {
   kGrad,  // C = P * (x - row[i])
 };
 
-// C = op(x) for the M x N block, A by rows (not transposed), beta 0. Only
-// where gemm_direct_native(): the caller keeps its own passes elsewhere.
+// C = op(x) for the M x N block, A by rows (not transposed), B in panels,
+// beta 0. Only where gemm_direct_native(): the caller keeps its own passes
+// elsewhere.
 void gemm_direct_rows(RowOp op, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                      int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
-                      const float* row, const float* P, int64_t ldp);
+                      int64_t lda, PanelB B, float* C, int64_t ldc, const float* row,
+                      const float* P, int64_t ldp);
 
 // The forward softmax's row passes in AVX-512 (only where
 // gemm_direct_native()), with the results of attention.cpp's own: the

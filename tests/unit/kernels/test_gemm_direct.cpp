@@ -1,8 +1,9 @@
 // gemm_direct (kernels/cpu/gemm_direct.hpp, the attention's GEMM) against a
 // plain fp64 triple loop on random inputs: both layouts of A, beta 0, 1, -0.5,
 // alpha != 1, shapes with row, column and depth tails, row strides wider
-// than the rows, and nothing written outside C's block. gemm_direct_rows and
-// the native softmax row passes against the same product and std::exp.
+// than the rows, and nothing written outside C's block. B in panels (the
+// layout, and bit-identity with gemm_direct), gemm_direct_rows and the native
+// softmax row passes against the same product and std::exp.
 #include <algorithm>
 #include <array>
 #include <catch2/catch.hpp>
@@ -97,6 +98,92 @@ TEST_CASE("transpose_rows writes the transpose and nothing else", "[gemm_direct]
   }
 }
 
+TEST_CASE("pack_panels and transpose_panels put each element where PanelB reads it",
+          "[gemm_direct]") {
+  namespace cpu = kernels::cpu;
+  const float sentinel = -555.0f;
+  uint64_t key = 9400;
+  for (auto [rows, cols] :
+       {std::array<int64_t, 2>{1, 1}, {32, 32}, {17, 33}, {5, 128}, {70, 72}, {40, 7}, {0, 9}}) {
+    INFO("rows " << rows << " cols " << cols);
+    const int64_t ld = cols + 3;
+    const auto x = randn(size_t(std::max<int64_t>(rows, 1) * ld), ++key);
+    // pack_panels: element (r, c) at panel c / kPanel, row r, lane c % kPanel
+    const int64_t stride = rows * cpu::kPanel + 5;
+    const int64_t n_panels = (cols + cpu::kPanel - 1) / cpu::kPanel;
+    std::vector<float> xp(size_t(n_panels * stride), sentinel);
+    cpu::pack_panels(x.data(), ld, rows, cols, xp.data(), stride);
+    int64_t wrong = 0, written = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        wrong += xp[size_t((c / cpu::kPanel) * stride + r * cpu::kPanel + c % cpu::kPanel)] !=
+                 x[size_t(r * ld + c)];
+    for (float v : xp) written += v != sentinel;
+    CHECK(wrong == 0);
+    CHECK(written == rows * cols);             // nothing else
+    if (!cpu::gemm_direct_native()) continue;  // transpose_panels is native only
+    // transpose_panels: element (c, r) of x's transpose at panel r / kPanel
+    const int64_t tstride = cols * cpu::kPanel + 3;
+    const int64_t t_panels = (rows + cpu::kPanel - 1) / cpu::kPanel;
+    std::vector<float> tp(size_t(std::max<int64_t>(t_panels, 1) * tstride), sentinel);
+    cpu::transpose_panels(x.data(), ld, rows, cols, tp.data(), tstride);
+    wrong = written = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        wrong += tp[size_t((r / cpu::kPanel) * tstride + c * cpu::kPanel + r % cpu::kPanel)] !=
+                 x[size_t(r * ld + c)];
+    for (float v : tp) written += v != sentinel;
+    CHECK(wrong == 0);
+    CHECK(written == rows * cols);
+  }
+}
+
+TEST_CASE("gemm_direct with B in panels equals gemm_direct bit for bit", "[gemm_direct]") {
+  namespace cpu = kernels::cpu;
+  if (!cpu::gemm_direct_native()) {
+    WARN("SKIP: gemm_direct_panels needs AVX-512F and FMA, which this machine lacks");
+    return;
+  }
+  const float sentinel = 2121.0f;
+  uint64_t key = 9600;
+  for (bool a_trans : {false, true})
+    for (float beta : {0.0f, 1.0f, -0.5f})
+      for (int64_t col0 : {0, 5, 17, 32})
+        for (auto [M, N, K] : {std::array<int64_t, 3>{1, 1, 1},
+                               {8, 32, 16},
+                               {13, 70, 37},
+                               {256, 512, 128},
+                               {33, 17, 64},
+                               {7, 5, 0}}) {
+          INFO("a_trans " << a_trans << " beta " << beta << " col0 " << col0 << " M " << M << " N "
+                          << N << " K " << K);
+          const float alpha = 0.37f;
+          const int64_t lda = (a_trans ? M : K) + 3, ldb = col0 + N + 5, ldc = N + 7;
+          const auto A = randn(size_t((a_trans ? K : M) * lda), ++key);
+          const auto B = randn(size_t(K * ldb + 1), ++key);
+          const auto C0 = randn(size_t(M * ldc), ++key);
+          // B's columns [0, col0 + N) in panels; the call starts at column col0
+          const int64_t stride = K * cpu::kPanel + 9;
+          std::vector<float> bp(size_t((col0 + N + cpu::kPanel - 1) / cpu::kPanel * stride));
+          cpu::pack_panels(B.data(), ldb, K, col0 + N, bp.data(), stride);
+          auto C = C0, ref = C0;
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t j = N; j < ldc; ++j) C[size_t(i * ldc + j)] = sentinel;
+          cpu::gemm_direct_panels(a_trans, M, N, K, alpha, A.data(), lda,
+                                  cpu::PanelB{bp.data(), stride, col0}, beta, C.data(), ldc);
+          cpu::gemm_direct(test::kernel_ctx(), a_trans, M, N, K, alpha, A.data(), lda,
+                           B.data() + col0, ldb, beta, ref.data(), ldc);
+          int64_t wrong = 0, outside = 0;
+          for (int64_t i = 0; i < M; ++i) {
+            for (int64_t j = 0; j < N; ++j)
+              wrong += C[size_t(i * ldc + j)] != ref[size_t(i * ldc + j)];
+            for (int64_t j = N; j < ldc; ++j) outside += C[size_t(i * ldc + j)] != sentinel;
+          }
+          CHECK(wrong == 0);
+          CHECK(outside == 0);
+        }
+}
+
 TEST_CASE("gemm_direct_rows applies its row operation to gemm_direct's product", "[gemm_direct]") {
   namespace cpu = kernels::cpu;
   if (!cpu::gemm_direct_native()) {
@@ -105,51 +192,56 @@ TEST_CASE("gemm_direct_rows applies its row operation to gemm_direct's product",
   }
   const float sentinel = 4242.0f;
   uint64_t key = 9500;
-  for (auto [M, N, K] : {std::array<int64_t, 3>{1, 1, 1},
-                         {8, 32, 16},
-                         {13, 70, 37},
-                         {256, 512, 128},
-                         {33, 17, 64},
-                         {7, 5, 0}}) {
-    INFO("M " << M << " N " << N << " K " << K);
-    const float alpha = 0.37f;
-    const int64_t lda = K + 3, ldb = N + 5, ldc = N + 7, ldp = N + 2;
-    const auto A = randn(size_t(M * lda), ++key);
-    const auto B = randn(size_t(K * ldb + 1), ++key);
-    const auto P = randn(size_t(M * ldp), ++key);
-    auto row = randn(size_t(M), ++key);
-    // exp arguments from about -100 (below exp's cut at -87) to about +3
-    for (auto& r : row) r = 3.0f + 30.0f * std::fabs(r);
-    std::vector<float> prod(size_t(M * ldc));
-    cpu::gemm_direct(test::kernel_ctx(), false, M, N, K, alpha, A.data(), lda, B.data(), ldb, 0.0f,
-                     prod.data(), ldc);
-    for (cpu::RowOp op : {cpu::RowOp::kExp, cpu::RowOp::kGrad}) {
-      std::vector<float> C(size_t(M * ldc), sentinel);
-      cpu::gemm_direct_rows(op, M, N, K, alpha, A.data(), lda, B.data(), ldb, C.data(), ldc,
-                            row.data(), P.data(), ldp);
-      double worst = 0.0;
-      int64_t wrong = 0, outside = 0;
-      for (int64_t i = 0; i < M; ++i) {
-        for (int64_t j = 0; j < N; ++j) {
-          const float x = prod[size_t(i * ldc + j)] - row[size_t(i)];
-          const float c = C[size_t(i * ldc + j)];
-          if (op == cpu::RowOp::kGrad) {
-            wrong += c != P[size_t(i * ldp + j)] * x;  // the same two roundings
-          } else if (x < -87.0f) {
-            wrong += c != 0.0f;
-          } else {
-            const double ref = std::exp(double(x));
-            worst = std::max(worst, std::fabs(c - ref) / ref);
+  for (int64_t col0 : {0, 9})
+    for (auto [M, N, K] : {std::array<int64_t, 3>{1, 1, 1},
+                           {8, 32, 16},
+                           {13, 70, 37},
+                           {256, 512, 128},
+                           {33, 17, 64},
+                           {7, 5, 0}}) {
+      INFO("col0 " << col0 << " M " << M << " N " << N << " K " << K);
+      const float alpha = 0.37f;
+      const int64_t lda = K + 3, ldb = col0 + N + 5, ldc = N + 7, ldp = N + 2;
+      const auto A = randn(size_t(M * lda), ++key);
+      const auto B = randn(size_t(K * ldb + 1), ++key);
+      const auto P = randn(size_t(M * ldp), ++key);
+      auto row = randn(size_t(M), ++key);
+      // exp arguments from about -100 (below exp's cut at -87) to about +3
+      for (auto& r : row) r = 3.0f + 30.0f * std::fabs(r);
+      const int64_t stride = K * cpu::kPanel;
+      std::vector<float> bp(size_t((col0 + N + cpu::kPanel - 1) / cpu::kPanel * stride));
+      cpu::pack_panels(B.data(), ldb, K, col0 + N, bp.data(), stride);
+      std::vector<float> prod(size_t(M * ldc));
+      cpu::gemm_direct(test::kernel_ctx(), false, M, N, K, alpha, A.data(), lda, B.data() + col0,
+                       ldb, 0.0f, prod.data(), ldc);
+      for (cpu::RowOp op : {cpu::RowOp::kExp, cpu::RowOp::kGrad}) {
+        std::vector<float> C(size_t(M * ldc), sentinel);
+        cpu::gemm_direct_rows(op, M, N, K, alpha, A.data(), lda,
+                              cpu::PanelB{bp.data(), stride, col0}, C.data(), ldc, row.data(),
+                              P.data(), ldp);
+        double worst = 0.0;
+        int64_t wrong = 0, outside = 0;
+        for (int64_t i = 0; i < M; ++i) {
+          for (int64_t j = 0; j < N; ++j) {
+            const float x = prod[size_t(i * ldc + j)] - row[size_t(i)];
+            const float c = C[size_t(i * ldc + j)];
+            if (op == cpu::RowOp::kGrad) {
+              wrong += c != P[size_t(i * ldp + j)] * x;  // the same two roundings
+            } else if (x < -87.0f) {
+              wrong += c != 0.0f;
+            } else {
+              const double ref = std::exp(double(x));
+              worst = std::max(worst, std::fabs(c - ref) / ref);
+            }
           }
+          for (int64_t j = N; j < ldc; ++j) outside += C[size_t(i * ldc + j)] != sentinel;
         }
-        for (int64_t j = N; j < ldc; ++j) outside += C[size_t(i * ldc + j)] != sentinel;
+        INFO("op " << int(op));
+        CHECK(worst <= 3e-7);  // about 2 ulp
+        CHECK(wrong == 0);
+        CHECK(outside == 0);
       }
-      INFO("op " << int(op));
-      CHECK(worst <= 3e-7);  // about 2 ulp
-      CHECK(wrong == 0);
-      CHECK(outside == 0);
     }
-  }
 }
 
 TEST_CASE("the native softmax row passes: max, exp and sum", "[gemm_direct]") {
