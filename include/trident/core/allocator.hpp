@@ -59,6 +59,13 @@ class Allocator {
   virtual void deallocate(void* p, size_t bytes) noexcept = 0;
   virtual Device device() const = 0;
 
+  // Memory an allocator keeps for reuse after its owner freed it (the host
+  // allocator's free lists): not in use, so not in bytes_in_use() or any
+  // kind's figure. release_cached() gives it back to the system and returns
+  // how many bytes that was.
+  virtual size_t bytes_cached() const { return 0; }
+  virtual size_t release_cached() { return 0; }
+
   size_t bytes_in_use() const { return in_use_; }
   size_t peak_bytes() const { return peak_; }
   // Bytes in use of each kind (MemKind order) now, and when the peak was
@@ -95,6 +102,16 @@ class Allocator {
 };
 
 // The host allocator (64-byte aligned). One per process.
+//
+// It keeps freed blocks of 64 KiB and more on free lists by size class
+// (eight classes per power of two, so a block is at most 1/8 larger than
+// asked) and hands them out again: a training step frees and allocates the
+// same shapes every step, and fresh memory from the system costs a page
+// fault and a page clearing per 4 KiB. The cache holds at most as many bytes
+// as the peak of the blocks in use (a freed block that would take it over
+// goes back to the system at once), so the process holds at most twice its
+// peak; release_cached() empties it.
+// Smaller blocks go to malloc, which keeps them in its own heap.
 Allocator& cpu_allocator();
 
 }  // namespace trident

@@ -1,6 +1,7 @@
 // Tensor: storage sharing and lifetime, views, dtype checks, and the
 // allocator accounting that the run file and the planner read.
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -176,4 +177,65 @@ TEST_CASE("the allocator's peak splits by the kind each allocation was made unde
   for (size_t b : a.peak_bytes_by_kind()) sum += b;
   CHECK(sum == a.peak_bytes());
   CHECK(std::string(mem_kind_name(MemKind::communication)) == "communication");
+}
+
+TEST_CASE("the host allocator reuses freed blocks and counts them as cached, not in use") {
+  Allocator& a = cpu_allocator();
+  a.release_cached();
+  CHECK(a.bytes_cached() == 0);
+  const size_t base = a.bytes_in_use();
+  const size_t bytes = size_t(300) << 10;  // in the size class of 320 KiB
+  void* p = nullptr;
+  {
+    MemKindScope s(MemKind::activations);
+    p = a.allocate(bytes);
+  }
+  REQUIRE(p != nullptr);
+  CHECK(reinterpret_cast<uintptr_t>(p) % 64 == 0);
+  CHECK(a.bytes_in_use() == base + bytes);
+  std::memset(p, 1, bytes);  // the whole request is usable
+  const size_t activations = a.bytes_in_use_by_kind()[size_t(MemKind::activations)];
+  a.deallocate(p, bytes);
+  CHECK(a.bytes_in_use() == base);
+  CHECK(a.bytes_in_use_by_kind()[size_t(MemKind::activations)] == activations - bytes);
+  CHECK(a.bytes_cached() == size_t(320) << 10);
+  // A request of the same class gets the block back, counted under the kind current now.
+  void* q = a.allocate(bytes + 1000);
+  CHECK(q == p);
+  CHECK(a.bytes_cached() == 0);
+  CHECK(a.bytes_in_use() == base + bytes + 1000);
+  CHECK(a.bytes_in_use_by_kind()[size_t(MemKind::workspace)] >= bytes + 1000);
+  a.deallocate(q, bytes + 1000);
+  // A different class does not take it.
+  void* r = a.allocate(size_t(200) << 10);
+  CHECK(r != q);
+  CHECK(a.bytes_cached() == size_t(320) << 10);
+  a.deallocate(r, size_t(200) << 10);
+  const size_t cached = a.bytes_cached();  // 320 KiB, and 208 KiB if under the peak of blocks
+  CHECK((cached == size_t(320) << 10 || cached == size_t(320 + 208) << 10));
+  CHECK(a.release_cached() == cached);
+  CHECK(a.bytes_cached() == 0);
+  CHECK(a.bytes_in_use() == base);
+  // Small blocks are never cached.
+  a.deallocate(a.allocate(1000), 1000);
+  CHECK(a.bytes_cached() == 0);
+}
+
+TEST_CASE("the host allocator's cache holds no more than the peak of its blocks in use") {
+  Allocator& a = cpu_allocator();
+  a.release_cached();
+  REQUIRE(a.bytes_in_use() < (size_t(4) << 20));  // the test's sizes dominate
+  const size_t mib16 = size_t(16) << 20, mib24 = size_t(24) << 20;
+  a.deallocate(a.allocate(mib16), mib16);
+  CHECK(a.bytes_cached() == mib16);
+  void* y = a.allocate(mib24);  // another class: the 16 MiB block stays cached
+  CHECK(a.bytes_cached() == mib16);
+  a.deallocate(y, mib24);  // 16 + 24 MiB would exceed the peak of blocks (about 24 MiB)
+  CHECK(a.bytes_cached() == mib16);
+  void* x = a.allocate(mib16);
+  void* z = a.allocate(mib24);  // now 40 MiB in use: both fit when freed
+  a.deallocate(x, mib16);
+  a.deallocate(z, mib24);
+  CHECK(a.bytes_cached() == mib16 + mib24);
+  CHECK(a.release_cached() == mib16 + mib24);
 }
