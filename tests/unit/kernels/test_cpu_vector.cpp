@@ -205,3 +205,56 @@ TEST_CASE("rmsnorm forward and backward equal fp64 on rows with vector tails", "
   CHECK(rel_l2(dx, dxr) < 1e-5);
   CHECK(rel_l2(dw, dwr) < 1e-6);
 }
+
+TEST_CASE("adamw gives every element the bits of a scalar loop without FMA contraction",
+          "[vector]") {
+  // The vector body (16 or 8 lanes), its remainder and a call of one element
+  // must all round a*b + c twice: the kernels are built with
+  // -ffp-contract=off, and this file's scalar loop has no FMA to contract to.
+  const int64_t n = 16 * 3 + 7;
+  const auto p0 = randn(size_t(n), 91, 0.5f), g = randn(size_t(n), 92, 2.0f),
+             m0 = randn(size_t(n), 93, 0.1f), v = randn(size_t(n), 94, 0.1f);
+  std::vector<float> v0(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v0[size_t(i)] = v[size_t(i)] * v[size_t(i)];
+  kernels::AdamWHyper h;
+  h.lr = 3e-3;
+  h.weight_decay = 0.1;
+  const int64_t step = 7;
+  const float scale = 0.8f;
+  auto p = p0, m = m0, vv = v0;
+  kernels::adamw_step(test::kernel_ctx(), p.data(), g.data(), m.data(), vv.data(), n, h, step,
+                      scale, true);
+  const double bc1 = 1.0 - std::pow(h.beta1, double(step));
+  const double bc2 = 1.0 - std::pow(h.beta2, double(step));
+  const float b1 = float(h.beta1), b2 = float(h.beta2), eps = float(h.eps);
+  const float step_size = float(h.lr / bc1), inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
+  const float wd = float(h.lr * h.weight_decay);
+  int64_t wrong = 0, wrong_one = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    // one IEEE operation per statement: nothing to contract
+    const float gi = g[size_t(i)] * scale;
+    float t1 = b1 * m0[size_t(i)];
+    float t2 = (1.0f - b1) * gi;
+    const float mi = t1 + t2;
+    t1 = b2 * v0[size_t(i)];
+    t2 = (1.0f - b2) * gi;
+    t2 = t2 * gi;
+    const float vi = t1 + t2;
+    float denom = std::sqrt(vi) * inv_sqrt_bc2;
+    denom = denom + eps;
+    float pi = p0[size_t(i)];
+    const float decay = wd * pi;
+    pi = pi - decay;
+    float upd = step_size * mi;
+    upd = upd / denom;
+    pi = pi - upd;
+    wrong += bits(p[size_t(i)]) != bits(pi) || bits(m[size_t(i)]) != bits(mi) ||
+             bits(vv[size_t(i)]) != bits(vi);
+    // the same element alone (the remainder path)
+    float p1 = p0[size_t(i)], m1 = m0[size_t(i)], v1 = v0[size_t(i)];
+    kernels::adamw_step(test::kernel_ctx(), &p1, &g[size_t(i)], &m1, &v1, 1, h, step, scale, true);
+    wrong_one += bits(p1) != bits(p[size_t(i)]);
+  }
+  CHECK(wrong == 0);
+  CHECK(wrong_one == 0);
+}
