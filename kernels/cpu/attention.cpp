@@ -402,7 +402,9 @@ void forward_impl(const Ctx& ctx, const AttnShape& s, const float* q, const floa
             zero_masked(tile, i, srow);
             continue;
           }
-          const float alpha = exp1(m[i] - m_new);
+          // exp1 gives exactly 1 for 0 and 0 below -87 (-inf: the row's first keys)
+          const float alpha =
+              m[i] == m_new ? 1.0f : (m[i] == kNegInf ? 0.0f : exp1(m[i] - m_new));
           l[i] = l[i] * alpha + (native ? exp_shift_sum_native(srow + a, n, m_new)
                                         : exp_shift_sum(srow + a, n, m_new));
           zero_masked(tile, i, srow);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -107,9 +108,11 @@ struct RowArgs {
 // columns selected by `last`. The MR x NV accumulators stay in registers
 // (16 of 32); each k loads NV vectors of B and broadcasts MR elements of A.
 template <int MR, int NV, bool TRANS, int EPI = kPlain>
-TRIDENT_AVX512 void tile(int64_t K, float alpha, const float* A, int64_t lda, const float* B,
-                         int64_t ldb, float beta, float* C, int64_t ldc, __mmask16 last,
-                         RowArgs ra) {
+TRIDENT_AVX512 inline __attribute__((always_inline)) void tile(int64_t K, float alpha,
+                                                               const float* A, int64_t lda,
+                                                               const float* B, int64_t ldb,
+                                                               float beta, float* C, int64_t ldc,
+                                                               __mmask16 last, RowArgs ra) {
   __m512 c[MR][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
@@ -162,23 +165,50 @@ TRIDENT_AVX512 void tile(int64_t K, float alpha, const float* A, int64_t lda, co
 using TileFn = void (*)(int64_t, float, const float*, int64_t, const float*, int64_t, float, float*,
                         int64_t, __mmask16, RowArgs);
 
-// kTiles[trans][rows - 1][vectors - 1]
-template <bool TRANS, int... R>
-constexpr std::array<std::array<TileFn, kNV>, kMR> tiles_of(std::integer_sequence<int, R...>) {
-  return {{{&tile<R + 1, 1, TRANS>, &tile<R + 1, 2, TRANS>}...}};
+// The row tiles of one column block: the full ones of kMR rows inlined in one
+// loop (no call per tile, which counts where K is short), the last, shorter
+// one through the table.
+template <int NV, bool TRANS, int EPI>
+TRIDENT_AVX512 void strip(int64_t M, int64_t K, float alpha, const float* A, int64_t lda,
+                          const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                          __mmask16 last, RowArgs ra, const TileFn* rest) {
+  int64_t m0 = 0;
+  for (; m0 + kMR <= M; m0 += kMR) {
+    RowArgs r = ra;
+    if (ra.row) r.row = ra.row + m0;
+    if (ra.p) r.p = ra.p + m0 * ra.ldp;
+    tile<kMR, NV, TRANS, EPI>(K, alpha, TRANS ? A + m0 : A + m0 * lda, lda, B, ldb, beta,
+                              C + m0 * ldc, ldc, last, r);
+  }
+  if (m0 < M) {
+    RowArgs r = ra;
+    if (ra.row) r.row = ra.row + m0;
+    if (ra.p) r.p = ra.p + m0 * ra.ldp;
+    rest[M - m0 - 1](K, alpha, TRANS ? A + m0 : A + m0 * lda, lda, B, ldb, beta, C + m0 * ldc, ldc,
+                     last, r);
+  }
 }
-constexpr std::array<std::array<TileFn, kNV>, kMR> kTiles[2] = {
-    tiles_of<false>(std::make_integer_sequence<int, kMR>{}),
-    tiles_of<true>(std::make_integer_sequence<int, kMR>{})};
 
-template <int EPI, int... R>
-constexpr std::array<std::array<TileFn, kNV>, kMR> row_tiles_of(std::integer_sequence<int, R...>) {
-  return {{{&tile<R + 1, 1, false, EPI>, &tile<R + 1, 2, false, EPI>}...}};
+using StripFn = void (*)(int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
+                         float, float*, int64_t, __mmask16, RowArgs, const TileFn*);
+// kStrips[kind][vectors - 1], kind: 0 by rows, 1 transposed, 2 kExpRows, 3 kGradRows; the tiles
+// of fewer rows in kRest[kind][vectors - 1][rows - 1]
+constexpr StripFn kStrips[4][kNV] = {{&strip<1, false, kPlain>, &strip<2, false, kPlain>},
+                                     {&strip<1, true, kPlain>, &strip<2, true, kPlain>},
+                                     {&strip<1, false, kExpRows>, &strip<2, false, kExpRows>},
+                                     {&strip<1, false, kGradRows>, &strip<2, false, kGradRows>}};
+template <int NV, bool TRANS, int EPI, int... R>
+constexpr std::array<TileFn, kMR> rest_of(std::integer_sequence<int, R...>) {
+  return {{&tile<R + 1, NV, TRANS, EPI>...}};
 }
-// kRowTiles[op][rows - 1][vectors - 1]
-constexpr std::array<std::array<TileFn, kNV>, kMR> kRowTiles[2] = {
-    row_tiles_of<kExpRows>(std::make_integer_sequence<int, kMR>{}),
-    row_tiles_of<kGradRows>(std::make_integer_sequence<int, kMR>{})};
+template <bool TRANS, int EPI>
+constexpr std::array<std::array<TileFn, kMR>, kNV> rest_kind() {
+  return {{rest_of<1, TRANS, EPI>(std::make_integer_sequence<int, kMR>{}),
+           rest_of<2, TRANS, EPI>(std::make_integer_sequence<int, kMR>{})}};
+}
+constexpr std::array<std::array<TileFn, kMR>, kNV> kRest[4] = {
+    rest_kind<false, kPlain>(), rest_kind<true, kPlain>(), rest_kind<false, kExpRows>(),
+    rest_kind<false, kGradRows>()};
 
 // Column blocks outside, row tiles inside: one block's K x 32 slice of B is
 // read by every row tile while it is in the first-level cache, and A (the
@@ -191,39 +221,31 @@ TRIDENT_AVX512 void gemm_avx512(bool a_trans, int64_t M, int64_t N, int64_t K, f
     const int64_t nw = std::min(kNR, N - n0);
     const int nv = int((nw + 15) / 16);
     const __mmask16 last = __mmask16((1u << (nw - 16 * (nv - 1))) - 1u);
-    for (int64_t m0 = 0; m0 < M; m0 += kMR) {
-      const int mr = int(std::min<int64_t>(kMR, M - m0));
-      const float* a = a_trans ? A + m0 : A + m0 * lda;
-      kTiles[a_trans][mr - 1][nv - 1](K, alpha, a, lda, B + n0, ldb, beta, C + m0 * ldc + n0, ldc,
-                                      last, RowArgs{});
-    }
+    const int kind = a_trans ? 1 : 0;
+    kStrips[kind][nv - 1](M, K, alpha, A, lda, B + n0, ldb, beta, C + n0, ldc, last, RowArgs{},
+                          kRest[kind][nv - 1].data());
   }
 }
 
 // gemm_avx512's loops over B in panels: column blocks follow the panel grid
 // (a first block up to the next panel boundary when col0 is inside a panel),
-// each block's rows kPanel floats apart in one contiguous panel. tiles: a
-// table of tiles (plain, by rows or transposed, or a RowOp's with row and P).
-using TileTable = std::array<std::array<TileFn, kNV>, kMR>;
-TRIDENT_AVX512 void gemm_panels_avx512(const TileTable& tiles, bool a_trans, int64_t M, int64_t N,
-                                       int64_t K, float alpha, const float* A, int64_t lda,
-                                       PanelB B, float beta, float* C, int64_t ldc,
-                                       const float* row, const float* P, int64_t ldp) {
+// each block's rows kPanel floats apart in one contiguous panel. kind: as in
+// kStrips (by rows, transposed, or a RowOp's with row and P).
+TRIDENT_AVX512 void gemm_panels_avx512(int kind, int64_t M, int64_t N, int64_t K, float alpha,
+                                       const float* A, int64_t lda, PanelB B, float beta, float* C,
+                                       int64_t ldc, const float* row, const float* P, int64_t ldp) {
   for (int64_t n0 = 0; n0 < N;) {
     const int64_t c = B.col0 + n0, o = c % kPanel;
     const int64_t nw = std::min(kPanel - o, N - n0);
     const float* b = B.p + (c / kPanel) * B.stride + o;
     const int nv = int((nw + 15) / 16);
     const __mmask16 last = __mmask16((1u << (nw - 16 * (nv - 1))) - 1u);
-    for (int64_t m0 = 0; m0 < M; m0 += kMR) {
-      const int mr = int(std::min<int64_t>(kMR, M - m0));
-      RowArgs ra;
-      ra.row = row ? row + m0 : nullptr;
-      ra.p = P ? P + m0 * ldp + n0 : nullptr;
-      ra.ldp = ldp;
-      tiles[mr - 1][nv - 1](K, alpha, a_trans ? A + m0 : A + m0 * lda, lda, b, kPanel, beta,
-                            C + m0 * ldc + n0, ldc, last, ra);
-    }
+    RowArgs ra;
+    ra.row = row;
+    ra.p = P ? P + n0 : nullptr;
+    ra.ldp = ldp;
+    kStrips[kind][nv - 1](M, K, alpha, A, lda, b, kPanel, beta, C + n0, ldc, last, ra,
+                          kRest[kind][nv - 1].data());
     n0 += nw;
   }
 }
@@ -315,8 +337,7 @@ void gemm_direct_panels(bool a_trans, int64_t M, int64_t N, int64_t K, float alp
                         int64_t lda, PanelB B, float beta, float* C, int64_t ldc) {
   TRIDENT_CHECK(gemm_direct_native(), "gemm_direct_panels: only where gemm_direct is native");
 #ifdef TRIDENT_GEMM_AVX512
-  gemm_panels_avx512(kTiles[a_trans], a_trans, M, N, K, alpha, A, lda, B, beta, C, ldc, nullptr,
-                     nullptr, 0);
+  gemm_panels_avx512(a_trans ? 1 : 0, M, N, K, alpha, A, lda, B, beta, C, ldc, nullptr, nullptr, 0);
 #endif
 }
 
@@ -325,8 +346,14 @@ void pack_panels(const float* x, int64_t ld, int64_t rows, int64_t cols, float* 
   for (int64_t c0 = 0; c0 < cols; c0 += kPanel) {
     const int64_t w = std::min(kPanel, cols - c0);
     float* panel = xp + (c0 / kPanel) * stride;
-    for (int64_t r = 0; r < rows; ++r)
-      std::copy(x + r * ld + c0, x + r * ld + c0 + w, panel + r * kPanel);
+    // a whole panel row by a copy of constant size (inlined; the general
+    // std::copy was a library call per 32 floats)
+    if (w == kPanel)
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(panel + r * kPanel, x + r * ld + c0, kPanel * sizeof(float));
+    else
+      for (int64_t r = 0; r < rows; ++r)
+        std::copy(x + r * ld + c0, x + r * ld + c0 + w, panel + r * kPanel);
   }
 }
 
@@ -336,8 +363,8 @@ void gemm_direct_rows(RowOp op, int64_t M, int64_t N, int64_t K, float alpha, co
   TRIDENT_CHECK(gemm_direct_native(), "gemm_direct_rows: only where gemm_direct is native");
   TRIDENT_CHECK(op != RowOp::kGrad || P != nullptr, "gemm_direct_rows: kGrad needs P");
 #ifdef TRIDENT_GEMM_AVX512
-  gemm_panels_avx512(kRowTiles[op == RowOp::kExp ? 0 : 1], false, M, N, K, alpha, A, lda, B, 0.0f,
-                     C, ldc, row, P, ldp);
+  gemm_panels_avx512(op == RowOp::kExp ? 2 : 3, M, N, K, alpha, A, lda, B, 0.0f, C, ldc, row, P,
+                     ldp);
 #endif
 }
 
