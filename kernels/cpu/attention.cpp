@@ -19,10 +19,8 @@
 //
 // A tile whose rows see very different key ranges (the causal diagonal, a
 // window's edge, a document boundary) is cut into pieces so that the GEMMs
-// skip most masked pairs: the columns every row band of kRowBand rows needs
-// go to one GEMM over all rows, each band's remaining columns to a GEMM of
-// its own (planned by plan_tile). A 256 x 256 causal diagonal then computes
-// 36,864 pairs instead of 65,536 (32,896 are visible).
+// skip most masked pairs (attention_tiles.hpp, which the cp layout's cost
+// model counts with).
 #include "trident/kernels/attention.hpp"
 
 #include <algorithm>
@@ -35,6 +33,7 @@
 #include "gemm_direct.hpp"
 #include "scratch.hpp"
 #include "trident/core/error.hpp"
+#include "trident/kernels/attention_tiles.hpp"
 #include "trident/kernels/backends.hpp"
 #include "vector_math.hpp"
 
@@ -52,86 +51,10 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// One key tile as the rows of a query block see it: the columns [c0, c1)
-// of the tile [j0, j0 + cols) that any row sees (the GEMMs cover only those),
-// and per row its visible keys [lo, lo + n) relative to c0. Without documents
-// and window, c0 = 0 and a row sees the prefix up to the causal diagonal.
-// Rows of one band of a split tile: small enough that a diagonal's bands
-// leave little masked, large enough for an efficient GEMM.
-constexpr int64_t kRowBand = 32;
-constexpr int64_t kMaxPieces = 1 + 2 * ((kQueryBlock + kRowBand - 1) / kRowBand);
-
-// A block of a tile that one GEMM covers: rows [r0, r1) of the query block,
-// columns [c0, c1) relative to the tile's first computed column.
-struct Piece {
-  int64_t r0, r1, c0, c1;
-};
-
-struct TileView {
-  int64_t c0 = 0, c1 = 0;
-  int64_t lo[kQueryBlock], n[kQueryBlock];
-  int n_pieces = 0;
-  Piece piece[kMaxPieces];
-  // Per band of kRowBand rows, the columns [f0, f1) its pieces compute: the
-  // part of its rows the later GEMMs read, so the part the row passes set.
-  int64_t f0[kQueryBlock / kRowBand + 1], f1[kQueryBlock / kRowBand + 1];
-  bool empty() const { return c1 <= c0; }
-};
-
-// The GEMM pieces of a non-empty tile: the whole (rows x columns) block, or,
-// when that would compute more than 1/8 of its pairs in vain and bands save
-// that, the columns common to every band's key range over all rows plus
-// each band's columns on either side of them.
-void plan_tile(int64_t rows, TileView* t) {
-  const int64_t cols = t->c1 - t->c0;
-  int64_t u0[kQueryBlock / kRowBand + 1], u1[kQueryBlock / kRowBand + 1];
-  const int64_t bands = (rows + kRowBand - 1) / kRowBand;
-  int64_t common0 = 0, common1 = cols;
-  for (int64_t b = 0; b < bands; ++b) {
-    u0[b] = cols;
-    u1[b] = 0;
-    for (int64_t i = b * kRowBand; i < std::min(rows, (b + 1) * kRowBand); ++i)
-      if (t->n[i] > 0) {
-        u0[b] = std::min(u0[b], t->lo[i]);
-        u1[b] = std::max(u1[b], t->lo[i] + t->n[i]);
-      }
-    if (u1[b] > u0[b]) {
-      common0 = std::max(common0, u0[b]);
-      common1 = std::min(common1, u1[b]);
-    }
-  }
-  const bool has_common = common1 > common0;
-  int64_t split = has_common ? rows * (common1 - common0) : 0;
-  for (int64_t b = 0; b < bands; ++b) {
-    if (u1[b] <= u0[b]) continue;
-    const int64_t band_rows = std::min(rows, (b + 1) * kRowBand) - b * kRowBand;
-    split += band_rows * (has_common ? (common0 - u0[b]) + (u1[b] - common1) : u1[b] - u0[b]);
-  }
-  t->n_pieces = 0;
-  if (bands < 2 || 8 * split > 7 * rows * cols) {
-    t->piece[t->n_pieces++] = Piece{0, rows, 0, cols};
-    for (int64_t b = 0; b < bands; ++b) {
-      t->f0[b] = 0;
-      t->f1[b] = cols;
-    }
-    return;
-  }
-  if (has_common) t->piece[t->n_pieces++] = Piece{0, rows, common0, common1};
-  for (int64_t b = 0; b < bands; ++b) {
-    const int64_t r0 = b * kRowBand, r1 = std::min(rows, (b + 1) * kRowBand);
-    t->f0[b] = has_common ? common0 : 0;
-    t->f1[b] = has_common ? common1 : 0;
-    if (u1[b] <= u0[b]) continue;
-    t->f0[b] = has_common ? std::min(u0[b], common0) : u0[b];
-    t->f1[b] = has_common ? std::max(u1[b], common1) : u1[b];
-    if (!has_common) {
-      t->piece[t->n_pieces++] = Piece{r0, r1, u0[b], u1[b]};
-      continue;
-    }
-    if (u0[b] < common0) t->piece[t->n_pieces++] = Piece{r0, r1, u0[b], common0};
-    if (common1 < u1[b]) t->piece[t->n_pieces++] = Piece{r0, r1, common1, u1[b]};
-  }
-}
+// The tile plan (attention_tiles.hpp), under the kernel's short names.
+constexpr int64_t kRowBand = kAttnRowBand;
+using Piece = AttnPiece;
+using TileView = AttnTile;
 
 // Sets the columns of row i that its band's pieces compute, except the row's
 // visible keys [lo, lo + n), to 0.
@@ -143,25 +66,6 @@ inline void zero_masked(const TileView& t, int64_t i, float* row) {
   }
   std::fill(row + t.f0[b], row + a, 0.0f);
   std::fill(row + a + n, row + t.f1[b], 0.0f);
-}
-
-void view_tile(const AttnShape& s, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
-               TileView* t) {
-  t->c0 = cols;
-  t->c1 = 0;
-  for (int64_t i = 0; i < rows; ++i) {
-    int64_t a, b;
-    attn_row_keys(s, i0 + i, j0, cols, &a, &b);
-    t->lo[i] = a;
-    t->n[i] = b - a;
-    if (b > a) {
-      t->c0 = std::min(t->c0, a);
-      t->c1 = std::max(t->c1, b);
-    }
-  }
-  if (t->empty()) return;
-  for (int64_t i = 0; i < rows; ++i) t->lo[i] = t->n[i] > 0 ? t->lo[i] - t->c0 : 0;
-  plan_tile(rows, t);
 }
 
 // Eight floats processed together (GCC/Clang vector extensions): the loops
@@ -382,7 +286,7 @@ void forward_impl(const Ctx& ctx, const AttnShape& s, const float* q, const floa
       int64_t jb, je;
       attn_key_range(s, i0, rows, &jb, &je);
       for (int64_t jt = jb; jt < je; jt += kKeyBlock) {
-        view_tile(s, i0, rows, jt, std::min(kKeyBlock, je - jt), &tile);
+        attn_view_tile(s, i0, rows, jt, std::min(kKeyBlock, je - jt), &tile);
         if (tile.empty()) continue;  // no row sees any of its keys: no arithmetic
         const int64_t j0 = jt + tile.c0, cols = tile.c1 - tile.c0;
         const int64_t lds = tile_stride(cols);
@@ -403,8 +307,7 @@ void forward_impl(const Ctx& ctx, const AttnShape& s, const float* q, const floa
             continue;
           }
           // exp1 gives exactly 1 for 0 and 0 below -87 (-inf: the row's first keys)
-          const float alpha =
-              m[i] == m_new ? 1.0f : (m[i] == kNegInf ? 0.0f : exp1(m[i] - m_new));
+          const float alpha = m[i] == m_new ? 1.0f : (m[i] == kNegInf ? 0.0f : exp1(m[i] - m_new));
           l[i] = l[i] * alpha + (native ? exp_shift_sum_native(srow + a, n, m_new)
                                         : exp_shift_sum(srow + a, n, m_new));
           zero_masked(tile, i, srow);
@@ -498,7 +401,7 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, cons
       int64_t jb, je;
       attn_key_range(s, i0, rows, &jb, &je);
       for (int64_t jt = jb; jt < je; jt += kKeyBlock) {
-        view_tile(s, i0, rows, jt, std::min(kKeyBlock, je - jt), &tile);
+        attn_view_tile(s, i0, rows, jt, std::min(kKeyBlock, je - jt), &tile);
         if (tile.empty()) continue;
         const int64_t j0 = jt + tile.c0, cols = tile.c1 - tile.c0;
         const int64_t lds = tile_stride(cols);

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "trident/core/error.hpp"
+#include "trident/kernels/attention_tiles.hpp"
 
 namespace trident::cp {
 
@@ -35,52 +36,20 @@ namespace {
 
 using kernels::kKeyBlock;
 using kernels::kQueryBlock;
-// The kernel's row band of a cut tile (kRowBand in kernels/cpu/attention.cpp).
-constexpr int64_t kBand = 32;
-
-// One tile [j0, j0 + cols) of the query block [i0, i0 + rows): the row
-// intervals, the columns any row sees, and the GEMM pieces the kernel plans
-// for them (its plan_tile: the whole block, or the columns every band
-// shares over all rows plus each band's own columns on either side, when
-// that saves more than 1/8 of the block).
+// One tile [j0, j0 + cols) of the query block [i0, i0 + rows): the pairs
+// its rows see, and the pairs, GEMM pieces and rows the CPU kernel computes
+// for it (its own tile plan, attention_tiles.hpp).
 void add_tile(const kernels::AttnShape& s, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
               RingWork& w) {
-  int64_t lo[kQueryBlock], n[kQueryBlock];
-  int64_t c0 = cols, c1 = 0;
-  for (int64_t i = 0; i < rows; ++i) {
-    int64_t a, b;
-    kernels::attn_row_keys(s, i0 + i, j0, cols, &a, &b);
-    lo[i] = a, n[i] = b - a;
-    w.visible += double(b - a);
-    if (b > a) c0 = std::min(c0, a), c1 = std::max(c1, b);
-  }
-  if (c1 <= c0) return;
-  const int64_t width = c1 - c0, bands = (rows + kBand - 1) / kBand;
-  int64_t u0[kQueryBlock / kBand + 1], u1[kQueryBlock / kBand + 1];
-  int64_t common0 = 0, common1 = width;
-  for (int64_t b = 0; b < bands; ++b) {
-    u0[b] = width, u1[b] = 0;
-    for (int64_t i = b * kBand; i < std::min(rows, (b + 1) * kBand); ++i)
-      if (n[i] > 0) u0[b] = std::min(u0[b], lo[i] - c0), u1[b] = std::max(u1[b], lo[i] - c0 + n[i]);
-    if (u1[b] > u0[b]) common0 = std::max(common0, u0[b]), common1 = std::min(common1, u1[b]);
-  }
-  const bool common = common1 > common0;
-  int64_t split = common ? rows * (common1 - common0) : 0, pieces = common ? 1 : 0;
-  for (int64_t b = 0; b < bands; ++b) {
-    if (u1[b] <= u0[b]) continue;
-    const int64_t band_rows = std::min(rows, (b + 1) * kBand) - b * kBand;
-    if (!common) {
-      split += band_rows * (u1[b] - u0[b]), ++pieces;
-      continue;
-    }
-    split += band_rows * ((common0 - u0[b]) + (u1[b] - common1));
-    pieces += (u0[b] < common0 ? 1 : 0) + (common1 < u1[b] ? 1 : 0);
-  }
+  kernels::AttnTile t;
+  kernels::attn_view_tile(s, i0, rows, j0, cols, &t);
+  for (int64_t i = 0; i < rows; ++i) w.visible += double(t.n[i]);
+  if (t.empty()) return;
   w.tile_rows += double(rows);
-  if (bands < 2 || 8 * split > 7 * rows * width) {
-    w.computed += double(rows * width), w.pieces += 1;
-  } else {
-    w.computed += double(split), w.pieces += double(pieces);
+  w.pieces += double(t.n_pieces);
+  for (int u = 0; u < t.n_pieces; ++u) {
+    const kernels::AttnPiece& p = t.piece[u];
+    w.computed += double((p.r1 - p.r0) * (p.c1 - p.c0));
   }
 }
 
