@@ -2,9 +2,9 @@
 // rank regenerates the whole sequence, computes full attention on its own,
 // and compares its shard of out, lse, dq, dk, dv with what the ring gave.
 // CP groups of 2, 4 and 8 ranks are split out of the world (as many as fit).
-#include <catch2/catch.hpp>
 #include <mpi.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -38,6 +38,17 @@ std::vector<float> random_tensor(int64_t n, const std::string& name) {
   return x;
 }
 
+// The L2 difference of a shard over the norm it would have at the whole
+// tensor's root mean square: 1e-5 means as close as rel_l2_diff's 1e-5 on a
+// shard of typical size.
+double shard_rel_diff(const float* got, const float* want, int64_t n,
+                      const std::vector<float>& whole) {
+  double d = 0.0, w = 0.0;
+  for (int64_t i = 0; i < n; ++i) d += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+  for (float x : whole) w += double(x) * x;
+  return std::sqrt(d / (w * double(n) / double(whole.size())));
+}
+
 struct Case {
   int64_t seq;
   int H, Hkv, D;
@@ -46,9 +57,10 @@ struct Case {
 };
 
 std::string describe(const Case& c, int cp) {
-  return "cp=" + std::to_string(cp) + " seq=" + std::to_string(c.seq) + " H=" +
-         std::to_string(c.H) + " Hkv=" + std::to_string(c.Hkv) + " D=" + std::to_string(c.D) +
-         (c.causal ? " causal " : " full ") + cp::layout_name(c.layout);
+  return "cp=" + std::to_string(cp) + " seq=" + std::to_string(c.seq) +
+         " H=" + std::to_string(c.H) + " Hkv=" + std::to_string(c.Hkv) +
+         " D=" + std::to_string(c.D) + (c.causal ? " causal " : " full ") +
+         cp::layout_name(c.layout);
 }
 
 // Runs one case on a CP group and checks every output against one rank.
@@ -96,9 +108,13 @@ void check_ring_case(Communicator& comm, const Case& c) {
   const int64_t nq = T * qrow, nkv = T * kvrow;
   CHECK(rel_l2_diff(lout.data(), eout.data(), nq) <= 1e-5);
   CHECK(rel_l2_diff(llse.data(), elog.data(), T * c.H) <= 1e-5);
-  CHECK(rel_l2_diff(ldq.data(), edq.data(), nq) <= 1e-5);
-  CHECK(rel_l2_diff(ldk.data(), edk.data(), nkv) <= 1e-5);
-  CHECK(rel_l2_diff(ldv.data(), edv.data(), nkv) <= 1e-5);
+  // Gradients against the whole tensor's scale: a shard's own norm can be
+  // rounding noise (the first query of a causal sequence sees one key, so
+  // its dq is exactly 0 in exact arithmetic, and with one token per rank
+  // that is rank 0's whole shard).
+  CHECK(shard_rel_diff(ldq.data(), edq.data(), nq, dq) <= 1e-5);
+  CHECK(shard_rel_diff(ldk.data(), edk.data(), nkv, dk) <= 1e-5);
+  CHECK(shard_rel_diff(ldv.data(), edv.data(), nkv, dv) <= 1e-5);
   CHECK(work.counter("ring.calls") == 2);
   // K/V moved cp-1 times forward and cp-1 times backward, dK/dV cp times;
   // each is [T, Hkv, D] x 2 floats.

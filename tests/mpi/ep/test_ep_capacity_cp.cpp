@@ -1,8 +1,17 @@
 // Capacity-limited routing does not depend on the cp split: with
 // capacity_factor 0.75 and 1.0, cp = 2 and 4, zig-zag and contiguous
-// layouts, the per-step losses of training equal the one-rank run's within
-// 1e-6 relative over 8 steps. Capacity is decided over each micro-batch's
-// whole sequences, as one rank holds them, whichever ranks hold their parts.
+// layouts, the first step (forward and backward from the same parameters,
+// where a capacity decision taken per rank would show) equals the one-rank
+// run's: loss within 1e-6 relative, gradient norm within 1e-5. Capacity
+// itself moves that loss by more than 1e-5 (6e-5 to 9e-5 here). Capacity
+// is decided over each micro-batch's whole sequences, as one rank holds
+// them, whichever ranks hold their parts.
+//
+// The 8 steps' losses then agree within 1e-3 only: where the GEMMs'
+// roundings differ with the split (OpenBLAS's do; gemm_direct's AVX-512
+// kernel does not), a near-tie in the router flips one token's drop after a
+// step or two, and that difference grows with training (up to 1e-4 by step
+// 7 on an AVX2 machine, 2026-12-02).
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
@@ -40,7 +49,13 @@ Config capacity_model(double capacity_factor) {
   return c;
 }
 
-std::vector<double> mesh_losses(const Config& cfg) {
+// Per step: the loss; and the first step's gradient norm.
+struct Run {
+  std::vector<double> loss;
+  double grad_norm0 = 0.0;
+};
+
+Run mesh_losses(const Config& cfg) {
   Topology topo = detect_topology(trident::testing::world_comm(), cfg);
   auto comms = build_communicators(trident::testing::world_comm(), cfg, std::move(topo));
   train::TrainComms tc{comms->world.get(), comms->pp.get(),   comms->cp.get(),
@@ -48,19 +63,27 @@ std::vector<double> mesh_losses(const Config& cfg) {
                        comms->me.pp,       comms->mesh.pp,    comms->me.dp,
                        comms->mesh.dp};
   train::Trainer t(cfg, tc);
-  std::vector<double> loss;
-  for (int s = 0; s < cfg.train.steps; ++s) loss.push_back(t.train_step(s).metrics.loss);
-  return loss;
+  Run r;
+  for (int s = 0; s < cfg.train.steps; ++s) {
+    const auto m = t.train_step(s).metrics;
+    r.loss.push_back(m.loss);
+    if (s == 0) r.grad_norm0 = m.grad_norm;
+  }
+  return r;
 }
 
 // The same global batch on one rank: dp x num_microbatches micro-batches.
-std::vector<double> serial_losses(Config cfg, int dp) {
+Run serial_losses(Config cfg, int dp) {
   cfg.parallel.cp = cfg.parallel.ep = 1;
   cfg.data.num_microbatches *= dp;
   train::Trainer t(cfg, {});
-  std::vector<double> loss;
-  for (int s = 0; s < cfg.train.steps; ++s) loss.push_back(t.train_step(s).metrics.loss);
-  return loss;
+  Run r;
+  for (int s = 0; s < cfg.train.steps; ++s) {
+    const auto m = t.train_step(s).metrics;
+    r.loss.push_back(m.loss);
+    if (s == 0) r.grad_norm0 = m.grad_norm;
+  }
+  return r;
 }
 
 void check_case(double capacity_factor, int cp, int ep, const char* layout) {
@@ -69,19 +92,22 @@ void check_case(double capacity_factor, int cp, int ep, const char* layout) {
   cfg.parallel.cp = cp;
   cfg.parallel.ep = ep;
   cfg.parallel.cp_layout = *parse_config_name<CpLayout>(layout);
-  const std::vector<double> par = mesh_losses(cfg);
+  const Run p = mesh_losses(cfg);
   if (testing::world_rank() != 0) return;
-  const std::vector<double> ser = serial_losses(cfg, dp);
+  const Run r = serial_losses(cfg, dp);
+  const std::vector<double>&par = p.loss, &ser = r.loss;
+  INFO("capacity " << capacity_factor << " cp=" << cp << " ep=" << ep << " " << layout);
   // Capacity is active: the dropless run (one per dp, computed once) trains differently.
   static std::map<int, std::vector<double>> dropless;
-  if (!dropless.count(dp)) dropless[dp] = serial_losses(capacity_model(0.0), dp);
-  CHECK(std::fabs(dropless[dp][1] - ser[1]) > 1e-4 * std::fabs(ser[1]));
+  if (!dropless.count(dp)) dropless[dp] = serial_losses(capacity_model(0.0), dp).loss;
+  CHECK(std::fabs(dropless[dp][0] - ser[0]) > 1e-5 * std::fabs(ser[0]));
+  CHECK(std::fabs(par[0] - ser[0]) <= 1e-6 * std::fabs(ser[0]));
+  CHECK(std::fabs(p.grad_norm0 - r.grad_norm0) <= 1e-5 * std::fabs(r.grad_norm0));
   for (size_t s = 0; s < ser.size(); ++s) {
     std::printf("capacity %.2f cp=%d ep=%d dp=%d %s: step %zu loss %.9f (one rank %.9f)\n",
                 capacity_factor, cp, ep, dp, layout, s, par[s], ser[s]);
-    INFO("capacity " << capacity_factor << " cp=" << cp << " ep=" << ep << " " << layout << " step "
-                     << s);
-    CHECK(std::fabs(par[s] - ser[s]) <= 1e-6 * std::fabs(ser[s]));
+    INFO("step " << s);
+    CHECK(std::fabs(par[s] - ser[s]) <= 1e-3 * std::fabs(ser[s]));
   }
 }
 
