@@ -55,13 +55,7 @@ struct Run {
   double grad_norm0 = 0.0;
 };
 
-Run mesh_losses(const Config& cfg) {
-  Topology topo = detect_topology(trident::testing::world_comm(), cfg);
-  auto comms = build_communicators(trident::testing::world_comm(), cfg, std::move(topo));
-  train::TrainComms tc{comms->world.get(), comms->pp.get(),   comms->cp.get(),
-                       comms->ep.get(),    comms->dpcp.get(), comms->expert_replica.get(),
-                       comms->me.pp,       comms->mesh.pp,    comms->me.dp,
-                       comms->mesh.dp};
+Run train_steps(const Config& cfg, const train::TrainComms& tc) {
   train::Trainer t(cfg, tc);
   Run r;
   for (int s = 0; s < cfg.train.steps; ++s) {
@@ -72,18 +66,21 @@ Run mesh_losses(const Config& cfg) {
   return r;
 }
 
+Run mesh_losses(const Config& cfg) {
+  Topology topo = detect_topology(trident::testing::world_comm(), cfg);
+  auto comms = build_communicators(trident::testing::world_comm(), cfg, std::move(topo));
+  train::TrainComms tc{comms->world.get(), comms->pp.get(),   comms->cp.get(),
+                       comms->ep.get(),    comms->dpcp.get(), comms->expert_replica.get(),
+                       comms->me.pp,       comms->mesh.pp,    comms->me.dp,
+                       comms->mesh.dp};
+  return train_steps(cfg, tc);
+}
+
 // The same global batch on one rank: dp x num_microbatches micro-batches.
 Run serial_losses(Config cfg, int dp) {
   cfg.parallel.cp = cfg.parallel.ep = 1;
   cfg.data.num_microbatches *= dp;
-  train::Trainer t(cfg, {});
-  Run r;
-  for (int s = 0; s < cfg.train.steps; ++s) {
-    const auto m = t.train_step(s).metrics;
-    r.loss.push_back(m.loss);
-    if (s == 0) r.grad_norm0 = m.grad_norm;
-  }
-  return r;
+  return train_steps(cfg, {});
 }
 
 void check_case(double capacity_factor, int cp, int ep, const char* layout) {
