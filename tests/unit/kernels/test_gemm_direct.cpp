@@ -25,6 +25,21 @@ std::vector<float> randn(size_t n, uint64_t key) {
   return v;
 }
 
+// The shapes (M, N, K) of the panel and row-pass tests: 1 x 1, one whole
+// 8 x 32 tile, row, column and depth tails, an attention tile, K = 0.
+constexpr std::array<std::array<int64_t, 3>, 6> kPanelShapes = {
+    {{1, 1, 1}, {8, 32, 16}, {13, 70, 37}, {256, 512, 128}, {33, 17, 64}, {7, 5, 0}}};
+
+// Columns [0, cols) of the K-row operand B (row stride ldb) in panels of
+// `stride` floats (pack_panels' layout).
+std::vector<float> panels_of(const std::vector<float>& B, int64_t ldb, int64_t K, int64_t cols,
+                             int64_t stride) {
+  namespace cpu = kernels::cpu;
+  std::vector<float> bp(size_t((cols + cpu::kPanel - 1) / cpu::kPanel * stride));
+  cpu::pack_panels(B.data(), ldb, K, cols, bp.data(), stride);
+  return bp;
+}
+
 }  // namespace
 
 TEST_CASE("gemm_direct equals the fp64 product on random inputs", "[gemm_direct]") {
@@ -149,12 +164,7 @@ TEST_CASE("gemm_direct with B in panels equals gemm_direct bit for bit", "[gemm_
   for (bool a_trans : {false, true})
     for (float beta : {0.0f, 1.0f, -0.5f})
       for (int64_t col0 : {0, 5, 17, 32})
-        for (auto [M, N, K] : {std::array<int64_t, 3>{1, 1, 1},
-                               {8, 32, 16},
-                               {13, 70, 37},
-                               {256, 512, 128},
-                               {33, 17, 64},
-                               {7, 5, 0}}) {
+        for (auto [M, N, K] : kPanelShapes) {
           INFO("a_trans " << a_trans << " beta " << beta << " col0 " << col0 << " M " << M << " N "
                           << N << " K " << K);
           const float alpha = 0.37f;
@@ -164,8 +174,7 @@ TEST_CASE("gemm_direct with B in panels equals gemm_direct bit for bit", "[gemm_
           const auto C0 = randn(size_t(M * ldc), ++key);
           // B's columns [0, col0 + N) in panels; the call starts at column col0
           const int64_t stride = K * cpu::kPanel + 9;
-          std::vector<float> bp(size_t((col0 + N + cpu::kPanel - 1) / cpu::kPanel * stride));
-          cpu::pack_panels(B.data(), ldb, K, col0 + N, bp.data(), stride);
+          const auto bp = panels_of(B, ldb, K, col0 + N, stride);
           auto C = C0, ref = C0;
           for (int64_t i = 0; i < M; ++i)
             for (int64_t j = N; j < ldc; ++j) C[size_t(i * ldc + j)] = sentinel;
@@ -193,12 +202,7 @@ TEST_CASE("gemm_direct_rows applies its row operation to gemm_direct's product",
   const float sentinel = 4242.0f;
   uint64_t key = 9500;
   for (int64_t col0 : {0, 9})
-    for (auto [M, N, K] : {std::array<int64_t, 3>{1, 1, 1},
-                           {8, 32, 16},
-                           {13, 70, 37},
-                           {256, 512, 128},
-                           {33, 17, 64},
-                           {7, 5, 0}}) {
+    for (auto [M, N, K] : kPanelShapes) {
       INFO("col0 " << col0 << " M " << M << " N " << N << " K " << K);
       const float alpha = 0.37f;
       const int64_t lda = K + 3, ldb = col0 + N + 5, ldc = N + 7, ldp = N + 2;
@@ -209,8 +213,7 @@ TEST_CASE("gemm_direct_rows applies its row operation to gemm_direct's product",
       // exp arguments from about -100 (below exp's cut at -87) to about +3
       for (auto& r : row) r = 3.0f + 30.0f * std::fabs(r);
       const int64_t stride = K * cpu::kPanel;
-      std::vector<float> bp(size_t((col0 + N + cpu::kPanel - 1) / cpu::kPanel * stride));
-      cpu::pack_panels(B.data(), ldb, K, col0 + N, bp.data(), stride);
+      const auto bp = panels_of(B, ldb, K, col0 + N, stride);
       std::vector<float> prod(size_t(M * ldc));
       cpu::gemm_direct(test::kernel_ctx(), false, M, N, K, alpha, A.data(), lda, B.data() + col0,
                        ldb, 0.0f, prod.data(), ldc);
