@@ -26,6 +26,9 @@ else
   "$repo/slurm/cluster/start.sh" 2 >/dev/null
 fi
 export SLURM_CONF=$conf
+# The cluster is up: a slurm test that cannot reach it fails here (under a
+# bare ctest it would SKIP with its reason; tests/slurm/lib.sh).
+export TRIDENT_SLURM_REQUIRED=1
 
 set +e
 ctest --test-dir "$build" --output-on-failure -j "${TRIDENT_CTEST_JOBS:-2}" "$@"
