@@ -51,15 +51,10 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// The tile plan (attention_tiles.hpp), under the kernel's short names.
-constexpr int64_t kRowBand = kAttnRowBand;
-using Piece = AttnPiece;
-using TileView = AttnTile;
-
 // Sets the columns of row i that its band's pieces compute, except the row's
 // visible keys [lo, lo + n), to 0.
-inline void zero_masked(const TileView& t, int64_t i, float* row) {
-  const int64_t b = i / kRowBand, a = t.lo[i], n = t.n[i];
+inline void zero_masked(const AttnTile& t, int64_t i, float* row) {
+  const int64_t b = i / kAttnRowBand, a = t.lo[i], n = t.n[i];
   if (n == 0) {
     std::fill(row + t.f0[b], row + t.f1[b], 0.0f);
     return;
@@ -261,7 +256,7 @@ void forward_impl(const Ctx& ctx, const AttnShape& s, const float* q, const floa
   float* vpan = scratch.take(size_t(panel_floats(s.Tk, D)));  // V of the kv head in panels
   // where gemm_direct is native: Kᵀ and V in panels, the row passes in AVX-512
   const bool native = gemm_direct_native();
-  TileView tile;
+  AttnTile tile;
 
   for (int h = 0; h < s.H; ++h) {
     const int g = h / group;
@@ -292,7 +287,7 @@ void forward_impl(const Ctx& ctx, const AttnShape& s, const float* q, const floa
         const int64_t lds = tile_stride(cols);
         const float* vb = v + j0 * ld.kv + int64_t(g) * D;
         for (int u = 0; u < tile.n_pieces; ++u) {
-          const Piece& pc = tile.piece[u];
+          const AttnPiece& pc = tile.piece[u];
           gemm_b(ctx, native, false, pc.r1 - pc.r0, pc.c1 - pc.c0, D, s.scale, qb + pc.r0 * ld.q,
                  ld.q, kt + j0 + pc.c0, ldt, PanelB{kt, D * kPanel, j0 + pc.c0}, 0.0f,
                  scores + pc.r0 * lds + pc.c0, lds);
@@ -315,7 +310,7 @@ void forward_impl(const Ctx& ctx, const AttnShape& s, const float* q, const floa
           m[i] = m_new;
         }
         for (int u = 0; u < tile.n_pieces; ++u) {
-          const Piece& pc = tile.piece[u];
+          const AttnPiece& pc = tile.piece[u];
           gemm_b(ctx, native, false, pc.r1 - pc.r0, D, pc.c1 - pc.c0, 1.0f,
                  scores + pc.r0 * lds + pc.c0, lds, vb + pc.c0 * ld.kv, ld.kv,
                  PanelB{vpan + (j0 + pc.c0) * kPanel, s.Tk * kPanel, 0}, 1.0f, acc + pc.r0 * D, D);
@@ -375,7 +370,7 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, cons
   float* qpan = scratch.take(size_t(panel_floats(kQueryBlock, D)));   // the block's Q in panels
   float* dopan = scratch.take(size_t(panel_floats(kQueryBlock, D)));  // and its dO
   const int64_t kv_panel = s.Tk * kPanel, q_panel = kQueryBlock * kPanel;
-  TileView tile;
+  AttnTile tile;
 
   for (int h = 0; h < s.H; ++h) {
     const int g = h / group;
@@ -409,7 +404,7 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, cons
         const float* kb = k + koff;
         float *dkb = dk + koff, *dvb = dv + koff;
         for (int u = 0; u < tile.n_pieces; ++u) {
-          const Piece& pc = tile.piece[u];
+          const AttnPiece& pc = tile.piece[u];
           const float* qp = qb + pc.r0 * ld.q;
           float* pp = p + pc.r0 * lds + pc.c0;
           if (fused)
@@ -423,7 +418,7 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, cons
         for (int64_t i = 0; i < rows; ++i) {
           float* prow = p + i * lds;
           if (row_lse[i] == kNegInf) {
-            std::fill(prow + tile.f0[i / kRowBand], prow + tile.f1[i / kRowBand], 0.0f);
+            std::fill(prow + tile.f0[i / kAttnRowBand], prow + tile.f1[i / kAttnRowBand], 0.0f);
             continue;
           }
           if (!fused) exp_shift_sum(prow + tile.lo[i], tile.n[i], row_lse[i]);
@@ -432,7 +427,7 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, cons
         // dV += P^T dO ; dP = dO V^T ; dS = P (dP - delta) ; dQ += s dS K ; dK += s dS^T Q,
         // each over the tile's pieces (P and dS are zero outside every row's keys).
         for (int u = 0; u < tile.n_pieces; ++u) {
-          const Piece& pc = tile.piece[u];
+          const AttnPiece& pc = tile.piece[u];
           const int64_t pr = pc.r1 - pc.r0, pn = pc.c1 - pc.c0, at = pc.r0 * lds + pc.c0;
           gemm_b(ctx, fused, true, pn, D, pr, 1.0f, p + at, lds, dob + pc.r0 * ld.q, ld.q,
                  PanelB{dopan + pc.r0 * kPanel, q_panel, 0}, 1.0f, dvb + pc.c0 * ld.kv, ld.kv);
@@ -451,7 +446,7 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, cons
           zero_masked(tile, i, dprow);
         }
         for (int u = 0; u < tile.n_pieces; ++u) {
-          const Piece& pc = tile.piece[u];
+          const AttnPiece& pc = tile.piece[u];
           const int64_t pr = pc.r1 - pc.r0, pn = pc.c1 - pc.c0, at = pc.r0 * lds + pc.c0;
           gemm_b(ctx, fused, false, pr, D, pn, s.scale, dp + at, lds, kb + pc.c0 * ld.kv, ld.kv,
                  PanelB{kpan + (j0 + pc.c0) * kPanel, kv_panel, 0}, 1.0f, dqb + pc.r0 * ld.q, ld.q);
