@@ -1,5 +1,6 @@
 // `trident bench comm`: bandwidth of allreduce, allgather, alltoall(v) and a
-// send/recv ring through trident::Communicator, over doubling sizes, as an
+// send/recv ring through trident::Communicator (and, asked for, the
+// rank-ordered all-reduce and reduce-scatter of the gradient sums), over doubling sizes, as an
 // nccl-tests-style table. Each rank's data is derived from its rank so the
 // exact result is known; mismatches are counted in #wrong and make the exit
 // code 1, so CI can use the benchmark as a check too. With a config and
@@ -53,8 +54,23 @@ struct Buffers {
   std::vector<int64_t> sc, sd, rc, rd;
 };
 
-CommOp allreduce_op(Buffers& buf) {
-  return {"allreduce",
+// Elements of got[0:n] that differ from the float sum in rank order of
+// sum_value(r, first + i) over the group's ranks.
+int64_t wrong_sums(const Communicator& c, const float* got, size_t n, size_t first) {
+  int64_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    float ref = 0;
+    for (int r = 0; r < c.size(); ++r) ref += sum_value(r, first + i);
+    bad += got[i] != ref;
+  }
+  return bad;
+}
+
+// The all-reduce as MPI (or NCCL) brackets it, or with `order` rank as the
+// trainer's gradient sums ask for it (comm.hpp's SumOrder): the check is the
+// same, the float sum in rank order, exact either way for these values.
+CommOp allreduce_op(Buffers& buf, SumOrder order) {
+  return {order == SumOrder::rank ? "allreduce_ordered" : "allreduce",
           "bytes reduced per rank",
           [](int p) { return 2.0 * (p - 1) / p; },
           [](size_t bytes, int) { return bytes / sizeof(float); },
@@ -63,15 +79,29 @@ CommOp allreduce_op(Buffers& buf) {
             buf.a.resize(n);
             for (size_t i = 0; i < n; ++i) buf.a[i] = sum_value(c.rank(), i);
           },
-          [&buf](Communicator& c, size_t n) { c.allreduce_sum(buf.a.data(), n); },
+          [&buf, order](Communicator& c, size_t n) { c.allreduce_sum(buf.a.data(), n, order); },
+          [&buf](Communicator& c, size_t n) { return wrong_sums(c, buf.a.data(), n, 0); }};
+}
+
+// The sharded optimizer's gradient reduce-scatter (rank-ordered sums): each
+// rank receives its block of the sum of the p ranks' p blocks.
+CommOp reduce_scatter_ordered_op(Buffers& buf) {
+  return {"reduce_scatter_ordered",
+          "bytes reduced (all blocks)",
+          [](int p) { return double(p - 1) / p; },
+          [](size_t bytes, int p) { return bytes / sizeof(float) / size_t(p); },
+          [](int p) { return size_t(p); },
           [&buf](Communicator& c, size_t n) {
-            int64_t bad = 0;
-            for (size_t i = 0; i < n; ++i) {
-              float ref = 0;
-              for (int r = 0; r < c.size(); ++r) ref += sum_value(r, i);
-              bad += buf.a[i] != ref;
-            }
-            return bad;
+            const size_t all = n * size_t(c.size());
+            buf.a.resize(all);
+            buf.b.assign(n, -1.0f);
+            for (size_t i = 0; i < all; ++i) buf.a[i] = sum_value(c.rank(), i);
+          },
+          [&buf](Communicator& c, size_t n) {
+            c.reduce_scatter_sum(buf.a.data(), buf.b.data(), n, SumOrder::rank);
+          },
+          [&buf](Communicator& c, size_t n) {
+            return wrong_sums(c, buf.b.data(), n, size_t(c.rank()) * n);
           }};
 }
 
@@ -154,7 +184,8 @@ CommOp sendrecv_op(Buffers& buf) {
 }
 
 std::vector<CommOp> make_ops(Buffers& buf) {
-  return {allreduce_op(buf), allgather_op(buf), alltoall_op(buf), sendrecv_op(buf)};
+  return {allreduce_op(buf, SumOrder::any), allgather_op(buf), alltoall_op(buf), sendrecv_op(buf),
+          allreduce_op(buf, SumOrder::rank), reduce_scatter_ordered_op(buf)};
 }
 
 size_t parse_size(const std::string& flag, const std::string& s) {
@@ -189,7 +220,9 @@ class BenchCommCommand : public Command {
         ->allow_extra_args(false);
     app->add_option("--group", group_,
                     "Communicator to measure: world, cp, pp, dp, dpcp, ep (all groups at once)");
-    app->add_option("--ops", ops_, "Comma-separated: allreduce,allgather,alltoall,sendrecv");
+    app->add_option("--ops", ops_,
+                    "Comma-separated: allreduce,allgather,alltoall,sendrecv (default), "
+                    "allreduce_ordered,reduce_scatter_ordered (rank-ordered float sums)");
     app->add_option("--min-bytes", min_bytes_, "Smallest size (e.g. 8, 64K)");
     app->add_option("--max-bytes", max_bytes_, "Largest size (e.g. 16M)");
     app->add_option("--iters", iters_, "Timed iterations per size");
@@ -263,7 +296,8 @@ class BenchCommCommand : public Command {
                              [&](const CommOp& o) { return name == o.name; });
       if (it == all_ops.end())
         throw InputError("--ops " + ops_ + ": unknown operation '" + name +
-                         "' (allreduce, allgather, alltoall, sendrecv)");
+                         "' (allreduce, allgather, alltoall, sendrecv, allreduce_ordered, "
+                         "reduce_scatter_ordered)");
       chosen.push_back(&*it);
     }
     if (chosen.empty()) throw InputError("--ops: name at least one operation");

@@ -9,8 +9,10 @@
 #   share/trident/benchmarks/side-by-side.sh OLD_BINARY NEW_BINARY [RUNS] [OUTDIR]
 #
 # RUNS: runs of each binary per benchmark (default 3). OUTDIR: logs and run
-# files (default /tmp/trident-side-by-side). Needs mpirun and python3 with
-# h5py and numpy for the metrics comparison (the project's .venv has them).
+# files (default /tmp/trident-side-by-side). BENCHES (environment): which of
+# "quickstart attention ring moe" to run (default all four). Needs mpirun
+# and python3 with h5py and numpy for the metrics comparison (the project's
+# .venv has them).
 set -euo pipefail
 old=${1:?usage: side-by-side.sh OLD_BINARY NEW_BINARY [RUNS] [OUTDIR]}
 new=${2:?usage: side-by-side.sh OLD_BINARY NEW_BINARY [RUNS] [OUTDIR]}
@@ -54,7 +56,7 @@ bench_moe() {
        /^# dispatch =/ { t = 0 }' "$2" >"$2.fig"
 }
 
-for name in quickstart attention ring moe; do
+for name in ${BENCHES:-quickstart attention ring moe}; do
   for ((r = 1; r <= runs; ++r)); do
     for side in old new; do
       bin=$old

@@ -4,19 +4,23 @@
 // MPI's reductions pick their algorithm, and so the bracketing of a sum over
 // three or more ranks, by the operation and the message's size: an
 // all-reduce of a buffer and a reduce-scatter of the same buffer can differ
-// in the last bits. This one is a chain of point-to-point messages instead:
-// rank 0 sends its data to rank 1, which adds its own and passes the partial
-// sum on, ..., rank p-1 adds the last term, so every element is
-// ((x_0 + x_1) + x_2) + ... + x_{p-1} whatever the operation, its size or
-// the element's position. The sum then goes where the operation puts it:
-// from rank p-1 to rank 0 and down the same chain to rank p-2 (all-reduce),
-// or to the root (reduce) or to the block's owner (reduce-scatter).
+// in the last bits. This one is built of point-to-point messages instead,
+// and every element is ((x_0 + x_1) + x_2) + ... + x_{p-1} whatever the
+// operation, its size or the element's position.
 //
-// The data travels in chunks, up to kOrderedWindow of them in flight per
-// rank, so the chain is pipelined: each link carries the data once in each
-// phase (a ring all-reduce carries (p-1)/p of it twice), and the latency is
-// 2(p-1) hops of one chunk. poll() moves the chain on; as with MPI's own
-// non-blocking collectives, it advances while the ranks poll or wait.
+// Each rank owns a part of the data and sums it: every rank sends each
+// other rank its terms of that rank's part, the owner adds the p terms in
+// rank order, and the sums go where the operation puts them: to every rank
+// (all-reduce), to the root (reduce); a reduce-scatter's parts are the
+// blocks, already with their owners. A rank so sends (p-1)/p of the data
+// per phase, as a ring all-reduce does (the chain this replaced, rank 0 to
+// rank 1 to ... rank p-1, carried all of it over each link in each phase),
+// and the latency is two rounds of messages, not 2(p-1) hops.
+//
+// The data goes in chunks of p parts (at least 1Ki floats a part; a smaller
+// sum is owned by fewer ranks), up to kOrderedWindow chunks in flight per
+// rank. poll() moves the exchange on; as with MPI's own non-blocking
+// collectives, it advances while the ranks poll or wait.
 #pragma once
 #include <mpi.h>
 
@@ -27,7 +31,7 @@
 
 namespace trident::detail {
 
-// Chunks in flight per rank; each has two tags (sum, result).
+// Chunks in flight per rank; each has two tags (terms, sums).
 constexpr int kOrderedWindow = 4;
 constexpr int kOrderedTagsPerOp = 2 * kOrderedWindow;
 

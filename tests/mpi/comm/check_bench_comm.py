@@ -52,7 +52,7 @@ with tempfile.TemporaryDirectory() as tmp:
                          "--warmup", "1", "--output", h5)
     check(rc == 0, f"bench comm -np 4 exit {rc}: {err.strip()[-400:]}")
     t = tables(out)
-    check(len(t) == 4, f"four tables, got {list(t)}")
+    check(len(t) == 4, f"four tables (the default --ops), got {list(t)}")
     for op in OPS:
         title = next((k for k in t if k.startswith(op + " on world")), None)
         check(title is not None, f"table for {op}")
@@ -73,6 +73,23 @@ with tempfile.TemporaryDirectory() as tmp:
         for op in OPS:
             check(f"/bench/comm_{op}/busbw_GB_per_s Dataset {{11}}" in listing,
                   f"/bench/comm_{op} has 11 rows in the file")
+
+# The rank-ordered sums the trainer's gradients use (not in the default
+# set): over 4 ranks, up to several chunks in flight; every element checked.
+rc, out, err = bench(4, "--ops", "allreduce_ordered,reduce_scatter_ordered", "--min-bytes", "64",
+                     "--max-bytes", "2M", "--iters", "2", "--warmup", "1")
+check(rc == 0, f"bench comm ordered ops exit {rc}: {err.strip()[-400:]}")
+t = tables(out)
+for op in ("allreduce_ordered", "reduce_scatter_ordered"):
+    title = next((k for k in t if k.startswith(op + " on world")), None)
+    check(title is not None, f"table for {op}")
+    if title is None:
+        continue
+    rows = t[title]
+    check([int(r["size_B"]) for r in rows] == [64 << i for i in range(16)],
+          f"{op}: sizes 64..2M doubling")
+    check(all(r["#wrong"] == "0" for r in rows), f"{op}: #wrong all 0")
+    check(all(int(r["count"]) * 4 == int(r["size_B"]) for r in rows), f"{op}: count = size/4")
 
 # Groups of the quickstart mesh: 4 EP groups of 2 ranks at once.
 rc, out, err = bench(8, CONFIG, "--group", "ep", "--ops", "alltoall,allreduce",

@@ -79,8 +79,9 @@ TEST_CASE(
     "[comm]") {
   auto c = dup_world(CommKind::dp);
   const int p = c->size(), me = c->rank();
-  // Sizes inside one chunk (64Ki floats), across chunks, and beyond the
-  // window of 4 chunks in flight.
+  // Sizes inside one chunk (128Ki floats; a reduce-scatter's chunks are
+  // 128Ki / p floats of each block), across chunks, and beyond the window of
+  // 4 chunks in flight.
   for (size_t block : {size_t(1), size_t(1000), size_t(65536 + 3), size_t(5 * 65536 + 7)}) {
     const size_t n = block * size_t(p);
     const uint64_t key = rng::hash_name("ordered-sum") + block;
@@ -118,6 +119,37 @@ TEST_CASE(
     // The other ranks' pieces are only read.
     CHECK(std::memcmp(z.data(), mine.data(), lo * sizeof(float)) == 0);
     CHECK(std::memcmp(z.data() + hi, mine.data() + hi, (n - hi) * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE(
+    "SumOrder::rank: all-reduces and reduces of sizes not a multiple of the ranks, fewer "
+    "elements than ranks included",
+    "[comm]") {
+  auto c = dup_world(CommKind::dp);
+  const int p = c->size(), me = c->rank();
+  // Each rank sums a part of each chunk of 128Ki floats (parts of at least
+  // 4Ki, src/comm/mpi/ordered_sum.cpp): parts left empty, a short last
+  // chunk, more chunks than the 4 in flight.
+  const size_t chunk = std::max<size_t>(131072, 4096 * size_t(p));
+  for (size_t n : {size_t(1), size_t(2), size_t(p - 1 > 0 ? p - 1 : 1), size_t(p + 1),
+                   size_t(1000 * p + 3), chunk + 1, 6 * chunk - 5}) {
+    const uint64_t key = rng::hash_name("ordered-sum-uneven") + n;
+    std::vector<float> mine(n), ref(n);
+    for (size_t i = 0; i < n; ++i) {
+      mine[i] = input(me, i, key);
+      ref[i] = rank_order_sum(p, i, key);
+    }
+    std::vector<float> x = mine;
+    c->allreduce_sum(x.data(), n, SumOrder::rank);
+    CHECK(std::memcmp(x.data(), ref.data(), n * sizeof(float)) == 0);
+
+    const int root = p - 1;
+    std::vector<float> y = mine;
+    Request r = c->ireduce_sum(y.data(), n, root, SumOrder::rank);
+    c->wait(r);
+    // The root holds the sum; the others' buffers are only read.
+    CHECK(std::memcmp(y.data(), (me == root ? ref : mine).data(), n * sizeof(float)) == 0);
   }
 }
 
