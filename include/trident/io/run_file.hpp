@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "trident/core/config.hpp"
+#include "trident/io/timeline_event.hpp"
 #include "trident/topo/topology.hpp"
 
 namespace trident {
@@ -31,14 +32,6 @@ struct EvalMetrics {
   int64_t step = 0;
   double loss = 0, perplexity = 0;  // mean cross-entropy over `targets`, exp(loss)
   int64_t targets = 0;
-};
-
-struct TimelineEvent {
-  int32_t rank = 0;
-  int64_t step = 0;
-  std::string kind;  // "F","B","W","SEND_F","RECV_F","SEND_B","RECV_B", "ATTN", ...
-  int32_t stage = 0, chunk = 0, microbatch = 0;
-  double t_begin_s = 0, t_end_s = 0;  // one clock for all ranks (now_s())
 };
 
 // Something the step guards saw (/events): kind is "nonfinite" (a step's

@@ -15,16 +15,11 @@
 
 #include "trident/comm/p2p_plan.hpp"
 #include "trident/core/error.hpp"
+#include "trident/kernels/cuda/check.hpp"
 
 namespace trident {
 
 namespace {
-
-void cuda_check(cudaError_t rc, const char* call, const char* file, int line) {
-  if (rc == cudaSuccess) return;
-  throw_error(file, line, std::string(call) + " failed: " + cudaGetErrorString(rc));
-}
-#define CUDA_CHECK(call) cuda_check((call), #call, __FILE__, __LINE__)
 
 ncclDataType_t nccl_type(ElemType t) {
   switch (t) {
@@ -132,7 +127,7 @@ class CudaEventOp final : public PendingOp {
     if (live_->aborted()) throw Error(aborted_message(*live_));
     const cudaError_t q = cudaEventQuery(ev_);
     if (q == cudaSuccess) return true;
-    if (q != cudaErrorNotReady) cuda_check(q, "cudaEventQuery", __FILE__, __LINE__);
+    if (q != cudaErrorNotReady) kernels::cuda::throw_cuda(__FILE__, __LINE__, "cudaEventQuery", q);
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(live_->comm, &async);
     if (async != ncclSuccess && async != ncclInProgress)

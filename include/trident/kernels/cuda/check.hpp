@@ -1,7 +1,8 @@
 // CUDA_CHECK and CUBLAS_CHECK: one error check per library, as the CPU side
 // has TRIDENT_CHECK. A failed call throws trident::Error naming file:line,
 // the call and the library's own message (cudaGetErrorString,
-// cublasGetStatusString). Included by the CUDA backend's sources only.
+// cublasGetStatusString). Included by the CUDA backend's sources and the
+// NCCL communicator's (comm sits above kernels), never by CPU-only code.
 #pragma once
 #include <cuda_runtime.h>
 

@@ -24,7 +24,7 @@
 #include "trident/comm/comm.hpp"
 #include "trident/core/profiler.hpp"
 #include "trident/core/tensor.hpp"
-#include "trident/io/run_file.hpp"
+#include "trident/io/timeline_event.hpp"
 #include "trident/parallel/pp/schedule.hpp"
 
 namespace trident::pp {
