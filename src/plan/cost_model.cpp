@@ -199,7 +199,7 @@ std::string MeshPlan::str() const {
 }
 
 pp::Placement placement_of(const MeshPlan& p) {
-  return pp::schedule_placement(config_name(p.schedule), p.pp, p.vpp);
+  return pp::schedule_placement(p.schedule, p.pp, p.vpp);
 }
 
 MeshPlan mesh_plan_of(const Config& cfg, int world) {

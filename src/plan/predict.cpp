@@ -294,7 +294,7 @@ double model_flops_per_step(const Config& cfg, const MeshPlan& p) {
 }
 
 pp::Schedule lowered_schedule(const MeshPlan& p) {
-  return pp::lower(pp::make_schedule(config_name(p.schedule), p.pp, p.microbatches, p.vpp));
+  return pp::lower(pp::make_schedule(p.schedule, p.pp, p.microbatches, p.vpp));
 }
 
 }  // namespace

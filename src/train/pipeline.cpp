@@ -40,7 +40,7 @@ void Trainer::init_pipeline() {
   const auto& p = cfg_.parallel;
   auto pipe = std::make_unique<ExecutorPipeline>();
   const pp::Schedule compute =
-      pp::make_schedule(config_name(p.schedule), comms_.pp_size, cfg_.data.num_microbatches, p.vpp);
+      pp::make_schedule(p.schedule, comms_.pp_size, cfg_.data.num_microbatches, p.vpp);
   pipe->lowered = pp::lower(compute);
   pp::validate(pipe->lowered);
   pipe->forward_only = pp::lower(pp::forward_only_of(compute));

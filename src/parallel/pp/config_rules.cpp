@@ -11,7 +11,7 @@ void check_config(const Config& cfg) {
   auto s = [](long long v) { return std::to_string(v); };
   const bool interleaved = p.schedule == PipelineSchedule::interleaved;
   const std::string name = config_name(p.schedule);
-  const bool v_shaped = default_vpp(name) == 2;
+  const bool v_shaped = default_vpp(p.schedule) == 2;
   if (p.vpp > 1 && !interleaved && !v_shaped)
     config_rule_failed(cfg, {"parallel.vpp", "parallel.schedule"},
                        "parallel.vpp=" + s(p.vpp) +
@@ -47,7 +47,7 @@ void check_config(const Config& cfg) {
                            " (every model chunk gets the same number of layers), or "
                            "parallel.pp_layout must say how many each gets");
   }
-  const int min_m = min_microbatches(name, p.pp, p.vpp);
+  const int min_m = min_microbatches(p.schedule, p.pp, p.vpp);
   if (d.num_microbatches < min_m)
     config_rule_failed(cfg, {"data.num_microbatches", "parallel.schedule", "parallel.pp"},
                        "data.num_microbatches=" + s(d.num_microbatches) + " must be >= " +

@@ -12,14 +12,14 @@ namespace trident::pp {
 
 namespace {
 
-Schedule empty_schedule(const std::string& name, int pp, int m, int vpp, bool split) {
+Schedule empty_schedule(PipelineSchedule kind, int pp, int m, int vpp, bool split) {
   Schedule s;
-  s.name = name;
+  s.name = config_name(kind);
   s.pp = pp;
   s.vpp = vpp;
   s.microbatches = m;
   s.split_backward = split;
-  s.placement = schedule_placement(name, pp, vpp);
+  s.placement = schedule_placement(kind, pp, vpp);
   s.ranks.resize(pp);
   return s;
 }
@@ -28,21 +28,24 @@ void require(bool ok, const std::string& msg) {
   if (!ok) throw InputError(msg);
 }
 
-bool v_shaped(const std::string& name) { return name == "zb-v" || name == "dualpipev"; }
+bool v_shaped(PipelineSchedule s) {
+  return s == PipelineSchedule::zb_v || s == PipelineSchedule::dualpipev;
+}
 
-void check_common(const std::string& name, int pp, int m, int vpp) {
+void check_common(PipelineSchedule kind, int pp, int m, int vpp) {
+  const std::string name = config_name(kind);
   require(pp >= 1, "--pp " + std::to_string(pp) + ": must be >= 1");
   require(vpp >= 1, "--vpp " + std::to_string(vpp) + ": must be >= 1");
   require(m >= 1, "--microbatches " + std::to_string(m) + ": must be >= 1");
-  require(vpp == 1 || name == "interleaved" || v_shaped(name),
+  require(vpp == 1 || kind == PipelineSchedule::interleaved || v_shaped(kind),
           "--vpp " + std::to_string(vpp) +
               ": more than one chunk per rank needs the interleaved, zb-v or dualpipev schedule "
               "(got '" +
               name + "')");
-  require(!v_shaped(name) || vpp == 2,
+  require(!v_shaped(kind) || vpp == 2,
           "--vpp " + std::to_string(vpp) + ": schedule '" + name +
               "' holds two chunks per rank (V placement: stages r and 2*pp-1-r); needs --vpp 2");
-  const int need = min_microbatches(name, pp, vpp);
+  const int need = min_microbatches(kind, pp, vpp);
   require(m >= need, "--microbatches " + std::to_string(m) + ": schedule '" + name +
                          "' with pp=" + std::to_string(pp) + " vpp=" + std::to_string(vpp) +
                          " needs at least " + std::to_string(need) + " micro-batches");
@@ -90,72 +93,76 @@ void drop_extra_microbatches(Schedule& s) {
 
 }  // namespace
 
-int default_vpp(const std::string& name) { return v_shaped(name) ? 2 : 1; }
+int default_vpp(PipelineSchedule schedule) { return v_shaped(schedule) ? 2 : 1; }
+int default_vpp(const std::string& name) { return default_vpp(parse_schedule(name)); }
 
+Placement schedule_placement(PipelineSchedule schedule, int pp, int vpp) {
+  return v_shaped(schedule) ? Placement::v_shape(pp) : Placement::loop(pp, vpp);
+}
 Placement schedule_placement(const std::string& name, int pp, int vpp) {
-  return v_shaped(name) ? Placement::v_shape(pp) : Placement::loop(pp, vpp);
+  return schedule_placement(parse_schedule(name), pp, vpp);
 }
 
 namespace {
 
 // Every schedule by name: the fewest micro-batches it runs with, and its
 // generator. The one list the names, the rules and the dispatch read.
+// Per schedule, in PipelineSchedule's order.
 struct ScheduleKind {
-  const char* name;
   int (*min_microbatches)(int pp);
   Schedule (*make)(int pp, int m, int vpp);
 };
 
-const std::vector<ScheduleKind>& schedule_kinds() {
-  static const std::vector<ScheduleKind> kinds = {
-      {"afab", [](int) { return 1; }, [](int pp, int m, int) { return afab(pp, m); }},
-      {"1f1b", [](int) { return 1; }, [](int pp, int m, int) { return one_f_one_b(pp, m); }},
-      {"interleaved", [](int) { return 1; },
+const ScheduleKind& schedule_kind(PipelineSchedule schedule) {
+  static const ScheduleKind kinds[] = {
+      {[](int) { return 1; }, [](int pp, int m, int) { return afab(pp, m); }},
+      {[](int) { return 1; }, [](int pp, int m, int) { return one_f_one_b(pp, m); }},
+      {[](int) { return 1; },
        [](int pp, int m, int vpp) { return interleaved_one_f_one_b(pp, m, vpp); }},
-      {"zb-h1", [](int) { return 1; }, [](int pp, int m, int) { return zero_bubble_h1(pp, m); }},
-      {"zb-v", [](int) { return 1; }, [](int pp, int m, int) { return zero_bubble_v(pp, m); }},
-      {"dualpipev", [](int pp) { return 2 * std::max(pp, 1); },
+      {[](int) { return 1; }, [](int pp, int m, int) { return zero_bubble_h1(pp, m); }},
+      {[](int) { return 1; }, [](int pp, int m, int) { return zero_bubble_v(pp, m); }},
+      {[](int pp) { return 2 * std::max(pp, 1); },
        [](int pp, int m, int) { return dual_pipe_v(pp, m); }},
   };
-  return kinds;
-}
-
-// The kind of a name ("gpipe" is afab); InputError naming the known ones.
-const ScheduleKind& schedule_kind(const std::string& name) {
-  const std::string canonical = name == "gpipe" ? "afab" : name;
-  const auto& kinds = schedule_kinds();
-  for (const ScheduleKind& k : kinds)
-    if (canonical == k.name) return k;
-  std::string expected;
-  for (size_t i = 0; i < kinds.size(); ++i)
-    expected += std::string(i == 0 ? "" : i + 1 == kinds.size() ? " or " : ", ") + kinds[i].name;
-  throw InputError("schedule '" + name + "': unknown (expected " + expected + ")");
+  static_assert(std::size(kinds) == ConfigNames<PipelineSchedule>::names.size());
+  return kinds[size_t(schedule)];
 }
 
 }  // namespace
 
 const std::vector<std::string>& schedule_names() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> n;
-    for (const ScheduleKind& k : schedule_kinds()) n.push_back(k.name);
-    return n;
-  }();
+  static const std::vector<std::string> names(ConfigNames<PipelineSchedule>::names.begin(),
+                                              ConfigNames<PipelineSchedule>::names.end());
   return names;
 }
 
-int min_microbatches(const std::string& name, int pp, int vpp) {
-  (void)vpp;
-  return schedule_kind(name).min_microbatches(pp);
+PipelineSchedule parse_schedule(const std::string& name) {
+  if (auto s = parse_config_name<PipelineSchedule>(name == "gpipe" ? "afab" : name)) return *s;
+  const auto& names = schedule_names();
+  std::string expected;
+  for (size_t i = 0; i < names.size(); ++i)
+    expected += std::string(i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  throw InputError("schedule '" + name + "': unknown (expected " + expected + ")");
 }
 
+int min_microbatches(PipelineSchedule schedule, int pp, int vpp) {
+  (void)vpp;
+  return schedule_kind(schedule).min_microbatches(pp);
+}
+int min_microbatches(const std::string& name, int pp, int vpp) {
+  return min_microbatches(parse_schedule(name), pp, vpp);
+}
+
+Schedule make_schedule(PipelineSchedule schedule, int pp, int m, int vpp) {
+  check_common(schedule, pp, m, vpp);
+  return schedule_kind(schedule).make(pp, m, vpp);
+}
 Schedule make_schedule(const std::string& name, int pp, int m, int vpp) {
-  const ScheduleKind& kind = schedule_kind(name);
-  check_common(kind.name, pp, m, vpp);
-  return kind.make(pp, m, vpp);
+  return make_schedule(parse_schedule(name), pp, m, vpp);
 }
 
 Schedule afab(int pp, int m) {
-  Schedule s = empty_schedule("afab", pp, m, 1, false);
+  Schedule s = empty_schedule(PipelineSchedule::afab, pp, m, 1, false);
   for (int r = 0; r < pp; ++r) {
     for (int mb = 0; mb < m; ++mb) s.ranks[r].push_back({r, Op::F, mb});
     for (int mb = 0; mb < m; ++mb) s.ranks[r].push_back({r, Op::B, mb});
@@ -164,7 +171,7 @@ Schedule afab(int pp, int m) {
 }
 
 Schedule one_f_one_b(int pp, int m) {
-  Schedule s = empty_schedule("1f1b", pp, m, 1, false);
+  Schedule s = empty_schedule(PipelineSchedule::one_f_one_b, pp, m, 1, false);
   for (int r = 0; r < pp; ++r) {
     // Rank r starts its first backward once the first micro-batch has come
     // back from the pp-1-r ranks after it: that many forwards run ahead.
@@ -187,7 +194,7 @@ Schedule interleaved_one_f_one_b(int pp, int m, int vpp) {
     s.name = "interleaved";
     return s;
   }
-  Schedule s = empty_schedule("interleaved", pp, m, vpp, false);
+  Schedule s = empty_schedule(PipelineSchedule::interleaved, pp, m, vpp, false);
   // Megatron order: micro-batches in rounds of at least pp; a round goes
   // through chunk 0, then chunk 1, ... (backward: last chunk first). With m
   // not a multiple of pp there are m / pp rounds and the remainder is spread
@@ -230,7 +237,7 @@ Schedule interleaved_one_f_one_b(int pp, int m, int vpp) {
 }
 
 Schedule zero_bubble_h1(int pp, int m) {
-  Schedule s = empty_schedule("zb-h1", pp, m, 1, true);
+  Schedule s = empty_schedule(PipelineSchedule::zb_h1, pp, m, 1, true);
   for (int r = 0; r < pp; ++r) {
     // Same F/B order (and so the same activation memory) as 1F1B, but the
     // weight gradients are held back: rank r keeps r of them pending, so its
@@ -256,7 +263,7 @@ Schedule zero_bubble_h1(int pp, int m) {
 }
 
 Schedule zero_bubble_v(int pp, int m) {
-  Schedule s = empty_schedule("zb-v", pp, m, 2, true);
+  Schedule s = empty_schedule(PipelineSchedule::zb_v, pp, m, 2, true);
   const int n = std::max(m, 2 * pp - 1);
   for (int r = 0; r < pp; ++r) {
     VRow v(s.ranks[r], s.stage_of(r, 0), s.stage_of(r, 1));
@@ -297,7 +304,7 @@ Schedule zero_bubble_v(int pp, int m) {
 }
 
 Schedule dual_pipe_v(int pp, int m) {
-  Schedule s = empty_schedule("dualpipev", pp, m, 2, true);
+  Schedule s = empty_schedule(PipelineSchedule::dualpipev, pp, m, 2, true);
   for (int r = 0; r < pp; ++r) {
     VRow v(s.ranks[r], s.stage_of(r, 0), s.stage_of(r, 1));
     auto overlapped_slot = [&](int f_chunk, int b_chunk) {

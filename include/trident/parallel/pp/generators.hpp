@@ -27,20 +27,29 @@
 #include <string>
 #include <vector>
 
+#include "trident/core/config.hpp"
 #include "trident/parallel/pp/schedule.hpp"
 
 namespace trident::pp {
 
-// Canonical schedule names, in the order the CLI lists them.
+// Canonical schedule names, in the order the CLI lists them (the order of
+// PipelineSchedule, whose config spelling they are).
 const std::vector<std::string>& schedule_names();
 
-// The smallest micro-batch count the named schedule accepts for pp (and vpp):
-// 2 pp for "dualpipev", 1 for the others (see the rules above). InputError for
-// an unknown name.
+// The schedule a name says ("gpipe" for afab too), parsed once where a name
+// comes in (the CLI's flags; the config parses its own key). InputError
+// "schedule 'NAME': unknown (expected ...)" otherwise. The library passes
+// the enum; each call below that takes a name parses it and forwards.
+PipelineSchedule parse_schedule(const std::string& name);
+
+// The smallest micro-batch count the schedule accepts for pp (and vpp):
+// 2 pp for "dualpipev", 1 for the others (see the rules above).
+int min_microbatches(PipelineSchedule schedule, int pp, int vpp);
 int min_microbatches(const std::string& name, int pp, int vpp);
 
-// The compute-only schedule. Throws InputError naming the flag/key that breaks
-// a rule above ("--vpp" / "--microbatches" / "--pp" / "schedule").
+// The compute-only schedule. Throws InputError naming the flag that breaks
+// a rule above ("--vpp" / "--microbatches" / "--pp").
+Schedule make_schedule(PipelineSchedule schedule, int pp, int microbatches, int vpp = 1);
 Schedule make_schedule(const std::string& name, int pp, int microbatches, int vpp = 1);
 
 Schedule afab(int pp, int microbatches);
@@ -51,11 +60,13 @@ Schedule zero_bubble_v(int pp, int microbatches);
 Schedule dual_pipe_v(int pp, int microbatches);
 
 // Chunks per rank when none is asked for: 2 for the V schedules, else 1.
+int default_vpp(PipelineSchedule schedule);
 int default_vpp(const std::string& name);
 
-// Where the named schedule runs each virtual stage: the V placement for
-// "zb-v" and "dualpipev", the loop placement otherwise. The model's layer
+// Where the schedule runs each virtual stage: the V placement for "zb-v"
+// and "dualpipev", the loop placement otherwise. The model's layer
 // partition and the executor both follow it.
+Placement schedule_placement(PipelineSchedule schedule, int pp, int vpp);
 Placement schedule_placement(const std::string& name, int pp, int vpp);
 
 // Closed-form bubble of the schedule, where one exists (else a negative value):
