@@ -1,6 +1,8 @@
 // Pipeline parallelism's config rules (see pp/config_rules.hpp).
 #include "trident/parallel/pp/config_rules.hpp"
 
+#include <algorithm>
+
 #include "trident/parallel/pp/generators.hpp"
 
 namespace trident::pp {
@@ -9,19 +11,21 @@ void check_config(const Config& cfg) {
   const ParallelConfig& p = cfg.parallel;
   const DataConfig& d = cfg.data;
   auto s = [](long long v) { return std::to_string(v); };
-  const bool interleaved = p.schedule == PipelineSchedule::interleaved;
   const std::string name = config_name(p.schedule);
-  const bool v_shaped = default_vpp(p.schedule) == 2;
-  if (p.vpp > 1 && !interleaved && !v_shaped)
+  // The generators' rules, worded in the config's keys; interleaved with one
+  // chunk is the config's own rule (1F1B is spelt "1f1b" there).
+  const ScheduleRule broken =
+      broken_schedule_rule(p.schedule, p.pp, p.vpp, std::max(d.num_microbatches, 1));
+  if (broken == ScheduleRule::vpp_needs_chunked_schedule)
     config_rule_failed(cfg, {"parallel.vpp", "parallel.schedule"},
                        "parallel.vpp=" + s(p.vpp) +
                            " > 1 needs parallel.schedule = \"interleaved\" (got \"" + name +
                            "\"), or \"zb-v\" / \"dualpipev\" with parallel.vpp = 2");
-  if (interleaved && p.vpp < 2)
+  if (p.schedule == PipelineSchedule::interleaved && p.vpp < 2)
     config_rule_failed(
         cfg, {"parallel.schedule", "parallel.vpp"},
         "parallel.schedule = \"interleaved\" needs parallel.vpp >= 2 (got " + s(p.vpp) + ")");
-  if (v_shaped && p.vpp != 2)
+  if (broken == ScheduleRule::v_needs_two_chunks)
     config_rule_failed(cfg, {"parallel.schedule", "parallel.vpp"},
                        "parallel.schedule = \"" + name +
                            "\" holds two chunks per rank (V placement) and needs parallel.vpp = 2 "
@@ -47,11 +51,11 @@ void check_config(const Config& cfg) {
                            " (every model chunk gets the same number of layers), or "
                            "parallel.pp_layout must say how many each gets");
   }
-  const int min_m = min_microbatches(p.schedule, p.pp, p.vpp);
-  if (d.num_microbatches < min_m)
+  if (broken == ScheduleRule::too_few_microbatches)
     config_rule_failed(cfg, {"data.num_microbatches", "parallel.schedule", "parallel.pp"},
                        "data.num_microbatches=" + s(d.num_microbatches) + " must be >= " +
-                           s(min_m) + " for schedule \"" + name + "\" with parallel.pp=" + s(p.pp));
+                           s(min_microbatches(p.schedule, p.pp, p.vpp)) + " for schedule \"" +
+                           name + "\" with parallel.pp=" + s(p.pp));
 }
 
 }  // namespace trident::pp

@@ -37,22 +37,26 @@ void check_common(PipelineSchedule kind, int pp, int m, int vpp) {
   require(pp >= 1, "--pp " + std::to_string(pp) + ": must be >= 1");
   require(vpp >= 1, "--vpp " + std::to_string(vpp) + ": must be >= 1");
   require(m >= 1, "--microbatches " + std::to_string(m) + ": must be >= 1");
-  require(vpp == 1 || kind == PipelineSchedule::interleaved || v_shaped(kind),
-          "--vpp " + std::to_string(vpp) +
-              ": more than one chunk per rank needs the interleaved, zb-v or dualpipev schedule "
-              "(got '" +
-              name + "')");
-  require(!v_shaped(kind) || vpp == 2,
-          "--vpp " + std::to_string(vpp) + ": schedule '" + name +
-              "' holds two chunks per rank (V placement: stages r and 2*pp-1-r); needs --vpp 2");
-  const int need = min_microbatches(kind, pp, vpp);
-  require(m >= need, "--microbatches " + std::to_string(m) + ": schedule '" + name +
-                         "' with pp=" + std::to_string(pp) + " vpp=" + std::to_string(vpp) +
-                         " needs at least " + std::to_string(need) + " micro-batches");
+  switch (broken_schedule_rule(kind, pp, vpp, m)) {
+    case ScheduleRule::none:
+      return;
+    case ScheduleRule::vpp_needs_chunked_schedule:
+      throw InputError("--vpp " + std::to_string(vpp) +
+                       ": more than one chunk per rank needs the interleaved, zb-v or dualpipev "
+                       "schedule (got '" +
+                       name + "')");
+    case ScheduleRule::v_needs_two_chunks:
+      throw InputError("--vpp " + std::to_string(vpp) + ": schedule '" + name +
+                       "' holds two chunks per rank (V placement: stages r and 2*pp-1-r); needs "
+                       "--vpp 2");
+    case ScheduleRule::too_few_microbatches:
+      throw InputError("--microbatches " + std::to_string(m) + ": schedule '" + name +
+                       "' with pp=" + std::to_string(pp) + " vpp=" + std::to_string(vpp) +
+                       " needs at least " + std::to_string(min_microbatches(kind, pp, vpp)) +
+                       " micro-batches");
+  }
 }
 
-// One rank's list under construction for the V schedules: per-chunk counters
-// of F, B and W, so each call appends the chunk's next micro-batch.
 struct VRow {
   VRow(std::vector<Action>& r, int chunk0_stage, int chunk1_stage)
       : row(r), stage{chunk0_stage, chunk1_stage} {}
@@ -143,6 +147,14 @@ PipelineSchedule parse_schedule(const std::string& name) {
   for (size_t i = 0; i < names.size(); ++i)
     expected += std::string(i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
   throw InputError("schedule '" + name + "': unknown (expected " + expected + ")");
+}
+
+ScheduleRule broken_schedule_rule(PipelineSchedule schedule, int pp, int vpp, int m) {
+  if (vpp > 1 && schedule != PipelineSchedule::interleaved && !v_shaped(schedule))
+    return ScheduleRule::vpp_needs_chunked_schedule;
+  if (v_shaped(schedule) && vpp != 2) return ScheduleRule::v_needs_two_chunks;
+  if (m < min_microbatches(schedule, pp, vpp)) return ScheduleRule::too_few_microbatches;
+  return ScheduleRule::none;
 }
 
 int min_microbatches(PipelineSchedule schedule, int pp, int vpp) {

@@ -47,6 +47,19 @@ PipelineSchedule parse_schedule(const std::string& name);
 int min_microbatches(PipelineSchedule schedule, int pp, int vpp);
 int min_microbatches(const std::string& name, int pp, int vpp);
 
+// The first of the rules above on chunks and micro-batches that a schedule
+// with pp ranks, vpp chunks per rank and m micro-batches breaks (pp, vpp
+// and m >= 1 are the caller's to check): the one check that make_schedule
+// (the CLI's flags) and the config's rules (its keys) each word in their
+// own names.
+enum class ScheduleRule {
+  none,
+  vpp_needs_chunked_schedule,  // vpp > 1 with one chunk per rank
+  v_needs_two_chunks,          // zb-v / dualpipev with vpp != 2
+  too_few_microbatches,        // m < min_microbatches
+};
+ScheduleRule broken_schedule_rule(PipelineSchedule schedule, int pp, int vpp, int microbatches);
+
 // The compute-only schedule. Throws InputError naming the flag that breaks
 // a rule above ("--vpp" / "--microbatches" / "--pp").
 Schedule make_schedule(PipelineSchedule schedule, int pp, int microbatches, int vpp = 1);
