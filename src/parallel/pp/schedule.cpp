@@ -254,7 +254,38 @@ class ScheduleCheck {
     return pos_[(static_cast<size_t>(op) * size_t(S_) + size_t(stage)) * size_t(M_) + size_t(mb)];
   }
   static std::string name(int stage, Op op, int mb) { return Action{stage, op, mb}.str(); }
-  std::string on(int st) const { return " (rank " + std::to_string(s_.rank_of(st)) + ")"; }
+  // " (rank R)", and where positions on that rank are given, its order
+  // around them with those actions bracketed: PyTorch's schedule errors
+  // print the whole order with the faulty action marked; this keeps the
+  // error one line, kContext actions either side of each, "..." for the rest.
+  std::string on(int st, std::initializer_list<int> marked = {}) const {
+    const std::string order = order_of(s_.rank_of(st), marked);
+    return " (rank " + std::to_string(s_.rank_of(st)) + (order.empty() ? "" : ": " + order) + ")";
+  }
+  static constexpr int kContext = 3;
+  std::string order_of(int r, std::initializer_list<int> marked) const {
+    std::vector<int> m;
+    for (int p : marked)
+      if (p >= 0) m.push_back(p);
+    if (m.empty()) return "";
+    std::sort(m.begin(), m.end());
+    const auto& row = s_.ranks[size_t(r)];
+    const int n = int(row.size());
+    std::string out;
+    int shown = -1;  // the last position printed
+    for (size_t k = 0; k < m.size(); ++k) {
+      const int lo = std::max({0, m[k] - kContext, shown + 1});
+      const int hi = std::min(n - 1, m[k] + kContext);
+      if (lo > shown + 1) out += " ...";
+      for (int i = lo; i <= hi; ++i) {
+        const bool mark = std::binary_search(m.begin(), m.end(), i);
+        out += " " + std::string(mark ? "[" : "") + row[size_t(i)].str() + (mark ? "]" : "");
+      }
+      shown = std::max(shown, hi);
+    }
+    if (shown + 1 < n) out += " ...";
+    return out.substr(1);  // the leading space
+  }
   bool prev_remote(int st) const { return st > 0 && s_.rank_of(st - 1) != s_.rank_of(st); }
   bool next_remote(int st) const { return st < S_ - 1 && s_.rank_of(st + 1) != s_.rank_of(st); }
   [[noreturn]] void missing(int st, Op op, int mb) const {
@@ -284,7 +315,8 @@ class ScheduleCheck {
     if (s_.forward_only && a.op != Op::F && a.op != Op::SEND_F && a.op != Op::RECV_F)
       throw InputError(here + ": a forward-only schedule holds only F, SEND_F and RECV_F");
     int& p = pos(a.stage, a.op, a.microbatch);
-    if (p >= 0) throw InputError(here + " appears twice");
+    if (p >= 0)
+      throw InputError(here + " appears twice (" + order_of(r, {p, static_cast<int>(i)}) + ")");
     p = static_cast<int>(i);
   }
 
@@ -296,9 +328,11 @@ class ScheduleCheck {
     if (b < 0) missing(st, Op::B, mb);
     if (s_.split_backward && w < 0) missing(st, Op::W, mb);
     if (b < f)
-      throw InputError(pre_ + name(st, Op::B, mb) + " runs before " + name(st, Op::F, mb) + on(st));
+      throw InputError(pre_ + name(st, Op::B, mb) + " runs before " + name(st, Op::F, mb) +
+                       on(st, {b, f}));
     if (s_.split_backward && w < b)
-      throw InputError(pre_ + name(st, Op::W, mb) + " runs before " + name(st, Op::B, mb) + on(st));
+      throw InputError(pre_ + name(st, Op::W, mb) + " runs before " + name(st, Op::B, mb) +
+                       on(st, {w, b}));
   }
 
   // Where F's input and B's output gradient come from.
@@ -311,10 +345,10 @@ class ScheduleCheck {
         if (lowered && rf < 0) missing(st, Op::RECV_F, mb);
         if (lowered && rf > f)
           throw InputError(pre_ + name(st, Op::F, mb) + " runs before its input arrives (" +
-                           name(st, Op::RECV_F, mb) + ")" + on(st));
+                           name(st, Op::RECV_F, mb) + ")" + on(st, {f, rf}));
       } else if (pos(st - 1, Op::F, mb) > f) {
         throw InputError(pre_ + name(st, Op::F, mb) + " runs before " + name(st - 1, Op::F, mb) +
-                         on(st));
+                         on(st, {f, pos(st - 1, Op::F, mb)}));
       }
     }
     if (st < S_ - 1 && !s_.forward_only) {
@@ -324,10 +358,10 @@ class ScheduleCheck {
         if (lowered && rb > b)
           throw InputError(pre_ + name(st, Op::B, mb) +
                            " runs before its output gradient arrives (" + name(st, Op::RECV_B, mb) +
-                           ")" + on(st));
+                           ")" + on(st, {b, rb}));
       } else if (pos(st + 1, Op::B, mb) > b) {
         throw InputError(pre_ + name(st, Op::B, mb) + " runs before " + name(st + 1, Op::B, mb) +
-                         on(st));
+                         on(st, {b, pos(st + 1, Op::B, mb)}));
       }
     }
   }
@@ -350,7 +384,7 @@ class ScheduleCheck {
       if (sent < 0) missing(st, op.send, mb);
       if (sent < pos(st, op.compute, mb))
         throw InputError(pre_ + name(st, op.send, mb) + " before " + name(st, op.compute, mb) +
-                         on(st));
+                         on(st, {sent, pos(st, op.compute, mb)}));
     } else if (sent >= 0 || pos(st, op.recv_back, mb) >= 0) {
       throw InputError(pre_ + name(st, sent >= 0 ? op.send : op.recv_back, mb) +
                        ": no peer rank (" + neighbour +

@@ -338,10 +338,25 @@ TEST_CASE("incomplete or inconsistent hand-written schedules are refused", "[pp]
                     Catch::Contains("0W1"));
   // B before F on a rank.
   CHECK_THROWS_WITH(validate(from_csv("0B0,0F0\n1F0,1B0\n", "o.csv")), Catch::Contains("before"));
+  // ... with the rank's order, the faulty actions bracketed (one line).
+  CHECK_THROWS_WITH(validate(from_csv("0B0,0F0\n1F0,1B0\n", "o.csv")),
+                    Catch::Contains("0B0 runs before 0F0 (rank 0: [0B0] [0F0])"));
+  {
+    // Far apart: a window around each, "..." between and after.
+    std::string r0 = "0B0", r1;
+    for (int mb = 1; mb < 10; ++mb) r0 += ",0F" + std::to_string(mb);
+    r0 += ",0F0";
+    for (int mb = 1; mb < 10; ++mb) r0 += ",0B" + std::to_string(mb);
+    for (int mb = 0; mb < 10; ++mb) r1 += (mb ? ",1F" : "1F") + std::to_string(mb) + ",1B" + std::to_string(mb);
+    CHECK_THROWS_WITH(validate(from_csv(r0 + "\n" + r1 + "\n", "far.csv")),
+                      Catch::EndsWith("0B0 runs before 0F0 (rank 0: [0B0] 0F1 0F2 0F3 ... 0F7 0F8 "
+                                      "0F9 [0F0] 0B1 0B2 0B3 ...)"));
+  }
   // A stage on the wrong rank.
   CHECK_THROWS_WITH(validate(from_csv("0F0,0B0,1F0,1B0\n1F0,1B0\n", "r.csv")), Catch::Contains("belongs to rank"));
   // Duplicates.
-  CHECK_THROWS_WITH(validate(from_csv("0F0,0F0,0B0\n1F0,1B0\n", "d.csv")), Catch::Contains("twice"));
+  CHECK_THROWS_WITH(validate(from_csv("0F0,0F0,0B0\n1F0,1B0\n", "d.csv")),
+                    Catch::Contains("rank 0: 0F0 appears twice ([0F0] [0F0] 0B0)"));
   // A lowered schedule whose receive has no send.
   Schedule low = lower(one_f_one_b(2, 2));
   auto& row0 = low.ranks[0];
