@@ -1,11 +1,13 @@
 // `trident bench comm`: bandwidth of allreduce, allgather, alltoall(v) and a
 // send/recv ring through trident::Communicator (and, asked for, the
-// rank-ordered all-reduce and reduce-scatter of the gradient sums), over doubling sizes, as an
+// rank-ordered all-reduce and reduce-scatter of the gradient sums, and the
+// all-reduce over element types and reductions as nccl-tests' -d / -o), over doubling sizes, as an
 // nccl-tests-style table. Each rank's data is derived from its rank so the
 // exact result is known; mismatches are counted in #wrong and make the exit
 // code 1, so CI can use the benchmark as a check too. With a config and
 // --group, every group of that kind (e.g. all EP groups) runs at once.
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -36,7 +38,7 @@ float sum_value(int rank, size_t i) {
 // One collective under test: fill inputs for a size, run it once, count the
 // elements that differ from the known result. busbw is algbw times factor(p).
 struct CommOp {
-  const char* name;
+  std::string name;  // also the table's: comm_NAME
   const char* what;  // what "size" measures
   std::function<double(int p)> bus_factor;
   // Elements of float per rank (or per peer) for a size in bytes (0: too small),
@@ -46,10 +48,13 @@ struct CommOp {
   std::function<void(Communicator&, size_t n)> prepare;
   std::function<void(Communicator&, size_t n)> run;
   std::function<int64_t(Communicator&, size_t n)> wrong;
+  ElemType type = ElemType::f32;  // the elements moved
+  std::string elements = {};      // a typed all-reduce's "int32 max"; empty: float32
 };
 
 struct Buffers {
   std::vector<float> a, b;
+  std::vector<unsigned char> raw;  // a typed all-reduce's elements
   std::vector<Request> reqs;
   std::vector<int64_t> sc, sd, rc, rd;
 };
@@ -103,6 +108,79 @@ CommOp reduce_scatter_ordered_op(Buffers& buf) {
           [&buf](Communicator& c, size_t n) {
             return wrong_sums(c, buf.b.data(), n, size_t(c.rank()) * n);
           }};
+}
+
+// nccl-tests' names of the element types (-d) and reductions (-o) that the
+// typed all-reduce sweeps: --dtypes and --reduce-ops.
+constexpr std::array<std::pair<const char*, ElemType>, 4> kDtypes = {
+    {{"float", ElemType::f32}, {"double", ElemType::f64}, {"int32", ElemType::i32},
+     {"int64", ElemType::i64}}};
+constexpr std::array<std::pair<const char*, ReduceOp>, 3> kReductions = {
+    {{"sum", ReduceOp::sum}, {"max", ReduceOp::max}, {"min", ReduceOp::min}}};
+
+template <typename T>
+T* typed(Buffers& buf) {
+  return reinterpret_cast<T*>(buf.raw.data());
+}
+
+// The expected element i of a reduction over the group of sum_value(r, i):
+// integers below 2^24 in every type, so exact whatever the order.
+double reduced_value(ReduceOp op, int p, size_t i) {
+  double v = sum_value(0, i);
+  for (int r = 1; r < p; ++r) {
+    const double x = sum_value(r, i);
+    v = op == ReduceOp::sum ? v + x : op == ReduceOp::max ? std::max(v, x) : std::min(v, x);
+  }
+  return v;
+}
+
+template <typename T>
+void fill_typed(Buffers& buf, int rank, size_t n) {
+  buf.raw.resize(n * sizeof(T));
+  T* x = typed<T>(buf);
+  for (size_t i = 0; i < n; ++i) x[i] = T(sum_value(rank, i));
+}
+
+template <typename T>
+int64_t wrong_typed(Buffers& buf, ReduceOp op, int p, size_t n) {
+  const T* x = typed<T>(buf);
+  int64_t bad = 0;
+  for (size_t i = 0; i < n; ++i) bad += double(x[i]) != reduced_value(op, p, i);
+  return bad;
+}
+
+// The all-reduce of one element type and reduction (in place, the backend's
+// order), as nccl-tests sweeps them; float sum is the plain "allreduce".
+CommOp typed_allreduce_op(Buffers& buf, const char* dtype, ElemType type, const char* reduction,
+                          ReduceOp op) {
+  CommOp o = {std::string("allreduce_") + dtype + "_" + reduction,
+              "bytes reduced per rank",
+              [](int p) { return 2.0 * (p - 1) / p; },
+              [type](size_t bytes, int) { return bytes / elem_size(type); },
+              [](int) { return size_t(1); },
+              [&buf, type](Communicator& c, size_t n) {
+                switch (type) {
+                  case ElemType::f32: return fill_typed<float>(buf, c.rank(), n);
+                  case ElemType::f64: return fill_typed<double>(buf, c.rank(), n);
+                  case ElemType::i32: return fill_typed<int32_t>(buf, c.rank(), n);
+                  case ElemType::i64: return fill_typed<int64_t>(buf, c.rank(), n);
+                }
+              },
+              [&buf, type, op](Communicator& c, size_t n) {
+                c.allreduce(buf.raw.data(), n, type, op, SumOrder::any);
+              },
+              [&buf, type, op](Communicator& c, size_t n) -> int64_t {
+                switch (type) {
+                  case ElemType::f32: return wrong_typed<float>(buf, op, c.size(), n);
+                  case ElemType::f64: return wrong_typed<double>(buf, op, c.size(), n);
+                  case ElemType::i32: return wrong_typed<int32_t>(buf, op, c.size(), n);
+                  case ElemType::i64: return wrong_typed<int64_t>(buf, op, c.size(), n);
+                }
+                return 0;
+              }};
+  o.type = type;
+  o.elements = std::string(dtype) + " " + reduction;
+  return o;
 }
 
 CommOp allgather_op(Buffers& buf) {
@@ -223,6 +301,11 @@ class BenchCommCommand : public Command {
     app->add_option("--ops", ops_,
                     "Comma-separated: allreduce,allgather,alltoall,sendrecv (default), "
                     "allreduce_ordered,reduce_scatter_ordered (rank-ordered float sums)");
+    app->add_option("--dtypes", dtypes_,
+                    "allreduce's element types, comma-separated: float (default), double, int32, "
+                    "int64");
+    app->add_option("--reduce-ops", reduce_ops_,
+                    "allreduce's reductions, comma-separated: sum (default), max, min");
     app->add_option("--min-bytes", min_bytes_, "Smallest size (e.g. 8, 64K)");
     app->add_option("--max-bytes", max_bytes_, "Largest size (e.g. 16M)");
     app->add_option("--iters", iters_, "Timed iterations per size");
@@ -238,7 +321,8 @@ class BenchCommCommand : public Command {
     check_options(lo, hi);
     Buffers buf;
     const std::vector<CommOp> all_ops = make_ops(buf);
-    const std::vector<const CommOp*> chosen = chosen_ops(all_ops);
+    const std::vector<CommOp> typed_ops = typed_allreduces(buf);
+    const std::vector<const CommOp*> chosen = chosen_ops(all_ops, typed_ops);
 
     const int world_size = comm_world_size(), rank = comm_world_rank();
     Config cfg = load_config(config_path_, sets_);
@@ -286,19 +370,59 @@ class BenchCommCommand : public Command {
       throw InputError("--group " + group_ + ": must be one of world, cp, pp, dp, dpcp, ep");
   }
 
-  // The operations --ops names, in its order.
-  std::vector<const CommOp*> chosen_ops(const std::vector<CommOp>& all_ops) const {
+  // The items of a comma-separated flag value.
+  static std::vector<std::string> items(const std::string& list) {
+    std::vector<std::string> out;
+    std::stringstream ss(list);
+    std::string item;
+    while (std::getline(ss, item, ',')) out.push_back(item);
+    return out;
+  }
+
+  // The all-reduces of --dtypes x --reduce-ops other than float sum (the
+  // plain "allreduce"), in that order.
+  std::vector<CommOp> typed_allreduces(Buffers& buf) const {
+    std::vector<CommOp> out;
+    for (const std::string& d : items(dtypes_)) {
+      auto dt = std::find_if(kDtypes.begin(), kDtypes.end(), [&](auto& x) { return d == x.first; });
+      if (dt == kDtypes.end())
+        throw InputError("--dtypes " + dtypes_ + ": unknown type '" + d +
+                         "' (float, double, int32, int64)");
+      for (const std::string& r : items(reduce_ops_)) {
+        auto ro = std::find_if(kReductions.begin(), kReductions.end(),
+                               [&](auto& x) { return r == x.first; });
+        if (ro == kReductions.end())
+          throw InputError("--reduce-ops " + reduce_ops_ + ": unknown reduction '" + r +
+                           "' (sum, max, min)");
+        if (dt->second != ElemType::f32 || ro->second != ReduceOp::sum)
+          out.push_back(typed_allreduce_op(buf, dt->first, dt->second, ro->first, ro->second));
+      }
+    }
+    return out;
+  }
+
+  // The operations --ops names, in its order; "allreduce" stands for each
+  // --dtypes x --reduce-ops pair.
+  std::vector<const CommOp*> chosen_ops(const std::vector<CommOp>& all_ops,
+                                        const std::vector<CommOp>& typed_ops) const {
     std::vector<const CommOp*> chosen;
-    std::stringstream ss(ops_);
-    std::string name;
-    while (std::getline(ss, name, ',')) {
+    const bool float_sum = std::find(items(dtypes_).begin(), items(dtypes_).end(), "float") !=
+                               items(dtypes_).end() &&
+                           std::find(items(reduce_ops_).begin(), items(reduce_ops_).end(),
+                                     "sum") != items(reduce_ops_).end();
+    for (const std::string& name : items(ops_)) {
       auto it = std::find_if(all_ops.begin(), all_ops.end(),
                              [&](const CommOp& o) { return name == o.name; });
       if (it == all_ops.end())
         throw InputError("--ops " + ops_ + ": unknown operation '" + name +
                          "' (allreduce, allgather, alltoall, sendrecv, allreduce_ordered, "
                          "reduce_scatter_ordered)");
-      chosen.push_back(&*it);
+      if (name != "allreduce") {
+        chosen.push_back(&*it);
+        continue;
+      }
+      if (float_sum) chosen.push_back(&*it);
+      for (const CommOp& t : typed_ops) chosen.push_back(&t);
     }
     if (chosen.empty()) throw InputError("--ops: name at least one operation");
     return chosen;
@@ -319,7 +443,9 @@ class BenchCommCommand : public Command {
     t.name = std::string("comm_") + op.name + (group_ == "world" ? "" : "_" + group_);
     std::ostringstream title;
     title << op.name << " on " << group_ << ": " << world_size / p << " group(s) of " << p
-          << " ranks at once, float32, " << iters_ << " iterations";
+          << " ranks at once, "
+          << (op.elements.empty() ? std::string("float32") : op.elements)
+          << ", " << iters_ << " iterations";
     t.title = title.str();
     t.columns = {"size_B", "count", "type", "time_us", "algbw_GB/s", "busbw_GB/s", "#wrong"};
     char factor[32];
@@ -337,7 +463,7 @@ class BenchCommCommand : public Command {
     const size_t n = op.count(bytes, p);
     if (n == 0) return 0;
     // What is actually moved after rounding down to whole elements per rank.
-    const size_t elems = n * op.scale(p), moved = elems * sizeof(float);
+    const size_t elems = n * op.scale(p), moved = elems * elem_size(op.type);
     op.prepare(group, n);
     op.run(group, n);
     int64_t wrong = op.wrong(group, n);
@@ -349,7 +475,8 @@ class BenchCommCommand : public Command {
     double dt = (now_s() - t0) / iters_;
     world.allreduce_max(&dt, 1);
     const double algbw = double(moved) / dt / 1e9;
-    t.add_row({static_cast<long long>(moved), static_cast<long long>(elems), std::string("float"),
+    t.add_row({static_cast<long long>(moved), static_cast<long long>(elems),
+               std::string(elem_name(op.type)),
                dt * 1e6, algbw, algbw * op.bus_factor(p), static_cast<long long>(wrong)});
     return wrong;
   }
@@ -358,6 +485,8 @@ class BenchCommCommand : public Command {
   std::vector<std::string> sets_;
   std::string group_ = "world";
   std::string ops_ = "allreduce,allgather,alltoall,sendrecv";
+  std::string dtypes_ = "float";
+  std::string reduce_ops_ = "sum";
   std::string min_bytes_ = "8";
   std::string max_bytes_ = "16M";
   int iters_ = 20;

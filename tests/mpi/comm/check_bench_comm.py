@@ -91,6 +91,24 @@ for op in ("allreduce_ordered", "reduce_scatter_ordered"):
     check(all(r["#wrong"] == "0" for r in rows), f"{op}: #wrong all 0")
     check(all(int(r["count"]) * 4 == int(r["size_B"]) for r in rows), f"{op}: count = size/4")
 
+# The all-reduce over element types and reductions (nccl-tests' -d / -o):
+# one table per pair, float sum the plain "allreduce"; every element checked.
+rc, out, err = bench(3, "--ops", "allreduce", "--dtypes", "float,double,int32,int64",
+                     "--reduce-ops", "sum,max,min", "--min-bytes", "64", "--max-bytes", "4K",
+                     "--iters", "2", "--warmup", "0")
+check(rc == 0, f"bench comm typed all-reduces exit {rc}: {err.strip()[-400:]}")
+t = tables(out)
+want = ["allreduce"] + [f"allreduce_{d}_{r}" for d in ("float", "double", "int32", "int64")
+                        for r in ("sum", "max", "min") if (d, r) != ("float", "sum")]
+check(sorted(k.split(" on ")[0] for k in t) == sorted(want), f"typed tables: {list(t)}")
+sizes = {"float": 4, "double": 8, "int32": 4, "int64": 8}
+for title, rows in t.items():
+    name = title.split(" on ")[0]
+    check(len(rows) == 7 and all(r["#wrong"] == "0" for r in rows), f"{name}: 7 rows, #wrong 0")
+    width = sizes[name.split("_")[1]] if name != "allreduce" else 4
+    check(all(int(r["count"]) * width == int(r["size_B"]) for r in rows),
+          f"{name}: count = size/{width}")
+
 # Groups of the quickstart mesh: 4 EP groups of 2 ranks at once.
 rc, out, err = bench(8, CONFIG, "--group", "ep", "--ops", "alltoall,allreduce",
                      "--min-bytes", "1K", "--max-bytes", "4K", "--iters", "2", "--warmup", "0")
@@ -103,7 +121,8 @@ for rows in t.values():
     check(len(rows) == 3 and all(r["#wrong"] == "0" for r in rows), "ep rows correct")
 
 for bad in (["--ops", "allreduce,reduce_scatter"], ["--min-bytes", "1X"], ["--group", "tp"],
-            ["--min-bytes", "1M", "--max-bytes", "1K"]):
+            ["--min-bytes", "1M", "--max-bytes", "1K"], ["--dtypes", "float,half"],
+            ["--reduce-ops", "prod"]):
     rc, out, err = bench(2, *bad)
     lines = [l for l in err.splitlines() if l.startswith("trident: error")]
     check(rc == 2 and len(lines) == 1 and bad[0] in lines[0], f"{bad}: exit {rc}, {lines}")
