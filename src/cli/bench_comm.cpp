@@ -1,11 +1,12 @@
 // `trident bench comm`: bandwidth of allreduce, allgather, alltoall(v) and a
 // send/recv ring through trident::Communicator (and, asked for, the
 // rank-ordered all-reduce and reduce-scatter of the gradient sums, and the
-// all-reduce over element types and reductions as nccl-tests' -d / -o), over doubling sizes, as an
-// nccl-tests-style table. Each rank's data is derived from its rank so the
-// exact result is known; mismatches are counted in #wrong and make the exit
-// code 1, so CI can use the benchmark as a check too. With a config and
-// --group, every group of that kind (e.g. all EP groups) runs at once.
+// all-reduce over element types and reductions as nccl-tests' -d / -o),
+// over doubling sizes, as an nccl-tests-style table. Each rank's data is
+// derived from its rank so the exact result is known; mismatches are counted
+// in #wrong and make the exit code 1, so CI can use the benchmark as a check
+// too. With a config and --group, every group of that kind (e.g. all EP
+// groups) runs at once.
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -112,9 +113,10 @@ CommOp reduce_scatter_ordered_op(Buffers& buf) {
 
 // nccl-tests' names of the element types (-d) and reductions (-o) that the
 // typed all-reduce sweeps: --dtypes and --reduce-ops.
-constexpr std::array<std::pair<const char*, ElemType>, 4> kDtypes = {
-    {{"float", ElemType::f32}, {"double", ElemType::f64}, {"int32", ElemType::i32},
-     {"int64", ElemType::i64}}};
+constexpr std::array<std::pair<const char*, ElemType>, 4> kDtypes = {{{"float", ElemType::f32},
+                                                                      {"double", ElemType::f64},
+                                                                      {"int32", ElemType::i32},
+                                                                      {"int64", ElemType::i64}}};
 constexpr std::array<std::pair<const char*, ReduceOp>, 3> kReductions = {
     {{"sum", ReduceOp::sum}, {"max", ReduceOp::max}, {"min", ReduceOp::min}}};
 
@@ -160,10 +162,14 @@ CommOp typed_allreduce_op(Buffers& buf, const char* dtype, ElemType type, const 
               [](int) { return size_t(1); },
               [&buf, type](Communicator& c, size_t n) {
                 switch (type) {
-                  case ElemType::f32: return fill_typed<float>(buf, c.rank(), n);
-                  case ElemType::f64: return fill_typed<double>(buf, c.rank(), n);
-                  case ElemType::i32: return fill_typed<int32_t>(buf, c.rank(), n);
-                  case ElemType::i64: return fill_typed<int64_t>(buf, c.rank(), n);
+                  case ElemType::f32:
+                    return fill_typed<float>(buf, c.rank(), n);
+                  case ElemType::f64:
+                    return fill_typed<double>(buf, c.rank(), n);
+                  case ElemType::i32:
+                    return fill_typed<int32_t>(buf, c.rank(), n);
+                  case ElemType::i64:
+                    return fill_typed<int64_t>(buf, c.rank(), n);
                 }
               },
               [&buf, type, op](Communicator& c, size_t n) {
@@ -171,10 +177,14 @@ CommOp typed_allreduce_op(Buffers& buf, const char* dtype, ElemType type, const 
               },
               [&buf, type, op](Communicator& c, size_t n) -> int64_t {
                 switch (type) {
-                  case ElemType::f32: return wrong_typed<float>(buf, op, c.size(), n);
-                  case ElemType::f64: return wrong_typed<double>(buf, op, c.size(), n);
-                  case ElemType::i32: return wrong_typed<int32_t>(buf, op, c.size(), n);
-                  case ElemType::i64: return wrong_typed<int64_t>(buf, op, c.size(), n);
+                  case ElemType::f32:
+                    return wrong_typed<float>(buf, op, c.size(), n);
+                  case ElemType::f64:
+                    return wrong_typed<double>(buf, op, c.size(), n);
+                  case ElemType::i32:
+                    return wrong_typed<int32_t>(buf, op, c.size(), n);
+                  case ElemType::i64:
+                    return wrong_typed<int64_t>(buf, op, c.size(), n);
                 }
                 return 0;
               }};
@@ -262,8 +272,12 @@ CommOp sendrecv_op(Buffers& buf) {
 }
 
 std::vector<CommOp> make_ops(Buffers& buf) {
-  return {allreduce_op(buf, SumOrder::any), allgather_op(buf), alltoall_op(buf), sendrecv_op(buf),
-          allreduce_op(buf, SumOrder::rank), reduce_scatter_ordered_op(buf)};
+  return {allreduce_op(buf, SumOrder::any),
+          allgather_op(buf),
+          alltoall_op(buf),
+          sendrecv_op(buf),
+          allreduce_op(buf, SumOrder::rank),
+          reduce_scatter_ordered_op(buf)};
 }
 
 size_t parse_size(const std::string& flag, const std::string& s) {
@@ -406,10 +420,9 @@ class BenchCommCommand : public Command {
   std::vector<const CommOp*> chosen_ops(const std::vector<CommOp>& all_ops,
                                         const std::vector<CommOp>& typed_ops) const {
     std::vector<const CommOp*> chosen;
-    const bool float_sum = std::find(items(dtypes_).begin(), items(dtypes_).end(), "float") !=
-                               items(dtypes_).end() &&
-                           std::find(items(reduce_ops_).begin(), items(reduce_ops_).end(),
-                                     "sum") != items(reduce_ops_).end();
+    // typed_ops leaves float sum out: it is the plain "allreduce" op.
+    const bool float_sum = std::ranges::count(items(dtypes_), "float") &&
+                           std::ranges::count(items(reduce_ops_), "sum");
     for (const std::string& name : items(ops_)) {
       auto it = std::find_if(all_ops.begin(), all_ops.end(),
                              [&](const CommOp& o) { return name == o.name; });
@@ -443,8 +456,7 @@ class BenchCommCommand : public Command {
     t.name = std::string("comm_") + op.name + (group_ == "world" ? "" : "_" + group_);
     std::ostringstream title;
     title << op.name << " on " << group_ << ": " << world_size / p << " group(s) of " << p
-          << " ranks at once, "
-          << (op.elements.empty() ? std::string("float32") : op.elements)
+          << " ranks at once, " << (op.elements.empty() ? std::string("float32") : op.elements)
           << ", " << iters_ << " iterations";
     t.title = title.str();
     t.columns = {"size_B", "count", "type", "time_us", "algbw_GB/s", "busbw_GB/s", "#wrong"};
@@ -476,8 +488,8 @@ class BenchCommCommand : public Command {
     world.allreduce_max(&dt, 1);
     const double algbw = double(moved) / dt / 1e9;
     t.add_row({static_cast<long long>(moved), static_cast<long long>(elems),
-               std::string(elem_name(op.type)),
-               dt * 1e6, algbw, algbw * op.bus_factor(p), static_cast<long long>(wrong)});
+               std::string(elem_name(op.type)), dt * 1e6, algbw, algbw * op.bus_factor(p),
+               static_cast<long long>(wrong)});
     return wrong;
   }
 

@@ -38,8 +38,8 @@ Trainer::Trainer(const Config& cfg, TrainComms comms) : cfg_(cfg), comms_(comms)
   model::StageComms sc{comms_.cp, comms_.ep};
   positions_ = model::local_positions(cfg_, sc);
   by_docs_ = model::document_balance(cfg_, sc);
-  const pp::Placement placement = pp::schedule_placement(cfg_.parallel.schedule,
-                                                         comms_.pp_size, cfg_.parallel.vpp);
+  const pp::Placement placement =
+      pp::schedule_placement(cfg_.parallel.schedule, comms_.pp_size, cfg_.parallel.vpp);
   {
     // The parameters as built (moved into the store below) and bf16 copies.
     MemKindScope kind(MemKind::parameters);

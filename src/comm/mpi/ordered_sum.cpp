@@ -145,14 +145,13 @@ class OrderedSum final : public PendingOp {
   // Where the sum of part r lands on the rank that holds it.
   float* sum_of(size_t c, size_t r) {
     if (a_.mode == OrderedSumArgs::Mode::scatter) return a_.out + c * part_;
-    if (a_.mode == OrderedSumArgs::Mode::root && a_.rank != a_.root) return slot(c) + part_ * (p_ - 1);
+    if (a_.mode == OrderedSumArgs::Mode::root && a_.rank != a_.root)
+      return slot(c) + part_ * (p_ - 1);
     return a_.out + part(c, r).at;
   }
   float* slot(size_t c) { return slots_->get() + (c % kOrderedWindow) * slot_len_; }
   // The scratch for rank r's term of this rank's part (r != this rank).
-  float* term(size_t c, size_t r) {
-    return slot(c) + part_ * (r < size_t(a_.rank) ? r : r - 1);
-  }
+  float* term(size_t c, size_t r) { return slot(c) + part_ * (r < size_t(a_.rank) ? r : r - 1); }
   int tag(size_t c, State s) const {
     return a_.tag_base + 2 * int(c % kOrderedWindow) + (s == State::share ? 1 : 0);
   }
@@ -229,8 +228,8 @@ class OrderedSum final : public PendingOp {
       for (size_t r = 0; r < p_; ++r) {
         if (r == me) continue;
         if (mine.len > 0)
-          MPI_CHECK(MPI_Isend(sum_of(c, me), int(mine.len), MPI_FLOAT, int(r),
-                              tag(c, State::share), a_.comm, send_req(c, r)));
+          MPI_CHECK(MPI_Isend(sum_of(c, me), int(mine.len), MPI_FLOAT, int(r), tag(c, State::share),
+                              a_.comm, send_req(c, r)));
         const Part theirs = part(c, r);
         if (theirs.len > 0)
           MPI_CHECK(MPI_Irecv(a_.out + theirs.at, int(theirs.len), MPI_FLOAT, int(r),
@@ -240,8 +239,8 @@ class OrderedSum final : public PendingOp {
     } else if (a_.mode == Mode::root) {
       const size_t root = size_t(a_.root);
       if (me != root && mine.len > 0) {
-        MPI_CHECK(MPI_Isend(sum_of(c, me), int(mine.len), MPI_FLOAT, a_.root,
-                            tag(c, State::share), a_.comm, send_req(c, root)));
+        MPI_CHECK(MPI_Isend(sum_of(c, me), int(mine.len), MPI_FLOAT, a_.root, tag(c, State::share),
+                            a_.comm, send_req(c, root)));
         posted = true;
       }
       if (me == root)
@@ -258,11 +257,13 @@ class OrderedSum final : public PendingOp {
 
   OrderedSumArgs a_;
   size_t p_ = 0;
-  size_t part_ = 0;      // elements of one rank's part of a chunk
-  size_t n_chunks_ = 0;  // chunks of the operation
+  size_t part_ = 0;           // elements of one rank's part of a chunk
+  size_t n_chunks_ = 0;       // chunks of the operation
   std::vector<State> state_;  // per started chunk
-  std::array<std::vector<MPI_Request>, kOrderedWindow> req_;  // per window slot: 2 (p-1)
-  std::optional<Scratch> slots_;  // per window slot: slot_len_ floats
+  // Per window slot: 2 (p-1) requests (send_req, recv_req), and slot_len_
+  // floats of scratch.
+  std::array<std::vector<MPI_Request>, kOrderedWindow> req_;
+  std::optional<Scratch> slots_;
   size_t slot_len_ = 0;
   size_t first_ = 0;  // chunks before it are done
   size_t next_ = 0;   // chunks from it on are not started

@@ -53,9 +53,9 @@ void check_config(const Config& cfg) {
   }
   if (broken == ScheduleRule::too_few_microbatches)
     config_rule_failed(cfg, {"data.num_microbatches", "parallel.schedule", "parallel.pp"},
-                       "data.num_microbatches=" + s(d.num_microbatches) + " must be >= " +
-                           s(min_microbatches(p.schedule, p.pp, p.vpp)) + " for schedule \"" +
-                           name + "\" with parallel.pp=" + s(p.pp));
+                       "data.num_microbatches=" + s(d.num_microbatches) +
+                           " must be >= " + s(min_microbatches(p.schedule, p.pp, p.vpp)) +
+                           " for schedule \"" + name + "\" with parallel.pp=" + s(p.pp));
 }
 
 }  // namespace trident::pp

@@ -57,6 +57,8 @@ void check_common(PipelineSchedule kind, int pp, int m, int vpp) {
   }
 }
 
+// One rank's list under construction for the V schedules: per-chunk counters
+// of F, B and W, so each call appends the chunk's next micro-batch.
 struct VRow {
   VRow(std::vector<Action>& r, int chunk0_stage, int chunk1_stage)
       : row(r), stage{chunk0_stage, chunk1_stage} {}
@@ -103,15 +105,12 @@ int default_vpp(const std::string& name) { return default_vpp(parse_schedule(nam
 Placement schedule_placement(PipelineSchedule schedule, int pp, int vpp) {
   return v_shaped(schedule) ? Placement::v_shape(pp) : Placement::loop(pp, vpp);
 }
-Placement schedule_placement(const std::string& name, int pp, int vpp) {
-  return schedule_placement(parse_schedule(name), pp, vpp);
-}
 
 namespace {
 
-// Every schedule by name: the fewest micro-batches it runs with, and its
-// generator. The one list the names, the rules and the dispatch read.
-// Per schedule, in PipelineSchedule's order.
+// Every schedule, in PipelineSchedule's order (its names are the config's):
+// the fewest micro-batches it runs with, and its generator. The one list
+// the rules and the dispatch read.
 struct ScheduleKind {
   int (*min_microbatches)(int pp);
   Schedule (*make)(int pp, int m, int vpp);

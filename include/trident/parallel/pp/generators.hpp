@@ -80,7 +80,6 @@ int default_vpp(const std::string& name);
 // and "dualpipev", the loop placement otherwise. The model's layer
 // partition and the executor both follow it.
 Placement schedule_placement(PipelineSchedule schedule, int pp, int vpp);
-Placement schedule_placement(const std::string& name, int pp, int vpp);
 
 // Closed-form bubble of the schedule, where one exists (else a negative value):
 // the classic ratio bubble time / ideal time ((p-1)/m for AFAB and 1F1B,
