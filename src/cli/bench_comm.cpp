@@ -136,6 +136,23 @@ double reduced_value(ReduceOp op, int p, size_t i) {
   return v;
 }
 
+// f(T{}) for the C++ type T of an element type: one dispatch for the typed
+// all-reduce's fill and check.
+template <typename F>
+auto with_type(ElemType type, F f) {
+  switch (type) {
+    case ElemType::f64:
+      return f(double{});
+    case ElemType::i32:
+      return f(int32_t{});
+    case ElemType::i64:
+      return f(int64_t{});
+    case ElemType::f32:
+      break;
+  }
+  return f(float{});
+}
+
 template <typename T>
 void fill_typed(Buffers& buf, int rank, size_t n) {
   buf.raw.resize(n * sizeof(T));
@@ -161,32 +178,15 @@ CommOp typed_allreduce_op(Buffers& buf, const char* dtype, ElemType type, const 
               [type](size_t bytes, int) { return bytes / elem_size(type); },
               [](int) { return size_t(1); },
               [&buf, type](Communicator& c, size_t n) {
-                switch (type) {
-                  case ElemType::f32:
-                    return fill_typed<float>(buf, c.rank(), n);
-                  case ElemType::f64:
-                    return fill_typed<double>(buf, c.rank(), n);
-                  case ElemType::i32:
-                    return fill_typed<int32_t>(buf, c.rank(), n);
-                  case ElemType::i64:
-                    return fill_typed<int64_t>(buf, c.rank(), n);
-                }
+                with_type(type, [&](auto zero) { fill_typed<decltype(zero)>(buf, c.rank(), n); });
               },
               [&buf, type, op](Communicator& c, size_t n) {
                 c.allreduce(buf.raw.data(), n, type, op, SumOrder::any);
               },
-              [&buf, type, op](Communicator& c, size_t n) -> int64_t {
-                switch (type) {
-                  case ElemType::f32:
-                    return wrong_typed<float>(buf, op, c.size(), n);
-                  case ElemType::f64:
-                    return wrong_typed<double>(buf, op, c.size(), n);
-                  case ElemType::i32:
-                    return wrong_typed<int32_t>(buf, op, c.size(), n);
-                  case ElemType::i64:
-                    return wrong_typed<int64_t>(buf, op, c.size(), n);
-                }
-                return 0;
+              [&buf, type, op](Communicator& c, size_t n) {
+                return with_type(type, [&](auto zero) {
+                  return wrong_typed<decltype(zero)>(buf, op, c.size(), n);
+                });
               }};
   o.type = type;
   o.elements = std::string(dtype) + " " + reduction;
