@@ -161,6 +161,18 @@ class OrderedSum final : public PendingOp {
     return &req_[c % kOrderedWindow][r < size_t(a_.rank) ? r : r - 1];
   }
   MPI_Request* recv_req(size_t c, size_t r) { return send_req(c, r) + (p_ - 1); }
+  // Chunk c's message of phase s to / from rank r, none when len is 0;
+  // whether one was posted.
+  bool send(size_t c, State s, size_t r, const float* buf, size_t len) {
+    if (len == 0) return false;
+    MPI_CHECK(MPI_Isend(buf, int(len), MPI_FLOAT, int(r), tag(c, s), a_.comm, send_req(c, r)));
+    return true;
+  }
+  bool recv(size_t c, State s, size_t r, float* buf, size_t len) {
+    if (len == 0) return false;
+    MPI_CHECK(MPI_Irecv(buf, int(len), MPI_FLOAT, int(r), tag(c, s), a_.comm, recv_req(c, r)));
+    return true;
+  }
 
   // Every rank sends each other rank its term of that rank's part, and
   // receives the others' terms of its own.
@@ -169,13 +181,9 @@ class OrderedSum final : public PendingOp {
     const Part mine = part(c, me);
     for (size_t r = 0; r < p_; ++r) {
       if (r == me) continue;
-      if (mine.len > 0)
-        MPI_CHECK(MPI_Irecv(term(c, r), int(mine.len), MPI_FLOAT, int(r), tag(c, State::collect),
-                            a_.comm, recv_req(c, r)));
+      recv(c, State::collect, r, term(c, r), mine.len);
       const Part theirs = part(c, r);
-      if (theirs.len > 0)
-        MPI_CHECK(MPI_Isend(a_.in + theirs.at, int(theirs.len), MPI_FLOAT, int(r),
-                            tag(c, State::collect), a_.comm, send_req(c, r)));
+      send(c, State::collect, r, a_.in + theirs.at, theirs.len);
     }
     state_[c] = State::collect;
   }
@@ -227,29 +235,17 @@ class OrderedSum final : public PendingOp {
     if (a_.mode == Mode::all) {
       for (size_t r = 0; r < p_; ++r) {
         if (r == me) continue;
-        if (mine.len > 0)
-          MPI_CHECK(MPI_Isend(sum_of(c, me), int(mine.len), MPI_FLOAT, int(r), tag(c, State::share),
-                              a_.comm, send_req(c, r)));
+        posted |= send(c, State::share, r, sum_of(c, me), mine.len);
         const Part theirs = part(c, r);
-        if (theirs.len > 0)
-          MPI_CHECK(MPI_Irecv(a_.out + theirs.at, int(theirs.len), MPI_FLOAT, int(r),
-                              tag(c, State::share), a_.comm, recv_req(c, r)));
-        posted = posted || mine.len > 0 || theirs.len > 0;
+        posted |= recv(c, State::share, r, a_.out + theirs.at, theirs.len);
       }
     } else if (a_.mode == Mode::root) {
       const size_t root = size_t(a_.root);
-      if (me != root && mine.len > 0) {
-        MPI_CHECK(MPI_Isend(sum_of(c, me), int(mine.len), MPI_FLOAT, a_.root, tag(c, State::share),
-                            a_.comm, send_req(c, root)));
-        posted = true;
-      }
+      if (me != root) posted |= send(c, State::share, root, sum_of(c, me), mine.len);
       if (me == root)
         for (size_t r = 0; r < p_; ++r) {
           const Part theirs = part(c, r);
-          if (r == me || theirs.len == 0) continue;
-          MPI_CHECK(MPI_Irecv(a_.out + theirs.at, int(theirs.len), MPI_FLOAT, int(r),
-                              tag(c, State::share), a_.comm, recv_req(c, r)));
-          posted = true;
+          if (r != me) posted |= recv(c, State::share, r, a_.out + theirs.at, theirs.len);
         }
     }
     state_[c] = posted ? State::share : State::done;
