@@ -21,8 +21,6 @@ bool built_with_cuda() {
 #endif
 }
 
-namespace {
-
 int visible_cuda_devices() {
 #ifdef TRIDENT_HAVE_CUDA
   return cuda::device_count();
@@ -30,8 +28,6 @@ int visible_cuda_devices() {
   return 0;
 #endif
 }
-
-}  // namespace
 
 Device select_device(Backend backend, int local_rank) {
   if (backend == Backend::cpu) return Device::cpu();

@@ -8,6 +8,7 @@
 #include "trident/comm/mpi/mpi_communicator.hpp"
 #include "trident/comm/process.hpp"
 #include "trident/core/error.hpp"
+#include "trident/kernels/backend.hpp"
 #ifdef TRIDENT_HAVE_NCCL
 #include "trident/comm/nccl/nccl_communicator.hpp"
 #endif
@@ -27,7 +28,7 @@ namespace {
 // GPUs this process sees (0 in a build without NCCL).
 int visible_gpus() {
 #ifdef TRIDENT_HAVE_NCCL
-  return nccl_visible_devices();
+  return kernels::visible_cuda_devices();
 #else
   return 0;
 #endif

@@ -20,6 +20,12 @@ namespace trident::kernels {
 // True when this binary was built with the CUDA backend.
 bool built_with_cuda();
 
+// CUDA devices this process sees through the CUDA runtime: 0 in a build
+// without the CUDA backend, without a driver, or with none visible. (The
+// topology's count, topo/devices.hpp, loads the runtime itself so that a
+// CPU build still reports a node's GPUs.)
+int visible_cuda_devices();
+
 // The device runtime.backend asks for on the rank with this node-local rank.
 // Throws InputError ("runtime.backend: ...", one line) when it cannot be met.
 Device select_device(Backend backend, int local_rank);

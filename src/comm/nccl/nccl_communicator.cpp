@@ -196,15 +196,6 @@ struct NcclCommunicator::Handles {
   bool group_follows_compute = false;
 };
 
-int nccl_visible_devices() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
-
 NcclCommunicator::NcclCommunicator(std::unique_ptr<Communicator> host)
     : Communicator(host->kind(), host->name(), host->timeout_s(), host->rank(),
                    [&] {

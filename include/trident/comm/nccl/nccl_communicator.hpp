@@ -37,9 +37,6 @@
 
 namespace trident {
 
-// CUDA devices this process sees (0 without a driver or device).
-int nccl_visible_devices();
-
 class NcclCommunicator final : public Communicator {
  public:
   // Collective over host (every rank of it constructs one).
