@@ -208,6 +208,18 @@ void Trainer::agree_on_finite(int local_first, bool sums_finite, StepResult& res
     res.nonfinite_param = describe_param(params[size_t(local_first)]->name, n_layers);
 }
 
+// The first non-finite gradient among the parameters that the gradient norm
+// leaves out (GradReduce::none), as an index into the stage's parameters.
+int Trainer::unnormed_nonfinite_gradient() const {
+  const auto params = stage_->params();
+  std::vector<Param*> unnormed;
+  for (Param* p : params)
+    if (p->reduce == GradReduce::none) unnormed.push_back(p);
+  const int i = first_nonfinite_gradient(device_->ctx(), unnormed, cfg_.model.n_layers);
+  return i < 0 ? -1
+               : int(std::find(params.begin(), params.end(), unnormed[size_t(i)]) - params.begin());
+}
+
 // Where a non-finite value came from is visible only before the reduction
 // (with buckets: noted as each bucket's reduction was posted).
 int Trainer::local_nonfinite_gradient(bool bucketed) const {
@@ -250,7 +262,14 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
     if (cfg_.output.timeline) timeline.span(prof::Span{kind, comms_.pp_rank, -1, -1, t_mark, t});
     t_mark = t;
   };
-  const int local_first = local_nonfinite_gradient(bucketed);
+  // On one rank nothing is reduced: the norm below reads the gradients the
+  // backward left, and its pass is the scan (a float squared in double cannot
+  // overflow, so the sum is finite exactly when every element is). The
+  // parameters are then scanned only to name the first non-finite one, and
+  // those outside the norm (GradReduce::none) now.
+  const bool scan_in_norm = !(comms_.world && comms_.world->size() > 1) && !bucketed && !sharded_;
+  int local_first =
+      scan_in_norm ? unnormed_nonfinite_gradient() : local_nonfinite_gradient(bucketed);
   phase("GUARD");
   // Sharded: each rank receives the sum of the part it updates; otherwise
   // every rank receives the whole sum, one all-reduce per kind. Bucketed:
@@ -272,6 +291,8 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
   const double norm = std::sqrt(
       dp::grad_sumsq(*store_, comms_.dpcp, comms_.expert_replica, comms_.world, device_->ctx()));
   const double lr = learning_rate(cfg_.train, step);
+  if (scan_in_norm && local_first < 0 && !std::isfinite(norm))
+    local_first = local_nonfinite_gradient(false);
   agree_on_finite(local_first,
                   std::isfinite(sums[0]) && std::isfinite(sums[1]) && std::isfinite(sums[2]) &&
                       std::isfinite(norm),

@@ -152,6 +152,9 @@ class Trainer {
   // This rank's first parameter (index in params()) with a non-finite
   // gradient before the reduction; -1: none.
   int local_nonfinite_gradient(bool bucketed) const;
+  // The same among the parameters the gradient norm leaves out
+  // (GradReduce::none): with one rank the norm is the scan of the others.
+  int unnormed_nonfinite_gradient() const;
   void fill_timing(StepResult& res, const CommCounters& before, double t_begin);
 
   Config cfg_;

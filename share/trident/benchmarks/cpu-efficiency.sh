@@ -11,6 +11,9 @@
 # RUNS: runs of each binary (default 3); STEPS: timed steps per run (default
 # 6; step 0 is left out); OUTDIR: logs (default /tmp/trident-cpu-efficiency).
 # CORE (environment, default the last core) is the core everything is pinned to.
+# FIRST (environment, default 1) is the first step whose wall time counts:
+# issue 28 quotes the median of steps 5-29 of a 30-step run (FIRST=5, STEPS
+# 29); the CPU-time figure always spreads steps 1..STEPS.
 #
 # Two clocks, because a shared machine needs the second:
 # - wall: the run's median step time against `trident bench attention`'s
@@ -28,6 +31,7 @@ runs=${3:-3}
 steps=${4:-6}
 out=${5:-/tmp/trident-cpu-efficiency}
 core=${CORE:-$(($(nproc) - 1))}
+first=${FIRST:-1}
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
 config=$repo/share/trident/examples/cpu-moe-bench.toml
 [[ -n $new && -x $new ]] && new=$(realpath "$new")
@@ -50,17 +54,18 @@ measure() {
        --set output.checkpoint_dir="$dir/ckpt$n" >"$log.run$n" 2>&1)
     awk '{ print $1, $2 + $3 }' "$log.time$n" >>"$log.fig"
   done
-  # step lines: "step N | loss L | ... | T s | ..."; step 0 warms up
-  awk -F'|' '/^step/ { split($1, s, " "); if (s[2] > 0) { split($6, t, " "); print "step_wall_s", t[1] } }
+  # step lines: "step N | loss L | ... | T s | ..."; steps before FIRST warm up
+  awk -F'|' -v first="$first" '/^step/ { split($1, s, " "); if (s[2] >= first + 0) { split($6, t, " "); print "step_wall_s", t[1] } }
              /^step/ { split($2, l, " "); loss = l[2] } END { print "last_loss", loss }' \
     "$log.run$((steps + 1))" >>"$log.fig"
 }
 
 cpu_bench_alternate
 
-python3 - "$out" "$runs" "$steps" "$config" "${sides[@]}" <<'PY'
+python3 - "$out" "$runs" "$steps" "$config" "$first" "${sides[@]}" <<'PY'
 import glob, statistics, sys, tomllib
-out, runs, steps, config, sides = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5:]
+out, runs, steps, config = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+first, sides = int(sys.argv[5]), sys.argv[6:]
 cfg = tomllib.load(open(config, "rb"))
 m, dat = cfg["model"], cfg["data"]
 d, L, H, Hkv = m["d_model"], m["n_layers"], m["n_heads"], m["n_kv_heads"]
@@ -71,7 +76,7 @@ per_token = L * (2 * d * (2 * H * hd + 2 * Hkv * hd) + 2 * d * m["n_experts"]
 seqs = dat["micro_batch_size"] * dat["num_microbatches"]
 flops = 3 * seqs * (S * per_token + L * (S * (S + 1) / 2) * 4 * H * hd)
 print(f"model: {flops / (seqs * S) / 1e6:.2f} MFLOP per token, {seqs * S} tokens per step; "
-      f"{runs} runs per binary, {steps} timed steps each\n")
+      f"{runs} runs per binary, {steps} timed steps each (wall: median of steps {first}-{steps})\n")
 per = {}
 for side in sides:
     per[side] = []

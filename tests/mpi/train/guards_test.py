@@ -5,7 +5,8 @@ the step, the parameter and the rank, the last checkpoint intact and finite)
 or, with train.on_nonfinite = "skip", drops exactly that update and counts it;
 train.max_skipped_steps ends a run whose steps keep failing; runtime.verify_every
 re-executes steps bit for bit and names the rank whose re-run differs when one
-bit of its gradient is flipped; a loss spike is reported."""
+bit of its gradient is flipped; a loss spike is reported. On one rank (no
+reduction) the NaN is found by the gradient norm's pass and still named."""
 import os
 import sys
 import tempfile
@@ -154,6 +155,24 @@ def main():
     check(rc == 0 and warn and "running median" in warn[0], "loss spike warned: %s" % warn[:1])
     check(sum(1 for e in events("spike") if e[1] == "loss_spike") == len(warn) > 0,
           "loss spike: one event per warning")
+
+    # one rank: nothing is reduced, so the gradient norm's pass is the scan
+    # and the parameters are scanned only when the norm is not finite, to
+    # name the first non-finite one (trainer.cpp). The NaN goes into the
+    # stage's first parameter, the embedding.
+    one = ["job.toml", "--output", "one.h5", "--set", "output.checkpoint_dir=ck_one"]
+    for s in ("parallel.pp=1", "parallel.cp=1", "parallel.ep=1", "topology.devices_per_node=1",
+              "topology.nvlink_domain=1"):
+        one += ["--set", s]
+    rc, out, err = launch(1, one, {"TRIDENT_TEST_RANK": "0", "TRIDENT_TEST_NAN_GRAD_AT_STEP": "3"})[:3]
+    lines = trident_lines(err, "error")
+    check(rc == 1 and len(lines) == 1, "one rank, NaN gradient: exit 1, one error line (rc=%d) %s"
+          % (rc, lines))
+    line = lines[0] if lines else ""
+    check("step 3" in line and "first in parameter embedding" in line and "on rank 0" in line,
+          "one rank: the line names step 3, the embedding and rank 0: %s" % line)
+    check([e[1] for e in events("one")] == ["nonfinite", "stop"], "one rank: events recorded: %s"
+          % events("one"))
 
     return verdict()
 
