@@ -29,6 +29,23 @@ Device training_device(Backend backend, int local_rank) {
   return kernels::select_device(backend, local_rank);
 }
 
+// The parameter (of those `keep` selects) whose gradient is the first
+// non-finite one in model order; null: none.
+template <class Keep>
+const Param* first_nonfinite_where(const kernels::Ctx& ctx, const std::vector<Param*>& params,
+                                   int n_layers, Keep keep) {
+  std::vector<Param*> kept;
+  for (Param* p : params)
+    if (keep(p)) kept.push_back(p);
+  const int i = first_nonfinite_gradient(ctx, kept, n_layers);
+  return i < 0 ? nullptr : kept[size_t(i)];
+}
+
+// p's index in params; -1 for null.
+int index_in(const std::vector<Param*>& params, const Param* p) {
+  return p ? int(std::find(params.begin(), params.end(), p) - params.begin()) : -1;
+}
+
 }  // namespace
 
 Trainer::Trainer(const Config& cfg, TrainComms comms) : cfg_(cfg), comms_(comms) {
@@ -212,12 +229,9 @@ void Trainer::agree_on_finite(int local_first, bool sums_finite, StepResult& res
 // leaves out (GradReduce::none), as an index into the stage's parameters.
 int Trainer::unnormed_nonfinite_gradient() const {
   const auto params = stage_->params();
-  std::vector<Param*> unnormed;
-  for (Param* p : params)
-    if (p->reduce == GradReduce::none) unnormed.push_back(p);
-  const int i = first_nonfinite_gradient(device_->ctx(), unnormed, cfg_.model.n_layers);
-  return i < 0 ? -1
-               : int(std::find(params.begin(), params.end(), unnormed[size_t(i)]) - params.begin());
+  return index_in(
+      params, first_nonfinite_where(device_->ctx(), params, cfg_.model.n_layers,
+                                    [](const Param* p) { return p->reduce == GradReduce::none; }));
 }
 
 // Where a non-finite value came from is visible only before the reduction
@@ -228,16 +242,14 @@ int Trainer::local_nonfinite_gradient(bool bucketed) const {
   // The buckets' parameters were checked before their reductions; the
   // others (not reduced) are checked now.
   const auto params = stage_->params();
-  std::vector<Param*> rest;
-  for (Param* p : params)
-    if (!buckets_->holds(p)) rest.push_back(p);
-  const int i = first_nonfinite_gradient(device_->ctx(), rest, cfg_.model.n_layers);
   const int n_layers = cfg_.model.n_layers;
+  const Param* rest = first_nonfinite_where(device_->ctx(), params, n_layers,
+                                            [&](const Param* p) { return !buckets_->holds(p); });
   const Param* first = bucket_first_;
-  if (i >= 0 && (!first || model_order_of(rest[size_t(i)]->name, n_layers) <
-                               model_order_of(first->name, n_layers)))
-    first = rest[size_t(i)];
-  return first ? int(std::find(params.begin(), params.end(), first) - params.begin()) : -1;
+  if (rest &&
+      (!first || model_order_of(rest->name, n_layers) < model_order_of(first->name, n_layers)))
+    first = rest;
+  return index_in(params, first);
 }
 
 StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* capture) {
