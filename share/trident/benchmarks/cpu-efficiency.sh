@@ -9,7 +9,8 @@
 #   share/trident/benchmarks/cpu-efficiency.sh BINARY [NEW_BINARY] [RUNS] [STEPS] [OUTDIR]
 #
 # RUNS: runs of each binary (default 3); STEPS: timed steps per run (default
-# 6; step 0 is left out); OUTDIR: logs (default /tmp/trident-cpu-efficiency).
+# 6; the wall figure leaves out the steps before FIRST, below); OUTDIR: logs
+# (default /tmp/trident-cpu-efficiency).
 # CORE (environment, default the last core) is the core everything is pinned to.
 # FIRST (environment, default 1) is the first step whose wall time counts:
 # issue 28 quotes the median of steps 5-29 of a 30-step run (FIRST=5, STEPS
