@@ -63,19 +63,17 @@ measure() {
 
 cpu_bench_alternate
 
+PYTHONPATH="$repo/share/trident/benchmarks${PYTHONPATH:+:$PYTHONPATH}" \
 python3 - "$out" "$runs" "$steps" "$config" "$first" "${sides[@]}" <<'PY'
 import glob, statistics, sys, tomllib
+from model_flops import step_flops
 out, runs, steps, config = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 first, sides = int(sys.argv[5]), sys.argv[6:]
 cfg = tomllib.load(open(config, "rb"))
-m, dat = cfg["model"], cfg["data"]
-d, L, H, Hkv = m["d_model"], m["n_layers"], m["n_heads"], m["n_kv_heads"]
-hd = d // H
+dat = cfg["data"]
 S = dat["seq_len"]
-per_token = L * (2 * d * (2 * H * hd + 2 * Hkv * hd) + 2 * d * m["n_experts"]
-                 + 6.0 * m["top_k"] * d * m["ffn_hidden"]) + 2 * d * m["vocab_size"]
 seqs = dat["micro_batch_size"] * dat["num_microbatches"]
-flops = 3 * seqs * (S * per_token + L * (S * (S + 1) / 2) * 4 * H * hd)
+flops = step_flops(cfg["model"], dat)
 print(f"model: {flops / (seqs * S) / 1e6:.2f} MFLOP per token, {seqs * S} tokens per step; "
       f"{runs} runs per binary, {steps} timed steps each (wall: median of steps {first}-{steps})\n")
 per = {}

@@ -14,8 +14,9 @@ cross-entropy. Micro-batches accumulate gradients; then the global norm is
 clipped and AdamW (beta 0.9 / 0.95, PyTorch's foreach implementation)
 steps. Tokens are random (the throughput does not depend on the task, only
 on the routing, which random tokens keep near uniform as trident's
-synthetic task does at the start). The FLOPs per step are cpu-efficiency.sh's
-formula (3 x forward, causal pairs), so the two GFLOP/s figures compare.
+synthetic task does at the start). The FLOPs per step are model_flops.py's,
+as cpu-efficiency.sh's (3 x forward, causal pairs), so the two GFLOP/s
+figures compare.
 
     OMP_NUM_THREADS=1 taskset -c 1 python3 torch-moe-bench.py [--config TOML] [--steps N] [--first F]
 
@@ -33,6 +34,8 @@ import tomllib
 
 import torch
 import torch.nn.functional as F
+
+from model_flops import step_flops
 
 
 def rms(x, w, eps=1e-5):
@@ -111,16 +114,6 @@ class Model(torch.nn.Module):
         logits = rms(x, self.norm) @ self.head.t()
         ce = F.cross_entropy(logits.reshape(B * S, -1), targets.reshape(-1))
         return ce + self.aux_coef * aux
-
-
-def step_flops(m, dat):
-    """cpu-efficiency.sh's formula: 3 x the forward's GEMM FLOPs, causal pairs."""
-    d, L, H, Hkv = m["d_model"], m["n_layers"], m["n_heads"], m["n_kv_heads"]
-    hd, S = d // H, dat["seq_len"]
-    per_token = L * (2 * d * (2 * H * hd + 2 * Hkv * hd) + 2 * d * m["n_experts"]
-                     + 6.0 * m["top_k"] * d * m["ffn_hidden"]) + 2 * d * m["vocab_size"]
-    seqs = dat["micro_batch_size"] * dat["num_microbatches"]
-    return 3 * seqs * (S * per_token + L * (S * (S + 1) / 2) * 4 * H * hd)
 
 
 def matmul_gflops(n=2048):
