@@ -26,6 +26,8 @@ namespace {
 constexpr int kMR = 8;  // rows of the register tile
 constexpr int kNV = 2;  // 16-float vectors across its columns
 constexpr int64_t kNR = 16 * kNV;
+// How many rows of B ahead of the one in use the tile prefetches (below).
+constexpr int64_t kPrefetchB = 8;
 
 // GCC 12's AVX-512 intrinsics (shuffles, min, max, scalef) start from an
 // "undefined" register that -W(maybe-)uninitialized reports when they are
@@ -107,6 +109,18 @@ struct RowArgs {
 // C[0:MR, 0:16 NV] (+)= alpha * op(A) B over all K, the last vector's
 // columns selected by `last`. The MR x NV accumulators stay in registers
 // (16 of 32); each k loads NV vectors of B and broadcasts MR elements of A.
+//
+// Two software prefetches, which change no value. The tile's C lines are
+// asked for before the K loop, so that the read of beta * C (a weight
+// gradient accumulated over micro-batches, last touched a layer ago) and
+// the stores arrive while the loop runs instead of stalling the tile's end
+// one miss at a time. And B's row k + kPrefetchB is asked for at row k:
+// the first row tile of a column block reads that block's rows of B from
+// beyond the first-level cache (rows a whole row of B apart: kilobytes),
+// and the hardware prefetcher does not run far enough ahead of a K loop
+// this short. On a Zen 5 core (full-width AVX-512) the two together made
+// the benchmark model's step 0.90x as long (cpu-2026-12-04-zen5.md);
+// prefetching A as well made it slower there.
 template <int MR, int NV, bool TRANS, int EPI = kPlain>
 TRIDENT_AVX512 inline __attribute__((always_inline)) void tile(int64_t K, float alpha,
                                                                const float* A, int64_t lda,
@@ -116,11 +130,18 @@ TRIDENT_AVX512 inline __attribute__((always_inline)) void tile(int64_t K, float 
   __m512 c[MR][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
+    // the first and the last float of the row's 16 NV columns: every line they span
+    _mm_prefetch(reinterpret_cast<const char*>(C + r * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(C + r * ldc + 16 * NV - 1), _MM_HINT_T0);
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) c[r][v] = _mm512_setzero_ps();
   }
   for (int64_t k = 0; k < K; ++k) {
     const float* b = B + k * ldb;
+    // a prefetch never faults: past B's last row it is only wasted
+    _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchB * ldb), _MM_HINT_T0);
+    if constexpr (NV == 2)
+      _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchB * ldb + 16), _MM_HINT_T0);
     __m512 bv[NV];
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v)

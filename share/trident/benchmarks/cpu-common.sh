@@ -16,9 +16,19 @@ cpu_bench_setup() {
   mkdir -p "$out"
   export OPENBLAS_NUM_THREADS=1
   pin=(taskset -c "$core")
+  # The ceiling is only the machine's if OpenBLAS runs its best kernels here:
+  # OPENBLAS_CORETYPE overrides its choice (a Zen 5 sandbox set it to Haswell,
+  # whose AVX2 kernels reach half the AVX-512 rate), so the core goes in the logs.
+  echo "$name: OpenBLAS kernels: $(blas_core)${OPENBLAS_CORETYPE:+ (forced by OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE; unset it to measure against the kernels OpenBLAS picks for this CPU)}" >&2
+  blas_core >"$out/blas-core"
   sides=(old)
   [[ -n $new ]] && sides+=(new)
   return 0
+}
+
+# the name of the kernels OpenBLAS runs in this environment (Haswell, SkylakeX, ...)
+blas_core() {
+  python3 -c 'import ctypes; b = ctypes.CDLL("libopenblas.so.0"); b.openblas_get_corename.restype = ctypes.c_char_p; print(b.openblas_get_corename().decode())'
 }
 
 # sgemm 2048^3 by CPU time through the same OpenBLAS, best of 3 after one

@@ -92,8 +92,9 @@ for side in sides:
 # of every sgemm measurement of the session.
 ceil_wall = statistics.median(p["sg_wall"] for side in sides for p in per[side])
 ceil_cpu = statistics.median(p["sg_cpu"] for side in sides for p in per[side])
-print(f"sgemm 2048^3 ceiling (median of {sum(len(per[s]) for s in sides)} measurements): "
-      f"{ceil_wall:.1f} GFLOP/s by wall clock, {ceil_cpu:.1f} GFLOP/s by CPU time\n")
+core = open(f"{out}/blas-core").read().strip()
+print(f"sgemm 2048^3 ceiling (median of {sum(len(per[s]) for s in sides)} measurements, OpenBLAS's "
+      f"{core} kernels): {ceil_wall:.1f} GFLOP/s by wall clock, {ceil_cpu:.1f} GFLOP/s by CPU time\n")
 rows = {}
 for side in sides:
     med = lambda k: statistics.median(p[k] for p in per[side])
