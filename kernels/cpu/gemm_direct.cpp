@@ -104,6 +104,9 @@ struct RowArgs {
   const float* row = nullptr;
   const float* p = nullptr;
   int64_t ldp = 0;
+  // prefetch B ahead (tile, below): rows of a row-major B, not panels, whose
+  // rows follow each other and which the hardware prefetcher finds by itself
+  bool prefetch_b = false;
 };
 
 // C[0:MR, 0:16 NV] (+)= alpha * op(A) B over all K, the last vector's
@@ -120,7 +123,9 @@ struct RowArgs {
 // and the hardware prefetcher does not run far enough ahead of a K loop
 // this short. On a Zen 5 core (full-width AVX-512) the two together made
 // the benchmark model's step 0.90x as long (cpu-2026-12-04-zen5.md);
-// prefetching A as well made it slower there.
+// prefetching A as well made it slower there, and so did B's prefetch in
+// the attention's GEMMs, whose B is in panels (1.08x its fwd + bwd time at
+// seq 4096, head_dim 128), so those tiles go without it.
 template <int MR, int NV, bool TRANS, int EPI = kPlain>
 TRIDENT_AVX512 inline __attribute__((always_inline)) void tile(int64_t K, float alpha,
                                                                const float* A, int64_t lda,
@@ -139,9 +144,11 @@ TRIDENT_AVX512 inline __attribute__((always_inline)) void tile(int64_t K, float 
   for (int64_t k = 0; k < K; ++k) {
     const float* b = B + k * ldb;
     // a prefetch never faults: past B's last row it is only wasted
-    _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchB * ldb), _MM_HINT_T0);
-    if constexpr (NV == 2)
-      _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchB * ldb + 16), _MM_HINT_T0);
+    if (ra.prefetch_b) {
+      _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchB * ldb), _MM_HINT_T0);
+      if constexpr (NV == 2)
+        _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchB * ldb + 16), _MM_HINT_T0);
+    }
     __m512 bv[NV];
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v)
@@ -243,7 +250,9 @@ TRIDENT_AVX512 void gemm_avx512(bool a_trans, int64_t M, int64_t N, int64_t K, f
     const int nv = int((nw + 15) / 16);
     const __mmask16 last = __mmask16((1u << (nw - 16 * (nv - 1))) - 1u);
     const int kind = a_trans ? 1 : 0;
-    kStrips[kind][nv - 1](M, K, alpha, A, lda, B + n0, ldb, beta, C + n0, ldc, last, RowArgs{},
+    RowArgs ra;
+    ra.prefetch_b = true;
+    kStrips[kind][nv - 1](M, K, alpha, A, lda, B + n0, ldb, beta, C + n0, ldc, last, ra,
                           kRest[kind][nv - 1].data());
   }
 }
