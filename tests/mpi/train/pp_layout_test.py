@@ -1,12 +1,25 @@
 #!/usr/bin/env python3
 """parallel.pp_layout: uneven pipeline stages. A 6-layer quickstart model on
 the 8-rank mesh (pp2 cp2 dp2 ep2) with [2, 4] (one chunk per rank) or
-[1, 2, 2, 1] (two chunks: interleaved, zb-v, dualpipev) trains as the 1-rank
-run does (losses, gradient norms within 1e-4 over 4 steps; final
-checkpoint tensors within 1e-4 of their largest entry) under every schedule;
-a checkpoint written with one layout resumes with another and continues as
-the uninterrupted run; bad layouts exit 2 with one line naming the key and
-leave no run file."""
+[1, 2, 2, 1] (two chunks: interleaved, zb-v, dualpipev) trains exactly as the
+even split [3, 3] on the same mesh does (losses and every checkpoint tensor
+bit for bit over 4 steps, gradient norms to the rounding of their sum across
+stages) under every schedule, and its first step equals the 1-rank run's
+(loss and gradient norm within 1e-5); a checkpoint written with one layout
+resumes with another and continues as the uninterrupted run; bad layouts
+exit 2 with one line naming the key and leave no run file.
+
+Why the even split and not 1 rank for the later steps: where two of a
+token's router scores lie within the mesh's rounding of each other, the
+mesh and 1 rank pick different experts (MoE routing is discrete), and from
+that step on they train different models. That is no error of any
+parallelism and depends on the machine (on a Zen 5 host with OpenBLAS's
+Haswell kernels, /metrics/expert_tokens of the mesh and 1 rank first
+differed at step 1 and the checkpoints by 2.4e-2 of their largest entry).
+The mesh's own parity with 1 rank is test_train_parity's (np8: one step's
+gradients of pp x cp x ep x dp within 1e-5); what the layout may change is
+only where the layers sit, and that must change no arithmetic at all.
+"""
 import os
 import sys
 import tempfile
@@ -49,7 +62,25 @@ def run(d, tag, np_, extra, steps=STEPS):
     with h5py.File(out, "r") as f:
         steps_ = f["metrics/steps"][:]
     last = sorted(os.listdir(ck))[-1]
-    return steps_, checkpoint_tensors(os.path.join(ck, last)), ck
+    return steps_, checkpoint_tensors(os.path.join(ck, last)), ck, param_bytes(out)
+
+
+def param_bytes(path):
+    """Each pipeline rank's peak parameter bytes (equal across its dp/cp/ep ranks)."""
+    with h5py.File(path, "r") as f:
+        summary, topo = f["ranks/summary"][:], f["topology/ranks"][:]
+    by_pp = {}
+    for row, t in zip(summary, topo):
+        by_pp.setdefault(int(t["pp"]), set()).add(int(row["peak_parameters_bytes"]))
+    return {pp: max(v) for pp, v in by_pp.items()}
+
+
+def layers_per_rank(name, layout, pp=2):
+    """Layers each pipeline rank holds: one chunk, or two placed as the schedule
+    places them (interleaved: r and r + pp; the V schedules: r and 2 pp - 1 - r)."""
+    chunks = {"interleaved": lambda r: (r, r + pp), "zb-v": lambda r: (r, 2 * pp - 1 - r),
+              "dualpipev": lambda r: (r, 2 * pp - 1 - r)}.get(name, lambda r: (r,))
+    return {r: sum(layout[c] for c in chunks(r)) for r in range(pp)}
 
 
 def rel(a, b):
@@ -67,17 +98,32 @@ def tensors_close(a, b, tol):
 def main():
     with tempfile.TemporaryDirectory() as d:
         one = run(d, "one-rank", 1, ONE_RANK)
-        if one is None:
+        even = run(d, "even", 8, [])
+        if one is None or even is None:
             return verdict()
         for name, extra in SCHEDULES:
             got = run(d, name, 8, extra)
             if got is None:
                 return verdict()
-            w = max(rel(one[0][k], got[0][k]) for k in ("loss", "grad_norm"))
-            check(w <= 1e-4, "%s with %s: losses and gradient norms within 1e-4 of 1 rank "
-                  "over %d steps (%.1e)" % (name, extra[-1].split("=")[1], STEPS, w))
-            ok, wt = tensors_close(one[1], got[1], 1e-4)
-            check(ok, "%s: final checkpoint tensors within 1e-4 of 1 rank's (%.1e)" % (name, wt))
+            layout = extra[-1].split("=")[1]
+            w = max(rel(one[0][k][:1], got[0][k][:1]) for k in ("loss", "grad_norm"))
+            check(w <= 1e-5, "%s with %s: step 0's loss and gradient norm within 1e-5 of 1 "
+                  "rank (%.1e)" % (name, layout, w))
+            same = np.array_equal(even[0]["loss"], got[0]["loss"])
+            w = rel(even[0]["grad_norm"], got[0]["grad_norm"])
+            check(same and w <= 1e-12, "%s with %s: losses bit for bit and gradient norms within "
+                  "1e-12 of the even split's over %d steps (%.1e)" % (name, layout, STEPS, w))
+            ok, wt = tensors_close(even[1], got[1], 0.0)
+            check(ok, "%s: final checkpoint tensors equal the even split's bit for bit (%.1e)"
+                  % (name, wt))
+            # ... and the layout is in effect: a rank holding more layers than the
+            # even split's 3 holds more parameter bytes, fewer fewer, as many as many
+            want = layers_per_rank(name, [int(x) for x in layout.strip("[]").split(",")])
+            sign = lambda x: (x > 0) - (x < 0)
+            held = {r: sign(got[3][r] - even[3][r]) for r in want}
+            check(held == {r: sign(n - 3) for r, n in want.items()},
+                  "%s with %s: pipeline ranks hold %s layers (parameter bytes %s, even split %s)"
+                  % (name, layout, want, got[3], even[3]))
 
         # Checkpoints do not depend on the layout: resume [2, 4]'s step-2
         # checkpoint with [4, 2] and with the even split.
