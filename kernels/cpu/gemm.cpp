@@ -4,6 +4,7 @@
 #ifdef TRIDENT_HAVE_BLAS
 #include <cblas.h>
 extern "C" void openblas_set_num_threads(int);
+extern "C" char* openblas_get_corename(void);
 #endif
 
 namespace trident::kernels {
@@ -21,6 +22,15 @@ void set_blas_threads(int n) {
   openblas_set_num_threads(n);
 #else
   (void)n;
+#endif
+}
+
+std::string blas_kernels() {
+#ifdef TRIDENT_HAVE_BLAS
+  const char* core = openblas_get_corename();
+  return std::string("OpenBLAS ") + (core ? core : "(kernels unknown)");
+#else
+  return "none (reference loops)";
 #endif
 }
 

@@ -185,8 +185,8 @@ int BenchAttentionCommand::run() {
            "sgemm_GFLOP/s", "fwd/sgemm", "bwd/sgemm", "workspace_KiB", "max_err", "#wrong"},
           {"FLOPs: forward 4*D per visible (query, key) pair and head, backward 10*D (masked pairs "
            "not counted); fwdbwd_GFLOP/s = (forward + backward FLOPs) / (forward + backward time)",
-           "sgemm: " + std::to_string(sgemm_n_) +
-               "^3 square, measured just before each row; fwd/sgemm and bwd/sgemm are the rates "
+           "sgemm: " + std::to_string(sgemm_n_) + "^3 square by " + kernels::blas_kernels() +
+               ", measured just before each row; fwd/sgemm and bwd/sgemm are the rates "
                "relative to it",
            "workspace: scratch per kernel call (tiles; K and V of one head transposed, and K or "
            "V in panels: D x seq floats each; no seq x seq buffer); max_err: "

@@ -5,6 +5,7 @@
 // compiler, e.g. on the GPU machine). All layers call GEMMs through here.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "trident/kernels/context.hpp"
 
@@ -18,5 +19,10 @@ void sgemm(const Ctx& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int
 // Number of threads the BLAS uses (1 keeps ranks from fighting over cores).
 void set_blas_threads(int n);
 bool have_blas();
+// The BLAS and the kernels it runs on this machine ("OpenBLAS Cooperlake"),
+// for benchmark tables: OPENBLAS_CORETYPE can force narrower kernels than the
+// CPU has (a Zen 5 sandbox set Haswell: half the sgemm rate), and a ceiling
+// measured with them is not the machine's.
+std::string blas_kernels();
 
 }  // namespace trident::kernels

@@ -4,6 +4,7 @@
 // build without the CUDA backend.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "kernel_ctx.hpp"
@@ -98,6 +99,18 @@ TEST_CASE("adamw without decay leaves the decay term out", "[interface]") {
   kernels::adamw_step(test::kernel_ctx(), p.data(), g.data(), m.data(), v.data(), 1, h, 4, 1.0f,
                       true);
   CHECK(p[0] == Approx(2.0 * (1 - 0.05)).epsilon(1e-6));
+}
+
+TEST_CASE("blas_kernels names the BLAS and the kernels it runs here", "[interface]") {
+  const std::string name = kernels::blas_kernels();
+  if (kernels::have_blas()) {
+    // "OpenBLAS " and the name OpenBLAS gives its kernels (Haswell, SkylakeX, ...)
+    REQUIRE(name.rfind("OpenBLAS ", 0) == 0);
+    CHECK(name.size() > std::string("OpenBLAS ").size());
+    CHECK(name.find("unknown") == std::string::npos);
+  } else {
+    CHECK(name == "none (reference loops)");
+  }
 }
 
 TEST_CASE("buffer ops: copy, fill, add, sum of squares", "[interface]") {
