@@ -104,8 +104,9 @@ struct RowArgs {
   const float* row = nullptr;
   const float* p = nullptr;
   int64_t ldp = 0;
-  // prefetch B ahead (tile, below): rows of a row-major B, not panels, whose
-  // rows follow each other and which the hardware prefetcher finds by itself
+  // prefetch B's rows ahead (tile, below): set for a row-major B, whose rows
+  // lie a row of B apart; not for panels, whose rows follow each other and
+  // which the hardware prefetcher finds by itself
   bool prefetch_b = false;
 };
 
@@ -135,7 +136,8 @@ TRIDENT_AVX512 inline __attribute__((always_inline)) void tile(int64_t K, float 
   __m512 c[MR][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
-    // the first and the last float of the row's 16 NV columns: every line they span
+    // the lines of the row's first and last float (of 16 NV): all it spans when
+    // aligned; an unaligned row of 32 floats leaves its middle line to the loads
     _mm_prefetch(reinterpret_cast<const char*>(C + r * ldc), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(C + r * ldc + 16 * NV - 1), _MM_HINT_T0);
 #pragma GCC unroll 2

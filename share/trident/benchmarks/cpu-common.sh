@@ -19,8 +19,8 @@ cpu_bench_setup() {
   # The ceiling is only the machine's if OpenBLAS runs its best kernels here:
   # OPENBLAS_CORETYPE overrides its choice (a Zen 5 sandbox set it to Haswell,
   # whose AVX2 kernels reach half the AVX-512 rate), so the core goes in the logs.
-  echo "$name: OpenBLAS kernels: $(blas_core)${OPENBLAS_CORETYPE:+ (forced by OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE; unset it to measure against the kernels OpenBLAS picks for this CPU)}" >&2
   blas_core >"$out/blas-core"
+  echo "$name: OpenBLAS kernels: $(<"$out/blas-core")${OPENBLAS_CORETYPE:+ (forced by OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE; unset it to measure against the kernels OpenBLAS picks for this CPU)}" >&2
   sides=(old)
   [[ -n $new ]] && sides+=(new)
   return 0
