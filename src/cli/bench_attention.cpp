@@ -189,7 +189,8 @@ int BenchAttentionCommand::run() {
                ", measured just before each row; fwd/sgemm and bwd/sgemm are the rates "
                "relative to it",
            "workspace: scratch per kernel call (tiles; K and V of one head transposed, and K or "
-           "V in panels: D x seq floats each; no seq x seq buffer); max_err: "
+           "V in panels: D x seq floats each; the backward's delta, seq x heads floats; no seq x "
+           "seq buffer); max_err: "
            "worst relative L2 error of 8 spot-checked output rows vs fp64"}}
           .make();
   for (bool causal : causal_list)

@@ -195,7 +195,8 @@ double attention_reference_row(const AttnShape& s, const float* q, const float* 
                                int64_t i, int h, double* out_row);
 
 // Bytes of scratch memory one call allocates (tiles, row statistics, and the
-// call's K (backward: K and V) of one kv head transposed, D x Tk floats each).
+// call's K (backward: K and V) of one kv head transposed, D x Tk floats each;
+// the backward also holds delta of every query and head, Tq x H floats).
 size_t attention_workspace_bytes(const AttnShape& s, bool backward);
 
 }  // namespace trident::kernels
