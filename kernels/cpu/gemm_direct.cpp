@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "trident/core/error.hpp"
 #include "trident/kernels/backends.hpp"
@@ -28,6 +29,8 @@ constexpr int kNV = 2;  // 16-float vectors across its columns
 constexpr int64_t kNR = 16 * kNV;
 // How many rows of B ahead of the one in use the tile prefetches (below).
 constexpr int64_t kPrefetchB = 8;
+// gemm_direct_nt's panel holds K x kNR floats: up to this K it is native.
+constexpr int64_t kNtMaxK = 1024;
 
 // GCC 12's AVX-512 intrinsics (shuffles, min, max, scalef) start from an
 // "undefined" register that -W(maybe-)uninitialized reports when they are
@@ -338,6 +341,31 @@ TRIDENT_AVX512 void transpose_panels_avx512(const float* x, int64_t ld, int64_t 
                   xp + (r0 / kPanel) * stride + c0 * kPanel + r0 % kPanel, kPanel);
 }
 
+// C = alpha * A Wᵀ + beta * C with W [N, K] by rows (a linear layer's
+// forward). Per column block of kNR, the block's rows of W (one contiguous
+// run of kNR x K floats) are transposed into `panel`, which stays in the
+// first- or second-level cache while every row tile of A reads it; the next
+// block's rows are asked for (into the second level) before the row tiles
+// start, so that their transpose does not wait on memory: the weights of an
+// MoE expert are read once per micro-batch and come from beyond the caches.
+TRIDENT_AVX512 void gemm_nt_avx512(int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                                   int64_t lda, const float* W, int64_t ldw, float beta, float* C,
+                                   int64_t ldc, float* panel) {
+  for (int64_t n0 = 0; n0 < N; n0 += kNR) {
+    const int64_t nw = std::min(kNR, N - n0);
+    transpose_panels_avx512(W + n0 * ldw, ldw, nw, K, panel, K * kPanel);
+    if (n0 + kNR < N) {
+      const char* next = reinterpret_cast<const char*>(W + (n0 + kNR) * ldw);
+      const int64_t bytes = (std::min(kNR, N - n0 - kNR) - 1) * ldw * 4 + K * 4;
+      for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(next + o, _MM_HINT_T1);
+    }
+    const int nv = int((nw + 15) / 16);
+    const __mmask16 last = __mmask16((1u << (nw - 16 * (nv - 1))) - 1u);
+    kStrips[0][nv - 1](M, K, alpha, A, lda, panel, kPanel, beta, C + n0, ldc, last, RowArgs{},
+                       kRest[0][nv - 1].data());
+  }
+}
+
 #pragma GCC diagnostic pop
 
 bool detect_native() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"); }
@@ -363,6 +391,22 @@ void gemm_direct(const Ctx& ctx, bool a_trans, int64_t M, int64_t N, int64_t K, 
   }
 #endif
   cpu::sgemm(ctx, a_trans, false, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_direct_nt(const Ctx& ctx, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                    int64_t lda, const float* W, int64_t ldw, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+#ifdef TRIDENT_GEMM_AVX512
+  if (gemm_direct_native() && K <= kNtMaxK) {
+    // one panel per thread, grown to the largest K seen (at most 128 KiB): the
+    // call may run inside another kernel's use of the workspace (SwiGLU's)
+    static thread_local std::vector<float> panel;
+    if (panel.size() < size_t(K * kPanel)) panel.resize(size_t(K * kPanel));
+    gemm_nt_avx512(M, N, K, alpha, A, lda, W, ldw, beta, C, ldc, panel.data());
+    return;
+  }
+#endif
+  cpu::sgemm(ctx, false, true, M, N, K, alpha, A, lda, W, ldw, beta, C, ldc);
 }
 
 void gemm_direct_panels(bool a_trans, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

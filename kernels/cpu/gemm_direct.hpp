@@ -29,6 +29,14 @@ void gemm_direct(const Ctx& ctx, bool a_trans, int64_t M, int64_t N, int64_t K, 
                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                  int64_t ldc);
 
+// C = alpha * A Wᵀ + beta * C with W [N, K] at row stride ldw (a linear
+// layer's forward, weights [out, in]); A by rows, M x K at lda. Native (and
+// K <= 1024): each block of 32 rows of W is transposed into a panel just
+// before the row tiles read it, which equals gemm_direct with B = Wᵀ bit
+// for bit; elsewhere sgemm.
+void gemm_direct_nt(const Ctx& ctx, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                    int64_t lda, const float* W, int64_t ldw, float beta, float* C, int64_t ldc);
+
 // B held in panels of kPanel columns, for the gemm_direct_* calls below:
 // element (k, n) of the [K, N] operand at p[(c / kPanel) * stride + k *
 // kPanel + c % kPanel], c = col0 + n. The K rows of one column block are

@@ -283,3 +283,56 @@ TEST_CASE("the native softmax row passes: max, exp and sum", "[gemm_direct]") {
     CHECK(x[size_t(n)] == tail);
   }
 }
+
+TEST_CASE("gemm_direct_nt equals gemm_direct with B = Wᵀ", "[gemm_direct]") {
+  // A linear layer's forward: C = alpha A Wᵀ + beta C with W [N, K] by rows.
+  // Native, W is transposed 32 rows at a time into a panel that the same
+  // tiles read, so the product is gemm_direct's on the transposed W bit for
+  // bit; elsewhere both are sgemm calls, equal to rounding.
+  namespace cpu = kernels::cpu;
+  INFO("native AVX-512 kernel on this machine: " << cpu::gemm_direct_native());
+  const float sentinel = -4242.0f;
+  uint64_t key = 9900;
+  for (float beta : {0.0f, 1.0f, -0.5f})
+    for (auto [M, N, K] : {std::array<int64_t, 3>{1, 1, 1},
+                           {8, 32, 16},
+                           {13, 70, 37},
+                           {256, 512, 256},
+                           {100, 256, 512},
+                           {33, 17, 1024},
+                           {5, 40, 1500},  // K past the panel's bound: sgemm
+                           {7, 5, 0}}) {
+      INFO("beta " << beta << " M " << M << " N " << N << " K " << K);
+      const float alpha = 0.37f;
+      const int64_t lda = K + 3, ldw = K + 5, ldc = N + 7, ldb = N + 2;
+      const auto A = randn(size_t(M * lda), ++key);
+      const auto W = randn(size_t(N * ldw), ++key);
+      const auto C0 = randn(size_t(M * ldc), ++key);
+      std::vector<float> B(size_t(std::max<int64_t>(K, 1) * ldb));  // Wᵀ, K x N
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t n = 0; n < N; ++n) B[size_t(k * ldb + n)] = W[size_t(n * ldw + k)];
+      auto C = C0, ref = C0;
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = N; j < ldc; ++j) C[size_t(i * ldc + j)] = sentinel;
+      cpu::gemm_direct_nt(test::kernel_ctx(), M, N, K, alpha, A.data(), lda, W.data(), ldw, beta,
+                          C.data(), ldc);
+      cpu::gemm_direct(test::kernel_ctx(), false, M, N, K, alpha, A.data(), lda, B.data(), ldb,
+                       beta, ref.data(), ldc);
+      const bool bitwise = cpu::gemm_direct_native() && K <= 1024;
+      int64_t wrong = 0, outside = 0;
+      double worst = 0.0;
+      for (int64_t i = 0; i < M; ++i) {
+        for (int64_t j = 0; j < N; ++j) {
+          const double c = C[size_t(i * ldc + j)], r = ref[size_t(i * ldc + j)];
+          wrong += c != r;
+          worst = std::max(worst, std::fabs(c - r) / (std::fabs(r) + 1.0));
+        }
+        for (int64_t j = N; j < ldc; ++j) outside += C[size_t(i * ldc + j)] != sentinel;
+      }
+      if (bitwise)
+        CHECK(wrong == 0);
+      else
+        CHECK(worst <= 1e-4);
+      CHECK(outside == 0);
+    }
+}
