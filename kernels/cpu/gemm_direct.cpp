@@ -79,23 +79,35 @@ TRIDENT_AVX512 float row_max_avx512(const float* x, int64_t n) {
   return r;
 }
 
-// The sum kept in eight lanes, each 16 exponentials added as their low and
-// then their high eight: the order of attention's eight-float pass.
+// The sum kept in two 16-lane accumulators, alternate blocks of 16 to each,
+// added lane-wise and then across the lanes at the end: one addition per 16
+// exponentials in each of two independent chains, where a single chain of
+// two additions per block held the loop to the adder's latency. (Another
+// order than attention.cpp's eight-float pass: the sums differ in their
+// last bits.)
 TRIDENT_AVX512 float exp_shift_sum_avx512(float* x, int64_t n, float m) {
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   const __m512 mv = _mm512_set1_ps(m);
-  __m256 sum = _mm256_setzero_ps();
-  for (int64_t j = 0; j < n; j += 16) {
+  __m512 sum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) {
+#pragma GCC unroll 2
+    for (int u = 0; u < 2; ++u) {
+      const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + j + 16 * u), mv));
+      _mm512_storeu_ps(x + j + 16 * u, e);
+      sum[u] = _mm512_add_ps(sum[u], e);
+    }
+  }
+  for (int u = 0; j < n; j += 16, ++u) {
     const __mmask16 in = n - j >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - j)) - 1u);
     const __m512 e = exp16(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, in, x + j), mv));
     _mm512_mask_storeu_ps(x + j, in, e);
-    sum = _mm256_add_ps(sum, _mm512_castps512_ps256(e));
-    sum = _mm256_add_ps(sum, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
+    sum[u] = _mm512_add_ps(sum[u], e);
   }
-  alignas(32) float t[8];
-  _mm256_store_ps(t, sum);
+  alignas(64) float t[16];
+  _mm512_store_ps(t, _mm512_add_ps(sum[0], sum[1]));
   float s = 0.0f;
-  for (int u = 0; u < 8; ++u) s += t[u];
+  for (int u = 0; u < 16; ++u) s += t[u];
   return s;
 }
 

@@ -85,9 +85,11 @@ void gemm_direct_rows(RowOp op, int64_t M, int64_t N, int64_t K, float alpha, co
                       const float* P, int64_t ldp);
 
 // The forward softmax's row passes in AVX-512 (only where
-// gemm_direct_native()), with the results of attention.cpp's own: the
-// largest of x[0:n] (NaN ignored; -inf for n = 0), and x[j] <- exp(x[j] - m)
-// returning the sum of the x[j], added in the same order.
+// gemm_direct_native()): the largest of x[0:n] (NaN ignored; -inf for n =
+// 0), as attention.cpp's own pass finds it, and x[j] <- exp(x[j] - m) with
+// its exponentials, returning the sum of the x[j] added in two 16-lane
+// chains (attention.cpp's pass adds in eight lanes: the sums differ in their
+// last bits).
 float row_max_native(const float* x, int64_t n);
 float exp_shift_sum_native(float* x, int64_t n, float m);
 
