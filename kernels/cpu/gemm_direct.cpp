@@ -356,25 +356,34 @@ TRIDENT_AVX512 void transpose_panels_avx512(const float* x, int64_t ld, int64_t 
 // C = alpha * A Wᵀ + beta * C with W [N, K] by rows (a linear layer's
 // forward). Per column block of kNR, the block's rows of W (one contiguous
 // run of kNR x K floats) are transposed into `panel`, which stays in the
-// first- or second-level cache while every row tile of A reads it; the next
-// block's rows are asked for (into the second level) before the row tiles
-// start, so that their transpose does not wait on memory: the weights of an
-// MoE expert are read once per micro-batch and come from beyond the caches.
+// first- or second-level cache while every row tile of A reads it. The
+// weights of an MoE expert are read once per micro-batch and come from
+// beyond the caches, so the next block's rows are asked for while this
+// block's row tiles run: a share of them before each kNtRows rows (asked for
+// all at once, the loop stalled on the outstanding misses; on a Zen 5 core
+// with 96 cold 256 x 512 weights the GEMMs ran at 244 GFLOP/s against 230
+// that way).
+constexpr int64_t kNtRows = 16;
 TRIDENT_AVX512 void gemm_nt_avx512(int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                                    int64_t lda, const float* W, int64_t ldw, float beta, float* C,
                                    int64_t ldc, float* panel) {
   for (int64_t n0 = 0; n0 < N; n0 += kNR) {
     const int64_t nw = std::min(kNR, N - n0);
     transpose_panels_avx512(W + n0 * ldw, ldw, nw, K, panel, K * kPanel);
-    if (n0 + kNR < N) {
-      const char* next = reinterpret_cast<const char*>(W + (n0 + kNR) * ldw);
-      const int64_t bytes = (std::min(kNR, N - n0 - kNR) - 1) * ldw * 4 + K * 4;
-      for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(next + o, _MM_HINT_T1);
-    }
     const int nv = int((nw + 15) / 16);
     const __mmask16 last = __mmask16((1u << (nw - 16 * (nv - 1))) - 1u);
-    kStrips[0][nv - 1](M, K, alpha, A, lda, panel, kPanel, beta, C + n0, ldc, last, RowArgs{},
-                       kRest[0][nv - 1].data());
+    // the next block's lines of W, spread over this block's row chunks
+    const char* next = reinterpret_cast<const char*>(W + (n0 + kNR) * ldw);
+    const int64_t lines =
+        n0 + kNR < N ? ((std::min(kNR, N - n0 - kNR) - 1) * ldw + K) * 4 / 64 + 1 : 0;
+    const int64_t per = (lines + (M + kNtRows - 1) / kNtRows - 1) / ((M + kNtRows - 1) / kNtRows);
+    int64_t line = 0;
+    for (int64_t m0 = 0; m0 < M; m0 += kNtRows) {
+      for (const int64_t end = std::min(lines, line + per); line < end; ++line)
+        _mm_prefetch(next + 64 * line, _MM_HINT_T0);
+      kStrips[0][nv - 1](std::min(kNtRows, M - m0), K, alpha, A + m0 * lda, lda, panel, kPanel,
+                         beta, C + m0 * ldc + n0, ldc, last, RowArgs{}, kRest[0][nv - 1].data());
+    }
   }
 }
 
