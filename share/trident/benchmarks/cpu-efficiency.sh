@@ -19,11 +19,15 @@
 # Two clocks, because a shared machine needs the second:
 # - wall: the run's median step time against `trident bench attention`'s
 #   sgemm rate (2048^3, best of 3). This is the figure on a quiet machine.
-# - cpu: the process's CPU time per step (user + sys of a run of 1+STEPS
+# - cpu: the process's user CPU time per step (that of a run of 1+STEPS
 #   steps minus that of a 1-step run, over STEPS) against the CPU time of
 #   the same 2048^3 sgemm through OpenBLAS (best of 3). Time slices lost to
 #   other processes do not count, so the ratio holds on a busy machine
-#   (caches shared with them still cost something).
+#   (caches shared with them still cost something). System time is left
+#   out: it is almost all the kernel clearing fresh pages for the checkpoint
+#   both runs write at their end, which varied by 2 s from run to run on a
+#   Zen 5 VM (5.4-7.9 s; cpu-2026-12-04-zen5.md) and made the difference of
+#   the two runs meaningless.
 # FLOPs per step: trident plan's model formula (3 x forward, causal pairs).
 set -euo pipefail
 old=${1:?usage: cpu-efficiency.sh BINARY [NEW_BINARY] [RUNS] [STEPS] [OUTDIR]}
@@ -50,10 +54,10 @@ measure() {
   echo "sgemm_cpu_gflops $(sgemm_cpu)" >>"$log.fig"
   local n
   for n in 1 $((steps + 1)); do
-    (cd "$dir" && /usr/bin/time -f "cpu_s_$n %U %S" -o "$log.time$n" "${pin[@]}" "$bin" run \
+    (cd "$dir" && /usr/bin/time -f "cpu_s_$n %U" -o "$log.time$n" "${pin[@]}" "$bin" run \
        "$config" --set train.steps=$n --set output.file="$dir/run$n.h5" \
        --set output.checkpoint_dir="$dir/ckpt$n" >"$log.run$n" 2>&1)
-    awk '{ print $1, $2 + $3 }' "$log.time$n" >>"$log.fig"
+    cat "$log.time$n" >>"$log.fig"
   done
   # step lines: "step N | loss L | ... | T s | ..."; steps before FIRST warm up
   awk -F'|' -v first="$first" '/^step/ { split($1, s, " "); if (s[2] >= first + 0) { split($6, t, " "); print "step_wall_s", t[1] } }
