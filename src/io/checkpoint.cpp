@@ -30,30 +30,57 @@ uint64_t fnv1a(const void* p, size_t n) {
   return h;
 }
 
-// name, ndim, dims, floats: one record per tensor.
-void pack(std::vector<char>& buf, const CheckpointTensor& t) {
-  auto put = [&](const void* p, size_t n) {
-    const char* c = static_cast<const char*>(p);
-    buf.insert(buf.end(), c, c + n);
-  };
-  const int64_t len = int64_t(t.name.size()), nd = int64_t(t.shape.size());
-  put(&len, 8);
-  put(t.name.data(), t.name.size());
-  put(&nd, 8);
-  put(t.shape.data(), t.shape.size() * 8);
-  int64_t n = 1;
-  for (int64_t d : t.shape) n *= d;
-  put(t.data, size_t(n) * sizeof(float));
-}
-
-struct Unpacked {
+// One tensor as rank 0 writes it: its own tensors where they lie, the other
+// ranks' inside the buffers they sent (no copy of the floats on either side).
+struct View {
   std::string name;
   std::vector<int64_t> shape;
-  std::vector<float> data;
+  const float* data = nullptr;
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
 };
 
-std::vector<Unpacked> unpack(const std::vector<char>& buf) {
-  std::vector<Unpacked> out;
+// name, ndim, dims, floats: one record per tensor, the name padded to a
+// multiple of 8 bytes so that every field, the floats included, lies at a
+// multiple of 8 from the buffer's start (rank 0 reads the floats in place).
+int64_t padded(int64_t len) { return (len + 7) / 8 * 8; }
+
+int64_t record_bytes(const CheckpointTensor& t) {
+  int64_t n = 1;
+  for (int64_t d : t.shape) n *= d;
+  return 8 + padded(int64_t(t.name.size())) + 8 + 8 * int64_t(t.shape.size()) +
+         n * int64_t(sizeof(float));
+}
+
+// The records of `tensors`, in one buffer sized once.
+std::vector<char> pack(const std::vector<CheckpointTensor>& tensors) {
+  int64_t bytes = 0;
+  for (const auto& t : tensors) bytes += record_bytes(t);
+  std::vector<char> buf(size_t(bytes), 0);
+  char* out = buf.data();
+  auto put = [&](const void* p, size_t n) {
+    if (n > 0) std::memcpy(out, p, n);
+    out += n;
+  };
+  for (const auto& t : tensors) {
+    const int64_t len = int64_t(t.name.size()), nd = int64_t(t.shape.size());
+    put(&len, 8);
+    put(t.name.data(), t.name.size());
+    out += padded(len) - len;  // zeros
+    put(&nd, 8);
+    put(t.shape.data(), t.shape.size() * 8);
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    put(t.data, size_t(n) * sizeof(float));
+  }
+  return buf;
+}
+
+// Views of the records in buf (which must outlive them).
+void unpack(const std::vector<char>& buf, std::vector<View>& out) {
   size_t off = 0;
   auto get = [&](void* p, size_t n) {
     TRIDENT_CHECK(off + n <= buf.size(), "checkpoint gather: truncated record");
@@ -61,38 +88,51 @@ std::vector<Unpacked> unpack(const std::vector<char>& buf) {
     off += n;
   };
   while (off < buf.size()) {
-    Unpacked u;
+    View v;
     int64_t len = 0, nd = 0;
     get(&len, 8);
-    u.name.resize(size_t(len));
-    get(u.name.data(), size_t(len));
+    TRIDENT_CHECK(len >= 0 && off + size_t(padded(len)) <= buf.size(),
+                  "checkpoint gather: truncated record");
+    v.name.assign(buf.data() + off, size_t(len));
+    off += size_t(padded(len));
     get(&nd, 8);
-    u.shape.resize(size_t(nd));
-    get(u.shape.data(), size_t(nd) * 8);
-    int64_t n = 1;
-    for (int64_t d : u.shape) n *= d;
-    u.data.resize(size_t(n));
-    get(u.data.data(), size_t(n) * sizeof(float));
-    out.push_back(std::move(u));
+    TRIDENT_CHECK(nd >= 0 && nd <= 32, "checkpoint gather: bad record");
+    v.shape.resize(size_t(nd));
+    get(v.shape.data(), size_t(nd) * 8);
+    const size_t bytes = size_t(v.numel()) * sizeof(float);
+    TRIDENT_CHECK(off + bytes <= buf.size(), "checkpoint gather: truncated record");
+    v.data = reinterpret_cast<const float*>(buf.data() + off);
+    off += bytes;
+    out.push_back(std::move(v));
   }
-  return out;
+}
+
+void add_views(const std::vector<CheckpointTensor>& tensors, std::vector<View>& out) {
+  for (const auto& t : tensors) out.push_back(View{t.name, t.shape, t.data});
 }
 
 // The first tensor holding a NaN or an infinity ("" if none): such a state
 // is never written, so that the last checkpoint stays a good one.
-std::string first_nonfinite(const std::vector<Unpacked>& all) {
-  for (const Unpacked& u : all)
-    for (float x : u.data)
-      if (!std::isfinite(x)) return u.name;
+std::string first_nonfinite(const std::vector<View>& all) {
+  for (const View& v : all) {
+    bool bad = false;
+    const int64_t n = v.numel();
+    for (int64_t i = 0; i < n; ++i) bad |= !std::isfinite(v.data[i]);
+    if (bad) return v.name;
+  }
   return "";
 }
 
 // The checkpoint as an HDF5 file image in memory (core driver): the bytes are
 // then written with POSIX calls, whose errors name the system's reason.
-std::vector<char> file_image(const CheckpointMeta& meta, std::vector<Unpacked>& all) {
+std::vector<char> file_image(const CheckpointMeta& meta, std::vector<View>& all) {
   h5::QuietErrors quiet;
   h5::Handle fapl = TRIDENT_H5_PLIST(H5Pcreate(H5P_FILE_ACCESS), "file access list");
-  TRIDENT_H5(H5Pset_fapl_core(fapl, size_t(1) << 20, false), "in-memory file driver");
+  // the image grows by the tensors' bytes and a margin for the metadata at
+  // once, instead of a MiB at a time (each growth a copy of the whole image)
+  size_t bytes = size_t(1) << 20;
+  for (const View& v : all) bytes += size_t(v.numel()) * sizeof(float) + 4096;
+  TRIDENT_H5(H5Pset_fapl_core(fapl, bytes, false), "in-memory file driver");
   h5::Handle file(TRIDENT_H5(H5Fcreate("checkpoint-image", H5F_ACC_TRUNC, H5P_DEFAULT, fapl),
                              "create checkpoint image"),
                   H5Fclose);
@@ -105,9 +145,9 @@ std::vector<char> file_image(const CheckpointMeta& meta, std::vector<Unpacked>& 
   h5::write_attr(file, "world_size", meta.world_size);
   h5::write_attr(file, "created_utc", h5::utc_iso8601_now());
   h5::Handle g = h5::open_or_create_group(file, "tensors");
-  std::sort(all.begin(), all.end(), [](const Unpacked& a, const Unpacked& b) { return a.name < b.name; });
+  std::sort(all.begin(), all.end(), [](const View& a, const View& b) { return a.name < b.name; });
   for (size_t i = 0; i < all.size(); ++i) {
-    const Unpacked& u = all[i];
+    const View& u = all[i];
     TRIDENT_CHECK(i == 0 || all[i - 1].name != u.name,
                   "checkpoint: tensor " + u.name + " was given by two ranks");
     std::vector<hsize_t> dims(u.shape.begin(), u.shape.end());
@@ -119,10 +159,10 @@ std::vector<char> file_image(const CheckpointMeta& meta, std::vector<Unpacked>& 
     h5::Handle d = TRIDENT_H5_DSET(H5Dcreate2(g, u.name.c_str(), H5T_IEEE_F32LE, space, lcpl,
                                               H5P_DEFAULT, H5P_DEFAULT),
                                    "create " + u.name);
-    TRIDENT_H5(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, u.data.data()),
+    TRIDENT_H5(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, u.data),
                "write " + u.name);
     h5::write_attr(d, "fnv1a64",
-                   std::to_string(fnv1a(u.data.data(), u.data.size() * sizeof(float))));
+                   std::to_string(fnv1a(u.data, size_t(u.numel()) * sizeof(float))));
   }
   h5::write_attr(file, "tensor_count", int64_t(all.size()));
   TRIDENT_H5(H5Fflush(file, H5F_SCOPE_GLOBAL), "flush checkpoint image");
@@ -182,7 +222,7 @@ std::string what_is_kept(const std::string& dir) {
 
 // Rank 0's part: the gathered tensors into checkpoint_dir; "" or the error.
 std::string write_on_root(const std::string& dir, const std::string& path,
-                          const CheckpointMeta& meta, std::vector<Unpacked>& all) {
+                          const CheckpointMeta& meta, std::vector<View>& all) {
   const std::string bad = first_nonfinite(all);
   if (!bad.empty())
     return "checkpoint " + path + ": tensor " + bad + " holds a NaN or an infinity; not written" +
@@ -212,19 +252,18 @@ std::string checkpoint_path(const std::string& dir, int64_t step) {
 
 std::string write_checkpoint(const std::string& dir, Communicator* world, const CheckpointMeta& meta,
                              const std::vector<CheckpointTensor>& mine) {
-  std::vector<char> buf;
-  for (const auto& t : mine) pack(buf, t);
   const int size = world ? world->size() : 1;
   const int rank = world ? world->rank() : 0;
+  // rank 0 writes its own tensors where they lie; the others send records
+  std::vector<char> buf;
+  if (rank != 0) buf = pack(mine);
   std::vector<int64_t> sizes(size_t(size), 0);
   const int64_t my = int64_t(buf.size());
   if (world && size > 1) world->allgather(&my, sizes.data(), sizeof(int64_t));
-  else sizes[0] = my;
   const std::string path = checkpoint_path(dir, meta.step);
   std::string error;
   if (rank == 0) {
     std::vector<std::vector<char>> parts(static_cast<size_t>(size));
-    parts[0] = std::move(buf);
     std::vector<Request> reqs;
     for (int r = 1; r < size; ++r) {
       parts[size_t(r)].resize(size_t(sizes[size_t(r)]));
@@ -232,9 +271,9 @@ std::string write_checkpoint(const std::string& dir, Communicator* world, const 
         reqs.push_back(world->irecv(parts[size_t(r)].data(), parts[size_t(r)].size(), r, 7301));
     }
     if (!reqs.empty()) world->wait_all(reqs);
-    std::vector<Unpacked> all;
-    for (auto& p : parts)
-      for (auto& u : unpack(p)) all.push_back(std::move(u));
+    std::vector<View> all;
+    add_views(mine, all);
+    for (int r = 1; r < size; ++r) unpack(parts[size_t(r)], all);
     error = write_on_root(dir, path, meta, all);
   } else if (my > 0) {
     Request r = world->isend(buf.data(), buf.size(), 0, 7301);
@@ -250,9 +289,8 @@ std::string write_checkpoint(const std::string& dir, Communicator* world, const 
 
 void write_checkpoint_file(const std::string& path, const CheckpointMeta& meta,
                            const std::vector<CheckpointTensor>& tensors) {
-  std::vector<char> buf;
-  for (const auto& t : tensors) pack(buf, t);
-  std::vector<Unpacked> all = unpack(buf);
+  std::vector<View> all;
+  add_views(tensors, all);
   const std::string dir = std::filesystem::path(path).parent_path().string();
   const std::string error = write_on_root(dir.empty() ? "." : dir, path, meta, all);
   if (!error.empty()) throw Error(error);
