@@ -64,6 +64,21 @@ def parse_args():
     return ap.parse_args()
 
 
+def job_env():
+    """The jobs' environment: UCX without its cma transport unless UCX_TLS is set.
+
+    UCX treats a failed cross-memory-attach copy as fatal: a rank SIGKILLed in
+    the middle of a large intra-node transfer makes the peer reading from it
+    abort inside UCX (SIGABRT and a backtrace, 'process_vm_readv ... No such
+    process'), and mpirun then names that peer instead of the killed rank
+    (seen once in CI on 2026-12-04). Over the shared-memory copy transports
+    the peer waits instead, and the killed rank's exit or trident's deadline
+    ends the job with the rank named (faults.md)."""
+    env = dict(os.environ)
+    env.setdefault("UCX_TLS", "^cma")
+    return env
+
+
 class Soak:
     def __init__(self, a):
         self.a = a
@@ -118,7 +133,8 @@ class Soak:
         out = "seg%03d.h5" % self.segment
         resume = any(n.endswith(".h5") for n in os.listdir(ckdir))
         p = subprocess.Popen(self.command(out, ckdir, resume), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+                             stderr=subprocess.PIPE, text=True, start_new_session=True,
+                             env=job_env())
         stdout, stderr = [], []  # filled by reader threads while the job runs
         readers = [threading.Thread(target=lambda f=f, into=into: into.extend(iter(f.readline, "")))
                    for f, into in ((p.stdout, stdout), (p.stderr, stderr))]
