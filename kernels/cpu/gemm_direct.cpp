@@ -359,10 +359,11 @@ TRIDENT_AVX512 void transpose_panels_avx512(const float* x, int64_t ld, int64_t 
 // first- or second-level cache while every row tile of A reads it. The
 // weights of an MoE expert are read once per micro-batch and come from
 // beyond the caches, so the next block's rows are asked for while this
-// block's row tiles run: a share of them before each kNtRows rows (asked for
-// all at once, the loop stalled on the outstanding misses; on a Zen 5 core
-// with 96 cold 256 x 512 weights the GEMMs ran at 244 GFLOP/s against 230
-// that way).
+// block's row tiles run: a share of them before each kNtRows rows. (Asked
+// for all at once, the loop stalled on the outstanding misses: on a Zen 5
+// core, with 96 cold 256 x 512 weights in turn, the GEMMs ran at 244-257
+// GFLOP/s spread and 230-236 at once; in the training step the two were
+// the same within the noise.)
 constexpr int64_t kNtRows = 16;
 TRIDENT_AVX512 void gemm_nt_avx512(int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                                    int64_t lda, const float* W, int64_t ldw, float beta, float* C,
