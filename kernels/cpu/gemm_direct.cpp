@@ -377,7 +377,7 @@ TRIDENT_AVX512 void gemm_nt_avx512(int64_t M, int64_t N, int64_t K, float alpha,
     const char* next = reinterpret_cast<const char*>(W + (n0 + kNR) * ldw);
     const int64_t lines =
         n0 + kNR < N ? ((std::min(kNR, N - n0 - kNR) - 1) * ldw + K) * 4 / 64 + 1 : 0;
-    const int64_t per = (lines + (M + kNtRows - 1) / kNtRows - 1) / ((M + kNtRows - 1) / kNtRows);
+    const int64_t chunks = (M + kNtRows - 1) / kNtRows, per = (lines + chunks - 1) / chunks;
     int64_t line = 0;
     for (int64_t m0 = 0; m0 < M; m0 += kNtRows) {
       for (const int64_t end = std::min(lines, line + per); line < end; ++line)

@@ -30,17 +30,19 @@ uint64_t fnv1a(const void* p, size_t n) {
   return h;
 }
 
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 // One tensor as rank 0 writes it: its own tensors where they lie, the other
 // ranks' inside the buffers they sent (no copy of the floats on either side).
 struct View {
   std::string name;
   std::vector<int64_t> shape;
   const float* data = nullptr;
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
-  }
+  int64_t numel() const { return trident::numel(shape); }
 };
 
 // name, ndim, dims, floats: one record per tensor, the name padded to a
@@ -49,10 +51,8 @@ struct View {
 int64_t padded(int64_t len) { return (len + 7) / 8 * 8; }
 
 int64_t record_bytes(const CheckpointTensor& t) {
-  int64_t n = 1;
-  for (int64_t d : t.shape) n *= d;
   return 8 + padded(int64_t(t.name.size())) + 8 + 8 * int64_t(t.shape.size()) +
-         n * int64_t(sizeof(float));
+         numel(t.shape) * int64_t(sizeof(float));
 }
 
 // The records of `tensors`, in one buffer sized once.
@@ -72,9 +72,7 @@ std::vector<char> pack(const std::vector<CheckpointTensor>& tensors) {
     out += padded(len) - len;  // zeros
     put(&nd, 8);
     put(t.shape.data(), t.shape.size() * 8);
-    int64_t n = 1;
-    for (int64_t d : t.shape) n *= d;
-    put(t.data, size_t(n) * sizeof(float));
+    put(t.data, size_t(numel(t.shape)) * sizeof(float));
   }
   return buf;
 }
