@@ -263,6 +263,7 @@ const std::vector<KeyDef>& key_table() {
                            {"none", "dp"}));
     t.push_back(float_key(
         "train", "grad_bucket_mb", [](Config& c) { return &c.train.grad_bucket_mb; }, 0, false));
+    t.push_back({"train", "tf32", Kind::Bool, [](Config& c) { return &c.train.tf32; }});
     // [eval]
     t.push_back(int_key(
         "eval", "every", [](Config& c) { return &c.eval.every; }, 0));
@@ -295,6 +296,16 @@ const std::vector<KeyDef>& key_table() {
         "output", "checkpoint_every", [](Config& c) { return &c.output.checkpoint_every; }, 0));
     t.push_back(string_key(
         "output", "checkpoint_dir", [](Config& c) { return &c.output.checkpoint_dir; }, true));
+    t.push_back(choice_key("output", "checkpoint_format",
+                           [](Config & c) -> auto& { return c.output.checkpoint_format; },
+                           {"sharded", "single"}));
+    t.push_back({"output", "checkpoint_async", Kind::Bool,
+                 [](Config& c) { return &c.output.checkpoint_async; }});
+    t.push_back(int_key(
+        "output", "checkpoint_staging_mb",
+        [](Config& c) { return &c.output.checkpoint_staging_mb; }, 1));
+    t.push_back(int_key(
+        "output", "keep_checkpoints", [](Config& c) { return &c.output.keep_checkpoints; }, 0));
     for (const char* list : {"activation_steps", "activation_layers", "activation_samples"}) {
       std::string n = list;
       KeyDef k{"output", list, Kind::IntList, [n](Config& c) -> void* {

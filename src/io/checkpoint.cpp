@@ -15,20 +15,16 @@
 
 #include "trident/core/error.hpp"
 #include "trident/io/h5util.hpp"
+#include "trident/io/sharded_checkpoint.hpp"
 
 namespace trident {
 namespace {
 
-// 2: every weight matrix stored [out, in] (1 stored the SwiGLU and router
-// weights [in, out]; a square one would load silently transposed).
-constexpr int64_t kFormatVersion = 2;
-
-uint64_t fnv1a(const void* p, size_t n) {
-  const auto* b = static_cast<const unsigned char*>(p);
-  uint64_t h = 1469598103934665603ULL;
-  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ULL;
-  return h;
-}
+// The single file: 2, every weight matrix stored [out, in] (1 stored the
+// SwiGLU and router weights [in, out]; a square one would load silently
+// transposed). 3 is the sharded index (io/sharded_checkpoint.hpp).
+constexpr int64_t kSingleFormatVersion = 2;
+constexpr int64_t kFormatVersion = 3;
 
 int64_t numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -124,6 +120,7 @@ std::string first_nonfinite(const std::vector<View>& all) {
 // The checkpoint as an HDF5 file image in memory (core driver): the bytes are
 // then written with POSIX calls, whose errors name the system's reason.
 std::vector<char> file_image(const CheckpointMeta& meta, std::vector<View>& all) {
+  h5::Lock lock(h5::library_mutex());
   h5::QuietErrors quiet;
   h5::Handle fapl = TRIDENT_H5_PLIST(H5Pcreate(H5P_FILE_ACCESS), "file access list");
   // the image grows by the tensors' bytes and a margin for the metadata at
@@ -135,7 +132,7 @@ std::vector<char> file_image(const CheckpointMeta& meta, std::vector<View>& all)
                              "create checkpoint image"),
                   H5Fclose);
   h5::write_attr(file, "format", "trident-checkpoint");
-  h5::write_attr(file, "format_version", kFormatVersion);
+  h5::write_attr(file, "format_version", kSingleFormatVersion);
   h5::write_attr(file, "step", meta.step);
   h5::write_attr(file, "optimizer_steps", meta.optimizer_steps);
   h5::write_attr(file, "model_hash", meta.model_hash);
@@ -160,7 +157,7 @@ std::vector<char> file_image(const CheckpointMeta& meta, std::vector<View>& all)
     TRIDENT_H5(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, u.data),
                "write " + u.name);
     h5::write_attr(d, "fnv1a64",
-                   std::to_string(fnv1a(u.data, size_t(u.numel()) * sizeof(float))));
+                   std::to_string(fnv1a64(u.data, size_t(u.numel()) * sizeof(float))));
   }
   h5::write_attr(file, "tensor_count", int64_t(all.size()));
   TRIDENT_H5(H5Fflush(file, H5F_SCOPE_GLOBAL), "flush checkpoint image");
@@ -242,6 +239,13 @@ std::string write_on_root(const std::string& dir, const std::string& path,
 
 }  // namespace
 
+uint64_t fnv1a64(const void* p, size_t n) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  uint64_t h = 1469598103934665603ULL;
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ULL;
+  return h;
+}
+
 std::string checkpoint_path(const std::string& dir, int64_t step) {
   char name[64];
   std::snprintf(name, sizeof name, "ckpt_step_%08lld.h5", static_cast<long long>(step));
@@ -300,9 +304,9 @@ std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
   if (!std::filesystem::is_directory(dir, ec)) return names;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
-    if (n.rfind("ckpt_step_", 0) == 0 && n.size() > 3 && n.substr(n.size() - 3) == ".h5" &&
-        n.find(".tmp") == std::string::npos)
-      names.push_back(n);
+    // exactly ckpt_step_NNNNNNNN.h5: not a temporary file, not a shard
+    const bool digits = n.size() == 21 && std::all_of(n.begin() + 10, n.begin() + 18, ::isdigit);
+    if (digits && n.rfind("ckpt_step_", 0) == 0 && n.substr(18) == ".h5") names.push_back(n);
   }
   // fixed-width step numbers: the name order is the step order
   std::sort(names.rbegin(), names.rend());
@@ -310,46 +314,74 @@ std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
   return names;
 }
 
-CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
-  h5::QuietErrors quiet;
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+// Opens a checkpoint or shard file for reading; InputError naming it.
+hid_t open_readable(const std::string& path, const std::string& what) {
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec))
-    throw InputError("checkpoint '" + path + "' does not exist");
+  if (!std::filesystem::is_regular_file(path, ec)) throw InputError(what + " '" + path + "' does not exist");
   if (H5Fis_hdf5(path.c_str()) <= 0)
-    throw InputError("'" + path +
-                     "' is not a readable HDF5 file (corrupted or truncated checkpoint)");
-  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (f < 0) throw InputError("cannot open checkpoint '" + path + "': " + h5::error_text());
+    throw InputError(what + " '" + path + "' is not a readable HDF5 file (corrupted or truncated)");
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) throw InputError("cannot open " + what + " '" + path + "': " + h5::error_text());
+  return f;
+}
+
+void read_meta(hid_t f, const std::string& path, CheckpointMeta& meta, int64_t& version) {
+  if (h5::read_string_attr(f, "format") != "trident-checkpoint")
+    throw InputError("'" + path + "' is not a trident checkpoint (format attribute)");
+  version = h5::read_int_attr(f, "format_version");
+  if (version != kSingleFormatVersion && version != kFormatVersion)
+    throw InputError("checkpoint '" + path + "' has format_version " + std::to_string(version) +
+                     ", this trident reads 2 and 3 (since 2 every weight is stored [out, in]; "
+                     "version 1 stored the SwiGLU and router weights [in, out])");
+  meta.step = h5::read_int_attr(f, "step");
+  meta.optimizer_steps = h5::read_int_attr(f, "optimizer_steps");
+  meta.model_hash = h5::read_string_attr(f, "model_hash");
+  meta.config_toml = h5::read_string_attr(f, "config_toml");
+  meta.world_size = h5::read_int_attr(f, "world_size");
+  h5::read_int_attr(f, "tensor_count");  // written last: its absence means an unfinished file
+}
+
+}  // namespace
+
+CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
+  h5::Lock lock(h5::library_mutex());
+  h5::QuietErrors quiet;
+  const hid_t f = open_readable(path, "checkpoint");
   file_ = f;
   try {
-    if (h5::read_string_attr(f, "format") != "trident-checkpoint")
-      throw InputError("'" + path + "' is not a trident checkpoint (format attribute)");
-    const int64_t version = h5::read_int_attr(f, "format_version");
-    if (version != kFormatVersion)
-      throw InputError("checkpoint '" + path + "' has format_version " + std::to_string(version) +
-                       ", this trident reads " + std::to_string(kFormatVersion) +
-                       " only (since 2 every weight is stored [out, in]; version 1 stored the "
-                       "SwiGLU and router weights [in, out])");
-    meta_.step = h5::read_int_attr(f, "step");
-    meta_.optimizer_steps = h5::read_int_attr(f, "optimizer_steps");
-    meta_.model_hash = h5::read_string_attr(f, "model_hash");
-    meta_.config_toml = h5::read_string_attr(f, "config_toml");
-    meta_.world_size = h5::read_int_attr(f, "world_size");
-    h5::read_int_attr(f, "tensor_count");  // written last: its absence means an unfinished file
+    read_meta(f, path, meta_, version_);
+    if (version_ == 3) {
+      shards_ = h5::read_string_list_attr(f, "shards");
+      shard_files_.assign(shards_.size(), -1);
+    }
   } catch (const InputError&) {
     H5Fclose(f);
+    file_ = -1;
     throw;
   } catch (const std::exception& e) {
     H5Fclose(f);
+    file_ = -1;
     throw InputError("checkpoint '" + path + "' is damaged: " + e.what());
   }
 }
 
 CheckpointReader::~CheckpointReader() {
+  h5::Lock lock(h5::library_mutex());
+  for (int64_t s : shard_files_)
+    if (s >= 0) H5Fclose(hid_t(s));
   if (file_ >= 0) H5Fclose(hid_t(file_));
 }
 
 bool CheckpointReader::has(const std::string& name) const {
+  h5::Lock lock(h5::library_mutex());
   h5::QuietErrors quiet;
   const std::string full = "tensors/" + name;
   // check each level: H5Lexists needs the intermediate groups to exist
@@ -362,28 +394,30 @@ bool CheckpointReader::has(const std::string& name) const {
   }
 }
 
-void CheckpointReader::read(const std::string& name, const std::vector<int64_t>& shape, float* out) const {
-  h5::QuietErrors quiet;
-  const std::string where = "checkpoint '" + path_ + "': tensor " + name;
-  if (!has(name)) throw InputError(where + " is missing (a checkpoint of another model?)");
-  hid_t d = H5Dopen2(hid_t(file_), ("tensors/" + name).c_str(), H5P_DEFAULT);
-  if (d < 0) throw InputError(where + " cannot be opened: " + h5::error_text());
-  h5::Handle dh(d, H5Dclose);
-  h5::Handle space(H5Dget_space(d), H5Sclose);
+void CheckpointReader::check_shape(const std::string& name, int64_t dset,
+                                   const std::vector<int64_t>& shape) const {
+  h5::Handle space(H5Dget_space(hid_t(dset)), H5Sclose);
   const int nd = H5Sget_simple_extent_ndims(space);
   std::vector<hsize_t> dims(size_t(std::max(nd, 0)));
   if (nd >= 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-  std::vector<int64_t> got(dims.begin(), dims.end());
-  if (got != shape) {
-    auto str = [](const std::vector<int64_t>& s) {
-      std::string r = "[";
-      for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-      return r + "]";
-    };
-    throw InputError(where + " has shape " + str(got) + ", the model needs " + str(shape));
-  }
-  int64_t n = 1;
-  for (int64_t x : shape) n *= x;
+  const std::vector<int64_t> got(dims.begin(), dims.end());
+  if (got != shape)
+    throw InputError("checkpoint '" + path_ + "': tensor " + name + " has shape " + shape_text(got) +
+                     ", the model needs " + shape_text(shape));
+}
+
+void CheckpointReader::read(const std::string& name, const std::vector<int64_t>& shape, float* out) const {
+  read_range(name, shape, 0, numel(shape), out);
+}
+
+// Format 2: the whole dataset, its checksum checked.
+void CheckpointReader::read_single(const std::string& name, const std::vector<int64_t>& shape,
+                                   float* out) const {
+  const std::string where = "checkpoint '" + path_ + "': tensor " + name;
+  hid_t d = H5Dopen2(hid_t(file_), ("tensors/" + name).c_str(), H5P_DEFAULT);
+  if (d < 0) throw InputError(where + " cannot be opened: " + h5::error_text());
+  h5::Handle dh(d, H5Dclose);
+  check_shape(name, d, shape);
   if (H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)
     throw InputError(where + " cannot be read (corrupted file): " + h5::error_text());
   std::string want;
@@ -392,8 +426,102 @@ void CheckpointReader::read(const std::string& name, const std::vector<int64_t>&
   } catch (const std::exception&) {
     throw InputError(where + " has no checksum (corrupted file)");
   }
-  if (want != std::to_string(fnv1a(out, size_t(n) * sizeof(float))))
+  if (want != std::to_string(fnv1a64(out, size_t(numel(shape)) * sizeof(float))))
     throw InputError(where + " fails its checksum (corrupted file)");
+}
+
+int64_t CheckpointReader::shard(int64_t rank) const {
+  TRIDENT_CHECK(rank >= 0 && size_t(rank) < shards_.size(),
+                "checkpoint '" + path_ + "': a piece names shard " + std::to_string(rank));
+  int64_t& f = shard_files_[size_t(rank)];
+  if (f >= 0) return f;
+  const std::string dir = std::filesystem::path(path_).parent_path().string();
+  const std::string p = (std::filesystem::path(dir.empty() ? "." : dir) / shards_[size_t(rank)]).string();
+  f = open_readable(p, "checkpoint '" + path_ + "': shard file");
+  return f;
+}
+
+// Elements [lo, hi) of the piece [pb, pe) that `rank` wrote, into out: the
+// whole piece checked against its checksum, a part against its blocks'.
+void CheckpointReader::read_piece(const std::string& name, int64_t rank, int64_t pb, int64_t pe,
+                                  int64_t lo, int64_t hi, float* out) const {
+  const hid_t f = hid_t(shard(rank));
+  const std::string where = "checkpoint '" + path_ + "': tensor " + name + " in shard file '" +
+                            shards_[size_t(rank)] + "'";
+  const hid_t d = H5Dopen2(f, ("tensors/" + name).c_str(), H5P_DEFAULT);
+  if (d < 0) throw InputError(where + " is missing (corrupted file)");
+  h5::Handle dh(d, H5Dclose);
+  std::string whole;
+  std::vector<std::string> blocks;
+  try {
+    if (h5::read_int_attr(d, "begin") != pb || h5::read_int_attr(d, "end") != pe)
+      throw InputError(where + " holds other elements than the index says");
+    whole = h5::read_string_attr(d, "fnv1a64");
+    blocks = h5::read_string_list_attr(d, "fnv1a64_blocks");
+  } catch (const InputError&) {
+    throw;
+  } catch (const std::exception&) {
+    throw InputError(where + " has no checksum (an unfinished or corrupted shard)");
+  }
+  const bool all = lo == pb && hi == pe;
+  // a part: whole checksum blocks around it
+  const int64_t b0 = all ? 0 : (lo - pb) / kChecksumBlock;
+  const int64_t first = all ? pb : pb + b0 * kChecksumBlock;
+  const int64_t last = all ? pe : std::min(pe, pb + ((hi - pb) + kChecksumBlock - 1) / kChecksumBlock * kChecksumBlock);
+  std::vector<float> buf(all ? 0 : size_t(last - first));
+  float* dst = all ? out : buf.data();
+  hsize_t off[1] = {hsize_t(first - pb)}, cnt[1] = {hsize_t(last - first)};
+  h5::Handle fsel(H5Dget_space(d), H5Sclose);
+  h5::Handle msel(H5Screate_simple(1, cnt, nullptr), H5Sclose);
+  if (H5Sselect_hyperslab(fsel, H5S_SELECT_SET, off, nullptr, cnt, nullptr) < 0 ||
+      H5Dread(d, H5T_NATIVE_FLOAT, msel, fsel, H5P_DEFAULT, dst) < 0)
+    throw InputError(where + " cannot be read (truncated or corrupted file): " + h5::error_text());
+  if (all) {
+    if (whole != std::to_string(fnv1a64(dst, size_t(pe - pb) * sizeof(float))))
+      throw InputError(where + " fails its checksum (corrupted file)");
+    return;
+  }
+  for (int64_t at = first, b = b0; at < last; at += kChecksumBlock, ++b) {
+    const int64_t n = std::min(kChecksumBlock, last - at);
+    if (size_t(b) >= blocks.size() ||
+        blocks[size_t(b)] != std::to_string(fnv1a64(dst + (at - first), size_t(n) * sizeof(float))))
+      throw InputError(where + " fails its checksum (corrupted file)");
+  }
+  std::copy(dst + (lo - first), dst + (hi - first), out);
+}
+
+void CheckpointReader::read_range(const std::string& name, const std::vector<int64_t>& shape,
+                                  int64_t begin, int64_t end, float* out) const {
+  h5::Lock lock(h5::library_mutex());
+  h5::QuietErrors quiet;
+  const std::string where = "checkpoint '" + path_ + "': tensor " + name;
+  if (!has(name)) throw InputError(where + " is missing (a checkpoint of another model?)");
+  TRIDENT_CHECK(0 <= begin && begin <= end && end <= numel(shape), where + ": bad range");
+  if (version_ == 2) {
+    if (begin == 0 && end == numel(shape)) return read_single(name, shape, out);
+    std::vector<float> all(size_t(numel(shape)));
+    read_single(name, shape, all.data());
+    std::copy(all.begin() + begin, all.begin() + end, out);
+    return;
+  }
+  const hid_t d = H5Dopen2(hid_t(file_), ("tensors/" + name).c_str(), H5P_DEFAULT);
+  if (d < 0) throw InputError(where + " cannot be opened: " + h5::error_text());
+  h5::Handle dh(d, H5Dclose);
+  check_shape(name, d, shape);
+  std::vector<int64_t> pieces;
+  try {
+    pieces = h5::read_int_list_attr(d, "pieces");
+  } catch (const std::exception&) {
+    throw InputError(where + " has no piece table (corrupted index)");
+  }
+  int64_t covered = 0;
+  for (size_t i = 0; i + 2 < pieces.size(); i += 3) {
+    const int64_t lo = std::max(begin, pieces[i + 1]), hi = std::min(end, pieces[i + 2]);
+    if (lo >= hi) continue;
+    read_piece(name, pieces[i], pieces[i + 1], pieces[i + 2], lo, hi, out + (lo - begin));
+    covered += hi - lo;
+  }
+  if (covered != end - begin) throw InputError(where + ": the index's pieces do not cover it");
 }
 
 }  // namespace trident

@@ -51,6 +51,11 @@ hssize_t attr_points(hid_t attr) {
 
 }  // namespace
 
+std::recursive_mutex& library_mutex() {
+  static std::recursive_mutex m;
+  return m;
+}
+
 std::string error_text() {
   StackText t;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_message, &t);

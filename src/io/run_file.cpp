@@ -104,6 +104,17 @@ Handle eval_type() {
   return t;
 }
 
+Handle checkpoint_type() {
+  Handle t = compound(sizeof(CheckpointRecord));
+  member(t, "step", offsetof(CheckpointRecord, step), H5T_NATIVE_INT64);
+  member(t, "blocking_s", offsetof(CheckpointRecord, blocking_s), H5T_NATIVE_DOUBLE);
+  member(t, "write_s", offsetof(CheckpointRecord, write_s), H5T_NATIVE_DOUBLE);
+  member(t, "bytes", offsetof(CheckpointRecord, bytes), H5T_NATIVE_INT64);
+  member(t, "slowest_rank", offsetof(CheckpointRecord, slowest_rank), H5T_NATIVE_INT32);
+  member(t, "async", offsetof(CheckpointRecord, async), H5T_NATIVE_INT32);
+  return t;
+}
+
 Handle rank_row_type() {
   Handle t = compound(sizeof(RankRow));
   member(t, "rank", offsetof(RankRow, rank), H5T_NATIVE_INT32);
@@ -427,6 +438,9 @@ void create_run_datasets(hid_t file, const std::vector<int64_t>& moe_ids, int n_
     Handle ev = eval_type();
     Handle ev_file = packed(ev);
     create_extendible(metrics, "eval", ev_file, {}, kStepChunk);
+    Handle ck = checkpoint_type();
+    Handle ck_file = packed(ck);
+    create_extendible(metrics, "checkpoints", ck_file, {}, kStepChunk);
     Handle cb = create_extendible(metrics, "comm_bytes", H5T_IEEE_F64LE, {4}, kStepChunk);
     h5::write_attr(cb, "columns", kCommColumns);
     h5::write_attr(cb, "units", "bytes");
@@ -455,6 +469,7 @@ void create_run_datasets(hid_t file, const std::vector<int64_t>& moe_ids, int n_
 RunFile::RunFile(const std::string& path, Communicator& world, const Config& cfg,
                  const Communicators& comms, const std::string& slurm_job_id)
     : path_(path), world_(world.host()) {
+  h5::Lock lock(h5::library_mutex());
   rank_ = world_.rank();
   size_ = world_.size();
   h5::QuietErrors quiet;
@@ -479,6 +494,7 @@ RunFile::RunFile(const std::string& path, Communicator& world, const Config& cfg
 }
 
 RunFile::~RunFile() {
+  h5::Lock lock(h5::library_mutex());
   if (closed_ || file_ < 0) return;
   // H5Fclose is collective. While an exception unwinds, other ranks may be
   // elsewhere, so the file is left as last flushed (completed = 0); HDF5
@@ -491,6 +507,7 @@ RunFile::~RunFile() {
 
 void RunFile::append_step(const StepMetrics& m, const std::array<double, 4>& comm_bytes,
                           const std::vector<std::vector<int64_t>>& expert_tokens) try {
+  h5::Lock lock(h5::library_mutex());
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": append_step after close");
   h5::QuietErrors quiet;
   bool ok = true;
@@ -540,6 +557,7 @@ void RunFile::append_step(const StepMetrics& m, const std::array<double, 4>& com
 }
 
 void RunFile::append_events(const std::vector<TimelineEvent>& mine) try {
+  h5::Lock lock(h5::library_mutex());
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": append_events after close");
   h5::QuietErrors quiet;
   std::vector<EventRow> rows(mine.size());
@@ -671,6 +689,7 @@ void RunFile::write_activation(int step, int layer, const std::string& name,
                                const std::vector<int64_t>& global_shape,
                                const std::vector<int>& sample_ids, const float* local,
                                const std::vector<int64_t>& global_positions) try {
+  h5::Lock lock(h5::library_mutex());
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": write_activation after close");
   h5::QuietErrors quiet;
   const std::string where =
@@ -720,6 +739,7 @@ void RunFile::write_activation(int step, int layer, const std::string& name,
 }
 
 void RunFile::append_event(const RunEvent& e) try {
+  h5::Lock lock(h5::library_mutex());
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": append_event after close");
   h5::QuietErrors quiet;
   const bool ok = !e.kind.empty() && e.kind.size() < kKindBytes;
@@ -740,6 +760,7 @@ void RunFile::append_event(const RunEvent& e) try {
 }
 
 void RunFile::append_eval(const EvalMetrics& m) try {
+  h5::Lock lock(h5::library_mutex());
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": append_eval after close");
   h5::QuietErrors quiet;
   Handle mtype = eval_type();
@@ -750,8 +771,21 @@ void RunFile::append_eval(const EvalMetrics& m) try {
   throw_write_failure(path_, failure);
 }
 
+void RunFile::append_checkpoint(const CheckpointRecord& r) try {
+  h5::Lock lock(h5::library_mutex());
+  TRIDENT_CHECK(!closed_, "run file " + path_ + ": append_checkpoint after close");
+  h5::QuietErrors quiet;
+  Handle mtype = checkpoint_type();
+  append_row(file_, rank_, "metrics/checkpoints", checkpoints_, mtype, &r);
+  checkpoints_ += 1;
+  flush();
+} catch (const h5::Failure& failure) {
+  throw_write_failure(path_, failure);
+}
+
 void RunFile::write_length_histogram(const std::string& name, const std::vector<int64_t>& counts,
                                      const std::string& description) try {
+  h5::Lock lock(h5::library_mutex());
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": write_length_histogram after close");
   h5::QuietErrors quiet;
   // The dataset's shape must be the same on every rank: rank 0's.
@@ -778,6 +812,7 @@ void RunFile::write_length_histogram(const std::string& name, const std::vector<
 }
 
 void RunFile::write_rank_summaries(const RankSummary& mine) try {
+  h5::Lock lock(h5::library_mutex());
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": write_rank_summaries after close");
   h5::QuietErrors quiet;
   Handle ranks = h5::open_or_create_group(file_, "ranks");
@@ -806,6 +841,7 @@ void RunFile::write_rank_summaries(const RankSummary& mine) try {
 
 template <class T>
 void RunFile::write_root_attr(const std::string& name, T value) try {
+  h5::Lock lock(h5::library_mutex());
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": set_root_attr after close");
   h5::QuietErrors quiet;
   if constexpr (std::is_same_v<T, std::string>)
@@ -820,14 +856,17 @@ void RunFile::write_root_attr(const std::string& name, T value) try {
 }
 
 void RunFile::set_root_attr(const std::string& name, const std::string& value) {
+  h5::Lock lock(h5::library_mutex());
   write_root_attr(name, value);
 }
 void RunFile::set_root_attr(const std::string& name, double value) { write_root_attr(name, value); }
 void RunFile::set_root_attr(const std::string& name, int64_t value) {
+  h5::Lock lock(h5::library_mutex());
   write_root_attr(name, value);
 }
 
 void RunFile::flush() try {
+  h5::Lock lock(h5::library_mutex());
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": flush after close");
   h5::QuietErrors quiet;
   TRIDENT_H5(H5Fflush(file_, H5F_SCOPE_GLOBAL), "flush it");
@@ -836,6 +875,7 @@ void RunFile::flush() try {
 }
 
 void RunFile::close() try {
+  h5::Lock lock(h5::library_mutex());
   if (closed_) return;
   h5::QuietErrors quiet;
   h5::write_attr(file_, "completed", int64_t{1});

@@ -30,6 +30,29 @@ void read_into(CheckpointReader& r, const kernels::Ctx& ctx, const std::string& 
   kernels::copy(ctx, dst, host);
 }
 
+// This rank's part of one parameter's AdamW moments (all of it unless the
+// optimizer is sharded), read by element range into the optimizer's buffers.
+void read_moments(CheckpointReader& r, Trainer& t, const ParamStore::Entry& e) {
+  const dp::Sharding& s = t.sharding();
+  const size_t k = size_t(e.param->reduce);
+  const int64_t lo = std::max(e.offset, s.owned[k].begin);
+  const int64_t hi = std::min(e.offset + e.numel, s.owned[k].end);
+  if (lo >= hi) return;
+  const int64_t at = s.base[k] + (lo - s.owned[k].begin), n = hi - lo;
+  const auto& shape = e.param->value.shape();
+  for (auto [kind, moments] : {std::pair{"adam_m/", &t.optimizer().m()}, {"adam_v/", &t.optimizer().v()}}) {
+    Tensor dst = moments->view(at, {n});
+    const std::string name = kind + e.param->name;
+    if (dst.device().is_cpu()) {
+      r.read_range(name, shape, lo - e.offset, hi - e.offset, dst.ptr());
+      continue;
+    }
+    Tensor host = Tensor::empty({n});
+    r.read_range(name, shape, lo - e.offset, hi - e.offset, host.ptr());
+    kernels::copy(t.ctx(), dst, host);
+  }
+}
+
 bool owns(const TrainComms& c, GradReduce r) {
   if (r == GradReduce::expert) return !c.expert_replica || c.expert_replica->rank() == 0;
   return !c.dpcp || c.dpcp->rank() == 0;
@@ -101,19 +124,11 @@ int64_t load_checkpoint(Trainer& t, const std::string& path) {
     throw InputError("checkpoint '" + path + "' belongs to another model: its [model] hash is " +
                      r.meta().model_hash + ", this config's is " + want +
                      " (the [model] table must match the checkpoint's)");
-  // Whole moments per name into the store's layout; this rank keeps its part.
+  // Parameters whole; of the moments only the part this rank keeps (the
+  // sharded optimizer's), read by range: no rank reads another's state.
   const kernels::Ctx& ctx = t.ctx();
-  const ParamStore& store = t.param_store();
-  Tensor m = kernels::zeros(ctx, {store.numel()}), v = kernels::zeros(ctx, {store.numel()});
-  for (Param* p : t.stage().params()) {
-    const auto& shape = p->value.shape();
-    const int64_t off = store.entry(p).offset;
-    read_into(r, ctx, "param/" + p->name, p->value);
-    read_into(r, ctx, "adam_m/" + p->name, m.view(off, shape));
-    read_into(r, ctx, "adam_v/" + p->name, v.view(off, shape));
-  }
-  dp::scatter_owned(t.sharding(), m, t.optimizer().m(), ctx);
-  dp::scatter_owned(t.sharding(), v, t.optimizer().v(), ctx);
+  for (Param* p : t.stage().params()) read_into(r, ctx, "param/" + p->name, p->value);
+  for (const ParamStore::Entry& e : t.param_store().entries()) read_moments(r, t, e);
   for (auto& [name, tensor] : t.stage().buffers()) read_into(r, ctx, "buffer/" + name, *tensor);
   t.stage().buffers_loaded();
   t.optimizer().set_steps_taken(r.meta().optimizer_steps);

@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -14,7 +15,9 @@
 #include "trident/core/error.hpp"
 #include "trident/io/checkpoint.hpp"
 #include "trident/io/run_file.hpp"
+#include "trident/io/sharded_checkpoint.hpp"
 #include "trident/kernels/staging.hpp"
+#include "trident/train/checkpoint_saver.hpp"
 #include "trident/train/checkpointing.hpp"
 #include "trident/train/step_guard.hpp"
 #include "trident/train/trainer.hpp"
@@ -103,6 +106,22 @@ std::string load_everywhere(Trainer& trainer, const std::string& path, int64_t& 
   return agree_on_check(*trainer.comms().world, why.empty(), why).message;
 }
 
+// Saves newer than every complete checkpoint that left shards and no index
+// (a job killed during a save): named, so the user sees why they are passed over.
+void say_unindexed(const std::string& dir, const std::string& listed, const std::string& trigger,
+                   bool lead) {
+  if (!lead) return;
+  const std::string newest = listed.substr(0, listed.find('\n'));
+  const std::string name = std::filesystem::path(newest).filename().string();
+  const int64_t newest_step = newest.empty() ? -1 : std::atoll(name.substr(10, 8).c_str());
+  for (int64_t step : unindexed_steps(dir))
+    if (step > newest_step)
+      std::fprintf(stderr,
+                   "trident: warning: not resuming from step %lld (%s): %s has shards and no "
+                   "index (a save that did not complete)\n",
+                   static_cast<long long>(step), trigger.c_str(), checkpoint_path(dir, step).c_str());
+}
+
 // The newest checkpoint in output.checkpoint_dir that loads on every rank;
 // damaged ones are named on stderr and passed over ("" if none is there).
 std::string resume_latest(const Config& cfg, Trainer& trainer, const std::string& trigger,
@@ -111,6 +130,7 @@ std::string resume_latest(const Config& cfg, Trainer& trainer, const std::string
   std::string listed;  // rank 0's view of the directory, for every rank
   for (const auto& p : checkpoints_newest_first(cfg.output.checkpoint_dir)) listed += p + "\n";
   listed = broadcast_string(world, listed, 0);
+  say_unindexed(cfg.output.checkpoint_dir, listed, trigger, world.rank() == 0);
   std::vector<std::string> skipped;
   for (size_t a = 0, b; (b = listed.find('\n', a)) != std::string::npos; a = b + 1) {
     const std::string path = listed.substr(a, b - a);
@@ -336,8 +356,20 @@ bool guards_stop(const StepResult& r, const Config& cfg, Communicator* world, Ru
   return false;
 }
 
+// The step boundary's agreement: a stop signal on any rank, and whether
+// every rank's background checkpoint write has finished (then it commits)
+// or one failed (then the job ends with its line). Returns the signal.
+int agree_at_boundary(Communicator* world, CheckpointSaver& saver, LoopTotals& tot) {
+  int flags[3] = {stop_signal_received(), saver.writing(), saver.failed_code()};
+  world->allreduce_max(flags, 3);
+  saver.settle(flags[1], flags[2]);
+  tot.last_ckpt = saver.last_path();
+  tot.last_ckpt_step = saver.last_step();
+  return flags[0];
+}
+
 // Steps [start, train.steps), until then, a stop signal or a guard's stop.
-LoopTotals run_steps(Trainer& trainer, RunFile& file, int64_t start,
+LoopTotals run_steps(Trainer& trainer, RunFile& file, CheckpointSaver& saver, int64_t start,
                      const std::string& resumed_from, const model::DataSource* eval_data) {
   const Config& cfg = trainer.config();
   Communicator* world = trainer.comms().world;
@@ -369,13 +401,13 @@ LoopTotals run_steps(Trainer& trainer, RunFile& file, int64_t start,
       evaluate_into(trainer, *eval_data, file, step + 1);
     if (rank == hooks.rank && step == hooks.signal_at) std::raise(SIGUSR1);
     // every rank sees the same decision at the same step boundary
-    int stop = stop_signal_received();
-    world->allreduce_max(&stop, 1);
+    const int stop = agree_at_boundary(world, saver, tot);
     const int64_t done = step + 1;
     const int every = cfg.output.checkpoint_every;
     if ((every > 0 && done % every == 0) || stop || done == cfg.train.steps) {
-      tot.last_ckpt = save_checkpoint(trainer, done);
-      tot.last_ckpt_step = done;
+      saver.save(done);
+      tot.last_ckpt = saver.last_path();
+      tot.last_ckpt_step = saver.last_step();
     }
     if (stop) {
       tot.stopped_by = stop;
@@ -502,7 +534,11 @@ int run(const Config& cfg, Communicators& comms, const RunRequest& request) {
   }
   const CommCounters at_start = comm_counters();
   record_documents(trainer, file, at.step);
-  const LoopTotals tot = run_steps(trainer, file, at.step, at.checkpoint, eval_data.get());
+  CheckpointSaver saver(trainer, &file);
+  LoopTotals tot = run_steps(trainer, file, saver, at.step, at.checkpoint, eval_data.get());
+  saver.finish();  // a background save: durable and committed before the summary says so
+  tot.last_ckpt = saver.last_path();
+  tot.last_ckpt_step = saver.last_step();
   if (tot.last_ckpt_step < 0 && at.step == cfg.train.steps && lead)
     std::printf("nothing to do: the checkpoint is at train.steps = %d\n", cfg.train.steps);
   summarise(trainer, file, tot, at_start, path);

@@ -53,6 +53,7 @@ enum class NonFinitePolicy { stop, skip };                              // train
 enum class Precision { fp32, bf16 };                                    // train.precision
 enum class Recompute { none, selective, full };                         // train.recompute
 enum class OptimizerSharding { none, dp };                              // train.optimizer_sharding
+enum class CheckpointFormat { sharded, single };                        // output.checkpoint_format
 
 template <typename E>
 struct ConfigNames;  // ::names: the TOML spelling of each value, in the enum's order
@@ -120,6 +121,10 @@ struct ConfigNames<Precision> {
 template <>
 struct ConfigNames<OptimizerSharding> {
   static constexpr std::array<std::string_view, 2> names = {"none", "dp"};
+};
+template <>
+struct ConfigNames<CheckpointFormat> {
+  static constexpr std::array<std::string_view, 2> names = {"sharded", "single"};
 };
 
 // The TOML spelling of v ("1f1b" for PipelineSchedule::one_f_one_b).
@@ -278,6 +283,9 @@ struct TrainConfig {
   // backward (parallel/dp/grad_buckets.hpp); 0: one reduction per kind
   // after the pipeline has drained.
   double grad_bucket_mb = 0.0;
+  // CUDA: fp32 GEMMs may run on the tensor cores in TF32 (10-bit mantissa
+  // inputs, fp32 accumulation); false keeps them pedantic fp32, as the CPU.
+  bool tf32 = false;
 
   bool operator==(const TrainConfig&) const = default;
 };
@@ -298,6 +306,12 @@ struct OutputConfig {
   std::string file = "trident-%j.h5";  // %j: Slurm job id, or "local-<timestamp>"
   int checkpoint_every = 0;            // steps; 0: only on signal and at the end
   std::string checkpoint_dir = "checkpoints";
+  // sharded: every rank writes the slices it owns into its own file, under a
+  // small index of virtual datasets; single: one file gathered on rank 0.
+  CheckpointFormat checkpoint_format = CheckpointFormat::sharded;
+  bool checkpoint_async = false;    // stage, return to training, write in the background
+  int checkpoint_staging_mb = 1024;  // host staging buffer per rank (async saves)
+  int keep_checkpoints = 0;          // complete checkpoints kept (0: all)
   std::vector<int> activation_steps;  // steps at which activations are captured
   std::vector<int> activation_layers = {0};
   std::vector<int> activation_samples = {0};

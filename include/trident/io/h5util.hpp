@@ -6,6 +6,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +14,13 @@
 #include "trident/core/error.hpp"
 
 namespace trident::h5 {
+
+// HDF5 1.10 as Debian builds it (parallel, without --enable-threadsafe) must
+// not be entered by two threads at once, and a background checkpoint writer
+// runs beside the run file's appends: every HDF5 call of the process is made
+// while holding this lock (recursive: io functions call each other).
+std::recursive_mutex& library_mutex();
+using Lock = std::lock_guard<std::recursive_mutex>;
 
 // The innermost message of HDF5's current error stack ("" if empty): the
 // part that says what went wrong (e.g. "unable to open file").
@@ -53,6 +61,8 @@ class Handle {
 
   hid_t get() const { return id_; }
   operator hid_t() const { return id_; }
+  // Gives up ownership (the caller closes, e.g. to check H5Fclose's result).
+  hid_t release() { return std::exchange(id_, H5I_INVALID_HID); }
   void reset() {
     if (id_ >= 0 && close_) close_(id_);
     id_ = H5I_INVALID_HID;

@@ -34,6 +34,16 @@ struct EvalMetrics {
   int64_t targets = 0;
 };
 
+// A row of /metrics/checkpoints: one save, agreed by every rank.
+struct CheckpointRecord {
+  int64_t step = 0;         // steps completed at the save
+  double blocking_s = 0;    // training stopped for it (the slowest rank)
+  double write_s = 0;       // start of the save to durable on disk (the slowest rank)
+  int64_t bytes = 0;        // tensor bytes written by all ranks
+  int32_t slowest_rank = 0; // the rank whose write took write_s
+  int32_t async = 0;        // 1: written in the background
+};
+
 // Something the step guards saw (/events): kind is "nonfinite" (a step's
 // loss, aux losses or gradient norm not finite), "loss_spike",
 // "verify_mismatch" or "stop" (the guards ended the job); value and reference
@@ -100,6 +110,8 @@ class RunFile {
   void append_event(const RunEvent& e);
   // A row of /metrics/eval (rank 0's is written); collective, flushes.
   void append_eval(const EvalMetrics& m);
+  // A row of /metrics/checkpoints (rank 0's is written); collective, flushes.
+  void append_checkpoint(const CheckpointRecord& r);
   // /data/<name>: a length histogram in power-of-two bins (rank 0's
   // counts; every rank passes the same name); collective, once per name.
   void write_length_histogram(const std::string& name, const std::vector<int64_t>& counts,
@@ -123,7 +135,7 @@ class RunFile {
   Communicator& world_;  // host (MPI) group: collectives and the MPI-IO driver
   int rank_ = 0, size_ = 1;
   hid_t file_ = -1;
-  int64_t steps_ = 0, events_ = 0, run_events_ = 0, evals_ = 0;
+  int64_t steps_ = 0, events_ = 0, run_events_ = 0, evals_ = 0, checkpoints_ = 0;
   int moe_layers_ = 0, n_experts_ = 0;
   bool closed_ = false;
 };

@@ -22,7 +22,7 @@ import time
 
 import h5py
 
-from mpirun_cli import BIN, MPIRUN, SMALL_MESH, check, launch, verdict
+from mpirun_cli import BIN, MPIRUN, SMALL_MESH, check, checkpoint_names, launch, verdict
 NP = 4
 TIMEOUT_S = 5
 
@@ -129,7 +129,10 @@ def ranks_mode():
 
     # 2. a full run for checkpoints, then one tensor damaged that only the
     #    ranks of pipeline stage 1 (layers 2-3) read
-    rc, out, err, _ = run(["--output", "full.h5", "--set", "output.checkpoint_dir=ck"])
+    # (one gathered file, format 2: the byte offsets below are its datasets';
+    # the sharded format's damage is train_checkpoints')
+    rc, out, err, _ = run(["--output", "full.h5", "--set", "output.checkpoint_dir=ck",
+                           "--set", "output.checkpoint_format=single"])
     check(rc == 0, "full run exits 0 (rc=%d) %s" % (rc, err[-300:]))
     src = "ck/ckpt_step_00000004.h5"
     blob = bytearray(open(src, "rb").read())
@@ -148,7 +151,7 @@ def ranks_mode():
     check(not os.path.exists("bad.h5"), "damaged for some ranks: no run file left behind")
 
     # 3. the newest checkpoint truncated: --resume passes over it to the one before
-    ck = sorted(n for n in os.listdir("ck") if n.endswith(".h5"))
+    ck = checkpoint_names("ck")
     newest = "ck/" + ck[-1]
     data = open(newest, "rb").read()
     open(newest, "wb").write(data[: len(data) // 2])

@@ -14,7 +14,7 @@ import tempfile
 import h5py
 import numpy as np
 
-from mpirun_cli import SMALL_MESH, check, checkpoint_tensors, launch, verdict
+from mpirun_cli import SMALL_MESH, check, checkpoint_names, checkpoint_tensors, launch, verdict
 NP = 4
 STEPS = 8
 
@@ -81,7 +81,7 @@ def main():
           "stop: the line names step 5, a parameter of layer 2 or 3, rank 2: %s" % line)
     check("ck_stop/ckpt_step_00000005.h5" in line,
           "stop: the line names the last good checkpoint (step 5 = state before step 5)")
-    names = sorted(os.listdir("ck_stop"))
+    names = checkpoint_names("ck_stop")
     check(names and names[-1] == "ckpt_step_00000005.h5",
           "stop: no checkpoint after the bad step: %s" % names)
     last = checkpoint_tensors(ckpt("stop", 5))
@@ -124,7 +124,7 @@ def main():
     lines = trident_lines(err, "error")
     check(rc == 1 and len(lines) == 1 and "2 steps in a row skipped" in lines[0],
           "diverging run ends after 2 skipped steps in a row (rc=%d): %s" % (rc, lines))
-    for n in os.listdir("ck_diverge") if os.path.isdir("ck_diverge") else []:
+    for n in checkpoint_names("ck_diverge"):
         check(all(np.isfinite(v).all() for v in checkpoint_tensors("ck_diverge/" + n).values()),
               "diverge: checkpoint %s holds no NaN or infinity" % n)
 

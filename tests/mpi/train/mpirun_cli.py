@@ -67,3 +67,12 @@ def checkpoint_tensors(path):
         f["tensors"].visititems(lambda n, o: out.__setitem__(n, o[()])
                                 if isinstance(o, h5py.Dataset) else None)
     return out
+
+
+def checkpoint_names(ckdir):
+    """The complete checkpoints in ckdir (ckpt_step_NNNNNNNN.h5: the index of a
+    sharded checkpoint or a single file; not its shards), oldest first."""
+    if not os.path.isdir(ckdir):
+        return []
+    return sorted(n for n in os.listdir(ckdir)
+                  if len(n) == 21 and n.startswith("ckpt_step_") and n[10:18].isdigit() and n.endswith(".h5"))

@@ -27,7 +27,7 @@ import tempfile
 import h5py
 import numpy as np
 
-from mpirun_cli import check, checkpoint_tensors, launch, verdict
+from mpirun_cli import check, checkpoint_names, checkpoint_tensors, launch, verdict
 
 SRC = os.environ["TRIDENT_SOURCE_DIR"]
 QUICKSTART = os.path.join(SRC, "share/trident/examples/quickstart.toml")
@@ -61,7 +61,7 @@ def run(d, tag, np_, extra, steps=STEPS):
         return None
     with h5py.File(out, "r") as f:
         steps_ = f["metrics/steps"][:]
-    last = sorted(os.listdir(ck))[-1]
+    last = checkpoint_names(ck)[-1]
     return steps_, checkpoint_tensors(os.path.join(ck, last)), ck, param_bytes(out)
 
 

@@ -11,7 +11,7 @@ import tempfile
 import h5py
 import numpy as np
 
-from mpirun_cli import check, checkpoint_tensors, launch, verdict
+from mpirun_cli import check, checkpoint_names, checkpoint_tensors, launch, verdict
 
 SRC = os.environ["TRIDENT_SOURCE_DIR"]
 QUICKSTART = os.path.join(SRC, "share/trident/examples/quickstart.toml")
@@ -63,7 +63,7 @@ def main():
               % (LOSS_RTOL, one.max()))
         ck = os.path.join(d, "ck-bf16", "ckpt_step_%08d.h5" % STEPS)
         if not os.path.exists(ck):
-            found = sorted(os.listdir(os.path.join(d, "ck-bf16")))
+            found = checkpoint_names(os.path.join(d, "ck-bf16"))
             ck = os.path.join(d, "ck-bf16", found[-1]) if found else ck
         tensors = checkpoint_tensors(ck)
         params = {k: v for k, v in tensors.items() if "wq" in k or "lm_head" in k}

@@ -15,7 +15,7 @@ import tempfile
 import h5py
 import numpy as np
 
-from mpirun_cli import check, checkpoint_tensors, launch, verdict
+from mpirun_cli import check, checkpoint_names, checkpoint_tensors, launch, verdict
 
 SRC = os.environ["TRIDENT_SOURCE_DIR"]
 QUICKSTART = os.path.join(SRC, "share/trident/examples/quickstart.toml")
@@ -47,7 +47,7 @@ def run(d, tag, np_, extra):
         steps = f["metrics/steps"][:]
         summary = f["ranks/summary"][:]
         peak = (summary["peak_alloc_bytes"], summary["peak_activations_bytes"])
-    last = sorted(os.listdir(ck))[-1]
+    last = checkpoint_names(ck)[-1]
     return steps, peak, checkpoint_tensors(os.path.join(ck, last))
 
 

@@ -1,0 +1,106 @@
+// CheckpointSaver: a Trainer's saves, as the job's step loop makes them.
+//
+// output.checkpoint_format = "sharded" (the default): each rank writes the
+// slices it owns into its own shard file (io/sharded_checkpoint.hpp). Which
+// rank owns what is a function of (config, mesh), computed at the first save
+// and kept: each kind of a stage's parameter store (dense, expert, none) is
+// cut into equal contiguous parts over the ranks that hold a replica of it
+// (dense and none: dp x cp; expert: the expert's replicas), the cut the
+// sharded optimizer makes, so that with train.optimizer_sharding = "dp" a
+// rank writes exactly the moments it keeps and no moment crosses a rank;
+// parameters and (without the sharded optimizer) moments follow the same
+// cut, which spreads replicated state evenly over its replicas. Router
+// buffers go to the replicas in turn. A save then costs one small agreement.
+//
+// output.checkpoint_async = true: the state is copied into a host staging
+// buffer of output.checkpoint_staging_mb (in waves, the earlier ones written
+// at once, when the state is larger), training goes on, and a thread writes
+// the last wave. The ranks learn at each step boundary, with the stop-signal
+// agreement they make anyway, whether every write has finished; then rank 0
+// commits the index. The next save, the end of the run and a stop signal
+// wait for a save in flight. A write that fails ends the run at the next
+// step boundary with its one line; the previous checkpoint stays.
+//
+// "single": today's one file, gathered on rank 0 (small models, export).
+#pragma once
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "trident/io/run_file.hpp"
+#include "trident/io/sharded_checkpoint.hpp"
+#include "trident/train/trainer.hpp"
+
+namespace trident::train {
+
+class CheckpointSaver {
+ public:
+  // Collective (the ranks agree on the tag that names this run's shards).
+  CheckpointSaver(Trainer& t, RunFile* file);
+  // Waits for a writer still running; its save is not committed.
+  ~CheckpointSaver();
+  CheckpointSaver(const CheckpointSaver&) = delete;
+  CheckpointSaver& operator=(const CheckpointSaver&) = delete;
+
+  // Collective. Saves the state after `steps_done` steps (a save in flight
+  // is completed first). Synchronous saves are committed on return.
+  void save(int64_t steps_done);
+  // This rank's flags for the step boundary's agreement: writing (1 while
+  // its writer runs) and failed (world size - rank if its save failed, so
+  // that the maximum names the lowest failing rank).
+  int writing() const;
+  int failed_code() const;
+  // Collective, after the agreement: commits the save in flight once no
+  // rank is writing; throws the failing rank's error if one failed.
+  void settle(int any_writing, int failed);
+  // Collective: waits for the save in flight and commits it.
+  void finish();
+
+  // The newest committed checkpoint ("" and -1: none yet).
+  const std::string& last_path() const { return last_path_; }
+  int64_t last_step() const { return last_step_; }
+  // Bytes of the host staging buffer (0 unless async).
+  int64_t staging_bytes() const;
+
+  struct Owned;  // a piece and where its floats lie on this rank
+
+ private:
+  void plan();
+  void start_sharded(int64_t steps_done);
+  void write_waves(double t0);
+  void writer_body(size_t first_segment, double t0);
+  void commit();
+  void save_single(int64_t steps_done);
+
+  Trainer& t_;
+  RunFile* file_;
+  std::string tag_;
+  std::vector<Owned> owned_;
+  std::vector<std::vector<ShardPiece>> all_pieces_;  // rank 0: every rank's, for the index
+  bool planned_ = false;
+
+  // the save in flight
+  std::unique_ptr<ShardFile> shard_;
+  std::string index_tmp_, pending_path_;
+  int64_t pending_step_ = -1;
+  Tensor staging_;
+  struct Segment {
+    size_t piece;
+    int64_t from, n;  // elements [from, from + n) of the piece
+    int64_t at;       // where they lie in the staging buffer
+  };
+  std::vector<Segment> segments_;
+  std::thread writer_;
+  enum State { idle = 0, writing_now = 1, written = 2, failed_now = 3 };
+  std::atomic<int> state_{idle};
+  std::string error_;
+  double write_s_ = 0, blocking_s_ = 0;
+  int64_t bytes_ = 0;
+
+  std::string last_path_;
+  int64_t last_step_ = -1;
+};
+
+}  // namespace trident::train

@@ -1,0 +1,391 @@
+// A Trainer's saves: the owner of each slice, the shard write (at once or on
+// a writer thread), the agreement and the commit (see train/checkpoint_saver.hpp).
+#include "trident/train/checkpoint_saver.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include "trident/core/clock.hpp"
+#include "trident/core/error.hpp"
+#include "trident/kernels/tensor_ops.hpp"
+#include "trident/train/checkpointing.hpp"
+
+namespace trident::train {
+
+struct CheckpointSaver::Owned {
+  ShardPiece piece;
+  Tensor source;       // the piece's floats: a flat view [piece.numel()]
+  std::string buffer;  // a router buffer's name: its source is looked up at each save
+};
+
+namespace {
+
+// Test hook: SIGKILL on TRIDENT_TEST_RANK (-1: every rank) in one phase of
+// the save of step TRIDENT_TEST_KILL_IN_SAVE_STEP: "staged" (shard files
+// created, nothing written), "shards" (every shard durable, the ranks not yet
+// agreed) or "index" (agreed, rank 0 about to rename the index).
+void kill_hook(const char* phase, int64_t step, int rank) {
+  const char* want = std::getenv("TRIDENT_TEST_KILL_IN_SAVE");
+  const char* at = std::getenv("TRIDENT_TEST_KILL_IN_SAVE_STEP");
+  const char* who = std::getenv("TRIDENT_TEST_RANK");
+  if (!want || std::strcmp(want, phase) != 0 || !at || std::atoll(at) != step) return;
+  const int r = who ? std::atoi(who) : 0;
+  if (r == -1 || r == rank) std::raise(SIGKILL);
+}
+
+// A run-unique tag for shard names (rank 0's, agreed once).
+std::string make_tag(Communicator& world) {
+  char tag[16] = {};
+  const auto ns = std::chrono::system_clock::now().time_since_epoch().count();
+  std::snprintf(tag, sizeof tag, "%08x",
+                unsigned((uint64_t(ns) ^ (uint64_t(::getpid()) << 20)) * 2654435761u));
+  return broadcast_string(world, tag, 0);
+}
+
+std::string serialise(const std::vector<ShardPiece>& pieces) {
+  std::ostringstream s;
+  for (const ShardPiece& p : pieces) {
+    s << p.name << '\t' << p.begin << '\t' << p.end << '\t' << p.shape.size();
+    for (int64_t d : p.shape) s << '\t' << d;
+    s << '\n';
+  }
+  return s.str();
+}
+
+std::vector<ShardPiece> deserialise(const std::string& text) {
+  std::vector<ShardPiece> out;
+  std::istringstream s(text);
+  std::string line;
+  while (std::getline(s, line)) {
+    std::istringstream l(line);
+    ShardPiece p;
+    size_t nd = 0;
+    std::getline(l, p.name, '\t');
+    l >> p.begin >> p.end >> nd;
+    p.shape.resize(nd);
+    for (auto& d : p.shape) l >> d;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+// Every rank's pieces on rank 0 (a metadata gather, once per run).
+std::vector<std::vector<ShardPiece>> gather_pieces(Communicator& world,
+                                                   const std::vector<ShardPiece>& mine) {
+  const std::string text = serialise(mine);
+  std::vector<int64_t> sizes(size_t(world.size()));
+  const int64_t my = int64_t(text.size());
+  world.allgather(&my, sizes.data(), sizeof my);
+  std::vector<std::vector<ShardPiece>> all(size_t(world.size()));
+  if (world.rank() != 0) {
+    if (my > 0) {
+      Request r = world.isend(text.data(), text.size(), 0, 7302);
+      world.wait(r);
+    }
+    return all;
+  }
+  std::vector<std::string> texts(size_t(world.size()));
+  std::vector<Request> reqs;
+  for (int r = 1; r < world.size(); ++r) {
+    texts[size_t(r)].resize(size_t(sizes[size_t(r)]));
+    if (sizes[size_t(r)] > 0)
+      reqs.push_back(world.irecv(texts[size_t(r)].data(), texts[size_t(r)].size(), r, 7302));
+  }
+  if (!reqs.empty()) world.wait_all(reqs);
+  all[0] = mine;
+  for (int r = 1; r < world.size(); ++r) all[size_t(r)] = deserialise(texts[size_t(r)]);
+  return all;
+}
+
+// What a failed save leaves to resume from, for its message.
+std::string what_is_kept(const std::string& dir) {
+  const std::vector<std::string> kept = checkpoints_newest_first(dir);
+  if (kept.empty()) return " (no earlier checkpoint in " + dir + " to resume from)";
+  return " (the previous checkpoint, " + kept.front() + ", is kept)";
+}
+
+// output.keep_checkpoints: older complete checkpoints beyond the newest K
+// (counting the one just committed) are removed, index first.
+void apply_retention(const std::string& dir, int64_t committed_step, int keep) {
+  if (keep <= 0) return;
+  int kept = 1;  // the committed one
+  for (const std::string& p : checkpoints_newest_first(dir)) {
+    const std::string name = std::filesystem::path(p).filename().string();
+    const int64_t step = std::atoll(name.substr(10, 8).c_str());
+    if (step >= committed_step) continue;
+    if (kept < keep) {
+      ++kept;
+      continue;
+    }
+    remove_checkpoint(p);
+  }
+}
+
+}  // namespace
+
+CheckpointSaver::CheckpointSaver(Trainer& t, RunFile* file) : t_(t), file_(file) {
+  if (t.config().output.checkpoint_format == CheckpointFormat::sharded)
+    tag_ = make_tag(*t.comms().world);
+}
+
+CheckpointSaver::~CheckpointSaver() {
+  if (writer_.joinable()) writer_.join();
+  if (!index_tmp_.empty()) std::remove(index_tmp_.c_str());
+}
+
+int CheckpointSaver::writing() const { return state_.load() == writing_now ? 1 : 0; }
+
+int CheckpointSaver::failed_code() const {
+  if (state_.load() != failed_now) return 0;
+  const Communicator& w = *t_.comms().world;
+  return w.size() - w.rank();
+}
+
+int64_t CheckpointSaver::staging_bytes() const { return int64_t(staging_.bytes()); }
+
+// The slices this rank owns: each kind of the store cut into equal parts
+// over its replicas (the sharded optimizer's cut), router buffers in turn.
+void CheckpointSaver::plan() {
+  const TrainComms& c = t_.comms();
+  const ParamStore& store = t_.param_store();
+  const dp::Sharding& s = t_.sharding();
+  for (GradReduce kind : {GradReduce::dense, GradReduce::expert, GradReduce::none}) {
+    const size_t k = size_t(kind);
+    Communicator* g = kind == GradReduce::expert ? c.expert_replica : c.dpcp;
+    const int64_t parts = g ? g->size() : 1, me = g ? g->rank() : 0;
+    const ParamStore::Range full = store.range(kind);
+    const int64_t part = (full.size() + parts - 1) / parts;
+    const int64_t mine_b = full.begin + me * part, mine_e = std::min(full.end, mine_b + part);
+    for (const ParamStore::Entry& e : store.entries()) {
+      if (e.param->reduce != kind) continue;
+      const int64_t lo = std::max(mine_b, e.offset), hi = std::min(mine_e, e.offset + e.numel);
+      if (lo >= hi) continue;
+      TRIDENT_CHECK(lo >= s.owned[k].begin && hi <= s.owned[k].end,
+                    "checkpoint: " + e.param->name + " lies outside this rank's moments");
+      const int64_t at = s.base[k] + (lo - s.owned[k].begin), n = hi - lo;
+      const ShardPiece p{"", e.param->value.shape(), lo - e.offset, hi - e.offset};
+      owned_.push_back({{"param/" + e.param->name, p.shape, p.begin, p.end},
+                        e.param->value.view(p.begin, {n}), ""});
+      owned_.push_back({{"adam_m/" + e.param->name, p.shape, p.begin, p.end},
+                        t_.optimizer().m().view(at, {n}), ""});
+      owned_.push_back({{"adam_v/" + e.param->name, p.shape, p.begin, p.end},
+                        t_.optimizer().v().view(at, {n}), ""});
+    }
+  }
+  const int64_t parts = c.dpcp ? c.dpcp->size() : 1, me = c.dpcp ? c.dpcp->rank() : 0;
+  int64_t i = 0;
+  for (auto& [name, tensor] : t_.stage().buffers())
+    if (i++ % parts == me)
+      owned_.push_back({{"buffer/" + name, tensor->shape(), 0, tensor->numel()}, Tensor(), name});
+  std::vector<ShardPiece> mine;
+  for (const Owned& o : owned_) mine.push_back(o.piece);
+  all_pieces_ = gather_pieces(*c.world, mine);
+  planned_ = true;
+}
+
+void CheckpointSaver::save(int64_t steps_done) {
+  if (pending_step_ >= 0) finish();
+  if (t_.config().output.checkpoint_format == CheckpointFormat::single) return save_single(steps_done);
+  start_sharded(steps_done);
+  if (t_.config().output.checkpoint_async) return;
+  finish();
+}
+
+void CheckpointSaver::save_single(int64_t steps_done) {
+  const double t0 = now_s();
+  const std::string path = save_checkpoint(t_, steps_done);
+  const double took = now_s() - t0;
+  double mine[2] = {took, took};
+  t_.comms().world->allreduce_max(mine, 2);
+  Communicator& world = *t_.comms().world;
+  if (world.rank() == 0) apply_retention(t_.config().output.checkpoint_dir, steps_done,
+                                         t_.config().output.keep_checkpoints);
+  CheckpointRecord rec{steps_done, mine[0], mine[1], 0, 0, 0};
+  std::error_code ec;
+  if (world.rank() == 0) rec.bytes = int64_t(std::filesystem::file_size(path, ec));  // rank 0's row is written
+  if (file_) file_->append_checkpoint(rec);
+  last_path_ = path;
+  last_step_ = steps_done;
+}
+
+void CheckpointSaver::start_sharded(int64_t steps_done) {
+  const double t0 = now_s();
+  if (!planned_) plan();
+  const Config& cfg = t_.config();
+  Communicator& world = *t_.comms().world;
+  const std::string& dir = cfg.output.checkpoint_dir;
+  CheckpointMeta meta;
+  meta.step = steps_done;
+  meta.optimizer_steps = t_.optimizer().steps_taken();
+  meta.model_hash = model_hash(cfg);
+  meta.config_toml = to_toml(cfg);
+  meta.world_size = world.size();
+  pending_step_ = steps_done;
+  pending_path_ = checkpoint_path(dir, steps_done);
+  error_.clear();
+  bytes_ = 0;
+  write_s_ = 0;
+  state_ = writing_now;
+  try {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw Error("cannot create directory " + dir + ": " + ec.message());
+    for (auto& [name, tensor] : t_.stage().buffers())  // refreshed from their layers
+      for (Owned& o : owned_)
+        if (o.buffer == name) o.source = tensor->view(0, {tensor->numel()});
+    std::vector<ShardPiece> pieces;
+    for (const Owned& o : owned_) pieces.push_back(o.piece);
+    const std::string shard = (std::filesystem::path(dir) /
+                               shard_file_name(steps_done, tag_, world.rank())).string();
+    shard_ = std::make_unique<ShardFile>(shard, meta, tag_, world.rank(), std::move(pieces));
+    if (world.rank() == 0) index_tmp_ = write_index_tmp(dir, meta, tag_, all_pieces_);
+    kill_hook("staged", steps_done, world.rank());
+    write_waves(t0);
+  } catch (const std::exception& e) {
+    error_ = e.what();
+    shard_.reset();
+    state_ = failed_now;
+  }
+  blocking_s_ = now_s() - t0;
+}
+
+// Sync on the host: straight from the tensors. Otherwise through the
+// staging buffer in waves; the last wave of an async save goes to the writer.
+void CheckpointSaver::write_waves(double t0) {
+  const Config& cfg = t_.config();
+  const bool async = cfg.output.checkpoint_async;
+  segments_.clear();
+  if (!async && t_.device().is_cpu()) {
+    for (size_t i = 0; i < owned_.size(); ++i)
+      shard_->append(i, owned_[i].source.ptr(), owned_[i].piece.numel());
+    return writer_body(segments_.size(), t0);
+  }
+  int64_t total = 0;
+  for (const Owned& o : owned_) total += o.piece.numel();
+  const int64_t cap = std::max<int64_t>(
+      1, std::min<int64_t>(total, int64_t(cfg.output.checkpoint_staging_mb) * (1 << 20) / 4));
+  if (staging_.numel() != cap) staging_ = Tensor::empty({cap});
+  int64_t at = 0;
+  for (size_t i = 0; i < owned_.size(); ++i)
+    for (int64_t from = 0; from < owned_[i].piece.numel();) {
+      if (at == cap) at = 0;  // a new wave
+      const int64_t n = std::min(owned_[i].piece.numel() - from, cap - at);
+      segments_.push_back({i, from, n, at});
+      from += n;
+      at += n;
+    }
+  size_t wave = 0;
+  while (wave < segments_.size()) {
+    size_t end = wave + 1;
+    while (end < segments_.size() && segments_[end].at != 0) ++end;
+    for (size_t j = wave; j < end; ++j) {
+      const Segment& sg = segments_[j];
+      Tensor dst = staging_.view(sg.at, {sg.n});
+      kernels::copy(t_.ctx(), dst, owned_[sg.piece].source.view(sg.from, {sg.n}));
+    }
+    if (end == segments_.size() && async) {
+      writer_ = std::thread([this, wave, t0] { writer_body(wave, t0); });
+      return;
+    }
+    for (size_t j = wave; j < end; ++j)
+      shard_->append(segments_[j].piece, staging_.ptr() + segments_[j].at, segments_[j].n);
+    wave = end;
+  }
+  writer_body(segments_.size(), t0);
+}
+
+// Segments [first, end) from the staging buffer, then the shard made durable.
+void CheckpointSaver::writer_body(size_t first, double t0) {
+  try {
+    for (size_t j = first; j < segments_.size(); ++j)
+      shard_->append(segments_[j].piece, staging_.ptr() + segments_[j].at, segments_[j].n);
+    shard_->finish();
+    bytes_ = shard_->bytes();
+    write_s_ = now_s() - t0;
+    kill_hook("shards", pending_step_, t_.comms().world->rank());
+    state_ = written;
+  } catch (const std::exception& e) {
+    error_ = e.what();
+    state_ = failed_now;
+  }
+}
+
+void CheckpointSaver::finish() {
+  if (pending_step_ < 0) return;
+  if (writer_.joinable()) writer_.join();
+  int flags[2] = {0, failed_code()};
+  t_.comms().world->allreduce_max(flags, 2);
+  settle(flags[0], flags[1]);
+}
+
+void CheckpointSaver::settle(int any_writing, int failed) {
+  if (pending_step_ < 0) return;
+  Communicator& world = *t_.comms().world;
+  const std::string& dir = t_.config().output.checkpoint_dir;
+  if (failed > 0) {
+    if (writer_.joinable()) writer_.join();
+    const int reporter = world.size() - failed;
+    const std::string msg = "checkpoint " + pending_path_ + ": " +
+                            (error_.empty() ? "not written" : error_) + what_is_kept(dir);
+    shard_.reset();  // an unfinished shard is removed
+    if (!index_tmp_.empty()) std::remove(index_tmp_.c_str());
+    index_tmp_.clear();
+    pending_step_ = -1;
+    state_ = idle;
+    throw AgreedError(msg, world.rank() == reporter);
+  }
+  if (any_writing) return;
+  commit();
+}
+
+// Every shard is durable: one small agreement on the figures, then rank 0
+// renames the index into place and tidies the directory.
+void CheckpointSaver::commit() {
+  if (writer_.joinable()) writer_.join();
+  Communicator& world = *t_.comms().world;
+  const Config& cfg = t_.config();
+  std::vector<double> all(size_t(3 * world.size()));
+  const double mine[3] = {blocking_s_, write_s_, double(bytes_)};
+  world.allgather(mine, all.data(), sizeof mine);
+  std::string error;
+  if (world.rank() == 0) {
+    try {
+      kill_hook("index", pending_step_, 0);
+      commit_index(index_tmp_, pending_path_);
+      remove_unindexed_shards(cfg.output.checkpoint_dir, pending_step_);
+      apply_retention(cfg.output.checkpoint_dir, pending_step_, cfg.output.keep_checkpoints);
+    } catch (const std::exception& e) {
+      error = "checkpoint " + pending_path_ + ": " + e.what() + what_is_kept(cfg.output.checkpoint_dir);
+    }
+  }
+  index_tmp_.clear();
+  error = broadcast_string(world, error, 0);
+  const int64_t step = pending_step_;
+  pending_step_ = -1;
+  shard_.reset();
+  state_ = idle;
+  if (!error.empty()) throw AgreedError(error, world.rank() == 0);
+  CheckpointRecord rec{step, 0, 0, 0, 0, cfg.output.checkpoint_async ? 1 : 0};
+  for (int r = 0; r < world.size(); ++r) {
+    rec.blocking_s = std::max(rec.blocking_s, all[size_t(3 * r)]);
+    if (all[size_t(3 * r + 1)] > rec.write_s) {
+      rec.write_s = all[size_t(3 * r + 1)];
+      rec.slowest_rank = r;
+    }
+    rec.bytes += int64_t(all[size_t(3 * r + 2)]);
+  }
+  if (file_) file_->append_checkpoint(rec);
+  last_path_ = pending_path_;
+  last_step_ = step;
+}
+
+}  // namespace trident::train
