@@ -1,5 +1,5 @@
 // `trident convert hf DIR --out CKPT.h5 [--config-out MODEL.toml]` and
-// `trident convert to-hf CKPT.h5 --out DIR [--dtype bf16|fp32] [--shard-size BYTES]`:
+// `trident convert to-hf CKPT.h5 --out DIR [--dtype fp32|bf16|fp16] [--shard-size BYTES]`:
 // Hugging Face models in and out (io/hf_model.hpp, share/trident/models.md).
 // One process, no MPI: a checkpoint is mesh-independent, so the converted
 // one starts or resumes a run on any mesh.
@@ -34,8 +34,9 @@ class ConvertToHf : public Command {
   explicit ConvertToHf(CLI::App* app) {
     app->add_option("checkpoint", ckpt_, "trident checkpoint (HDF5)")->required();
     app->add_option("--out", out_, "Hugging Face model directory to write")->required();
-    app->add_option("--dtype", dtype_, "Tensor type of the safetensors: fp32 (default) or bf16")
-        ->check(CLI::IsMember({"fp32", "bf16"}));
+    app->add_option("--dtype", dtype_,
+                    "Tensor type of the safetensors: fp32 (default), bf16 or fp16")
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
     app->add_option("--shard-size", shard_,
                     "Largest safetensors file in bytes before the model is sharded "
                     "(model.safetensors.index.json); default 5000000000")
@@ -43,8 +44,10 @@ class ConvertToHf : public Command {
   }
   bool needs_mpi() const override { return false; }
   int run() override {
-    hf::convert_to_hf(
-        ckpt_, out_, dtype_ == "bf16" ? safetensors::DType::bf16 : safetensors::DType::f32, shard_);
+    const safetensors::DType dtype = dtype_ == "bf16"   ? safetensors::DType::bf16
+                                     : dtype_ == "fp16" ? safetensors::DType::f16
+                                                        : safetensors::DType::f32;
+    hf::convert_to_hf(ckpt_, out_, dtype, shard_);
     return 0;
   }
 

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -42,17 +43,48 @@ const char* model_type(Arch a) {
 
 namespace {
 
+// One field under the names the two transformers generations write:
+// transformers 4 first (the name every reader asks for), transformers 5
+// second. This table is the one place that knows the renames; a file may
+// use either name, or both when they agree. (rope_theta moving into
+// rope_parameters is read by read_rope.)
+struct FieldNames {
+  std::optional<Arch> arch;  // none: every architecture
+  const char* v4;
+  const char* v5;
+};
+constexpr FieldNames kFieldNames[] = {
+    {std::nullopt, "torch_dtype", "dtype"},
+    {std::nullopt, "rope_scaling", "rope_parameters"},
+    {Arch::qwen3_moe, "num_experts", "num_local_experts"},
+};
+
 // config.json with the fields read so far; every field must be taken by
 // the architecture's rules or listed as carrying nothing for the model's
 // arithmetic, else the conversion is refused.
 class Fields {
  public:
   Fields(const json::Value& root, std::string path) : root_(root), path_(std::move(path)) {}
-  std::string what(const std::string& key) const { return path_ + ": " + key; }
+  // The architecture, once read: it chooses the rows of kFieldNames.
+  void set_arch(Arch a) { arch_ = a; }
+  // "path: name" with the name the file uses for key (both when it has none).
+  std::string what(const std::string& key) const {
+    const FieldNames* row = renamed(key);
+    if (!row) return path_ + ": " + key;
+    if (present(row->v5) && !present(row->v4)) return path_ + ": " + row->v5;
+    if (present(row->v4)) return path_ + ": " + row->v4;
+    return path_ + ": " + row->v4 + " (transformers 5: " + row->v5 + ")";
+  }
   const json::Value* get(const std::string& key) {
     used_.insert(key);
-    const json::Value* v = root_.find(key);
-    return v && !v->is_null() ? v : nullptr;
+    const FieldNames* row = renamed(key);
+    if (!row) return present(key);
+    used_.insert(row->v5);
+    const json::Value *a = present(row->v4), *b = present(row->v5);
+    if (a && b && a->dump() != b->dump())
+      throw InputError(path_ + ": " + row->v5 + ": disagrees with " + row->v4 +
+                       " (transformers 5 and 4 names of one field); give one");
+    return a ? a : b;
   }
   int64_t need_int(const std::string& key) {
     const json::Value* v = get(key);
@@ -87,13 +119,24 @@ class Fields {
   void check_all_used(const std::string& arch) const {
     for (const auto& [k, v] : root_.members(path_))
       if (!used_.count(k))
-        throw InputError(what(k) + ": a field trident does not know for " + arch +
+        throw InputError(path_ + ": " + k + ": a field trident does not know for " + arch +
                          "; refused rather than converted approximately");
   }
 
  private:
+  const FieldNames* renamed(const std::string& key) const {
+    for (const FieldNames& row : kFieldNames)
+      if (key == row.v4 && (!row.arch || row.arch == arch_)) return &row;
+    return nullptr;
+  }
+  const json::Value* present(const std::string& key) const {
+    const json::Value* v = root_.find(key);
+    return v && !v->is_null() ? v : nullptr;
+  }
+
   const json::Value& root_;
   std::string path_;
+  std::optional<Arch> arch_;
   std::set<std::string> used_;
 };
 
@@ -132,60 +175,86 @@ int read_qwen_window(Fields& f) {
   return w;
 }
 
-// rope_theta and rope_scaling (transformers 4) or rope_parameters
-// (transformers 5) into the model's RoPE keys.
-void read_rope(Fields& f, Arch arch, ModelConfig& m) {
-  const double default_theta = arch == Arch::mixtral ? 1e6 : 10000.0;
-  const json::Value* theta = f.get("rope_theta");
-  m.rope_theta = theta ? theta->as_double(f.what("rope_theta")) : default_theta;
-  const json::Value* scaling = f.get("rope_scaling");
-  const json::Value* params = f.get("rope_parameters");
-  if (scaling && params)
-    throw InputError(f.what("rope_scaling") + ": given together with rope_parameters; one only");
-  const std::string key = params ? "rope_parameters" : "rope_scaling";
-  const json::Value* r = params ? params : scaling;
-  if (!r) return;
+// What rope_scaling (transformers 4) or rope_parameters (transformers 5)
+// says besides the model keys it sets directly.
+struct RopeSpec {
   std::string type = "default";
-  double factor = 1.0;
+  double factor = 0.0;
   bool has_factor = false;
-  for (const auto& [k, v] : r->members(f.what(key))) {
-    const std::string w = f.what(key + "." + k);
-    if (k == "rope_type" || k == "type") {
-      type = v.as_string(w);
-    } else if (k == "rope_theta") {
-      const double t = v.as_double(w);
-      if (theta && t != m.rope_theta)
-        throw InputError(w + ": " + v.number_text() + " disagrees with rope_theta");
-      m.rope_theta = t;
-    } else if (k == "factor") {
-      factor = v.as_double(w);
-      has_factor = true;
-    } else if (k == "low_freq_factor") {
-      m.rope_low_freq_factor = v.as_double(w);
-    } else if (k == "high_freq_factor") {
-      m.rope_high_freq_factor = v.as_double(w);
-    } else if (k == "original_max_position_embeddings") {
-      m.rope_original_max_positions = to_int(v.as_int(w), w);
-    } else if (k == "partial_rotary_factor") {
-      if (v.as_double(w) != 1.0) throw InputError(w + ": only 1.0 (RoPE on every dimension)");
-    } else {
-      throw InputError(w + ": a RoPE parameter trident does not know; refused");
-    }
-  }
-  if (!(m.rope_theta > 0)) throw InputError(f.what("rope_theta") + ": must be > 0");
-  if (type == "default") {
+  std::optional<double> theta;  // transformers 5 keeps rope_theta here
+};
+using RopeMember = void (*)(const json::Value& v, const std::string& what, ModelConfig& m,
+                            RopeSpec& s);
+
+// Each member of the RoPE object and where it goes; any other is refused.
+const std::map<std::string, RopeMember>& rope_members() {
+  static const std::map<std::string, RopeMember> table = {
+      {"rope_type", [](const json::Value& v, const std::string& w, ModelConfig&,
+                       RopeSpec& s) { s.type = v.as_string(w); }},
+      {"type", [](const json::Value& v, const std::string& w, ModelConfig&,
+                  RopeSpec& s) { s.type = v.as_string(w); }},
+      {"rope_theta", [](const json::Value& v, const std::string& w, ModelConfig&,
+                        RopeSpec& s) { s.theta = v.as_double(w); }},
+      {"factor",
+       [](const json::Value& v, const std::string& w, ModelConfig&, RopeSpec& s) {
+         s.factor = v.as_double(w);
+         s.has_factor = true;
+       }},
+      {"low_freq_factor", [](const json::Value& v, const std::string& w, ModelConfig& m,
+                             RopeSpec&) { m.rope_low_freq_factor = v.as_double(w); }},
+      {"high_freq_factor", [](const json::Value& v, const std::string& w, ModelConfig& m,
+                              RopeSpec&) { m.rope_high_freq_factor = v.as_double(w); }},
+      {"original_max_position_embeddings",
+       [](const json::Value& v, const std::string& w, ModelConfig& m, RopeSpec&) {
+         m.rope_original_max_positions = to_int(v.as_int(w), w);
+       }},
+      {"partial_rotary_factor",
+       [](const json::Value& v, const std::string& w, ModelConfig&, RopeSpec&) {
+         if (v.as_double(w) != 1.0) throw InputError(w + ": only 1.0 (RoPE on every dimension)");
+       }},
+  };
+  return table;
+}
+
+// The scaling named by spec.type into the model's keys.
+void apply_rope_type(const RopeSpec& spec, const std::string& what, ModelConfig& m) {
+  if (spec.type == "default") {
     m.rope_scaling = RopeScaling::none;
     return;
   }
-  if (type != "linear" && type != "llama3")
-    throw InputError(f.what(key + ".rope_type") + ": \"" + type +
+  if (spec.type != "linear" && spec.type != "llama3")
+    throw InputError(what + ".rope_type: \"" + spec.type +
                      "\" is not supported (default, linear, llama3)");
-  if (!has_factor || !(factor > 0))
-    throw InputError(f.what(key + ".factor") + ": " + type + " scaling needs a factor > 0");
-  m.rope_scaling = type == "linear" ? RopeScaling::linear : RopeScaling::llama3;
-  m.rope_factor = factor;
-  if (type == "llama3" && !(m.rope_high_freq_factor > m.rope_low_freq_factor))
-    throw InputError(f.what(key + ".high_freq_factor") + ": must be > low_freq_factor");
+  if (!spec.has_factor || !(spec.factor > 0))
+    throw InputError(what + ".factor: " + spec.type + " scaling needs a factor > 0");
+  m.rope_scaling = spec.type == "linear" ? RopeScaling::linear : RopeScaling::llama3;
+  m.rope_factor = spec.factor;
+  if (spec.type == "llama3" && !(m.rope_high_freq_factor > m.rope_low_freq_factor))
+    throw InputError(what + ".high_freq_factor: must be > low_freq_factor");
+}
+
+// rope_theta and rope_scaling (transformers 4) or rope_parameters with
+// rope_theta inside (transformers 5) into the model's RoPE keys.
+void read_rope(Fields& f, Arch arch, ModelConfig& m) {
+  const json::Value* theta = f.get("rope_theta");
+  const json::Value* r = f.get("rope_scaling");  // or rope_parameters (kFieldNames)
+  const std::string key = f.what("rope_scaling");
+  RopeSpec spec;
+  if (r) {
+    for (const auto& [k, v] : r->members(key)) {
+      const std::string w = key + "." + k;
+      const auto it = rope_members().find(k);
+      if (it == rope_members().end())
+        throw InputError(w + ": a RoPE parameter trident does not know; refused");
+      it->second(v, w, m, spec);
+    }
+  }
+  const double default_theta = arch == Arch::mixtral ? 1e6 : 10000.0;
+  m.rope_theta = theta ? theta->as_double(f.what("rope_theta")) : spec.theta.value_or(default_theta);
+  if (theta && spec.theta && *spec.theta != m.rope_theta)
+    throw InputError(key + ".rope_theta: disagrees with rope_theta");
+  if (!(m.rope_theta > 0)) throw InputError(f.what("rope_theta") + ": must be > 0");
+  apply_rope_type(spec, key, m);
 }
 
 // The fields of one architecture: its experts, and what it must not use.
@@ -256,17 +325,10 @@ Arch read_architecture(Fields& f) {
 
 }  // namespace
 
-HfConfig read_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const json::Value root = json::parse(text, path);
-  root.members(path);  // an object
-  Fields f(root, path);
-  HfConfig out;
-  out.arch = read_architecture(f);
-  ModelConfig& m = out.model;
-  m = ModelConfig{};
+namespace {
+
+// The sizes: vocabulary, widths, layers, heads and the head dimension.
+void read_dimensions(Fields& f, ModelConfig& m) {
   m.vocab_size = to_int(f.need_int("vocab_size"), f.what("vocab_size"));
   m.d_model = to_int(f.need_int("hidden_size"), f.what("hidden_size"));
   m.ffn_hidden = to_int(f.need_int("intermediate_size"), f.what("intermediate_size"));
@@ -284,10 +346,10 @@ HfConfig read_config(const std::string& path) {
   // head_dim enters the config only where it differs from what the
   // default derives, so that a model stays the same trident model either way.
   m.head_dim_key = D == m.d_model / m.n_heads && m.d_model % m.n_heads == 0 ? 0 : int(D);
-  m.norm_eps = f.real_or("rms_norm_eps", out.arch == Arch::mixtral ? 1e-5 : 1e-6);
-  if (!(m.norm_eps > 0)) throw InputError(f.what("rms_norm_eps") + ": must be > 0");
-  m.tie_embeddings = f.bool_or("tie_word_embeddings", false);
-  read_rope(f, out.arch, m);
+}
+
+// What every architecture has and trident honours at one value only.
+void refuse_unsupported(Fields& f) {
   const json::Value* act = f.get("hidden_act");
   if (act && act->as_string(f.what("hidden_act")) != "silu")
     throw InputError(f.what("hidden_act") + ": \"" + act->as_string("") +
@@ -298,9 +360,30 @@ HfConfig read_config(const std::string& path) {
   if (const json::Value* ptp = f.get("pretraining_tp"))
     if (ptp->as_int(f.what("pretraining_tp")) != 1)
       throw InputError(f.what("pretraining_tp") + ": only 1");
+}
+
+}  // namespace
+
+HfConfig read_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const json::Value root = json::parse(text, path);
+  root.members(path);  // an object
+  Fields f(root, path);
+  HfConfig out;
+  out.arch = read_architecture(f);
+  f.set_arch(out.arch);
+  ModelConfig& m = out.model;
+  m = ModelConfig{};
+  read_dimensions(f, m);
+  m.norm_eps = f.real_or("rms_norm_eps", out.arch == Arch::mixtral ? 1e-5 : 1e-6);
+  if (!(m.norm_eps > 0)) throw InputError(f.what("rms_norm_eps") + ": must be > 0");
+  m.tie_embeddings = f.bool_or("tie_word_embeddings", false);
+  read_rope(f, out.arch, m);
+  refuse_unsupported(f);
   out.max_position_embeddings = f.int_or("max_position_embeddings", 0);
   if (const json::Value* d = f.get("torch_dtype")) out.dtype = d->as_string(f.what("torch_dtype"));
-  if (const json::Value* d = f.get("dtype")) out.dtype = d->as_string(f.what("dtype"));
   // Fields that carry nothing for the model's arithmetic (token ids,
   // generation and output switches, initialisation of new weights).
   f.ignore({"bos_token_id", "eos_token_id", "pad_token_id", "transformers_version", "use_cache",
@@ -414,7 +497,9 @@ json::Value make_config(Arch a, const ModelConfig& m, safetensors::DType dtype,
   c.set("tie_word_embeddings", Value::boolean(m.tie_embeddings));
   c.set("attention_bias", Value::boolean(false));
   c.set("attention_dropout", Value::real(0.0));
-  c.set("torch_dtype", Value::string(dtype == safetensors::DType::bf16 ? "bfloat16" : "float32"));
+  c.set("torch_dtype", Value::string(dtype == safetensors::DType::bf16  ? "bfloat16"
+                                     : dtype == safetensors::DType::f16 ? "float16"
+                                                                        : "float32"));
   switch (a) {
     case Arch::llama:
       c.set("mlp_bias", Value::boolean(false));
@@ -473,16 +558,23 @@ std::string moe_prefix_of(const std::string& hf_name) {
   return hf_name.substr(0, p);
 }
 
+// Transformers 5 names Mixtral's MoE block mlp (block_sparse_moe in 4.x).
+std::string v5_mixtral_name(std::string hf_name) {
+  const size_t bs = hf_name.find("block_sparse_moe.");
+  if (bs != std::string::npos) hf_name.replace(bs, 17, "mlp.");
+  return hf_name;
+}
+
 // Every tensor of the files must be one the model reads: a bias or an
 // extra layer would otherwise be dropped silently. Rotary frequency
 // buffers that old Llama files carry are recomputed from config.json.
 void check_every_tensor_used(const std::string& dir, const safetensors::ModelFiles& files,
                              const std::vector<TensorName>& names, const HfConfig& hc) {
   std::set<std::string> expected;
-  for (const auto& n : names) expected.insert(n.hf);
+  for (const auto& n : names) expected.insert({n.hf, v5_mixtral_name(n.hf)});
   for (const std::string& n : files.names()) {
     if (expected.count(n)) continue;
-    if (n.size() > 24 && n.substr(n.size() - 24) == ".rotary_emb.inv_freq") continue;
+    if (n.ends_with(".rotary_emb.inv_freq")) continue;
     if (n == "lm_head.weight" && hc.model.tie_embeddings) continue;  // checked below
     const bool fused = n.find(".experts.gate_up_proj") != std::string::npos ||
                        n.find(".experts.down_proj") != std::string::npos;
@@ -504,18 +596,11 @@ std::vector<std::vector<float>> read_values(const std::string& dir,
       const int e = std::stoi(n.trident.substr(n.trident.find("experts.") + 8));
       const std::string tail = n.trident.substr(n.trident.rfind('.') + 1);
       const int which = tail == "w_gate" ? 0 : tail == "w_up" ? 1 : 2;
-      // Mixtral's transformers-5 name for the router and experts is mlp.
-      std::string prefix = moe_prefix_of(n.hf);
-      const size_t bs = prefix.find("block_sparse_moe.");
-      if (bs != std::string::npos) prefix.replace(bs, 17, "mlp.");
+      const std::string prefix = v5_mixtral_name(moe_prefix_of(n.hf));
       if (!read_fused_expert(files, prefix, hc.model, e, which, v))
         throw InputError(dir + ": missing tensor '" + n.hf + "'");
-    } else if (!files.find(n.hf) &&
-               n.hf.find("block_sparse_moe.gate.weight") != std::string::npos) {
-      std::string alt = n.hf;
-      alt.replace(alt.find("block_sparse_moe."), 17, "mlp.");
-      if (!files.find(alt)) throw InputError(dir + ": missing tensor '" + n.hf + "'");
-      v = files.read(alt, n.shape, "config.json");
+    } else if (!files.find(n.hf) && files.find(v5_mixtral_name(n.hf))) {
+      v = files.read(v5_mixtral_name(n.hf), n.shape, "config.json");
     } else {
       v = files.read(n.hf, n.shape, "config.json");
     }
@@ -605,9 +690,10 @@ void convert_to_hf(const std::string& ckpt, const std::string& out_dir, safetens
       t.data.resize(v.size() * 4);
       if (!v.empty()) std::memcpy(t.data.data(), v.data(), v.size() * 4);
     } else {
+      const bool bf16 = dtype == safetensors::DType::bf16;
       t.data.resize(v.size() * 2);
       for (size_t i = 0; i < v.size(); ++i) {
-        const uint16_t h = safetensors::f32_to_bf16(v[i]);
+        const uint16_t h = bf16 ? safetensors::f32_to_bf16(v[i]) : safetensors::f32_to_f16(v[i]);
         std::memcpy(t.data.data() + 2 * i, &h, 2);
       }
     }

@@ -60,6 +60,27 @@ float bf16_to_f32(uint16_t h) {
   return f;
 }
 
+uint16_t f32_to_f16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7FFFFFFFu;
+  if (a >= 0x7F800000u) return uint16_t(sign | (a > 0x7F800000u ? 0x7E00u : 0x7C00u));
+  if (a >= 0x477FF000u) return uint16_t(sign | 0x7C00u);  // rounds past 65504: infinity
+  if (a >= 0x38800000u) {                                 // a normal half: rebias, round at bit 13
+    const uint32_t r = a + 0x0FFFu + ((a >> 13) & 1u);
+    return uint16_t(sign | ((r - 0x38000000u) >> 13));
+  }
+  if (a <= 0x33000000u) return sign;  // at most 2^-25: rounds (ties to even) to zero
+  // A subnormal half: the significand in units of 2^-24, rounded to nearest even.
+  const uint32_t mant = (a & 0x007FFFFFu) | 0x00800000u;
+  const uint32_t shift = 126u - (a >> 23);
+  uint32_t r = mant >> shift;
+  const uint32_t rem = mant & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+  if (rem > half || (rem == half && (r & 1u))) ++r;
+  return uint16_t(sign | r);
+}
+
 float f16_to_f32(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu, u;

@@ -111,6 +111,16 @@ class CopyTask : public DataSource {
   int L_, V_;
 };
 
+// Where data.split cuts n documents: training [0, b1), validation [b1, b2).
+// Megatron's rule (BlendedMegatronDatasetBuilder): the shares normalised,
+// summed into bookends, each bookend times n rounded half to even (Python's
+// round), so a split cuts at the document Megatron's would, ties included.
+std::pair<int64_t, int64_t> split_bounds(int64_t n, const std::array<double, 3>& shares) {
+  const double total = shares[0] + shares[1] + shares[2];
+  const double v0 = shares[0] / total, v1 = shares[1] / total;
+  return {int64_t(std::nearbyint(v0 * double(n))), int64_t(std::nearbyint((v0 + v1) * double(n)))};
+}
+
 // One dataset's part of data.split: documents [d0, d1) = tokens [t0, t1).
 struct Part {
   const TokenCorpus* corpus = nullptr;
@@ -138,7 +148,6 @@ class TokenStream : public DataSource {
       key = megatron ? "data.prefix" : "data.token_file";
     }
     const std::array<double, 3> shares = data_split_shares(d.split);
-    const double total = shares[0] + shares[1] + shares[2];
     std::vector<double> weights;
     for (const auto& set : sets) {
       corpora_.push_back(megatron ? TokenCorpus::open_megatron(set.path, cfg.model.vocab_size, key)
@@ -148,10 +157,7 @@ class TokenStream : public DataSource {
       Part part{&c, 0, c.n_documents(), 0, 0};
       std::string what = "holds";
       if (!own_eval) {
-        // Megatron's rule: each share is a contiguous run of documents.
-        const double n = double(c.n_documents());
-        const int64_t b1 = std::llround(n * shares[0] / total);
-        const int64_t b2 = std::llround(n * (shares[0] + shares[1]) / total);
+        const auto [b1, b2] = split_bounds(c.n_documents(), shares);
         part.d0 = which == DataPart::train ? 0 : b1;
         part.d1 = which == DataPart::train ? b1 : b2;
         if (part.d1 - part.d0 != c.n_documents())
@@ -276,12 +282,15 @@ std::vector<int> make_blend_order(const std::vector<double>& weights, int block)
   for (double w : weights) total += w;
   std::vector<double> taken(weights.size(), 0);
   std::vector<int> order(static_cast<size_t>(block));
-  // Greedy: each sample goes to the dataset furthest behind its share so far.
+  // Greedy: each sample goes to the dataset furthest behind its share so
+  // far, measured as Megatron's build_blending_indices measures it (share
+  // times max(j, 1), ties to the first), so a block starts as Megatron's
+  // blend does.
   for (int j = 0; j < block; ++j) {
     size_t best = 0;
     double best_gap = -1e300;
     for (size_t d = 0; d < weights.size(); ++d) {
-      const double gap = weights[d] / total * double(j + 1) - taken[d];
+      const double gap = weights[d] / total * double(std::max(j, 1)) - taken[d];
       if (gap > best_gap) {
         best_gap = gap;
         best = d;

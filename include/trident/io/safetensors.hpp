@@ -105,9 +105,11 @@ class ModelFiles {
   std::map<std::string, std::pair<const File*, const TensorInfo*>> index_;
 };
 
-// bf16 <-> f32 (round to nearest even; NaN kept quiet) and f16 -> f32.
+// bf16 <-> f32 and f16 <-> f32 (round to nearest even; NaN kept quiet; f16
+// overflow to infinity, underflow through its subnormals to zero).
 uint16_t f32_to_bf16(float f);
 float bf16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
 float f16_to_f32(uint16_t h);
 
 }  // namespace trident::safetensors
