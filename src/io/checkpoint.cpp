@@ -329,7 +329,7 @@ hid_t open_readable(const std::string& path, const std::string& what) {
   if (H5Fis_hdf5(path.c_str()) <= 0)
     throw InputError(what + " '" + path + "' is not a readable HDF5 file (corrupted or truncated)");
   const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (f < 0) throw InputError("cannot open " + what + " '" + path + "': " + h5::error_text());
+  if (f < 0) throw InputError(what + " '" + path + "' cannot be opened: " + h5::error_text());
   return f;
 }
 

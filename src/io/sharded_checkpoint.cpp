@@ -429,7 +429,10 @@ std::vector<std::string> remove_unindexed_shards(const std::string& dir, int64_t
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
     int64_t step = -1;
-    if (!is_shard_name(n, step) || step > max_step || named.count(n)) continue;
+    std::string rest;
+    const bool tmp_index = (step = step_of(n, &rest)) >= 0 && rest.rfind(".h5.tmp.", 0) == 0;
+    if (!tmp_index && !is_shard_name(n, step)) continue;
+    if (step > max_step || named.count(n)) continue;
     std::remove(e.path().c_str());
     removed.push_back(e.path().string());
   }

@@ -89,8 +89,9 @@ void commit_index(const std::string& tmp, const std::string& path);
 std::vector<std::string> checkpoint_files(const std::string& index_path);
 // Removes a checkpoint: its index first (it stops being complete), then its shards.
 void remove_checkpoint(const std::string& index_path);
-// Shard files in dir of steps <= max_step that no index there names
-// (interrupted saves, saves of a step done again): removed; returns them.
+// Shard files in dir of steps <= max_step that no index there names, and
+// temporary indexes of those steps (interrupted saves, saves of a step done
+// again): removed; returns them.
 std::vector<std::string> remove_unindexed_shards(const std::string& dir, int64_t max_step);
 // Steps of dir that have shard files but no index: saves that did not
 // complete, newest first, for the messages of --resume.
