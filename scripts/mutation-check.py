@@ -2,7 +2,7 @@
 """Plants single-line bugs in a scratch copy of trident, one at a time, and
 reports whether the CI tests that cover each place catch it.
 
-    scripts/mutation-check.py [--only ID,ID,...] [--group six|caught|new]
+    scripts/mutation-check.py [--only ID,ID,...] [--group six|caught|new|i44]
                               [--scratch DIR] [--jobs N] [--list] [--no-baseline]
 
 The scratch copy (default /tmp/trident-mutation) gets the working tree's
@@ -158,6 +158,61 @@ mutation("N11", "new", "RMSNorm epsilon outside the square root", "kernels/cpu/r
          ["trident"], "^train_reference_step$")
 
 
+# ---- issue 44: real inputs against real references (one per new branch) ----
+HF = "^hf_fixtures$"
+MEG = "^test_megatron_fixtures$"
+mutation("R1", "i44", "transformers 5's Qwen3-MoE expert count name dropped", "src/io/hf_model.cpp",
+         '    {Arch::qwen3_moe, "num_experts", "num_local_experts"},\n', "", ["trident"], HF)
+mutation("R2", "i44", "rope_parameters not read as rope_scaling", "src/io/hf_model.cpp",
+         '    {std::nullopt, "rope_scaling", "rope_parameters"},\n', "", ["trident"], HF)
+mutation("R3", "i44", "rotary_emb.inv_freq buffers not skipped", "src/io/hf_model.cpp",
+         'n.ends_with(".rotary_emb.inv_freq")', 'n.ends_with(".rotary_emb.inv_freqs")',
+         ["trident"], HF)
+mutation("R4", "i44", "fused gate_up_proj: gate and up halves swapped", "src/io/hf_model.cpp",
+         "const int64_t off = e * per + (which == 1 ? fe * d : 0);",
+         "const int64_t off = e * per + (which == 0 ? fe * d : 0);", ["trident"], HF)
+mutation("R5", "i44", "transformers 5 Mixtral router name (mlp.gate) refused",
+         "src/io/hf_model.cpp", "expected.insert({n.hf, v5_mixtral_name(n.hf)});",
+         "expected.insert(n.hf);", ["trident"], HF)
+mutation("R6", "i44", "tied model expects an lm_head tensor", "src/io/hf_model.cpp",
+         'if (!m.tie_embeddings) out.push_back({"lm_head"', 'if (true) out.push_back({"lm_head"',
+         ["trident"], HF)
+mutation("R7", "i44", "fp16 read with exponent bias off by one", "src/io/safetensors.cpp",
+         "u = sign | ((exp + 112) << 23) | (man << 13);",
+         "u = sign | ((exp + 111) << 23) | (man << 13);", ["trident"], HF)
+mutation("R8", "i44", "fp16 write: ties rounded away from zero, not to even",
+         "src/io/safetensors.cpp", "const uint32_t r = a + 0x0FFFu + ((a >> 13) & 1u);",
+         "const uint32_t r = a + 0x1000u;", ["trident"], HF)
+mutation("R9", "i44", "fp16 write: subnormals truncated, not rounded", "src/io/safetensors.cpp",
+         "if (rem > half || (rem == half && (r & 1u))) ++r;", "if (rem > half + half) ++r;",
+         ["trident"], HF)
+mutation("R10", "i44", "bf16 write: ties rounded away from zero, not to even",
+         "src/io/safetensors.cpp", "const uint32_t rounding = 0x7FFFu + ((u >> 16) & 1u);",
+         "const uint32_t rounding = 0x8000u;", ["trident"], HF)
+mutation("D1", "i44", "data.split rounds half away from zero (llround)", "src/model/data.cpp",
+         "return {int64_t(std::nearbyint(v0 * double(n)))",
+         "return {int64_t(std::llround(v0 * double(n)))", ["test_megatron_fixtures"], MEG)
+mutation("D2", "i44", "blend order measured at j + 1, not Megatron's max(j, 1)",
+         "src/model/data.cpp", "double(std::max(j, 1))", "double(j + 1)",
+         ["test_megatron_fixtures"], MEG)
+mutation("D3", "i44", "uint16 token ids read as int16", "src/model/token_files.cpp",
+         "return is_signed ? int64_t(load<int16_t>(p)) : int64_t(load<uint16_t>(p));",
+         "return int64_t(load<int16_t>(p));", ["test_megatron_fixtures"], MEG)
+mutation("D4", "i44", "int32 token ids read as uint16", "src/model/token_files.cpp",
+         "return is_signed ? int64_t(load<int32_t>(p)) : int64_t(load<uint32_t>(p));",
+         "return is_signed ? int64_t(load<uint16_t>(p)) : int64_t(load<uint32_t>(p));",
+         ["test_megatron_fixtures"], MEG)
+mutation("E1", "i44", "validation loss averaged over the last batch's targets",
+         "src/train/trainer.cpp", "res.targets += targets;", "res.targets = targets;",
+         ["trident"], HF)
+mutation("P1", "i44", "recompute_layers N recomputes N + 1 layers", "src/model/transformer.cpp",
+         "int(i) < t.recompute_layers", "int(i) <= t.recompute_layers", ["trident"],
+         "^train_recompute_layers$")
+mutation("P2", "i44", "selective recompute renorms in fp32 under bf16", "src/model/transformer.cpp",
+         "    c.h1 = lp.activation({c.x.dim(0), d});\n    kernels::rmsnorm_forward",
+         "    c.h1 = kernels::empty(ctx_, {c.x.dim(0), d});\n    kernels::rmsnorm_forward",
+         ["trident"], "^train_recompute_layers$")
+
 def sh(cmd, cwd, log, timeout=None, env=None):
     with open(log, "a") as f:
         f.write("\n$ %s\n" % " ".join(cmd))
@@ -230,7 +285,7 @@ def locate(text, m):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default="", help="comma-separated ids (S1,C3,...)")
-    ap.add_argument("--group", default="", help="six | caught | new")
+    ap.add_argument("--group", default="", help="six | caught | new | i44")
     ap.add_argument("--scratch", default="/tmp/trident-mutation")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--list", action="store_true", help="print the mutations and exit")

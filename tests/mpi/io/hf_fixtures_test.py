@@ -38,17 +38,23 @@ VALIDATION = ("llama-v5-f32-llama3", "qwen3moe-v5-f32")
 DTYPE_FLAG = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
+def read_file(fn, out):
+    """The tensors of one safetensors file into out: name -> (dtype, shape, raw bytes)."""
+    blob = open(fn, "rb").read()
+    n = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8:8 + n])
+    header.pop("__metadata__", None)
+    for name, e in header.items():
+        b, end = e["data_offsets"]
+        out[name] = (e["dtype"], e["shape"], blob[8 + n + b:8 + n + end])
+    return out
+
+
 def read_dir(d):
-    """Every tensor of a model directory: name -> (dtype, shape, raw bytes)."""
+    """Every tensor of a model directory (one file or shards)."""
     out = {}
     for fn in sorted(glob.glob(os.path.join(d, "*.safetensors"))):
-        blob = open(fn, "rb").read()
-        n = int.from_bytes(blob[:8], "little")
-        header = json.loads(blob[8:8 + n])
-        header.pop("__metadata__", None)
-        for name, e in header.items():
-            b, end = e["data_offsets"]
-            out[name] = (e["dtype"], e["shape"], blob[8 + n + b:8 + n + end])
+        read_file(fn, out)
     return out
 
 
@@ -157,8 +163,27 @@ def one_fixture(d, src):
                       f"fixture's {len(a)} tensors bit for bit (differ: {differ[:3]})")
     check(meta["sharded"] == os.path.exists(os.path.join(back, "model.safetensors.index.json")),
           f"{name}: sharded output as the fixture ({meta['sharded']})")
+    if os.path.isdir(os.path.join(src, "casts")):
+        rounded_like_torch(d, src, ck)
     if name in VALIDATION:
         validation_loss(d, src, ck, toml)
+
+
+def rounded_like_torch(d, src, ck):
+    """An fp32 model written as bf16 and as fp16: every value rounded as
+    torch's .to(dtype) rounds it (casts/, made by torch from the fixture's
+    own tensors), ties and fp16 subnormals included."""
+    name = os.path.basename(src)
+    for flag in ("bf16", "fp16"):
+        out = os.path.join(d, f"{name}-{flag}")
+        r = subprocess.run([BIN, "convert", "to-hf", ck, "--out", out, "--dtype", flag],
+                           capture_output=True, text=True, timeout=120)
+        want = read_file(os.path.join(src, "casts", flag + ".safetensors"), {})
+        got = read_dir(out) if r.returncode == 0 else {}
+        differ = sorted(k for k in want if want[k] != got.get(k))
+        check(r.returncode == 0 and not differ and len(got) == len(want),
+              f"{name}: convert to-hf --dtype {flag} rounds all {len(want)} tensors as torch "
+              f"does (differ: {differ[:3]}) {r.stderr.strip()}")
 
 
 def validation_loss(d, src, ck, toml):
