@@ -3,41 +3,15 @@
 train.recompute_layers = N against the layers actually recomputed (the
 allocator's activations at the peak, one layer's cache per layer), and
 train.precision = "bf16" with recomputation bit-identical to bf16 without."""
-import os
-import re
 import sys
 import tempfile
 
-import h5py
 import numpy as np
 
-from mpirun_cli import check, checkpoint_tensors, launch, verdict
+from mpirun_cli import check, verdict
 
-SRC = os.environ["TRIDENT_SOURCE_DIR"]
-QUICKSTART = os.path.join(SRC, "share/trident/examples/quickstart.toml")
-ONE_RANK = ["--set", "data.num_microbatches=8", "--set", "parallel.pp=1", "--set", "parallel.cp=1",
-            "--set", "parallel.ep=1", "--set", "topology.nodes=1",
-            "--set", "topology.devices_per_node=1", "--set", "topology.nvlink_domain=1"]
-
-
-def run(d, tag, np_, extra):
-    """Two steps of the quickstart model: (steps, (peak alloc, activations at
-    the peak) per rank, final checkpoint tensors), or None after a failed check."""
-    out = os.path.join(d, tag + ".h5")
-    ck = os.path.join(d, "ck-" + tag)
-    rc, _, err, secs = launch(np_, [QUICKSTART, "--set", "train.steps=2",
-                                    "--set", "output.checkpoint_dir=" + ck,
-                                    "--set", "output.timeline=false", "--output", out] + extra,
-                              timeout=240)
-    check(rc == 0, "%s exits 0 (%.0f s)%s" % (tag, secs, "" if rc == 0 else ": " + err[-400:]))
-    if rc != 0:
-        return None
-    with h5py.File(out, "r") as f:
-        steps = f["metrics/steps"][:]
-        summary = f["ranks/summary"][:]
-    files = sorted(n for n in os.listdir(ck) if re.fullmatch(r"ckpt_step_\d+\.h5", n))
-    return (steps, (summary["peak_alloc_bytes"], summary["peak_activations_bytes"]),
-            checkpoint_tensors(os.path.join(ck, files[-1])))
+# One rank, the quickstart model, two steps: recompute_test.py's runner.
+from recompute_test import ONE_RANK, run  # noqa: E402
 
 
 def recompute_layers(d):
