@@ -32,8 +32,9 @@
 #       folder and runs run.sh --device emulated in a scrubbed environment
 #       (env -i; PATH: the bundle, /usr/bin, /bin) and, where a mount
 #       namespace can be made (unshare), with the system's copies of every
-#       bundled library and Open MPI's, PMIx's, HDF5's and OpenBLAS's
-#       folders hidden.
+#       bundled library, Open MPI's, PMIx's, HDF5's and OpenBLAS's folders,
+#       the CUDA toolkit and every python3's NVIDIA wheels hidden (NCCL, which
+#       the machine must provide, copied aside first).
 #   scripts/gpu-bundle.sh source-hash
 #       the hash of the source tree (tracked and untracked, not ignored
 #       files) that MANIFEST records, so that a bundle of other sources is
@@ -254,7 +255,13 @@ pack_train() {
     echo "cuda code: $(grep -o -- '--generate-code=arch=compute_[0-9a-z]*,code=[^ ]*' \
       "$build/build.ninja" "$build/Makefile" 2> /dev/null | sed 's/.*code=//' | sort -u |
       tr '\n' ' ')"
-    echo "libraries: $n_libs in lib/; from the machine: $glibc_needed or newer, NCCL, the driver"
+    echo "libraries: $n_libs in lib/"
+    echo "machine must provide: $glibc_needed or newer; python3 (runs the check); NCCL 2"
+    echo "  (libnccl.so.2, which trident links: PyTorch's nvidia-nccl wheel or the CUDA toolkit;"
+    echo "  218 MB, too large to carry); for --device cuda the NVIDIA driver (libcuda.so.1) and"
+    echo "  cuBLAS $(cublas_major) (libcublas.so.$(cublas_major) and libcublasLt: the toolkit or"
+    echo "  PyTorch's nvidia-cublas wheel); to unpack: tar with xz, or python3 (run-train falls"
+    echo "  back to its tarfile). run.sh checks each and names every one missing"
     echo "open mpi: $(ompi_info --version 2> /dev/null | head -1)"
   } > "$b/MANIFEST"
 
@@ -278,14 +285,29 @@ pack_train() {
     "$max_mib); on the GPU machine: scripts/gpu-bundle.sh run-train ${archive#"$repo"/}"
 }
 
-# Unpacks $1 into a new folder under TMPDIR; prints the bundle's folder.
+# The cuBLAS major version trident loads (kernels/cuda/cublas_api.cpp:
+# libcublas.so.<CUBLAS_VER_MAJOR>), from the toolkit's header.
+cublas_major() {
+  local h
+  for h in /usr/local/cuda/include/cublas_api.h /usr/include/cublas_api.h; do
+    [[ -e $h ]] && { awk '$2 == "CUBLAS_VER_MAJOR" { print $3; exit }' "$h"; return; }
+  done
+  echo "?"
+}
+
+# Unpacks $1 into a new folder under TMPDIR; prints the bundle's folder. A
+# machine without xz unpacks it with python3's tarfile (its lzma module).
 unpack_train() {
   local dir
   dir=$(mktemp -d "${TMPDIR:-/tmp}/trident-train.XXXXXX") || return 1
-  if ! tar -C "$dir" -xJf "$1"; then
+  if command -v xz > /dev/null; then
+    tar -C "$dir" -xJf "$1"
+  else
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$1" "$dir"
+  fi || {
     echo "gpu-bundle.sh: cannot unpack $1" >&2
     return 1
-  fi
+  }
   echo "$dir/trident-train"
 }
 
@@ -316,6 +338,20 @@ hidden_paths() {
     /etc/openmpi /usr/lib/x86_64-linux-gnu/ucx /usr/lib/x86_64-linux-gnu/hwloc; do
     if [[ -d $d ]]; then echo "$d"; fi
   done
+  # The CUDA toolkit and the NVIDIA wheels of every python3 here (PyTorch's):
+  # the machine provides NCCL alone (test_train copies it aside), so a
+  # library taken from the toolkit or a wheel instead of the bundle fails.
+  for d in /usr/local/cuda /usr/local/cuda-*; do
+    if [[ -d $d ]]; then readlink -f "$d"; fi
+  done
+  local py
+  for py in /usr/bin/python3 "$(command -v python3)"; do
+    [[ -x $py ]] || continue
+    "$py" -c 'import glob, sys
+for p in sys.path:
+    for d in glob.glob(p + "/nvidia"):
+        print(d)' 2> /dev/null
+  done
 }
 
 test_train() {
@@ -334,8 +370,10 @@ test_train() {
     echo "test-train: no libnccl.so.2 here (the toolkit's)"
     return 1
   fi
+  # A copy, not a link: the toolkit it comes from is hidden below.
   mkdir -p "$dir/nccl" "$dir/empty"
-  ln -s "$(readlink -f "$nccl")" "$dir/nccl/libnccl.so.2"
+  cp -l "$(readlink -f "$nccl")" "$dir/nccl/libnccl.so.2" 2> /dev/null ||
+    cp "$(readlink -f "$nccl")" "$dir/nccl/libnccl.so.2"
   local scrubbed=(env -i "PATH=$b/bin:/usr/bin:/bin" "HOME=$dir" "TMPDIR=$dir"
     "TRIDENT_NCCL_DIR=$dir/nccl" bash "$b/run.sh" --device emulated --out "$dir/runs" "$@")
   if ! unshare -m --propagation private true 2> /dev/null; then

@@ -257,6 +257,18 @@ if [[ $failed = 0 || $use_bundle = 1 ]]; then
   fi
 fi
 
+# ---- the host checks of the standalone build (no device needed): the bf16
+# bounds against simulated arithmetic, the cuBLAS math of every GEMM ----
+if [[ $use_bundle = 0 && $failed = 0 && -f $build/CTestTestfile.cmake ]]; then
+  if (cd "$build" && step 120 ctest -R '^(test_bf16_bounds|test_cublas_math)$' --output-on-failure) \
+      > "$build/host-checks.log" 2>&1; then
+    note "host checks: $(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' "$build/host-checks.log") passed (bf16 bounds, cuBLAS math)"
+  else
+    cat "$build/host-checks.log"
+    fail "host checks (log above)"
+  fi
+fi
+
 # ---- a missing cuBLAS is one line, not an abort (no device needed) ----
 if [[ -x $bin_dir/test_gpu_ops ]]; then
   if out=$("${run_env[@]}" bash "$repo/tests/gpu/missing_cublas.sh" "$bin_dir/test_gpu_ops" 2>&1); then

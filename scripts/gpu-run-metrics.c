@@ -4,13 +4,16 @@
  * header line and one line per step, every value with 17 significant digits
  * so that scripts/gpu-train-check.py compares what the file holds.
  *
- *   gpu-run-metrics RUN.h5
+ *   gpu-run-metrics RUN.h5                  the steps' loss, gradient norm, tokens/s
+ *   gpu-run-metrics RUN.h5 --expert-tokens  /metrics/expert_tokens: one line per step,
+ *                                           its tokens per (MoE layer, expert) in order
  *
  * Exit 0; 2 with one line when the file or the dataset cannot be read. */
 #include <hdf5.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct Row {
   int64_t step;
@@ -22,14 +25,43 @@ static int fail(const char* file, const char* what) {
   return 2;
 }
 
+/* /metrics/expert_tokens [steps, moe layers, experts] as one line per step
+ * (the router's choices, which scripts/gpu-train-check.py compares). */
+static int print_expert_tokens(const char* name, hid_t file) {
+  const hid_t set = H5Dopen2(file, "/metrics/expert_tokens", H5P_DEFAULT);
+  if (set < 0) return fail(name, "no dataset /metrics/expert_tokens");
+  const hid_t space = H5Dget_space(set);
+  hsize_t dims[3] = {0, 0, 0};
+  if (space < 0 || H5Sget_simple_extent_ndims(space) != 3 ||
+      H5Sget_simple_extent_dims(space, dims, NULL) != 3)
+    return fail(name, "/metrics/expert_tokens is not three-dimensional");
+  const hsize_t per_step = dims[1] * dims[2], n = dims[0] * per_step;
+  int64_t* counts = calloc(n ? n : 1, sizeof(int64_t));
+  if (!counts) return fail(name, "out of memory");
+  if (n > 0 && H5Dread(set, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, counts) < 0)
+    return fail(name, "cannot read /metrics/expert_tokens");
+  for (hsize_t s = 0; s < dims[0]; ++s) {
+    printf("%llu", (unsigned long long)s);
+    for (hsize_t k = 0; k < per_step; ++k) printf(" %lld", (long long)counts[s * per_step + k]);
+    printf("\n");
+  }
+  free(counts);
+  H5Sclose(space);
+  H5Dclose(set);
+  H5Fclose(file);
+  return 0;
+}
+
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    fprintf(stderr, "gpu-run-metrics: usage: gpu-run-metrics RUN.h5\n");
+  const int experts = argc == 3 && strcmp(argv[2], "--expert-tokens") == 0;
+  if (argc != 2 && !experts) {
+    fprintf(stderr, "gpu-run-metrics: usage: gpu-run-metrics RUN.h5 [--expert-tokens]\n");
     return 2;
   }
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* one line of our own, not HDF5's stack */
   const hid_t file = H5Fopen(argv[1], H5F_ACC_RDONLY, H5P_DEFAULT);
   if (file < 0) return fail(argv[1], "cannot open as HDF5");
+  if (experts) return print_expert_tokens(argv[1], file);
   const hid_t set = H5Dopen2(file, "/metrics/steps", H5P_DEFAULT);
   if (set < 0) return fail(argv[1], "no dataset /metrics/steps");
   /* The members read by name: HDF5 converts from the file's compound type. */

@@ -2,6 +2,7 @@
 // the resources of a Ctx on it.
 #include "trident/kernels/backend.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "trident/core/emulated.hpp"
@@ -21,15 +22,37 @@ bool built_with_cuda() {
 #endif
 }
 
-int visible_cuda_devices() {
+namespace {
+
 #ifdef TRIDENT_HAVE_CUDA
-  return cuda::device_count();
+const DeviceRuntime kRuntime{cuda::device_count, cuda::set_current_device, cuda::current_device};
 #else
-  return 0;
+const DeviceRuntime kRuntime{
+    [] { return 0; },
+    [](int device) {
+      throw Error("cuda:" + std::to_string(device) + " made current in a build without CUDA");
+    },
+    [] { return 0; }};
 #endif
+const DeviceRuntime* fake_runtime = nullptr;  // set by tests only
+
+}  // namespace
+
+const DeviceRuntime& device_runtime() { return fake_runtime ? *fake_runtime : kRuntime; }
+
+void set_device_runtime_for_testing(const DeviceRuntime* fake) { fake_runtime = fake; }
+
+bool device_runtime_is_fake() { return fake_runtime != nullptr; }
+
+int visible_cuda_devices() { return device_runtime().count(); }
+
+void make_current(Device device) {
+  if (device.is_cuda()) device_runtime().set_current(device.index);
 }
 
-Device select_device(Backend backend, int local_rank) {
+int current_device_index() { return visible_cuda_devices() > 0 ? device_runtime().current() : 0; }
+
+Device select_device(Backend backend, int device_index) {
   if (backend == Backend::cpu) return Device::cpu();
   if (backend == Backend::emulated) return Device::emulated();
   if (!built_with_cuda()) {
@@ -39,11 +62,11 @@ Device select_device(Backend backend, int local_rank) {
         "(rebuild where nvcc is found, or set runtime.backend = \"cpu\" or \"auto\")");
   }
   const int n = visible_cuda_devices();
-  if (n > 0) return Device::cuda(local_rank % n);
+  if (n > 0) return Device::cuda(std::max(0, device_index) % n);
   if (backend == Backend::automatic) return Device::cpu();
-  throw InputError("runtime.backend: 'cuda' asked for, but this rank (local rank " +
-                   std::to_string(local_rank) +
-                   ") sees no CUDA device (check CUDA_VISIBLE_DEVICES and the driver)");
+  throw InputError(
+      "runtime.backend: 'cuda' asked for, but this rank sees no CUDA device (check "
+      "CUDA_VISIBLE_DEVICES and the driver)");
 }
 
 // The CUDA backend's own context owns the stream, cuBLAS handle, allocator
@@ -56,7 +79,7 @@ struct DeviceContext::Backend {
   std::unique_ptr<Workspace> workspace;
 };
 
-DeviceContext::DeviceContext(Device device) : backend_(std::make_unique<Backend>()) {
+DeviceContext::DeviceContext(Device device, bool tf32) : backend_(std::make_unique<Backend>()) {
   if (device.is_cpu() || device.is_emulated()) {
     alloc_ = device.is_cpu() ? &cpu_allocator() : &emulated::allocator();
     backend_->workspace = std::make_unique<Workspace>(*alloc_);
@@ -67,7 +90,9 @@ DeviceContext::DeviceContext(Device device) : backend_(std::make_unique<Backend>
   backend_->cuda = std::make_unique<cuda::StreamContext>(device.index);
   alloc_ = &backend_->cuda->allocator();
   ctx_ = backend_->cuda->ctx();
+  ctx_.tf32 = tf32;
 #else
+  (void)tf32;
   throw Error("DeviceContext: " + device.str() + " asked for in a build without CUDA");
 #endif
 }

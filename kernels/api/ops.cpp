@@ -114,6 +114,11 @@ void fill(const Ctx& ctx, float* x, int64_t n, float value) { TRIDENT_ROUTE(fill
 
 double sum_squares(const Ctx& ctx, const float* x, int64_t n) { TRIDENT_ROUTE(sum_squares, x, n); }
 
+void sum_squares_ranges(const Ctx& ctx, const float* x, const int64_t* ranges, int64_t count,
+                        double* sums) {
+  TRIDENT_ROUTE(sum_squares_ranges, x, ranges, count, sums);
+}
+
 void to_bf16(const Ctx& ctx, const float* x, int64_t n, uint16_t* y) {
   TRIDENT_ROUTE(to_bf16, x, n, y);
 }

@@ -63,4 +63,10 @@ void fill(const Ctx& ctx, float* x, int64_t n, float value) { std::fill_n(x, n, 
 
 double sum_squares(const Ctx& ctx, const float* x, int64_t n) { return sum_squares_d(x, n); }
 
+void sum_squares_ranges(const Ctx& ctx, const float* x, const int64_t* ranges, int64_t count,
+                        double* sums) {
+  for (int64_t k = 0; k < count; ++k)
+    sums[k] = sum_squares_d(x + ranges[2 * k], ranges[2 * k + 1] - ranges[2 * k]);
+}
+
 }  // namespace trident::kernels::cpu

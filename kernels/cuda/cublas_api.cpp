@@ -62,9 +62,16 @@ CublasApi load() {
 
 }  // namespace
 
+namespace {
+const CublasApi* fake_api = nullptr;  // set by tests only
+}  // namespace
+
 const CublasApi& cublas() {
+  if (fake_api) return *fake_api;
   static const CublasApi api = load();
   return api;
 }
+
+void set_cublas_for_testing(const CublasApi* fake) { fake_api = fake; }
 
 }  // namespace trident::kernels::cuda

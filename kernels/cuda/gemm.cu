@@ -13,20 +13,22 @@ int to_int(int64_t v, const char* what) {
   return int(v);
 }
 
-// One GemmEx call: types of A/B and C, fp32 accumulation. fp32 inputs use
-// the pedantic compute type (no TF32, no emulation), bf16 the plain fp32 one.
+// One GemmEx call: types of A/B and C, fp32 accumulation, and the math
+// (plan::gemm_math) set on the handle for this call, since the handle is
+// shared by fp32 and bf16 GEMMs and a mode left over from one must not
+// decide the other.
 void gemm_ex(const Ctx& c, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
              const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
              int64_t ldc, cudaDataType_t ab, cudaDataType_t ct) {
   if (M == 0 || N == 0) return;
   const plan::ColumnMajorGemm g = plan::column_major(trans_a, trans_b, M, N, K);
-  const cublasComputeType_t compute =
-      ab == CUDA_R_32F ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
-  CUBLAS_CHECK(cublas().gemm_ex(blas_of(c), g.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                g.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N, to_int(g.m, "N"),
-                                to_int(g.n, "M"), to_int(g.k, "K"), &alpha, B, ab,
-                                to_int(ldb, "ldb"), A, ab, to_int(lda, "lda"), &beta, C, ct,
-                                to_int(ldc, "ldc"), compute, CUBLAS_GEMM_DEFAULT));
+  const GemmMath math = gemm_math(ab == CUDA_R_32F, c.tf32);
+  cublasHandle_t h = blas_of(c);
+  CUBLAS_CHECK(cublas().set_math_mode(h, math.mode));
+  CUBLAS_CHECK(cublas().gemm_ex(
+      h, g.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N,
+      to_int(g.m, "N"), to_int(g.n, "M"), to_int(g.k, "K"), &alpha, B, ab, to_int(ldb, "ldb"), A,
+      ab, to_int(lda, "lda"), &beta, C, ct, to_int(ldc, "ldc"), math.compute, CUBLAS_GEMM_DEFAULT));
 }
 
 __global__ void swiglu_gate_kernel(const float* gate, const float* up, int64_t n, float* h) {

@@ -2,6 +2,9 @@
 // cross-entropy, AdamW, add_inplace, sum of squares, bf16 conversion. Each
 // follows its CPU twin's arithmetic (the same fp64 row statistics, the same
 // order where a sum is sequential) so that fp32 results agree to 1e-5.
+#include <cub/device/device_radix_sort.cuh>
+#include <string>
+
 #include "common.cuh"
 
 namespace trident::kernels::cuda {
@@ -40,13 +43,36 @@ __global__ void rmsnorm_backward_dx_kernel(const float* dy, const float* x, cons
   }
 }
 
-// dw[i] += sum over rows, in row order as on the CPU, of dy * xhat.
-__global__ void rmsnorm_backward_dw_kernel(const float* dy, const float* x, const float* rstd,
-                                           int64_t T, int64_t d, float* dw) {
+// dw[i] += sum over rows of dy * xhat, in two passes without atomics (the
+// same bits on every run): each block takes kDwCols columns of one chunk of
+// rows (plan::rmsnorm_dw_chunks), its kDwRowLanes lanes per column summing
+// every kDwRowLanes-th row, and adds the lanes in a fixed order (a block
+// reduction) into the chunk's partial; the second pass adds each column's
+// chunk partials in chunk order. Coalesced: a warp reads 32 neighbouring
+// columns of one row.
+constexpr int kDwCols = 32, kDwRowLanes = 8;
+__global__ void rmsnorm_dw_partial_kernel(const float* dy, const float* x, const float* rstd,
+                                          int64_t T, int64_t d, int64_t rows_per_chunk,
+                                          double* partial) {
+  __shared__ double red[kDwRowLanes][kDwCols + 1];
+  const int64_t col = blockIdx.x * int64_t(kDwCols) + threadIdx.x;
+  const int64_t t0 = blockIdx.y * rows_per_chunk, t1 = min(T, t0 + rows_per_chunk);
+  double acc = 0.0;
+  if (col < d)
+    for (int64_t t = t0 + threadIdx.y; t < t1; t += kDwRowLanes)
+      acc += double(dy[t * d + col]) * double(x[t * d + col] * rstd[t]);
+  red[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y != 0 || col >= d) return;
+  double sum = 0.0;
+  for (int lane = 0; lane < kDwRowLanes; ++lane) sum += red[lane][threadIdx.x];
+  partial[blockIdx.y * d + col] = sum;
+}
+__global__ void rmsnorm_dw_sum_kernel(const double* partial, int64_t chunks, int64_t d, float* dw) {
   GRID_STRIDE(i, d) {
-    float acc = dw[i];
-    for (int64_t t = 0; t < T; ++t) acc += dy[t * d + i] * (x[t * d + i] * rstd[t]);
-    dw[i] = acc;
+    double sum = 0.0;
+    for (int64_t c = 0; c < chunks; ++c) sum += partial[c * d + i];
+    dw[i] += float(sum);
   }
 }
 
@@ -71,15 +97,30 @@ __global__ void embedding_forward_kernel(const float* table, const int32_t* ids,
   GRID_STRIDE(e, T * d) out[e] = table[int64_t(ids[e / d]) * d + e % d];
 }
 
-// Tokens that share an id add into the same row. One thread per column
-// walks the tokens in order, so the additions happen in the CPU kernel's
-// order and a run is bitwise reproducible (atomics would add in whatever
-// order the blocks ran). Reads and writes stay coalesced across a warp.
-__global__ void embedding_backward_kernel(const float* dout, const int32_t* ids, int64_t T,
-                                          int64_t d, float* dtable) {
-  const int64_t col = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+// Tokens that share an id add into the same table row. After a stable sort
+// of the tokens by id, each id's tokens form a run in token order; one
+// thread per (run, column) adds its run in that order, so the additions
+// happen in the CPU kernel's order (the same bits, every run: no atomics)
+// while the runs, the table's rows, go in parallel. A run is summed by one
+// thread rather than a block reduction, which would change the order: runs
+// are short (a token's share of a batch), and equal bits with the CPU are
+// worth more than the longest run's latency.
+__global__ void iota_kernel(int32_t* v, int64_t n) { GRID_STRIDE(i, n) v[i] = int32_t(i); }
+__global__ void embedding_backward_runs_kernel(const float* dout, const int32_t* sorted_ids,
+                                               const int32_t* sorted_tokens, int64_t T, int64_t d,
+                                               float* dtable) {
+  const int64_t col = blockIdx.y * int64_t(blockDim.x) + threadIdx.x;
   if (col >= d) return;
-  for (int64_t t = 0; t < T; ++t) dtable[int64_t(ids[t]) * d + col] += dout[t * d + col];
+  for (int64_t p = blockIdx.x; p < T; p += gridDim.x) {
+    const int32_t id = sorted_ids[p];
+    // Inside a run: the thread of the run's first token adds this one.
+    if (p > 0 && sorted_ids[p - 1] == id) continue;
+    float* row = dtable + int64_t(id) * d;
+    float acc = row[col];
+    for (int64_t q = p; q < T && sorted_ids[q] == id; ++q)
+      acc += dout[int64_t(sorted_tokens[q]) * d + col];
+    row[col] = acc;
+  }
 }
 
 // One block per row: the row's loss into loss[t] (0 for a non-target row)
@@ -177,6 +218,27 @@ __global__ void add_partials_kernel(const double* partial, int64_t n, double* ou
   if (threadIdx.x == 0) *out += s;
 }
 
+// sum_squares_ranges: kRangeSlices blocks per range each sum a fixed
+// grid-stride share of it; one thread per range adds its slices in order.
+constexpr int kRangeSlices = 64;
+__global__ void range_partial_kernel(const float* x, const int64_t* ranges, double* partial) {
+  __shared__ double red[32];
+  const int64_t b = ranges[2 * blockIdx.y], e = ranges[2 * blockIdx.y + 1];
+  double s = 0.0;
+  for (int64_t i = b + blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < e;
+       i += int64_t(kRangeSlices) * blockDim.x)
+    s += double(x[i]) * double(x[i]);
+  s = block_sum(s, red);
+  if (threadIdx.x == 0) partial[blockIdx.y * int64_t(kRangeSlices) + blockIdx.x] = s;
+}
+__global__ void range_sum_kernel(const double* partial, int64_t count, double* sums) {
+  GRID_STRIDE(k, count) {
+    double s = 0.0;
+    for (int j = 0; j < kRangeSlices; ++j) s += partial[k * kRangeSlices + j];
+    sums[k] = s;
+  }
+}
+
 __global__ void to_bf16_kernel(const float* x, int64_t n, __nv_bfloat16* y) {
   GRID_STRIDE(i, n) y[i] = __float2bfloat16(x[i]);
 }
@@ -211,8 +273,14 @@ void rmsnorm_backward(const Ctx& c, const float* dy, const float* x, const float
                                                                                      d, dx);
   CUDA_CHECK_LAUNCH();
   if (!dw) return;
-  rmsnorm_backward_dw_kernel<<<plan::grid_for(d), plan::kThreads, 0, stream_of(c)>>>(dy, x, rstd, T,
-                                                                                     d, dw);
+  const int64_t chunks = plan::rmsnorm_dw_chunks(T), rows = (T + chunks - 1) / chunks;
+  Scratch partial(c, size_t(chunks * d) * sizeof(double));
+  const dim3 grid(unsigned((d + kDwCols - 1) / kDwCols), unsigned(chunks));
+  rmsnorm_dw_partial_kernel<<<grid, dim3(kDwCols, kDwRowLanes), 0, stream_of(c)>>>(
+      dy, x, rstd, T, d, rows, partial.as<double>());
+  CUDA_CHECK_LAUNCH();
+  rmsnorm_dw_sum_kernel<<<plan::grid_for(d), plan::kThreads, 0, stream_of(c)>>>(
+      partial.as<double>(), chunks, d, dw);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -237,8 +305,29 @@ void embedding_forward(const Ctx& c, const float* table, const int32_t* ids, int
 void embedding_backward(const Ctx& c, const float* dout, const int32_t* ids, int64_t T, int64_t d,
                         float* dtable) {
   if (T * d == 0) return;
-  const unsigned blocks = unsigned((d + plan::kThreads - 1) / plan::kThreads);
-  embedding_backward_kernel<<<blocks, plan::kThreads, 0, stream_of(c)>>>(dout, ids, T, d, dtable);
+  TRIDENT_CHECK(plan::fits_int32(T), "embedding_backward: " + std::to_string(T) + " tokens");
+  // One scratch block (a second workspace get() could move the first):
+  // sorted ids, token indices before and after the sort, the sort's own.
+  const int n = int(T);
+  size_t sort_bytes = 0;
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, ids, (int32_t*)nullptr,
+                                             (const int32_t*)nullptr, (int32_t*)nullptr, n, 0,
+                                             int(sizeof(int32_t) * 8), stream_of(c)));
+  const size_t ints = plan::round_up(size_t(n) * sizeof(int32_t), 256);
+  Scratch buf(c, 3 * ints + sort_bytes);
+  char* base = buf.as<char>();
+  auto* sorted_ids = reinterpret_cast<int32_t*>(base);
+  auto* tokens = reinterpret_cast<int32_t*>(base + ints);
+  auto* sorted_tokens = reinterpret_cast<int32_t*>(base + 2 * ints);
+  iota_kernel<<<plan::grid_for(T), plan::kThreads, 0, stream_of(c)>>>(tokens, T);
+  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base + 3 * ints, sort_bytes, ids, sorted_ids, tokens,
+                                             sorted_tokens, n, 0, int(sizeof(int32_t) * 8),
+                                             stream_of(c)));
+  const int threads = plan::row_threads(d);
+  const dim3 grid(plan::grid_for(T, 1), unsigned((d + threads - 1) / threads));
+  embedding_backward_runs_kernel<<<grid, threads, 0, stream_of(c)>>>(dout, sorted_ids,
+                                                                     sorted_tokens, T, d, dtable);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -304,6 +393,20 @@ double sum_squares(const Ctx& c, const float* x, int64_t n) {
   double s = 0.0;
   copy_to_host(c, &s, acc.as<double>(), sizeof s);
   return s;
+}
+
+void sum_squares_ranges(const Ctx& c, const float* x, const int64_t* ranges, int64_t count,
+                        double* sums) {
+  if (count == 0) return;
+  TRIDENT_CHECK(count <= plan::kMaxBlocks, "sum_squares_ranges: " + std::to_string(count) +
+                                               " ranges, more than one launch takes");
+  Scratch partial(c, size_t(count * kRangeSlices) * sizeof(double));
+  range_partial_kernel<<<dim3(kRangeSlices, unsigned(count)), plan::kThreads, 0, stream_of(c)>>>(
+      x, ranges, partial.as<double>());
+  CUDA_CHECK_LAUNCH();
+  range_sum_kernel<<<plan::grid_for(count), plan::kThreads, 0, stream_of(c)>>>(partial.as<double>(),
+                                                                               count, sums);
+  CUDA_CHECK_LAUNCH();
 }
 
 void to_bf16(const Ctx& c, const float* x, int64_t n, Bf16* y) {

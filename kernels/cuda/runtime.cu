@@ -2,6 +2,7 @@
 // StreamContext of include/trident/kernels/cuda/runtime.hpp.
 #include <cstdint>
 
+#include "trident/kernels/buffer_uses.hpp"
 #include "trident/kernels/cuda/check.hpp"
 #include "trident/kernels/cuda/deadline.hpp"
 #include "trident/kernels/cuda/runtime.hpp"
@@ -25,6 +26,17 @@ int device_count() {
     return 0;
   }
   return n;
+}
+
+void set_current_device(int device) { use_device(device); }
+
+int current_device() {
+  int d = 0;
+  if (cudaGetDevice(&d) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return d;
 }
 
 std::string no_device_reason() {
@@ -64,6 +76,13 @@ void CudaAllocator::deallocate(void* p, size_t bytes) noexcept {
   // A failure here means the context is already broken; the next checked
   // call reports it, and a destructor must not throw.
   count_free(p, bytes);  // before the address can be handed out again
+  try {
+    // A pending communication on p (NCCL's stream) ends before the free on
+    // this stream, or the pool could hand p to the next allocation while
+    // NCCL still reads or writes it.
+    buffer_uses().before_free(p, bytes, stream_);
+  } catch (const std::exception&) {
+  }
   (void)cudaFreeAsync(p, as_stream(stream_));
 }
 
@@ -130,10 +149,8 @@ StreamContext::StreamContext(int device) : device_(device) {
   CUBLAS_CHECK(cublas().create(&h));
   blas_ = h;
   CUBLAS_CHECK(cublas().set_stream(h, as_stream(stream_->get())));
-  // Pedantic math: fp32 GEMMs stay fp32 (no TF32, whatever
-  // NVIDIA_TF32_OVERRIDE says), which the parity runs need. bf16 GEMMs choose
-  // their compute type per call.
-  CUBLAS_CHECK(cublas().set_math_mode(h, CUBLAS_PEDANTIC_MATH));
+  // The math mode is set by every GEMM for itself (gemm_math, gemm.cu):
+  // fp32 pedantic unless the Ctx allows TF32, bf16 on the tensor cores.
 }
 
 StreamContext::~StreamContext() {

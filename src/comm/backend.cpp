@@ -34,6 +34,8 @@ int visible_gpus() {
 #endif
 }
 
+DeviceGroupMaker device_group_maker = nullptr;  // set by tests only
+
 }  // namespace
 
 CommChoice choose_comm_backend(CommBackend setting, Backend kernel_backend) {
@@ -86,13 +88,15 @@ std::unique_ptr<Communicator> comm_group(Communicator& world, CommBackend backen
   auto* control = dynamic_cast<MpiCommunicator*>(&world.host());
   TRIDENT_CHECK(control != nullptr, "comm_group: world '" + world.name() + "' is not on MPI");
   auto group = control->split_mpi(color, key, kind, std::move(name), timeout_s);
+  if (!group || backend == CommBackend::mpi) return group;
+  if (device_group_maker) return device_group_maker(std::move(group));
 #ifdef TRIDENT_HAVE_NCCL
-  if (group && backend == CommBackend::nccl)
-    return std::make_unique<NcclCommunicator>(std::move(group));
+  return std::make_unique<NcclCommunicator>(std::move(group));
 #else
-  TRIDENT_CHECK(backend == CommBackend::mpi, "comm_group: only MPI is built");
+  throw Error("comm_group: only MPI is built");
 #endif
-  return group;
 }
+
+void set_device_group_maker_for_testing(DeviceGroupMaker maker) { device_group_maker = maker; }
 
 }  // namespace trident

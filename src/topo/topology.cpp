@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "trident/core/error.hpp"
+#include "trident/kernels/backend.hpp"
 #include "trident/topo/devices.hpp"
 
 namespace trident {
@@ -246,6 +247,26 @@ void number_logical(Topology& t) {
   for (int l = 0; l < n; ++l) t.ranks[size_t(order[size_t(l)])].logical = l;
 }
 
+// The rank's device, chosen once from the topology (TRIDENT_DEVICE, else
+// local rank % visible devices) and made current before any device group or
+// allocation: NCCL makes its communicators on the current device, and the
+// trainer computes on it (train::training_device). A rank that cannot have
+// the device runtime.backend asks for fails every rank with its line.
+Device bind_rank_device(Communicator& world, Backend backend, int topology_device) {
+  Device d = Device::cpu();
+  std::string error;
+  try {
+    d = kernels::select_device(backend, topology_device);
+  } catch (const InputError& e) {
+    error = e.what();
+  }
+  const CheckOutcome agreed = agree_on_check(world.host(), error.empty(), error);
+  if (!agreed.all_passed)
+    throw InputError("rank " + std::to_string(agreed.rank) + ": " + agreed.message);
+  kernels::make_current(d);
+  return d;
+}
+
 }  // namespace
 
 Topology detect_topology(Communicator& world, const Config& cfg) {
@@ -296,6 +317,7 @@ std::unique_ptr<Communicators> build_communicators(Communicator& world, const Co
   // World stays on the host backend (control traffic, files); the mesh's
   // groups are made on the chosen one.
   c->world = comm_group(world, CommBackend::mpi, 0, wrank, CommKind::world, "world", timeout);
+  c->device = bind_rank_device(world, cfg.runtime.backend, c->topo.ranks[size_t(wrank)].device);
 
   auto split = [&](const std::vector<int>& group, CommKind kind, const char* name) {
     const auto pos = std::find(group.begin(), group.end(), logical);

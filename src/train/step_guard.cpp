@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "trident/kernels/ops.hpp"
 #include "trident/kernels/tensor_ops.hpp"
@@ -47,16 +48,72 @@ bool block_has_nonfinite(const float* g) {
   return bad != 0;
 }
 
-bool all_finite(const kernels::Ctx& ctx, const Tensor& t) {
+// Whether a host tensor's elements are all finite (stops at the first block
+// that is not).
+bool all_finite_host(const Tensor& t) {
   const float* g = t.ptr();
   const int64_t n = t.numel();
-  if (!t.device().is_cpu()) return std::isfinite(kernels::sum_squares(ctx, g, n));
   int64_t k = 0;
   for (; k + kScanBlock <= n; k += kScanBlock)
     if (block_has_nonfinite(g + k)) return false;
   for (; k < n; ++k)
     if (!std::isfinite(g[k])) return false;
   return true;
+}
+
+// The gradients grouped by the storage they share (normally one group: the
+// ParamStore's allocation): each group's lowest gradient and its members.
+struct StorageGroup {
+  const Tensor* base = nullptr;
+  std::vector<size_t> members;  // indices into params
+};
+std::vector<StorageGroup> storage_groups(const std::vector<Param*>& params) {
+  std::vector<StorageGroup> groups;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& g = params[i]->grad;
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const StorageGroup& sg) { return g.shares_storage_with(*sg.base); });
+    if (it == groups.end()) it = groups.insert(groups.end(), StorageGroup{&g, {}});
+    if (g.ptr() < it->base->ptr()) it->base = &g;
+    it->members.push_back(i);
+  }
+  return groups;
+}
+
+// Whether each parameter's gradient is all finite. On a device: the sums of
+// squares of every gradient (finite exactly when its elements are), one op
+// per storage group into one array of sums, which reaches the host in one
+// copy: one wait, whatever the number of parameters.
+std::vector<char> finite_flags(const kernels::Ctx& ctx, const std::vector<Param*>& params) {
+  std::vector<char> finite(params.size(), 1);
+  if (params.empty()) return finite;
+  if (params[0]->grad.device().is_cpu()) {
+    for (size_t i = 0; i < params.size(); ++i) finite[i] = all_finite_host(params[i]->grad);
+    return finite;
+  }
+  const std::vector<StorageGroup> groups = storage_groups(params);
+  std::vector<int64_t> ranges;  // offsets from the group's base, in group order
+  for (const StorageGroup& sg : groups)
+    for (size_t i : sg.members) {
+      const Tensor& g = params[i]->grad;
+      ranges.push_back(g.ptr() - sg.base->ptr());
+      ranges.push_back(ranges.back() + g.numel());
+    }
+  const int64_t n = int64_t(params.size());
+  const Tensor dev_ranges = kernels::from_host(ctx, ranges.data(), {2 * n}, DType::i64);
+  Tensor sums = kernels::empty(ctx, {n}, DType::f64);
+  int64_t first = 0;
+  for (const StorageGroup& sg : groups) {
+    const int64_t count = int64_t(sg.members.size());
+    kernels::sum_squares_ranges(ctx, sg.base->ptr(), dev_ranges.data<int64_t>() + 2 * first, count,
+                                sums.data<double>() + first);
+    first += count;
+  }
+  const Tensor host = kernels::to_host(ctx, sums);
+  int64_t k = 0;
+  for (const StorageGroup& sg : groups)
+    for (size_t i : sg.members) finite[i] = std::isfinite(host.data<double>()[k++]);
+  return finite;
 }
 
 // The gradient's elements where the host reads them.
@@ -69,10 +126,10 @@ Tensor grad_on_host(const kernels::Ctx& ctx, const Param& p) {
 int first_nonfinite_gradient(const kernels::Ctx& ctx, const std::vector<Param*>& params,
                              int n_layers) {
   int best = -1, best_order = 0;
+  const std::vector<char> finite = finite_flags(ctx, params);
   for (size_t i = 0; i < params.size(); ++i) {
     const Param& p = *params[i];
-    const bool finite = all_finite(ctx, p.grad);
-    if (finite) continue;
+    if (finite[i]) continue;
     const int order = model_order_of(p.name, n_layers);
     if (best < 0 || order < best_order) {
       best = int(i);

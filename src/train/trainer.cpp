@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "trident/core/error.hpp"
+#include "trident/kernels/backend.hpp"
 #include "trident/kernels/ops.hpp"
 #include "trident/kernels/tensor_ops.hpp"
 #include "trident/model/blocks.hpp"
@@ -18,16 +19,6 @@
 namespace trident::train {
 
 namespace {
-
-// The device a training run uses: runtime.backend resolved on this rank
-// (auto: its GPU where the build has CUDA and the rank sees one, else the
-// host). Everything the step touches lives there; the host reads scalars
-// and the copies a user asked for (captures, checkpoints, verify_every).
-// The emulated device proves that in CI (no host access to device memory,
-// no host pointer handed to a device op).
-Device training_device(Backend backend, int local_rank) {
-  return kernels::select_device(backend, local_rank);
-}
 
 // The parameter (of those `keep` selects) whose gradient is the first
 // non-finite one in model order; null: none.
@@ -48,9 +39,13 @@ int index_in(const std::vector<Param*>& params, const Param* p) {
 
 }  // namespace
 
+Device training_device(Backend backend) {
+  return kernels::select_device(backend, kernels::current_device_index());
+}
+
 Trainer::Trainer(const Config& cfg, TrainComms comms) : cfg_(cfg), comms_(comms) {
-  device_ = std::make_unique<kernels::DeviceContext>(
-      training_device(cfg_.runtime.backend, comms_.local_rank));
+  device_ = std::make_unique<kernels::DeviceContext>(training_device(cfg_.runtime.backend),
+                                                     cfg_.train.tf32);
   data_ = model::make_data_source(cfg_, comms_.dp_size);
   model::StageComms sc{comms_.cp, comms_.ep};
   positions_ = model::local_positions(cfg_, sc);

@@ -20,7 +20,8 @@ else()
   endif()
   add_library(trident_comm_nccl_only STATIC
     ${trident_root}/src/comm/comm.cpp ${trident_root}/src/comm/p2p_plan.cpp
-    ${trident_root}/src/comm/nccl/nccl_communicator.cpp ${trident_root}/src/core/clock.cpp
+    ${trident_root}/src/comm/nccl/nccl_communicator.cpp ${trident_root}/src/comm/op_buffers.cpp
+    ${trident_root}/kernels/api/buffer_uses.cpp ${trident_root}/src/core/clock.cpp
     ${trident_root}/src/core/error.cpp)
   target_include_directories(trident_comm_nccl_only PUBLIC ${trident_root}/include
                              PRIVATE ${NCCL_INCLUDE_DIR})

@@ -72,24 +72,28 @@ GPU_TEST("linear forward and backward") {
 }
 
 GPU_TEST("rmsnorm forward and backward") {
-  const int64_t T = 19, d = 300;
-  auto x = randn(static_cast<size_t>(T * d), "x"), w = randn(static_cast<size_t>(d), "w"),
-       dy = randn(static_cast<size_t>(T * d), "dy");
-  const auto dw0 = randn(static_cast<size_t>(d), "dw0");
-  auto dw = dw0;
-  std::vector<float> y(static_cast<size_t>(T * d)), rstd(static_cast<size_t>(T)),
-      dx(static_cast<size_t>(T * d));
-  Buf<float> gx(dc, x), gw(dc, w), gy(dc, y.size()), gr(dc, rstd.size()), gdy(dc, dy),
-      gdx(dc, dx.size()), gdw(dc, dw);
-  cuda::rmsnorm_forward(dc.ctx(), gx, gw, T, d, 1e-5f, gy, gr);
-  ref::rmsnorm_forward(kHost, x.data(), w.data(), T, d, 1e-5f, y.data(), rstd.data());
-  check_close("rmsnorm y", gy.host(), y, 1e-5);
-  check_close("rmsnorm rstd", gr.host(), rstd, 1e-5);
-  cuda::rmsnorm_backward(dc.ctx(), gdy, gx, gw, gr, T, d, gdx, gdw);
-  ref::rmsnorm_backward(kHost, dy.data(), x.data(), w.data(), rstd.data(), T, d, dx.data(),
-                        dw.data());
-  check_close("rmsnorm dx", gdx.host(), dx, 1e-5);
-  check_increment("rmsnorm dw (accumulates)", gdw.host(), dw, dw0, 1e-5);
+  // T = 19: one chunk of the weight gradient's rows; 700: eleven, the last
+  // one short (plan::rmsnorm_dw_chunks).
+  for (const int64_t T : {int64_t(19), int64_t(700)}) {
+    const int64_t d = 300;
+    auto x = randn(static_cast<size_t>(T * d), "x"), w = randn(static_cast<size_t>(d), "w"),
+         dy = randn(static_cast<size_t>(T * d), "dy");
+    const auto dw0 = randn(static_cast<size_t>(d), "dw0");
+    auto dw = dw0;
+    std::vector<float> y(static_cast<size_t>(T * d)), rstd(static_cast<size_t>(T)),
+        dx(static_cast<size_t>(T * d));
+    Buf<float> gx(dc, x), gw(dc, w), gy(dc, y.size()), gr(dc, rstd.size()), gdy(dc, dy),
+        gdx(dc, dx.size()), gdw(dc, dw);
+    cuda::rmsnorm_forward(dc.ctx(), gx, gw, T, d, 1e-5f, gy, gr);
+    ref::rmsnorm_forward(kHost, x.data(), w.data(), T, d, 1e-5f, y.data(), rstd.data());
+    check_close("rmsnorm y", gy.host(), y, 1e-5);
+    check_close("rmsnorm rstd", gr.host(), rstd, 1e-5);
+    cuda::rmsnorm_backward(dc.ctx(), gdy, gx, gw, gr, T, d, gdx, gdw);
+    ref::rmsnorm_backward(kHost, dy.data(), x.data(), w.data(), rstd.data(), T, d, dx.data(),
+                          dw.data());
+    check_close("rmsnorm dx", gdx.host(), dx, 1e-5);
+    check_increment("rmsnorm dw (accumulates) T " + std::to_string(T), gdw.host(), dw, dw0, 1e-5);
+  }
 }
 
 GPU_TEST("rope forward and backward on global positions") {
@@ -170,6 +174,32 @@ GPU_TEST("adamw over 12 steps with random moments, with and without decay") {
     // The bf16 copy of the fp32 result: one rounding, plus the fp32 tolerance.
     check_close("adamw bf16 copy" + tag, from_bits(gp16.host()), p, kBf16Stored + 1e-5);
   }
+}
+
+GPU_TEST("sum_squares_ranges: every range's sum, an empty one, and a NaN") {
+  const int64_t n = 300007;
+  auto x = randn(static_cast<size_t>(n), "ranges x");
+  x[200000] = NAN;  // inside the third range only
+  const std::vector<int64_t> ranges = {0, 1000, 1000, 1000, 150000, 250000, 250000, n, 7, 8};
+  const int64_t count = int64_t(ranges.size()) / 2;
+  std::vector<double> want(static_cast<size_t>(count));
+  ref::sum_squares_ranges(kHost, x.data(), ranges.data(), count, want.data());
+  Buf<float> gx(dc, x);
+  Buf<int64_t> gr(dc, ranges);
+  Buf<double> gs(dc, static_cast<size_t>(count));
+  cuda::sum_squares_ranges(dc.ctx(), gx, gr, count, gs);
+  const auto got = gs.host();
+  for (int64_t k = 0; k < count; ++k) {
+    const double g = got[size_t(k)], w = want[size_t(k)];
+    const std::string what = "range " + std::to_string(k);
+    if (std::isnan(w)) {
+      expect(std::isnan(g), what + ": NaN as on the CPU");
+    } else {
+      expect(std::fabs(g - w) <= 1e-12 * std::max(1.0, w),
+             what + ": " + std::to_string(g) + " vs " + std::to_string(w));
+    }
+  }
+  expect(got[1] == 0.0, "an empty range sums to 0");
 }
 
 GPU_TEST("add_inplace, copy, fill, sum_squares, bf16 conversion") {

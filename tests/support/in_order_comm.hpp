@@ -12,9 +12,12 @@
 //    are still compared, and a mismatch (NCCL would deliver the wrong
 //    message) or a size mismatch is an error that every later poll throws.
 // A deadlock shows as a TimeoutError of Communicator's watchdog on every
-// rank. Host collectives (the executor's makespan reduction) do not go
-// through the stream: NcclCommunicator sends host buffers to its MPI host
-// group, so here they meet at a separate rendezvous.
+// rank. Like NcclCommunicator, it records the buffers of each point-to-point
+// operation as in use until it is matched (kernels/buffer_uses.hpp), so that
+// an allocator that asks before a free keeps them (record_uses = false: a
+// backend that does not, for tests that must see the difference). Host collectives (the executor's
+// makespan reduction) do not go through the stream: NcclCommunicator sends host buffers to its MPI
+// host group, so here they meet at a separate rendezvous.
 #pragma once
 #include <algorithm>
 #include <cstring>
@@ -25,7 +28,9 @@
 #include <vector>
 
 #include "trident/comm/comm.hpp"
+#include "trident/comm/op_buffers.hpp"
 #include "trident/core/error.hpp"
+#include "trident/kernels/buffer_uses.hpp"
 
 namespace trident::test {
 
@@ -172,9 +177,10 @@ class InOrderWorld {
 // Rank `rank` of an InOrderWorld, as a Communicator of kind pp.
 class InOrderComm final : public Communicator {
  public:
-  InOrderComm(InOrderWorld& world, int rank, double timeout_s)
+  InOrderComm(InOrderWorld& world, int rank, double timeout_s, bool record_uses = true)
       : Communicator(CommKind::pp, "in-order", timeout_s, rank, all_ranks(world.size())),
-        world_(world) {}
+        world_(world),
+        record_uses_(record_uses) {}
   const char* backend_name() const override { return "in-order"; }
   Device device() const override { return Device::cpu(); }
   int max_tag() const override { return 1 << 30; }
@@ -202,6 +208,11 @@ class InOrderComm final : public Communicator {
       p->out = op.out;
       p->bytes = op.bytes;
       world_.post(rank(), p, world_.grouping(rank()));
+      if (record_uses_) {
+        auto fence = std::make_shared<P2pFence>(world_, p);
+        for (const OpBuffer& b : op_buffers(op, size()))
+          kernels::buffer_uses().record(b.ptr, b.bytes, fence);
+      }
       return std::make_unique<P2pOp>(world_, std::move(p));
     }
     if (op.kind == Kind::allreduce && op.type == ElemType::f64 && op.reduce == ReduceOp::max)
@@ -220,6 +231,26 @@ class InOrderComm final : public Communicator {
    public:
     P2pOp(InOrderWorld& w, std::shared_ptr<InOrderWorld::P2p> op) : w_(w), op_(std::move(op)) {}
     bool poll() override { return w_.poll(*op_); }
+
+   private:
+    InOrderWorld& w_;
+    std::shared_ptr<InOrderWorld::P2p> op_;
+  };
+  // A point-to-point operation's end, as its buffers' users see it: on the
+  // host (no streams here), a free waits for the match.
+  class P2pFence final : public kernels::UseFence {
+   public:
+    P2pFence(InOrderWorld& w, std::shared_ptr<InOrderWorld::P2p> op) : w_(w), op_(std::move(op)) {}
+    bool done() override {
+      try {
+        return w_.poll(*op_);
+      } catch (const Error&) {
+        return true;  // a failed stream moves no more data
+      }
+    }
+    void order_before(void*, double timeout_s) override {
+      kernels::wait_for_fence(*this, timeout_s, "in-order p2p");
+    }
 
    private:
     InOrderWorld& w_;
@@ -249,6 +280,7 @@ class InOrderComm final : public Communicator {
     size_t gen_ = 0;
   };
   InOrderWorld& world_;
+  bool record_uses_;
 };
 
 }  // namespace trident::test

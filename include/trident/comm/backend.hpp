@@ -41,4 +41,11 @@ std::unique_ptr<Communicator> comm_group(Communicator& world, CommBackend backen
                                          int key, CommKind kind, std::string name,
                                          double timeout_s);
 
+// What comm_group makes of a host group on the nccl backend: an
+// NcclCommunicator, on the CUDA device current at that moment. Tests
+// replace it (null: NcclCommunicator again) to see, without a GPU, on
+// which device every group is made (tests/mpi/topo/test_device_binding.cpp).
+using DeviceGroupMaker = std::unique_ptr<Communicator> (*)(std::unique_ptr<Communicator> host);
+void set_device_group_maker_for_testing(DeviceGroupMaker maker);
+
 }  // namespace trident

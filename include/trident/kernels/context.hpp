@@ -10,6 +10,8 @@
 //   alloc      where tensors made for this Ctx come from (kernels/tensor_ops.hpp:
 //              activations, caches, ring buffers); null: the host allocator,
 //              which only a host Ctx may use
+//   tf32       CUDA: fp32 GEMMs may run on the tensor cores in TF32
+//              (train.tf32); false: pedantic fp32. Unused elsewhere
 //
 // The handles are void* so that this header, and the layers above kernels,
 // compile without the CUDA headers. A Ctx is owned by whoever runs a stage
@@ -47,6 +49,7 @@ struct Ctx {
   void* blas = nullptr;
   Workspace* workspace = nullptr;
   Allocator* alloc = nullptr;
+  bool tf32 = false;
 };
 
 // The allocator of ctx (ctx.alloc, or the host's for a host Ctx without one).

@@ -78,6 +78,14 @@ void fill(const Ctx& ctx, float* x, int64_t n, float value);
 // (the CPU's: eight lanes, then their sum), so it repeats bit for bit (the
 // gradient norm).
 double sum_squares(const Ctx& ctx, const float* x, int64_t n);
+// sums[k] = the sum of squares, in double, of x[ranges[2k]] .. x[ranges[2k+1]
+// - 1], for k < count; ranges and sums live on ctx.device like x, so a device
+// computes every range's sum without a host wait (the step guard reads all
+// parameters' flags with one copy). The summation order is the backend's:
+// a sum is finite exactly when its elements are (float squares cannot
+// overflow a double's sum), which is what the guard asks.
+void sum_squares_ranges(const Ctx& ctx, const float* x, const int64_t* ranges, int64_t count,
+                        double* sums);
 // y[i] = x[i] rounded to bf16 (nearest, ties to even; NaN stays NaN), as
 // the 16 high bits of the fp32 pattern.
 void to_bf16(const Ctx& ctx, const float* x, int64_t n, uint16_t* y);

@@ -20,8 +20,8 @@
 namespace trident {
 
 struct RankInfo {
-  int rank = 0;         // MPI world rank
-  int logical = 0;      // position in the mesh order (node-major)
+  int rank = 0;     // MPI world rank
+  int logical = 0;  // position in the mesh order (node-major)
   int node = 0, local_rank = 0, device = -1;
   std::string hostname;  // node label
 };
@@ -46,14 +46,19 @@ struct Communicators {
   // world is on MPI; the others on comm_backend (runtime.comm, resolved).
   std::unique_ptr<Communicator> world, cp, pp, dp, dpcp, ep, expert_replica;
   CommBackend comm_backend = CommBackend::mpi;
+  // This rank's kernel device: runtime.backend on the device the topology
+  // chose (RankInfo::device), current from before the first group on.
+  Device device = Device::cpu();
   // pp neighbours as pp-group ranks (-1 at the ends).
   int pp_prev() const { return me.pp > 0 ? me.pp - 1 : -1; }
   int pp_next() const { return me.pp + 1 < mesh.pp ? me.pp + 1 : -1; }
 };
 
-// Maps the config's request onto the topology and splits the communicators
-// on runtime.comm's backend. Collective over world. Throws InputError for an
-// impossible mesh or an unusable runtime.comm.
+// Maps the config's request onto the topology, makes this rank's device
+// (runtime.backend on the topology's choice) current, then splits the
+// communicators on runtime.comm's backend, so a device group is made on the
+// rank's own device. Collective over world. Throws InputError, on every rank
+// alike, for an impossible mesh, an unusable runtime.comm or runtime.backend.
 std::unique_ptr<Communicators> build_communicators(Communicator& world, const Config& cfg,
                                                    Topology topo);
 

@@ -26,8 +26,9 @@ std::string describe_param(const std::string& param_name, int n_layers);
 
 // This rank's first parameter (model order, then position in params) whose
 // gradient holds a NaN or an infinity; -1: none. Gradients on a device are
-// judged there (their sum of squares, accumulated in double, is finite
-// exactly when every element is), and only that number reaches the host.
+// judged there (their sums of squares, accumulated in double, are finite
+// exactly when every element is), all in one op whose sums reach the host in
+// one copy: one wait per call, not one per parameter.
 int first_nonfinite_gradient(const kernels::Ctx& ctx, const std::vector<Param*>& params,
                              int n_layers);
 

@@ -44,8 +44,17 @@ struct TrainComms {
   Communicator *world = nullptr, *pp = nullptr, *cp = nullptr, *ep = nullptr;
   Communicator *dpcp = nullptr, *expert_replica = nullptr;
   int pp_rank = 0, pp_size = 1, dp_rank = 0, dp_size = 1;
-  int local_rank = 0;  // on its node: picks the CUDA device (runtime.backend)
+  int local_rank = 0;  // on its node (the device is the one made current, training_device)
 };
+
+// The device a training run uses: runtime.backend resolved on this rank's
+// current device, the one its topology chose and build_communicators made
+// current before any communicator (auto: that GPU where the build has CUDA
+// and the rank sees one, else the host). Everything the step touches lives
+// there; the host reads scalars and the copies a user asked for (captures,
+// checkpoints, verify_every). The emulated device proves that in CI (no
+// host access to device memory, no host pointer handed to a device op).
+Device training_device(Backend backend);
 
 struct StepResult {
   StepMetrics metrics;                 // loss, aux, lr, grad_norm, times (rank-0 view)

@@ -13,8 +13,10 @@
 #include <string>
 #include <utility>
 
+#include "trident/comm/op_buffers.hpp"
 #include "trident/comm/p2p_plan.hpp"
 #include "trident/core/error.hpp"
+#include "trident/kernels/buffer_uses.hpp"
 #include "trident/kernels/cuda/check.hpp"
 
 namespace trident {
@@ -140,6 +142,36 @@ class CudaEventOp final : public PendingOp {
   std::shared_ptr<const LiveComm> live_;
 };
 
+// The end of a device operation's use of its buffers: an event recorded on
+// the communication stream after it (kernels/buffer_uses.hpp). An allocator
+// makes its stream wait for it before a free, so the stream-ordered pool
+// cannot give the memory to a new allocation while NCCL still reads or
+// writes it, even when the operation's request was released unwaited.
+class CudaEventFence final : public kernels::UseFence {
+ public:
+  explicit CudaEventFence(cudaStream_t s) {
+    CUDA_CHECK(cudaEventCreateWithFlags(&ev_, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(ev_, s));
+  }
+  ~CudaEventFence() override { cudaEventDestroy(ev_); }
+  bool done() override {
+    const cudaError_t q = cudaEventQuery(ev_);
+    if (q == cudaErrorNotReady) return false;
+    if (q != cudaSuccess) (void)cudaGetLastError();  // a broken context frees nothing later
+    return true;
+  }
+  void order_before(void* stream, double timeout_s) override {
+    if (stream) {
+      CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), ev_, 0));
+      return;
+    }
+    kernels::wait_for_fence(*this, timeout_s, "a free after an NCCL operation");
+  }
+
+ private:
+  cudaEvent_t ev_ = nullptr;
+};
+
 // One operation after another: `next` is posted once `first` completes.
 class Sequence final : public PendingOp {
  public:
@@ -194,6 +226,8 @@ struct NcclCommunicator::Handles {
   // Whether the open group's first device operation has ordered the
   // communication stream after the compute stream.
   bool group_follows_compute = false;
+  // The open group's device buffers, recorded as in use at end_group().
+  std::vector<OpBuffer> group_buffers;
 };
 
 NcclCommunicator::NcclCommunicator(std::unique_ptr<Communicator> host)
@@ -302,6 +336,14 @@ void NcclCommunicator::end_group() {
   h_->group.reset();
   settle(ncclGroupEnd(), "ncclGroupEnd");
   *slot = completion();
+  record_uses(h_->group_buffers);
+  h_->group_buffers.clear();
+}
+
+void NcclCommunicator::record_uses(const std::vector<OpBuffer>& buffers) {
+  if (buffers.empty()) return;
+  auto fence = std::make_shared<CudaEventFence>(static_cast<cudaStream_t>(stream_));
+  for (const OpBuffer& b : buffers) kernels::buffer_uses().record(b.ptr, b.bytes, fence);
 }
 
 std::unique_ptr<PendingOp> NcclCommunicator::in_group() {
@@ -349,7 +391,14 @@ std::unique_ptr<PendingOp> NcclCommunicator::post(const CommOp& op) {
   if (grouped) h_->group_follows_compute = true;
   const auto [rc, call] = enqueue(op, h_->live->comm, static_cast<cudaStream_t>(stream_));
   settle(rc, call);
-  return grouped ? in_group() : completion();
+  const std::vector<OpBuffer> buffers = op_buffers(op, size());
+  if (grouped) {
+    h_->group_buffers.insert(h_->group_buffers.end(), buffers.begin(), buffers.end());
+    return in_group();
+  }
+  auto done = completion();
+  record_uses(buffers);
+  return done;
 }
 
 std::unique_ptr<PendingOp> NcclCommunicator::post_alltoallv(const CommOp& op) {
@@ -368,7 +417,9 @@ std::unique_ptr<PendingOp> NcclCommunicator::post_alltoallv(const CommOp& op) {
   for (const P2pTransfer& t : plan.recvs)
     settle(ncclRecv(dst + t.offset, t.bytes, ncclUint8, t.peer, h_->live->comm, s), "ncclRecv");
   settle(ncclGroupEnd(), "ncclGroupEnd");
-  return completion();
+  auto done = completion();
+  record_uses(op_buffers(op, size()));
+  return done;
 }
 
 void NcclCommunicator::on_timeout() {

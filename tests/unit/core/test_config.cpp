@@ -251,6 +251,7 @@ Config random_config(std::mt19937& rng) {
   c.train.recompute = Recompute(pick(0, 2));
   c.train.recompute_layers = pick(0, 8);
   c.train.grad_bucket_mb = real(0, 64);
+  c.train.tf32 = pick(0, 1) == 1;
   c.runtime.backend = Backend(pick(0, 2));
   c.runtime.comm = CommBackend(pick(0, 2));
   c.runtime.timeout_s = real(0.001, 1e5);
@@ -362,6 +363,7 @@ TEST_CASE("to_toml round-trips every key") {
                                              "train.recompute_layers",
                                              "train.optimizer_sharding",
                                              "train.grad_bucket_mb",
+                                             "train.tf32",
                                              "eval.every",
                                              "eval.steps",
                                              "eval.token_file",

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "kernel_ctx.hpp"
+#include "trident/kernels/tensor_ops.hpp"
 #include "trident/train/step_guard.hpp"
 
 using namespace trident;
@@ -74,4 +75,52 @@ TEST_CASE("first_nonfinite_gradient finds inf and NaN anywhere, first in model o
   CHECK(train::first_nonfinite_gradient(test::kernel_ctx(), qp, 3) == 3);
   q[3].grad.ptr()[6146] = 1.f;
   CHECK(train::first_nonfinite_gradient(test::kernel_ctx(), qp, 3) == 1);
+}
+
+namespace {
+
+// ps's gradients moved to the emulated device: all but the last as views of
+// one allocation (as the ParamStore holds them), the last in its own.
+std::vector<Param> on_device(const kernels::Ctx& ctx, const std::vector<Param>& ps) {
+  int64_t total = 0;
+  for (size_t i = 0; i + 1 < ps.size(); ++i) total += ps[i].grad.numel();
+  const Tensor all = kernels::zeros(ctx, {total});
+  std::vector<Param> out;
+  int64_t at = 0;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    Param p;
+    p.name = ps[i].name;
+    const bool last = i + 1 == ps.size();
+    p.grad = last ? kernels::zeros(ctx, ps[i].grad.shape()) : all.view(at, ps[i].grad.shape());
+    kernels::copy(ctx, p.grad, kernels::clone(ctx, ps[i].grad));
+    if (!last) at += ps[i].grad.numel();
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("on a device, every gradient is judged by one op over one storage and the others") {
+  const kernels::DeviceContext device(Device::emulated());
+  const kernels::Ctx& ctx = device.ctx();
+  std::mt19937 gen(20261205);
+  std::vector<Param> host = random_params(gen);
+  std::vector<Param> dev = on_device(ctx, host);
+  std::vector<Param*> dp = pointers(dev);
+  CHECK(train::first_nonfinite_gradient(ctx, dp, 3) == -1);
+  for (size_t i = 0; i < host.size(); ++i) {  // the last one lies outside the storage
+    std::vector<Param> h = random_params(gen);
+    h[i].grad.ptr()[h[i].grad.numel() - 1] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<Param> d = on_device(ctx, h);
+    std::vector<Param*> ptrs = pointers(d);
+    INFO("param " << h[i].name);
+    CHECK(train::first_nonfinite_gradient(ctx, ptrs, 3) == int(i));
+  }
+  // The order of params need not be the storage's.
+  std::vector<Param> h = random_params(gen);
+  h[1].grad.ptr()[0] = std::numeric_limits<float>::infinity();
+  std::vector<Param> d = on_device(ctx, h);
+  std::vector<Param*> ptrs = {&d[3], &d[2], &d[1], &d[0]};
+  CHECK(train::first_nonfinite_gradient(ctx, ptrs, 3) == 2);
 }

@@ -20,6 +20,10 @@
 //   kernel stays stuck and the job ends with the watchdog's message. After
 //   that, every request still pending and every new operation throws an
 //   Error saying so; nothing touches the freed NCCL communicator.
+// - Buffer lifetimes: every device buffer of an operation is recorded as in
+//   use until the operation's event (kernels/buffer_uses.hpp); the CUDA
+//   allocator's stream waits for that event before it frees the buffer, so
+//   the memory is not handed to a new allocation while NCCL still uses it.
 // - Point to point: ncclSend/ncclRecv; a send and a receive between the
 //   same ranks go in one begin_group()/end_group(). NCCL has no tags: the messages
 //   between two ranks match in posting order, so both sides must post them
@@ -34,6 +38,7 @@
 #include <vector>
 
 #include "trident/comm/comm.hpp"
+#include "trident/comm/op_buffers.hpp"
 
 namespace trident {
 
@@ -79,6 +84,9 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<PendingOp> in_group();
   // NCCL has no all-to-all-v: grouped sends and receives (p2p_plan.hpp).
   std::unique_ptr<PendingOp> post_alltoallv(const CommOp& op);
+  // Records the buffers as in use until what was just enqueued on the
+  // communication stream is done (kernels/buffer_uses.hpp).
+  void record_uses(const std::vector<OpBuffer>& buffers);
 
   std::unique_ptr<Communicator> host_;
   std::unique_ptr<Handles> h_;

@@ -113,6 +113,14 @@ constexpr unsigned grid_for(int64_t n, int threads = kThreads) {
   return unsigned(std::min<int64_t>((n + threads - 1) / threads, kMaxBlocks));
 }
 
+// The RMSNorm weight gradient's row chunks (ops.cu): a partial sum per
+// chunk of about 64 rows, at most 256 chunks. Fixed by T alone, so the
+// summation order, hence the bits, is the same on every device and run.
+constexpr int64_t rmsnorm_dw_chunks(int64_t T) {
+  return std::clamp<int64_t>((T + 63) / 64, 1, 256);
+}
+constexpr size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
 // Row kernels (one block per row, the row's columns over the threads): the
 // threads of a block, a multiple of the warp up to kThreads, for rows of n.
 constexpr int row_threads(int64_t n) {

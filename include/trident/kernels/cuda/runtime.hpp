@@ -17,6 +17,10 @@ namespace trident::kernels::cuda {
 // device, and then no_device_reason() says why.
 int device_count();
 std::string no_device_reason();
+// This thread's current device: cudaSetDevice / cudaGetDevice (0 when the
+// runtime cannot say).
+void set_current_device(int device);
+int current_device();
 
 // Device memory from the device's default memory pool, allocated and freed in
 // the order of `stream` (cudaMallocAsync/cudaFreeAsync). The pool keeps freed
