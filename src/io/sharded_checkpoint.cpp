@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <hdf5.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +29,27 @@ constexpr uint64_t kFnvPrime = 1099511628211ULL;
 
 [[noreturn]] void system_error(const std::string& what, const std::string& path, int err) {
   throw Error("cannot " + what + " " + path + ": " + std::strerror(err));
+}
+
+// HDF5 writes a file's metadata when it is closed, and a close that fails
+// (a full disk) leaves the library with a half-closed file that crashes it
+// at exit: so the space a file needs is asked of the system first, and a
+// full or read-only file system is refused with its own reason before HDF5
+// writes anything. (The floats themselves go in with pwrite, whose errors
+// are the system's.)
+void ensure_space(const std::string& path, int64_t bytes) {
+  struct statvfs fs {};
+  const std::string d = std::filesystem::path(path).parent_path().string();
+  if (::statvfs(d.empty() ? "." : d.c_str(), &fs) != 0) return;
+  if (fs.f_flag & ST_RDONLY) system_error("write", path, EROFS);
+  const uint64_t blocks = ::geteuid() == 0 ? fs.f_bfree : fs.f_bavail;
+  if (blocks * uint64_t(fs.f_frsize) < uint64_t(bytes)) system_error("write", path, ENOSPC);
+}
+
+// Metadata of a file of n datasets, generously: object headers, attributes,
+// group heaps, and for a virtual dataset its mappings.
+int64_t metadata_bytes(size_t datasets, size_t mappings) {
+  return (int64_t(1) << 16) + 2048 * int64_t(datasets) + 512 * int64_t(mappings);
 }
 
 std::string dir_of(const std::string& path) {
@@ -136,6 +158,9 @@ void write_shard_root(hid_t file, const CheckpointMeta& meta, const std::string&
 ShardFile::ShardFile(std::string path, const CheckpointMeta& meta, const std::string& tag, int rank,
                      std::vector<ShardPiece> pieces)
     : path_(std::move(path)), pieces_(std::move(pieces)) {
+  int64_t data = 0;
+  for (const ShardPiece& p : pieces_) data += p.numel() * int64_t(sizeof(float));
+  ensure_space(path_, data + metadata_bytes(pieces_.size(), 0));
   {
     h5::Lock lock(h5::library_mutex());
     h5::QuietErrors quiet;
@@ -367,6 +392,9 @@ std::string write_index_tmp(const std::string& dir, const CheckpointMeta& meta,
   std::vector<std::string> shards;
   for (size_t r = 0; r < pieces.size(); ++r) shards.push_back(shard_file_name(meta.step, tag, int(r)));
   const std::map<std::string, IndexEntry> entries = index_entries(pieces);
+  size_t mappings = 0;
+  for (const auto& [name, e] : entries) mappings += e.pieces.size() / 3 * (2 * e.shape.size());
+  ensure_space(tmp, metadata_bytes(entries.size(), mappings));
   h5::Lock lock(h5::library_mutex());
   h5::QuietErrors quiet;
   try {

@@ -507,10 +507,23 @@ MemoryEstimate static_memory(const Config& cfg, const MeshPlan& p, int pp_rank) 
 }
 
 // A checkpoint (every run writes one after its last step, when the
-// activations are freed) copies AdamW's m and v of the rank's whole
-// parameters, sharded or not, before writing them: the peak holds the larger
-// of the two, counted with the activations.
-double checkpoint_copies(const MemoryEstimate& m) { return 2 * m.params; }
+// activations are freed). A single file gathers AdamW's m and v of the
+// rank's whole parameters, sharded or not, before writing them: the peak
+// holds the larger of the two, counted with the activations. A sharded one
+// writes each slice where it lies: nothing is copied.
+double checkpoint_copies(const Config& cfg, const MemoryEstimate& m) {
+  return cfg.output.checkpoint_format == CheckpointFormat::single ? 2 * m.params : 0.0;
+}
+
+// Async saves stage the rank's share of the state (parameters and both
+// moments, cut over the dp x cp replicas) in a host buffer of at most
+// output.checkpoint_staging_mb, allocated at the first save and kept.
+double checkpoint_staging(const Config& cfg, const MeshPlan& p, const MemoryEstimate& m) {
+  if (!cfg.output.checkpoint_async || cfg.output.checkpoint_format != CheckpointFormat::sharded)
+    return 0.0;
+  const double share = 3 * m.params / std::max(1, p.dp * p.cp);
+  return std::min(share, double(cfg.output.checkpoint_staging_mb) * 1048576.0);
+}
 
 // Per virtual stage: the memory the allocator sees, and all of it.
 void stage_memory(const Config& cfg, const MeshPlan& p, std::vector<ChunkMemory>& tracked,
@@ -532,7 +545,8 @@ MemoryEstimate memory_of_rank(const Config& cfg, const MeshPlan& p, int pp_rank,
   stage_memory(cfg, p, tracked, all);
   m.activations = activation_peak(lowered, pp_rank, all);
   m.untracked += m.activations - activation_peak(lowered, pp_rank, tracked);
-  m.activations = std::max(m.activations, checkpoint_copies(m));
+  m.activations = std::max(m.activations, checkpoint_copies(cfg, m));
+  m.workspace += checkpoint_staging(cfg, p, m);
   return m;
 }
 
@@ -547,7 +561,8 @@ MemoryEstimate memory_lower_bound(const Config& cfg, const MeshPlan& p, int pp_r
     act = std::max(act, a.cache + std::max(a.transient_f, a.transient_b));
     act_tracked = std::max(act_tracked, t.cache + std::max(t.transient_f, t.transient_b));
   }
-  m.activations = std::max(act, checkpoint_copies(m));
+  m.activations = std::max(act, checkpoint_copies(cfg, m));
+  m.workspace += checkpoint_staging(cfg, p, m);
   m.untracked += act - act_tracked;
   return m;
 }

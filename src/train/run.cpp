@@ -12,6 +12,7 @@
 #include <set>
 
 #include "trident/core/allocator.hpp"
+#include "trident/core/clock.hpp"
 #include "trident/core/error.hpp"
 #include "trident/io/checkpoint.hpp"
 #include "trident/io/run_file.hpp"
@@ -432,8 +433,10 @@ void summarise(Trainer& trainer, RunFile& file, const LoopTotals& tot, const Com
   const CommCounters comm_total = comm_counters() - at_start;
   for (int k = 0; k < 4; ++k) rs.comm_wait_s[k] = comm_total.wait_s[size_t(k)];
   file.write_rank_summaries(rs);
-  double peak = rs.peak_rss_bytes;
-  world->allreduce_max(&peak, 1);
+  // the longest wait since the process started: what runtime.timeout_s must exceed
+  double maxes[2] = {rs.peak_rss_bytes, comm_counters().longest_wait_s};
+  world->allreduce_max(maxes, 2);
+  const double peak = maxes[0];
   // cp and ep waits happen inside F/B (ring, all-to-all); pp and dp waits outside them
   double sums[3] = {tot.compute_s, rs.comm_wait_s[0] + rs.comm_wait_s[2],
                     rs.comm_wait_s[1] + rs.comm_wait_s[3]};
@@ -442,6 +445,7 @@ void summarise(Trainer& trainer, RunFile& file, const LoopTotals& tot, const Com
   file.set_root_attr("skipped_steps", tot.skipped);
   file.set_root_attr("verified_steps", tot.verified);
   file.set_root_attr("verify_overhead_s", tot.verify_s);
+  file.set_root_attr("longest_wait_s", maxes[1]);
   file.close();
   if (world->rank() != 0) return;
   const double denom = tot.total_time * world->size();
@@ -454,6 +458,8 @@ void summarise(Trainer& trainer, RunFile& file, const LoopTotals& tot, const Com
       tot.total_time > 0 ? tokens / tot.total_time : 0.0, pct(sums[0]), pct(sums[1]), pct(sums[2]),
       peak / 1e6, path.c_str());
   if (!tot.last_ckpt.empty()) std::printf("checkpoint: %s\n", tot.last_ckpt.c_str());
+  std::printf("waits: longest %.3f s (runtime.timeout_s = %g s)\n", maxes[1],
+              trainer.config().runtime.timeout_s);
   if (tot.skipped > 0)
     std::printf("skipped: %lld step(s) with a non-finite loss or gradient (no update)\n",
                 static_cast<long long>(tot.skipped));
@@ -506,7 +512,10 @@ int run(const Config& cfg, Communicators& comms, const RunRequest& request) {
   auto trainer_ptr = make_trainer(cfg, comms);
   Trainer& trainer = *trainer_ptr;
   validate_activation_request(cfg, trainer.samples_per_step());
+  double load_s = now_s();
   const ResumePoint at = resume_point(cfg, request, trainer);
+  load_s = now_s() - load_s;
+  comms.world->allreduce_max(&load_s, 1);  // the slowest rank's
   std::unique_ptr<model::DataSource> eval_data;
   if (cfg.eval.every > 0)
     eval_data = model::make_data_source(cfg, comms.mesh.dp, model::DataPart::validation);
@@ -518,6 +527,7 @@ int run(const Config& cfg, Communicators& comms, const RunRequest& request) {
   file.set_root_attr("command_line", request.command_line);
   file.set_root_attr("backend", backend_name(trainer.device()));
   if (!at.checkpoint.empty()) file.set_root_attr("resumed_from", at.checkpoint);
+  if (!at.checkpoint.empty()) file.set_root_attr("resume_load_s", load_s);
   if (!request.prediction_json.empty()) file.set_root_attr("prediction", request.prediction_json);
   install_stop_signals();
   const bool lead = comms.world->rank() == 0;
