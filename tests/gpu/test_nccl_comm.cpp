@@ -24,6 +24,7 @@
 #include "trident/comm/comm.hpp"
 #include "trident/comm/nccl/nccl_communicator.hpp"
 #include "trident/core/error.hpp"
+#include "trident/kernels/buffer_uses.hpp"
 
 using namespace trident;
 
@@ -124,8 +125,15 @@ void self_send_recv(NcclCommunicator& c) {
   Request s = c.isend(src, in.size() * sizeof(float), 0, 1);
   Request r = c.irecv(dst, in.size() * sizeof(float), 0, 1);
   c.end_group();
+  // Both buffers are recorded in use until the group's event
+  // (kernels/buffer_uses.hpp): a host free of dst waits for the receive, so
+  // dst holds the message before the request is waited for.
+  const size_t bytes = in.size() * sizeof(float);
+  trident::kernels::buffer_uses().before_free(dst, bytes, nullptr, 30.0);
+  expect(to_host(dst, in.size()) == in, "the receive is done when a free of its buffer may go");
   c.wait(s);
   c.wait(r);
+  expect(trident::kernels::buffer_uses().recorded() == 0, "no use pending once the group is done");
   expect(to_host(dst, in.size()) == in, "self send/recv delivers the bytes unchanged");
   cudaFree(src);
   cudaFree(dst);

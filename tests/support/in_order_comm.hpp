@@ -12,23 +12,26 @@
 //    are still compared, and a mismatch (NCCL would deliver the wrong
 //    message) or a size mismatch is an error that every later poll throws.
 // A deadlock shows as a TimeoutError of Communicator's watchdog on every
-// rank. Like NcclCommunicator, it records the buffers of each point-to-point
-// operation as in use until it is matched (kernels/buffer_uses.hpp), so that
-// an allocator that asks before a free keeps them (record_uses = false: a
-// backend that does not, for tests that must see the difference). Host collectives (the executor's
+// rank. With record_uses, like NcclCommunicator, it records the buffers of
+// each point-to-point operation as in use until it is matched
+// (kernels/buffer_uses.hpp), so that an allocator that asks before a free
+// keeps them (tests/unit/comm/test_buffer_lifetime.cpp). Host collectives (the executor's
 // makespan reduction) do not go through the stream: NcclCommunicator sends host buffers to its MPI
 // host group, so here they meet at a separate rendezvous.
 #pragma once
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "trident/comm/comm.hpp"
 #include "trident/comm/op_buffers.hpp"
+#include "trident/core/clock.hpp"
 #include "trident/core/error.hpp"
 #include "trident/kernels/buffer_uses.hpp"
 
@@ -45,7 +48,8 @@ class InOrderWorld {
     const void* in = nullptr;
     void* out = nullptr;
     size_t bytes = 0;
-    bool matched = false, done = false;
+    bool matched = false;
+    std::atomic<bool> done{false};  // read without the lock by a buffer's fence
   };
   using Unit = std::vector<std::shared_ptr<P2p>>;
 
@@ -177,7 +181,7 @@ class InOrderWorld {
 // Rank `rank` of an InOrderWorld, as a Communicator of kind pp.
 class InOrderComm final : public Communicator {
  public:
-  InOrderComm(InOrderWorld& world, int rank, double timeout_s, bool record_uses = true)
+  InOrderComm(InOrderWorld& world, int rank, double timeout_s, bool record_uses = false)
       : Communicator(CommKind::pp, "in-order", timeout_s, rank, all_ranks(world.size())),
         world_(world),
         record_uses_(record_uses) {}
@@ -237,19 +241,21 @@ class InOrderComm final : public Communicator {
     std::shared_ptr<InOrderWorld::P2p> op_;
   };
   // A point-to-point operation's end, as its buffers' users see it: on the
-  // host (no streams here), a free waits for the match.
+  // host (no streams here), a free waits for the match, driving the world's
+  // progress meanwhile. done() reads the flag alone, since the registry may
+  // ask after the world is gone.
   class P2pFence final : public kernels::UseFence {
    public:
     P2pFence(InOrderWorld& w, std::shared_ptr<InOrderWorld::P2p> op) : w_(w), op_(std::move(op)) {}
-    bool done() override {
-      try {
-        return w_.poll(*op_);
-      } catch (const Error&) {
-        return true;  // a failed stream moves no more data
-      }
-    }
+    bool done() override { return op_->done; }
     void order_before(void*, double timeout_s) override {
-      kernels::wait_for_fence(*this, timeout_s, "in-order p2p");
+      const double t0 = monotonic_s();
+      while (!w_.poll(*op_)) {
+        if (monotonic_s() - t0 > timeout_s)
+          throw TimeoutError("in-order p2p: a freed buffer's operation was not matched within " +
+                             std::to_string(timeout_s) + " s");
+        std::this_thread::yield();
+      }
     }
 
    private:

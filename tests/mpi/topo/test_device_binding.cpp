@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "env_guard.hpp"
 #include "mpi_test_util.hpp"
 #include "trident/comm/backend.hpp"
 #include "trident/kernels/backend.hpp"
@@ -19,6 +20,7 @@
 #include "trident/train/trainer.hpp"
 
 using namespace trident;
+using trident::testing::EnvGuard;
 using trident::testing::world_rank;
 
 namespace {
@@ -56,21 +58,6 @@ struct Fakes {
     kernels::set_device_runtime_for_testing(nullptr);
     set_device_group_maker_for_testing(nullptr);
   }
-};
-
-struct EnvGuard {
-  explicit EnvGuard(const char* name) : name_(name) {
-    if (const char* v = std::getenv(name)) old_ = v, had_ = true;
-  }
-  ~EnvGuard() {
-    if (had_)
-      setenv(name_, old_.c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
 };
 
 // pp 2 x dp 2 x cp 2 with ep 2: every group kind has members on both nodes'

@@ -12,12 +12,14 @@
 #include <set>
 #include <vector>
 
+#include "env_guard.hpp"
 #include "mpi_test_util.hpp"
 #include "trident/core/error.hpp"
 #include "trident/topo/devices.hpp"
 #include "trident/topo/topology.hpp"
 
 using namespace trident;
+using trident::testing::EnvGuard;
 using trident::testing::world_rank;
 using trident::testing::world_size;
 
@@ -114,21 +116,6 @@ int any_rank(int v) {
   return out;
 }
 
-struct EnvGuard {
-  explicit EnvGuard(const char* name) : name_(name) {
-    if (const char* v = std::getenv(name)) old_ = v, had_ = true;
-  }
-  ~EnvGuard() {
-    if (had_)
-      setenv(name_, old_.c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
-
 }  // namespace
 
 TEST_CASE("communicators hold the mesh's ranks for every shape and pp/cp/ep", "[topo]") {
@@ -171,7 +158,8 @@ TEST_CASE("8 ranks as 2 nodes x 4: pp=2 cp=2, ep=2 and ep=4", "[topo][np8]") {
   unsetenv("TRIDENT_TOPOLOGY");
   for (int ep : {2, 4}) {
     Config cfg = override_config(2, 4, 4, 2, 2, ep);
-    auto c = build_communicators(trident::testing::world_comm(), cfg, detect_topology(trident::testing::world_comm(), cfg));
+    auto c = build_communicators(trident::testing::world_comm(), cfg,
+                                 detect_topology(trident::testing::world_comm(), cfg));
     CHECK(check_communicators(*c) == 0);
     const int r = world_rank();
     // With the override, virtual node = rank / 4 and logical = world rank.
@@ -262,7 +250,8 @@ TEST_CASE("an impossible mesh request is an InputError on every rank", "[topo]")
   Config cfg = override_config(1, w, w, 1, 2 * w, 1);  // cp larger than the world
   bool thrown = false;
   try {
-    build_communicators(trident::testing::world_comm(), cfg, detect_topology(trident::testing::world_comm(), cfg));
+    build_communicators(trident::testing::world_comm(), cfg,
+                        detect_topology(trident::testing::world_comm(), cfg));
   } catch (const InputError&) {
     thrown = true;
   }
