@@ -13,8 +13,9 @@
 #                     finds its libraries inside the bundle, and that trident
 #                     starts
 #
-# From the machine it takes only glibc, NCCL (which trident links; the bundle
-# leaves its 200 MB out) and, for --device cuda, the driver and cuBLAS. NCCL:
+# From the machine it takes only glibc, python3, NCCL (which trident links;
+# the bundle leaves its 200 MB out) and, for --device cuda, the driver and
+# cuBLAS; it checks each first and names every one missing. NCCL:
 # TRIDENT_NCCL_DIR, else python3's nvidia-nccl wheel (PyTorch's), else the
 # CUDA toolkit's. cuBLAS: TRIDENT_CUBLAS_LIBRARY, else python3's nvidia
 # wheels, else the toolkit's. The bundle's libraries reach only the programs
@@ -63,25 +64,38 @@ EOF
   return 1
 }
 
+# What the machine must provide (MANIFEST says so too), each checked, and
+# every one missing named before anything runs.
+missing=()
+command -v python3 > /dev/null || missing+=("python3 (runs scripts/gpu-train-check.py)")
 nccl_dir=${TRIDENT_NCCL_DIR:-}
 [[ -z $nccl_dir ]] && nccl_dir=$(find_library_dir libnccl.so.2)
 if [[ -z $nccl_dir || ! -e $nccl_dir/libnccl.so.2 ]]; then
-  echo "FAIL no libnccl.so.2 (TRIDENT_NCCL_DIR, python3's nvidia-nccl wheel, /usr/local/cuda)"
-  exit 1
+  missing+=("NCCL: libnccl.so.2, which trident links (TRIDENT_NCCL_DIR, python3's nvidia-nccl wheel, /usr/local/cuda)")
 fi
-echo "   NCCL: $nccl_dir/libnccl.so.2 (from this machine)"
 extra=$nccl_dir
 if [[ $device = cuda ]]; then
   if [[ -z ${TRIDENT_CUBLAS_LIBRARY:-} ]]; then
-    cublas_dir=$(find_library_dir libcublas.so.13) || {
-      echo "FAIL no libcublas.so.13 (TRIDENT_CUBLAS_LIBRARY, python3's nvidia wheels, /usr/local/cuda)"
-      exit 1
-    }
-    export TRIDENT_CUBLAS_LIBRARY=$cublas_dir/libcublas.so.13
+    if cublas_dir=$(find_library_dir libcublas.so.13); then
+      export TRIDENT_CUBLAS_LIBRARY=$cublas_dir/libcublas.so.13
+    else
+      missing+=("cuBLAS: libcublas.so.13 (TRIDENT_CUBLAS_LIBRARY, python3's nvidia-cublas wheel, /usr/local/cuda)")
+    fi
   fi
-  echo "   cuBLAS: $TRIDENT_CUBLAS_LIBRARY (from this machine)"
-  extra=$extra:$(dirname "$TRIDENT_CUBLAS_LIBRARY")  # cuBLASLt beside it
+  # cuBLASLt lies beside cuBLAS.
+  [[ -n ${TRIDENT_CUBLAS_LIBRARY:-} ]] && extra=$extra:$(dirname "$TRIDENT_CUBLAS_LIBRARY")
+  if ! { ldconfig -p 2> /dev/null | grep -q 'libcuda\.so\.1 '; } &&
+      ! ls /usr/lib/x86_64-linux-gnu/libcuda.so.1 /usr/lib64/libcuda.so.1 \
+        /usr/local/nvidia/lib64/libcuda.so.1 > /dev/null 2>&1; then
+    missing+=("the NVIDIA driver: libcuda.so.1")
+  fi
 fi
+if ((${#missing[@]} > 0)); then
+  printf 'FAIL this machine lacks %s\n' "${missing[@]}"
+  exit 1
+fi
+echo "   NCCL: $nccl_dir/libnccl.so.2 (from this machine)"
+[[ $device = cuda ]] && echo "   cuBLAS: $TRIDENT_CUBLAS_LIBRARY (from this machine)"
 # bin/mpirun puts these after the bundle's lib/ for the programs it starts.
 export TRIDENT_BUNDLE_EXTRA_LIBS=$extra
 
