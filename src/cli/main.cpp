@@ -6,10 +6,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "commands.hpp"
 #include "trident/comm/process.hpp"
+#include "trident/core/clock.hpp"
 #include "trident/core/error.hpp"
 
 namespace trident::cli {
@@ -35,15 +38,32 @@ void print_error(const std::string& msg) {
   std::fflush(stderr);
 }
 
+// " rank 3 did not answer ..." for the line of a rank whose wait failed:
+// the peer it waited on may itself be waiting, so the ranks that are gone
+// are named by asking every rank (comm_silent_ranks).
+std::string silent_note(const std::vector<int>& silent, double seconds, bool timed_out) {
+  if (silent.empty())
+    return timed_out ? "; every rank answered a probe (none is stopped or dead)" : "";
+  std::string who = silent.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < silent.size() && i < 8; ++i)
+    who += (i ? ", " : "") + std::to_string(silent[i]);
+  if (silent.size() > 8) who += " and " + std::to_string(silent.size() - 8) + " more";
+  char s[32];
+  std::snprintf(s, sizeof s, "%g s", seconds);
+  return "; " + who + " did not answer within " + s + " (stopped or dead, or busy outside a wait)";
+}
+
 // The ending every rank of a job takes. All ranks reached the error (the
 // usual case: every rank validates the same input, or agreed on the
 // failure)? Then the one that knows prints, and all finalise cleanly so the
-// exit code is ours. Otherwise this rank failed alone: it tells the others
-// (they end quietly, see comm/process.hpp), prints unless a lower rank failed
-// at the same moment, and ends without waiting for anyone; a rank that had
-// been told of another's failure before its own leaves quietly.
+// exit code is ours. Otherwise this rank failed alone: it asks which ranks
+// are gone, tells the others (they end quietly, see comm/process.hpp), and
+// prints unless another rank failed earlier (its failure is the cause, this
+// one a consequence: then this rank leaves quietly with that rank's exit
+// code), and ends without waiting for anyone.
 int finish_with_error(bool mpi_on, int code, const std::string& msg, bool symmetric,
                       bool reporter, bool timed_out = false) {
+  const double t_fail = now_s();
   const int rank = mpi_on ? comm_world_rank() : launcher_rank();
   if (!mpi_on) {
     if (rank == 0) print_error(msg);
@@ -54,15 +74,25 @@ int finish_with_error(bool mpi_on, int code, const std::string& msg, bool symmet
     comm_finalize();
     return code;
   }
-  // A rank told of a failure before its own is failing because of that one.
-  int failed_rank = 0, failed_code = 0;
-  if (comm_failure_notice(&failed_rank, &failed_code)) leave_after_reporter(failed_code);
+  int first_code = 0;
+  if (comm_earlier_failure_within(t_fail, 0.0, &first_code)) leave_after_reporter(first_code);
   if (timed_out && comm_was_stopped()) leave_after_reporter(code);
-  comm_notify_failure(code);
-  if (comm_lower_rank_failed_within(0.5)) leave_after_reporter(code);
+  constexpr double kProbeS = 2.0;  // a waiting rank answers within milliseconds
+  const std::vector<int> silent = comm_silent_ranks(kProbeS);
+  if (comm_earlier_failure_within(t_fail, 0.0, &first_code)) leave_after_reporter(first_code);
+  comm_notify_failure(code, t_fail);
+  if (comm_earlier_failure_within(t_fail, 0.5, &first_code)) leave_after_reporter(first_code);
   const std::string prefix = "rank " + std::to_string(rank) + ":";
-  print_error(msg.rfind(prefix, 0) == 0 ? msg : prefix + " " + msg);
+  print_error((msg.rfind(prefix, 0) == 0 ? msg : prefix + " " + msg) +
+              silent_note(silent, kProbeS, timed_out));
   comm_exit_now(code);
+}
+
+// A call that waits for every rank inside a library (parallel HDF5) passed
+// its deadline: the watchdog thread ends this rank as a timed-out wait would.
+void blocking_call_expired(const std::string& message) {
+  finish_with_error(true, 1, message, false, true, true);
+  comm_exit_now(1);  // not reached: the error path of a rank failing alone ends the process
 }
 
 // Every command, in the order chosen_command's name tables follow.
@@ -147,6 +177,7 @@ int run_command(Command& chosen, int* argc, char*** argv) {
     if (chosen.needs_mpi()) {
       comm_init(argc, argv);
       mpi_on = true;
+      set_blocking_call_expired(&blocking_call_expired);
     }
     int rc = chosen.run();
     if (mpi_on) comm_finalize();

@@ -87,6 +87,7 @@ const char* elem_name(ElemType t) {
 
 CommCounters CommCounters::operator-(const CommCounters& o) const {
   CommCounters d;
+  d.longest_wait_s = longest_wait_s;
   for (size_t i = 0; i < bytes_sent.size(); ++i) {
     d.bytes_sent[i] = bytes_sent[i] - o.bytes_sent[i];
     d.wait_s[i] = wait_s[i] - o.wait_s[i];

@@ -25,6 +25,7 @@
 
 // The MPI communicator under world, for parallel HDF5's file driver only.
 #include "trident/comm/mpi/mpi_communicator.hpp"
+#include "trident/comm/process.hpp"
 #include "trident/core/allocator.hpp"
 #include "trident/core/error.hpp"
 #include "trident/io/h5util.hpp"
@@ -470,6 +471,7 @@ RunFile::RunFile(const std::string& path, Communicator& world, const Config& cfg
                  const Communicators& comms, const std::string& slurm_job_id)
     : path_(path), world_(world.host()) {
   h5::Lock lock(h5::library_mutex());
+  BlockingCall blocking("a collective write of output file " + path_, world_.timeout_s());
   rank_ = world_.rank();
   size_ = world_.size();
   h5::QuietErrors quiet;
@@ -495,6 +497,7 @@ RunFile::RunFile(const std::string& path, Communicator& world, const Config& cfg
 
 RunFile::~RunFile() {
   h5::Lock lock(h5::library_mutex());
+  BlockingCall blocking("a collective write of output file " + path_, world_.timeout_s());
   if (closed_ || file_ < 0) return;
   // H5Fclose is collective. While an exception unwinds, other ranks may be
   // elsewhere, so the file is left as last flushed (completed = 0); HDF5
@@ -508,6 +511,7 @@ RunFile::~RunFile() {
 void RunFile::append_step(const StepMetrics& m, const std::array<double, 4>& comm_bytes,
                           const std::vector<std::vector<int64_t>>& expert_tokens) try {
   h5::Lock lock(h5::library_mutex());
+  BlockingCall blocking("a collective write of output file " + path_, world_.timeout_s());
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": append_step after close");
   h5::QuietErrors quiet;
   bool ok = true;
@@ -558,6 +562,7 @@ void RunFile::append_step(const StepMetrics& m, const std::array<double, 4>& com
 
 void RunFile::append_events(const std::vector<TimelineEvent>& mine) try {
   h5::Lock lock(h5::library_mutex());
+  BlockingCall blocking("a collective write of output file " + path_, world_.timeout_s());
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": append_events after close");
   h5::QuietErrors quiet;
   std::vector<EventRow> rows(mine.size());
@@ -690,6 +695,7 @@ void RunFile::write_activation(int step, int layer, const std::string& name,
                                const std::vector<int>& sample_ids, const float* local,
                                const std::vector<int64_t>& global_positions) try {
   h5::Lock lock(h5::library_mutex());
+  BlockingCall blocking("a collective write of output file " + path_, world_.timeout_s());
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": write_activation after close");
   h5::QuietErrors quiet;
   const std::string where =
@@ -740,6 +746,7 @@ void RunFile::write_activation(int step, int layer, const std::string& name,
 
 void RunFile::append_event(const RunEvent& e) try {
   h5::Lock lock(h5::library_mutex());
+  BlockingCall blocking("a collective write of output file " + path_, world_.timeout_s());
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": append_event after close");
   h5::QuietErrors quiet;
   const bool ok = !e.kind.empty() && e.kind.size() < kKindBytes;
@@ -761,6 +768,7 @@ void RunFile::append_event(const RunEvent& e) try {
 
 void RunFile::append_eval(const EvalMetrics& m) try {
   h5::Lock lock(h5::library_mutex());
+  BlockingCall blocking("a collective write of output file " + path_, world_.timeout_s());
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": append_eval after close");
   h5::QuietErrors quiet;
   Handle mtype = eval_type();
@@ -773,6 +781,7 @@ void RunFile::append_eval(const EvalMetrics& m) try {
 
 void RunFile::append_checkpoint(const CheckpointRecord& r) try {
   h5::Lock lock(h5::library_mutex());
+  BlockingCall blocking("a collective write of output file " + path_, world_.timeout_s());
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": append_checkpoint after close");
   h5::QuietErrors quiet;
   Handle mtype = checkpoint_type();
@@ -786,6 +795,7 @@ void RunFile::append_checkpoint(const CheckpointRecord& r) try {
 void RunFile::write_length_histogram(const std::string& name, const std::vector<int64_t>& counts,
                                      const std::string& description) try {
   h5::Lock lock(h5::library_mutex());
+  BlockingCall blocking("a collective write of output file " + path_, world_.timeout_s());
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": write_length_histogram after close");
   h5::QuietErrors quiet;
   // The dataset's shape must be the same on every rank: rank 0's.
@@ -813,6 +823,7 @@ void RunFile::write_length_histogram(const std::string& name, const std::vector<
 
 void RunFile::write_rank_summaries(const RankSummary& mine) try {
   h5::Lock lock(h5::library_mutex());
+  BlockingCall blocking("a collective write of output file " + path_, world_.timeout_s());
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": write_rank_summaries after close");
   h5::QuietErrors quiet;
   Handle ranks = h5::open_or_create_group(file_, "ranks");
@@ -842,6 +853,7 @@ void RunFile::write_rank_summaries(const RankSummary& mine) try {
 template <class T>
 void RunFile::write_root_attr(const std::string& name, T value) try {
   h5::Lock lock(h5::library_mutex());
+  BlockingCall blocking("a collective write of output file " + path_, world_.timeout_s());
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": set_root_attr after close");
   h5::QuietErrors quiet;
   if constexpr (std::is_same_v<T, std::string>)
@@ -857,16 +869,19 @@ void RunFile::write_root_attr(const std::string& name, T value) try {
 
 void RunFile::set_root_attr(const std::string& name, const std::string& value) {
   h5::Lock lock(h5::library_mutex());
+  BlockingCall blocking("a collective write of output file " + path_, world_.timeout_s());
   write_root_attr(name, value);
 }
 void RunFile::set_root_attr(const std::string& name, double value) { write_root_attr(name, value); }
 void RunFile::set_root_attr(const std::string& name, int64_t value) {
   h5::Lock lock(h5::library_mutex());
+  BlockingCall blocking("a collective write of output file " + path_, world_.timeout_s());
   write_root_attr(name, value);
 }
 
 void RunFile::flush() try {
   h5::Lock lock(h5::library_mutex());
+  BlockingCall blocking("a collective write of output file " + path_, world_.timeout_s());
   TRIDENT_CHECK(!closed_, "run file " + path_ + ": flush after close");
   h5::QuietErrors quiet;
   TRIDENT_H5(H5Fflush(file_, H5F_SCOPE_GLOBAL), "flush it");
@@ -876,6 +891,7 @@ void RunFile::flush() try {
 
 void RunFile::close() try {
   h5::Lock lock(h5::library_mutex());
+  BlockingCall blocking("a collective write of output file " + path_, world_.timeout_s());
   if (closed_) return;
   h5::QuietErrors quiet;
   h5::write_attr(file_, "completed", int64_t{1});

@@ -47,14 +47,19 @@ const char* comm_kind_name(CommKind k);
 // alltoallv/alltoall: the blocks for the other ranks (not its own),
 // broadcast: the bytes at the root only, barrier: 0. A wait that times out
 // adds its time but no bytes. calls counts completed operations.
+// longest_wait_s: the longest single wait (any kind, since the process
+// started), the figure runtime.timeout_s must stay above (faults.md); a
+// difference of counters keeps the left side's.
 struct CommCounters {
   std::array<double, 5> bytes_sent{};
   std::array<double, 5> wait_s{};
   std::array<int64_t, 5> calls{};
+  double longest_wait_s = 0;
   void add(CommKind k, double bytes, double wait) {
     bytes_sent[int(k)] += bytes;
     wait_s[int(k)] += wait;
     calls[int(k)] += 1;
+    if (wait > longest_wait_s) longest_wait_s = wait;
   }
   CommCounters operator-(const CommCounters& o) const;
 };

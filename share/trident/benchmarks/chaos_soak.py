@@ -11,7 +11,9 @@ repeats):
   truncate  SIGKILL of a random rank, then the newest checkpoint cut in half
             (the resume must pass over it)
 After each fault the job is started again with --resume. The soak checks that
-every fault ended the job (all ranks gone) within its deadline with a message,
+every fault ended the job (all ranks gone) within its deadline with exactly
+one line that names its cause (the stopped rank, in trident's line; the
+killed rank, in the launcher's; the full disk),
 that no resume used a damaged checkpoint, and at the end that the last loss and
 every parameter, AdamW moment and router bias equal the uninterrupted run's bit
 for bit. It reports faults injected and survived, time to detect (fault to the
@@ -20,12 +22,23 @@ per fault (steps trained after the last good checkpoint). Old checkpoints
 are pruned to the newest three before each job, as a long job's retention
 would.
 
-  chaos_soak.py --faults 5 [--seed S] [--work DIR] [--bin build/trident]
+  chaos_soak.py --faults 5 [--seed S] [--load] [--work DIR] [--bin build/trident]
+
+The jobs' deadline (runtime.timeout_s) follows from what their waits
+measurably take: the uninterrupted run goes first with a generous deadline
+and reports its longest wait ("waits: longest ..."); the faulty jobs get
+4 times that, at least 10 s (--timeout-s N fixes it instead). The floor is
+for load that comes after the measurement: on 2026-12-04 a healthy job's
+wait reached 5 s on a CI machine that two other MPI jobs had joined. A deadline that
+fires in a job where no rank was stopped is a false deadline, counted and a
+problem. --load runs a CPU hog on every core for the whole soak, the
+reference run included, as a loaded CI machine would.
 
 Needs root for the tmpfs of the "full" fault; without it that kind is left
 out and the report says so. Exit 0 when every check held.
 """
 import argparse
+import math
 import os
 import random
 import re
@@ -42,6 +55,11 @@ import h5py
 import numpy as np
 
 STEP_LINE = re.compile(r"^step +(\d+) \|")
+LONGEST_WAIT = re.compile(r"^waits: longest ([0-9.]+) s")
+SILENT = re.compile(r"ranks? ([0-9, ]+)(?: and \d+ more)? did not answer")
+KILLED = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal 9")
+CKPT = re.compile(r"^ckpt_step_(\d+)\.")
+REFERENCE_TIMEOUT_S = 60  # the uninterrupted run's deadline, before anything is measured
 RESUMED = re.compile(r"^resumed from (\S+) at step (\d+)")
 
 
@@ -55,7 +73,9 @@ def parse_args():
     ap.add_argument("--config", default=os.path.join(repo, "share/trident/examples/quickstart.toml"))
     ap.add_argument("--steps", type=int, default=0, help="train.steps (default: 3 per fault + 12)")
     ap.add_argument("--checkpoint-every", type=int, default=2)
-    ap.add_argument("--timeout-s", type=int, default=5, help="runtime.timeout_s of the jobs")
+    ap.add_argument("--timeout-s", type=int, default=0,
+                    help="runtime.timeout_s of the faulty jobs (default: from the reference run's waits)")
+    ap.add_argument("--load", action="store_true", help="a CPU hog on every core for the whole soak")
     ap.add_argument("--bin", default=os.environ.get("TRIDENT_BIN", os.path.join(repo, "build/trident")))
     ap.add_argument("--mpirun", default=os.environ.get(
         "TRIDENT_MPIRUN", "mpirun --allow-run-as-root --oversubscribe --mca pml ucx "
@@ -88,6 +108,9 @@ class Soak:
         self.problems = []
         self.records = []  # one per fault
         self.segment = 0
+        self.timeout_s = a.timeout_s or REFERENCE_TIMEOUT_S
+        self.false_deadlines = 0
+        self.longest_wait = None
 
     def problem(self, what):
         print("PROBLEM: " + what, flush=True)
@@ -97,7 +120,7 @@ class Soak:
         cmd = self.mpirun + ["-np", str(self.a.np), self.a.bin, "run", self.a.config,
                              "--output", out,
                              "--set", "train.steps=%d" % self.steps,
-                             "--set", "runtime.timeout_s=%d" % self.a.timeout_s,
+                             "--set", "runtime.timeout_s=%d" % self.timeout_s,
                              "--set", "output.checkpoint_every=%d" % self.a.checkpoint_every,
                              "--set", "output.checkpoint_dir=%s" % ckdir,
                              "--set", "output.timeline=false"]
@@ -168,6 +191,7 @@ class Soak:
                 rec["resumed_at"], rec["resumed_from"] = int(m.group(2)), m.group(1)
         stdout = "".join(stdout)
         rec.update(rc=p.returncode, stderr=err, stdout=stdout, out=out)
+        self.count_false_deadline(rec)
         return rec
 
     def inject(self, p, kind, ckdir, rec):
@@ -192,30 +216,24 @@ class Soak:
             if kind == "full" and rec["last_step"] == self.steps - 1:
                 return False  # no checkpoint came after the disk filled
             self.problem("segment %d: %s fault, yet the job exited 0" % (rec["segment"], kind))
-        errors = [l for l in err.splitlines() if l.startswith("trident: error")]
-        if kind in ("stop", "full") and len(errors) != 1:
-            self.problem("segment %d: %s: %d error lines, expected one: %s"
-                         % (rec["segment"], kind, len(errors), errors))
-        if kind in ("kill", "truncate") and not (errors or "signal 9" in err or "Killed" in err):
-            self.problem("segment %d: %s: no message names the killed rank" % (rec["segment"], kind))
+        self.check_cause(rec)
         if "MPI_ABORT" in err:
             self.problem("segment %d: %s: MPI_Abort banner on stderr" % (rec["segment"], kind))
         # full: from the moment the disk filled; it shows at the next checkpoint
         rec["detect_s"] = rec["t_end"] - rec["t_fault"]
-        limit = {"kill": 10, "truncate": 10, "stop": self.a.timeout_s + 10, "full": 20}[kind]
+        # stop: the deadline, 2 s of asking which ranks answer, a moment to agree
+        limit = {"kill": 10, "truncate": 10, "stop": self.timeout_s + 12, "full": 20}[kind]
         if rec["detect_s"] > limit:
             self.problem("segment %d: %s fault ended the job after %.1f s (limit %d s)"
                          % (rec["segment"], kind, rec["detect_s"], limit))
         if kind == "full":
             os.remove(os.path.join(ckdir, "filler"))
-            if "No space left on device" not in err:
-                self.problem("segment %d: full disk, but the message does not say so" % rec["segment"])
         if kind == "truncate":
             # only where an older checkpoint remains: with none, the honest
             # answer is "no checkpoint loads" (exit 2) and a start from scratch
-            ck = sorted(n for n in os.listdir(ckdir) if n.startswith("ckpt_step_") and ".tmp" not in n)
+            ck = self.checkpoints(ckdir)
             if len(ck) >= 2:
-                path = os.path.join(ckdir, ck[-1])
+                path = os.path.join(ckdir, "ckpt_step_%08d.h5" % ck[-1])
                 data = open(path, "rb").read()
                 open(path, "wb").write(data[: len(data) // 2])
                 rec["truncated"] = path
@@ -223,11 +241,48 @@ class Soak:
                 rec["kind"] = "kill"  # what it was, in the report
         return True
 
+    def check_cause(self, rec):
+        """Exactly one line names the fault's cause: trident's for a stopped rank
+        (among the ranks that did not answer its probe) and for a full disk; the
+        launcher's for a killed rank, and then none of trident's (the ranks that
+        fail after it are its consequences)."""
+        kind, err = rec["kind"], rec["stderr"]
+        errors = [l for l in err.splitlines() if l.startswith("trident: error")]
+        killed = [int(r) for r in KILLED.findall(err)]
+        if kind == "stop":
+            named = [int(r) for m in SILENT.findall(errors[0]) for r in m.split(",")] if errors else []
+            ok = len(errors) == 1 and rec["rank"] in named
+        elif kind == "full":
+            ok = len(errors) == 1 and "No space left on device" in errors[0]
+        else:  # kill, truncate
+            ok = not errors and killed == [rec["rank"]]
+        if not ok:
+            self.problem("segment %d: %s of rank %s: expected one line naming the cause; trident's "
+                         "lines: %s; the launcher's: killed rank(s) %s"
+                         % (rec["segment"], kind, rec["rank"], errors, killed))
+
+    def count_false_deadline(self, rec):
+        """A deadline that fired where no rank was stopped: a healthy job, slow."""
+        if "timed out after" in rec["stderr"] and (rec["kind"] != "stop" or rec["t_fault"] is None):
+            self.false_deadlines += 1
+            self.problem("segment %d (%s): a deadline fired with no rank stopped (false deadline): %s"
+                         % (rec["segment"], rec["kind"], rec["stderr"][-400:]))
+
+    @staticmethod
+    def checkpoints(ckdir):
+        """Steps of the complete checkpoints in ckdir (an index file each), oldest first."""
+        return sorted(int(m.group(1)) for n in os.listdir(ckdir)
+                      for m in [CKPT.match(n)] if m and n == "ckpt_step_%s.h5" % m.group(1))
+
     def prune(self, ckdir, keep=3):
-        """Keeps the newest checkpoints only, as a long job's retention would."""
-        ck = sorted(n for n in os.listdir(ckdir) if n.startswith("ckpt_step_"))
-        for n in ck[:-keep] + [n for n in ck if ".tmp" in n]:
-            os.remove(os.path.join(ckdir, n))
+        """Keeps the newest checkpoints only (an index and its shards, or one file),
+        as a long job's retention would; temporary files and the shards of
+        saves that did not complete go too."""
+        kept = set(self.checkpoints(ckdir)[-keep:])
+        for n in os.listdir(ckdir):
+            m = CKPT.match(n)
+            if m and (int(m.group(1)) not in kept or ".tmp" in n):
+                os.remove(os.path.join(ckdir, n))
 
     def soak(self, ckdir, kinds):
         # every kind once (in a random order) before any repeats
@@ -304,13 +359,58 @@ def report(s, t0):
              s.segment, time.time() - t0))
     if detect:
         print("time to detect: max %.1f s, median %.1f s (stop: deadline runtime.timeout_s = %d s)"
-              % (max(detect), statistics.median(detect), s.a.timeout_s))
+              % (max(detect), statistics.median(detect), s.timeout_s))
         for k in sorted(by_kind):
             d = [r["detect_s"] for r in recs if r["kind"] == k]
             print("  %-8s max %.1f s, median %.1f s" % (k, max(d), statistics.median(d)))
+    print("false deadlines (a deadline that fired with no rank stopped): %d" % s.false_deadlines)
     if lost:
         print("work lost per fault: mean %.2f steps, max %d steps (checkpoint every %d steps)"
               % (statistics.mean(lost), max(lost), s.a.checkpoint_every))
+
+
+class Hog:
+    """One busy process per core (--load), ended by its pids when the soak ends."""
+
+    def __init__(self, on):
+        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                      for _ in range(os.cpu_count() or 1)] if on else []
+
+    def stop(self):
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+
+def measured_deadline(s, ref):
+    """runtime.timeout_s of the faulty jobs: 4 times the uninterrupted run's
+    longest wait (any rank, start-up and checkpoints included), at least 10 s."""
+    m = [LONGEST_WAIT.match(l) for l in ref["stdout"].splitlines()]
+    longest = max([float(x.group(1)) for x in m if x] or [0.0])
+    if not s.a.timeout_s:
+        s.timeout_s = max(10, math.ceil(4 * longest))
+    print("uninterrupted run: longest wait %.2f s (deadline %d s); the faulty jobs' deadline: %d s%s"
+          % (longest, REFERENCE_TIMEOUT_S if not s.a.timeout_s else s.a.timeout_s, s.timeout_s,
+             " (--timeout-s)" if s.a.timeout_s else " (4 x the longest wait, at least 10 s)"),
+          flush=True)
+    return longest
+
+
+def check_end_state(s, ref, last):
+    """The last loss and every tensor of the final checkpoint equal the
+    uninterrupted run's bit for bit."""
+    got, want = s.final_loss(last["out"]), s.final_loss(ref["out"])
+    if got is None or got != want:
+        s.problem("final loss %r differs from the uninterrupted run's %r" % (got, want))
+    ref_t = s.tensors("ck_ref/ckpt_step_%08d.h5" % s.steps)
+    final = "ck/ckpt_step_%08d.h5" % s.steps
+    got_t = s.tensors(final) if os.path.exists(final) else {}
+    same = ref_t.keys() == got_t.keys() and all(np.array_equal(ref_t[k], got_t[k]) for k in ref_t)
+    if not same:
+        s.problem("final parameters or optimizer state differ from the uninterrupted run's")
+    else:
+        print("final state: loss %r and %d tensors equal the uninterrupted run's bit for bit"
+              % (got, len(ref_t)))
 
 
 def main():
@@ -320,34 +420,28 @@ def main():
     os.makedirs(work, exist_ok=True)
     os.chdir(work)
     s = Soak(a)
-    print("chaos soak in %s: %d faults, %d steps, seed %d" % (work, a.faults, s.steps, a.seed), flush=True)
-    os.makedirs("ck_ref", exist_ok=True)
-    ref = s.run_job("ck_ref", None)
-    if ref["rc"] != 0:
-        print("the uninterrupted run failed: " + ref["stderr"][-400:])
-        return 1
-    kinds = ["kill", "stop", "full", "truncate"]
-    # room for every checkpoint of the last job (a few MB each)
-    mounted, why = mount_tmpfs("ck", "%dm" % max(256, 8 * (s.steps // a.checkpoint_every + 10)))
-    if not mounted:
-        kinds.remove("full")
-        print("note: no tmpfs for the checkpoint directory (%s): the 'full' fault is left out" % why)
+    print("chaos soak in %s: %d faults, %d steps, seed %d%s" % (
+        work, a.faults, s.steps, a.seed, ", a CPU hog on each of %d cores" % os.cpu_count()
+        if a.load else ""), flush=True)
+    hog = Hog(a.load)
+    mounted = False
     try:
+        os.makedirs("ck_ref", exist_ok=True)
+        ref = s.run_job("ck_ref", None)
+        if ref["rc"] != 0:
+            print("the uninterrupted run failed: " + ref["stderr"][-400:])
+            return 1
+        s.longest_wait = measured_deadline(s, ref)
+        kinds = ["kill", "stop", "full", "truncate"]
+        # room for every checkpoint of the last job (a few MB each)
+        mounted, why = mount_tmpfs("ck", "%dm" % max(256, 8 * (s.steps // a.checkpoint_every + 10)))
+        if not mounted:
+            kinds.remove("full")
+            print("note: no tmpfs for the checkpoint directory (%s): the 'full' fault is left out" % why)
         last = s.soak("ck", kinds)
-        # the end state is checked whatever happened on the way
-        got, want = s.final_loss(last["out"]), s.final_loss(ref["out"])
-        if got is None or got != want:
-            s.problem("final loss %r differs from the uninterrupted run's %r" % (got, want))
-        ref_t = s.tensors("ck_ref/ckpt_step_%08d.h5" % s.steps)
-        final = "ck/ckpt_step_%08d.h5" % s.steps
-        got_t = s.tensors(final) if os.path.exists(final) else {}
-        same = ref_t.keys() == got_t.keys() and all(np.array_equal(ref_t[k], got_t[k]) for k in ref_t)
-        if not same:
-            s.problem("final parameters or optimizer state differ from the uninterrupted run's")
-        else:
-            print("final state: loss %r and %d tensors equal the uninterrupted run's bit for bit"
-                  % (got, len(ref_t)))
+        check_end_state(s, ref, last)  # whatever happened on the way
     finally:
+        hog.stop()
         if mounted:
             subprocess.run(["umount", "ck"], stderr=subprocess.DEVNULL)
     report(s, t0)

@@ -7,14 +7,18 @@
 
 #include <csignal>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "mpi_check.hpp"
 #include "trident/comm/mpi/mpi_communicator.hpp"
+#include "trident/core/clock.hpp"
 
 namespace trident {
 
@@ -29,43 +33,156 @@ const char* launcher_rank_env() {
 }
 
 // The control communicator (a duplicate of the world, so that the error path
-// never meets the collectives of ranks still at work) and the receive posted
-// on it for failure notices: part of the process-wide MPI state.
-constexpr int kNoticeTag = 7777;
+// never meets the collectives of ranks still at work), the receives posted on
+// it for failure notices and probes, and what they brought: part of the
+// process-wide MPI state.
+constexpr int kNoticeTag = 7777;  // a failure: {rank, exit code, time in µs}
+constexpr int kProbeTag = 7778;   // "are you there?", from a rank whose wait failed
+constexpr int kAnswerTag = 7779;  // "yes", in answer to a probe
 MPI_Comm g_control = MPI_COMM_NULL;
-MPI_Request g_notice_req = MPI_REQUEST_NULL;
-int g_notice[2] = {-1, 0};                    // rank, exit code of the notice in flight
-int g_lowest_notice = -1, g_notice_code = 0;  // the lowest failed rank heard of so far
-int g_sent_notice[2] = {-1, 0};                // this rank's own notice, while it is sent
-std::vector<MPI_Request> g_notice_sends;
+MPI_Request g_notice_req = MPI_REQUEST_NULL, g_probe_req = MPI_REQUEST_NULL;
+int64_t g_notice[3] = {-1, 0, 0};  // the notice in flight
+int g_probe = 0, g_answer = 1;     // payloads of probes and answers (ignored)
+// The earliest failure heard of so far: the cause of the others.
+struct Failure {
+  int64_t rank = -1, code = 0, t_us = 0;
+};
+Failure g_first;
+int64_t g_sent_notice[3] = {-1, 0, 0};  // this rank's own notice, while it is sent
+std::vector<MPI_Request> g_sends;       // notices, probes and answers in flight
+// The main thread and the watchdog of blocking calls both use the channel
+// (MPI_THREAD_MULTIPLE); one at a time, since its state is shared.
+std::recursive_mutex g_control_mutex;
 
 // Set when this process is continued after a stop (SIGCONT): its waits then
 // pass their deadline through no fault of theirs.
 volatile std::sig_atomic_t g_continued = 0;
 extern "C" void on_continue(int) { g_continued = 1; }
 
-void post_notice_receive() {
-  MPI_Irecv(g_notice, 2, MPI_INT, MPI_ANY_SOURCE, kNoticeTag, g_control, &g_notice_req);
+int64_t to_us(double seconds) { return int64_t(seconds * 1e6); }
+
+// Failures are ordered by their time on the job's clock, then by rank: the
+// earliest is the cause, the later ones its consequences (a peer that left
+// makes the next send to it fail).
+bool earlier(const Failure& a, int64_t t_us, int64_t rank) {
+  return a.rank >= 0 && (a.t_us < t_us || (a.t_us == t_us && a.rank < rank));
 }
 
-// Takes every notice that has arrived; true if any has, ever.
-bool drain_notices() {
-  if (g_notice_req == MPI_REQUEST_NULL) return g_lowest_notice >= 0;
-  int done = 1;
-  while (done) {
-    done = 0;
-    if (MPI_Test(&g_notice_req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
-    if (!done) break;
-    if (g_lowest_notice < 0 || g_notice[0] < g_lowest_notice) {
-      g_lowest_notice = g_notice[0];
-      g_notice_code = g_notice[1];
-    }
-    post_notice_receive();
+void post_control_receives() {
+  if (g_notice_req == MPI_REQUEST_NULL)
+    MPI_Irecv(g_notice, 3, MPI_INT64_T, MPI_ANY_SOURCE, kNoticeTag, g_control, &g_notice_req);
+  if (g_probe_req == MPI_REQUEST_NULL)
+    MPI_Irecv(&g_probe, 1, MPI_INT, MPI_ANY_SOURCE, kProbeTag, g_control, &g_probe_req);
+}
+
+void send_control(const void* buf, int count, MPI_Datatype type, int to, int tag) {
+  std::lock_guard<std::recursive_mutex> lock(g_control_mutex);
+  g_sends.emplace_back();
+  if (MPI_Isend(buf, count, type, to, tag, g_control, &g_sends.back()) != MPI_SUCCESS)
+    g_sends.pop_back();
+}
+
+// Takes every notice that has arrived and answers every probe; true if a
+// notice has arrived, ever.
+bool drain_control() {
+  std::lock_guard<std::recursive_mutex> lock(g_control_mutex);
+  if (g_control == MPI_COMM_NULL) return g_first.rank >= 0;
+  for (int done = 1; done && g_notice_req != MPI_REQUEST_NULL;) {
+    if (MPI_Test(&g_notice_req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done) break;
+    if (g_first.rank < 0 || earlier({g_notice[0], g_notice[1], g_notice[2]}, g_first.t_us,
+                                    g_first.rank))
+      g_first = {g_notice[0], g_notice[1], g_notice[2]};
+    g_notice_req = MPI_REQUEST_NULL;
+    post_control_receives();
   }
-  return g_lowest_notice >= 0;
+  for (int done = 1; done && g_probe_req != MPI_REQUEST_NULL;) {
+    MPI_Status st;
+    if (MPI_Test(&g_probe_req, &done, &st) != MPI_SUCCESS || !done) break;
+    g_probe_req = MPI_REQUEST_NULL;
+    send_control(&g_answer, 1, MPI_INT, st.MPI_SOURCE, kAnswerTag);
+    post_control_receives();
+  }
+  return g_first.rank >= 0;
+}
+
+// The blocking call in progress on the main thread (outermost of nested
+// ones) and the watchdog that keeps its deadline. Never destroyed: the
+// watchdog thread runs until the process ends.
+struct Blocking {
+  std::mutex mutex;
+  std::string what;
+  double deadline = 0, timeout_s = 0;
+  int depth = 0;
+  bool fired = false;
+  BlockingCallExpired expired = nullptr;
+};
+Blocking& blocking() {
+  static Blocking* b = new Blocking;
+  return *b;
+}
+
+std::string seconds_text(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%gs", s);
+  return b;
+}
+
+// Every 50 ms: while a blocking call runs, answer probes and take notices
+// for it (a notice ends this rank quietly, as in a Communicator's wait);
+// past its deadline, hand it to the error path, which ends the process.
+[[noreturn]] void watchdog_loop() {
+  Blocking& b = blocking();
+  while (true) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::string message;
+    {
+      std::lock_guard<std::mutex> lock(b.mutex);
+      if (b.depth == 0) continue;
+      if (monotonic_s() > b.deadline && b.expired) {
+        b.fired = true;
+        message = b.what + " did not finish within " + seconds_text(b.timeout_s) +
+                  " (it waits for every rank of the job)";
+      }
+    }
+    int rank = 0, code = 0;
+    if (comm_failure_notice(&rank, &code)) {
+      std::this_thread::sleep_for(std::chrono::seconds(1));  // the reporter prints first
+      comm_exit_now(code);
+    }
+    if (!message.empty()) blocking().expired(message);
+  }
 }
 
 }  // namespace
+
+BlockingCall::BlockingCall(const std::string& what, double timeout_s) {
+  static std::once_flag started;
+  std::call_once(started, [] { std::thread(watchdog_loop).detach(); });
+  Blocking& b = blocking();
+  std::lock_guard<std::mutex> lock(b.mutex);
+  if (b.depth++ > 0) return;
+  b.what = what;
+  b.timeout_s = timeout_s;
+  b.deadline = monotonic_s() + timeout_s;
+}
+
+BlockingCall::~BlockingCall() {
+  Blocking& b = blocking();
+  std::unique_lock<std::mutex> lock(b.mutex);
+  --b.depth;
+  // Past its deadline the watchdog ends the process: the call's result is no
+  // longer this thread's to use.
+  while (b.fired) {
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    lock.lock();
+  }
+}
+
+void set_blocking_call_expired(BlockingCallExpired handler) {
+  std::lock_guard<std::mutex> lock(blocking().mutex);
+  blocking().expired = handler;
+}
 
 int comm_launcher_rank() {
   const char* s = launcher_rank_env();
@@ -76,10 +193,12 @@ bool comm_launched() { return launcher_rank_env() != nullptr; }
 
 void comm_init(int* argc, char*** argv) {
   int provided = 0;
-  MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
+  // Multiple: the watchdog of blocking calls uses the control channel while
+  // the main thread waits inside a library.
+  MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &g_control));
-  post_notice_receive();
+  post_control_receives();
   set_failure_notice_probe(&comm_failure_notice);
   struct sigaction sa {};
   sa.sa_handler = on_continue;
@@ -99,9 +218,10 @@ bool comm_active() {
 
 void comm_finalize() {
   if (!comm_active()) return;
-  if (g_notice_req != MPI_REQUEST_NULL) {
-    MPI_Cancel(&g_notice_req);
-    MPI_Request_free(&g_notice_req);
+  for (MPI_Request* r : {&g_notice_req, &g_probe_req}) {
+    if (*r == MPI_REQUEST_NULL) continue;
+    MPI_Cancel(r);
+    MPI_Request_free(r);
   }
   if (g_control != MPI_COMM_NULL) MPI_Comm_free(&g_control);
   MPI_Finalize();
@@ -128,40 +248,78 @@ bool comm_all_arrive_within(double seconds) {
   while (true) {
     MPI_Test(&req, &done, MPI_STATUS_IGNORE);
     if (done) return true;
+    drain_control();
     if (std::chrono::steady_clock::now() > deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
 }
 
-void comm_notify_failure(int code) {
+void comm_notify_failure(int code, double t_fail) {
+  std::lock_guard<std::recursive_mutex> lock(g_control_mutex);
   if (g_control == MPI_COMM_NULL || !comm_active()) return;
   const int me = comm_world_rank(), n = comm_world_size();
   g_sent_notice[0] = me;
   g_sent_notice[1] = code;
-  for (int r = 0; r < n; ++r) {
-    if (r == me) continue;
-    g_notice_sends.emplace_back();
-    if (MPI_Isend(g_sent_notice, 2, MPI_INT, r, kNoticeTag, g_control, &g_notice_sends.back()) !=
-        MPI_SUCCESS)
-      g_notice_sends.pop_back();
-  }
+  g_sent_notice[2] = to_us(t_fail);
+  for (int r = 0; r < n; ++r)
+    if (r != me) send_control(g_sent_notice, 3, MPI_INT64_T, r, kNoticeTag);
 }
 
 bool comm_failure_notice(int* rank, int* code) {
-  if (!drain_notices()) return false;
-  *rank = g_lowest_notice;
-  *code = g_notice_code;
+  if (!drain_control()) return false;
+  *rank = int(g_first.rank);
+  *code = int(g_first.code);
   return true;
 }
 
-bool comm_lower_rank_failed_within(double seconds) {
-  const int me = comm_world_rank();
+bool comm_earlier_failure_within(double t_fail, double seconds, int* code) {
+  const int64_t me = comm_world_rank(), t = to_us(t_fail);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   while (true) {
-    if (drain_notices() && g_lowest_notice < me) return true;
+    drain_control();
+    if (earlier(g_first, t, me)) {
+      *code = int(g_first.code);
+      return true;
+    }
     if (std::chrono::steady_clock::now() > deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+}
+
+std::vector<int> comm_silent_ranks(double seconds) {
+  std::vector<int> silent;
+  std::lock_guard<std::recursive_mutex> lock(g_control_mutex);
+  if (g_control == MPI_COMM_NULL || !comm_active()) return silent;
+  const int me = comm_world_rank(), n = comm_world_size();
+  std::vector<char> answered(size_t(n), 0);
+  answered[size_t(me)] = 1;
+  for (int r = 0; r < n; ++r)
+    if (r != me) send_control(&g_probe, 1, MPI_INT, r, kProbeTag);
+  int got = 0, missing = n - 1;
+  MPI_Request req = MPI_REQUEST_NULL;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (missing > 0 && std::chrono::steady_clock::now() < deadline) {
+    drain_control();  // others may be probing too, and must hear an answer
+    if (req == MPI_REQUEST_NULL)
+      MPI_Irecv(&got, 1, MPI_INT, MPI_ANY_SOURCE, kAnswerTag, g_control, &req);
+    int done = 0;
+    MPI_Status st;
+    if (MPI_Test(&req, &done, &st) != MPI_SUCCESS) break;
+    if (!done) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      continue;
+    }
+    req = MPI_REQUEST_NULL;
+    if (!answered[size_t(st.MPI_SOURCE)]) --missing;
+    answered[size_t(st.MPI_SOURCE)] = 1;
+  }
+  if (req != MPI_REQUEST_NULL) {
+    MPI_Cancel(&req);
+    MPI_Request_free(&req);
+  }
+  for (int r = 0; r < n; ++r)
+    if (!answered[size_t(r)]) silent.push_back(r);
+  return silent;
 }
 
 void comm_exit_now(int code) {
@@ -170,8 +328,8 @@ void comm_exit_now(int code) {
   // A moment for the notices to leave (a stopped or dead peer never takes its own).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
   int done = 0;
-  while (!g_notice_sends.empty() && std::chrono::steady_clock::now() < deadline) {
-    if (MPI_Testall(int(g_notice_sends.size()), g_notice_sends.data(), &done,
+  while (!g_sends.empty() && std::chrono::steady_clock::now() < deadline) {
+    if (MPI_Testall(int(g_sends.size()), g_sends.data(), &done,
                     MPI_STATUSES_IGNORE) != MPI_SUCCESS || done)
       break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));

@@ -119,8 +119,14 @@ def ranks_mode():
     check("timed out after %ds" % TIMEOUT_S in line and peer is not None and
           "the peer this rank waited on" in line,
           "SIGSTOPped rank: the line names the timeout and the peer it waited on as such: " + line)
-    # the deadline, 1 s for the others to end, and the launcher's teardown;
-    # measured from the stop, so a slow start-up does not count
+    # That peer may be waiting in turn; the ranks that do not answer a probe
+    # are named, and the stopped rank is among them.
+    silent = re.search(r"ranks? ([0-9, ]+) did not answer", line)
+    check(silent is not None and 2 in [int(r) for r in silent.group(1).split(",")],
+          "SIGSTOPped rank: the line names rank 2 among the ranks that did not answer: " + line)
+    # the deadline, 2 s of probing, 1 s for the others to end, and the
+    # launcher's teardown; measured from the stop, so a slow start-up does
+    # not count
     check(after_stop is not None and after_stop < TIMEOUT_S + 8,
           "SIGSTOPped rank: the job ended %s s after a rank stopped (deadline %d s)"
           % ("%.1f" % after_stop if after_stop is not None else "?", TIMEOUT_S))
