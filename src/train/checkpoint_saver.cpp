@@ -106,6 +106,22 @@ std::vector<std::vector<ShardPiece>> gather_pieces(Communicator& world,
   return all;
 }
 
+// The disk bytes that the ranks of this host write in one save: each shard
+// checks that much space is free before it writes anything, as they all
+// write at once (a file system shared by several hosts is taken as this
+// host's alone: such file systems are large).
+int64_t node_total(Communicator& world, int64_t mine) {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const int64_t me[2] = {int64_t(fnv1a64(host, std::strlen(host))), mine};
+  std::vector<int64_t> all(size_t(2 * world.size()));
+  world.allgather(me, all.data(), sizeof me);
+  int64_t total = 0;
+  for (int r = 0; r < world.size(); ++r)
+    if (all[size_t(2 * r)] == me[0]) total += all[size_t(2 * r + 1)];
+  return total;
+}
+
 // What a failed save leaves to resume from, for its message.
 std::string what_is_kept(const std::string& dir) {
   const std::vector<std::string> kept = checkpoints_newest_first(dir);
@@ -132,9 +148,20 @@ void apply_retention(const std::string& dir, int64_t committed_step, int keep) {
 
 }  // namespace
 
+// The layout, and for async saves the staging buffer with its pages touched,
+// are made here, once, so that no save's blocking time pays for them.
 CheckpointSaver::CheckpointSaver(Trainer& t, RunFile* file) : t_(t), file_(file) {
-  if (t.config().output.checkpoint_format == CheckpointFormat::sharded)
-    tag_ = make_tag(*t.comms().world);
+  const OutputConfig& o = t.config().output;
+  if (o.checkpoint_format != CheckpointFormat::sharded) return;
+  tag_ = make_tag(*t.comms().world);
+  plan();
+  if (!o.checkpoint_async && t.device().is_cpu()) return;
+  int64_t total = 0;
+  for (const Owned& w : owned_) total += w.piece.numel();
+  const int64_t cap = std::max<int64_t>(
+      1, std::min<int64_t>(total, int64_t(o.checkpoint_staging_mb) * (1 << 20) / 4));
+  staging_ = Tensor::empty({cap});
+  staging_.fill(0.0f);
 }
 
 CheckpointSaver::~CheckpointSaver() {
@@ -189,7 +216,8 @@ void CheckpointSaver::plan() {
   std::vector<ShardPiece> mine;
   for (const Owned& o : owned_) mine.push_back(o.piece);
   all_pieces_ = gather_pieces(*c.world, mine);
-  planned_ = true;
+  node_bytes_ = node_total(*c.world, shard_file_bytes(mine) +
+                                         (c.world->rank() == 0 ? index_file_bytes(all_pieces_) : 0));
 }
 
 void CheckpointSaver::save(int64_t steps_done) {
@@ -219,7 +247,6 @@ void CheckpointSaver::save_single(int64_t steps_done) {
 
 void CheckpointSaver::start_sharded(int64_t steps_done) {
   const double t0 = now_s();
-  if (!planned_) plan();
   const Config& cfg = t_.config();
   Communicator& world = *t_.comms().world;
   const std::string& dir = cfg.output.checkpoint_dir;
@@ -246,7 +273,8 @@ void CheckpointSaver::start_sharded(int64_t steps_done) {
     for (const Owned& o : owned_) pieces.push_back(o.piece);
     const std::string shard = (std::filesystem::path(dir) /
                                shard_file_name(steps_done, tag_, world.rank())).string();
-    shard_ = std::make_unique<ShardFile>(shard, meta, tag_, world.rank(), std::move(pieces));
+    shard_ = std::make_unique<ShardFile>(shard, meta, tag_, world.rank(), std::move(pieces),
+                                         node_bytes_);
     if (world.rank() == 0) index_tmp_ = write_index_tmp(dir, meta, tag_, all_pieces_);
     kill_hook("staged", steps_done, world.rank());
     write_waves(t0);
@@ -269,11 +297,7 @@ void CheckpointSaver::write_waves(double t0) {
       shard_->append(i, owned_[i].source.ptr(), owned_[i].piece.numel());
     return writer_body(segments_.size(), t0);
   }
-  int64_t total = 0;
-  for (const Owned& o : owned_) total += o.piece.numel();
-  const int64_t cap = std::max<int64_t>(
-      1, std::min<int64_t>(total, int64_t(cfg.output.checkpoint_staging_mb) * (1 << 20) / 4));
-  if (staging_.numel() != cap) staging_ = Tensor::empty({cap});
+  const int64_t cap = staging_.numel();
   int64_t at = 0;
   for (size_t i = 0; i < owned_.size(); ++i)
     for (int64_t from = 0; from < owned_[i].piece.numel();) {

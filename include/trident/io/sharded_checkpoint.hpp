@@ -50,8 +50,12 @@ std::string shard_file_name(int64_t step, const std::string& tag, int rank);
 // the system's reason; a file that is not finished is removed.
 class ShardFile {
  public:
+  // need_free: bytes the file system must have free before HDF5 writes
+  // anything (this shard's, or all the shards a node writes at once: see
+  // shard_file_bytes); otherwise Error "cannot write PATH: No space left on
+  // device", and a read-only file system likewise, with nothing written.
   ShardFile(std::string path, const CheckpointMeta& meta, const std::string& tag, int rank,
-            std::vector<ShardPiece> pieces);
+            std::vector<ShardPiece> pieces, int64_t need_free = 0);
   ~ShardFile();
   ShardFile(const ShardFile&) = delete;
   ShardFile& operator=(const ShardFile&) = delete;
@@ -76,6 +80,10 @@ class ShardFile {
   int64_t bytes_ = 0;
   bool finished_ = false;
 };
+
+// Generous upper bounds of the bytes a shard file and an index take on disk.
+int64_t shard_file_bytes(const std::vector<ShardPiece>& pieces);
+int64_t index_file_bytes(const std::vector<std::vector<ShardPiece>>& pieces);
 
 // Rank 0: the index of a save from every rank's pieces (pieces[r]: rank r's),
 // written durably under a temporary name that is returned.

@@ -2,8 +2,8 @@
 //
 // output.checkpoint_format = "sharded" (the default): each rank writes the
 // slices it owns into its own shard file (io/sharded_checkpoint.hpp). Which
-// rank owns what is a function of (config, mesh), computed at the first save
-// and kept: each kind of a stage's parameter store (dense, expert, none) is
+// rank owns what is a function of (config, mesh), computed once (the saver is
+// made at the run's start): each kind of a stage's parameter store (dense, expert, none) is
 // cut into equal contiguous parts over the ranks that hold a replica of it
 // (dense and none: dp x cp; expert: the expert's replicas), the cut the
 // sharded optimizer makes, so that with train.optimizer_sharding = "dp" a
@@ -37,7 +37,8 @@ namespace trident::train {
 
 class CheckpointSaver {
  public:
-  // Collective (the ranks agree on the tag that names this run's shards).
+  // Collective: the ranks agree on the tag that names this run's shards, and
+  // rank 0 learns every rank's slices (once per run: the index names them).
   CheckpointSaver(Trainer& t, RunFile* file);
   // Waits for a writer still running; its save is not committed.
   ~CheckpointSaver();
@@ -79,7 +80,7 @@ class CheckpointSaver {
   std::string tag_;
   std::vector<Owned> owned_;
   std::vector<std::vector<ShardPiece>> all_pieces_;  // rank 0: every rank's, for the index
-  bool planned_ = false;
+  int64_t node_bytes_ = 0;  // disk bytes this host's ranks write in one save
 
   // the save in flight
   std::unique_ptr<ShardFile> shard_;

@@ -9,6 +9,7 @@ default; output.checkpoint_async) end to end on the 4-rank small mesh
   is written once; replicas share the writing;
 - async saves give the same bits as sync ones, and /metrics/checkpoints
   has a row per save;
+- trident convert to-hf and trident eval give the same from both formats;
 - SIGKILL of every rank in each phase of a save (shard files created;
   shards durable, not agreed; agreed, index not renamed), sync and async:
   --resume takes the previous checkpoint, names the save it passed over,
@@ -22,13 +23,15 @@ default; output.checkpoint_async) end to end on the 4-rank small mesh
 """
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
 import h5py
 import numpy as np
 
-from mpirun_cli import check, checkpoint_names, checkpoint_tensors, launch, small_mesh, verdict
+from mpirun_cli import (BIN, MPIRUN, check, checkpoint_names, checkpoint_tensors, launch, small_mesh,
+                        verdict)
 
 STEPS = 6
 CONFIG = small_mesh(model=['router = "sigmoid_bias"']) + """
@@ -110,6 +113,41 @@ def check_shards(index):
     return written
 
 
+def tools_read_both_formats(final):
+    """trident eval --logits-out and trident convert to-hf give the same bits
+    from a sharded checkpoint as from a single file of the same run."""
+    np.arange(2 * 32 + 1, dtype=np.uint16).__imod__(32).tofile("toks.bin")
+    topo = ["--set", "topology.nodes=1", "--set", "topology.devices_per_node=4",
+            "--set", "topology.nvlink_domain=4"]
+    logits = {}
+    for tag, ck in (("sharded", "ck_s"), ("single", "ck_1")):
+        e = subprocess.run(MPIRUN + ["-np", "4", BIN, "eval", "job.toml", "--checkpoint",
+                                     "%s/%s" % (ck, final), "--tokens", "toks.bin", "--logits-out",
+                                     "logits_%s.h5" % tag] + topo,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        check(e.returncode == 0, "trident eval of the %s checkpoint exits 0 %s" % (tag, e.stderr[-300:]))
+        if e.returncode == 0:
+            with h5py.File("logits_%s.h5" % tag, "r") as f:
+                logits[tag] = f["logits"][()]
+    check(len(logits) == 2 and np.array_equal(logits["sharded"], logits["single"]),
+          "trident eval: the same logits from both formats")
+    # convert to-hf knows the softmax router only: a short run of that model
+    for tag, fmt in (("sharded", "sharded"), ("single", "single")):
+        rc, out, err = run(4, "soft_" + tag, ["model.router=softmax", "train.steps=2",
+                                              "output.checkpoint_dir=ck_soft_" + tag,
+                                              "output.checkpoint_format=" + fmt])
+        p = subprocess.run([BIN, "convert", "to-hf", "ck_soft_%s/ckpt_step_00000002.h5" % tag,
+                            "--out", "hf_" + tag], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+        check(rc == 0 and p.returncode == 0, "convert to-hf of the %s checkpoint exits 0 %s"
+              % (tag, p.stderr[-300:]))
+    names = sorted(os.listdir("hf_single")) if os.path.isdir("hf_single") else []
+    same = os.path.isdir("hf_sharded") and names == sorted(os.listdir("hf_sharded")) and all(
+        open(os.path.join("hf_sharded", n), "rb").read() == open(os.path.join("hf_single", n), "rb").read()
+        for n in names)
+    check(same, "convert to-hf: the same files from both formats: %s" % names)
+
+
 def main():
     os.chdir(tempfile.mkdtemp(prefix="trident-ckpt-"))
     with open("job.toml", "w") as f:
@@ -147,6 +185,8 @@ def main():
               all(int(r["async"]) == (name == "async") for r in rows),
               "%s: /metrics/checkpoints has a row per save: %s" % (name, rows))
     full = losses("sharded")
+
+    tools_read_both_formats(final)
 
     # 2. SIGKILL of every rank in each phase of the save at step 4
     for phase, rank in (("staged", "-1"), ("shards", "-1"), ("index", "0")):
