@@ -226,6 +226,19 @@ def io_mode():
         check("one/ck/ckpt_step_00000004.h5" in line and "No space left on device" in line and
               "the previous checkpoint, one/ck/ckpt_step_00000002.h5, is kept" in line,
               "second checkpoint: the line names the file, the reason and the kept one: " + line)
+        # the same in the background (output.checkpoint_async): the failed save
+        # of step 4 ends the run at the next step boundary, after step 4 ran
+        for n in os.listdir("one/ck"):
+            os.remove(os.path.join("one/ck", n))
+        rc, out, err, _ = run(["--output", "c2.h5", "--set", "output.checkpoint_dir=one/ck",
+                               "--set", "output.checkpoint_async=true"])
+        line = one_error_line(err, "async: checkpoint directory full at the second checkpoint")
+        check(rc == 1 and "one/ck/ckpt_step_00000004.h5" in line and "No space left on device" in line
+              and "the previous checkpoint, one/ck/ckpt_step_00000002.h5, is kept" in line,
+              "async, second checkpoint: exit 1 (rc=%d), one line naming the file, the reason and "
+              "the kept one: %s" % (rc, line))
+        check("step     4 |" in out and "step     5 |" not in out,
+              "async: the failure ended the run at the next step boundary (after step 4)")
         # the run file's own file system fills up in the middle of the run
         ok_rf, why_rf = mount_tmpfs("runfs", "96k")
         check(ok_rf, "96 kB tmpfs mounted (%s)" % why_rf)
