@@ -223,6 +223,33 @@ TEST_CASE("memory of a rank equals the hand count") {
   CHECK(memory_of_rank(c, cp2, 0, s).comm_buffers == 4 * 2 * 5 * 2 * 8 * 4);
 }
 
+TEST_CASE("memory: the checkpoint at the run's end by format") {
+  // A single file gathers AdamW's m and v of the rank's parameters (2 x
+  // params, held once the activations are freed); a sharded checkpoint
+  // copies nothing; an async one keeps a staging buffer of the rank's share
+  // of parameters and moments (cut over dp x cp), at most
+  // output.checkpoint_staging_mb, for the whole run.
+  Config c = dense_config();
+  c.model.vocab_size = 4096;  // parameters that outweigh the activations
+  c.model.d_model = 64;
+  MeshPlan p = serial_plan(c);
+  p.dp = 2;
+  const pp::Schedule s = pp::lower(pp::make_schedule("1f1b", 1, 4, 1));
+  c.output.checkpoint_format = CheckpointFormat::single;
+  const MemoryEstimate single = memory_of_rank(c, p, 0, s);
+  c.output.checkpoint_format = CheckpointFormat::sharded;
+  const MemoryEstimate sharded = memory_of_rank(c, p, 0, s);
+  CHECK(single.activations == 2 * single.params);
+  CHECK(sharded.activations < single.activations);
+  CHECK(sharded.workspace == single.workspace);
+  c.output.checkpoint_async = true;
+  const MemoryEstimate async = memory_of_rank(c, p, 0, s);
+  CHECK(async.workspace == sharded.workspace + 3 * sharded.params / 2);
+  c.output.checkpoint_staging_mb = 1;  // smaller than the share
+  REQUIRE(3 * sharded.params / 2 > 1048576.0);
+  CHECK(memory_of_rank(c, p, 0, s).workspace == sharded.workspace + 1048576.0);
+}
+
 TEST_CASE("activation peak follows the order of F, B and W") {
   // one rank, two micro-batches: F0 F1 B0 B1 (W0 W1 when split); cache 10,
   // stash 4, F temporaries 1, B temporaries 2
