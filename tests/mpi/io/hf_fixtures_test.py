@@ -15,7 +15,8 @@ For a dense and an MoE fixture, `trident eval`'s validation loss and
 perplexity over two batches equal the mean cross-entropy of transformers'
 logits over the same 64 targets.
 No PyTorch is needed: the references are committed with the versions that
-made them (each fixture.json)."""
+made them (each fixture.json). HF_FIXTURES_ONLY=TEXT runs the models whose
+name holds TEXT (and every refusal)."""
 import glob
 import json
 import os
