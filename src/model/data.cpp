@@ -127,6 +127,32 @@ struct Part {
   int64_t d0 = 0, d1 = 0, t0 = 0, t1 = 0;
 };
 
+// The documents of c that `which` reads: its share of data.split, or all of
+// it (own_eval: a validation file of its own). InputError naming key when
+// they hold less than one sample (data.seq_len + 1 tokens).
+Part part_of(const TokenCorpus& c, const DataConfig& d, DataPart which, bool own_eval,
+             const std::string& key) {
+  Part part{&c, 0, c.n_documents(), 0, 0};
+  std::string what = "holds";
+  if (!own_eval) {
+    const auto [b1, b2] = split_bounds(c.n_documents(), data_split_shares(d.split));
+    part.d0 = which == DataPart::train ? 0 : b1;
+    part.d1 = which == DataPart::train ? b1 : b2;
+    if (part.d1 - part.d0 != c.n_documents())
+      what = std::string("has in its ") + (which == DataPart::train ? "training" : "validation") +
+             " share of data.split = \"" + d.split + "\" (" + std::to_string(part.d1 - part.d0) +
+             " of " + std::to_string(c.n_documents()) + " documents)";
+  }
+  part.t0 = c.doc_begin(part.d0);
+  part.t1 = c.doc_begin(part.d1);
+  if (part.t1 - part.t0 < int64_t(d.seq_len) + 1)
+    throw InputError(key + ": '" + c.name() + "' " + what + " " +
+                     std::to_string(part.t1 - part.t0) +
+                     " tokens, shorter than one sample (data.seq_len + 1 = " +
+                     std::to_string(d.seq_len + 1) + ")");
+  return part;
+}
+
 // Windows of a token stream: one dataset or a blend (see model/data.hpp).
 class TokenStream : public DataSource {
  public:
@@ -147,32 +173,12 @@ class TokenStream : public DataSource {
       sets = {{1.0, megatron ? d.prefix : d.token_file}};
       key = megatron ? "data.prefix" : "data.token_file";
     }
-    const std::array<double, 3> shares = data_split_shares(d.split);
     std::vector<double> weights;
     for (const auto& set : sets) {
       corpora_.push_back(megatron ? TokenCorpus::open_megatron(set.path, cfg.model.vocab_size, key)
                                   : TokenCorpus::open_flat(set.path, d.token_dtype, d.eod_token,
                                                            cfg.model.vocab_size, key));
-      const TokenCorpus& c = *corpora_.back();
-      Part part{&c, 0, c.n_documents(), 0, 0};
-      std::string what = "holds";
-      if (!own_eval) {
-        const auto [b1, b2] = split_bounds(c.n_documents(), shares);
-        part.d0 = which == DataPart::train ? 0 : b1;
-        part.d1 = which == DataPart::train ? b1 : b2;
-        if (part.d1 - part.d0 != c.n_documents())
-          what =
-              std::string("has in its ") + (which == DataPart::train ? "training" : "validation") +
-              " share of data.split = \"" + d.split + "\" (" + std::to_string(part.d1 - part.d0) +
-              " of " + std::to_string(c.n_documents()) + " documents)";
-      }
-      part.t0 = c.doc_begin(part.d0);
-      part.t1 = c.doc_begin(part.d1);
-      if (part.t1 - part.t0 < int64_t(L_) + 1)
-        throw InputError(
-            key + ": '" + c.name() + "' " + what + " " + std::to_string(part.t1 - part.t0) +
-            " tokens, shorter than one sample (data.seq_len + 1 = " + std::to_string(L_ + 1) + ")");
-      parts_.push_back(part);
+      parts_.push_back(part_of(*corpora_.back(), d, which, own_eval, key));
       weights.push_back(set.weight);
     }
     order_ = make_blend_order(weights, parts_.size() == 1 ? 1 : kBlendBlock);
