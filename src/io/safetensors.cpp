@@ -109,6 +109,26 @@ std::string range_text(uint64_t b, uint64_t e) {
   return "[" + std::to_string(b) + ", " + std::to_string(e) + ")";
 }
 
+DType parse_dtype(const std::string& d, const std::string& what) {
+  if (d == "F32") return DType::f32;
+  if (d == "BF16") return DType::bf16;
+  if (d == "F16") return DType::f16;
+  throw InputError(what + ": dtype \"" + d + "\" is not supported (F32, BF16, F16)");
+}
+
+// The extents into shape; returns their product, refused past 2^62.
+uint64_t parse_shape(const json::Value& v, const std::string& what, std::vector<int64_t>& shape) {
+  uint64_t numel = 1;
+  for (const json::Value& s : v.items(what + ": shape")) {
+    const int64_t e = s.as_int(what + ": shape");
+    if (e < 0 || (e > 0 && numel > (uint64_t(1) << 62) / uint64_t(e)))
+      throw InputError(what + ": shape has a negative or too large extent");
+    shape.push_back(e);
+    numel *= uint64_t(e);
+  }
+  return numel;
+}
+
 // One header entry: its dtype, shape and data_offsets, checked against
 // each other and against the data section's size.
 TensorInfo parse_entry(const std::string& path, const std::string& name, const json::Value& v,
@@ -130,22 +150,8 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const j
   if (!dt || !shape || !off)
     throw InputError(what + ": needs \"dtype\", \"shape\" and \"data_offsets\"");
   const std::string& d = dt->as_string(what + ": dtype");
-  if (d == "F32")
-    t.dtype = DType::f32;
-  else if (d == "BF16")
-    t.dtype = DType::bf16;
-  else if (d == "F16")
-    t.dtype = DType::f16;
-  else
-    throw InputError(what + ": dtype \"" + d + "\" is not supported (F32, BF16, F16)");
-  uint64_t numel = 1;
-  for (const json::Value& s : shape->items(what + ": shape")) {
-    const int64_t e = s.as_int(what + ": shape");
-    if (e < 0 || (e > 0 && numel > (uint64_t(1) << 62) / uint64_t(e)))
-      throw InputError(what + ": shape has a negative or too large extent");
-    t.shape.push_back(e);
-    numel *= uint64_t(e);
-  }
+  t.dtype = parse_dtype(d, what);
+  const uint64_t numel = parse_shape(*shape, what, t.shape);
   const auto& o = off->items(what + ": data_offsets");
   if (o.size() != 2) throw InputError(what + ": data_offsets must be [begin, end]");
   const int64_t b = o[0].as_int(what + ": data_offsets"), e = o[1].as_int(what + ": data_offsets");
@@ -366,26 +372,38 @@ std::vector<std::string> write_model(const std::string& dir, const std::vector<O
   return written;
 }
 
+namespace {
+
+// model.safetensors.index.json: each tensor's file (wanted), and the files
+// in the order first named.
+void read_index(const std::string& index_path,
+                std::vector<std::pair<std::string, std::string>>& wanted,
+                std::vector<std::string>& files) {
+  std::ifstream f(index_path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const json::Value idx = json::parse(text, index_path);
+  const json::Value* wm = idx.find("weight_map");
+  if (!wm) throw InputError(index_path + ": no \"weight_map\"");
+  std::set<std::string> seen;
+  for (const auto& [name, file] : wm->members(index_path + ": weight_map")) {
+    const std::string& fname = file.as_string(index_path + ": weight_map." + name);
+    if (fname.empty() || fname.find('/') != std::string::npos || fname == "." || fname == "..")
+      throw InputError(index_path + ": weight_map." + name + ": \"" + fname +
+                       "\" is not a file name in the model directory");
+    wanted.emplace_back(name, fname);
+    if (seen.insert(fname).second) files.push_back(fname);
+  }
+}
+
+}  // namespace
+
 ModelFiles::ModelFiles(const std::string& dir) : dir_(dir) {
   namespace fs = std::filesystem;
   const std::string index_path = dir + "/model.safetensors.index.json";
   std::vector<std::pair<std::string, std::string>> wanted;  // tensor -> file (index)
   std::vector<std::string> files;
   if (fs::exists(index_path)) {
-    std::ifstream f(index_path, std::ios::binary);
-    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    const json::Value idx = json::parse(text, index_path);
-    const json::Value* wm = idx.find("weight_map");
-    if (!wm) throw InputError(index_path + ": no \"weight_map\"");
-    std::set<std::string> seen;
-    for (const auto& [name, file] : wm->members(index_path + ": weight_map")) {
-      const std::string& fname = file.as_string(index_path + ": weight_map." + name);
-      if (fname.empty() || fname.find('/') != std::string::npos || fname == "." || fname == "..")
-        throw InputError(index_path + ": weight_map." + name + ": \"" + fname +
-                         "\" is not a file name in the model directory");
-      wanted.emplace_back(name, fname);
-      if (seen.insert(fname).second) files.push_back(fname);
-    }
+    read_index(index_path, wanted, files);
   } else if (fs::exists(dir + "/model.safetensors")) {
     files.push_back("model.safetensors");
   } else {
