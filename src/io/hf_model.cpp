@@ -250,7 +250,8 @@ void read_rope(Fields& f, Arch arch, ModelConfig& m) {
     }
   }
   const double default_theta = arch == Arch::mixtral ? 1e6 : 10000.0;
-  m.rope_theta = theta ? theta->as_double(f.what("rope_theta")) : spec.theta.value_or(default_theta);
+  m.rope_theta =
+      theta ? theta->as_double(f.what("rope_theta")) : spec.theta.value_or(default_theta);
   if (theta && spec.theta && *spec.theta != m.rope_theta)
     throw InputError(key + ".rope_theta: disagrees with rope_theta");
   if (!(m.rope_theta > 0)) throw InputError(f.what("rope_theta") + ": must be > 0");

@@ -146,10 +146,10 @@ Part part_of(const TokenCorpus& c, const DataConfig& d, DataPart which, bool own
   part.t0 = c.doc_begin(part.d0);
   part.t1 = c.doc_begin(part.d1);
   if (part.t1 - part.t0 < int64_t(d.seq_len) + 1)
-    throw InputError(key + ": '" + c.name() + "' " + what + " " +
-                     std::to_string(part.t1 - part.t0) +
-                     " tokens, shorter than one sample (data.seq_len + 1 = " +
-                     std::to_string(d.seq_len + 1) + ")");
+    throw InputError(
+        key + ": '" + c.name() + "' " + what + " " + std::to_string(part.t1 - part.t0) +
+        " tokens, shorter than one sample (data.seq_len + 1 = " + std::to_string(d.seq_len + 1) +
+        ")");
   return part;
 }
 
