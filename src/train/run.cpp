@@ -6,6 +6,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -91,6 +92,9 @@ struct ResumePoint {
 // Slurm restarting a requeued job.
 std::string resume_trigger(const RunRequest& req) {
   if (req.resume) return "--resume";
+  if (env_int("TRIDENT_RESTART_ATTEMPT", 0) > 0)
+    return "restart inside the allocation, attempt " +
+           std::to_string(env_int("TRIDENT_RESTART_ATTEMPT", 0));
   return "Slurm restart, SLURM_RESTART_COUNT=" + std::to_string(env_int("SLURM_RESTART_COUNT", 0));
 }
 
@@ -151,7 +155,9 @@ std::string resume_latest(const Config& cfg, Trainer& trainer, const std::string
 
 ResumePoint resume_point(const Config& cfg, const RunRequest& req, Trainer& trainer) {
   ResumePoint at;
-  const bool slurm_restart = env_int("SLURM_RESTART_COUNT", 0) > 0;
+  // a requeued job, or slurm/trident.sbatch's restart of its step on a spare
+  const bool slurm_restart =
+      env_int("SLURM_RESTART_COUNT", 0) > 0 || env_int("TRIDENT_RESTART_ATTEMPT", 0) > 0;
   if (!req.resume && !slurm_restart) return at;
   const std::string trigger = resume_trigger(req);
   if (!req.resume_from.empty()) {
@@ -357,6 +363,26 @@ bool guards_stop(const StepResult& r, const Config& cfg, Communicator* world, Ru
   return false;
 }
 
+// A step restarted inside the allocation (slurm/trident.sbatch, on a spare):
+// after its first step, a `restart` event with the node left out, the
+// checkpoint resumed from, the steps lost and the seconds from the failure
+// to the end of that first step (rank 0's clock, as the template's).
+void record_restart(RunFile& file, Communicator& world, int64_t step, int64_t resumed_at,
+                    const std::string& resumed_from) {
+  const char* node = std::getenv("TRIDENT_RESTART_NODE");
+  const char* failed_at = std::getenv("TRIDENT_RESTART_FAILED_AT");
+  if (env_int("TRIDENT_RESTART_ATTEMPT", 0) <= 0 || !node || !failed_at) return;
+  const double now = std::chrono::duration<double>(
+                         std::chrono::system_clock::now().time_since_epoch()).count();
+  double since = now - std::atof(failed_at);
+  world.broadcast(&since, sizeof since, 0);
+  const int64_t last = env_int("TRIDENT_RESTART_LAST_STEP", -1);  // the last step logged
+  const double lost = last >= 0 ? double(std::max<int64_t>(0, last + 1 - resumed_at)) : -1.0;
+  const std::string from = resumed_from.empty() ? "no checkpoint (from the start)" : resumed_from;
+  file.append_event({step, "restart", -1, since, lost,
+                     "node " + std::string(node) + " left out; resumed from " + from});
+}
+
 // The step boundary's agreement: a stop signal on any rank, and whether
 // every rank's background checkpoint write has finished (then it commits)
 // or one failed (then the job ends with its line). Returns the signal.
@@ -397,6 +423,7 @@ LoopTotals run_steps(Trainer& trainer, RunFile& file, CheckpointSaver& saver, in
     tot.compute_s += r.compute_s;
     ++tot.steps_run;
     if (rank == 0) print_step(r);
+    if (step == start) record_restart(file, *world, step, start, resumed_from);
     if (guards_stop(r, cfg, world, file, tot, spikes, resumed_from)) break;
     if (eval_data && (step + 1) % cfg.eval.every == 0)
       evaluate_into(trainer, *eval_data, file, step + 1);
