@@ -23,7 +23,8 @@ if [[ -f $conf ]] && SLURM_CONF=$conf timeout 10 sinfo -h >/dev/null 2>&1; then
   echo "test.sh: using the Slurm cluster already running in $TRIDENT_SLURM_DIR" >&2
 else
   trap '"$repo/slurm/cluster/stop.sh"' EXIT
-  "$repo/slurm/cluster/start.sh" 2 >/dev/null
+  # 3 nodes: the jobs take 2, slurm_spare_restart a spare beside them
+  "$repo/slurm/cluster/start.sh" 3 >/dev/null
 fi
 export SLURM_CONF=$conf
 # The cluster is up: a slurm test that cannot reach it fails here (under a
