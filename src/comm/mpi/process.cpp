@@ -57,6 +57,10 @@ std::recursive_mutex g_control_mutex;
 // Set when this process is continued after a stop (SIGCONT): its waits then
 // pass their deadline through no fault of theirs.
 volatile std::sig_atomic_t g_continued = 0;
+// Whether MPI may be called from the watchdog thread too; without it (an MPI
+// library that gives less than MPI_THREAD_MULTIPLE) blocking calls keep no
+// deadline.
+std::atomic<bool> g_thread_multiple{false};
 extern "C" void on_continue(int) { g_continued = 1; }
 
 int64_t to_us(double seconds) { return int64_t(seconds * 1e6); }
@@ -137,7 +141,7 @@ std::string seconds_text(double s) {
     std::string message;
     {
       std::lock_guard<std::mutex> lock(b.mutex);
-      if (b.depth == 0) continue;
+      if (b.depth == 0 || !g_thread_multiple) continue;
       if (monotonic_s() > b.deadline && b.expired) {
         b.fired = true;
         message = b.what + " did not finish within " + seconds_text(b.timeout_s) +
@@ -196,6 +200,7 @@ void comm_init(int* argc, char*** argv) {
   // Multiple: the watchdog of blocking calls uses the control channel while
   // the main thread waits inside a library.
   MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+  g_thread_multiple = provided == MPI_THREAD_MULTIPLE;
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &g_control));
   post_control_receives();
