@@ -131,14 +131,7 @@ std::vector<char> file_image(const CheckpointMeta& meta, std::vector<View>& all)
   h5::Handle file(TRIDENT_H5(H5Fcreate("checkpoint-image", H5F_ACC_TRUNC, H5P_DEFAULT, fapl),
                              "create checkpoint image"),
                   H5Fclose);
-  h5::write_attr(file, "format", "trident-checkpoint");
-  h5::write_attr(file, "format_version", kSingleFormatVersion);
-  h5::write_attr(file, "step", meta.step);
-  h5::write_attr(file, "optimizer_steps", meta.optimizer_steps);
-  h5::write_attr(file, "model_hash", meta.model_hash);
-  h5::write_attr(file, "config_toml", meta.config_toml);
-  h5::write_attr(file, "world_size", meta.world_size);
-  h5::write_attr(file, "created_utc", h5::utc_iso8601_now());
+  write_checkpoint_attrs(file, meta, kSingleFormatVersion);
   h5::Handle g = h5::open_or_create_group(file, "tensors");
   std::sort(all.begin(), all.end(), [](const View& a, const View& b) { return a.name < b.name; });
   for (size_t i = 0; i < all.size(); ++i) {
@@ -238,6 +231,18 @@ std::string write_on_root(const std::string& dir, const std::string& path,
 }
 
 }  // namespace
+
+void write_checkpoint_attrs(int64_t file, const CheckpointMeta& meta, int64_t format_version) {
+  const hid_t f = hid_t(file);
+  h5::write_attr(f, "format", "trident-checkpoint");
+  h5::write_attr(f, "format_version", format_version);
+  h5::write_attr(f, "step", meta.step);
+  h5::write_attr(f, "optimizer_steps", meta.optimizer_steps);
+  h5::write_attr(f, "model_hash", meta.model_hash);
+  h5::write_attr(f, "config_toml", meta.config_toml);
+  h5::write_attr(f, "world_size", meta.world_size);
+  h5::write_attr(f, "created_utc", h5::utc_iso8601_now());
+}
 
 uint64_t fnv1a64(const void* p, size_t n) {
   const auto* b = static_cast<const unsigned char*>(p);

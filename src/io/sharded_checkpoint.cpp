@@ -386,14 +386,7 @@ void write_virtual(hid_t group, const std::string& name, const IndexEntry& e,
 
 void write_index_root(hid_t file, const CheckpointMeta& meta, const std::string& tag,
                       const std::vector<std::string>& shards) {
-  h5::write_attr(file, "format", "trident-checkpoint");
-  h5::write_attr(file, "format_version", int64_t{3});
-  h5::write_attr(file, "step", meta.step);
-  h5::write_attr(file, "optimizer_steps", meta.optimizer_steps);
-  h5::write_attr(file, "model_hash", meta.model_hash);
-  h5::write_attr(file, "config_toml", meta.config_toml);
-  h5::write_attr(file, "world_size", meta.world_size);
-  h5::write_attr(file, "created_utc", h5::utc_iso8601_now());
+  write_checkpoint_attrs(file, meta, 3);
   h5::write_attr(file, "shard_tag", tag);
   h5::write_attr(file, "shards", shards);
 }

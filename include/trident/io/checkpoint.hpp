@@ -58,6 +58,11 @@ std::string write_checkpoint(const std::string& dir, Communicator* world, const 
 void write_checkpoint_file(const std::string& path, const CheckpointMeta& meta,
                            const std::vector<CheckpointTensor>& tensors);
 
+// The root attributes both formats share (format, format_version, step,
+// optimizer_steps, model_hash, config_toml, world_size, created_utc) on an
+// open HDF5 file (its hid_t).
+void write_checkpoint_attrs(int64_t file, const CheckpointMeta& meta, int64_t format_version);
+
 // FNV-1a, 64 bits, of n bytes: the checksum every stored dataset carries.
 uint64_t fnv1a64(const void* p, size_t n);
 
