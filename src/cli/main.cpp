@@ -61,8 +61,8 @@ std::string silent_note(const std::vector<int>& silent, double seconds, bool tim
 // prints unless another rank failed earlier (its failure is the cause, this
 // one a consequence: then this rank leaves quietly with that rank's exit
 // code), and ends without waiting for anyone.
-int finish_with_error(bool mpi_on, int code, const std::string& msg, bool symmetric,
-                      bool reporter, bool timed_out = false) {
+int finish_with_error(bool mpi_on, int code, const std::string& msg, bool symmetric, bool reporter,
+                      bool timed_out = false) {
   const double t_fail = now_s();
   const int rank = mpi_on ? comm_world_rank() : launcher_rank();
   if (!mpi_on) {

@@ -5,10 +5,9 @@
 
 #include <unistd.h>
 
-#include <csignal>
-
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -93,8 +92,8 @@ bool drain_control() {
   if (g_control == MPI_COMM_NULL) return g_first.rank >= 0;
   for (int done = 1; done && g_notice_req != MPI_REQUEST_NULL;) {
     if (MPI_Test(&g_notice_req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done) break;
-    if (g_first.rank < 0 || earlier({g_notice[0], g_notice[1], g_notice[2]}, g_first.t_us,
-                                    g_first.rank))
+    if (g_first.rank < 0 ||
+        earlier({g_notice[0], g_notice[1], g_notice[2]}, g_first.t_us, g_first.rank))
       g_first = {g_notice[0], g_notice[1], g_notice[2]};
     g_notice_req = MPI_REQUEST_NULL;
     post_control_receives();
@@ -334,8 +333,9 @@ void comm_exit_now(int code) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
   int done = 0;
   while (!g_sends.empty() && std::chrono::steady_clock::now() < deadline) {
-    if (MPI_Testall(int(g_sends.size()), g_sends.data(), &done,
-                    MPI_STATUSES_IGNORE) != MPI_SUCCESS || done)
+    if (MPI_Testall(int(g_sends.size()), g_sends.data(), &done, MPI_STATUSES_IGNORE) !=
+            MPI_SUCCESS ||
+        done)
       break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
