@@ -289,6 +289,9 @@ const std::vector<KeyDef>& key_table() {
         false));
     t.push_back(int_key(
         "runtime", "verify_every", [](Config& c) { return &c.runtime.verify_every; }, 0));
+    t.push_back(float_key(
+        "runtime", "straggler_threshold", [](Config& c) { return &c.runtime.straggler_threshold; },
+        1, true));
     // [output]
     t.push_back(string_key(
         "output", "file", [](Config& c) { return &c.output.file; }, true));
@@ -325,6 +328,8 @@ const std::vector<KeyDef>& key_table() {
       t.push_back(k);
     }
     t.push_back({"output", "timeline", Kind::Bool, [](Config& c) { return &c.output.timeline; }});
+    t.push_back(int_key(
+        "output", "rank_stats_every", [](Config& c) { return &c.output.rank_stats_every; }, 0));
     // [topology]
     t.push_back(int_key(
         "topology", "nodes", [](Config& c) { return &topo_of(c).nodes; }, 1));

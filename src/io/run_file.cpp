@@ -177,6 +177,33 @@ Handle summary_type() {
   return t;
 }
 
+// A float64 array member of n elements.
+void array_member(hid_t t, const char* name, size_t offset, hsize_t n) {
+  Handle arr = TRIDENT_H5_TYPE(H5Tarray_create2(H5T_NATIVE_DOUBLE, 1, &n), "array type");
+  member(t, name, offset, arr);
+}
+
+Handle rank_step_type() {
+  using R = RankStepRow;
+  Handle t = compound(sizeof(R));
+  member(t, "step", offsetof(R, step), H5T_NATIVE_INT64);
+  member(t, "steps", offsetof(R, steps), H5T_NATIVE_INT32);
+  member(t, "rank", offsetof(R, rank), H5T_NATIVE_INT32);
+  Handle s = h5::fixed_string_type(sizeof(R::host));
+  member(t, "host", offsetof(R, host), s);
+  member(t, "stage", offsetof(R, stage), H5T_NATIVE_INT32);
+  array_member(t, "compute_s", offsetof(R, compute_s), 6);
+  array_member(t, "wait_s", offsetof(R, wait_s), 4);
+  member(t, "peer", offsetof(R, peer), H5T_NATIVE_INT32);
+  member(t, "peer_wait_s", offsetof(R, peer_wait_s), H5T_NATIVE_DOUBLE);
+  member(t, "step_s", offsetof(R, step_s), H5T_NATIVE_DOUBLE);
+  member(t, "waited_on_s", offsetof(R, waited_on_s), H5T_NATIVE_DOUBLE);
+  member(t, "score", offsetof(R, score), H5T_NATIVE_DOUBLE);
+  member(t, "score_best", offsetof(R, score_best), H5T_NATIVE_DOUBLE);
+  member(t, "score_self", offsetof(R, score_self), H5T_NATIVE_DOUBLE);
+  return t;
+}
+
 Handle simple_space(const std::vector<hsize_t>& dims, const std::vector<hsize_t>& maxdims = {}) {
   return TRIDENT_H5_SPACE(H5Screate_simple(static_cast<int>(dims.size()), dims.data(),
                                            maxdims.empty() ? nullptr : maxdims.data()),
@@ -376,7 +403,7 @@ void write_root_attributes(hid_t file, Communicator& world, const Config& cfg,
   const std::string job = bcast_from(0, slurm_job_id, world);
   const std::string toml = bcast_from(0, to_toml(cfg), world);
   h5::write_attr(file, "format", "trident-run");
-  h5::write_attr(file, "format_version", int64_t{1});
+  h5::write_attr(file, "format_version", int64_t{2});
   h5::write_attr(file, "trident_version", TRIDENT_VERSION);
   h5::write_attr(file, "config_toml", toml);
   h5::write_attr(file, "created_utc", created);
@@ -846,6 +873,37 @@ void RunFile::write_rank_summaries(const RankSummary& mine) try {
   Handle mem = memory_rows(dset, 1);
   Handle xfer = collective_xfer();
   TRIDENT_H5(H5Dwrite(dset, mtype, mem, fsel, xfer, &row), "write /ranks/summary");
+} catch (const h5::Failure& failure) {
+  throw_write_failure(path_, failure);
+}
+
+void RunFile::append_rank_steps(const std::vector<RankStepRow>& rows) try {
+  h5::Lock lock(h5::library_mutex());
+  BlockingCall blocking("a collective write of output file " + path_, world_.timeout_s());
+  TRIDENT_CHECK(!closed_, "run file " + path_ + ": append_rank_steps after close");
+  h5::QuietErrors quiet;
+  const bool ok = rank_ != 0 || static_cast<int>(rows.size()) == size_;
+  agree_or_throw(ok, "/ranks/steps: rank 0 must pass one row per rank", world_);
+  Handle ranks = h5::open_or_create_group(file_, "ranks");
+  Handle mtype = rank_step_type();
+  if (rank_steps_ == 0) {
+    Handle ftype = packed(mtype);
+    Handle ds = create_extendible(ranks, "steps", ftype, {}, kStepChunk);
+    h5::write_attr(ds, "compute_columns",
+                   std::vector<std::string>{"forward", "backward", "weight", "optimizer", "data",
+                                            "checkpoint"});
+    h5::write_attr(ds, "wait_columns", kCommColumns);
+  }
+  Handle ds = open_dataset(ranks, "steps");
+  const hsize_t first = static_cast<hsize_t>(rank_steps_);
+  extend_rows(ds, first + static_cast<hsize_t>(size_));
+  if (rank_ == 0) {
+    Handle fsel = select_rows(ds, first, static_cast<hsize_t>(size_));
+    Handle mem = memory_rows(ds, static_cast<hsize_t>(size_));
+    TRIDENT_H5(H5Dwrite(ds, mtype, mem, fsel, H5P_DEFAULT, rows.data()), "write /ranks/steps");
+  }
+  rank_steps_ += size_;
+  flush();
 } catch (const h5::Failure& failure) {
   throw_write_failure(path_, failure);
 }

@@ -12,20 +12,26 @@ namespace {
 // The executor's view of this rank's chunks.
 class StageAdapter : public pp::PipelineStage {
  public:
-  explicit StageAdapter(model::ModelStage& s) : s_(s) {}
+  StageAdapter(model::ModelStage& s, StepTimes& times) : s_(s), times_(times) {}
   int64_t boundary_numel(int chunk, int mb) override { return s_.boundary_numel(chunk, mb); }
   Allocator& allocator() override { return s_.allocator(); }
   void forward(int chunk, int mb, const Tensor& in, Tensor& out) override {
+    PhaseClock clock(times_.phase[int(Phase::forward)]);
     s_.forward(chunk, mb, in, out);
   }
   void backward(int chunk, int mb, const Tensor& g_out, Tensor& g_in, bool weight_grad) override {
+    PhaseClock clock(times_.phase[int(Phase::backward)]);
     s_.backward(chunk, mb, g_out, g_in, weight_grad);
   }
-  void backward_weight(int chunk, int mb) override { s_.backward_weight(chunk, mb); }
+  void backward_weight(int chunk, int mb) override {
+    PhaseClock clock(times_.phase[int(Phase::weight)]);
+    s_.backward_weight(chunk, mb);
+  }
   void discard_forward(int chunk, int mb) override { s_.discard_forward(chunk, mb); }
 
  private:
   model::ModelStage& s_;
+  StepTimes& times_;
 };
 
 struct ExecutorPipeline : Trainer::Pipeline {
@@ -45,7 +51,7 @@ void Trainer::init_pipeline() {
   pp::validate(pipe->lowered);
   pipe->forward_only = pp::lower(pp::forward_only_of(compute));
   pp::validate(pipe->forward_only);
-  pipe->adapter = std::make_unique<StageAdapter>(*stage_);
+  pipe->adapter = std::make_unique<StageAdapter>(*stage_, times_);
   pipe_ = std::move(pipe);
 }
 
@@ -59,6 +65,15 @@ void Trainer::run_pipeline(int64_t step, std::vector<TimelineEvent>& events, dou
   pp::ExecResult r = pp::execute(forward_only ? pipe.forward_only : pipe.lowered, comms_.pp_rank,
                                  *pipe.adapter, comms_.pp, int(step), nullptr, options);
   compute_s += r.busy_s;
+  // the longest receive: whom this rank waited on in the pipeline
+  for (const pp::ActionTiming& t : r.actions) {
+    const bool fwd = t.action.op == pp::Op::RECV_F;
+    if ((!fwd && t.action.op != pp::Op::RECV_B) || t.t_end_s - t.t_begin_s <= times_.peer_wait_s)
+      continue;
+    const int from = pipe.lowered.rank_of(fwd ? t.action.stage - 1 : t.action.stage + 1);
+    times_.peer = comms_.pp->world_rank_of(from);
+    times_.peer_wait_s = t.t_end_s - t.t_begin_s;
+  }
 }
 
 }  // namespace trident::train

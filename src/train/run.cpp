@@ -386,9 +386,12 @@ void record_restart(RunFile& file, Communicator& world, int64_t step, int64_t re
 // The step boundary's agreement: a stop signal on any rank, and whether
 // every rank's background checkpoint write has finished (then it commits)
 // or one failed (then the job ends with its line). Returns the signal.
-int agree_at_boundary(Communicator* world, CheckpointSaver& saver, LoopTotals& tot) {
-  int flags[3] = {stop_signal_received(), saver.writing(), saver.failed_code()};
-  world->allreduce_max(flags, 3);
+// Rank 0's straggler verdict travels in the same reduction (RankStats).
+int agree_at_boundary(Communicator* world, CheckpointSaver& saver, LoopTotals& tot,
+                      RankStats& stats, RunFile& file) {
+  int flags[4] = {stop_signal_received(), saver.writing(), saver.failed_code(), stats.verdict()};
+  world->allreduce_max(flags, 4);
+  stats.record(flags[3], file);
   saver.settle(flags[1], flags[2]);
   tot.last_ckpt = saver.last_path();
   tot.last_ckpt_step = saver.last_step();
@@ -396,8 +399,9 @@ int agree_at_boundary(Communicator* world, CheckpointSaver& saver, LoopTotals& t
 }
 
 // Steps [start, train.steps), until then, a stop signal or a guard's stop.
-LoopTotals run_steps(Trainer& trainer, RunFile& file, CheckpointSaver& saver, int64_t start,
-                     const std::string& resumed_from, const model::DataSource* eval_data) {
+LoopTotals run_steps(Trainer& trainer, RunFile& file, CheckpointSaver& saver, RankStats& stats,
+                     int64_t start, const std::string& resumed_from,
+                     const model::DataSource* eval_data) {
   const Config& cfg = trainer.config();
   Communicator* world = trainer.comms().world;
   const int rank = world->rank();
@@ -415,6 +419,7 @@ LoopTotals run_steps(Trainer& trainer, RunFile& file, CheckpointSaver& saver, in
     StepResult r = trainer.train_step(step, cap ? &capture : nullptr);
     file.append_step(r.metrics, r.comm_bytes, r.expert_tokens);
     if (cfg.output.timeline) file.append_events(r.events);
+    stats.after_step(step, r.times, file);
     if (cap) write_activations(file, cfg, world, step, trainer.positions(), r.captures);
     file.flush();
     if (std::isnan(tot.first_loss)) tot.first_loss = r.metrics.loss;
@@ -429,11 +434,13 @@ LoopTotals run_steps(Trainer& trainer, RunFile& file, CheckpointSaver& saver, in
       evaluate_into(trainer, *eval_data, file, step + 1);
     if (rank == hooks.rank && step == hooks.signal_at) std::raise(SIGUSR1);
     // every rank sees the same decision at the same step boundary
-    const int stop = agree_at_boundary(world, saver, tot);
+    const int stop = agree_at_boundary(world, saver, tot, stats, file);
     const int64_t done = step + 1;
     const int every = cfg.output.checkpoint_every;
     if ((every > 0 && done % every == 0) || stop || done == cfg.train.steps) {
+      const double t_save = now_s();
       saver.save(done);
+      stats.add_checkpoint_s(now_s() - t_save);
       tot.last_ckpt = saver.last_path();
       tot.last_ckpt_step = saver.last_step();
     }
@@ -572,7 +579,11 @@ int run(const Config& cfg, Communicators& comms, const RunRequest& request) {
   const CommCounters at_start = comm_counters();
   record_documents(trainer, file, at.step);
   CheckpointSaver saver(trainer, &file);
-  LoopTotals tot = run_steps(trainer, file, saver, at.step, at.checkpoint, eval_data.get());
+  std::vector<std::string> hosts;
+  for (const RankInfo& r : comms.topo.ranks) hosts.push_back(r.hostname);
+  RankStats stats(cfg, *comms.world, comms.me.pp, hosts);
+  LoopTotals tot = run_steps(trainer, file, saver, stats, at.step, at.checkpoint, eval_data.get());
+  stats.finish(file);
   saver.finish();  // a background save: durable and committed before the summary says so
   tot.last_ckpt = saver.last_path();
   tot.last_ckpt_step = saver.last_step();

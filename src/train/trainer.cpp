@@ -112,9 +112,13 @@ void Trainer::compute_gradients(int64_t step, const model::CaptureRequest* captu
   const double n_targets = double(std::max<int64_t>(1, data_->targets_in_batch(step, n_seq)));
   Tensor grads = store_->grads();
   kernels::fill(device_->ctx(), grads.ptr(), grads.numel(), 0.0f);
-  stage_->begin_step(
-      model::make_microbatches(*data_, d, step, comms_.dp_rank, positions_, by_docs_),
-      float(1.0 / n_targets), float(1.0 / double(n_seq)), capture);
+  times_ = StepTimes{};  // this run's phases (a verified step's re-run has its own)
+  {
+    PhaseClock clock(times_.phase[int(Phase::data)]);
+    stage_->begin_step(
+        model::make_microbatches(*data_, d, step, comms_.dp_rank, positions_, by_docs_),
+        float(1.0 / n_targets), float(1.0 / double(n_seq)), capture);
+  }
   if (bucketed) {
     bucket_step_ = step;
     bucket_first_ = nullptr;
@@ -122,6 +126,7 @@ void Trainer::compute_gradients(int64_t step, const model::CaptureRequest* captu
     stage_->set_grads_ready([this](const std::vector<Param*>& ps) { buckets_->ready(ps); });
   }
   run_pipeline(step, res.events, res.compute_s);
+  res.times = times_;
   stage_->set_grads_ready(nullptr);
   // ATTN_F/ATTN_B: begin of the call, length = kernel time on this rank.
   TimelineSink timeline(res.events, comms_.world ? comms_.world->rank() : 0, step);
@@ -261,6 +266,7 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
   compute_gradients(step, capture, res, bucketed);
   res.captures = stage_->take_captures();
   if (verifying) verify_step(step, res);
+  PhaseClock optimizer(res.times.phase[int(Phase::optimizer)]);  // guard to update
   // The work after the pipeline, as spans of the timeline (host clock).
   TimelineSink timeline(res.events, comms_.world ? comms_.world->rank() : 0, step);
   double t_mark = now_s();
@@ -322,6 +328,7 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
   m.z_loss = sums[2] / double(n_seq);
   m.lr = lr;
   m.grad_norm = norm;
+  optimizer.stop();
   fill_timing(res, before, t_begin);
   return res;
 }
@@ -364,6 +371,8 @@ void Trainer::fill_timing(StepResult& res, const CommCounters& before, double t_
   m.bubble_fraction = bubble;
   const CommCounters diff = comm_counters() - before;
   for (int k = 0; k < kNumCommKinds; ++k) res.comm_bytes[size_t(k)] = diff.bytes_sent[size_t(k)];
+  for (int k = 0; k < kNumCommKinds; ++k) res.times.wait[size_t(k)] = diff.wait_s[size_t(k)];
+  res.times.step_s = t_end - t_begin;
   if (comms_.world && comms_.world->size() > 1)
     comms_.world->allreduce_sum(res.comm_bytes.data(), res.comm_bytes.size());
 }

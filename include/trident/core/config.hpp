@@ -298,6 +298,9 @@ struct RuntimeConfig {
   EpTransportChoice ep_transport = EpTransportChoice::automatic;  // MoE token exchange
   double ep_shm_limit_mb = 0;  // shared memory one MoE layer's exchange may hold; 0: no cap
   int verify_every = 0;        // every N-th step runs twice and compares bitwise; 0: off
+  // A rank whose compute per step is this many times its peers' median over
+  // two windows of output.rank_stats_every steps in a row is named (faults.md).
+  double straggler_threshold = 1.3;
 
   bool operator==(const RuntimeConfig&) const = default;
 };
@@ -317,6 +320,7 @@ struct OutputConfig {
   std::vector<int> activation_samples = {0};
   std::vector<std::string> activations = {"q", "k", "v", "attn_out", "router_logits"};
   bool timeline = true;
+  int rank_stats_every = 10;  // steps per row of /ranks/steps; 0: off
 
   bool operator==(const OutputConfig&) const = default;
 };

@@ -1,4 +1,4 @@
-// RunFile: the HDF5 file of one run (format "trident-run", version 1), written
+// RunFile: the HDF5 file of one run (format "trident-run", version 2), written
 // with parallel HDF5 by all ranks. Layout: share/trident/hdf5-layout.md.
 //
 // Every method is collective over the world communicator unless it says
@@ -68,6 +68,26 @@ struct RankSummary {
   double peak_kind_bytes[6] = {0, 0, 0, 0, 0, 0};
 };
 
+// A row of /ranks/steps: one rank's seconds over a window of
+// output.rank_stats_every steps, with rank 0's scores (train/rank_stats.hpp).
+struct RankStepRow {
+  int64_t step = 0;   // the window's first step
+  int32_t steps = 0;  // steps in the window
+  int32_t rank = 0;
+  char host[64] = {};
+  int32_t stage = 0;  // pipeline rank
+  // forward, backward, weight, optimizer, data, checkpoint (waits left out)
+  double compute_s[6] = {0, 0, 0, 0, 0, 0};
+  double wait_s[4] = {0, 0, 0, 0};  // cp, pp, ep, dp
+  int32_t peer = -1;                // the pipeline peer waited on longest
+  double peer_wait_s = 0;
+  double step_s = 0;       // the rank's wall time of the window's steps
+  double waited_on_s = 0;  // other ranks' waits attributed to this rank
+  double score = 0;        // compute per step / its stage's other ranks' median
+  double score_best = 0;   // / its stage's fastest rank
+  double score_self = 0;   // / the median of its own earlier windows (0: none yet)
+};
+
 class RunFile {
  public:
   // Creates path (collective) and writes the root attributes and /topology.
@@ -118,6 +138,9 @@ class RunFile {
                               const std::string& description);
   // Per-rank summary at the end; collective.
   void write_rank_summaries(const RankSummary& mine);
+  // Rows of /ranks/steps: rank 0 passes one per world rank, the others
+  // pass none; collective, flushes.
+  void append_rank_steps(const std::vector<RankStepRow>& rows);
   // Free-form attribute on the root group (rank 0's value); collective.
   void set_root_attr(const std::string& name, const std::string& value);
   void set_root_attr(const std::string& name, double value);
@@ -136,6 +159,7 @@ class RunFile {
   int rank_ = 0, size_ = 1;
   hid_t file_ = -1;
   int64_t steps_ = 0, events_ = 0, run_events_ = 0, evals_ = 0, checkpoints_ = 0;
+  int64_t rank_steps_ = 0;  // rows of /ranks/steps
   int moe_layers_ = 0, n_experts_ = 0;
   bool closed_ = false;
 };

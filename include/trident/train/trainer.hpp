@@ -35,6 +35,7 @@
 #include "trident/parallel/dp/grad_buckets.hpp"
 #include "trident/parallel/dp/zero.hpp"
 #include "trident/train/optimizer.hpp"
+#include "trident/train/rank_stats.hpp"
 
 namespace trident::train {
 
@@ -62,6 +63,7 @@ struct StepResult {
   std::vector<std::vector<int64_t>> expert_tokens;  // [moe layer][expert], global batch
   std::vector<TimelineEvent> events;                // this rank's F/B/W/SEND/RECV of the step
   double compute_s = 0;                             // this rank's time in F, B, W
+  StepTimes times;                                  // phases and waits (/ranks/steps)
   std::vector<model::Capture> captures;             // this rank's activation captures
   // The guard, the same on every rank: loss, aux losses and gradient norm
   // finite; the optimizer update applied (only when finite and, on a
@@ -183,6 +185,7 @@ class Trainer {
   model::DocumentBalance by_docs_;  // parallel.cp_layout = "docs": each sample's own layout
   std::unique_ptr<Pipeline> pipe_;
   GradientFault fault_;
+  StepTimes times_;  // the step's phases so far (the pipeline adds F, B, W)
 };
 
 // The profiler spans of one step as this rank's timeline events

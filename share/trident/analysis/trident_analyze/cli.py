@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 
-from . import attention, bench, compare, plots, predicted, summary, trace
+from . import attention, bench, compare, plots, predicted, stragglers, summary, trace
 from .runfile import AnalysisError, RunFile
 
 
@@ -74,6 +74,13 @@ def cmd_predicted(a) -> int:
     return 0
 
 
+def cmd_stragglers(a) -> int:
+    with RunFile(a.file) as rf:
+        res = stragglers.analyse(rf)
+    print(json.dumps(res, indent=2) if a.json else stragglers.format_text(res))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="trident-analyze", description="Analyse trident HDF5 run files and bench files.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -117,6 +124,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--skip", type=int, default=1, help="warm-up steps left out of the medians (default 1)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_predicted)
+    s = sub.add_parser("stragglers", help="per-rank times over the run, the ranks waited on, the straggler named")
+    s.add_argument("file")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_stragglers)
     return p
 
 

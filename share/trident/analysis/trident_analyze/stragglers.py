@@ -1,0 +1,138 @@
+"""`trident-analyze stragglers`: which rank was slow, and whom the others waited on.
+
+Reads /ranks/steps (format_version 2; share/trident/hdf5-layout.md): every
+rank's compute seconds by phase and wait seconds by kind per window of
+output.rank_stats_every steps, with rank 0's scores. A file without the
+table (format_version 1, or a run with rank_stats_every = 0) is analysed
+from /ranks/summary, the whole run in one row per rank, and says so.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .runfile import COMM_KINDS, AnalysisError, RunFile, decode
+
+PHASES = ("forward", "backward", "weight", "optimizer", "data", "checkpoint")
+# the phases a straggler score counts (a save's staging is not the same work on every rank)
+SCORED = PHASES[:5]
+
+
+def _per_rank_from_table(t) -> dict:
+    """{rank: totals over the run} from /ranks/steps' rows."""
+    out: dict = {}
+    for row in t:
+        r = int(row["rank"])
+        d = out.setdefault(r, {"rank": r, "host": decode(row["host"]), "stage": int(row["stage"]),
+                               "steps": 0, "compute_s": np.zeros(6), "wait_s": np.zeros(4),
+                               "waited_on_s": 0.0, "step_s": 0.0, "scores": [], "peers": {}})
+        d["steps"] += int(row["steps"])
+        d["compute_s"] += np.asarray(row["compute_s"], dtype=float)
+        d["wait_s"] += np.asarray(row["wait_s"], dtype=float)
+        d["waited_on_s"] += float(row["waited_on_s"])
+        d["step_s"] += float(row["step_s"])
+        d["scores"].append(float(row["score"]))
+        if int(row["peer"]) >= 0:
+            d["peers"][int(row["peer"])] = d["peers"].get(int(row["peer"]), 0.0) + float(row["peer_wait_s"])
+    return out
+
+
+def _straggler_events(rf: RunFile) -> list:
+    if not rf.has("/events"):
+        return []
+    return [{"step": int(e["step"]), "rank": int(e["rank"]), "score": float(e["value"]),
+             "threshold": float(e["reference"]), "detail": decode(e["detail"])}
+            for e in rf.h5["/events"][()] if decode(e["kind"]) == "straggler"]
+
+
+def _cost(rf: RunFile, ranks: dict, slowest: int) -> dict:
+    """What the slowest rank cost: the median step time next to it without
+    that rank's excess compute per step over its stage's other ranks (the
+    critical path runs through the rank everyone waits on once per step, so
+    the excess is a first-order estimate of the time lost)."""
+    steps = rf.steps()
+    measured = float(np.median(steps["step_time_s"])) if len(steps) else 0.0
+    me = ranks[slowest]
+    peers = [d for r, d in ranks.items() if r != slowest and d["stage"] == me["stage"]]
+    per_step = lambda d: float(d["compute_s"][:5].sum()) / max(1, d["steps"])
+    if not peers:
+        return {"measured_step_s": measured, "without_slowest_s": None,
+                "why": "the slowest rank is alone in its pipeline stage: no peer to compare with"}
+    excess = max(0.0, per_step(me) - float(np.median([per_step(d) for d in peers])))
+    return {"measured_step_s": measured, "without_slowest_s": max(0.0, measured - excess),
+            "excess_per_step_s": excess}
+
+
+def analyse(rf: RunFile) -> dict:
+    version = rf.attr("format_version", default=1)
+    out: dict = {"file": rf.path, "format_version": version, "events": _straggler_events(rf)}
+    if rf.has("/ranks/steps") and len(rf.h5["/ranks/steps"]):
+        ranks = _per_rank_from_table(rf.h5["/ranks/steps"][()])
+        out["source"] = "/ranks/steps"
+    elif rf.has("/ranks/summary"):
+        ranks = {}
+        for row in rf.h5["/ranks/summary"][()]:
+            r = int(row["rank"])
+            ranks[r] = {"rank": r, "host": "", "stage": -1, "steps": len(rf.steps()),
+                        "compute_s": np.array([float(row["compute_s"]), 0, 0, 0, 0, 0]),
+                        "wait_s": np.asarray(row["comm_wait_s"], dtype=float), "waited_on_s": None,
+                        "step_s": 0.0, "scores": [], "peers": {}}
+        out["source"] = "/ranks/summary (no per-step table in this file: whole-run totals only)"
+    else:
+        raise AnalysisError(f"{rf.path}: has neither /ranks/steps nor /ranks/summary "
+                            "(output.rank_stats_every = 0 and the run did not end normally)")
+    topo = rf.topology_ranks()
+    if topo is not None:
+        for row in topo:
+            d = ranks.get(int(row["rank"]))
+            if d is not None:
+                d["host"] = d["host"] or decode(row["hostname"])
+                d["stage"] = int(row["pp"]) if d["stage"] < 0 else d["stage"]
+    table = []
+    for r in sorted(ranks):
+        d = ranks[r]
+        n = max(1, d["steps"])
+        table.append({"rank": r, "host": d["host"], "stage": d["stage"], "steps": d["steps"],
+                      "compute_per_step_s": dict(zip(PHASES, (d["compute_s"] / n).tolist())),
+                      "wait_per_step_s": dict(zip(COMM_KINDS, (d["wait_s"] / n).tolist())),
+                      "waited_on_s": d["waited_on_s"],
+                      "max_score": max(d["scores"]) if d["scores"] else None,
+                      "median_score": float(np.median(d["scores"])) if d["scores"] else None})
+    out["ranks"] = table
+    waited = [(r["waited_on_s"], r["rank"]) for r in table if r["waited_on_s"]]
+    out["waited_on"] = [{"rank": r, "host": ranks[r]["host"], "seconds": s}
+                        for s, r in sorted(waited, reverse=True) if s > 0]
+    if out["source"] == "/ranks/steps":
+        slowest = max(table, key=lambda x: x["median_score"] or 0)["rank"]
+        out["slowest"] = slowest
+        out["cost"] = _cost(rf, ranks, slowest)
+    return out
+
+
+def format_text(s: dict) -> str:
+    lines = [f"{s['file']}: format_version {s['format_version']}, from {s['source']}"]
+    hdr = "rank  host              stage  " + "  ".join(f"{p[:8]:>8}" for p in PHASES[:5]) + \
+          "  " + "  ".join(f"w_{k:>4}" for k in COMM_KINDS) + "  waited_on  score"
+    lines += ["per step, seconds (compute by phase, waits by kind):", hdr]
+    for r in s["ranks"]:
+        c, w = r["compute_per_step_s"], r["wait_per_step_s"]
+        won = "" if r["waited_on_s"] is None else f"{r['waited_on_s']:9.3f}"
+        sc = "" if r["median_score"] is None else f"{r['median_score']:5.2f}"
+        lines.append(f"{r['rank']:4d}  {r['host'][:16]:16s}  {r['stage']:5d}  " +
+                     "  ".join(f"{c[p]:8.4f}" for p in PHASES[:5]) + "  " +
+                     "  ".join(f"{w[k]:6.4f}" for k in COMM_KINDS) + f"  {won:>9}  {sc:>5}")
+    if s["waited_on"]:
+        lines.append("waited on: " + ", ".join(f"rank {x['rank']} ({x['host']}) {x['seconds']:.3f} s"
+                                               for x in s["waited_on"][:5]))
+    for e in s["events"]:
+        lines.append(f"straggler at step {e['step']}: rank {e['rank']}, {e['score']:.2f}x "
+                     f"(threshold {e['threshold']:g}): {e['detail']}")
+    if not s["events"]:
+        lines.append("no straggler named during the run")
+    cost = s.get("cost")
+    if cost and cost.get("without_slowest_s") is not None:
+        lines.append(f"slowest rank {s['slowest']}: median step {cost['measured_step_s']:.4f} s, "
+                     f"about {cost['without_slowest_s']:.4f} s without its excess compute "
+                     f"({cost['excess_per_step_s']:.4f} s per step)")
+    elif cost:
+        lines.append(f"slowest rank {s['slowest']}: {cost['why']}")
+    return "\n".join(lines)
