@@ -164,9 +164,11 @@ std::vector<char> file_image(const CheckpointMeta& meta, std::vector<View>& all)
   throw Error("cannot " + what + " " + path + ": " + std::strerror(errno));
 }
 
+}  // namespace
+
 // Writes bytes to path and makes them durable (fsync), so that the rename
 // that follows never publishes a file whose data is still in flight.
-void write_durably(const std::string& path, const std::vector<char>& bytes) {
+void write_file_durably(const std::string& path, const std::vector<char>& bytes) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) system_error("create", path);
   size_t done = 0;
@@ -189,6 +191,8 @@ void write_durably(const std::string& path, const std::vector<char>& bytes) {
   }
   if (::close(fd) != 0) system_error("close", path);
 }
+
+namespace {
 
 // tmp -> path, then the directory entry made durable too.
 void publish(const std::string& tmp, const std::string& path, const std::string& dir) {
@@ -220,7 +224,7 @@ std::string write_on_root(const std::string& dir, const std::string& path,
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) throw Error("cannot create directory " + dir + ": " + ec.message());
-    write_durably(tmp, file_image(meta, all));
+    write_file_durably(tmp, file_image(meta, all));
     publish(tmp, path, dir);
     return "";
   } catch (const std::exception& e) {
@@ -338,6 +342,19 @@ hid_t open_readable(const std::string& path, const std::string& what) {
   return f;
 }
 
+// A shard's checksums: uint64 attributes (one, or one a block).
+std::vector<uint64_t> read_u64s(hid_t obj, const char* name, const std::string& where) {
+  const hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+  if (a < 0) throw InputError(where + " has no checksum (corrupted file)");
+  h5::Handle ah(a, H5Aclose);
+  h5::Handle space(H5Aget_space(a), H5Sclose);
+  const hssize_t n = H5Sget_simple_extent_npoints(space);
+  std::vector<uint64_t> v(size_t(std::max<hssize_t>(n, 1)));
+  if (n < 1 || H5Aread(a, H5T_NATIVE_UINT64, v.data()) < 0)
+    throw InputError(where + ": its checksum cannot be read (corrupted file)");
+  return v;
+}
+
 void read_meta(hid_t f, const std::string& path, CheckpointMeta& meta, int64_t& version) {
   if (h5::read_string_attr(f, "format") != "trident-checkpoint")
     throw InputError("'" + path + "' is not a trident checkpoint (format attribute)");
@@ -443,6 +460,9 @@ int64_t CheckpointReader::shard(int64_t rank) const {
   const std::string dir = std::filesystem::path(path_).parent_path().string();
   const std::string p = (std::filesystem::path(dir.empty() ? "." : dir) / shards_[size_t(rank)]).string();
   f = open_readable(p, "checkpoint '" + path_ + "': shard file");
+  // written last, once every checksum is in
+  if (read_u64s(hid_t(f), "complete", "checkpoint '" + path_ + "': shard file '" + p + "'").at(0) != 1)
+    throw InputError("checkpoint '" + path_ + "': shard file '" + p + "' is unfinished");
   return f;
 }
 
@@ -456,18 +476,10 @@ void CheckpointReader::read_piece(const std::string& name, int64_t rank, int64_t
   const hid_t d = H5Dopen2(f, ("tensors/" + name).c_str(), H5P_DEFAULT);
   if (d < 0) throw InputError(where + " is missing (corrupted file)");
   h5::Handle dh(d, H5Dclose);
-  std::string whole;
-  std::vector<std::string> blocks;
-  try {
-    if (h5::read_int_attr(d, "begin") != pb || h5::read_int_attr(d, "end") != pe)
-      throw InputError(where + " holds other elements than the index says");
-    whole = h5::read_string_attr(d, "fnv1a64");
-    blocks = h5::read_string_list_attr(d, "fnv1a64_blocks");
-  } catch (const InputError&) {
-    throw;
-  } catch (const std::exception&) {
-    throw InputError(where + " has no checksum (an unfinished or corrupted shard)");
-  }
+  if (h5::read_int_attr(d, "begin") != pb || h5::read_int_attr(d, "end") != pe)
+    throw InputError(where + " holds other elements than the index says");
+  const std::vector<uint64_t> whole = read_u64s(d, "fnv1a64", where);
+  const std::vector<uint64_t> blocks = read_u64s(d, "fnv1a64_blocks", where);
   const bool all = lo == pb && hi == pe;
   // a part: whole checksum blocks around it
   const int64_t b0 = all ? 0 : (lo - pb) / kChecksumBlock;
@@ -482,14 +494,14 @@ void CheckpointReader::read_piece(const std::string& name, int64_t rank, int64_t
       H5Dread(d, H5T_NATIVE_FLOAT, msel, fsel, H5P_DEFAULT, dst) < 0)
     throw InputError(where + " cannot be read (truncated or corrupted file): " + h5::error_text());
   if (all) {
-    if (whole != std::to_string(fnv1a64(dst, size_t(pe - pb) * sizeof(float))))
+    if (whole.at(0) != fnv1a64(dst, size_t(pe - pb) * sizeof(float)))
       throw InputError(where + " fails its checksum (corrupted file)");
     return;
   }
   for (int64_t at = first, b = b0; at < last; at += kChecksumBlock, ++b) {
     const int64_t n = std::min(kChecksumBlock, last - at);
     if (size_t(b) >= blocks.size() ||
-        blocks[size_t(b)] != std::to_string(fnv1a64(dst + (at - first), size_t(n) * sizeof(float))))
+        blocks[size_t(b)] != fnv1a64(dst + (at - first), size_t(n) * sizeof(float)))
       throw InputError(where + " fails its checksum (corrupted file)");
   }
   std::copy(dst + (lo - first), dst + (hi - first), out);

@@ -123,6 +123,25 @@ std::string shard_file_name(int64_t step, const std::string& tag, int rank) {
 
 namespace {
 
+// uint64 attributes of a fixed size, created once with zeros and later
+// rewritten in place: finish() then changes no size in the file, so the
+// HDF5 close that records the checksums allocates no new space (a disk that
+// filled meanwhile cannot fail it).
+void create_u64_attr(hid_t obj, const char* name, size_t n) {
+  hsize_t dims[1] = {hsize_t(n)};
+  h5::Handle space = n == 0 ? TRIDENT_H5_SPACE(H5Screate(H5S_SCALAR), "scalar space")
+                            : TRIDENT_H5_SPACE(H5Screate_simple(1, dims, nullptr), "1-d space");
+  h5::Handle a = TRIDENT_H5_ATTR(
+      H5Acreate2(obj, name, H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT), name);
+  const std::vector<uint64_t> zeros(std::max<size_t>(n, 1), 0);
+  TRIDENT_H5(H5Awrite(a, H5T_NATIVE_UINT64, zeros.data()), name);
+}
+
+void rewrite_u64_attr(hid_t obj, const char* name, const uint64_t* values) {
+  h5::Handle a = TRIDENT_H5_ATTR(H5Aopen(obj, name, H5P_DEFAULT), name);
+  TRIDENT_H5(H5Awrite(a, H5T_NATIVE_UINT64, values), name);
+}
+
 // A 1-D float dataset of n elements, allocated at creation and never filled,
 // contiguous: its bytes lie at one offset of the file (H5Dget_offset).
 int64_t create_piece_dataset(hid_t file, const ShardPiece& p) {
@@ -140,6 +159,8 @@ int64_t create_piece_dataset(hid_t file, const ShardPiece& p) {
   h5::write_attr(d, "begin", p.begin);
   h5::write_attr(d, "end", p.end);
   h5::write_attr(d, "shape", p.shape);
+  create_u64_attr(d, "fnv1a64", 0);
+  create_u64_attr(d, "fnv1a64_blocks", size_t((p.numel() + kChecksumBlock - 1) / kChecksumBlock));
   const haddr_t at = H5Dget_offset(d);
   TRIDENT_CHECK(at != HADDR_UNDEF, "shard: no file offset for " + p.name);
   return int64_t(at);
@@ -152,6 +173,23 @@ void write_shard_root(hid_t file, const CheckpointMeta& meta, const std::string&
   h5::write_attr(file, "rank", int64_t{rank});
   h5::write_attr(file, "shard_tag", tag);
   h5::write_attr(file, "model_hash", meta.model_hash);
+  create_u64_attr(file, "complete", 0);  // 1 once every checksum is in
+}
+
+// Why the system refused a write to path, when HDF5's own text does not say
+// (a full or read-only file system); "" when it does not either.
+std::string system_refusal(const std::string& path) {
+  struct statvfs fs {};
+  const std::string d = std::filesystem::path(path).parent_path().string();
+  if (::statvfs(d.empty() ? "." : d.c_str(), &fs) != 0) return "";
+  if (fs.f_flag & ST_RDONLY) return std::strerror(EROFS);
+  if ((::geteuid() == 0 ? fs.f_bfree : fs.f_bavail) == 0) return std::strerror(ENOSPC);
+  return "";
+}
+
+[[noreturn]] void hdf5_write_error(const std::string& path) {
+  const std::string why = system_refusal(path);
+  throw Error("cannot write " + path + ": " + (why.empty() ? h5::error_text() : why));
 }
 
 }  // namespace
@@ -192,7 +230,7 @@ ShardFile::ShardFile(std::string path, const CheckpointMeta& meta, const std::st
     }
     if (H5Fclose(file.release()) < 0) {
       std::remove(path_.c_str());
-      throw Error("cannot write " + path_ + ": " + h5::error_text());
+      hdf5_write_error(path_);
     }
   }
   for (size_t i = 0; i < pieces_.size(); ++i) progress_.push_back(new Progress());
@@ -249,13 +287,12 @@ void ShardFile::finish() {
     for (size_t i = 0; i < pieces_.size(); ++i) {
       h5::Handle d = TRIDENT_H5_DSET(H5Dopen2(file, ("tensors/" + pieces_[i].name).c_str(), H5P_DEFAULT),
                                      "open " + pieces_[i].name);
-      h5::write_attr(d, "fnv1a64", std::to_string(progress_[i]->whole));
-      std::vector<std::string> blocks;
-      for (uint64_t b : progress_[i]->blocks) blocks.push_back(std::to_string(b));
-      h5::write_attr(d, "fnv1a64_blocks", blocks);
+      rewrite_u64_attr(d, "fnv1a64", &progress_[i]->whole);
+      rewrite_u64_attr(d, "fnv1a64_blocks", progress_[i]->blocks.data());
     }
-    h5::write_attr(file, "tensor_count", int64_t(pieces_.size()));
-    if (H5Fclose(file.release()) < 0) throw Error("cannot write " + path_ + ": " + h5::error_text());
+    const uint64_t one = 1;
+    rewrite_u64_attr(file, "complete", &one);
+    if (H5Fclose(file.release()) < 0) hdf5_write_error(path_);
   }
   const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) system_error("open", path_, errno);
@@ -400,32 +437,33 @@ std::string write_index_tmp(const std::string& dir, const CheckpointMeta& meta,
   std::vector<std::string> shards;
   for (size_t r = 0; r < pieces.size(); ++r) shards.push_back(shard_file_name(meta.step, tag, int(r)));
   const std::map<std::string, IndexEntry> entries = index_entries(pieces);
-  ensure_space(tmp, index_file_bytes(pieces));
-  h5::Lock lock(h5::library_mutex());
-  h5::QuietErrors quiet;
-  try {
-    const hid_t f = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    if (f < 0) system_error("create", tmp, errno ? errno : EIO);
-    h5::Handle file(f, H5Fclose);
+  // The index holds metadata only: it is built in memory (HDF5's core
+  // driver) and written with POSIX calls, whose errors are the system's.
+  std::vector<char> image;
+  {
+    h5::Lock lock(h5::library_mutex());
+    h5::QuietErrors quiet;
+    h5::Handle fapl = TRIDENT_H5_PLIST(H5Pcreate(H5P_FILE_ACCESS), "file access list");
+    TRIDENT_H5(H5Pset_fapl_core(fapl, size_t(1) << 20, false), "in-memory file driver");
+    h5::Handle file(TRIDENT_H5(H5Fcreate("index-image", H5F_ACC_TRUNC, H5P_DEFAULT, fapl),
+                               "create index image"),
+                    H5Fclose);
     write_index_root(file, meta, tag, shards);
     h5::Handle g = h5::open_or_create_group(file, "tensors");
     for (const auto& [name, e] : entries) write_virtual(g, name, e, shards);
     h5::write_attr(file, "tensor_count", int64_t(entries.size()));
     g.reset();
-    if (H5Fclose(file.release()) < 0) throw Error("cannot write " + tmp + ": " + h5::error_text());
-  } catch (const std::exception& e) {
-    std::remove(tmp.c_str());
-    const std::string what = e.what();
-    throw Error(what.rfind("cannot ", 0) == 0 ? what : "cannot write " + tmp + ": " + what);
+    TRIDENT_H5(H5Fflush(file, H5F_SCOPE_GLOBAL), "flush index image");
+    const ssize_t size = TRIDENT_H5(H5Fget_file_image(file, nullptr, 0), "index image size");
+    image.resize(size_t(size));
+    TRIDENT_H5(H5Fget_file_image(file, image.data(), image.size()), "index image");
   }
-  const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0 || ::fsync(fd) != 0) {
-    const int err = errno;
-    if (fd >= 0) ::close(fd);
+  try {
+    write_file_durably(tmp, image);
+  } catch (...) {
     std::remove(tmp.c_str());
-    system_error("sync", tmp, err);
+    throw;
   }
-  ::close(fd);
   return tmp;
 }
 

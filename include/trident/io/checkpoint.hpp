@@ -63,6 +63,10 @@ void write_checkpoint_file(const std::string& path, const CheckpointMeta& meta,
 // open HDF5 file (its hid_t).
 void write_checkpoint_attrs(int64_t file, const CheckpointMeta& meta, int64_t format_version);
 
+// Writes bytes to path and fsyncs them; Error "cannot write PATH: <the
+// system's reason>" (a file that is only metadata: an index).
+void write_file_durably(const std::string& path, const std::vector<char>& bytes);
+
 // FNV-1a, 64 bits, of n bytes: the checksum every stored dataset carries.
 uint64_t fnv1a64(const void* p, size_t n);
 

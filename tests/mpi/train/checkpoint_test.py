@@ -90,8 +90,9 @@ def check_shards(index):
     bad, written = [], {}
     for r, s in enumerate(shards):
         with h5py.File(os.path.join(d, s), "r") as g:
-            check(int(g.attrs["rank"]) == r and "%08d" % int(g.attrs["step"]) in s,
-                  "shard %s: its rank and the step's 8 digits in its name" % s)
+            check(int(g.attrs["rank"]) == r and "%08d" % int(g.attrs["step"]) in s and
+                  int(g.attrs["complete"]) == 1,
+                  "shard %s: its rank, the step's 8 digits in its name, complete" % s)
             written[r] = 0
 
             def visit(n, o):
@@ -99,9 +100,7 @@ def check_shards(index):
                     return
                 data = o[()]
                 written[r] += data.nbytes
-                want = o.attrs["fnv1a64"]
-                want = want.decode() if isinstance(want, bytes) else want
-                if str(fnv1a64(data.tobytes())) != want:
+                if fnv1a64(data.tobytes()) != int(o.attrs["fnv1a64"]):
                     bad.append(s + ":" + n)
             g["tensors"].visititems(visit)
     check(not bad, "every shard dataset's fnv1a64 is its bytes' (%s)" % bad[:3])
