@@ -902,8 +902,7 @@ void RunFile::append_rank_steps(const std::vector<RankStepRow>& rows) try {
     Handle mem = memory_rows(ds, static_cast<hsize_t>(size_));
     TRIDENT_H5(H5Dwrite(ds, mtype, mem, fsel, H5P_DEFAULT, rows.data()), "write /ranks/steps");
   }
-  rank_steps_ += size_;
-  flush();
+  rank_steps_ += size_;  // flushed with the step's rows by the caller
 } catch (const h5::Failure& failure) {
   throw_write_failure(path_, failure);
 }

@@ -139,7 +139,7 @@ class RunFile {
   // Per-rank summary at the end; collective.
   void write_rank_summaries(const RankSummary& mine);
   // Rows of /ranks/steps: rank 0 passes one per world rank, the others
-  // pass none; collective, flushes.
+  // pass none; collective. Not flushed: the step loop flushes each step.
   void append_rank_steps(const std::vector<RankStepRow>& rows);
   // Free-form attribute on the root group (rank 0's value); collective.
   void set_root_attr(const std::string& name, const std::string& value);
