@@ -269,15 +269,7 @@ void CheckpointSaver::start_sharded(int64_t steps_done) {
     for (auto& [name, tensor] : t_.stage().buffers())  // refreshed from their layers
       for (Owned& o : owned_)
         if (o.buffer == name) o.source = tensor->view(0, {tensor->numel()});
-    std::vector<ShardPiece> pieces;
-    for (const Owned& o : owned_) pieces.push_back(o.piece);
-    const std::string shard = (std::filesystem::path(dir) /
-                               shard_file_name(steps_done, tag_, world.rank())).string();
-    shard_ = std::make_unique<ShardFile>(shard, meta, tag_, world.rank(), std::move(pieces),
-                                         node_bytes_);
-    if (world.rank() == 0) index_tmp_ = write_index_tmp(dir, meta, tag_, all_pieces_);
-    kill_hook("staged", steps_done, world.rank());
-    write_waves(t0);
+    write_waves(t0, meta);
   } catch (const std::exception& e) {
     error_ = e.what();
     shard_.reset();
@@ -286,16 +278,32 @@ void CheckpointSaver::start_sharded(int64_t steps_done) {
   blocking_s_ = now_s() - t0;
 }
 
+// This rank's shard file (and rank 0's temporary index): HDF5 metadata.
+void CheckpointSaver::open_files(const CheckpointMeta& meta) {
+  const std::string& dir = t_.config().output.checkpoint_dir;
+  const int rank = t_.comms().world->rank();
+  std::vector<ShardPiece> pieces;
+  for (const Owned& o : owned_) pieces.push_back(o.piece);
+  const std::string shard =
+      (std::filesystem::path(dir) / shard_file_name(meta.step, tag_, rank)).string();
+  shard_ = std::make_unique<ShardFile>(shard, meta, tag_, rank, std::move(pieces), node_bytes_);
+  if (rank == 0) index_tmp_ = write_index_tmp(dir, meta, tag_, all_pieces_);
+  kill_hook("staged", meta.step, rank);
+}
+
 // Sync on the host: straight from the tensors. Otherwise through the
-// staging buffer in waves; the last wave of an async save goes to the writer.
-void CheckpointSaver::write_waves(double t0) {
+// staging buffer in waves; the last wave of an async save goes to the
+// writer, and when it is the only one, so does creating the files: training
+// then waits for the copy into the staging buffer alone.
+void CheckpointSaver::write_waves(double t0, const CheckpointMeta& meta) {
   const Config& cfg = t_.config();
   const bool async = cfg.output.checkpoint_async;
   segments_.clear();
   if (!async && t_.device().is_cpu()) {
+    open_files(meta);
     for (size_t i = 0; i < owned_.size(); ++i)
       shard_->append(i, owned_[i].source.ptr(), owned_[i].piece.numel());
-    return writer_body(segments_.size(), t0);
+    return writer_body(segments_.size(), t0, nullptr);
   }
   const int64_t cap = staging_.numel();
   int64_t at = 0;
@@ -317,19 +325,25 @@ void CheckpointSaver::write_waves(double t0) {
       kernels::copy(t_.ctx(), dst, owned_[sg.piece].source.view(sg.from, {sg.n}));
     }
     if (end == segments_.size() && async) {
-      writer_ = std::thread([this, wave, t0] { writer_body(wave, t0); });
+      const bool open_there = !shard_;
+      writer_ = std::thread([this, wave, t0, meta, open_there] {
+        writer_body(wave, t0, open_there ? &meta : nullptr);
+      });
       return;
     }
+    if (!shard_) open_files(meta);
     for (size_t j = wave; j < end; ++j)
       shard_->append(segments_[j].piece, staging_.ptr() + segments_[j].at, segments_[j].n);
     wave = end;
   }
-  writer_body(segments_.size(), t0);
+  writer_body(segments_.size(), t0, nullptr);
 }
 
-// Segments [first, end) from the staging buffer, then the shard made durable.
-void CheckpointSaver::writer_body(size_t first, double t0) {
+// Segments [first, end) from the staging buffer, then the shard made
+// durable; with `open`, the files are created here first.
+void CheckpointSaver::writer_body(size_t first, double t0, const CheckpointMeta* open) {
   try {
+    if (open) open_files(*open);
     for (size_t j = first; j < segments_.size(); ++j)
       shard_->append(segments_[j].piece, staging_.ptr() + segments_[j].at, segments_[j].n);
     shard_->finish();

@@ -70,8 +70,9 @@ class CheckpointSaver {
  private:
   void plan();
   void start_sharded(int64_t steps_done);
-  void write_waves(double t0);
-  void writer_body(size_t first_segment, double t0);
+  void open_files(const CheckpointMeta& meta);
+  void write_waves(double t0, const CheckpointMeta& meta);
+  void writer_body(size_t first_segment, double t0, const CheckpointMeta* open);
   void commit();
   void save_single(int64_t steps_done);
 
