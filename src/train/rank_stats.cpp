@@ -193,6 +193,9 @@ Phase excess_phase(const std::vector<double>& all, int size, int q) {
   return best;
 }
 
+// x / ref, 0 without a reference.
+double ratio(double x, double ref) { return ref > 0 ? x / ref : 0; }
+
 // Whether q is the rank of its stage the others waited on most (> 0 s).
 bool most_waited_on(const std::vector<double>& all, const std::vector<double>& on, int q) {
   const int size = int(on.size());
@@ -215,19 +218,16 @@ void RankStats::judge(const std::vector<double>& all, int64_t first, int64_t las
   scores_.assign(size_t(size_), {});
   int named = -1;
   for (int q = 0; q < size_; ++q) {
-    std::vector<double> others;
-    double best = c[size_t(q)];
+    std::vector<double> stage;  // the compute of its stage's other ranks
     for (int o = 0; o < size_; ++o)
-      if (o != q && rec(o)[kStage] == rec(q)[kStage]) {
-        others.push_back(c[size_t(o)]);
-        best = std::min(best, c[size_t(o)]);
-      }
+      if (o != q && rec(o)[kStage] == rec(q)[kStage]) stage.push_back(c[size_t(o)]);
     auto& h = history_[size_t(q)];
     const double self = median(std::vector<double>(h.begin(), h.end()));
-    const double ref = others.empty() ? self : median(others);
-    const double score = ref > 0 ? c[size_t(q)] / ref : 0;
-    scores_[size_t(q)] = {on[size_t(q)], score, best > 0 ? c[size_t(q)] / best : 0,
-                          self > 0 ? c[size_t(q)] / self : 0};
+    const double score = ratio(c[size_t(q)], stage.empty() ? self : median(stage));
+    const double best =
+        stage.empty() ? c[size_t(q)] : *std::min_element(stage.begin(), stage.end());
+    scores_[size_t(q)] = {on[size_t(q)], score, ratio(c[size_t(q)], std::min(best, c[size_t(q)])),
+                          ratio(c[size_t(q)], self)};
     h.push_back(c[size_t(q)]);
     if (h.size() > kHistory) h.pop_front();
     // slower than its peers and the one its stage waited on: a rank that
