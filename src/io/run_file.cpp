@@ -22,6 +22,7 @@
 #include <limits>
 #include <numeric>
 #include <type_traits>
+#include <utility>
 
 // The MPI communicator under world, for parallel HDF5's file driver only.
 #include "trident/comm/mpi/mpi_communicator.hpp"
@@ -195,12 +196,11 @@ Handle rank_step_type() {
   array_member(t, "compute_s", offsetof(R, compute_s), 6);
   array_member(t, "wait_s", offsetof(R, wait_s), 4);
   member(t, "peer", offsetof(R, peer), H5T_NATIVE_INT32);
-  member(t, "peer_wait_s", offsetof(R, peer_wait_s), H5T_NATIVE_DOUBLE);
-  member(t, "step_s", offsetof(R, step_s), H5T_NATIVE_DOUBLE);
-  member(t, "waited_on_s", offsetof(R, waited_on_s), H5T_NATIVE_DOUBLE);
-  member(t, "score", offsetof(R, score), H5T_NATIVE_DOUBLE);
-  member(t, "score_best", offsetof(R, score_best), H5T_NATIVE_DOUBLE);
-  member(t, "score_self", offsetof(R, score_self), H5T_NATIVE_DOUBLE);
+  const std::pair<const char*, size_t> doubles[] = {
+      {"peer_wait_s", offsetof(R, peer_wait_s)}, {"step_s", offsetof(R, step_s)},
+      {"waited_on_s", offsetof(R, waited_on_s)}, {"score", offsetof(R, score)},
+      {"score_best", offsetof(R, score_best)},   {"score_self", offsetof(R, score_self)}};
+  for (const auto& [name, offset] : doubles) member(t, name, offset, H5T_NATIVE_DOUBLE);
   return t;
 }
 
