@@ -10,6 +10,8 @@ repeats):
   full      the checkpoint directory fills up (a tmpfs; the next checkpoint fails)
   truncate  SIGKILL of a random rank, then the newest checkpoint cut in half
             (the resume must pass over it)
+Every other job saves in the background (output.checkpoint_async = true),
+so faults also land while a rank's writer thread is writing its shard.
 After each fault the job is started again with --resume. The soak checks that
 every fault ended the job (all ranks gone) within its deadline with exactly
 one line that names its cause (the stopped rank, in trident's line; the
@@ -117,12 +119,14 @@ class Soak:
         self.problems.append(what)
 
     def command(self, out, ckdir, resume):
+        background = "true" if self.segment % 2 else "false"  # async saves every other job
         cmd = self.mpirun + ["-np", str(self.a.np), self.a.bin, "run", self.a.config,
                              "--output", out,
                              "--set", "train.steps=%d" % self.steps,
                              "--set", "runtime.timeout_s=%d" % self.timeout_s,
                              "--set", "output.checkpoint_every=%d" % self.a.checkpoint_every,
                              "--set", "output.checkpoint_dir=%s" % ckdir,
+                             "--set", "output.checkpoint_async=" + background,
                              "--set", "output.timeline=false"]
         return cmd + (["--resume"] if resume else [])
 
