@@ -511,6 +511,10 @@ std::vector<std::string> remove_unindexed_shards(const std::string& dir, int64_t
   return removed;
 }
 
+int64_t checkpoint_step(const std::string& path) {
+  return step_of(std::filesystem::path(path).filename().string(), nullptr);
+}
+
 std::vector<int64_t> unindexed_steps(const std::string& dir) {
   std::set<int64_t> with_index, with_shards;
   std::error_code ec;

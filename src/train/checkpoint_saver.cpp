@@ -135,9 +135,7 @@ void apply_retention(const std::string& dir, int64_t committed_step, int keep) {
   if (keep <= 0) return;
   int kept = 1;  // the committed one
   for (const std::string& p : checkpoints_newest_first(dir)) {
-    const std::string name = std::filesystem::path(p).filename().string();
-    const int64_t step = std::atoll(name.substr(10, 8).c_str());
-    if (step >= committed_step) continue;
+    if (checkpoint_step(p) >= committed_step) continue;
     if (kept < keep) {
       ++kept;
       continue;
@@ -177,7 +175,6 @@ int CheckpointSaver::failed_code() const {
   return w.size() - w.rank();
 }
 
-int64_t CheckpointSaver::staging_bytes() const { return int64_t(staging_.bytes()); }
 
 // The slices this rank owns: each kind of the store cut into equal parts
 // over its replicas (the sharded optimizer's cut), router buffers in turn.

@@ -117,8 +117,7 @@ void say_unindexed(const std::string& dir, const std::string& listed, const std:
                    bool lead) {
   if (!lead) return;
   const std::string newest = listed.substr(0, listed.find('\n'));
-  const std::string name = std::filesystem::path(newest).filename().string();
-  const int64_t newest_step = newest.empty() ? -1 : std::atoll(name.substr(10, 8).c_str());
+  const int64_t newest_step = newest.empty() ? -1 : checkpoint_step(newest);
   for (int64_t step : unindexed_steps(dir))
     if (step > newest_step)
       std::fprintf(stderr,

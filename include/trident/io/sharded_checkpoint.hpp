@@ -101,6 +101,10 @@ void remove_checkpoint(const std::string& index_path);
 // temporary indexes of those steps (interrupted saves, saves of a step done
 // again): removed; returns them.
 std::vector<std::string> remove_unindexed_shards(const std::string& dir, int64_t max_step);
+// The step of a checkpoint file's name (index, single file or shard;
+// "ckpt_step_NNNNNNNN..."), or -1 when the name is not one.
+int64_t checkpoint_step(const std::string& path);
+
 // Steps of dir that have shard files but no index: saves that did not
 // complete, newest first, for the messages of --resume.
 std::vector<int64_t> unindexed_steps(const std::string& dir);

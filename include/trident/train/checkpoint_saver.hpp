@@ -62,8 +62,6 @@ class CheckpointSaver {
   // The newest committed checkpoint ("" and -1: none yet).
   const std::string& last_path() const { return last_path_; }
   int64_t last_step() const { return last_step_; }
-  // Bytes of the host staging buffer (0 unless async).
-  int64_t staging_bytes() const;
 
   struct Owned;  // a piece and where its floats lie on this rank
 
