@@ -85,14 +85,21 @@ no_cluster() {
   echo "SKIP: $why"
   exit 77
 }
+# Nodes still "completing" the previous test's job (its epilog, its steps'
+# ends) become idle within seconds to a minute: wait for them rather than
+# refuse, up to 120 s.
 require_cluster() {
-  local idle
-  if ! idle=$(timeout 15 sinfo -h -N -o '%N %T' 2>/dev/null); then
-    no_cluster "no answer from slurmctld with SLURM_CONF=$SLURM_CONF"
-  fi
-  local n
-  n=$(awk '$2 ~ /^(idle|mixed|allocated)/ {print $1}' <<<"$idle" | sort -u | wc -l)
-  [[ $n -ge 2 ]] || no_cluster "2 usable nodes wanted, sinfo says: $(echo $idle)"
+  local idle n end=$((SECONDS + 120))
+  while :; do
+    if ! idle=$(timeout 15 sinfo -h -N -o '%N %T' 2>/dev/null); then
+      no_cluster "no answer from slurmctld with SLURM_CONF=$SLURM_CONF"
+    fi
+    n=$(awk '$2 ~ /^(idle|mixed|allocated)/ {print $1}' <<<"$idle" | sort -u | wc -l)
+    [[ $n -ge 2 ]] && return 0
+    grep -q 'completing' <<<"$idle" && [[ $SECONDS -lt $end ]] || break
+    sleep 2
+  done
+  no_cluster "2 usable nodes wanted, sinfo says: $(echo $idle)"
 }
 
 require_h5py() {

@@ -221,6 +221,11 @@ bool comm_active() {
 }
 
 void comm_finalize() {
+  // Under the channel's lock to the end: the watchdog thread may be testing
+  // the control receives (drain_control) at this moment, and an MPI call
+  // racing MPI_Finalize crashes inside the transport. Once g_control is null
+  // the watchdog makes no MPI call again.
+  std::lock_guard<std::recursive_mutex> lock(g_control_mutex);
   if (!comm_active()) return;
   for (MPI_Request* r : {&g_notice_req, &g_probe_req}) {
     if (*r == MPI_REQUEST_NULL) continue;
@@ -331,8 +336,9 @@ void comm_exit_now(int code) {
   std::fflush(stderr);
   // A moment for the notices to leave (a stopped or dead peer never takes its own).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  std::lock_guard<std::recursive_mutex> lock(g_control_mutex);  // the watchdog adds sends too
   int done = 0;
-  while (!g_sends.empty() && std::chrono::steady_clock::now() < deadline) {
+  while (comm_active() && !g_sends.empty() && std::chrono::steady_clock::now() < deadline) {
     if (MPI_Testall(int(g_sends.size()), g_sends.data(), &done, MPI_STATUSES_IGNORE) !=
             MPI_SUCCESS ||
         done)
