@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Fails when a C++ function under the given folders is longer than the limit.
+"""Fails when a C++ function under the given folders is too long or too branchy.
 
-    scripts/check-function-length.py [--max 80] [--allowlist FILE] [DIR ...]
+    scripts/check-function-length.py [--max 80] [--ccn 15] [--allowlist FILE] [DIR ...]
 
 A function's length is counted from the first line of its signature
 (template line included) to the line of its closing brace. The scan needs
@@ -13,10 +13,16 @@ return type) opens a function body; anything nested inside a body (lambdas,
 local classes) counts toward that function. Braces of namespaces, classes,
 enums and initialisers (tables, `x{...}` members) are not functions.
 
+A function's cyclomatic complexity (CCN) is counted as lizard and the
+usual tools count it: 1, plus one for each `if`, `for`, `while`, `case`,
+`catch`, `&&`, `||` and `?` in its body (lambdas inside it count toward it).
+`--ccn 0` turns that check off.
+
 The allowlist (default: scripts/function-length-allowlist.txt) names
-functions that are declarative tables, one `path:function  reason` a line;
-an entry without a reason, or one that no longer matches a long function,
-is an error too, so the list cannot rot. Exit 0 when all is well, 1 with one
+functions that are declarative tables or lexers, one `path:function  reason`
+a line, allowed past both limits; an entry without a reason, or one that no
+longer matches a function past a limit, is an error too, so the list cannot
+rot. Exit 0 when all is well, 1 with one
 line per offender otherwise, 2 for bad arguments.
 """
 import argparse
@@ -30,6 +36,8 @@ TRAILING_RETURN = re.compile(r"\)[^()]*->[^=;{}]*$")
 SCOPE_HEAD = re.compile(r"\b(namespace|class|struct|union)\b[^()]*$|^\s*extern\s*$")
 ENUM_HEAD = re.compile(r"\benum\b")
 ACCESS_END = re.compile(r"\b(public|private|protected)\s*$")
+# Attributes before a name (`__attribute__((...))`, CUDA's `__launch_bounds__(...)`).
+ATTRIBUTE = re.compile(r"__attribute__\s*\(\((?:[^()]|\([^()]*\))*\)\)|__launch_bounds__\s*\([^()]*\)")
 NAME = re.compile(r"((?:[A-Za-z_]\w*::)*(?:operator\s*[^\s(]+|~?[A-Za-z_]\w*))\s*(?:<[^()]*>)?\s*\($")
 
 
@@ -89,9 +97,18 @@ def blank(text):
     return "".join(out)
 
 
-def functions(text):
-    """(name, first line, last line) of every function body at namespace or class level."""
-    code = blank(text)
+DECISION = re.compile(r"\b(?:if|for|while|case|catch)\b|&&|\|\||\?")
+
+
+def ccn(code):
+    """Cyclomatic complexity of a blanked function's text."""
+    return 1 + len(DECISION.findall(code))
+
+
+def functions(text, with_ccn=False):
+    """(name, first line, last line) of every function body at namespace or
+    class level; with_ccn: (name, first line, last line, CCN)."""
+    code = ATTRIBUTE.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), blank(text))
     line_of = [0] * (len(code) + 1)
     line = 1
     for i, c in enumerate(code):
@@ -129,7 +146,8 @@ def functions(text):
                 first = start + (len(sig) - len(sig.lstrip()))
                 paren = code.find("(", first)
                 m = NAME.search(re.sub(r"\s+", " ", code[first:paren + 1]))
-                found.append((m.group(1).replace(" ", "") if m else "?", line_of[first], line_of[i]))
+                entry = (m.group(1).replace(" ", "") if m else "?", line_of[first], line_of[i])
+                found.append(entry + (ccn(code[paren:i + 1]),) if with_ccn else entry)
                 head_start = i + 1
             elif kind == "scope":
                 head_start = i + 1
@@ -163,6 +181,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dirs", nargs="*", default=["src"])
     parser.add_argument("--max", type=int, default=80, help="longest allowed function, in lines")
+    parser.add_argument("--ccn", type=int, default=15, help="highest allowed complexity (0: off)")
     parser.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     parser.add_argument("--allowlist", default=None)
     args = parser.parse_args()
@@ -182,21 +201,26 @@ def main():
                 rel = os.path.relpath(path, args.root)
                 with open(path, encoding="utf-8") as f:
                     text = f.read()
-                for func, first, last in functions(text):
+                for func, first, last, branches in functions(text, with_ccn=True):
                     length = last - first + 1
-                    if length <= args.max:
+                    limits = []
+                    if length > args.max:
+                        limits.append("is %d lines (at most %d)" % (length, args.max))
+                    if args.ccn and branches > args.ccn:
+                        limits.append("has CCN %d (at most %d)" % (branches, args.ccn))
+                    if not limits:
                         continue
                     key = "%s:%s" % (rel, func)
                     if key in allowed:
                         used.add(key)
                         continue
-                    problems.append("%s:%d: %s is %d lines (at most %d; split it along its steps)"
-                                    % (rel, first, func, length, args.max))
+                    problems.append("%s:%d: %s %s; split it along its steps"
+                                    % (rel, first, func, " and ".join(limits)))
     scanned = tuple(os.path.normpath(d) + os.sep for d in args.dirs)
     for key, number in allowed.items():
         if key not in used and key.startswith(scanned):
-            problems.append("%s:%d: allowlist entry %s matches no function over %d lines"
-                            % (allow_path, number, key, args.max))
+            problems.append("%s:%d: allowlist entry %s matches no function past a limit"
+                            " (%d lines, CCN %d)" % (allow_path, number, key, args.max, args.ccn))
     for p in problems:
         print(p)
     return 1 if problems else 0

@@ -68,7 +68,7 @@ found = lint.functions(SOURCE)
 check(found == EXPECTED, "functions found: %s, expected %s" % (found, EXPECTED))
 
 
-def run(files, allow=None, limit=80):
+def run(files, allow=None, limit=80, ccn=15):
     with tempfile.TemporaryDirectory() as root:
         os.makedirs(os.path.join(root, "src"))
         for name, text in files.items():
@@ -78,7 +78,7 @@ def run(files, allow=None, limit=80):
         with open(allow_path, "w") as f:
             f.write(allow or "")
         p = subprocess.run([sys.executable, SCRIPT, "--root", root, "--allowlist", allow_path,
-                            "--max", str(limit), "src"], capture_output=True, text=True)
+                            "--max", str(limit), "--ccn", str(ccn), "src"], capture_output=True, text=True)
         return p.returncode, p.stdout
 
 
@@ -98,6 +98,30 @@ rc, out = run({"long.cpp": function("table", 90)}, "src/long.cpp:table\n")
 check(rc == 1 and "gives no reason" in out, "an allowlist entry without a reason fails (%r)" % out)
 rc, out = run({"short.cpp": function("table", 10)}, "src/short.cpp:table  a table of keys\n")
 check(rc == 1 and "matches no function" in out, "a stale allowlist entry fails (%r)" % out)
+
+# Complexity: 1 + if/for/while/case/catch/&&/||/?; strings, comments and
+# attributes do not count, and the name after an attribute is the function's.
+BRANCHY = ("__attribute__((always_inline)) inline int branchy(int x) {\n"
+           "  // if while for && || ? in a comment\n"
+           "  const char* s = \"if (a && b) ? c : d\";\n"
+           "  if (x > 0 && x < 9) return 1;\n"           # 2
+           "  for (int i = 0; i < x; ++i) x += i;\n"     # 1
+           "  while (x > 100) x /= 2;\n"                  # 1
+           "  switch (x) { case 1: return 2; case 2: return 3; default: break; }\n"  # 2
+           "  try { x = x || s[0] ? 1 : 0; } catch (...) { }\n"  # 3
+           "  return x;\n"
+           "}\n")
+found = lint.functions(BRANCHY, with_ccn=True)
+check(found == [("branchy", 1, 10, 10)], "CCN of a known function: %s, expected branchy 10" % found)
+rc, out = run({"b.cpp": BRANCHY}, ccn=10)
+check(rc == 0 and out == "", "CCN 10 passes a ceiling of 10 (rc %d, %r)" % (rc, out))
+rc, out = run({"b.cpp": BRANCHY}, ccn=9)
+check(rc == 1 and "src/b.cpp:1: branchy has CCN 10 (at most 9)" in out,
+      "CCN 10 fails a ceiling of 9, named with its file and line (rc %d, %r)" % (rc, out))
+rc, out = run({"b.cpp": BRANCHY}, "src/b.cpp:branchy  a lexer: one case per character class\n", ccn=9)
+check(rc == 0, "an allowlisted branchy function passes (rc %d, %r)" % (rc, out))
+rc, out = run({"b.cpp": BRANCHY}, ccn=0)
+check(rc == 0, "--ccn 0 turns the complexity check off (rc %d, %r)" % (rc, out))
 
 if failures:
     print("%d check(s) failed" % len(failures))
