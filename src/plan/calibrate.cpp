@@ -618,6 +618,34 @@ ModelFit fit_model(Communicator& world, const Config& cfg, const MachineProfile&
   return fit;
 }
 
+// The node's and the network's links (point to point from rank 0 to a rank
+// on its node and one on another), and the node's all-reduce rate.
+void measure_links(Communicator& world, const std::vector<int>& node_of, const Config& cfg,
+                   const std::vector<bool>& node_ranks, double seconds, MachineProfile& m) {
+  const int n = world.size();
+  const int per_node = int(std::count(node_of.begin(), node_of.end(), node_of[0]));
+  const size_t big = size_t(cfg.data.micro_batch_size) * cfg.data.seq_len * cfg.model.d_model * 4;
+  if (n > 1) {
+    const int same = node_of[1] == node_of[0] ? 1 : -1;
+    m.node = same > 0 ? measure_link(world, 0, 1, big, seconds) : Link{};
+    int other = -1;
+    for (int i = 1; i < n && other < 0; ++i)
+      if (node_of[size_t(i)] != node_of[0]) other = i;
+    m.network = other > 0 ? measure_link(world, 0, other, big, seconds) : m.node;
+    if (same < 0) m.node = m.network;
+  } else {
+    m.node = m.network = Link{1e10, 1e-6};
+    m.source += "; one rank: links not measured";
+  }
+  const bool one_node = n > 1 && per_node == n;
+  if (one_node) m.source += "; one node: network copied from the node link";
+  if (per_node >= 2) {
+    m.node.collective_Bps =
+        allreduce_bus_Bps(world, node_ranks, gradient_reduction_bytes(cfg), seconds);
+    if (one_node) m.network.collective_Bps = m.node.collective_Bps;
+  }
+}
+
 }  // namespace
 
 MachineProfile calibrate_machine(Communicator& world, const std::vector<int>& node_of,
@@ -667,26 +695,7 @@ MachineProfile calibrate_machine(Communicator& world, const std::vector<int>& no
   m.collective_round_s = collective_round_seconds(world) / m.oversubscription(per_node);
   m.calibrated_tokens = double(cfg.data.micro_batch_size) * double(cfg.data.seq_len);
   m.memory_bytes = host_memory_bytes() / per_node;
-  const size_t big = size_t(cfg.data.micro_batch_size) * cfg.data.seq_len * cfg.model.d_model * 4;
-  if (n > 1) {
-    const int same = node_of[1] == node_of[0] ? 1 : -1;
-    m.node = same > 0 ? measure_link(world, 0, 1, big, opt.seconds) : Link{};
-    int other = -1;
-    for (int i = 1; i < n && other < 0; ++i)
-      if (node_of[size_t(i)] != node_of[0]) other = i;
-    m.network = other > 0 ? measure_link(world, 0, other, big, opt.seconds) : m.node;
-    if (same < 0) m.node = m.network;
-  } else {
-    m.node = m.network = Link{1e10, 1e-6};
-    m.source += "; one rank: links not measured";
-  }
-  const bool one_node = n > 1 && per_node == n;
-  if (one_node) m.source += "; one node: network copied from the node link";
-  if (per_node >= 2) {
-    m.node.collective_Bps =
-        allreduce_bus_Bps(world, node_ranks, gradient_reduction_bytes(cfg), opt.seconds);
-    if (one_node) m.network.collective_Bps = m.node.collective_Bps;
-  }
+  measure_links(world, node_of, cfg, node_ranks, opt.seconds, m);
   m.nvlink = m.node;  // a CPU node has no NVLink: its domain is the node's shared memory
   const ExchangeCosts ex = exchange_costs(world, cfg, m.node, m.oversubscription(per_node));
   m.ring_step_s = ex.ring_step_s;

@@ -71,6 +71,55 @@ void pass_instant_actions(const pp::Schedule& s, const std::vector<StageTimes>& 
   }
 }
 
+// Each node's demand for cores: a working rank's weight, a waiting rank's
+// share of it; empty when every rank has finished its actions.
+std::vector<double> node_demand(const pp::Schedule& s, const std::vector<RankState>& st,
+                                const CoreSharing& cs, size_t nodes) {
+  std::vector<double> demand(nodes, 0.0);
+  bool finished = true;
+  for (size_t r = 0; r < st.size(); ++r) {
+    const bool done = st[r].next >= s.ranks[r].size();
+    finished = finished && done;
+    const bool working = !done && st[r].left >= 0;
+    demand[size_t(cs.node[r])] += cs.weight[r] * (working ? 1.0 : cs.waiting_share);
+  }
+  if (finished) demand.clear();
+  return demand;
+}
+
+// Time to the next event: a computation ending at its shared speed, or a
+// message arriving for a rank that waits on it.
+double next_event(const pp::Schedule& s, const std::vector<RankState>& st,
+                  const std::vector<double>& arrival, const std::vector<double>& speed, double t) {
+  double dt = std::numeric_limits<double>::infinity();
+  for (size_t r = 0; r < st.size(); ++r) {
+    if (st[r].next >= s.ranks[r].size()) continue;
+    if (st[r].left >= 0) {
+      dt = std::min(dt, st[r].left / speed[r]);
+    } else {
+      const double at = arrival[message_slot(s, s.ranks[r][st[r].next])];
+      if (at > t) dt = std::min(dt, at - t);
+    }
+  }
+  return dt;
+}
+
+// Every computing rank works dt at its speed; those that finish move on.
+void advance(const pp::Schedule& s, const std::vector<StageTimes>& times,
+             const std::vector<double>& speed, double dt, std::vector<RankState>& st,
+             SharedRun& out) {
+  for (size_t r = 0; r < st.size(); ++r) {
+    if (st[r].next >= s.ranks[r].size() || st[r].left < 0) continue;
+    const Action& a = s.ranks[r][st[r].next];
+    const double cost = action_cost(s, times.at(size_t(a.stage)), a.op);
+    st[r].left -= dt * speed[r];
+    if (st[r].left > kFinished * cost) continue;
+    out.busy[r] += cost;
+    st[r].left = -1;
+    ++st[r].next;
+  }
+}
+
 }  // namespace
 
 SharedRun simulate_shared_cores(const pp::Schedule& s, const std::vector<StageTimes>& times,
@@ -87,42 +136,18 @@ SharedRun simulate_shared_cores(const pp::Schedule& s, const std::vector<StageTi
   SharedRun out;
   out.busy.assign(R, 0.0);
   double t = 0;
+  std::vector<double> speed(R);
   for (;;) {
     pass_instant_actions(s, times, latency, t, arrival, st);
-    std::vector<double> demand(nodes, 0.0);
-    bool finished = true;
+    const std::vector<double> demand = node_demand(s, st, cs, nodes);
+    if (demand.empty()) break;
     for (size_t r = 0; r < R; ++r) {
-      const bool done = st[r].next >= s.ranks[r].size();
-      finished = finished && done;
-      const bool working = !done && st[r].left >= 0;
-      demand[size_t(cs.node[r])] += cs.weight[r] * (working ? 1.0 : cs.waiting_share);
-    }
-    if (finished) break;
-    auto speed = [&](size_t r) {
       const double d = demand[size_t(cs.node[r])];
-      return d <= cs.cores ? 1.0 : cs.cores * cs.time_slice_efficiency / d;
-    };
-    double dt = std::numeric_limits<double>::infinity();
-    for (size_t r = 0; r < R; ++r) {
-      if (st[r].next >= s.ranks[r].size()) continue;
-      if (st[r].left >= 0) {
-        dt = std::min(dt, st[r].left / speed(r));
-      } else {
-        const double at = arrival[message_slot(s, s.ranks[r][st[r].next])];
-        if (at > t) dt = std::min(dt, at - t);
-      }
+      speed[r] = d <= cs.cores ? 1.0 : cs.cores * cs.time_slice_efficiency / d;
     }
+    const double dt = next_event(s, st, arrival, speed, t);
     TRIDENT_CHECK(std::isfinite(dt), "core sharing: the schedule cannot finish (deadlock)");
-    for (size_t r = 0; r < R; ++r) {
-      if (st[r].next >= s.ranks[r].size() || st[r].left < 0) continue;
-      const Action& a = s.ranks[r][st[r].next];
-      const double cost = action_cost(s, times.at(size_t(a.stage)), a.op);
-      st[r].left -= dt * speed(r);
-      if (st[r].left > kFinished * cost) continue;
-      out.busy[r] += cost;
-      st[r].left = -1;
-      ++st[r].next;
-    }
+    advance(s, times, speed, dt, st, out);
     t += dt;
   }
   out.makespan = t;

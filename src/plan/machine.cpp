@@ -122,10 +122,12 @@ double MachineProfile::oversubscription(int ranks_per_node) const {
   return double(ranks_per_node) / (cores_per_node * time_slice_efficiency);
 }
 
-MachineProfile parse_machine_text(const std::string& text, const std::string& file) {
-  toml::table root;
+namespace {
+
+// The document's tree, or a one-line error naming the file and line.
+toml::table parse_toml(const std::string& text, const std::string& file) {
   try {
-    root = toml::parse(text, std::string_view(file));
+    return toml::parse(text, std::string_view(file));
   } catch (const toml::parse_error& e) {
     const auto line = e.source().begin.line;
     std::string what(e.description());
@@ -134,43 +136,62 @@ MachineProfile parse_machine_text(const std::string& text, const std::string& fi
     throw InputError(file + (line ? ":" + std::to_string(line) : "") +
                      ": TOML syntax error: " + what);
   }
-  std::map<std::string, const toml::node*> found;
+}
+
+using Leaves = std::map<std::string, const toml::node*>;
+
+void take_text(Leaves& found, const std::string& file, const char* key, std::string& out) {
+  auto it = found.find(key);
+  if (it == found.end()) return;
+  if (!it->second->is_string())
+    throw InputError(where(file, *it->second) + ": " + key + ": must be a string");
+  out = *it->second->value<std::string>();
+  found.erase(it);
+}
+
+void take_cores(Leaves& found, const std::string& file, MachineProfile& m) {
+  auto it = found.find("machine.cores_per_node");
+  if (it == found.end()) return;
+  const auto v = it->second->value<int64_t>();
+  if (!it->second->is_integer() || *v < 0)
+    throw InputError(where(file, *it->second) + ": machine.cores_per_node: must be an integer >= 0");
+  m.cores_per_node = int(*v);
+  found.erase(it);
+}
+
+// The rule a numeric key's value must keep, as the error line says it.
+std::string numeric_rule(const NumericKey& k) {
+  if (k.share) return k.may_be_zero ? "from 0 to 1" : "> 0 and <= 1";
+  return k.may_be_zero ? ">= 0" : "> 0";
+}
+
+void take_numeric(Leaves& found, const std::string& file, const NumericKey& k, MachineProfile& m) {
+  auto it = found.find(k.key);
+  if (it == found.end()) {
+    if (k.optional) return;
+    throw InputError(file + ": " + k.key + ": missing (every profile sets it; see planner.md)");
+  }
+  const auto v = it->second->value<double>();  // integers convert too
+  const bool ok = it->second->is_number() && v && std::isfinite(*v) && *v >= 0 &&
+                  (*v != 0 || k.may_be_zero) && (!k.share || *v <= 1);
+  if (!ok)
+    throw InputError(where(file, *it->second) + ": " + k.key + ": must be a number " +
+                     numeric_rule(k));
+  slot(m, k) = *v * k.scale;
+  found.erase(it);
+}
+
+}  // namespace
+
+MachineProfile parse_machine_text(const std::string& text, const std::string& file) {
+  const toml::table root = parse_toml(text, file);
+  Leaves found;
   leaves(root, "", found);
   MachineProfile m;
-  auto text_key = [&](const char* key, std::string& out) {
-    auto it = found.find(key);
-    if (it == found.end()) return;
-    if (!it->second->is_string())
-      throw InputError(where(file, *it->second) + ": " + key + ": must be a string");
-    out = *it->second->value<std::string>();
-    found.erase(it);
-  };
-  text_key("machine.name", m.name);
-  text_key("machine.source", m.source);
-  if (auto it = found.find("machine.cores_per_node"); it != found.end()) {
-    const auto v = it->second->value<int64_t>();
-    if (!it->second->is_integer() || *v < 0)
-      throw InputError(where(file, *it->second) +
-                       ": machine.cores_per_node: must be an integer >= 0");
-    m.cores_per_node = int(*v);
-    found.erase(it);
-  }
-  for (const NumericKey& k : numeric_keys()) {
-    auto it = found.find(k.key);
-    if (it == found.end()) {
-      if (k.optional) continue;
-      throw InputError(file + ": " + k.key + ": missing (every profile sets it; see planner.md)");
-    }
-    const auto v = it->second->value<double>();  // integers convert too
-    if (!it->second->is_number() || !v || !std::isfinite(*v) || *v < 0 ||
-        (*v == 0 && !k.may_be_zero) || (k.share && *v > 1))
-      throw InputError(where(file, *it->second) + ": " + k.key + ": must be a number " +
-                       (k.share         ? (k.may_be_zero ? "from 0 to 1" : "> 0 and <= 1")
-                        : k.may_be_zero ? ">= 0"
-                                        : "> 0"));
-    slot(m, k) = *v * k.scale;
-    found.erase(it);
-  }
+  take_text(found, file, "machine.name", m.name);
+  take_text(found, file, "machine.source", m.source);
+  take_cores(found, file, m);
+  for (const NumericKey& k : numeric_keys()) take_numeric(found, file, k, m);
   if (!found.empty()) {
     const auto& [key, node] = *found.begin();
     throw InputError(where(file, *node) + ": " + key + ": unknown key");

@@ -3,6 +3,7 @@
 #include "trident/plan/search.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -40,75 +41,102 @@ std::vector<std::pair<PipelineSchedule, int>> schedules_for(int pp, int n_layers
   return out;
 }
 
+// How a cp group of `cp` ranks can split: ring and ulysses inside a domain;
+// hybrid where ring and ulysses cannot serve cp (it crosses a domain, or
+// n_heads does not split over cp), with its Ulysses groups inside one and
+// the ring across, the largest Ulysses group the domain and the heads allow:
+// a larger u puts more of the group on the fast link and makes each ring
+// step u times longer for the same block, while the all-to-all's share
+// (u-1)/u barely grows. Empty: cp cannot be laid out.
+std::vector<std::pair<CpMode, int>> cp_modes(const Config& cfg, const ClusterShape& shape, int cp) {
+  std::vector<std::pair<CpMode, int>> modes;
+  const auto heads_split = [&](int u) {
+    return cp::heads_rule_broken(cfg.model.n_heads, cfg.model.n_kv_heads, u).empty();
+  };
+  const bool fits = shape.nvlink_domain % cp == 0;
+  if (fits) {
+    modes.push_back({CpMode::ring, 1});
+    if (cp > 1) modes.push_back({CpMode::ulysses, cp});
+  }
+  if (fits && heads_split(cp)) return modes;
+  int best_u = 0;
+  for (int u : divisors(std::gcd(cp, shape.nvlink_domain)))
+    if (u > 1 && u < cp && heads_split(u)) best_u = u;
+  if (best_u > 0) modes.push_back({CpMode::hybrid, best_u});
+  return modes;
+}
+
+// Packed documents: each (ring, layout)'s imbalance, simulated once.
+class PackedPricer {
+ public:
+  explicit PackedPricer(const Config& cfg)
+      : cfg_(cfg),
+        packed_(cfg.data.packing == Packing::documents && !cfg.doc_lengths_log2.empty()) {}
+  MeshPlan operator()(MeshPlan p) {
+    const std::pair<int, CpLayout> key{p.cp_ring(), p.cp_layout};
+    if (!packed_ || key.first <= 1) return p;
+    auto it = imbalance_.find(key);
+    if (it == imbalance_.end())
+      it = imbalance_
+               .emplace(key, packed_layout_imbalance(cfg_.doc_lengths_log2, cfg_.data.seq_len,
+                                                     key.first, key.second, cfg_.model.window))
+               .first;
+    p.packed_imbalance = it->second;
+    return p;
+  }
+
+ private:
+  const Config& cfg_;
+  bool packed_;
+  std::map<std::pair<int, CpLayout>, double> imbalance_;
+};
+
+// Whether a cp layout applies to a mode: the layout splits the ring only
+// (a group with no ring keeps the config's), and the document layout is the
+// plain ring's alone (cp/config_rules).
+bool layout_applies(const Config& cfg, int cp, std::pair<CpMode, int> mode, CpLayout layout) {
+  if (cp / mode.second == 1 && layout != cfg.parallel.cp_layout) return false;
+  return layout != CpLayout::docs || mode.first == CpMode::ring;
+}
+
+// The plans of one (pp, cp, ep): every schedule, cp mode and layout.
+void add_plans(const Config& cfg, std::array<int, 4> pp_cp_ep_dp,
+               const std::vector<std::pair<CpMode, int>>& modes,
+               const std::vector<CpLayout>& layouts, PackedPricer& priced,
+               std::vector<MeshPlan>& out) {
+  const auto [pp, cp, ep, dp] = pp_cp_ep_dp;
+  for (auto [sched, vpp] : schedules_for(pp, cfg.model.n_layers))
+    for (auto mode : modes)
+      for (CpLayout layout : layouts) {
+        if (!layout_applies(cfg, cp, mode, layout)) continue;
+        MeshPlan p;
+        p.pp = pp, p.cp = cp, p.ep = ep, p.vpp = vpp, p.dp = dp;
+        p.schedule = sched, p.cp_layout = layout;
+        p.cp_mode = mode.first, p.cp_ulysses = mode.second;
+        // the config's layout on its own pipeline, the even split on others
+        if (pp == cfg.parallel.pp && vpp == cfg.parallel.vpp) p.pp_layout = cfg.parallel.pp_layout;
+        p.grad_bucket_mb = cfg.train.grad_bucket_mb;
+        out.push_back(priced(p));
+      }
+}
+
 // The meshes (pp, cp, ep) and schedules, before the batch split.
 std::vector<MeshPlan> meshes(const Config& cfg, const ClusterShape& shape) {
   std::vector<MeshPlan> out;
-  // Packed documents: each (ring, layout)'s imbalance simulated once.
-  std::map<std::pair<int, CpLayout>, double> imbalance;
-  const bool packed = cfg.data.packing == Packing::documents && !cfg.doc_lengths_log2.empty();
-  auto priced = [&](MeshPlan p) {
-    const std::pair<int, CpLayout> key{p.cp_ring(), p.cp_layout};
-    if (packed && key.first > 1) {
-      if (!imbalance.count(key))
-        imbalance[key] = packed_layout_imbalance(cfg.doc_lengths_log2, cfg.data.seq_len, key.first,
-                                                 key.second, cfg.model.window);
-      p.packed_imbalance = imbalance[key];
-    }
-    return p;
-  };
+  PackedPricer priced(cfg);
   // Packed documents: also the layout laid out by each sequence's documents.
   std::vector<CpLayout> layouts = {CpLayout::zigzag, CpLayout::contiguous};
   if (cfg.data.packing == Packing::documents) layouts.push_back(CpLayout::docs);
   const long long world = shape.world();
   for (int pp : divisors(world)) {
     if (pp > cfg.model.n_layers) break;
-    for (int cp : divisors(world / pp)) {
-      // How the cp group splits: ring and ulysses inside a domain, hybrid
-      // with its Ulysses groups inside one and the ring across.
-      std::vector<std::pair<CpMode, int>> modes;
-      const bool fits = shape.nvlink_domain % cp == 0;
-      const bool heads_split =
-          cp::heads_rule_broken(cfg.model.n_heads, cfg.model.n_kv_heads, cp).empty();
-      if (fits) {
-        modes.push_back({CpMode::ring, 1});
-        if (cp > 1) modes.push_back({CpMode::ulysses, cp});
-      }
-      // Hybrid where ring and ulysses cannot serve cp (it crosses a domain,
-      // or n_heads does not split over cp), with the largest Ulysses group
-      // the domain and the heads allow: a larger u puts more of the group on
-      // the fast link and makes each ring step u times longer for the same
-      // block, while the all-to-all's share (u-1)/u barely grows.
-      if (!fits || !heads_split) {
-        int best_u = 0;
-        for (int u : divisors(std::gcd(cp, shape.nvlink_domain)))
-          if (u > 1 && u < cp &&
-              cp::heads_rule_broken(cfg.model.n_heads, cfg.model.n_kv_heads, u).empty())
-            best_u = u;
-        if (best_u > 0) modes.push_back({CpMode::hybrid, best_u});
-      }
+    const long long stage = world / pp;
+    for (int cp : divisors(stage)) {
+      const auto modes = cp_modes(cfg, shape, cp);
       if (modes.empty()) continue;
-      const long long stage = world / pp;
       for (int ep : divisors(stage)) {
         if (cfg.model.n_experts == 0 ? ep > 1 : cfg.model.n_experts % ep != 0) continue;
-        for (auto [sched, vpp] : schedules_for(pp, cfg.model.n_layers)) {
-          for (auto [mode, u] : modes) {
-            for (CpLayout layout : layouts) {
-              // the layout splits the ring only
-              if (cp / u == 1 && layout != cfg.parallel.cp_layout) continue;
-              // the document layout: the plain ring's alone (cp/config_rules)
-              if (layout == CpLayout::docs && mode != CpMode::ring) continue;
-              MeshPlan p;
-              p.pp = pp, p.cp = cp, p.ep = ep, p.vpp = vpp, p.dp = int(stage / cp);
-              p.schedule = sched, p.cp_layout = layout;
-              p.cp_mode = mode, p.cp_ulysses = u;
-              // the config's layout on its own pipeline, the even split on others
-              if (pp == cfg.parallel.pp && vpp == cfg.parallel.vpp)
-                p.pp_layout = cfg.parallel.pp_layout;
-              p.grad_bucket_mb = cfg.train.grad_bucket_mb;
-              out.push_back(priced(p));
-            }
-          }
-        }
+        add_plans(cfg, {pp, cp, ep, int(stage / cp)}, modes, layouts, priced, out);
       }
     }
   }
