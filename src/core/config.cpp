@@ -576,29 +576,63 @@ std::vector<std::string> string_list(const KeyDef& k, const toml::node& n,
   return out;
 }
 
-// data.blend: [[weight, path], ...], weights > 0, paths non-empty.
+// One element of data.blend: a [weight, path] pair, weight > 0, path non-empty.
+DataConfig::BlendEntry blend_entry(const KeyDef& k, const toml::node& e, const std::string& origin) {
+  const toml::array* pair = e.as_array();
+  const bool two = pair && pair->size() == 2;
+  const toml::node* w = two ? pair->get(0) : nullptr;
+  const toml::node* p = two ? pair->get(1) : nullptr;
+  std::optional<double> weight;
+  if (w && w->is_floating_point()) weight = w->value_exact<double>();
+  if (w && w->is_integer()) weight = static_cast<double>(*w->value_exact<int64_t>());
+  if (!weight || !p || !p->is_string())
+    fail(origin, k.full(), "every element must be a [weight, path] pair, e.g. [0.7, \"a\"]");
+  if (!(std::isfinite(*weight) && *weight > 0))
+    fail(origin, k.full(), "every weight must be > 0 (got " + format_double(*weight) + ")");
+  const std::string path = *p->value_exact<std::string>();
+  if (path.empty()) fail(origin, k.full(), "a path must not be empty");
+  return {*weight, path};
+}
+
+// data.blend: [[weight, path], ...].
 std::vector<DataConfig::BlendEntry> blend_list(const KeyDef& k, const toml::node& n,
                                                const std::string& origin) {
   const toml::array* arr = n.as_array();
   if (!arr)
     fail(origin, k.full(), std::string("expected ") + kind_name(k.kind) + ", got " + type_name(n));
   std::vector<DataConfig::BlendEntry> out;
-  for (const toml::node& e : *arr) {
-    const toml::array* pair = e.as_array();
-    const toml::node* w = pair && pair->size() == 2 ? pair->get(0) : nullptr;
-    const toml::node* p = pair && pair->size() == 2 ? pair->get(1) : nullptr;
-    std::optional<double> weight;
-    if (w && w->is_floating_point()) weight = w->value_exact<double>();
-    if (w && w->is_integer()) weight = static_cast<double>(*w->value_exact<int64_t>());
-    if (!weight || !p || !p->is_string())
-      fail(origin, k.full(), "every element must be a [weight, path] pair, e.g. [0.7, \"a\"]");
-    if (!(std::isfinite(*weight) && *weight > 0))
-      fail(origin, k.full(), "every weight must be > 0 (got " + format_double(*weight) + ")");
-    const std::string path = *p->value_exact<std::string>();
-    if (path.empty()) fail(origin, k.full(), "a path must not be empty");
-    out.push_back({*weight, path});
-  }
+  for (const toml::node& e : *arr) out.push_back(blend_entry(k, e, origin));
   return out;
+}
+
+double float_value(const KeyDef& k, const toml::node& n, const std::string& origin) {
+  std::optional<double> v;
+  if (n.is_floating_point())
+    v = n.value_exact<double>();
+  else if (n.is_integer())
+    v = static_cast<double>(*n.value_exact<int64_t>());
+  if (!v) fail(origin, k.full(), std::string("expected a number, got ") + type_name(n));
+  if (!in_range(k, *v))
+    fail(origin, k.full(), "must be " + range_text(k) + " (got " + format_double(*v) + ")");
+  return *v;
+}
+
+bool bool_value(const KeyDef& k, const toml::node& n, const std::string& origin) {
+  auto v = n.value_exact<bool>();
+  if (!v) fail(origin, k.full(), std::string("expected true or false, got ") + type_name(n));
+  return *v;
+}
+
+void apply_string(Config& cfg, const KeyDef& k, const toml::node& n, const std::string& origin) {
+  auto v = n.value_exact<std::string>();
+  if (!v) fail(origin, k.full(), std::string("expected a string, got ") + type_name(n));
+  if (!is_choice(k, *v))
+    fail(origin, k.full(), "must be one of " + choices_text(k) + " (got " + quote(*v) + ")");
+  if (k.nonempty && v->empty()) fail(origin, k.full(), "must not be empty");
+  if (k.set_choice)
+    k.set_choice(cfg, *v);
+  else
+    *static_cast<std::string*>(k.ref(cfg)) = *v;
 }
 
 // Sets key k of cfg from TOML node n; origin names where n came from.
@@ -612,36 +646,15 @@ void apply(Config& cfg, const KeyDef& k, const toml::node& n, const std::string&
       *static_cast<uint64_t*>(field) =
           static_cast<uint64_t>(checked_int(k, n, origin, "a non-negative integer"));
       break;
-    case Kind::Float: {
-      std::optional<double> v;
-      if (n.is_floating_point())
-        v = n.value_exact<double>();
-      else if (n.is_integer())
-        v = static_cast<double>(*n.value_exact<int64_t>());
-      if (!v) fail(origin, k.full(), std::string("expected a number, got ") + type_name(n));
-      if (!in_range(k, *v))
-        fail(origin, k.full(), "must be " + range_text(k) + " (got " + format_double(*v) + ")");
-      *static_cast<double*>(field) = *v;
+    case Kind::Float:
+      *static_cast<double*>(field) = float_value(k, n, origin);
       break;
-    }
-    case Kind::Bool: {
-      auto v = n.value_exact<bool>();
-      if (!v) fail(origin, k.full(), std::string("expected true or false, got ") + type_name(n));
-      *static_cast<bool*>(field) = *v;
+    case Kind::Bool:
+      *static_cast<bool*>(field) = bool_value(k, n, origin);
       break;
-    }
-    case Kind::String: {
-      auto v = n.value_exact<std::string>();
-      if (!v) fail(origin, k.full(), std::string("expected a string, got ") + type_name(n));
-      if (!is_choice(k, *v))
-        fail(origin, k.full(), "must be one of " + choices_text(k) + " (got " + quote(*v) + ")");
-      if (k.nonempty && v->empty()) fail(origin, k.full(), "must not be empty");
-      if (k.set_choice)
-        k.set_choice(cfg, *v);
-      else
-        *static_cast<std::string*>(field) = *v;
+    case Kind::String:
+      apply_string(cfg, k, n, origin);
       break;
-    }
     case Kind::IntList:
       *static_cast<std::vector<int>*>(field) = int_list(k, n, origin);
       break;
@@ -723,6 +736,60 @@ std::vector<std::string> config_keys() {
   return out;
 }
 
+namespace {
+
+// An unknown top-level name: the table (or, for a key outside any table,
+// the key) it was probably meant to be.
+[[noreturn]] void unknown_section(const std::string& at, const std::string& section,
+                                  const toml::node& node) {
+  std::string sug = suggest_section(section);
+  if (!node.is_table()) {
+    // A key outside any table, e.g. `lr = 1` at the top: name its table.
+    std::string k = suggest_key("", section);
+    if (!k.empty()) sug = k;
+  }
+  fail(at, section,
+       "unknown table or key '" + section + "'" +
+           (sug.empty() ? "; tables are [model] [data] [parallel] [train] [eval] [runtime] "
+                          "[output] [topology]"
+                        : "; did you mean '" + sug + "'?"));
+}
+
+// One [section] of the file, key by key in file order.
+void apply_section(Config& cfg, const std::string& section, const toml::node& node) {
+  const std::string at = where(cfg.source, node);
+  if (std::find(kSections.begin(), kSections.end(), section) == kSections.end())
+    unknown_section(at, section, node);
+  const toml::table* tbl = node.as_table();
+  if (!tbl)
+    fail(at, section, std::string("expected a table [") + section + "], got " + type_name(node));
+  if (section == "topology") {
+    cfg.topology.emplace();
+    cfg.key_origin["topology"] = at;
+  }
+  for (const auto& [name, value] : in_file_order(*tbl)) {
+    const std::string vat = where(cfg.source, *value);
+    const KeyDef* k = find_key(section, name);
+    if (!k) {
+      std::string sug = suggest_key(section, name);
+      fail(vat, section + "." + name,
+           "unknown key" + (sug.empty() ? std::string() : "; did you mean '" + sug + "'?"));
+    }
+    apply(cfg, *k, *value, vat);
+    cfg.key_origin[k->full()] = vat;
+  }
+}
+
+// [topology] replaces detection, so it must say what the cluster is.
+void check_topology_given(Config& cfg) {
+  const std::string at = cfg.key_origin.count("topology") ? cfg.key_origin["topology"] : cfg.source;
+  if (cfg.topology->nodes <= 0) fail(at, "topology.nodes", "required when [topology] is given (>= 1)");
+  if (cfg.topology->devices_per_node <= 0)
+    fail(at, "topology.devices_per_node", "required when [topology] is given (>= 1)");
+}
+
+}  // namespace
+
 Config parse_config_text(const std::string& toml_text, const std::string& source_name,
                          const std::vector<std::string>& overrides) {
   Config cfg;
@@ -735,50 +802,9 @@ Config parse_config_text(const std::string& toml_text, const std::string& source
     throw InputError(one_line(cfg.source + (line ? ":" + std::to_string(line) : std::string()) +
                               ": TOML syntax error: " + std::string(e.description())));
   }
-  for (const auto& [section, node] : in_file_order(root)) {
-    const std::string at = where(cfg.source, *node);
-    if (std::find(kSections.begin(), kSections.end(), section) == kSections.end()) {
-      std::string sug = suggest_section(section);
-      if (!node->is_table()) {
-        // A key outside any table, e.g. `lr = 1` at the top: name its table.
-        std::string k = suggest_key("", section);
-        if (!k.empty()) sug = k;
-      }
-      fail(at, section,
-           "unknown table or key '" + section + "'" +
-               (sug.empty() ? "; tables are [model] [data] [parallel] [train] [eval] [runtime] "
-                              "[output] [topology]"
-                            : "; did you mean '" + sug + "'?"));
-    }
-    const toml::table* tbl = node->as_table();
-    if (!tbl)
-      fail(at, section, std::string("expected a table [") + section + "], got " + type_name(*node));
-    if (section == "topology") {
-      cfg.topology.emplace();
-      cfg.key_origin["topology"] = at;
-    }
-    for (const auto& [name, value] : in_file_order(*tbl)) {
-      const std::string vat = where(cfg.source, *value);
-      const KeyDef* k = find_key(section, name);
-      if (!k) {
-        std::string sug = suggest_key(section, name);
-        fail(vat, section + "." + name,
-             "unknown key" + (sug.empty() ? std::string() : "; did you mean '" + sug + "'?"));
-      }
-      apply(cfg, *k, *value, vat);
-      cfg.key_origin[k->full()] = vat;
-    }
-  }
+  for (const auto& [section, node] : in_file_order(root)) apply_section(cfg, section, *node);
   for (const auto& o : overrides) apply_override(cfg, o);
-  if (cfg.topology) {
-    // [topology] replaces detection, so it must say what the cluster is.
-    const std::string at =
-        cfg.key_origin.count("topology") ? cfg.key_origin["topology"] : cfg.source;
-    if (cfg.topology->nodes <= 0)
-      fail(at, "topology.nodes", "required when [topology] is given (>= 1)");
-    if (cfg.topology->devices_per_node <= 0)
-      fail(at, "topology.devices_per_node", "required when [topology] is given (>= 1)");
-  }
+  if (cfg.topology) check_topology_given(cfg);
   return cfg;
 }
 
@@ -812,11 +838,19 @@ void config_rule_failed(const Config& cfg, std::initializer_list<const char*> ke
 
 namespace {
 
-void check_model(const Config& cfg) {
-  const ModelConfig& m = cfg.model;
-  auto failed = [&](std::initializer_list<const char*> keys, const std::string& rule) {
+using RuleFailed = std::function<void(std::initializer_list<const char*>, const std::string&)>;
+
+RuleFailed rule_failed(const Config& cfg) {
+  return [&cfg](std::initializer_list<const char*> keys, const std::string& rule) {
     config_rule_failed(cfg, keys, rule);
   };
+}
+
+void check_model_layers(const Config& cfg, const RuleFailed& failed);
+
+void check_model(const Config& cfg) {
+  const ModelConfig& m = cfg.model;
+  const RuleFailed failed = rule_failed(cfg);
   if (m.n_kv_heads > m.n_heads || m.n_heads % m.n_kv_heads != 0)
     failed({"model.n_kv_heads", "model.n_heads"},
            "model.n_heads=" + s(m.n_heads) + " must be a multiple of model.n_kv_heads=" +
@@ -831,6 +865,15 @@ void check_model(const Config& cfg) {
   if (m.head_dim_key % 2 != 0)
     failed({"model.head_dim"},
            "model.head_dim=" + s(m.head_dim_key) + " must be even (RoPE rotates pairs)");
+  check_model_layers(cfg, rule_failed(cfg));
+}
+
+// The rules of a model's layers: dense layers, RoPE scaling, tied
+// embeddings on a pipeline, experts.
+void check_model_layers(const Config& cfg, const RuleFailed& failed) {
+  const ModelConfig& m = cfg.model;
+  // The embedding lives on the first virtual stage and the head on the last:
+  // one parameter can serve both only where one rank holds both stages.
   for (int l : m.dense_layers)
     if (l >= m.n_layers)
       failed({"model.dense_layers", "model.n_layers"},
@@ -840,8 +883,6 @@ void check_model(const Config& cfg) {
            "model.rope_high_freq_factor=" + format_double(m.rope_high_freq_factor) +
                " must be > model.rope_low_freq_factor=" + format_double(m.rope_low_freq_factor) +
                " (llama3 scaling interpolates between them)");
-  // The embedding lives on the first virtual stage and the head on the last:
-  // one parameter can serve both only where one rank holds both stages.
   const bool v_placement = cfg.parallel.schedule == PipelineSchedule::zb_v ||
                            cfg.parallel.schedule == PipelineSchedule::dualpipev;
   if (m.tie_embeddings && cfg.parallel.pp > 1 && !v_placement)
@@ -860,34 +901,31 @@ void check_model(const Config& cfg) {
                " (otherwise no layer is an MoE layer)");
 }
 
-// data.format, prefix, blend, eod_token, split, packing and [eval] together.
-void check_token_data(const Config& cfg) {
+// Not a token task: the token-file keys are refused away from their
+// defaults only, since to_toml() writes every key and its text (a
+// checkpoint's config_toml, convert hf --config-out) parses.
+void check_no_token_keys(const Config& cfg, const RuleFailed& failed) {
   const DataConfig& d = cfg.data;
-  const EvalConfig& e = cfg.eval;
-  auto failed = [&](std::initializer_list<const char*> keys, const std::string& rule) {
-    config_rule_failed(cfg, keys, rule);
-  };
-  const bool tokens = d.task == DataTask::tokens;
+  const DataConfig dd;
+  const std::pair<const char*, bool> set[] = {{"data.format", d.format != dd.format},
+                                              {"data.prefix", d.prefix != dd.prefix},
+                                              {"data.blend", d.blend != dd.blend},
+                                              {"data.eod_token", d.eod_token != dd.eod_token},
+                                              {"data.split", d.split != dd.split},
+                                              {"data.packing", d.packing != dd.packing},
+                                              {"eval.every", cfg.eval.every != EvalConfig{}.every}};
+  for (const auto& [k, away] : set)
+    if (away)
+      failed({k, "data.task"}, std::string(k) +
+                                   " applies to token files: set data.task = "
+                                   "\"tokens\" (got \"" +
+                                   config_name(d.task) + "\")");
+}
+
+// Where the training tokens come from: one file (flat), one prefix
+// (Megatron) or a blend, never two of them.
+void check_token_source(const DataConfig& d, const RuleFailed& failed) {
   const bool megatron = d.format == DataFormat::megatron;
-  if (!tokens) {
-    // Refused only away from their defaults: to_toml() writes every key, and
-    // its text (a checkpoint's config_toml, convert hf --config-out) parses.
-    const DataConfig dd;
-    const std::pair<const char*, bool> set[] = {{"data.format", d.format != dd.format},
-                                                {"data.prefix", d.prefix != dd.prefix},
-                                                {"data.blend", d.blend != dd.blend},
-                                                {"data.eod_token", d.eod_token != dd.eod_token},
-                                                {"data.split", d.split != dd.split},
-                                                {"data.packing", d.packing != dd.packing},
-                                                {"eval.every", e.every != EvalConfig{}.every}};
-    for (const auto& [k, away] : set)
-      if (away)
-        failed({k, "data.task"}, std::string(k) +
-                                     " applies to token files: set data.task = "
-                                     "\"tokens\" (got \"" +
-                                     config_name(d.task) + "\")");
-    return;
-  }
   if (megatron && !d.token_file.empty())
     failed({"data.token_file", "data.format"},
            "data.format = \"megatron\" reads data.prefix (PATH without .bin/.idx), not "
@@ -896,27 +934,25 @@ void check_token_data(const Config& cfg) {
     failed({"data.prefix", "data.format"},
            "data.prefix names a Megatron dataset: set data.format = \"megatron\"");
   const bool one = megatron ? !d.prefix.empty() : !d.token_file.empty();
+  const char* one_key = megatron ? "data.prefix" : "data.token_file";
   if (!d.blend.empty() && one)
-    failed({"data.blend", megatron ? "data.prefix" : "data.token_file"},
-           std::string("data.blend replaces ") + (megatron ? "data.prefix" : "data.token_file") +
-               ": give one or the other");
+    failed({"data.blend", one_key},
+           std::string("data.blend replaces ") + one_key + ": give one or the other");
   if (d.blend.empty() && !one)
-    failed({"data.task", megatron ? "data.prefix" : "data.token_file", "data.blend"},
+    failed({"data.task", one_key, "data.blend"},
            megatron ? "data.format = \"megatron\" needs data.prefix (PATH of PATH.bin and "
                       "PATH.idx) or data.blend"
                     : "data.task = \"tokens\" needs data.token_file (a flat binary file of token "
                       "ids) or data.blend");
-  if (d.eod_token >= cfg.model.vocab_size)
-    failed({"data.eod_token", "model.vocab_size"},
-           "data.eod_token=" + s(d.eod_token) +
-               " must be below model.vocab_size=" + s(cfg.model.vocab_size));
-  if (megatron && d.eod_token >= 0)
-    failed({"data.eod_token", "data.format"},
-           "data.eod_token is for flat files: a Megatron dataset's .idx holds its document "
-           "boundaries");
+}
+
+// data.split's shares and the validation data [eval] reads.
+void check_eval_data(const Config& cfg, const RuleFailed& failed) {
+  const EvalConfig& e = cfg.eval;
+  const bool megatron = cfg.data.format == DataFormat::megatron;
   std::array<double, 3> shares{};
   try {
-    shares = data_split_shares(d.split);
+    shares = data_split_shares(cfg.data.split);
   } catch (const InputError& err) {
     failed({"data.split"}, err.what());
   }
@@ -931,6 +967,23 @@ void check_token_data(const Config& cfg) {
     failed({"eval.every", "data.split"},
            "eval.every needs validation data: a validation share in data.split (e.g. \"98,2\") "
            "or eval.token_file / eval.prefix");
+}
+
+// data.format, prefix, blend, eod_token, split, packing and [eval] together.
+void check_token_data(const Config& cfg) {
+  const DataConfig& d = cfg.data;
+  const RuleFailed failed = rule_failed(cfg);
+  if (d.task != DataTask::tokens) return check_no_token_keys(cfg, failed);
+  check_token_source(d, failed);
+  if (d.eod_token >= cfg.model.vocab_size)
+    failed({"data.eod_token", "model.vocab_size"},
+           "data.eod_token=" + s(d.eod_token) +
+               " must be below model.vocab_size=" + s(cfg.model.vocab_size));
+  if (d.format == DataFormat::megatron && d.eod_token >= 0)
+    failed({"data.eod_token", "data.format"},
+           "data.eod_token is for flat files: a Megatron dataset's .idx holds its document "
+           "boundaries");
+  check_eval_data(cfg, failed);
 }
 
 void check_data_and_output(const Config& cfg) {
@@ -1020,6 +1073,56 @@ std::array<double, 3> data_split_shares(const std::string& split) {
   return out;
 }
 
+namespace {
+
+// A TOML array of items, each written by `item`.
+template <typename T, typename Item>
+void toml_array(std::ostream& out, const std::vector<T>& v, Item item) {
+  out << "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    out << (i ? ", " : "");
+    item(v[i]);
+  }
+  out << "]";
+}
+
+// Key k's value in c, as TOML.
+void toml_value(std::ostream& out, const KeyDef& k, Config& c) {
+  void* f = k.ref(c);
+  switch (k.kind) {
+    case Kind::Int:
+      out << *static_cast<int*>(f);
+      break;
+    case Kind::UInt64:
+      out << *static_cast<uint64_t*>(f);
+      break;
+    case Kind::Float:
+      out << format_double(*static_cast<double*>(f));
+      break;
+    case Kind::Bool:
+      out << (*static_cast<bool*>(f) ? "true" : "false");
+      break;
+    case Kind::String:
+      out << quote(k.get_choice ? k.get_choice(c) : *static_cast<std::string*>(f));
+      break;
+    case Kind::IntList:
+      toml_array(out, *static_cast<std::vector<int>*>(f), [&](int x) { out << x; });
+      break;
+    case Kind::StringList:
+      toml_array(out, *static_cast<std::vector<std::string>*>(f),
+                 [&](const std::string& x) { out << quote(x); });
+      break;
+    case Kind::Blend:
+      toml_array(out, *static_cast<std::vector<DataConfig::BlendEntry>*>(f),
+                 [&](const DataConfig::BlendEntry& x) {
+                   out << "[" << format_double(x.weight) << ", " << quote(x.path) << "]";
+                 });
+      break;
+  }
+}
+
+}  // namespace
+
 std::string to_toml(const Config& cfg) {
   Config c = cfg;  // the field accessors take a mutable Config
   std::ostringstream out;
@@ -1031,48 +1134,8 @@ std::string to_toml(const Config& cfg) {
       out << (section.empty() ? "" : "\n") << "[" << k.section << "]\n";
       section = k.section;
     }
-    void* f = k.ref(c);
     out << k.name << " = ";
-    switch (k.kind) {
-      case Kind::Int:
-        out << *static_cast<int*>(f);
-        break;
-      case Kind::UInt64:
-        out << *static_cast<uint64_t*>(f);
-        break;
-      case Kind::Float:
-        out << format_double(*static_cast<double*>(f));
-        break;
-      case Kind::Bool:
-        out << (*static_cast<bool*>(f) ? "true" : "false");
-        break;
-      case Kind::String:
-        out << quote(k.get_choice ? k.get_choice(c) : *static_cast<std::string*>(f));
-        break;
-      case Kind::IntList: {
-        const auto& v = *static_cast<std::vector<int>*>(f);
-        out << "[";
-        for (size_t i = 0; i < v.size(); ++i) out << (i ? ", " : "") << v[i];
-        out << "]";
-        break;
-      }
-      case Kind::StringList: {
-        const auto& v = *static_cast<std::vector<std::string>*>(f);
-        out << "[";
-        for (size_t i = 0; i < v.size(); ++i) out << (i ? ", " : "") << quote(v[i]);
-        out << "]";
-        break;
-      }
-      case Kind::Blend: {
-        const auto& v = *static_cast<std::vector<DataConfig::BlendEntry>*>(f);
-        out << "[";
-        for (size_t i = 0; i < v.size(); ++i)
-          out << (i ? ", " : "") << "[" << format_double(v[i].weight) << ", " << quote(v[i].path)
-              << "]";
-        out << "]";
-        break;
-      }
-    }
+    toml_value(out, k, c);
     out << "\n";
   }
   return out.str();

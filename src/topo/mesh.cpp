@@ -60,7 +60,9 @@ std::vector<int> divisors(long long n) {
   return out;
 }
 
-MeshCheck check_mesh(const ClusterShape& shape, const MeshRequest& req, int n_experts) {
+namespace {
+
+MeshCheck check_shape(const ClusterShape& shape) {
   const int dpn = shape.devices_per_node, nvl = shape.nvlink_domain;
   if (shape.nodes < 1)
     return {"topology.nodes", "needs at least 1 node (got " + str(shape.nodes) + ")"};
@@ -70,53 +72,81 @@ MeshCheck check_mesh(const ClusterShape& shape, const MeshRequest& req, int n_ex
     return {"topology.nvlink_domain", "the NVLink domain (" + str(nvl) +
                                           " ranks) must divide the devices per node (" + str(dpn) +
                                           ")"};
+  return {};
+}
+
+MeshCheck check_sizes(long long world, const MeshRequest& req) {
   if (req.pp < 1) return {"parallel.pp", "must be >= 1"};
   if (req.cp < 1) return {"parallel.cp", "must be >= 1"};
   if (req.ep < 1) return {"parallel.ep", "must be >= 1"};
-  const long long world = static_cast<long long>(shape.nodes) * dpn;
   if (world % req.cp != 0) return {"parallel.cp", "must divide the world size " + str(world)};
   if ((world / req.cp) % req.pp != 0)
     return {"parallel.pp", "pp*cp = " + str(static_cast<long long>(req.pp) * req.cp) +
                                " must divide the world size " + str(world)};
-  // CP groups are aligned runs of cp ranks and NVLink domains aligned runs of
-  // nvl ranks, so every CP group lies inside one domain exactly when cp | nvl.
-  // Hybrid asks for that of its Ulysses groups only (aligned runs of u).
-  if (req.cp_mode == CpMode::hybrid) {
-    const int u = req.cp_ulysses;
-    if (u < 2 || u >= req.cp || req.cp % u != 0)
-      return {"parallel.cp_ulysses", "hybrid needs 1 < cp_ulysses < cp=" + str(req.cp) +
-                                         " dividing cp (got " + str(u) + ")"};
-    if (nvl % u != 0)
-      return {"parallel.cp_ulysses",
-              "a Ulysses (all-to-all) group must lie inside one NVLink domain of " + str(nvl) +
-                  " ranks (cp_ulysses must divide " + str(nvl) +
-                  "); only the ring of cp/cp_ulysses groups may cross domains"};
-  } else if (nvl % req.cp != 0)
+  return {};
+}
+
+// CP groups are aligned runs of cp ranks and NVLink domains aligned runs of
+// nvl ranks, so every CP group lies inside one domain exactly when cp | nvl.
+// Hybrid asks for that of its Ulysses groups only (aligned runs of u).
+MeshCheck check_cp_domain(int nvl, const MeshRequest& req) {
+  if (req.cp_mode != CpMode::hybrid) {
+    if (nvl % req.cp == 0) return {};
     return {"parallel.cp", "a CP group must lie inside one NVLink domain of " + str(nvl) +
                                " ranks (cp must divide " + str(nvl) + ")"};
-  const long long stage = world / req.pp;  // ranks per stage = dp*cp
-  if (shape.nodes > 1) {
-    if (req.pp >= shape.nodes && dpn % stage != 0)
-      return {"parallel.pp",
-              "a pipeline stage (" + str(stage) + " ranks) must not straddle nodes of " + str(dpn) +
-                  " devices (with pp >= nodes, world/pp must divide " + str(dpn) + ")"};
-    if (req.pp < shape.nodes && stage % dpn != 0)
-      return {"parallel.pp", "with pp < nodes (" + str(shape.nodes) +
-                                 ") each pipeline stage must be whole nodes (pp must divide " +
-                                 str(shape.nodes) + ")"};
   }
+  const int u = req.cp_ulysses;
+  if (u < 2 || u >= req.cp || req.cp % u != 0)
+    return {"parallel.cp_ulysses",
+            "hybrid needs 1 < cp_ulysses < cp=" + str(req.cp) + " dividing cp (got " + str(u) + ")"};
+  if (nvl % u != 0)
+    return {"parallel.cp_ulysses",
+            "a Ulysses (all-to-all) group must lie inside one NVLink domain of " + str(nvl) +
+                " ranks (cp_ulysses must divide " + str(nvl) +
+                "); only the ring of cp/cp_ulysses groups may cross domains"};
+  return {};
+}
+
+// A pipeline stage (dp*cp ranks) is inside one node or whole nodes.
+MeshCheck check_stage_nodes(const ClusterShape& shape, const MeshRequest& req, long long stage) {
+  const int dpn = shape.devices_per_node;
+  if (shape.nodes <= 1) return {};
+  if (req.pp >= shape.nodes && dpn % stage != 0)
+    return {"parallel.pp",
+            "a pipeline stage (" + str(stage) + " ranks) must not straddle nodes of " + str(dpn) +
+                " devices (with pp >= nodes, world/pp must divide " + str(dpn) + ")"};
+  if (req.pp < shape.nodes && stage % dpn != 0)
+    return {"parallel.pp", "with pp < nodes (" + str(shape.nodes) +
+                               ") each pipeline stage must be whole nodes (pp must divide " +
+                               str(shape.nodes) + ")"};
+  return {};
+}
+
+// A stage is inside a node (stage | dpn) or whole nodes (dpn | stage); EP
+// groups are aligned runs of ep inside it, so they stay in a node exactly
+// when ep | dpn in the second case.
+MeshCheck check_ep(int dpn, const MeshRequest& req, long long stage, int n_experts) {
   if (n_experts > 0 && n_experts % req.ep != 0)
     return {"parallel.ep", "must divide model.n_experts=" + str(n_experts)};
   if (stage % req.ep != 0)
     return {"parallel.ep",
             "must divide dp*cp = " + str(stage) + " (the ranks of one pipeline stage)"};
-  // A stage is inside a node (stage | dpn) or whole nodes (dpn | stage); EP
-  // groups are aligned runs of ep inside it, so they stay in a node exactly
-  // when ep | dpn in the second case.
   if (stage % dpn == 0 && dpn % req.ep != 0)
     return {"parallel.ep", "an EP group must lie inside one node of " + str(dpn) +
                                " devices (ep must divide " + str(dpn) + ")"};
   return {};
+}
+
+}  // namespace
+
+MeshCheck check_mesh(const ClusterShape& shape, const MeshRequest& req, int n_experts) {
+  if (MeshCheck c = check_shape(shape); !c.ok()) return c;
+  const long long world = static_cast<long long>(shape.nodes) * shape.devices_per_node;
+  if (MeshCheck c = check_sizes(world, req); !c.ok()) return c;
+  if (MeshCheck c = check_cp_domain(shape.nvlink_domain, req); !c.ok()) return c;
+  const long long stage = world / req.pp;  // ranks per stage = dp*cp
+  if (MeshCheck c = check_stage_nodes(shape, req, stage); !c.ok()) return c;
+  return check_ep(shape.devices_per_node, req, stage, n_experts);
 }
 
 MeshRequest nearest_fitting_request(const ClusterShape& shape, const MeshRequest& req,
