@@ -60,22 +60,19 @@ Trainer::Trainer(const Config& cfg, TrainComms comms) : cfg_(cfg), comms_(comms)
                                                  device_->ctx());
   }
   const kernels::Ctx& ctx = device_->ctx();
-  sharded_ = cfg_.train.optimizer_sharding == OptimizerSharding::dp;
+  const bool sharded = cfg_.train.optimizer_sharding == OptimizerSharding::dp;
   store_ = std::make_unique<ParamStore>(
       stage_->params(), device_->allocator(),
       [&ctx](Tensor& dst, const Tensor& src) { kernels::copy(ctx, dst, src); },
       [&ctx](Tensor& dst, float value) { kernels::fill(ctx, dst.ptr(), dst.numel(), value); },
-      sharded_ ? dp::shard_multiples(comms_.dpcp, comms_.expert_replica)
-               : std::array<int64_t, 3>{1, 1, 1});
-  sharding_ = dp::make_sharding(*store_, sharded_, comms_.dpcp, comms_.expert_replica);
-  opt_ = std::make_unique<AdamW>(*store_, sharding_.owned, sharding_.base, sharding_.owned_numel,
-                                 cfg_.train, ctx, sharding_.part);
+      dp::GradSync::store_multiples(sharded, comms_.dpcp, comms_.expert_replica));
+  grads_ = std::make_unique<dp::GradSync>(*store_, sharded, comms_.dpcp, comms_.expert_replica);
+  const dp::Sharding& sharding = grads_->sharding();
+  opt_ = std::make_unique<AdamW>(*store_, sharding.owned, sharding.base, sharding.owned_numel,
+                                 cfg_.train, ctx, sharding.part);
   if (cfg_.train.grad_bucket_mb > 0)
-    buckets_ = std::make_unique<dp::GradBuckets>(
-        *store_, sharding_, comms_.dpcp, comms_.expert_replica, cfg_.train.grad_bucket_mb,
-        cfg_.data.num_microbatches,
-        [this](const std::vector<Param*>& ps) { before_bucket_reduce(ps); });
-  if (buckets_ && buckets_->buckets().empty()) buckets_.reset();  // nothing to reduce
+    grads_->use_buckets(cfg_.train.grad_bucket_mb, cfg_.data.num_microbatches,
+                        [this](const std::vector<Param*>& ps) { before_bucket_reduce(ps); });
   init_pipeline();
 }
 
@@ -122,8 +119,8 @@ void Trainer::compute_gradients(int64_t step, const model::CaptureRequest* captu
   if (bucketed) {
     bucket_step_ = step;
     bucket_first_ = nullptr;
-    buckets_->begin_step();
-    stage_->set_grads_ready([this](const std::vector<Param*>& ps) { buckets_->ready(ps); });
+    grads_->buckets()->begin_step();
+    stage_->set_grads_ready([this](const std::vector<Param*>& ps) { grads_->buckets()->ready(ps); });
   }
   run_pipeline(step, res.events, res.compute_s);
   res.times = times_;
@@ -135,7 +132,7 @@ void Trainer::compute_gradients(int64_t step, const model::CaptureRequest* captu
       timeline.span(prof::Span{a.backward ? "ATTN_B" : "ATTN_F", comms_.pp_rank, a.layer, -1,
                                a.t_begin_s, a.t_begin_s + a.compute_s});
   if (step == fault_.nan_at && !stage_->params().empty() &&
-      !(bucketed && buckets_->holds(stage_->params().front())))
+      !(bucketed && grads_->buckets()->holds(stage_->params().front())))
     kernels::fill(device_->ctx(), stage_->params().front()->grad.ptr(), 1,
                   std::numeric_limits<float>::quiet_NaN());
 }
@@ -244,12 +241,51 @@ int Trainer::local_nonfinite_gradient(bool bucketed) const {
   const auto params = stage_->params();
   const int n_layers = cfg_.model.n_layers;
   const Param* rest = first_nonfinite_where(device_->ctx(), params, n_layers,
-                                            [&](const Param* p) { return !buckets_->holds(p); });
+                                            [&](const Param* p) { return !grads_->buckets()->holds(p); });
   const Param* first = bucket_first_;
   if (rest &&
       (!first || model_order_of(rest->name, n_layers) < model_order_of(first->name, n_layers)))
     first = rest;
   return index_in(params, first);
+}
+
+// Whether step's gradients are computed twice and compared (runtime.verify_every).
+bool Trainer::verifies(int64_t step) const {
+  const int every = cfg_.runtime.verify_every;
+  return every > 0 && (step + 1) % every == 0;
+}
+
+// On one rank nothing is reduced: the norm reads the gradients the backward
+// left, and its pass is the scan (a float squared in double cannot
+// overflow, so the sum is finite exactly when every element is). The
+// parameters are then scanned only to name the first non-finite one, and
+// those outside the norm (GradReduce::none) before it.
+bool Trainer::norm_is_scan(bool bucketed) const {
+  const bool one_rank = !comms_.world || comms_.world->size() == 1;
+  return one_rank && !bucketed && !grads_->sharded();
+}
+
+// The step's loss sums (loss, aux, z) and expert token counts, summed over
+// the world.
+std::array<double, 3> Trainer::reduce_sums(StepResult& res) {
+  std::array<double, 3> sums = {stage_->loss_sum(), stage_->aux_sum(), stage_->z_sum()};
+  res.expert_tokens = stage_->expert_tokens();
+  if (!comms_.world || comms_.world->size() == 1) return sums;
+  comms_.world->allreduce_sum(sums.data(), 3);
+  for (auto& row : res.expert_tokens) comms_.world->allreduce_sum(row.data(), row.size());
+  return sums;
+}
+
+// Applies the update when every rank agreed the step is good: router
+// biases, then AdamW with the clipped norm, then (sharded) the gather.
+void Trainer::apply_update(StepResult& res, double norm, double lr) {
+  res.applied = res.finite && res.verify_mismatch.empty();
+  if (!res.applied) return;
+  stage_->update_router_bias(res.expert_tokens);
+  const double clip = cfg_.train.grad_clip;
+  const float scale = clip > 0 && norm > clip ? float(clip / (norm + 1e-6)) : 1.0f;
+  opt_->step(lr, scale);
+  grads_->after_update(device_->ctx());
 }
 
 StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* capture) {
@@ -258,11 +294,10 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
   const double t_begin = now_s();
   const int64_t n_seq = samples_per_step();
   const double n_targets = double(std::max<int64_t>(1, data_->targets_in_batch(step, n_seq)));
-  const int every = cfg_.runtime.verify_every;
-  const bool verifying = every > 0 && (step + 1) % every == 0;
+  const bool verifying = verifies(step);
   // A verified step compares this rank's own gradients of two runs, so it
   // reduces after the pipeline as without buckets.
-  const bool bucketed = buckets_ && !verifying;
+  const bool bucketed = grads_->buckets() && !verifying;
   compute_gradients(step, capture, res, bucketed);
   res.captures = stage_->take_captures();
   if (verifying) verify_step(step, res);
@@ -275,59 +310,29 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
     if (cfg_.output.timeline) timeline.span(prof::Span{kind, comms_.pp_rank, -1, -1, t_mark, t});
     t_mark = t;
   };
-  // On one rank nothing is reduced: the norm below reads the gradients the
-  // backward left, and its pass is the scan (a float squared in double cannot
-  // overflow, so the sum is finite exactly when every element is). The
-  // parameters are then scanned only to name the first non-finite one, and
-  // those outside the norm (GradReduce::none) now.
-  const bool scan_in_norm = !(comms_.world && comms_.world->size() > 1) && !bucketed && !sharded_;
+  const bool scan_in_norm = norm_is_scan(bucketed);
   int local_first =
       scan_in_norm ? unnormed_nonfinite_gradient() : local_nonfinite_gradient(bucketed);
   phase("GUARD");
-  // Sharded: each rank receives the sum of the part it updates; otherwise
-  // every rank receives the whole sum, one all-reduce per kind. Bucketed:
-  // the same sums, posted during the backward; here the wait for them.
-  if (bucketed)
-    buckets_->finish();
-  else if (sharded_)
-    dp::reduce_scatter_gradients(*store_, sharding_, device_->ctx());
-  else
-    dp::reduce_gradients(*store_, comms_.dpcp, comms_.expert_replica);
-
+  grads_->reduce(bucketed, device_->ctx());
   phase("GRAD_REDUCE");
-  double sums[3] = {stage_->loss_sum(), stage_->aux_sum(), stage_->z_sum()};
-  if (comms_.world && comms_.world->size() > 1) comms_.world->allreduce_sum(sums, 3);
-  res.expert_tokens = stage_->expert_tokens();
-  if (comms_.world && comms_.world->size() > 1)
-    for (auto& row : res.expert_tokens) comms_.world->allreduce_sum(row.data(), row.size());
-
-  const double norm = std::sqrt(
-      dp::grad_sumsq(*store_, comms_.dpcp, comms_.expert_replica, comms_.world, device_->ctx()));
+  const std::array<double, 3> sums = reduce_sums(res);
+  const double norm = std::sqrt(grads_->sumsq(comms_.world, device_->ctx()));
   const double lr = learning_rate(cfg_.train, step);
   if (scan_in_norm && local_first < 0 && !std::isfinite(norm))
     local_first = local_nonfinite_gradient(false);
-  agree_on_finite(local_first,
-                  std::isfinite(sums[0]) && std::isfinite(sums[1]) && std::isfinite(sums[2]) &&
-                      std::isfinite(norm),
-                  res);
+  const bool sums_finite = std::isfinite(sums[0]) && std::isfinite(sums[1]) &&
+                           std::isfinite(sums[2]) && std::isfinite(norm);
+  agree_on_finite(local_first, sums_finite, res);
   phase("NORM");
-  res.applied = res.finite && res.verify_mismatch.empty();
-  if (res.applied) {
-    stage_->update_router_bias(res.expert_tokens);
-    const double clip = cfg_.train.grad_clip;
-    const float scale = clip > 0 && norm > clip ? float(clip / (norm + 1e-6)) : 1.0f;
-    opt_->step(lr, scale);
-    if (sharded_) dp::allgather_values(*store_, sharding_, device_->ctx());
-  }
+  apply_update(res, norm, lr);
   phase("UPDATE");
-
-  StepMetrics& m = res.metrics;
-  m.step = step;
-  m.loss = sums[0] / n_targets;
-  m.aux_loss = sums[1] / double(n_seq);
-  m.z_loss = sums[2] / double(n_seq);
-  m.lr = lr;
-  m.grad_norm = norm;
+  res.metrics = StepMetrics{.step = step,
+                            .loss = sums[0] / n_targets,
+                            .aux_loss = sums[1] / double(n_seq),
+                            .z_loss = sums[2] / double(n_seq),
+                            .lr = lr,
+                            .grad_norm = norm};
   optimizer.stop();
   fill_timing(res, before, t_begin);
   return res;

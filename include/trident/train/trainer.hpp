@@ -32,8 +32,7 @@
 #include "trident/kernels/backend.hpp"
 #include "trident/model/data.hpp"
 #include "trident/model/transformer.hpp"
-#include "trident/parallel/dp/grad_buckets.hpp"
-#include "trident/parallel/dp/zero.hpp"
+#include "trident/parallel/dp/grad_sync.hpp"
 #include "trident/train/optimizer.hpp"
 #include "trident/train/rank_stats.hpp"
 
@@ -124,7 +123,7 @@ class Trainer {
   const ParamStore& param_store() const { return *store_; }
   // Which part of the store this rank's optimizer updates (all of it unless
   // train.optimizer_sharding = "dp").
-  const dp::Sharding& sharding() const { return sharding_; }
+  const dp::Sharding& sharding() const { return grads_->sharding(); }
   AdamW& optimizer() { return *opt_; }
   const Config& config() const { return cfg_; }
   const TrainComms& comms() const { return comms_; }
@@ -167,6 +166,10 @@ class Trainer {
   // (GradReduce::none): with one rank the norm is the scan of the others.
   int unnormed_nonfinite_gradient() const;
   void fill_timing(StepResult& res, const CommCounters& before, double t_begin);
+  bool verifies(int64_t step) const;
+  bool norm_is_scan(bool bucketed) const;
+  std::array<double, 3> reduce_sums(StepResult& res);
+  void apply_update(StepResult& res, double norm, double lr);
 
   Config cfg_;
   TrainComms comms_;
@@ -174,11 +177,10 @@ class Trainer {
   std::unique_ptr<model::DataSource> data_;
   std::unique_ptr<model::ModelStage> stage_;
   std::unique_ptr<ParamStore> store_;  // the stage's parameters, one allocation
-  bool sharded_ = false;               // train.optimizer_sharding = "dp"
-  dp::Sharding sharding_;
+  // The gradients' reduction over the replicas: plain, sharded
+  // (train.optimizer_sharding = "dp") and/or bucketed (train.grad_bucket_mb).
+  std::unique_ptr<dp::GradSync> grads_;
   std::unique_ptr<AdamW> opt_;
-  // train.grad_bucket_mb > 0: the reduction overlapped with the backward.
-  std::unique_ptr<dp::GradBuckets> buckets_;
   int64_t bucket_step_ = -1;             // the step whose buckets are in flight
   const Param* bucket_first_ = nullptr;  // its first non-finite gradient (model order)
   std::vector<int64_t> positions_;
