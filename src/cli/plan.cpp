@@ -220,12 +220,16 @@ class PlanCommand : public Command {
     if (nvlink < 1 || devices_ % nvlink != 0)
       throw InputError("--nvlink-domain " + std::to_string(nvlink_) +
                        ": must divide --devices-per-node " + std::to_string(devices_));
+    check_search_flags();
+    return {nodes_, devices_, nvlink};
+  }
+
+  void check_search_flags() const {
     if (search_ && machine_path_.empty()) throw InputError("--search: needs --machine FILE");
     if (memory_gb_ < 0) throw InputError("--memory-gb " + fixed(memory_gb_) + ": must be > 0");
     if (top_k_ < 1) throw InputError("--top " + std::to_string(top_k_) + ": must be >= 1");
     if (global_batch_ < 0)
       throw InputError("--global-batch " + std::to_string(global_batch_) + ": must be >= 1");
-    return {nodes_, devices_, nvlink};
   }
 
   double memory_limit(const plan::MachineProfile& m) const {

@@ -52,66 +52,78 @@ class ScheduleCommand : public Command {
   bool needs_mpi() const override { return false; }
 
   int run() override {
-    using namespace trident::pp;
-    if (format_ != "auto" && format_ != "trident" && format_ != "torch")
-      throw InputError("--format " + format_ + ": must be trident, torch or auto");
-    for (auto [v, flag] : {std::pair{costs_.t_f, "--tf"}, std::pair{costs_.t_b, "--tb"},
-                           std::pair{costs_.t_w, "--tw"}, std::pair{costs_.latency, "--latency"}})
-      if (!(v >= 0)) throw InputError(std::string(flag) + ": must be >= 0");
-    Schedule s;
-    if (!import_.empty()) {
-      if (!name_.empty()) throw InputError("schedule: give either NAME or --import FILE, not both");
-      if (pp_opt_->count() || m_opt_->count())
-        throw InputError("--import: --pp and --microbatches come from the file; do not pass them");
-      s = import_schedule();
-      if (!s.has_comm()) {
-        validate(s);  // compute order first, so the message names the missing compute
-        s = lower(s);
-      }
-      validate(s);
-    } else {
-      if (name_.empty())
-        throw InputError(
-            "schedule: NAME (afab, 1f1b, interleaved, zb-h1, zb-v, dualpipev) or --import FILE is "
-            "required");
-      if (!pp_opt_->count()) throw InputError("--pp: required");
-      if (!m_opt_->count()) throw InputError("--microbatches: required");
-      const int vpp = vpp_opt_->count() ? vpp_ : default_vpp(name_);
-      s = lower(make_schedule(name_, pp_, m_, vpp));
-      validate(s);
-    }
-    if (!layout_.empty()) {
-      if (int(layout_.size()) != s.num_stages())
-        throw InputError("--layout: " + std::to_string(layout_.size()) +
-                         " entries; the schedule has " + std::to_string(s.num_stages()) +
-                         " virtual stages (pp * vpp)");
-      for (int n : layout_)
-        if (n < 1)
-          throw InputError("--layout: every stage needs a layer (got " + std::to_string(n) + ")");
-      stage_work_ = stage_work_of_layout(layout_);
-    }
+    check_flags();
+    pp::Schedule s = import_.empty() ? named_schedule() : imported_schedule();
+    if (!layout_.empty()) apply_layout(s);
     // Simulate before exporting so that a broken schedule leaves no file.
-    SimResult sim;
-    if (simulate_ || !import_.empty()) sim = simulate(s, costs_, stage_work_);
-    std::cout << format_actions(s);
-    if (simulate_) {
-      std::cout << "\n" << format_report(s, sim, costs_);
-      const ClosedForm cf = closed_form_bubble(s.name, s.pp, s.microbatches, s.vpp, costs_.t_f,
-                                               costs_.t_b, costs_.t_w);
-      if (cf.exists() && costs_.latency == 0 && layout_.empty()) {
-        std::printf("closed form %s = %.4f of ideal time, i.e. bubble fraction %.4f\n",
-                    cf.formula.c_str(), cf.ratio, cf.fraction);
-      }
-      std::cout << "\n" << format_timeline(s, sim);
-    }
+    pp::SimResult sim;
+    if (simulate_ || !import_.empty()) sim = pp::simulate(s, costs_, stage_work_);
+    std::cout << pp::format_actions(s);
+    if (simulate_) print_simulation(s, sim);
     if (!export_.empty()) {
-      write_schedule_file(export_, format_ == "torch" ? to_torch_csv(s) : to_csv(s));
+      pp::write_schedule_file(export_, format_ == "torch" ? pp::to_torch_csv(s) : pp::to_csv(s));
       std::printf("wrote %s\n", export_.c_str());
     }
     return 0;
   }
 
  private:
+  void check_flags() const {
+    if (format_ != "auto" && format_ != "trident" && format_ != "torch")
+      throw InputError("--format " + format_ + ": must be trident, torch or auto");
+    for (auto [v, flag] : {std::pair{costs_.t_f, "--tf"}, std::pair{costs_.t_b, "--tb"},
+                           std::pair{costs_.t_w, "--tw"}, std::pair{costs_.latency, "--latency"}})
+      if (!(v >= 0)) throw InputError(std::string(flag) + ": must be >= 0");
+  }
+
+  // --import FILE: lowered (sends and receives added) when it has compute only.
+  pp::Schedule imported_schedule() const {
+    if (!name_.empty()) throw InputError("schedule: give either NAME or --import FILE, not both");
+    if (pp_opt_->count() || m_opt_->count())
+      throw InputError("--import: --pp and --microbatches come from the file; do not pass them");
+    pp::Schedule s = import_schedule();
+    if (!s.has_comm()) {
+      pp::validate(s);  // compute order first, so the message names the missing compute
+      s = pp::lower(s);
+    }
+    pp::validate(s);
+    return s;
+  }
+
+  pp::Schedule named_schedule() const {
+    if (name_.empty())
+      throw InputError(
+          "schedule: NAME (afab, 1f1b, interleaved, zb-h1, zb-v, dualpipev) or --import FILE is "
+          "required");
+    if (!pp_opt_->count()) throw InputError("--pp: required");
+    if (!m_opt_->count()) throw InputError("--microbatches: required");
+    const int vpp = vpp_opt_->count() ? vpp_ : pp::default_vpp(name_);
+    pp::Schedule s = pp::lower(pp::make_schedule(name_, pp_, m_, vpp));
+    pp::validate(s);
+    return s;
+  }
+
+  // --layout: each virtual stage's layers.
+  void apply_layout(const pp::Schedule& s) {
+    if (int(layout_.size()) != s.num_stages())
+      throw InputError("--layout: " + std::to_string(layout_.size()) +
+                       " entries; the schedule has " + std::to_string(s.num_stages()) +
+                       " virtual stages (pp * vpp)");
+    for (int n : layout_)
+      if (n < 1) throw InputError("--layout: every stage needs a layer (got " + std::to_string(n) + ")");
+    stage_work_ = pp::stage_work_of_layout(layout_);
+  }
+
+  void print_simulation(const pp::Schedule& s, const pp::SimResult& sim) const {
+    std::cout << "\n" << pp::format_report(s, sim, costs_);
+    const pp::ClosedForm cf = pp::closed_form_bubble(s.name, s.pp, s.microbatches, s.vpp,
+                                                     costs_.t_f, costs_.t_b, costs_.t_w);
+    if (cf.exists() && costs_.latency == 0 && layout_.empty())
+      std::printf("closed form %s = %.4f of ideal time, i.e. bubble fraction %.4f\n",
+                  cf.formula.c_str(), cf.ratio, cf.fraction);
+    std::cout << "\n" << pp::format_timeline(s, sim);
+  }
+
   // --import in the chosen (or detected) format; notes go to stdout.
   pp::Schedule import_schedule() const {
     const std::string text = pp::read_schedule_file(import_);

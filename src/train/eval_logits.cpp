@@ -130,6 +130,45 @@ std::string write_logits_file(const std::string& out_path, const Config& cfg,
   return error;
 }
 
+// This rank's logits rows of one evaluated batch, packed for the root.
+std::vector<char> packed_logits(const StepResult& r, const std::vector<int64_t>& pos, int64_t V) {
+  std::vector<char> mine;
+  for (const model::Capture& c : r.captures) {
+    if (c.name != "logits") continue;
+    const std::vector<int64_t>& at = c.positions.empty() ? pos : c.positions;
+    TRIDENT_CHECK(int64_t(c.rows.size()) == int64_t(at.size()) * V,
+                  "eval: a logits capture of unexpected length");
+    pack(mine, c.sample, at, c.rows);
+  }
+  return mine;
+}
+
+// Every rank's packed rows to the root: the root gets them by rank (its
+// own first), the others get an empty list.
+std::vector<std::vector<char>> gather_to_root(Communicator& world, std::vector<char> mine) {
+  constexpr int kTag = 7411;
+  const int64_t my = int64_t(mine.size());
+  std::vector<int64_t> sizes(size_t(world.size()), 0);
+  world.allgather(&my, sizes.data(), sizeof(int64_t));
+  if (world.rank() != 0) {
+    if (my > 0) {
+      Request q = world.isend(mine.data(), mine.size(), 0, kTag);
+      world.wait(q);
+    }
+    return {};
+  }
+  std::vector<std::vector<char>> parts(size_t(world.size()));
+  parts[0] = std::move(mine);
+  std::vector<Request> reqs;
+  for (int src = 1; src < world.size(); ++src) {
+    parts[size_t(src)].resize(size_t(sizes[size_t(src)]));
+    if (sizes[size_t(src)] > 0)
+      reqs.push_back(world.irecv(parts[size_t(src)].data(), parts[size_t(src)].size(), src, kTag));
+  }
+  if (!reqs.empty()) world.wait_all(reqs);
+  return parts;
+}
+
 }  // namespace
 
 int eval_logits(const Config& cfg, Communicators& comms, const std::string& checkpoint,
@@ -151,7 +190,6 @@ int eval_logits(const Config& cfg, Communicators& comms, const std::string& chec
   const bool root = world.rank() == 0;
   std::vector<float> logits;
   if (root) logits.assign(size_t(N * S * V), 0.0f);
-  const std::vector<int64_t>& pos = trainer.positions();
   double loss_sum = 0;
   for (int64_t step = 0; step < N / B; ++step) {
     model::CaptureRequest req;
@@ -159,35 +197,8 @@ int eval_logits(const Config& cfg, Communicators& comms, const std::string& chec
     for (int64_t g = 0; g < B; ++g) req.samples.insert(g);
     const StepResult r = trainer.evaluate(step, &req);
     loss_sum += r.metrics.loss * double(B * S);
-    std::vector<char> mine;
-    for (const model::Capture& c : r.captures)
-      if (c.name == "logits") {
-        const std::vector<int64_t>& at = c.positions.empty() ? pos : c.positions;
-        TRIDENT_CHECK(int64_t(c.rows.size()) == int64_t(at.size()) * V,
-                      "eval: a logits capture of unexpected length");
-        pack(mine, c.sample, at, c.rows);
-      }
-    const int64_t my = int64_t(mine.size());
-    std::vector<int64_t> sizes(size_t(world.size()), 0);
-    world.allgather(&my, sizes.data(), sizeof(int64_t));
-    if (!root) {
-      if (my > 0) {
-        Request q = world.isend(mine.data(), mine.size(), 0, 7411);
-        world.wait(q);
-      }
-      continue;
-    }
-    std::vector<std::vector<char>> parts(size_t(world.size()));
-    parts[0] = std::move(mine);
-    std::vector<Request> reqs;
-    for (int src = 1; src < world.size(); ++src) {
-      parts[size_t(src)].resize(size_t(sizes[size_t(src)]));
-      if (sizes[size_t(src)] > 0)
-        reqs.push_back(
-            world.irecv(parts[size_t(src)].data(), parts[size_t(src)].size(), src, 7411));
-    }
-    if (!reqs.empty()) world.wait_all(reqs);
-    place_logits(parts, step * B, S, V, logits);
+    const auto parts = gather_to_root(world, packed_logits(r, trainer.positions(), V));
+    if (root) place_logits(parts, step * B, S, V, logits);
   }
   const std::string error =
       root ? write_logits_file(out_path, cfg, checkpoint, ids, logits, N, loss_sum) : "";
