@@ -32,7 +32,11 @@ export SLURM_CONF=$conf
 export TRIDENT_SLURM_REQUIRED=1
 
 set +e
-ctest --test-dir "$build" --output-on-failure -j "${TRIDENT_CTEST_JOBS:-2}" "$@"
+ctest --test-dir "$build" --output-on-failure -j "${TRIDENT_CTEST_JOBS:-2}" \
+  --output-junit "$build/ctest-times.xml" "$@"
 rc=$?
+# Each label's time against its budget (tests/time-budget.txt), and the
+# slowest tests: printed, never the verdict (these machines are shared).
+"$repo/scripts/test-times.py" "$build" || echo "test.sh: see the time budget above" >&2
 set -e
 exit "$rc"
