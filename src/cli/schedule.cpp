@@ -44,6 +44,15 @@ class ScheduleCommand : public Command {
         ->capture_default_str();
     app->add_option("--latency", costs_.latency, "send-to-receive latency (time units)")
         ->capture_default_str();
+    app->add_option("--ef", costs_.e_f,
+                    "EP exchange time inside --tf: an overlapped F+B slot (dualpipev) hides it "
+                    "behind the B's compute")
+        ->capture_default_str();
+    app->add_option("--eb", costs_.e_b,
+                    "EP exchange time inside --tb: hidden behind the overlapped F's compute")
+        ->capture_default_str();
+    app->add_flag("--no-overlap", no_overlap_,
+                  "price overlapped F+B slots as F then B (runtime.ep_overlap = false)");
     app->add_option("--layout", layout_,
                     "layers per virtual stage, comma-separated (parallel.pp_layout): each "
                     "stage's actions cost its layers over the mean")
@@ -53,6 +62,7 @@ class ScheduleCommand : public Command {
 
   int run() override {
     check_flags();
+    costs_.overlap_pairs = !no_overlap_;
     pp::Schedule s = import_.empty() ? named_schedule() : imported_schedule();
     if (!layout_.empty()) apply_layout(s);
     // Simulate before exporting so that a broken schedule leaves no file.
@@ -72,8 +82,11 @@ class ScheduleCommand : public Command {
     if (format_ != "auto" && format_ != "trident" && format_ != "torch")
       throw InputError("--format " + format_ + ": must be trident, torch or auto");
     for (auto [v, flag] : {std::pair{costs_.t_f, "--tf"}, std::pair{costs_.t_b, "--tb"},
-                           std::pair{costs_.t_w, "--tw"}, std::pair{costs_.latency, "--latency"}})
+                           std::pair{costs_.t_w, "--tw"}, std::pair{costs_.latency, "--latency"},
+                           std::pair{costs_.e_f, "--ef"}, std::pair{costs_.e_b, "--eb"}})
       if (!(v >= 0)) throw InputError(std::string(flag) + ": must be >= 0");
+    if (costs_.e_f > costs_.t_f || costs_.e_b > costs_.t_b)
+      throw InputError("--ef and --eb: the exchange is part of --tf and --tb, so at most them");
   }
 
   // --import FILE: lowered (sends and receives added) when it has compute only.
@@ -152,7 +165,7 @@ class ScheduleCommand : public Command {
   std::vector<int> layout_;
   std::vector<double> stage_work_;
   int pp_ = 0, m_ = 0, vpp_ = 1;
-  bool simulate_ = false;
+  bool simulate_ = false, no_overlap_ = false;
   pp::SimCosts costs_;
   CLI::Option* pp_opt_ = nullptr;
   CLI::Option* m_opt_ = nullptr;

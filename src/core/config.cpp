@@ -287,6 +287,8 @@ const std::vector<KeyDef>& key_table() {
     t.push_back(float_key(
         "runtime", "ep_shm_limit_mb", [](Config& c) { return &c.runtime.ep_shm_limit_mb; }, 0,
         false));
+    t.push_back(
+        {"runtime", "ep_overlap", Kind::Bool, [](Config& c) { return &c.runtime.ep_overlap; }});
     t.push_back(int_key(
         "runtime", "verify_every", [](Config& c) { return &c.runtime.verify_every; }, 0));
     t.push_back(float_key(

@@ -235,6 +235,7 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
     a.stages.push_back({f, b, w});
     if (f + b + w > a.t_f + a.t_b + a.t_w) {  // the slowest stage sets the pace
       a.t_f = f, a.t_b = b, a.t_w = w;
+      a.e_f = ep_f, a.e_b = ep_b;
       a.compute = p.vpp * (compute_seconds(c.f, m) + compute_seconds(c.b, m) +
                            compute_seconds(c.w, m) + fixed);
       a.cp = p.vpp * (cp_f + cp_b);
@@ -293,6 +294,19 @@ double model_flops_per_step(const Config& cfg, const MeshPlan& p) {
   return 3 * sequences * (S * per_token + attention);
 }
 
+// What the overlapped slots hide: the makespan with them run serially less
+// `makespan` (0 when nothing is hidden; one more simulation otherwise).
+double ep_hidden_seconds(const pp::Schedule& lowered, pp::SimCosts costs,
+                         const std::vector<double>& work, double makespan) {
+  if (!costs.overlap_pairs || (costs.e_f <= 0 && costs.e_b <= 0)) return 0;
+  bool any = false;
+  for (const auto& row : lowered.ranks)
+    for (const pp::Action& x : row) any = any || x.overlapped;
+  if (!any) return 0;
+  costs.overlap_pairs = false;
+  return std::max(0.0, pp::simulate(lowered, costs, work).makespan - makespan);
+}
+
 pp::Schedule lowered_schedule(const MeshPlan& p) {
   return pp::lower(pp::make_schedule(p.schedule, p.pp, p.microbatches, p.vpp));
 }
@@ -303,6 +317,7 @@ Prediction predict(const Config& cfg, const MeshPlan& p, const ClusterShape& sha
                    const MachineProfile& m, bool detailed) {
   const ActionTimes a = action_times(cfg, p, shape, m);
   pp::SimCosts costs{a.t_f, a.t_b, a.t_w, a.latency};
+  costs.e_f = a.e_f, costs.e_b = a.e_b, costs.overlap_pairs = cfg.runtime.ep_overlap;
   const pp::Schedule lowered = lowered_schedule(p);
   // each virtual stage at its own cost (its layers, the embedding and the
   // head), in units of the slowest stage's
@@ -325,10 +340,11 @@ Prediction predict(const Config& cfg, const MeshPlan& p, const ClusterShape& sha
   out.model_flops = model_flops_per_step(cfg, p);
   const double world = double(p.pp) * p.dp * p.cp;
   out.mfu = m.peak_flops > 0 ? out.model_flops / (out.step_time_s * world * m.peak_flops) : 0;
-  const double busy = p.microbatches * (a.compute + a.cp + a.ep);
+  out.ep_hidden_s = ep_hidden_seconds(lowered, costs, work, sim.makespan);
+  const double busy = p.microbatches * (a.compute + a.cp + a.ep) - out.ep_hidden_s;
   out.split.compute = p.microbatches * a.compute;
   out.split.cp = p.microbatches * a.cp;
-  out.split.ep = p.microbatches * a.ep;
+  out.split.ep = p.microbatches * a.ep - out.ep_hidden_s;
   out.split.dp = a.dp;
   out.dp_reduction_s = a.dp_total;
   out.split.other = a.after_pipeline - a.dp;
@@ -424,6 +440,9 @@ std::string prediction_text(const Prediction& p, double limit) {
   if (p.dp_reduction_s > s.dp)
     o << " (dp: " << seconds_text(p.dp_reduction_s) << " of reduction in "
       << fmt("%g", p.plan.grad_bucket_mb) << " MiB buckets, the rest behind the backward)";
+  if (p.ep_hidden_s > 0)
+    o << " (ep: " << seconds_text(p.ep_hidden_s)
+      << " more behind the other micro-batch's compute in overlapped F+B slots)";
   if (s.cores > 0) o << ", " << part("shared cores", s.cores);
   o << "\n"
     << "  per action: F " << seconds_text(p.t_f) << ", B " << seconds_text(p.t_b) << ", W "

@@ -60,6 +60,7 @@ void Trainer::run_pipeline(int64_t step, std::vector<TimelineEvent>& events, dou
   auto& pipe = static_cast<ExecutorPipeline&>(*pipe_);
   TRIDENT_CHECK(comms_.pp || comms_.pp_size == 1, "pipeline parallelism without a pp communicator");
   pp::ExecOptions options;
+  options.overlap_pairs = cfg_.runtime.ep_overlap;
   TimelineSink timeline(events, comms_.world ? comms_.world->rank() : 0, step);
   if (cfg_.output.timeline) options.profiler = &timeline;
   pp::ExecResult r = pp::execute(forward_only ? pipe.forward_only : pipe.lowered, comms_.pp_rank,

@@ -297,6 +297,9 @@ struct RuntimeConfig {
   // additions:
   EpTransportChoice ep_transport = EpTransportChoice::automatic;  // MoE token exchange
   double ep_shm_limit_mb = 0;  // shared memory one MoE layer's exchange may hold; 0: no cap
+  // DualPipeV's overlapped F+B slots run as two lanes, one micro-batch's EP
+  // exchange in flight while the other computes (pp::ExecOptions::overlap_pairs)
+  bool ep_overlap = true;
   int verify_every = 0;        // every N-th step runs twice and compares bitwise; 0: off
   // A rank whose compute per step is this many times its peers' median over
   // two windows of output.rank_stats_every steps in a row is named (faults.md).

@@ -51,6 +51,10 @@ struct Prediction {
   // under uniform random routing; 1 without MoE or with ep = 1)
   double moe_imbalance = 1;
   TimeSplit split;
+  // EP exchange seconds that overlapped F+B slots (dualpipev) hide behind
+  // the other micro-batch's compute (runtime.ep_overlap): the makespan
+  // without the overlap less the makespan with it; split.ep is net of it
+  double ep_hidden_s = 0;
   double dp_reduction_s = 0;  // the whole gradient reduction; split.dp is its exposed part
   MemoryEstimate memory;      // of the rank that needs the most
   int memory_pp_rank = 0;
@@ -72,6 +76,9 @@ double optimizer_seconds(const MachineProfile& m, double params);
 // bound a mesh's step time from below.
 struct ActionTimes {
   double t_f = 0, t_b = 0, t_w = 0, latency = 0;
+  // The EP exchange inside t_f and t_b (the simulator's e_f, e_b: what an
+  // overlapped F+B slot can hide)
+  double e_f = 0, e_b = 0;
   double compute = 0, cp = 0, ep = 0;  // per micro-batch over the rank's chunks
   double after_pipeline = 0;           // dp reduction + agreements + optimizer + overhead
   double dp = 0;                       // the gradient reduction's exposed seconds

@@ -198,8 +198,8 @@ void TokenDispatcher::set_profiler(prof::Sink* sink) {
 }
 
 EpTransport TokenDispatcher::transport() const { return transport_->kind(); }
-double TokenDispatcher::shm_bytes() const { return transport_->shm_bytes(); }
-int TokenDispatcher::shm_growths() const { return transport_->shm_growths(); }
+double TokenDispatcher::shm_bytes() const { return transport_->shared_memory().bytes; }
+int TokenDispatcher::shm_growths() const { return transport_->shared_memory().growths; }
 const std::string& TokenDispatcher::transport_reason() const { return transport_->reason(); }
 
 }  // namespace trident::ep

@@ -10,6 +10,8 @@
 
 #include "trident/core/allocator.hpp"
 #include "trident/core/error.hpp"
+#include "trident/core/overlap.hpp"
+#include "trident/kernels/backend.hpp"
 
 namespace trident::pp {
 
@@ -191,21 +193,18 @@ class ScheduleWalk {
 
   // Runs every action in order, timing each into res. On an in-order
   // communicator (NCCL) messages are posted in the common order of
-  // in_order_plan instead of ahead by look-ahead.
+  // in_order_plan instead of ahead by look-ahead. An overlapped F and its B
+  // run as a pair (run_pair).
   void run(ExecResult& res) {
     res.actions.reserve(row_.size());
     for (size_t i = 0; i < row_.size(); ++i) {
-      if (in_order_ && !is_compute(row_[i].op)) {
-        const double t0 = now_s();
-        post_in_order_through(i, res);
-        if (row_[i].op == Op::RECV_F || row_[i].op == Op::RECV_B) run_action(i, res);
-        record(i, t0, now_s(), res);
+      const size_t j = pair_end(i);
+      if (j > i) {
+        run_pair(i, j, res);
+        i = j;
         continue;
       }
-      post_receives_for(i);
-      const double t0 = now_s();
-      run_action(i, res);
-      record(i, t0, now_s(), res);
+      step(i, res);
     }
   }
 
@@ -213,6 +212,64 @@ class ScheduleWalk {
   void finish_sends() { reap_sends(true); }
 
  private:
+  void step(size_t i, ExecResult& res) {
+    if (in_order_ && !is_compute(row_[i].op)) {
+      const double t0 = now_s();
+      post_in_order_through(i, res);
+      if (row_[i].op == Op::RECV_F || row_[i].op == Op::RECV_B) run_action(i, res);
+      record(i, t0, now_s(), res);
+      return;
+    }
+    post_receives_for(i);
+    const double t0 = now_s();
+    run_action(i, res);
+    record(i, t0, now_s(), res);
+  }
+
+  // The position of the B that shares the slot of action i when i is an
+  // overlapped F that runs as a pair with it: ExecOptions::overlap_pairs,
+  // the B on another chunk (the two lanes must write disjoint layers), and
+  // only sends between them (lower() puts both receives before the slot).
+  // Else i.
+  size_t pair_end(size_t i) const {
+    const Action& a = row_[i];
+    if (!options_.overlap_pairs || a.op != Op::F || !a.overlapped) return i;
+    size_t j = i + 1;
+    while (j < row_.size() && (row_[j].op == Op::SEND_F || row_[j].op == Op::SEND_B)) ++j;
+    if (j == row_.size() || row_[j].op != Op::B) return i;
+    return s_.chunk_of(row_[j].stage) != s_.chunk_of(a.stage) ? j : i;
+  }
+
+  // Actions i (the F) .. j (the B) as two lanes (core/overlap.hpp): the F
+  // and the sends of its output in one, the B in the other, taking turns
+  // where an EP exchange is in flight. The records go in list order; busy
+  // time counts the slot's wall time once.
+  void run_pair(size_t i, size_t j, ExecResult& res) {
+    const size_t first = res.actions.size();
+    const int device = kernels::current_device_index();
+    const overlap::PairStats stats = overlap::run_pair(
+        [&] {
+          for (size_t k = i; k < j; ++k) step(k, res);
+        },
+        [&] { step(j, res); },
+        [device] {
+          if (kernels::device_runtime().count() > 0) kernels::device_runtime().set_current(device);
+        });
+    auto position = [&](const ActionTiming& t) {
+      return std::find(row_.begin() + long(i), row_.begin() + long(j) + 1, t.action) - row_.begin();
+    };
+    std::stable_sort(
+        res.actions.begin() + long(first), res.actions.end(),
+        [&](const ActionTiming& a, const ActionTiming& b) { return position(a) < position(b); });
+    const ActionTiming &f = res.actions[first], &b = res.actions.back();
+    const double both =
+        std::max(0.0, std::min(f.t_end_s, b.t_end_s) - std::max(f.t_begin_s, b.t_begin_s));
+    res.busy_s -= both;  // the time both lanes' spans cover, counted twice by record()
+    ++res.overlapped_pairs;
+    res.overlap_exchanges += stats.exchanges;
+    res.overlap_hidden += stats.hidden;
+  }
+
   void record(size_t i, double t0, double t1, ExecResult& res) {
     const Action& a = row_[i];
     if (is_compute(a.op)) {

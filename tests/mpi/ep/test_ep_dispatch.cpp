@@ -232,11 +232,11 @@ TEST_CASE("shm: a dispatch leaves alone the rows peers still read from the last 
   };
   REQUIRE(shm->kind() == EpTransport::shm);
   CHECK(round_trip(b, xb, false));  // grows the blocks to b's size: no growth below
-  const int growths = shm->shm_growths();
+  const int growths = shm->shared_memory().growths;
   INFO("rank " << rank);
   CHECK(round_trip(a, xa, true));
   CHECK(round_trip(b, xb, false));
-  CHECK(shm->shm_growths() == growths);
+  CHECK(shm->shared_memory().growths == growths);
 }
 
 TEST_CASE("past runtime.ep_shm_limit_mb the exchange falls back to alltoallv, same results",

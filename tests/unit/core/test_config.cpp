@@ -373,6 +373,7 @@ TEST_CASE("to_toml round-trips every key") {
                                              "runtime.timeout_s",
                                              "runtime.ep_transport",
                                              "runtime.ep_shm_limit_mb",
+                                             "runtime.ep_overlap",
                                              "runtime.verify_every",
                                              "runtime.straggler_threshold",
                                              "output.file",

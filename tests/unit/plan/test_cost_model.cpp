@@ -663,3 +663,32 @@ TEST_CASE("the step's small all-reduces: a measured round where the profile has 
   // 6 agreements (no MoE layer), ceil(log2 4) = 2 rounds each: 1 ms instead of 2 us per round
   CHECK(predict(c, p, shape, m).split.other - by_latency == Approx(6 * 2 * (1e-3 - 2e-6)));
 }
+
+TEST_CASE("dualpipev's overlapped slots hide EP exchange time in the prediction") {
+  Config c = dense_config();
+  c.model.n_experts = 4;
+  c.model.top_k = 2;
+  c.model.n_layers = 4;
+  c.data.num_microbatches = 8;
+  MeshPlan p = mesh_plan_of(c, 4);
+  p.pp = 2, p.vpp = 2, p.cp = 1, p.ep = 2, p.dp = 2, p.microbatches = 8;
+  p.schedule = PipelineSchedule::dualpipev;
+  const ClusterShape one_node{1, 4, 4};
+  MachineProfile m = unit_machine();
+  m.nvlink = m.node = m.network = Link{1e7, 1e-4};  // a slow link: the exchange matters
+  const Prediction on = predict(c, p, one_node, m);
+  c.runtime.ep_overlap = false;
+  const Prediction off = predict(c, p, one_node, m);
+  CHECK(off.ep_hidden_s == 0);
+  REQUIRE(on.ep_hidden_s > 0);
+  // the hidden time comes off the step, and off the exposed ep share
+  CHECK(off.step_time_s - on.step_time_s == Approx(on.ep_hidden_s));
+  CHECK(off.split.ep - on.split.ep == Approx(on.ep_hidden_s));
+  // at most what the slots' exchanges take: each F or B of the slowest
+  // stage once per micro-batch and chunk
+  CHECK(on.ep_hidden_s <= p.microbatches * p.vpp * (on.t_f + on.t_b));
+  // a schedule without overlapped slots hides nothing
+  c.runtime.ep_overlap = true;
+  p.schedule = PipelineSchedule::zb_v;
+  CHECK(predict(c, p, one_node, m).ep_hidden_s == 0);
+}

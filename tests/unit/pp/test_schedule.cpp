@@ -189,6 +189,40 @@ TEST_CASE("interleaved beats 1F1B's bubble and ZB-H1 beats 1F1B", "[pp]") {
   }
 }
 
+TEST_CASE("the simulator prices the EP exchange an overlapped F+B slot hides",
+          "[pp][overlap]") {
+  SimCosts plain{1, 2, 1, 0};
+  SimCosts ep = plain;
+  ep.e_f = 0.5;  // of the F's 1: its compute is 0.5
+  ep.e_b = 0.5;  // of the B's 2: its compute is 1.5
+  SimCosts serial = ep;
+  serial.overlap_pairs = false;
+  const Schedule d = lower(make_schedule("dualpipev", 4, 10, 2));
+  const SimResult p = simulate(d, plain), o = simulate(d, ep), s = simulate(d, serial);
+  // Run serially the exchange is already inside tF and tB: nothing changes.
+  CHECK(s.makespan == p.makespan);
+  CHECK(o.makespan < s.makespan);
+  auto slots = [&](int r) {  // overlapped F+B slots on rank r (F and B on different chunks)
+    int n = 0;
+    for (const Action& a : d.ranks[size_t(r)]) n += a.op == Op::F && a.overlapped ? 1 : 0;
+    return n;
+  };
+  for (int r = 0; r < d.pp; ++r) {
+    INFO("rank " << r);
+    CHECK(slots(r) > 0);
+    // each slot hides min(0.5, 1.5) of the F's exchange and min(0.5, 0.5) of the B's
+    CHECK(s.ranks[size_t(r)].busy - o.ranks[size_t(r)].busy == Approx(1.0 * slots(r)));
+  }
+  // A schedule without overlapped slots is priced as before.
+  const Schedule z = lower(make_schedule("zb-v", 4, 10, 2));
+  CHECK(simulate(z, ep).makespan == simulate(z, plain).makespan);
+  // An exchange hides behind at most the other lane's compute.
+  SimCosts big = plain;
+  big.e_f = 1.0;  // the F is all exchange: the B's compute 1.5 hides all of it
+  big.e_b = 0.5;  // the F has no compute to hide the B's behind
+  CHECK(p.ranks[0].busy - simulate(d, big).ranks[0].busy == Approx(1.0 * slots(0)));
+}
+
 namespace {
 
 // Interleaved as trident generated it before rounds were balanced: rounds of

@@ -18,10 +18,22 @@
 //    /dev/shm (or runtime.ep_shm_limit_mb) cannot hold a step's blocks,
 //    every rank falls back to alltoallv together.
 //
-// A nccl transport (device buffers, grouped send/recv on a communication
-// stream) implements the same interface.
+// On a device the alltoallv transport's communicator moves device buffers
+// (NCCL: grouped send/recv on a communication stream; MPI: staged).
+//
+// Local steps and exchange steps. A transfer is a local step (permute:
+// the rows gathered into send order; unpermute: the TokenDispatcher's
+// combine of the rows that came back) and an exchange step posted by
+// start_dispatch / start_return and completed by Exchange::wait(). Between
+// the two the caller may compute: the blocking calls below (dispatch,
+// gather_back, dispatch_forward, return_forward) post, call
+// overlap::in_flight() (core/overlap.hpp: inside DualPipeV's overlapped
+// pair the other micro-batch computes there; elsewhere nothing happens),
+// then wait. Every rank of ep posts its exchanges in the same order; the
+// two lanes of a pair tag their messages apart (overlap::lane()).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -37,6 +49,28 @@ struct SendRows {
   const int64_t* index = nullptr;
 };
 
+// An exchange that a start_* call posted. wait() completes it: the rows are
+// then where start_* was told to put them. Collective over ep like the
+// start. One dropped without a wait (an exception unwinding) is abandoned:
+// its requests are cancelled.
+class Exchange {
+ public:
+  virtual ~Exchange() = default;
+  virtual void wait() = 0;
+};
+
+// An Exchange whose completion is a function (run once).
+class DeferredExchange final : public Exchange {
+ public:
+  explicit DeferredExchange(std::function<void()> complete) : complete_(std::move(complete)) {}
+  void wait() override {
+    if (complete_) std::exchange(complete_, {})();
+  }
+
+ private:
+  std::function<void()> complete_;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -44,8 +78,13 @@ class Transport {
   // Why auto chose, or the transport fell back to, alltoallv ("" otherwise).
   const std::string& reason() const { return reason_; }
   void set_reason(std::string why) { reason_ = std::move(why); }
-  virtual double shm_bytes() const { return 0; }
-  virtual int shm_growths() const { return 0; }
+  // Shared memory the transport's blocks hold (all ep ranks together) and
+  // how often they grew: the shm transport's; zero for the others.
+  struct SharedMemoryUse {
+    double bytes = 0;
+    int growths = 0;
+  };
+  const SharedMemoryUse& shared_memory() const { return shared_; }
 
   // Spans and counters go to sink (see TokenDispatcher); nullptr: none.
   virtual void set_profiler(prof::Sink* sink) { sink_ = sink; }
@@ -54,8 +93,22 @@ class Transport {
   // nothing a peer did before it is still in progress.
   virtual void synced() {}
 
-  // Rows of the send order to the expert side expert_in [R, d] (chunk
-  // layout). Collective over ep.
+  // Local step: the rows of the send order, contiguous [S, d] (src.base
+  // itself when it has no index, else gathered into a buffer of the
+  // transport's, valid until the next permute).
+  virtual const float* permute(const DispatchPlan& p, const SendRows& src, int64_t d) = 0;
+  // Exchange step: posts the rows of the send order (contiguous, from
+  // permute) to the expert side expert_in [R, d] (chunk layout).
+  virtual std::unique_ptr<Exchange> start_dispatch(const DispatchPlan& p, const float* rows,
+                                                   float* expert_in, int64_t d) = 0;
+
+  // Exchange step back: posts the expert side's rows [R, d] to their
+  // sources; once waited for, back [S, d] holds this rank's copies' rows in
+  // send order (for the unpermute).
+  virtual std::unique_ptr<Exchange> start_return(const DispatchPlan& p, const float* expert_side,
+                                                 float* back, int64_t d) = 0;
+
+  // permute, start_dispatch, overlap::in_flight(), wait. Collective over ep.
   virtual void dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in,
                         int64_t d) = 0;
   // The rows of expert_side [R, d] that belong to this rank's copies, as a
@@ -80,9 +133,13 @@ class Transport {
   void count(const char* counter, double amount) const {
     if (sink_) sink_->add(counter, amount);
   }
+  // The exchange posted: the other lane of an overlapped pair computes
+  // (overlap::in_flight), then the exchange completes.
+  static void finish(Exchange& x);
 
   std::string reason_;
   prof::Sink* sink_ = nullptr;
+  SharedMemoryUse shared_;
 };
 
 // ep: nullptr or size 1 gives the local transport; otherwise `choice`

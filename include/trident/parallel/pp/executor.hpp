@@ -75,7 +75,12 @@ struct ExecResult {
   double send_s = 0;           // inside SEND actions and the final wait for sends
   double overhead_s = 0;       // elapsed - busy - recv_wait - send: the executor's own cost
   int64_t bytes_sent = 0;
-  std::vector<ActionTiming> actions;  // this rank's, in execution order
+  // Overlapped F+B slots run as two lanes (ExecOptions::overlap_pairs), the
+  // EP exchanges posted inside them, and of those the ones during which
+  // the other lane computed (core/overlap.hpp's PairStats).
+  int overlapped_pairs = 0;
+  int64_t overlap_exchanges = 0, overlap_hidden = 0;
+  std::vector<ActionTiming> actions;  // this rank's, in list order (a pair's F and B may overlap)
 };
 
 struct ExecOptions {
@@ -92,6 +97,13 @@ struct ExecOptions {
   // Every action as a span (kind = op name, stage, chunk, micro-batch), in
   // execution order, once the step is done.
   prof::Sink* profiler = nullptr;
+  // An overlapped F+B slot (DualPipeV's; Action::overlapped) whose B is on
+  // another chunk runs as two lanes that take turns where an EP exchange is
+  // in flight (core/overlap.hpp): one micro-batch's all-to-all is posted
+  // before the other's compute and completed after it. Each lane computes
+  // what it computes alone, bit for bit. false: F, its sends, then B, one
+  // after the other (runtime.ep_overlap = false).
+  bool overlap_pairs = true;
 };
 
 // Runs rank `my_pp_rank`'s list of `lowered` (validate()d by the caller or

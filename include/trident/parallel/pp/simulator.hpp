@@ -20,6 +20,14 @@ struct SimCosts {
   double t_b = 2;      // input gradient (B of a split schedule)
   double t_w = 1;      // weight gradient (W); a non-split B costs t_b + t_w
   double latency = 0;  // from a SEND to its data being receivable
+  // The EP exchange time inside t_f and inside t_b (exposed when an action
+  // runs alone). In an overlapped F+B slot whose B is on another chunk (as
+  // the executor runs it, ExecOptions::overlap_pairs) each lane's exchange
+  // is in flight while the other lane computes: the F costs min(e_f, the
+  // B's compute) less and the B min(e_b, the F's compute) less, the compute
+  // being an action's cost less its exchange.
+  double e_f = 0, e_b = 0;
+  bool overlap_pairs = true;
   double cost(const Schedule& s, Op op) const;
 };
 

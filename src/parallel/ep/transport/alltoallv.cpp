@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "owned_rows.hpp"
+#include "trident/core/overlap.hpp"
 #include "trident/kernels/ops.hpp"
 #include "trident/parallel/ep/transport.hpp"
 
@@ -20,20 +21,31 @@ class AlltoallvTransport final : public Transport {
   AlltoallvTransport(Communicator& ep, const kernels::Ctx& ctx) : ep_(ep), ctx_(ctx) {}
   EpTransport kind() const override { return EpTransport::alltoallv; }
 
+  const float* permute(const DispatchPlan& p, const SendRows& src, int64_t d) override {
+    if (!src.index) return src.base;
+    kernels::reserve(ctx_, send_, p.sent() * d);
+    kernels::gather_rows(ctx_, src.base, d, src.index, p.sent(), send_.ptr());
+    return send_.ptr();
+  }
+
+  std::unique_ptr<Exchange> start_dispatch(const DispatchPlan& p, const float* rows,
+                                           float* expert_in, int64_t d) override {
+    return post(p, rows, expert_in, true, d);
+  }
+
+  std::unique_ptr<Exchange> start_return(const DispatchPlan& p, const float* expert_side,
+                                         float* back, int64_t d) override {
+    return post(p, expert_side, back, false, d);
+  }
+
   void dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in, int64_t d) override {
-    const int64_t S = p.sent();
     const double t0 = stamp();
-    const float* rows = src.base;
-    if (src.index) {
-      kernels::reserve(ctx_, send_, S * d);
-      kernels::gather_rows(ctx_, src.base, d, src.index, S, send_.ptr());
-      rows = send_.ptr();
-    }
+    const float* rows = permute(p, src, d);
     const double t1 = stamp();
-    exchange(p, rows, expert_in, true, d);
+    finish(*start_dispatch(p, rows, expert_in, d));
     if (sink_) sink_->span(prof::Span{"ep.permute", -1, -1, -1, t0, t1});
     span("ep.dispatch", t1);
-    count("ep.bytes", double(S) * double(d) * kRowBytes);
+    count("ep.bytes", double(p.sent()) * double(d) * kRowBytes);
   }
 
   kernels::RowSource gather_back(const DispatchPlan& p, const float* expert_side, int64_t d,
@@ -44,7 +56,7 @@ class AlltoallvTransport final : public Transport {
     kernels::reserve(ctx_, back, S * d);
     if (keep) keep->filled = true;
     const double t0 = stamp();
-    exchange(p, expert_side, back.ptr(), false, d);
+    finish(*start_return(p, expert_side, back.ptr(), d));
     span("ep.return", t0);
     count("ep.bytes", double(p.received()) * double(d) * kRowBytes);
     return kernels::RowSource(back.ptr());
@@ -63,16 +75,18 @@ class AlltoallvTransport final : public Transport {
   }
 
  private:
-  // Moves every block from `from` to `to`: to_experts, from this rank's
+  // Posts every block from `from` to `to`: to_experts, from this rank's
   // send-order rows [S, d] to the expert sides (this rank's [R, d]
   // receives); else the reverse. A block is the rows of one source for one
   // expert, contiguous on both sides. Receives are posted first; peers go
   // in turn from the next rank on, so that not every rank starts at rank 0;
   // the blocks that stay on this rank are copied while the others travel.
-  void exchange(const DispatchPlan& p, const float* from, float* to, bool to_experts, int64_t d) {
+  // The returned exchange waits for the requests.
+  std::unique_ptr<Exchange> post(const DispatchPlan& p, const float* from, float* to,
+                                 bool to_experts, int64_t d) {
     const int P = p.ep_size, L = p.local_experts, me = p.ep_rank;
     const size_t row_bytes = kRowBytes * size_t(d);
-    const int tag = to_experts ? kToExperts : kToSources;
+    const int tag = (to_experts ? kToExperts : kToSources) + 2 * overlap::lane();
     // fn(offset in floats, rows) for each block between this rank and peer
     // r: on this rank's expert side (r the source), or in its send order (r
     // the expert rank).
@@ -82,19 +96,19 @@ class AlltoallvTransport final : public Transport {
         if (n > 0) fn((expert_side ? p.chunk_offset[r * L + e] : p.expert_first[r * L + e]) * d, n);
       }
     };
-    requests_.clear();
+    auto requests = std::make_shared<std::vector<Request>>();
     // One group, so that a device backend (NCCL) posts them together.
     ep_.begin_group();
     for (int i = 1; i < P; ++i) {
       const int r = (me + i) % P;
       blocks(r, to_experts, [&](int64_t at, int64_t n) {
-        requests_.push_back(ep_.irecv(to + at, row_bytes * size_t(n), r, tag));
+        requests->push_back(ep_.irecv(to + at, row_bytes * size_t(n), r, tag));
       });
     }
     for (int i = 1; i < P; ++i) {
       const int r = (me + i) % P;
       blocks(r, !to_experts, [&](int64_t at, int64_t n) {
-        requests_.push_back(ep_.isend(from + at, row_bytes * size_t(n), r, tag));
+        requests->push_back(ep_.isend(from + at, row_bytes * size_t(n), r, tag));
       });
     }
     ep_.end_group();
@@ -105,7 +119,7 @@ class AlltoallvTransport final : public Transport {
       kernels::copy(ctx_, to + (to_experts ? expert_at : sent_at),
                     from + (to_experts ? sent_at : expert_at), p.chunk_rows[me * L + e] * d);
     }
-    ep_.wait_all(requests_);
+    return std::make_unique<DeferredExchange>([this, requests] { ep_.wait_all(*requests); });
   }
 
   Communicator& ep_;
@@ -113,7 +127,6 @@ class AlltoallvTransport final : public Transport {
   std::shared_ptr<BufferPool> pool_ = std::make_shared<BufferPool>(ctx_);
   Tensor send_;  // rows gathered for sending
   Tensor back_;  // rows back when the caller keeps none
-  std::vector<Request> requests_;
 };
 
 }  // namespace

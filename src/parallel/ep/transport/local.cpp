@@ -16,10 +16,29 @@ class LocalTransport final : public Transport {
     const double t0 = stamp();
     if (src.index) {
       kernels::gather_rows(ctx_, src.base, d, src.index, p.sent(), expert_in);
-    } else if (p.sent() > 0) {
-      kernels::copy(ctx_, expert_in, src.base, p.sent() * d);
+    } else {
+      copy(src.base, expert_in, p.sent() * d);
     }
     span("ep.permute", t0);
+  }
+
+  const float* permute(const DispatchPlan& p, const SendRows& src, int64_t d) override {
+    if (!src.index) return src.base;
+    kernels::reserve(ctx_, send_, p.sent() * d);
+    kernels::gather_rows(ctx_, src.base, d, src.index, p.sent(), send_.ptr());
+    return send_.ptr();
+  }
+
+  // Nothing travels: the exchange is a copy, complete when posted.
+  std::unique_ptr<Exchange> start_dispatch(const DispatchPlan& p, const float* rows,
+                                           float* expert_in, int64_t d) override {
+    copy(rows, expert_in, p.sent() * d);
+    return std::make_unique<DeferredExchange>(nullptr);
+  }
+  std::unique_ptr<Exchange> start_return(const DispatchPlan& p, const float* expert_side,
+                                         float* back, int64_t d) override {
+    copy(expert_side, back, p.sent() * d);
+    return std::make_unique<DeferredExchange>(nullptr);
   }
 
   kernels::RowSource gather_back(const DispatchPlan&, const float* expert_side, int64_t,
@@ -40,7 +59,12 @@ class LocalTransport final : public Transport {
   }
 
  private:
+  void copy(const float* from, float* to, int64_t n) {
+    if (n > 0 && from != to) kernels::copy(ctx_, to, from, n);
+  }
+
   kernels::Ctx ctx_;
+  Tensor send_;  // permute's rows
   std::shared_ptr<BufferPool> pool_ = std::make_shared<BufferPool>(ctx_);
 };
 

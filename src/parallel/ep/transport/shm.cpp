@@ -124,8 +124,6 @@ class ShmTransport final : public Transport {
   EpTransport kind() const override {
     return fell_back_ ? EpTransport::alltoallv : EpTransport::shm;
   }
-  double shm_bytes() const override;
-  int shm_growths() const override { return growths_; }
   void set_profiler(prof::Sink* sink) override {
     sink_ = sink;
     fallback_->set_profiler(sink);
@@ -135,6 +133,13 @@ class ShmTransport final : public Transport {
     slots_->settle();
   }
 
+  const float* permute(const DispatchPlan& p, const SendRows& src, int64_t d) override {
+    return fallback_->permute(p, src, d);  // a buffer of the same kind
+  }
+  std::unique_ptr<Exchange> start_dispatch(const DispatchPlan& p, const float* rows,
+                                           float* expert_in, int64_t d) override;
+  std::unique_ptr<Exchange> start_return(const DispatchPlan& p, const float* expert_side,
+                                         float* back, int64_t d) override;
   void dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in, int64_t d) override;
   kernels::RowSource gather_back(const DispatchPlan& p, const float* expert_side, int64_t d,
                                  KeptRows* keep) override;
@@ -150,11 +155,21 @@ class ShmTransport final : public Transport {
   // Collective: whether replacing blocks of old_bytes (all ranks) by
   // new_bytes keeps within /dev/shm and the limit. Counts as a growth.
   bool room(double old_bytes, double new_bytes);
+  // Bytes of this transport's windows, all ranks together.
+  double held_bytes() const;
   void fence(SharedWindow& w) {
     w.fence();
     synced();
   }
   void account(double bytes) { comm_counters().add(CommKind::ep, bytes, 0.0); }
+  // The halves of the transient transfers (window_ fits p): the writes,
+  // and an exchange that fences and reads.
+  std::unique_ptr<Exchange> post_dispatch(const DispatchPlan& p, const SendRows& src,
+                                          float* expert_in, int64_t d);
+  std::unique_ptr<Exchange> post_return(const DispatchPlan& p, const float* expert_side, int64_t d);
+  // This rank's copies' rows, where they lie in the outboxes (bases_), into
+  // back [S, d] in send order.
+  void copy_back(const DispatchPlan& p, float* back, int64_t d) const;
 
   Communicator& ep_;
   kernels::Ctx ctx_;
@@ -163,7 +178,6 @@ class ShmTransport final : public Transport {
   bool fell_back_ = false;
   std::unique_ptr<SharedWindow> window_;  // transient transfers
   std::shared_ptr<SlotPool> slots_ = std::make_shared<SlotPool>();
-  int growths_ = 0;
   // Whether p's inboxes, rows [0, rows_at[r]) of each block r, reach into
   // the outboxes of the last gather_back, rows [outbox_at_[r], 2
   // outbox_at_[r]), while those may still be read: the same on every rank
@@ -181,7 +195,7 @@ class ShmTransport final : public Transport {
   std::vector<const float*> bases_;  // gather_back's source
 };
 
-double ShmTransport::shm_bytes() const {
+double ShmTransport::held_bytes() const {
   const int P = ep_.size();
   double held = window_ ? window_bytes(*window_, P) : 0.0;
   for (const auto& slot : slots_->slots)
@@ -190,13 +204,13 @@ double ShmTransport::shm_bytes() const {
 }
 
 bool ShmTransport::room(double old_bytes, double new_bytes) {
-  const double after = shm_bytes() - old_bytes + new_bytes;
+  const double after = held_bytes() - old_bytes + new_bytes;
   int short_of_memory =
       SharedWindow::free_bytes() < new_bytes + (64 << 20) || (shm_limit_ > 0 && after > shm_limit_)
           ? 1
           : 0;
   ep_.allreduce_max(&short_of_memory, 1);
-  ++growths_;
+  ++shared_.growths;
   return short_of_memory == 0;
 }
 
@@ -221,6 +235,7 @@ bool ShmTransport::fit(std::unique_ptr<SharedWindow>& w, const DispatchPlan& p, 
   const bool ok = room(w ? window_bytes(*w, P) : 0.0, double(total));
   w.reset();
   if (ok) w = std::make_unique<SharedWindow>(ep_, mine);
+  shared_.bytes = held_bytes();
   synced();  // room's all-reduce ordered every earlier read
   if (!ok) {
     fell_back_ = true;  // every rank saw the same shortage
@@ -235,61 +250,96 @@ bool ShmTransport::fit(std::unique_ptr<SharedWindow>& w, const DispatchPlan& p, 
 // the next write into them). A plan with more rows than the last
 // gather_back's writes where that one's outboxes were, which sources may
 // still be reading when backwards run back to back (no count exchange in
-// between): then it fences first too.
+// between): then it fences first too. p must live until the wait.
+std::unique_ptr<Exchange> ShmTransport::post_dispatch(const DispatchPlan& p, const SendRows& src,
+                                                      float* expert_in, int64_t d) {
+  if (inbox_busy_ || meets_busy_outbox(p)) fence(*window_);
+  write_rows(ctx_, p, src, *window_, expert_in, d);
+  return std::make_unique<DeferredExchange>([this, &p, expert_in, d] {
+    const int P = p.ep_size, L = p.local_experts, me = p.ep_rank;
+    const size_t row_bytes = kRowBytes * size_t(d);
+    fence(*window_);
+    const float* in = inbox_of(*window_, me);
+    for (int r = 0; r < P; ++r) {
+      if (r == me) continue;
+      for (int e = 0; e < L; ++e) {
+        const int64_t off = p.chunk_offset[r * L + e];
+        std::memcpy(expert_in + off * d, in + off * d, row_bytes * size_t(p.chunk_rows[r * L + e]));
+      }
+    }
+    inbox_busy_ = true;
+    account(double(p.sent() - p.send_rows[me]) * double(row_bytes));
+  });
+}
+
+std::unique_ptr<Exchange> ShmTransport::start_dispatch(const DispatchPlan& p, const float* rows,
+                                                       float* expert_in, int64_t d) {
+  if (!fit(window_, p, d)) return fallback_->start_dispatch(p, rows, expert_in, d);
+  return post_dispatch(p, SendRows{rows, nullptr}, expert_in, d);
+}
+
 void ShmTransport::dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in,
                             int64_t d) {
   if (!fit(window_, p, d)) return fallback_->dispatch(p, src, expert_in, d);
   const double t0 = stamp();
-  const int P = p.ep_size, L = p.local_experts, me = p.ep_rank;
-  const size_t row_bytes = kRowBytes * size_t(d);
-  if (inbox_busy_ || meets_busy_outbox(p)) fence(*window_);
-  write_rows(ctx_, p, src, *window_, expert_in, d);
-  fence(*window_);
-  const float* in = inbox_of(*window_, me);
-  for (int r = 0; r < P; ++r) {
-    if (r == me) continue;
-    for (int e = 0; e < L; ++e) {
-      const int64_t off = p.chunk_offset[r * L + e];
-      std::memcpy(expert_in + off * d, in + off * d, row_bytes * size_t(p.chunk_rows[r * L + e]));
-    }
-  }
-  inbox_busy_ = true;
-  account(double(p.sent() - p.send_rows[me]) * double(row_bytes));
+  finish(*post_dispatch(p, src, expert_in, d));
   span("ep.dispatch", t0);
-  count("ep.bytes", double(p.sent()) * double(row_bytes));
+  count("ep.bytes", double(p.sent()) * double(kRowBytes) * double(d));
 }
 
 // The expert rank puts its rows in its outbox; after the fence each source
-// reads its copies' rows where they lie in the peers' outboxes (copying
-// them into keep when asked); the outboxes stay busy until the next
-// collective.
-kernels::RowSource ShmTransport::gather_back(const DispatchPlan& p, const float* expert_side,
-                                             int64_t d, KeptRows* keep) {
-  if (keep && keep->filled) return kernels::RowSource(keep->rows.ptr());
-  if (!fit(window_, p, d)) return fallback_->gather_back(p, expert_side, d, keep);
-  const double t0 = stamp();
+// reads its copies' rows where they lie in the peers' outboxes (bases_);
+// the outboxes stay busy until the next collective.
+std::unique_ptr<Exchange> ShmTransport::post_return(const DispatchPlan& p, const float* expert_side,
+                                                    int64_t d) {
   const int me = p.ep_rank;
   const int64_t R = p.received();
   const size_t row_bytes = kRowBytes * size_t(d);
   float* out_me = inbox_of(*window_, me) + R * d;
   if (outbox_busy_) fence(*window_);  // on every rank alike: the flag is the same everywhere
   if (expert_side != out_me && R > 0) std::memcpy(out_me, expert_side, row_bytes * size_t(R));
-  fence(*window_);
-  outbox_busy_ = true;
-  outbox_at_ = p.rows_at;
-  bases_ = outbox_bases(*window_, p, d);
+  return std::make_unique<DeferredExchange>([this, &p, d, R, row_bytes] {
+    fence(*window_);
+    outbox_busy_ = true;
+    outbox_at_ = p.rows_at;
+    bases_ = outbox_bases(*window_, p, d);
+    account(double(R - p.recv_rows[p.ep_rank]) * double(row_bytes));
+  });
+}
+
+void ShmTransport::copy_back(const DispatchPlan& p, float* back, int64_t d) const {
+  for (int g = 0; g < p.n_experts; ++g)
+    std::memcpy(back + p.expert_first[g] * d, bases_[size_t(g)],
+                kRowBytes * size_t(d) * size_t(p.tokens_per_expert[g]));
+}
+
+std::unique_ptr<Exchange> ShmTransport::start_return(const DispatchPlan& p,
+                                                     const float* expert_side, float* back,
+                                                     int64_t d) {
+  if (!fit(window_, p, d)) return fallback_->start_return(p, expert_side, back, d);
+  auto posted = std::shared_ptr<Exchange>(post_return(p, expert_side, d));
+  return std::make_unique<DeferredExchange>([this, posted, &p, back, d] {
+    posted->wait();
+    copy_back(p, back, d);
+  });
+}
+
+// The rows back where they lie (copied into keep when asked).
+kernels::RowSource ShmTransport::gather_back(const DispatchPlan& p, const float* expert_side,
+                                             int64_t d, KeptRows* keep) {
+  if (keep && keep->filled) return kernels::RowSource(keep->rows.ptr());
+  if (!fit(window_, p, d)) return fallback_->gather_back(p, expert_side, d, keep);
+  const double t0 = stamp();
+  finish(*post_return(p, expert_side, d));
   kernels::RowSource source(bases_.data(), p.expert_first.data(), p.n_experts);
-  account(double(R - p.recv_rows[me]) * double(row_bytes));
   if (keep) {
     kernels::reserve(ctx_, keep->rows, p.sent() * d);
     keep->filled = true;
-    for (int g = 0; g < p.n_experts; ++g)
-      std::memcpy(keep->rows.ptr() + p.expert_first[g] * d, bases_[size_t(g)],
-                  row_bytes * size_t(p.tokens_per_expert[g]));
+    copy_back(p, keep->rows.ptr(), d);
     source = kernels::RowSource(keep->rows.ptr());
   }
   span("ep.return", t0);
-  count("ep.bytes", double(R) * double(row_bytes));
+  count("ep.bytes", double(p.received()) * double(kRowBytes) * double(d));
   return source;
 }
 
@@ -306,7 +356,8 @@ std::unique_ptr<ForwardRows> ShmTransport::dispatch_forward(const DispatchPlan& 
   const int me = p.ep_rank;
   const int64_t R = p.received();
   write_rows(ctx_, p, SendRows{x, p.send_token.data<int64_t>()}, w, nullptr, d);
-  fence(w);
+  DeferredExchange written([&] { fence(w); });
+  finish(written);
   auto rows =
       std::make_unique<ShmRows>(slots_, s, inbox_of(w, me), inbox_of(w, me) + R * d, p.n_experts);
   const double row_bytes = double(kRowBytes) * double(d);
@@ -323,7 +374,8 @@ void ShmTransport::return_forward(const DispatchPlan& p, ForwardRows& rows, int6
   if (!mine) return fallback_->return_forward(p, rows, d);
   const double t0 = stamp();
   SharedWindow& w = *slots_->slots.at(size_t(mine->slot())).window;
-  fence(w);
+  DeferredExchange written([&] { fence(w); });  // the experts wrote their outbox
+  finish(written);
   mine->set_returned(outbox_bases(w, p, d), p.expert_first);
   const double row_bytes = double(kRowBytes) * double(d);
   account(double(p.received() - p.recv_rows[p.ep_rank]) * row_bytes);

@@ -3,8 +3,14 @@
 
 #include "trident/comm/shared_window.hpp"
 #include "trident/core/error.hpp"
+#include "trident/core/overlap.hpp"
 
 namespace trident::ep {
+
+void Transport::finish(Exchange& x) {
+  overlap::in_flight();
+  x.wait();
+}
 
 std::unique_ptr<Transport> make_transport(Communicator* ep, EpTransportChoice choice,
                                           double shm_limit_bytes, const kernels::Ctx& ctx) {
