@@ -347,7 +347,7 @@ class BenchMoeCommand : public Command {
       const int growths0 = disp.shm_growths();
       const bool verify = it < 0, timed = it >= warmup_;
       world.barrier();
-      const double ep_bytes0 = comm_counters().bytes_sent[int(CommKind::ep)];
+      const double ep_bytes0 = ep.counters().bytes_sent[int(CommKind::ep)];
       tm.clear();
       plan = disp.plan(expert.data(), T, k);
       std::unique_ptr<ep::ForwardRows> rows = disp.dispatch_forward(plan, in.x.data(), d);
@@ -358,7 +358,7 @@ class BenchMoeCommand : public Command {
       world.barrier();
       disp.combine_forward(plan, *rows, in.weight.data(), y.data(), d);
       rows.reset();  // as the layer does after its backward
-      const double ep_bytes = comm_counters().bytes_sent[int(CommKind::ep)] - ep_bytes0;
+      const double ep_bytes = ep.counters().bytes_sent[int(CommKind::ep)] - ep_bytes0;
 
       // The send rows of the raw all-to-all (and of the local reference).
       send.resize(size_t(plan.sent() * d));

@@ -67,28 +67,22 @@ CommChoice choose_comm_backend(CommBackend setting, Backend kernel_backend) {
 }
 
 CommBackend agree_comm_backend(Communicator& world, CommBackend setting, Backend kernel_backend) {
-  CommChoice mine = choose_comm_backend(setting, kernel_backend);
+  const CommChoice mine = choose_comm_backend(setting, kernel_backend);
   // The first failing rank's line, on every rank: an input error that all
   // ranks raise alike ends the job cleanly with exit code 2.
-  Communicator& control = world.host();
-  int first_bad = mine.error.empty() ? control.size() : control.rank();
-  control.allreduce_min(&first_bad, 1);
-  if (first_bad == control.size()) return mine.backend;
-  int64_t n = int64_t(mine.error.size());
-  control.broadcast(&n, sizeof n, first_bad);
-  std::string line = mine.error;
-  line.resize(size_t(n));
-  control.broadcast(line.data(), size_t(n), first_bad);
-  throw InputError(line);
+  const CheckOutcome all = agree_on_check(world.host(), mine.error.empty(), mine.error);
+  if (!all.all_passed) throw InputError(all.message);
+  return mine.backend;
 }
 
 std::unique_ptr<Communicator> comm_group(Communicator& world, CommBackend backend, int color,
                                          int key, CommKind kind, std::string name,
                                          double timeout_s) {
-  auto* control = dynamic_cast<MpiCommunicator*>(&world.host());
-  TRIDENT_CHECK(control != nullptr, "comm_group: world '" + world.name() + "' is not on MPI");
-  auto group = control->split_mpi(color, key, kind, std::move(name), timeout_s);
-  if (!group || backend == CommBackend::mpi) return group;
+  // The group on the host backend first (a device backend bootstraps over it).
+  auto group = world.host().split(color, key, kind, std::move(name));
+  if (!group) return group;
+  group->set_timeout_s(timeout_s);
+  if (backend == CommBackend::mpi) return group;
   if (device_group_maker) return device_group_maker(std::move(group));
 #ifdef TRIDENT_HAVE_NCCL
   return std::make_unique<NcclCommunicator>(std::move(group));

@@ -96,11 +96,6 @@ CommCounters CommCounters::operator-(const CommCounters& o) const {
   return d;
 }
 
-CommCounters& comm_counters() {
-  static CommCounters counters;
-  return counters;
-}
-
 // ---- Communicator: members and the watchdog ----
 
 Communicator::Communicator(CommKind kind, std::string name, double timeout_s, int rank,
@@ -141,7 +136,7 @@ void Communicator::await(PendingOp& op, const std::string& what, CommKind kind, 
         g_notice_probe(&failed_rank, &code))
       throw PeerFailure(failed_rank, code);
     if (waited > timeout_s_) {
-      comm_counters().wait_s[int(kind)] += waited;  // time lost, but no completed call
+      counters().wait_s[int(kind)] += waited;  // time lost, but no completed call
       on_timeout();
       const int me = world_ranks_[size_t(rank_)];
       throw TimeoutError("rank " + std::to_string(me) + ": " + what + " on " + name_ + " (" +
@@ -149,7 +144,7 @@ void Communicator::await(PendingOp& op, const std::string& what, CommKind kind, 
     }
     backoff.pause();
   }
-  comm_counters().add(kind, bytes_sent, monotonic_s() - t0);
+  counters().add(kind, bytes_sent, monotonic_s() - t0);
 }
 
 // ---- point to point ----
@@ -205,7 +200,7 @@ void Communicator::wait_all(std::vector<Request>& rs) {
 bool Communicator::test(Request& r) {
   if (!r.active()) return true;
   if (!r.op_->poll()) return false;
-  comm_counters().add(r.kind_, r.bytes_, 0.0);
+  counters().add(r.kind_, r.bytes_, 0.0);
   r.op_.reset();
   return true;
 }

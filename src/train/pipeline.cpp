@@ -12,19 +12,20 @@ namespace {
 // The executor's view of this rank's chunks.
 class StageAdapter : public pp::PipelineStage {
  public:
-  StageAdapter(model::ModelStage& s, StepTimes& times) : s_(s), times_(times) {}
+  StageAdapter(model::ModelStage& s, StepTimes& times, const CommCounters& counters)
+      : s_(s), times_(times), counters_(counters) {}
   int64_t boundary_numel(int chunk, int mb) override { return s_.boundary_numel(chunk, mb); }
   Allocator& allocator() override { return s_.allocator(); }
   void forward(int chunk, int mb, const Tensor& in, Tensor& out) override {
-    PhaseClock clock(times_.phase[int(Phase::forward)]);
+    PhaseClock clock(times_.phase[int(Phase::forward)], counters_);
     s_.forward(chunk, mb, in, out);
   }
   void backward(int chunk, int mb, const Tensor& g_out, Tensor& g_in, bool weight_grad) override {
-    PhaseClock clock(times_.phase[int(Phase::backward)]);
+    PhaseClock clock(times_.phase[int(Phase::backward)], counters_);
     s_.backward(chunk, mb, g_out, g_in, weight_grad);
   }
   void backward_weight(int chunk, int mb) override {
-    PhaseClock clock(times_.phase[int(Phase::weight)]);
+    PhaseClock clock(times_.phase[int(Phase::weight)], counters_);
     s_.backward_weight(chunk, mb);
   }
   void discard_forward(int chunk, int mb) override { s_.discard_forward(chunk, mb); }
@@ -32,6 +33,7 @@ class StageAdapter : public pp::PipelineStage {
  private:
   model::ModelStage& s_;
   StepTimes& times_;
+  const CommCounters& counters_;
 };
 
 struct ExecutorPipeline : Trainer::Pipeline {
@@ -51,7 +53,7 @@ void Trainer::init_pipeline() {
   pp::validate(pipe->lowered);
   pipe->forward_only = pp::lower(pp::forward_only_of(compute));
   pp::validate(pipe->forward_only);
-  pipe->adapter = std::make_unique<StageAdapter>(*stage_, times_);
+  pipe->adapter = std::make_unique<StageAdapter>(*stage_, times_, counters());
   pipe_ = std::move(pipe);
 }
 

@@ -17,9 +17,9 @@ constexpr int kStage = 0, kPhase0 = 1, kWait0 = kPhase0 + kNumPhases, kPeer = kW
 // Earlier windows a rank alone in its stage is compared with.
 constexpr size_t kHistory = 5;
 
-double all_waits() {
+double all_waits(const CommCounters& counters) {
   double w = 0;
-  for (double x : comm_counters().wait_s) w += x;
+  for (double x : counters.wait_s) w += x;
   return w;
 }
 
@@ -61,10 +61,11 @@ void StepTimes::add(const StepTimes& o) {
   step_s += o.step_s;
 }
 
-PhaseClock::PhaseClock(double& into) : into_(into), t0_(now_s()), waited0_(all_waits()) {}
+PhaseClock::PhaseClock(double& into, const CommCounters& counters)
+    : into_(into), counters_(counters), t0_(now_s()), waited0_(all_waits(counters)) {}
 
 void PhaseClock::stop() {
-  if (running_) into_ += (now_s() - t0_) - (all_waits() - waited0_);
+  if (running_) into_ += (now_s() - t0_) - (all_waits(counters_) - waited0_);
   running_ = false;
 }
 

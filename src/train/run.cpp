@@ -463,11 +463,11 @@ void summarise(Trainer& trainer, RunFile& file, const LoopTotals& tot, const Com
   const auto& by_kind = trainer.allocator().peak_bytes_by_kind();
   for (int k = 0; k < kNumMemKinds; ++k) rs.peak_kind_bytes[k] = double(by_kind[size_t(k)]);
   rs.compute_s = tot.compute_s;
-  const CommCounters comm_total = comm_counters() - at_start;
+  const CommCounters comm_total = trainer.counters() - at_start;
   for (int k = 0; k < 4; ++k) rs.comm_wait_s[k] = comm_total.wait_s[size_t(k)];
   file.write_rank_summaries(rs);
   // the longest wait since the process started: what runtime.timeout_s must exceed
-  double maxes[2] = {rs.peak_rss_bytes, comm_counters().longest_wait_s};
+  double maxes[2] = {rs.peak_rss_bytes, trainer.counters().longest_wait_s};
   world->allreduce_max(maxes, 2);
   const double peak = maxes[0];
   // cp and ep waits happen inside F/B (ring, all-to-all); pp and dp waits outside them
@@ -575,7 +575,7 @@ int run(const Config& cfg, Communicators& comms, const RunRequest& request) {
                   static_cast<long long>(at.step));
     std::fflush(stdout);
   }
-  const CommCounters at_start = comm_counters();
+  const CommCounters at_start = trainer.counters();
   record_documents(trainer, file, at.step);
   CheckpointSaver saver(trainer, &file);
   std::vector<std::string> hosts;

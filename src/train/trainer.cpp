@@ -111,7 +111,7 @@ void Trainer::compute_gradients(int64_t step, const model::CaptureRequest* captu
   kernels::fill(device_->ctx(), grads.ptr(), grads.numel(), 0.0f);
   times_ = StepTimes{};  // this run's phases (a verified step's re-run has its own)
   {
-    PhaseClock clock(times_.phase[int(Phase::data)]);
+    PhaseClock clock(times_.phase[int(Phase::data)], counters());
     stage_->begin_step(
         model::make_microbatches(*data_, d, step, comms_.dp_rank, positions_, by_docs_),
         float(1.0 / n_targets), float(1.0 / double(n_seq)), capture);
@@ -290,7 +290,7 @@ void Trainer::apply_update(StepResult& res, double norm, double lr) {
 
 StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* capture) {
   StepResult res;
-  const CommCounters before = comm_counters();
+  const CommCounters before = counters();
   const double t_begin = now_s();
   const int64_t n_seq = samples_per_step();
   const double n_targets = double(std::max<int64_t>(1, data_->targets_in_batch(step, n_seq)));
@@ -301,7 +301,7 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
   compute_gradients(step, capture, res, bucketed);
   res.captures = stage_->take_captures();
   if (verifying) verify_step(step, res);
-  PhaseClock optimizer(res.times.phase[int(Phase::optimizer)]);  // guard to update
+  PhaseClock optimizer(res.times.phase[int(Phase::optimizer)], counters());  // guard to update
   // The work after the pipeline, as spans of the timeline (host clock).
   TimelineSink timeline(res.events, comms_.world ? comms_.world->rank() : 0, step);
   double t_mark = now_s();
@@ -340,7 +340,7 @@ StepResult Trainer::train_step(int64_t step, const model::CaptureRequest* captur
 
 StepResult Trainer::evaluate(int64_t step, const model::CaptureRequest* capture) {
   StepResult res;
-  const CommCounters before = comm_counters();
+  const CommCounters before = counters();
   const double t_begin = now_s();
   const int64_t n_seq = samples_per_step();
   const double n_targets = double(n_seq) * double(data_->targets_per_sample());
@@ -374,7 +374,7 @@ void Trainer::fill_timing(StepResult& res, const CommCounters& before, double t_
   m.step_time_s = makespan;
   m.tokens_per_s = makespan > 0 ? double(tokens_per_step()) / makespan : 0.0;
   m.bubble_fraction = bubble;
-  const CommCounters diff = comm_counters() - before;
+  const CommCounters diff = counters() - before;
   for (int k = 0; k < kNumCommKinds; ++k) res.comm_bytes[size_t(k)] = diff.bytes_sent[size_t(k)];
   for (int k = 0; k < kNumCommKinds; ++k) res.times.wait[size_t(k)] = diff.wait_s[size_t(k)];
   res.times.step_s = t_end - t_begin;

@@ -39,8 +39,11 @@ enum class CommKind : int { cp = 0, pp = 1, ep = 2, dp = 3, world = 4 };
 constexpr int kNumCommKinds = 4;  // world traffic is not a column
 const char* comm_kind_name(CommKind k);
 
-// Cumulative counters of one process. Sent bytes, time inside communication
-// calls, and time blocked in waits (the part not hidden behind compute).
+// Cumulative counters of one set of communicators (Communicator::counters():
+// a communicator and the groups split off it, so the mesh's groups of one
+// job share the world's and a step's totals are one read). Sent bytes, time
+// inside communication calls, and time blocked in waits (the part not
+// hidden behind compute).
 // bytes_sent is what this rank hands to others: a send's payload (counted
 // when its wait or test completes), allreduce: its own n elements,
 // reduce_scatter: its input (every rank's block), allgather: its block,
@@ -63,10 +66,6 @@ struct CommCounters {
   }
   CommCounters operator-(const CommCounters& o) const;
 };
-
-// Process-wide counters (one set per process; not per communicator, so that
-// the step's totals are one read).
-CommCounters& comm_counters();
 
 // A backend's posted operation: an MPI request, or a CUDA event recorded on
 // the communication stream behind the NCCL calls. poll() never blocks and
@@ -164,7 +163,12 @@ class Communicator {
   CommKind kind() const { return kind_; }
   const std::string& name() const { return name_; }
   double timeout_s() const { return timeout_s_; }
+  // The deadline of every later wait (comm_group gives a group its own).
+  void set_timeout_s(double seconds) { timeout_s_ = seconds; }
   int world_rank_of(int group_rank) const;  // world rank of a member
+  // The counters this communicator adds to, shared with every group split
+  // off it (and the host group a device communicator is built on).
+  CommCounters& counters() const { return *counters_; }
 
   // "mpi" | "nccl"; where the buffers of this communicator live.
   virtual const char* backend_name() const = 0;
@@ -271,8 +275,14 @@ class Communicator {
   // thrown: a device backend aborts its communicator so nothing stays stuck.
   virtual void on_timeout() {}
 
-  // A device backend hands operations on host buffers to its host group.
-  friend class NcclCommunicator;
+  // A backend that hands some operations to another communicator (a
+  // device backend: those on host buffers, to its host group).
+  static std::unique_ptr<PendingOp> post_to(Communicator& other, const CommOp& op) {
+    return other.post(op);
+  }
+  // A group made from `parent` (a split, a device group over its host
+  // group) adds to the parent's counters.
+  void share_counters(const Communicator& parent) { counters_ = parent.counters_; }
   // For a backend's wait_on_compute: the operation behind a request.
   static PendingOp* pending_op(Request& r) { return r.op_.get(); }
   // Polls op until complete or the deadline; accounts bytes and the wait.
@@ -287,6 +297,7 @@ class Communicator {
   int rank_;
   std::vector<int> world_ranks_;
   void* compute_stream_ = nullptr;
+  std::shared_ptr<CommCounters> counters_ = std::make_shared<CommCounters>();
 };
 
 // root's string on every rank of comm (collective).

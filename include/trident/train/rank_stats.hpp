@@ -47,10 +47,10 @@ struct StepTimes {
 };
 
 // Adds to `into` the seconds from construction to stop() (or destruction)
-// minus the communication waits of that interval (every kind).
+// minus the communication waits of that interval (every kind) in counters.
 class PhaseClock {
  public:
-  explicit PhaseClock(double& into);
+  PhaseClock(double& into, const CommCounters& counters);
   ~PhaseClock() { stop(); }
   void stop();
   PhaseClock(const PhaseClock&) = delete;
@@ -58,6 +58,7 @@ class PhaseClock {
 
  private:
   double& into_;
+  const CommCounters& counters_;
   double t0_, waited0_;
   bool running_ = true;
 };

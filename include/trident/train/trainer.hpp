@@ -127,6 +127,9 @@ class Trainer {
   AdamW& optimizer() { return *opt_; }
   const Config& config() const { return cfg_; }
   const TrainComms& comms() const { return comms_; }
+  // The communication counters of this rank's communicators (the world's
+  // set; without a world, none count).
+  CommCounters& counters() { return comms_.world ? comms_.world->counters() : no_comm_; }
   // Where this rank's kernels run ("cpu" | "cuda:N" recorded in the run file).
   Device device() const { return device_->device(); }
   const kernels::Ctx& ctx() const { return device_->ctx(); }
@@ -173,6 +176,7 @@ class Trainer {
 
   Config cfg_;
   TrainComms comms_;
+  CommCounters no_comm_;  // counters() without a world: stays zero
   std::unique_ptr<kernels::DeviceContext> device_;
   std::unique_ptr<model::DataSource> data_;
   std::unique_ptr<model::ModelStage> stage_;

@@ -368,6 +368,7 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::split_mpi(int color, int key, 
   if (sub == MPI_COMM_NULL) return nullptr;
   auto group = std::make_unique<MpiCommunicator>(sub, kind, std::move(name), timeout_s, true);
   group->staging_ = staging_;
+  group->share_counters(*this);
   return group;
 }
 
@@ -382,6 +383,7 @@ std::unique_ptr<Communicator> MpiCommunicator::split_node(CommKind kind, std::st
   MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank(), MPI_INFO_NULL, &sub));
   auto group = std::make_unique<MpiCommunicator>(sub, kind, std::move(name), timeout_s(), true);
   group->staging_ = staging_;
+  group->share_counters(*this);
   return group;
 }
 

@@ -240,6 +240,7 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<Communicator> host)
       host_(std::move(host)),
       h_(std::make_unique<Handles>()) {
   h_->live->name = name();
+  share_counters(*host_);
   CUDA_CHECK(cudaGetDevice(&device_));
   cudaStream_t s = nullptr;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -377,11 +378,11 @@ std::unique_ptr<PendingOp> NcclCommunicator::post(const CommOp& op) {
     // first (polled with the deadline), so nothing is in flight behind it.
     Communicator& h = *host_;
     return std::make_unique<Sequence>(completion(),
-                                      [&h] { return h.post({.kind = Kind::barrier}); });
+                                      [&h] { return post_to(h, {.kind = Kind::barrier}); });
   }
   const bool p2p = op.kind == Kind::send || op.kind == Kind::recv;
   if (p2p && op.bytes == 0) return std::make_unique<DoneOp>();
-  if (!on_device(op)) return host_->post(op);
+  if (!on_device(op)) return post_to(*host_, op);
   check_alive();
   if (op.kind == Kind::alltoallv) return post_alltoallv(op);
   // A send or receive inside a group follows the compute stream once, at

@@ -55,13 +55,13 @@ void wait_for(Communicator& pp, Request& r, double poll_s, Fn&& between_polls) {
     between_polls();
     const double waited = now_s() - t0;
     if (waited >= poll_s) {
-      comm_counters().wait_s[int(pp.kind())] += waited;
+      pp.counters().wait_s[int(pp.kind())] += waited;
       pp.wait(r);
       return;
     }
     std::this_thread::yield();
   }
-  comm_counters().wait_s[int(pp.kind())] += now_s() - t0;
+  pp.counters().wait_s[int(pp.kind())] += now_s() - t0;
 }
 
 // Positions of the receives that rank `me`'s schedule posts early, by the

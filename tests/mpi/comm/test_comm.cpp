@@ -285,9 +285,9 @@ TEST_CASE("alltoallv with uneven and zero counts, and gaps between blocks", "[co
   const double sentinel = -12345.0;
   std::vector<double> recv(size_t(roff) * kElem, sentinel);
 
-  const CommCounters before = comm_counters();
+  const CommCounters before = c->counters();
   c->alltoallv(send.data(), sc, sd, recv.data(), rc, rd, kElem * sizeof(double));
-  const CommCounters delta = comm_counters() - before;
+  const CommCounters delta = c->counters() - before;
 
   size_t bad = 0;
   for (int s = 0; s < p; ++s) {
@@ -332,7 +332,7 @@ TEST_CASE("ring isend/irecv delivers and the counters equal the bytes sent", "[c
   for (size_t i = 0; i < n; ++i) out[i] = input(me, i, key);
   for (size_t i = 0; i < 17; ++i) out2[i] = input(me, i, key + 5);
 
-  const CommCounters before = comm_counters();
+  const CommCounters before = c->counters();
   std::vector<Request> reqs;
   reqs.push_back(c->irecv(in.data(), n * sizeof(float), prev, 1));
   reqs.push_back(c->irecv(in2.data(), 17 * sizeof(float), prev, 2));
@@ -345,7 +345,7 @@ TEST_CASE("ring isend/irecv delivers and the counters equal the bytes sent", "[c
   CHECK_FALSE(reqs[0].active());
   c->wait_all(reqs);
   for (auto& r : reqs) CHECK_FALSE(r.active());
-  const CommCounters delta = comm_counters() - before;
+  const CommCounters delta = c->counters() - before;
 
   size_t bad = 0;
   for (size_t i = 0; i < n; ++i)
@@ -365,11 +365,11 @@ TEST_CASE("collective byte counters: allreduce, allgather, broadcast", "[comm]")
   const int me = c->rank();
   std::vector<double> x(100, 1.5);
   std::vector<char> g(40), all(40 * size_t(c->size()));
-  const CommCounters before = comm_counters();
+  const CommCounters before = c->counters();
   c->allreduce_sum(x.data(), x.size());
   c->allgather(g.data(), all.data(), g.size());
   c->broadcast(x.data(), 64, 0);
-  const CommCounters delta = comm_counters() - before;
+  const CommCounters delta = c->counters() - before;
   const double expect = 100 * sizeof(double) + 40 + (me == 0 ? 64 : 0);
   CHECK(delta.bytes_sent[int(CommKind::pp)] == expect);
   CHECK(delta.calls[int(CommKind::pp)] == 3);
@@ -470,4 +470,21 @@ TEST_CASE("now_s on one host is one clock: a reading after a message is never be
   int pairs = same_host_pairs;
   c->allreduce_max(&pairs, 1);
   if (pairs == 0) WARN("no two consecutive ranks share a host: nothing compared");
+}
+
+TEST_CASE("counters belong to a set of communicators: a split adds to its parent's",
+          "[comm]") {
+  auto a = dup_world(CommKind::pp);
+  auto b = dup_world(CommKind::pp);  // another set
+  auto sub = a->split(0, a->rank(), CommKind::dp, "sub");
+  REQUIRE(sub);
+  const CommCounters a0 = a->counters(), b0 = b->counters();
+  float x[3] = {1.f, 2.f, 3.f};
+  sub->allreduce_sum(x, 3);
+  CHECK((a->counters() - a0).bytes_sent[int(CommKind::dp)] == 3 * sizeof(float));
+  CHECK((sub->counters() - a0).bytes_sent[int(CommKind::dp)] == 3 * sizeof(float));
+  CHECK((b->counters() - b0).calls[int(CommKind::dp)] == 0);
+  b->allreduce_sum(x, 3);
+  CHECK((b->counters() - b0).bytes_sent[int(CommKind::pp)] == 3 * sizeof(float));
+  CHECK((a->counters() - a0).calls[int(CommKind::pp)] == 0);
 }

@@ -69,9 +69,9 @@ TEST_CASE("identity experts round-trip tokens exactly; bytes equal the routed co
       std::vector<float> y, dx;
       DispatchPlan plan;
       prof::Recorder times;
-      const CommCounters before = comm_counters();
+      const CommCounters before = mesh.ep_comm->counters();
       identity_round_trip(disp, expert, x, dy, T, k, d, y, dx, plan, times);
-      const CommCounters moved_by_rank = comm_counters() - before;
+      const CommCounters moved_by_rank = mesh.ep_comm->counters() - before;
       INFO("k " << k << " transport " << tr << " rank " << rank);
       CHECK(y == x);    // k copies of x/k: exact for k in {1, 2, 4}
       CHECK(dx == dy);  // k copies of dy/k gathered back

@@ -316,9 +316,9 @@ TEST_CASE("pp bytes are accounted on the pp counters", "[pp][mpi]") {
   MpiCommunicator pp(MPI_COMM_WORLD, CommKind::pp, "pp", 60.0, false);
   const Schedule s = lower(make_schedule("1f1b", pp.size(), 4));
   MlpStack stack(s, pp.rank());
-  const CommCounters before = comm_counters();
+  const CommCounters before = pp.counters();
   const ExecResult res = execute(s, pp.rank(), stack, pp, 0, nullptr);
-  const CommCounters diff = comm_counters() - before;
+  const CommCounters diff = pp.counters() - before;
   // The executor's own sends plus the final makespan allreduce (2 doubles).
   CHECK(diff.bytes_sent[int(CommKind::pp)] >= double(res.bytes_sent));
   CHECK(diff.bytes_sent[int(CommKind::pp)] <= double(res.bytes_sent) + 2 * sizeof(double));

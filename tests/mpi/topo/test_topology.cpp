@@ -178,10 +178,10 @@ TEST_CASE("8 ranks as 2 nodes x 4: pp=2 cp=2, ep=2 and ep=4", "[topo][np8]") {
     CHECK(c->pp_prev() == (r < 4 ? -1 : 0));
     CHECK(c->pp_next() == (r < 4 ? 1 : -1));
     // Traffic on a split communicator is accounted to its kind.
-    const CommCounters before = comm_counters();
+    const CommCounters before = c->pp->counters();
     float x[3] = {1.f, 2.f, float(r)};
     c->pp->allreduce_sum(x, 3);
-    CHECK((comm_counters() - before).bytes_sent[int(CommKind::pp)] == 3 * sizeof(float));
+    CHECK((c->pp->counters() - before).bytes_sent[int(CommKind::pp)] == 3 * sizeof(float));
     CHECK(x[2] == float(r % 4 + r % 4 + 4));
   }
 }

@@ -62,7 +62,7 @@ TEST_CASE("a request that never completes times out with rank, operation and pee
   ScriptedComm c(0.2, -1);
   float buf[4];
   Request r = c.irecv(buf, sizeof buf, 3, 42);
-  const CommCounters before = comm_counters();
+  const CommCounters before = c.counters();
   const double t0 = monotonic_s();
   std::string msg;
   try {
@@ -71,7 +71,7 @@ TEST_CASE("a request that never completes times out with rank, operation and pee
     msg = e.what();
   }
   const double waited = monotonic_s() - t0;
-  const CommCounters d = comm_counters() - before;
+  const CommCounters d = c.counters() - before;
   INFO(msg);
   CHECK(waited >= 0.2);
   CHECK(waited < 5.0);
@@ -88,7 +88,7 @@ TEST_CASE("a request that never completes times out with rank, operation and pee
 TEST_CASE("completed operations are accounted once, by wait or by test", "[comm]") {
   ScriptedComm c(10.0, 3);
   char buf[100];
-  const CommCounters before = comm_counters();
+  const CommCounters before = c.counters();
   Request s = c.isend(buf, 100, 0, 1);
   c.wait(s);
   CHECK_FALSE(s.active());
@@ -106,7 +106,7 @@ TEST_CASE("completed operations are accounted once, by wait or by test", "[comm]
   c.broadcast(buf, 40, 0);  // not the root: nothing sent
   int64_t cnt[8];
   c.alltoall(cnt, cnt + 4, 1);
-  const CommCounters d = comm_counters() - before;
+  const CommCounters d = c.counters() - before;
   CHECK(c.reduce_pieces == std::vector<size_t>{10, 10, 5});
   CHECK(c.last_elem_bytes == 8);
   const double expect = 100 + 60 + 0 + 25 * 8 + 40 + 0 + 3 * 8;

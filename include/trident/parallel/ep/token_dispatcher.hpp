@@ -44,7 +44,7 @@ namespace trident::ep {
 // experts and back), "ep.combine" (the unpermute); counter "ep.bytes": the
 // rows of the transfers in bytes (rows kept on the rank included, so that
 // one direction is exactly routed copies x d x 4; 0 without ep). The ep
-// communicator counters (comm_counters) see only the bytes that leave the
+// communicator counters (Communicator::counters) see only the bytes that leave the
 // rank.
 
 enum class EpTransport { local, alltoallv, shm };
