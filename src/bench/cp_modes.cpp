@@ -28,7 +28,6 @@
 #include "trident/bench/engine.hpp"
 #include "trident/core/error.hpp"
 #include "trident/core/profiler.hpp"
-#include "trident/core/rng.hpp"
 #include "trident/io/bench_report.hpp"
 #include "trident/kernels/attention.hpp"
 #include "trident/parallel/cp/config_rules.hpp"

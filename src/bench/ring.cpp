@@ -37,17 +37,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <map>
 #include <memory>
-#include <sstream>
 
 #include "trident/bench/engine.hpp"
 #include "trident/comm/comm.hpp"
 #include "trident/core/clock.hpp"
 #include "trident/core/error.hpp"
 #include "trident/core/profiler.hpp"
-#include "trident/core/rng.hpp"
 #include "trident/io/bench_report.hpp"
 #include "trident/kernels/attention.hpp"
 #include "trident/kernels/gemm.hpp"
