@@ -377,7 +377,7 @@ int run_comm_bench(const Config& cfg, const CommBenchOptions& o) {
   check_options(o, lo, hi);
   const std::vector<CommCase> cases = comm_cases(o);
   BenchJob job = open_job(cfg);
-  Communicator& group = mesh_group(*job.comms, o.group);
+  Communicator& group = mesh_group(job, o.group);
   const int rank = job.world().rank();
   std::vector<BenchTable> tables;
   Verdict verdict("wrong elements in total");

@@ -11,6 +11,7 @@
 #include "trident/comm/process.hpp"
 #include "trident/core/error.hpp"
 #include "trident/core/rng.hpp"
+#include "trident/kernels/staging.hpp"
 #include "trident/train/run.hpp"
 
 namespace trident::bench {
@@ -143,11 +144,15 @@ BenchJob open_job(const Config& cfg) {
   BenchJob b;
   b.job = world_communicator(cfg.runtime.timeout_s);
   b.comms = build_communicators(*b.job, cfg, detect_topology(*b.job, cfg));
-  b.device = std::make_unique<kernels::DeviceContext>(b.comms->device);
   const double timeout = cfg.runtime.timeout_s > 0 ? cfg.runtime.timeout_s : 300.0;
+  b.all =
+      comm_group(*b.job, b.comms->comm_backend, 0, b.job->rank(), CommKind::world, "all", timeout);
+  b.device = std::make_unique<kernels::DeviceContext>(b.comms->device);
   train::stage_device_buffers(*b.comms, b.ctx(), timeout);
+  if (auto staging = kernels::device_staging(b.ctx(), timeout))
+    b.all->stage_device_buffers(staging);
   Communicators& c = *b.comms;
-  for (auto* g : {&c.world, &c.cp, &c.pp, &c.dp, &c.dpcp, &c.ep, &c.expert_replica})
+  for (auto* g : {&b.all, &c.world, &c.cp, &c.pp, &c.dp, &c.dpcp, &c.ep, &c.expert_replica})
     if (*g) (*g)->set_compute_stream(b.ctx().stream);
   return b;
 }
@@ -159,13 +164,14 @@ HostJob open_host_job(CommKind kind, const char* name, double timeout_s) {
   return j;
 }
 
-Communicator& mesh_group(Communicators& comms, const std::string& name) {
-  Communicator* g = name == "world"  ? comms.world.get()
-                    : name == "cp"   ? comms.cp.get()
-                    : name == "pp"   ? comms.pp.get()
-                    : name == "dp"   ? comms.dp.get()
-                    : name == "dpcp" ? comms.dpcp.get()
-                    : name == "ep"   ? comms.ep.get()
+Communicator& mesh_group(BenchJob& job, const std::string& name) {
+  Communicators& c = *job.comms;
+  Communicator* g = name == "world"  ? job.all.get()
+                    : name == "cp"   ? c.cp.get()
+                    : name == "pp"   ? c.pp.get()
+                    : name == "dp"   ? c.dp.get()
+                    : name == "dpcp" ? c.dpcp.get()
+                    : name == "ep"   ? c.ep.get()
                                      : nullptr;
   if (!g) throw InputError("--group " + name + ": must be one of world, cp, pp, dp, dpcp, ep");
   return *g;

@@ -17,7 +17,8 @@
 namespace trident::bench {
 
 struct CommBenchOptions {
-  std::string group = "world";  // world, cp, pp, dp, dpcp, ep: every group of that kind at once
+  // world (every rank as one group), cp, pp, dp, dpcp, ep: every group of that kind at once
+  std::string group = "world";
   std::string ops = "allreduce,allgather,alltoall,sendrecv";
   std::string dtypes = "float";    // the all-reduce's element types (nccl-tests' -d)
   std::string reduce_ops = "sum";  // the all-reduce's reductions (nccl-tests' -o)

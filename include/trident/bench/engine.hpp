@@ -129,6 +129,9 @@ std::vector<std::string> split_list(const std::string& list);
 struct BenchJob {
   std::unique_ptr<Communicator> job;  // MPI world (control)
   std::unique_ptr<Communicators> comms;
+  // Every rank as one group on runtime.comm's backend: what "world" means to
+  // a benchmark (comms->world stays on MPI, the control communicator).
+  std::unique_ptr<Communicator> all;
   std::unique_ptr<kernels::DeviceContext> device;  // where the benchmark's buffers live
 
   Communicator& world() { return *comms->world; }
@@ -136,8 +139,8 @@ struct BenchJob {
 };
 // Collective over MPI's world; cfg already checked (train::check_config).
 BenchJob open_job(const Config& cfg);
-// The group of the mesh named world, cp, pp, dp, dpcp or ep.
-Communicator& mesh_group(Communicators& comms, const std::string& name);
+// The group named world (BenchJob::all), cp, pp, dp, dpcp or ep.
+Communicator& mesh_group(BenchJob& job, const std::string& name);
 
 // The job of a benchmark of host code (ring attention's, the pipeline
 // executor's, the MoE dispatcher's CPU paths, which compute on host memory
