@@ -1,439 +1,67 @@
-// `trident bench schedule`: runs the pipeline executor under mpirun (-np P)
-// with synthetic stage work of given durations (sleeping, so oversubscribed
-// cores do not distort it) and prints, per schedule, the measured bubble next
-// to the simulator's prediction and the closed form, the peak in-flight
-// activations, and the executor's own overhead per action. The simulator runs
-// twice: with zero latency (the schedule's own bubble), and with the hop
-// latency measured in this run (median over the messages whose receiver was
-// already waiting of receive end - send begin), which is what the executor
-// really pays per pipeline hop. The boundary data
-// is verifiable by construction (each forward writes values derived from its
-// stage and micro-batch, each receiver checks them): mismatches go to #wrong
-// and make the exit code 1. The last step's timeline goes to the HDF5 file.
-#include <sys/prctl.h>
-
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <cstdio>
-#include <map>
-#include <thread>
-
-#include "bench_harness.hpp"
+// `trident bench schedule`: the flags of the pipeline executor benchmark
+// (src/bench/schedule.cpp measures; trident/bench/schedule.hpp says what).
 #include "commands.hpp"
-#include "trident/comm/backend.hpp"
-#include "trident/comm/comm.hpp"
-#include "trident/comm/process.hpp"
-#include "trident/core/error.hpp"
-#include "trident/core/profiler.hpp"
-#include "trident/io/bench_report.hpp"
+#include "trident/bench/schedule.hpp"
 #include "trident/parallel/pp/executor.hpp"
-#include "trident/parallel/pp/generators.hpp"
-#include "trident/parallel/pp/simulator.hpp"
 
 namespace trident::cli {
 namespace {
-
-using namespace trident::pp;
-
-// Stage work that takes a set time without using a core (or spinning, if asked).
-class SyntheticStage : public PipelineStage {
- public:
-  SyntheticStage(const Schedule& s, int rank, int64_t numel, double f_s, double b_s, double w_s,
-                 bool spin)
-      : s_(s), rank_(rank), numel_(numel), f_s_(f_s), b_s_(b_s), w_s_(w_s), spin_(spin) {}
-
-  int64_t boundary_numel(int, int) override { return numel_; }
-
-  void forward(int chunk, int mb, const Tensor& input, Tensor& output) override {
-    const auto t0 = std::chrono::steady_clock::now();
-    const int st = s_.stage_of(rank_, chunk);
-    if (!input.empty()) check(input.ptr(), st - 1, mb, 0.0f);
-    if (!output.empty()) stamp(output.ptr(), st, mb, 0.0f);
-    work(t0, f_s_);
-  }
-  void backward(int chunk, int mb, const Tensor& grad_output, Tensor& grad_input,
-                bool weight_grad) override {
-    const auto t0 = std::chrono::steady_clock::now();
-    const int st = s_.stage_of(rank_, chunk);
-    if (!grad_output.empty()) check(grad_output.ptr(), st + 1, mb, 0.5f);
-    if (!grad_input.empty()) stamp(grad_input.ptr(), st, mb, 0.5f);
-    work(t0, weight_grad ? b_s_ + w_s_ : b_s_);
-  }
-  void backward_weight(int, int) override { work(std::chrono::steady_clock::now(), w_s_); }
-
-  long long wrong = 0;
-
- private:
-  // Values exact in fp32, distinct per (stage, micro-batch, direction).
-  static float value(int st, int mb, float dir, int64_t i) {
-    return float((st * 1000 + mb) % 65536) + dir + float(i % 7) * 0.125f;
-  }
-  void stamp(float* buf, int st, int mb, float dir) {
-    for (int64_t i : {int64_t(0), numel_ / 2, numel_ - 1}) buf[i] = value(st, mb, dir, i);
-  }
-  void check(const float* buf, int st, int mb, float dir) {
-    for (int64_t i : {int64_t(0), numel_ / 2, numel_ - 1}) wrong += buf[i] != value(st, mb, dir, i);
-  }
-  void work(std::chrono::steady_clock::time_point t0, double seconds) const {
-    const auto until = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                std::chrono::duration<double>(seconds));
-    if (spin_) {
-      while (std::chrono::steady_clock::now() < until) {
-      }
-    } else {
-      // Sleep to just short of the end, then yield until it: a plain sleep
-      // wakes up ~50-100 us late (the kernel's timer slack, then the wake-up),
-      // and that lateness, repeated on every action, would show up as bubble
-      // the schedule does not have. run() sets the timer slack to 1 ns, so
-      // the yielding tail, which competes for the cores, can be short.
-      std::this_thread::sleep_until(until - std::chrono::microseconds(kYieldTailUs));
-      while (std::chrono::steady_clock::now() < until) std::this_thread::yield();
-    }
-  }
-
-  static constexpr int kYieldTailUs = 60;
-  const Schedule& s_;
-  int rank_;
-  int64_t numel_;
-  double f_s_, b_s_, w_s_;
-  bool spin_;
-};
-
-// One rank's numbers for one schedule, averaged over the measured steps.
-struct RankStats {
-  double makespan_s = 0, bubble = 0, overhead_per_action_s = 0, recv_wait_s = 0;
-  double peak_inflight = 0, wrong = 0;
-};
-
-// Timeline events travel to rank 0 as fixed-size records.
-struct EventRecord {
-  int32_t rank, op, stage, chunk, microbatch, step;
-  double t_begin_s, t_end_s;
-};
 
 class BenchScheduleCommand : public Command {
  public:
   explicit BenchScheduleCommand(CLI::App& parent) {
     auto* app = parent.add_subcommand(
         "schedule", "Pipeline executor: measured vs simulated bubble (mpirun -np PP)");
-    app->add_option("--schedule", schedule_,
+    app->add_option("--schedule", o_.schedule,
                     "all | afab | 1f1b | interleaved | zb-h1 | zb-v | dualpipev")
         ->capture_default_str();
-    app->add_option("--pp", pp_, "pipeline ranks (= mpirun -np)")->required();
-    app->add_option("--microbatches", m_, "micro-batches per step")->required();
-    vpp_opt_ = app->add_option("--vpp", vpp_,
-                    "chunks per rank for the interleaved schedule (zb-v and dualpipev: always 2)")
-        ->capture_default_str();
-    app->add_option("--tf", tf_ms_,
+    app->add_option("--pp", o_.pp, "pipeline ranks (= mpirun -np)")->required();
+    app->add_option("--microbatches", o_.m, "micro-batches per step")->required();
+    vpp_opt_ = app->add_option(
+                      "--vpp", o_.vpp,
+                      "chunks per rank for the interleaved schedule (zb-v and dualpipev: always 2)")
+                   ->capture_default_str();
+    app->add_option("--tf", o_.tf_ms,
                     "forward time of a rank's share of the model per micro-batch (ms)")
         ->required();
-    app->add_option("--tb", tb_ms_, "input-gradient time (ms)")->required();
-    tw_opt_ = app->add_option("--tw", tw_ms_,
+    app->add_option("--tb", o_.tb_ms, "input-gradient time (ms)")->required();
+    tw_opt_ = app->add_option("--tw", o_.tw_ms,
                               "weight-gradient time (ms; default: --tf). Non-split schedules run "
                               "B = tb + tw; schedules with v chunks per rank (interleaved, zb-v, "
                               "dualpipev) run each chunk at 1/v of these");
-    app->add_option("--steps", steps_, "measured steps per schedule (after one warm-up step)")
+    app->add_option("--steps", o_.steps, "measured steps per schedule (after one warm-up step)")
         ->capture_default_str();
-    app->add_option("--bytes", bytes_, "bytes of each activation / gradient message")
+    app->add_option("--bytes", o_.bytes, "bytes of each activation / gradient message")
         ->capture_default_str();
-    app->add_flag("--spin", spin_, "spin instead of sleeping (uses a core per rank)");
-    app->add_option("--timeout", timeout_s_, "deadline of any single wait (s)")
+    app->add_flag("--spin", o_.spin, "spin instead of sleeping (uses a core per rank)");
+    app->add_option("--timeout", o_.timeout_s, "deadline of any single wait (s)")
         ->capture_default_str();
-    app->add_option("--recv-poll", recv_poll_ms_,
+    app->add_option("--recv-poll", o_.recv_poll_ms,
                     "a receive polls with yields this long before the Communicator's sleeping "
                     "backoff takes over (ms; 0: backoff from the start)")
         ->capture_default_str();
-    app->add_option("--output", output_, "write the tables and the timeline to this HDF5 file");
+    app->add_option("--output", o_.output, "write the tables and the timeline to this HDF5 file");
   }
   bool needs_mpi() const override { return true; }
 
-  int run() override;
+  int run() override {
+    if (!tw_opt_->count()) o_.tw_ms = o_.tf_ms;
+    o_.vpp_given = vpp_opt_->count() > 0;
+    o_.command_line = command_line();
+    return bench::run_schedule_bench(o_);
+  }
 
  private:
-  // What one schedule measured: every rank's stats and (rank 0) every rank's
-  // last-step actions.
-  struct Measured {
-    std::vector<RankStats> ranks;
-    std::vector<EventRecord> every;
-  };
-  Measured measure(Communicator& pp, Communicator& all, const std::string& name, const Schedule& s,
-                   double f, double b, double w);
-  // Rank 0: the schedule's rows against the simulator (zero latency and the
-  // measured hop latency) and the closed form.
-  void add_rows(const std::string& name, int v, const Schedule& s, double f, double b, double w,
-                const Measured& got);
-  void finish(const std::vector<std::string>& names, const std::vector<std::string>& skipped);
-  // Chunks per rank the named schedule runs here: --vpp for interleaved.
-  int chunks(const std::string& name) const {
-    return name == "interleaved" ? vpp_ : default_vpp(name);
-  }
-
-  BenchTable summary_, per_rank_, timeline_;
-  long long total_wrong_ = 0;
-  double worst_dev_ = 0, worst_dev_hop_ = 0, worst_overhead_ = 0;
-
-  static std::string fmt(double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", v);
-    return buf;
-  }
-
-  void validate_flags(int world) const {
-    if (pp_ < 1) throw InputError("--pp " + std::to_string(pp_) + ": must be >= 1");
-    if (pp_ != world)
-      throw InputError("--pp " + std::to_string(pp_) + ": must equal the number of MPI ranks (" +
-                       std::to_string(world) + "); run under mpirun -np " + std::to_string(pp_));
-    if (schedule_ != "all" && schedule_ != "gpipe") {
-      const auto& n = schedule_names();
-      if (std::find(n.begin(), n.end(), schedule_) == n.end())
-        throw InputError("--schedule " + schedule_ +
-                         ": unknown (expected all, afab, 1f1b, interleaved, zb-h1, zb-v or "
-                         "dualpipev)");
-    }
-    if (m_ < 1) throw InputError("--microbatches " + std::to_string(m_) + ": must be >= 1");
-    if (vpp_ < 1) throw InputError("--vpp " + std::to_string(vpp_) + ": must be >= 1");
-    // --vpp sets the interleaved schedule's chunks (default 2); the V schedules
-    // always run 2, so it may be left out for them and for the others.
-    if (vpp_opt_->count() && vpp_ > 1 && schedule_ != "all" && schedule_ != "interleaved")
-      throw InputError("--vpp " + std::to_string(vpp_) +
-                       ": only the interleaved schedule takes it (zb-v and dualpipev run 2 "
-                       "chunks per rank)");
-    for (auto [v, flag] :
-         {std::pair{tf_ms_, "--tf"}, std::pair{tb_ms_, "--tb"}, std::pair{tw_ms_, "--tw"}})
-      if (!(v >= 0 && v <= 60000))
-        throw InputError(std::string(flag) + ": must be in [0, 60000] ms");
-    if (steps_ < 1 || steps_ > 1000) throw InputError("--steps: must be in [1, 1000]");
-    if (bytes_ < 4 || bytes_ > (int64_t(1) << 30))
-      throw InputError("--bytes: must be in [4, 2^30]");
-    if (!(timeout_s_ > 0)) throw InputError("--timeout: must be > 0");
-    if (!(recv_poll_ms_ >= 0 && recv_poll_ms_ <= 60000))
-      throw InputError("--recv-poll: must be in [0, 60000] ms");
-  }
-
-  // Rank 0 collects every rank's actions of the last step (this rank's:
-  // `spans`) as table rows, with times relative to that step's first action,
-  // and returns them (the other ranks get an empty list).
-  std::vector<EventRecord> gather_timeline(Communicator& all, const std::string& name,
-                                           const std::vector<prof::Span>& spans) {
-    int n = int(spans.size());
-    all.allreduce_max(&n, 1);
-    std::vector<EventRecord> mine(n, EventRecord{-1, 0, 0, 0, 0, 0, 0, 0});
-    for (size_t i = 0; i < spans.size(); ++i) {
-      const auto& e = spans[i];
-      int op = 0;
-      while (op < 7 && std::string(e.kind) != op_name(Op(op))) ++op;
-      mine[i] = {all.rank(), op, e.stage, e.chunk, e.microbatch, steps_, e.t_begin_s, e.t_end_s};
-    }
-    std::vector<EventRecord> every(size_t(n) * all.size());
-    all.allgather(mine.data(), every.data(), sizeof(EventRecord) * n);
-    if (all.rank() != 0) return {};
-    double t0 = 1e300;
-    for (const auto& e : every)
-      if (e.rank >= 0) t0 = std::min(t0, e.t_begin_s);
-    for (const auto& e : every) {
-      if (e.rank < 0) continue;
-      timeline_.add_row({name, (long long)e.rank, (long long)e.step, std::string(op_name(Op(e.op))),
-                         (long long)e.stage, (long long)e.chunk, (long long)e.microbatch,
-                         e.t_begin_s - t0, e.t_end_s - t0});
-    }
-    return every;
-  }
-
-  // The latency of a pipeline hop as the simulator means it (from a SEND to
-  // its data being received): median over the messages whose RECV began
-  // before their SEND of RECV end - SEND begin. Each pair of neighbour ranks
-  // exchanges messages both ways, so an error in the ranks' clock offsets
-  // adds to one direction what it takes from the other. 0 when no receive
-  // waited.
-  static double hop_latency_s(const std::vector<EventRecord>& every) {
-    auto key = [](bool backward, int sending_stage, int mb) {
-      return (int64_t(mb) * 2 + backward) * (int64_t(1) << 20) + sending_stage;
-    };
-    std::map<int64_t, double> send_begin;
-    for (const auto& e : every)
-      if (e.rank >= 0 && (Op(e.op) == Op::SEND_F || Op(e.op) == Op::SEND_B))
-        send_begin[key(Op(e.op) == Op::SEND_B, e.stage, e.microbatch)] = e.t_begin_s;
-    std::vector<double> hops;
-    for (const auto& e : every) {
-      if (e.rank < 0 || (Op(e.op) != Op::RECV_F && Op(e.op) != Op::RECV_B)) continue;
-      const bool backward = Op(e.op) == Op::RECV_B;
-      const auto it =
-          send_begin.find(key(backward, backward ? e.stage + 1 : e.stage - 1, e.microbatch));
-      if (it != send_begin.end() && e.t_begin_s < it->second)
-        hops.push_back(e.t_end_s - it->second);
-    }
-    if (hops.empty()) return 0.0;
-    std::nth_element(hops.begin(), hops.begin() + hops.size() / 2, hops.end());
-    return std::max(0.0, hops[hops.size() / 2]);
-  }
-
-  std::string schedule_ = "all", output_;
-  int pp_ = 0, m_ = 0, vpp_ = 2, steps_ = 6;  // bubbles averaged over 6 steps: 2 left a run-to-run spread of +-0.7 pp
-  double tf_ms_ = 0, tb_ms_ = 0, tw_ms_ = -1, timeout_s_ = 60;
-  double recv_poll_ms_ = ExecOptions{}.recv_poll_s * 1e3;
-  int64_t bytes_ = 65536;
-  bool spin_ = false;
+  bench::ScheduleBenchOptions o_ = defaults();
   CLI::Option* tw_opt_ = nullptr;
   CLI::Option* vpp_opt_ = nullptr;
+
+  static bench::ScheduleBenchOptions defaults() {
+    bench::ScheduleBenchOptions o;
+    o.recv_poll_ms = pp::ExecOptions{}.recv_poll_s * 1e3;
+    return o;
+  }
 };
-
-BenchScheduleCommand::Measured BenchScheduleCommand::measure(Communicator& pp, Communicator& all,
-                                                             const std::string& name,
-                                                             const Schedule& s, double f, double b,
-                                                             double w) {
-  const int me = all.rank();
-  SyntheticStage stage(s, me, std::max<int64_t>(1, int64_t(bytes_ / sizeof(float))), f * 1e-3,
-                       b * 1e-3, w * 1e-3, spin_);
-  RankStats mine;
-  prof::Recorder last_step;  // the actions of the last measured step
-  for (int step = 0; step <= steps_; ++step) {
-    all.barrier();
-    ExecOptions opt;
-    opt.recv_poll_s = recv_poll_ms_ * 1e-3;
-    if (step == steps_) opt.profiler = &last_step;
-    const ExecResult res = execute(s, me, stage, pp, step, nullptr, opt);
-    if (step == 0) continue;  // warm-up: first-touch buffers, connection set-up
-    mine.makespan_s += res.makespan_s / steps_;
-    mine.bubble += res.bubble_fraction / steps_;
-    mine.recv_wait_s += res.recv_wait_s / steps_;
-    mine.overhead_per_action_s += res.overhead_s / double(s.ranks[me].size()) / steps_;
-    mine.peak_inflight = std::max(mine.peak_inflight, double(res.peak_inflight));
-  }
-  mine.wrong = double(stage.wrong);
-  Measured got;
-  got.ranks.resize(size_t(all.size()));
-  all.allgather(&mine, got.ranks.data(), sizeof(RankStats));
-  got.every = gather_timeline(all, name, last_step.spans());
-  return got;
-}
-
-void BenchScheduleCommand::add_rows(const std::string& name, int v, const Schedule& s, double f,
-                                    double b, double w, const Measured& got) {
-  const SimResult sim = simulate(s, SimCosts{f, b, w, 0.0});
-  const ClosedForm cf = closed_form_bubble(name, pp_, m_, v, f, b, w);
-  const double hop_s = hop_latency_s(got.every);
-  const SimResult sim_hop = simulate(s, SimCosts{f, b, w, hop_s * 1e3});
-  const int world = int(got.ranks.size());
-  double dev = 0, dev_hop = 0, bubble = 0, overhead = 0, makespan = 0;
-  int peak = 0;
-  long long wrong = 0;
-  for (int r = 0; r < world; ++r) {
-    const RankStats& st = got.ranks[size_t(r)];
-    const double d = 100.0 * std::abs(st.bubble - sim.ranks[r].bubble_fraction);
-    const double d_hop = 100.0 * std::abs(st.bubble - sim_hop.ranks[r].bubble_fraction);
-    dev = std::max(dev, d);
-    dev_hop = std::max(dev_hop, d_hop);
-    bubble += st.bubble / world;
-    overhead = std::max(overhead, st.overhead_per_action_s);
-    makespan = std::max(makespan, st.makespan_s);
-    peak = std::max(peak, int(st.peak_inflight));
-    wrong += (long long)st.wrong;
-    per_rank_.add_row({name, (long long)r, st.bubble, sim.ranks[r].bubble_fraction, d,
-                       sim_hop.ranks[r].bubble_fraction, d_hop, st.recv_wait_s * 1e3,
-                       (long long)st.peak_inflight, (long long)sim.ranks[r].peak_inflight,
-                       st.overhead_per_action_s * 1e6});
-  }
-  summary_.add_row({name, (long long)v, makespan * 1e3, sim.makespan, bubble, sim.mean_bubble(),
-                    dev, hop_s * 1e6, sim_hop.mean_bubble(), dev_hop,
-                    cf.exists() ? cf.formula : std::string("-"),
-                    cf.exists() ? cf.fraction : std::nan(""), (long long)peak,
-                    (long long)sim.max_peak_inflight(), overhead * 1e6, wrong});
-  total_wrong_ += wrong;
-  worst_dev_ = std::max(worst_dev_, dev);
-  worst_dev_hop_ = std::max(worst_dev_hop_, dev_hop);
-  worst_overhead_ = std::max(worst_overhead_, overhead);
-}
-
-void BenchScheduleCommand::finish(const std::vector<std::string>& names,
-                                  const std::vector<std::string>& skipped) {
-  double shortest_ms = 1e300;
-  for (double t : {tf_ms_, tb_ms_, tw_ms_})
-    if (t > 0) shortest_ms = std::min(shortest_ms, t);
-  int most_chunks = 1;
-  for (const std::string& n : names) most_chunks = std::max(most_chunks, chunks(n));
-  shortest_ms /= most_chunks;
-  summary_.notes = {
-      "bubble = 1 - busy/makespan, makespan = first action begin to last action end over "
-      "ranks (as in the simulator); mean over ranks",
-      "sim = simulator with the same costs, zero latency; sim_hop = with latency hop_us, "
-      "the median over this run's last step of receive end - send begin for messages "
-      "whose receiver was already waiting",
-      "formula_bubble = the closed form as a fraction of the makespan",
-      "max_dev_pp / max_dev_hop_pp = largest |measured - simulated| bubble over ranks, in "
-      "percentage points",
-      "overhead = elapsed - compute - receive waits - sends, per action (largest rank)",
-      "worst deviation " + fmt(worst_dev_) + " pp from sim, " + fmt(worst_dev_hop_) +
-          " pp from sim_hop (target < 2), worst overhead " + fmt(worst_overhead_ * 1e6) +
-          " us/action (" + fmt(100.0 * worst_overhead_ / (shortest_ms * 1e-3)) +
-          "% of the shortest action)"};
-  for (const std::string& n : skipped)
-    summary_.notes.push_back(n + " not run: it needs at least " +
-                             std::to_string(min_microbatches(n, pp_, chunks(n))) +
-                             " micro-batches at pp=" + std::to_string(pp_));
-  std::printf("%s\n%s\n", summary_.format().c_str(), per_rank_.format().c_str());
-  std::fflush(stdout);
-  if (!output_.empty()) {
-    write_bench_file(output_, {summary_, per_rank_, timeline_}, command_line());
-    std::printf("wrote %s (timeline of the last step: /bench/schedule_timeline)\n",
-                output_.c_str());
-  }
-}
-
-int BenchScheduleCommand::run() {
-  // Sleeping work should end on time: the default 50 us timer slack of a
-  // normal thread would add to every action (Linux; harmless elsewhere).
-  prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-  const int world = comm_world_size();
-  if (!tw_opt_->count()) tw_ms_ = tf_ms_;
-  validate_flags(world);
-  std::vector<std::string> names, skipped;
-  if (schedule_ == "all") {
-    // Every schedule whose rules accept this pp and m (the others are named in a note).
-    for (const std::string& n : schedule_names())
-      (m_ >= min_microbatches(n, pp_, chunks(n)) ? names : skipped).push_back(n);
-  } else {
-    names = {schedule_ == "gpipe" ? "afab" : schedule_};
-  }
-  auto job = world_communicator(timeout_s_);
-  sync_clock(*job);
-  auto pp_group =
-      comm_group(*job, CommBackend::mpi, 0, job->rank(), CommKind::pp, "pp", timeout_s_);
-  Communicator &pp = *pp_group, &all = *job;
-  summary_ = TableSpec{
-      "schedule",
-      "trident bench schedule: pp=" + std::to_string(pp_) + " microbatches=" + std::to_string(m_) +
-          " tF=" + fmt(tf_ms_) + " tB=" + fmt(tb_ms_) + " tW=" + fmt(tw_ms_) + " ms (" +
-          (spin_ ? "spinning" : "sleeping") + "), " + std::to_string(steps_) + " measured steps, " +
-          std::to_string(bytes_) + " B per message",
-      {"schedule", "v", "makespan_ms", "sim_ms", "bubble", "sim_bubble", "max_dev_pp", "hop_us",
-       "sim_hop_bubble", "max_dev_hop_pp", "formula", "formula_bubble", "peak_act", "sim_peak_act",
-       "overhead_us/action", "#wrong"},
-      {}}.make();
-  per_rank_ = TableSpec{
-      "schedule_ranks",
-      "per rank",
-      {"schedule", "rank", "bubble", "sim_bubble", "dev_pp", "sim_hop_bubble", "dev_hop_pp",
-       "recv_wait_ms", "peak_act", "sim_peak_act", "overhead_us/action"},
-      {}}.make();
-  timeline_ = TableSpec{
-      "schedule_timeline",
-      "",
-      {"schedule", "rank", "step", "kind", "stage", "chunk", "microbatch", "t_begin_s", "t_end_s"},
-      {}}.make();
-  for (const std::string& name : names) {
-    const int v = chunks(name);
-    const Schedule s = lower(make_schedule(name, pp_, m_, v));
-    // The same model split into v chunks: each chunk does 1/v of the work.
-    const double f = tf_ms_ / v, b = tb_ms_ / v, w = tw_ms_ / v;
-    const Measured got = measure(pp, all, name, s, f, b, w);
-    if (all.rank() == 0) add_rows(name, v, s, f, b, w, got);
-  }
-  long long wrong_all = total_wrong_;
-  all.broadcast(&wrong_all, sizeof wrong_all, 0);
-  if (all.rank() == 0) finish(names, skipped);
-  return wrong_all == 0 ? 0 : 1;
-}
 
 }  // namespace
 

@@ -1,17 +1,13 @@
 // Comma-separated list flags of the bench commands.
 #include "list_flags.hpp"
 
-#include <sstream>
-
+#include "trident/bench/engine.hpp"
 #include "trident/core/error.hpp"
 
 namespace trident::cli {
 
 std::vector<std::string> split_list(const std::string& flag, const std::string& text) {
-  std::vector<std::string> items;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) items.push_back(item);
+  std::vector<std::string> items = bench::split_list(text);
   if (items.empty()) throw InputError(flag + " '" + text + "': give at least one value");
   return items;
 }

@@ -193,7 +193,7 @@ void write_column(hid_t group, const BenchTable& t, size_t c) {
 void write_tables(hid_t file, const std::vector<BenchTable>& tables,
                   const std::string& command_line) {
   h5::write_attr(file, "format", "trident-bench");
-  h5::write_attr(file, "format_version", int64_t{1});
+  h5::write_attr(file, "format_version", int64_t{2});
   h5::write_attr(file, "created_utc", h5::utc_iso8601_now());
   h5::write_attr(file, "command", command_line);
   h5::write_attr(file, "trident_version", TRIDENT_VERSION);

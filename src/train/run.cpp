@@ -56,15 +56,6 @@ const char* backend_name(Device d) {
   return "?";
 }
 
-// Device tensors that reach an MPI communicator travel through host copies
-// (a device backend, NCCL, moves them itself and ignores this).
-void stage_device_buffers(Communicators& c, const kernels::Ctx& ctx, double timeout_s) {
-  const std::shared_ptr<DeviceStaging> staging = kernels::device_staging(ctx, timeout_s);
-  if (!staging) return;
-  for (auto* g : {&c.world, &c.cp, &c.pp, &c.dp, &c.dpcp, &c.ep, &c.expert_replica})
-    if (*g) (*g)->stage_device_buffers(staging);
-}
-
 TrainComms train_comms(Communicators& c) {
   TrainComms tc;
   tc.world = c.world.get();
@@ -508,6 +499,13 @@ void summarise(Trainer& trainer, RunFile& file, const LoopTotals& tot, const Com
 }
 
 }  // namespace
+
+void stage_device_buffers(Communicators& c, const kernels::Ctx& ctx, double timeout_s) {
+  const std::shared_ptr<DeviceStaging> staging = kernels::device_staging(ctx, timeout_s);
+  if (!staging) return;
+  for (auto* g : {&c.world, &c.cp, &c.pp, &c.dp, &c.dpcp, &c.ep, &c.expert_replica})
+    if (*g) (*g)->stage_device_buffers(staging);
+}
 
 std::unique_ptr<Trainer> make_trainer(const Config& cfg, Communicators& comms) {
   auto trainer = std::make_unique<Trainer>(cfg, train_comms(comms));

@@ -23,7 +23,7 @@ struct BenchTable {
 
 // Writes the tables into FILE (created or truncated) from the calling
 // process only (serial HDF5; call it on rank 0). Root attributes:
-// format = "trident-bench", format_version = 1, created_utc, command.
+// format = "trident-bench", format_version = 2, created_utc, command.
 // One dataset per column, named by bench_dataset_name(column); each group
 // has attributes title, notes, columns (the headers in order) and rows.
 // Integer-only columns are int64, other numeric columns float64, string

@@ -29,6 +29,11 @@ struct RunRequest {
   std::string prediction_json;
 };
 
+// Device tensors that reach an MPI group of c travel through host copies on
+// ctx's device (the "staged" MPI backend; a device backend, NCCL, moves them
+// itself and ignores this). make_trainer and the benchmarks call it.
+void stage_device_buffers(Communicators& c, const kernels::Ctx& ctx, double timeout_s);
+
 // The Trainer of this rank, its communicators set up for its device (device
 // tensors reaching MPI go through host copies; device communication follows
 // the Trainer's compute stream).

@@ -64,6 +64,15 @@ with tempfile.TemporaryDirectory() as tmp:
         check(all(r["#wrong"] == "0" for r in rows), f"{op}: #wrong all 0")
         check(all(float(r["time_us"]) > 0 for r in rows), f"{op}: positive times")
         check(all(int(r["count"]) * 4 == int(r["size_B"]) for r in rows), f"{op}: count = size/4")
+    # nccl-tests' two placements: the all-reduce out of place and in place,
+    # each checked; the others out of place only (the Communicator's form).
+    for title, rows in t.items():
+        in_place = title.startswith("allreduce on")
+        check(all(("in_place_#wrong" in r) == in_place for r in rows),
+              f"{title}: in-place columns {'present' if in_place else 'absent'}")
+        if in_place:
+            check(all(r["in_place_#wrong"] == "0" and float(r["in_place_time_us"]) > 0
+                      for r in rows), "allreduce in place: #wrong 0, positive times")
     check("wrong elements in total: 0 (OK)" in out, "verdict line")
     check(os.path.exists(h5) and not os.path.exists(h5 + ".tmp"), "HDF5 file written")
     h5ls = shutil.which("h5ls")
@@ -119,6 +128,22 @@ check(sorted(t) == sorted(["alltoall on ep: 4 group(s) of 2 ranks at once, float
       f"ep tables: {list(t)}")
 for rows in t.values():
     check(len(rows) == 3 and all(r["#wrong"] == "0" for r in rows), "ep rows correct")
+
+# Device buffers: on the emulated device (host code cannot touch its memory;
+# a host access ends the process with exit 86) every operation's buffers are
+# the device's, moved by MPI through host copies as a GPU's are.
+rc, out, err = bench(4, "--set", "runtime.backend=emulated", "--ops",
+                     "allreduce,allgather,alltoall,sendrecv,allreduce_ordered,"
+                     "reduce_scatter_ordered", "--dtypes", "float,int64", "--reduce-ops", "sum,max",
+                     "--min-bytes", "64", "--max-bytes", "64K", "--iters", "2", "--warmup", "1")
+check(rc == 0, f"bench comm on the emulated device exit {rc}: {err.strip()[-400:]}")
+t = tables(out)
+check(len(t) == 9, f"nine tables on the emulated device, got {list(t)}")
+for title, rows in t.items():
+    check(len(rows) == 11 and all(r["#wrong"] == "0" for r in rows),
+          f"emulated {title}: 11 rows, #wrong 0")
+    if title.startswith("allreduce"):
+        check(all(r.get("in_place_#wrong") == "0" for r in rows), f"emulated {title}: in place")
 
 for bad in (["--ops", "allreduce,reduce_scatter"], ["--min-bytes", "1X"], ["--group", "tp"],
             ["--min-bytes", "1M", "--max-bytes", "1K"], ["--dtypes", "float,half"],

@@ -109,7 +109,7 @@ def check_run(path, P, N, completed):
 def check_bench(path):
     with h5py.File(path, "r") as f:
         check(f.attrs["format"] == "trident-bench", "bench format")
-        check(int(f.attrs["format_version"]) == 1, "bench format_version")
+        check(int(f.attrs["format_version"]) == 2, "bench format_version")
         check("--bench" in f.attrs["command"], "bench command attribute")
         check(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", f.attrs["created_utc"]) is not None, "created_utc")
         g = f["bench/attention"]

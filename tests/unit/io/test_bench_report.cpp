@@ -117,7 +117,7 @@ TEST_CASE("write_bench_file: one dataset per column, typed, with the table's att
   hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   REQUIRE(f >= 0);
   CHECK(h5::read_string_attr(f, "format") == "trident-bench");
-  CHECK(h5::read_int_attr(f, "format_version") == 1);
+  CHECK(h5::read_int_attr(f, "format_version") == 2);
   CHECK(h5::read_string_attr(f, "command") == "trident bench ring --seq 1024");
   CHECK(h5::read_string_attr(f, "created_utc").size() == 20);
 

@@ -1,5 +1,5 @@
 // `trident bench ring --cp-mode ...`: the three context-parallel modes side by
-// side on the same sequence (see bench_cp_modes.cpp).
+// side on the same sequence (see src/bench/cp_modes.cpp).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -8,7 +8,7 @@
 #include "trident/comm/comm.hpp"
 #include "trident/core/config.hpp"
 
-namespace trident::cli {
+namespace trident::bench {
 
 struct CpModesOptions {
   std::vector<CpMode> modes;
@@ -17,7 +17,8 @@ struct CpModesOptions {
   std::vector<int64_t> seq_per_rank;
   bool causal = false;
   int heads = 2, kv_heads = 2, head_dim = 64, iters = 1;
-  std::string output;  // HDF5 file, "" none
+  std::string output;        // HDF5 file, "" none
+  std::string command_line;  // recorded in the file
 };
 
 // Runs every (seq, layout, mode) case on all ranks of world (cp = world
@@ -25,4 +26,4 @@ struct CpModesOptions {
 // number of wrong spot-checked rows (all ranks).
 long long run_cp_modes(Communicator& world, const CpModesOptions& opt);
 
-}  // namespace trident::cli
+}  // namespace trident::bench

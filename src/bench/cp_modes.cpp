@@ -18,37 +18,26 @@
 // Every rank spot-checks two of its output rows of head 0 against the fp64
 // definition over the whole sequence; rows off by more than 1e-4 count in
 // #wrong (and make the exit code 1).
-#include "bench_cp_modes.hpp"
+#include "trident/bench/cp_modes.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
 
-#include "bench_harness.hpp"
-#include "commands.hpp"
+#include "trident/bench/engine.hpp"
 #include "trident/core/error.hpp"
 #include "trident/core/profiler.hpp"
-#include "trident/core/rng.hpp"
 #include "trident/io/bench_report.hpp"
 #include "trident/kernels/attention.hpp"
 #include "trident/parallel/cp/config_rules.hpp"
 #include "trident/parallel/cp/ring_attention.hpp"
 #include "trident/parallel/cp/ulysses_attention.hpp"
 
-namespace trident::cli {
+namespace trident::bench {
 namespace {
 
 constexpr int kTagReplay = 3201;
-
-std::vector<float> rows_at(const std::vector<int64_t>& positions, int64_t row_elems,
-                           const char* name) {
-  std::vector<float> x(positions.size() * size_t(row_elems));
-  for (size_t t = 0; t < positions.size(); ++t)
-    rng::fill_normal(x.data() + t * size_t(row_elems), row_elems, rng::hash_name(name),
-                     uint64_t(positions[t] * row_elems), 1.0f);
-  return x;
-}
 
 // One mode's attention on this rank's shard.
 class ModeCase {
@@ -104,26 +93,19 @@ class ModeCase {
   // Two local rows of head 0 against the fp64 definition.
   void spot_check(int64_t seq, double* worst, double* wrong) const {
     const int H = opt_.heads, Hkv = opt_.kv_heads, D = opt_.head_dim;
-    std::vector<int64_t> all(static_cast<size_t>(seq));
-    for (int64_t i = 0; i < seq; ++i) all[size_t(i)] = i;
+    const auto all = all_positions(seq);
     auto gk = rows_at(all, int64_t(Hkv) * D, "ring.k"),
          gv = rows_at(all, int64_t(Hkv) * D, "ring.v");
     kernels::AttnShape s{1, seq, H, Hkv, D, 1.0f / std::sqrt(float(D)), opt_.causal, 0, 0};
-    std::vector<double> ref(static_cast<size_t>(D));
+    SpotCheck check;
     const int64_t T = int64_t(positions_.size());
     for (int64_t i : {int64_t(0), T - 1}) {
       s.q_pos0 = positions_[size_t(i)];
-      kernels::attention_reference_row(s, q_.data() + i * H * D, gk.data(), gv.data(), 0, 0,
-                                       ref.data());
-      double num = 0, den = 0;
-      for (int d = 0; d < D; ++d) {
-        const double diff = out_[size_t(i * H * D + d)] - ref[size_t(d)];
-        num += diff * diff, den += ref[size_t(d)] * ref[size_t(d)];
-      }
-      const double err = std::sqrt(num / std::max(den, 1e-30));
-      *worst = std::max(*worst, err);
-      if (!(err <= 1e-4)) *wrong += 1;
+      check_attention_row(check, s, q_.data() + i * H * D, gk.data(), gv.data(), 0, 0,
+                          out_.data() + i * H * D);
     }
+    *worst = std::max(*worst, check.worst);
+    *wrong += double(check.wrong);
   }
 
   CpMode mode() const { return mode_; }
@@ -184,23 +166,56 @@ BenchTable make_table(const CpModesOptions& o, int cp) {
   return t.make();
 }
 
+// The modes' flags against this cp (before any rank communicates).
+void check_modes(const CpModesOptions& o, int cp) {
+  for (CpMode m : o.modes) {
+    if (m == CpMode::ring) continue;
+    const int u = m == CpMode::ulysses ? cp : o.ulysses;
+    if (m == CpMode::hybrid && (u < 2 || u >= cp || cp % u != 0))
+      throw InputError("--ulysses " + std::to_string(o.ulysses) +
+                       ": hybrid needs 1 < u < cp=" + std::to_string(cp) + " dividing cp");
+    const std::string broken = cp::heads_rule_broken(o.heads, o.kv_heads, u);
+    if (!broken.empty())
+      throw InputError("--heads " + std::to_string(o.heads) + " --kv-heads " +
+                       std::to_string(o.kv_heads) + ": " + broken);
+  }
+}
+
+// One mode's row of the table from every rank's medians; returns its wrong rows.
+long long add_mode_row(Communicator& world, ModeCase& c, CpLayout layout, int64_t T,
+                       BenchTable& table) {
+  const int cp = world.size();
+  const int64_t seq = T * cp;
+  double st[9] = {
+      median(c.compute), median(c.a2a),  median(c.wait),       median(c.ring_alone), 0, 0,
+      c.bytes,           median(c.wall), median(c.compute_cpu)};
+  c.spot_check(seq, &st[4], &st[5]);
+  std::vector<double> all(size_t(9) * size_t(cp));
+  world.allgather(st, all.data(), sizeof st);
+  const double wall = median(gather_series(world, c.wall).slowest_per_iteration());
+  double compute = 0, a2a = 0, wait = 0, alone = 0, err = 0, wrong = 0, bytes = 0, cpu = 0;
+  for (int r = 0; r < cp; ++r) {
+    const double* s = all.data() + 9 * size_t(r);
+    compute += s[0] / cp, a2a += s[1] / cp, wait += s[2] / cp, cpu += s[8] / cp;
+    alone += (s[1] + s[3]) / cp;
+    err = std::max(err, s[4]), wrong += s[5], bytes = std::max(bytes, s[6]);
+  }
+  const double exposed = a2a + wait;
+  const double hidden = alone > 0 ? std::clamp(1 - exposed / alone, 0.0, 1.0) : NAN;
+  table.add_row({std::string(config_name(c.mode())), (long long)c.ulysses(),
+                 (long long)(cp / c.ulysses()), std::string(config_name(layout)), (long long)seq,
+                 (long long)T, wall * 1e3, compute * 1e3, cpu * 1e3, a2a * 1e3, wait * 1e3,
+                 exposed * 1e3, alone * 1e3, hidden, bytes / 1048576.0, err, (long long)wrong});
+  return (long long)wrong;
+}
+
 }  // namespace
 
 long long run_cp_modes(Communicator& world, const CpModesOptions& o) {
   const int cp = world.size();
-  for (CpMode m : o.modes)
-    if (m != CpMode::ring) {
-      const int u = m == CpMode::ulysses ? cp : o.ulysses;
-      if (m == CpMode::hybrid && (u < 2 || u >= cp || cp % u != 0))
-        throw InputError("--ulysses " + std::to_string(o.ulysses) +
-                         ": hybrid needs 1 < u < cp=" + std::to_string(cp) + " dividing cp");
-      const std::string broken = cp::heads_rule_broken(o.heads, o.kv_heads, u);
-      if (!broken.empty())
-        throw InputError("--heads " + std::to_string(o.heads) + " --kv-heads " +
-                         std::to_string(o.kv_heads) + ": " + broken);
-    }
+  check_modes(o, cp);
   BenchTable table = make_table(o, cp);
-  long long total_wrong = 0;
+  Verdict verdict("wrong rows in total");
   for (int64_t T : o.seq_per_rank) {
     const int64_t seq = T * cp;
     for (CpLayout layout : o.layouts) {
@@ -211,42 +226,16 @@ long long run_cp_modes(Communicator& world, const CpModesOptions& o) {
                                                    layout, seq, o));
       for (int it = 0; it < o.iters; ++it)
         for (auto& c : cases) c->iterate(world);
-      for (auto& c : cases) {
-        double st[9] = {
-            median(c->compute), median(c->a2a),  median(c->wait),       median(c->ring_alone), 0, 0,
-            c->bytes,           median(c->wall), median(c->compute_cpu)};
-        c->spot_check(seq, &st[4], &st[5]);
-        std::vector<double> all(size_t(9) * size_t(cp));
-        world.allgather(st, all.data(), sizeof st);
-        const double wall = median(gather_series(world, c->wall).slowest_per_iteration());
-        double compute = 0, a2a = 0, wait = 0, alone = 0, err = 0, wrong = 0, bytes = 0, cpu = 0;
-        for (int r = 0; r < cp; ++r) {
-          const double* s = all.data() + 9 * size_t(r);
-          compute += s[0] / cp, a2a += s[1] / cp, wait += s[2] / cp, cpu += s[8] / cp;
-          alone += (s[1] + s[3]) / cp;
-          err = std::max(err, s[4]), wrong += s[5], bytes = std::max(bytes, s[6]);
-        }
-        const double exposed = a2a + wait;
-        const double hidden = alone > 0 ? std::clamp(1 - exposed / alone, 0.0, 1.0) : NAN;
-        total_wrong += (long long)wrong;
-        table.add_row({std::string(config_name(c->mode())), (long long)c->ulysses(),
-                       (long long)(cp / c->ulysses()), std::string(config_name(layout)),
-                       (long long)seq, (long long)T, wall * 1e3, compute * 1e3, cpu * 1e3,
-                       a2a * 1e3, wait * 1e3, exposed * 1e3, alone * 1e3, hidden, bytes / 1048576.0,
-                       err, (long long)wrong});
-      }
+      for (auto& c : cases) verdict.add(add_mode_row(world, *c, layout, T, table));
       if (world.rank() == 0)
         std::fprintf(stderr, "  done: %s seq/cp %lld\n", config_name(layout).c_str(),
                      static_cast<long long>(T));
     }
   }
-  if (world.rank() == 0) {
-    std::fputs(table.format().c_str(), stdout);
-    std::printf("# wrong rows in total: %lld (%s)\n", total_wrong, total_wrong ? "FAILED" : "OK");
-    std::fflush(stdout);
-    if (!o.output.empty()) write_bench_file(o.output, {table}, command_line());
-  }
-  return total_wrong;
+  if (world.rank() == 0) std::fputs(table.format().c_str(), stdout);
+  verdict.print(world.rank());
+  write_report(o.output, {table}, world.rank(), o.command_line);
+  return verdict.wrong();
 }
 
-}  // namespace trident::cli
+}  // namespace trident::bench

@@ -16,16 +16,14 @@
 //
 // Every rank spot-checks two of its output rows of the packed ring against
 // the fp64 definition with the documents' mask.
-#include "bench_ring_docs.hpp"
+#include "trident/bench/ring_docs.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <sstream>
 
-#include "bench_harness.hpp"
-#include "commands.hpp"
+#include "trident/bench/engine.hpp"
 #include "trident/core/error.hpp"
 #include "trident/core/profiler.hpp"
 #include "trident/core/rng.hpp"
@@ -34,24 +32,8 @@
 #include "trident/parallel/cp/document_layout.hpp"
 #include "trident/parallel/cp/ring_attention.hpp"
 
-namespace trident::cli {
+namespace trident::bench {
 namespace {
-
-std::vector<float> rows_at(const std::vector<int64_t>& positions, int64_t row_elems,
-                           const char* name) {
-  std::vector<float> x(positions.size() * size_t(row_elems));
-  for (size_t t = 0; t < positions.size(); ++t)
-    rng::fill_normal(x.data() + t * size_t(row_elems), row_elems, rng::hash_name(name),
-                     uint64_t(positions[t] * row_elems), 1.0f);
-  return x;
-}
-
-// CPU time of the calling thread (not inflated by waiting for a core).
-double thread_cpu_s() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
-}
 
 [[noreturn]] void bad_dist(const std::string& dist, const std::string& rule) {
   throw InputError("--docs " + dist + ": " + rule);
@@ -120,11 +102,10 @@ Measured run_case(Communicator& ring_comm, cp::Layout layout, int64_t seq,
   m.work = cp::ring_work(all_runs, docs.empty() ? nullptr : docs.data(), seq,
                          o.window)[size_t(ring_comm.rank())];
   // Spot check: the first and last local row of head 0.
-  std::vector<int64_t> all(static_cast<size_t>(seq));
-  for (int64_t i = 0; i < seq; ++i) all[size_t(i)] = i;
+  const auto all = all_positions(seq);
   const auto gk = rows_at(all, int64_t(Hkv) * D, "ring.k"),
              gv = rows_at(all, int64_t(Hkv) * D, "ring.v");
-  std::vector<double> ref(static_cast<size_t>(D));
+  SpotCheck check;
   const int64_t T = int64_t(pos.size());
   for (int64_t i : {int64_t(0), T - 1}) {
     kernels::AttnShape s;
@@ -137,17 +118,10 @@ Measured run_case(Communicator& ring_comm, cp::Layout layout, int64_t seq,
       s.q_doc = &docs[size_t(pos[size_t(i)])];
       s.k_doc = docs.data();
     }
-    kernels::attention_reference_row(s, q.data() + i * H * D, gk.data(), gv.data(), 0, 0,
-                                     ref.data());
-    double num = 0, den = 0;
-    for (int d = 0; d < D; ++d) {
-      const double diff = out[size_t(i * H * D + d)] - ref[size_t(d)];
-      num += diff * diff, den += ref[size_t(d)] * ref[size_t(d)];
-    }
-    const double err = std::sqrt(num / std::max(den, 1e-30));
-    m.err = std::max(m.err, err);
-    if (!(err <= 1e-4)) m.wrong += 1;
+    check_attention_row(check, s, q.data() + i * H * D, gk.data(), gv.data(), 0, 0,
+                        out.data() + i * H * D);
   }
+  m.err = check.worst, m.wrong = double(check.wrong);
   return m;
 }
 
@@ -345,25 +319,17 @@ long long run_layout(Communicator& ring_comm, const RingDocsOptions& o, int64_t 
 long long run_ring_docs(Communicator& ring_comm, const RingDocsOptions& o) {
   const int cp = ring_comm.size(), rank = ring_comm.rank();
   DocsTables t = make_tables(o, cp);
-  long long wrong = 0;
+  Verdict verdict("wrong rows in total");
   for (int64_t T : o.seq_per_rank)
-    for (CpLayout layout : o.layouts) wrong += run_layout(ring_comm, o, T * cp, layout, t);
-  if (rank == 0) {
-    std::fputs(t.table.format().c_str(), stdout);
-    std::vector<BenchTable> out = {t.table};
-    if (o.seeds > 1) {
-      std::fputs(t.summary.format().c_str(), stdout);
-      out.push_back(t.summary);
-    }
-    if (o.per_rank) {
-      std::fputs(t.ranks.format().c_str(), stdout);
-      out.push_back(t.ranks);
-    }
-    std::printf("# wrong rows in total: %lld (%s)\n", wrong, wrong ? "FAILED" : "OK");
-    std::fflush(stdout);
-    if (!o.output.empty()) write_bench_file(o.output, out, command_line());
-  }
-  return wrong;
+    for (CpLayout layout : o.layouts) verdict.add(run_layout(ring_comm, o, T * cp, layout, t));
+  std::vector<BenchTable> out = {t.table};
+  if (o.seeds > 1) out.push_back(t.summary);
+  if (o.per_rank) out.push_back(t.ranks);
+  if (rank == 0)
+    for (const BenchTable& table : out) std::fputs(table.format().c_str(), stdout);
+  verdict.print(rank);
+  write_report(o.output, out, rank, o.command_line);
+  return verdict.wrong();
 }
 
-}  // namespace trident::cli
+}  // namespace trident::bench

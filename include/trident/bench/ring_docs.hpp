@@ -1,5 +1,5 @@
 // `trident bench ring --docs DIST`: the ring with packed documents against
-// the full causal ring at the same tokens (see bench_ring_docs.cpp).
+// the full causal ring at the same tokens (see src/bench/ring_docs.cpp).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -8,7 +8,7 @@
 #include "trident/comm/comm.hpp"
 #include "trident/core/config.hpp"
 
-namespace trident::cli {
+namespace trident::bench {
 
 struct RingDocsOptions {
   std::string dist;   // "lognormal[:MEAN[:SIGMA]]" or "fixed:LEN" (document lengths)
@@ -19,7 +19,8 @@ struct RingDocsOptions {
   std::vector<CpLayout> layouts;
   std::vector<int64_t> seq_per_rank;
   int heads = 2, kv_heads = 2, head_dim = 64, iters = 1;
-  std::string output;  // HDF5 file, "" none
+  std::string output;        // HDF5 file, "" none
+  std::string command_line;  // recorded in the file
 };
 
 // Document lengths filling seq exactly, drawn from dist with seed (the last
@@ -33,4 +34,4 @@ std::vector<int64_t> document_lengths(const std::string& dist, int64_t seq, uint
 // opt.output. Returns the wrong spot-checked rows.
 long long run_ring_docs(Communicator& ring, const RingDocsOptions& opt);
 
-}  // namespace trident::cli
+}  // namespace trident::bench

@@ -1,0 +1,155 @@
+// The benchmark engine: what every `trident bench` measurement shares, so that
+// a benchmark is a table of cases (src/bench/<name>.cpp) and the CLI only
+// parses its flags (src/cli/bench_<name>.cpp). It owns
+//   - the data: rows of a [seq, heads, D] tensor at global positions, the same
+//     numbers whichever rank draws them (rows_at);
+//   - the reference spot check: output rows against the fp64 definition
+//     (SpotCheck, check_attention_row);
+//   - the timers: wall time from core/clock (now_s), CPU time of the process
+//     or the calling thread;
+//   - the measurement plumbing: every rank's per-iteration values gathered
+//     and reduced per iteration (RankSeries), a table's fixed parts (TableSpec);
+//   - the verdict: "# wrong ... in total: N (OK|FAILED)", the error line and
+//     the exit code (Verdict);
+//   - the job: the communicators and the device chosen from a config as
+//     `trident run` chooses them (BenchJob), with device buffers;
+//   - the report: tables printed on rank 0 and written to HDF5 (io/bench_report).
+// share/trident/design.md, "Adding a benchmark", is the recipe.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trident/comm/comm.hpp"
+#include "trident/core/config.hpp"
+#include "trident/io/bench_report.hpp"
+#include "trident/kernels/attention.hpp"
+#include "trident/kernels/backend.hpp"
+#include "trident/topo/topology.hpp"
+
+namespace trident::bench {
+
+// ---- data ------------------------------------------------------------------
+
+// Rows of a [seq, heads, D] tensor (row_elems = heads * D) at the given global
+// positions, drawn from the stream `name`: element (p, h, d) is the same
+// number whichever rank generates it.
+std::vector<float> rows_at(const std::vector<int64_t>& positions, int64_t row_elems,
+                           const char* name);
+// 0, 1, ..., seq - 1.
+std::vector<int64_t> all_positions(int64_t seq);
+
+// ---- reference spot check --------------------------------------------------
+
+// The worst relative L2 error seen and the rows off by more than tol.
+struct SpotCheck {
+  double tol = 1e-4;
+  double worst = 0;
+  long long wrong = 0;
+  // One row: got[0:n] against the fp64 reference ref[0:n].
+  void add(const float* got, const double* ref, int64_t n);
+};
+
+// Query row `row` (head `head`) of q against attention_reference_row over the
+// full k and v of shape s; out_row: the output row measured.
+void check_attention_row(SpotCheck& check, const kernels::AttnShape& s, const float* q,
+                         const float* k, const float* v, int64_t row, int head,
+                         const float* out_row);
+
+// ---- timers ----------------------------------------------------------------
+
+// CPU time of this process (all its threads), seconds.
+double process_cpu_s();
+// CPU time of the calling thread (not inflated by waiting for a core), seconds.
+double thread_cpu_s();
+
+// ---- measurements over ranks -----------------------------------------------
+
+// values[r * iters + it]: rank r's measurement in iteration it.
+struct RankSeries {
+  int ranks = 0, iters = 0;
+  std::vector<double> values;
+
+  double at(int r, int it) const { return values[size_t(r) * size_t(iters) + size_t(it)]; }
+  std::vector<double> slowest_per_iteration() const;  // max over ranks
+  std::vector<double> median_per_iteration() const;   // median over ranks
+};
+
+// Collective over world: every rank passes its iterations (the same count).
+RankSeries gather_series(Communicator& world, const std::vector<double>& mine);
+
+// A table's name, title, columns and notes; rows are added to make()'s result.
+struct TableSpec {
+  std::string name, title;
+  std::vector<std::string> columns, notes;
+  BenchTable make() const { return BenchTable{name, title, columns, {}, notes}; }
+};
+
+// ---- report and verdict ----------------------------------------------------
+
+// Prints t (and a blank line) on rank 0, flushed.
+void print_table(const BenchTable& t, int rank);
+
+// The benchmark's verdict: wrong counts added up (each already summed over
+// ranks), "# LABEL: N (OK|FAILED)" on rank 0, exit code 1 when any.
+class Verdict {
+ public:
+  // label: "wrong rows in total", "wrong elements or byte counts".
+  explicit Verdict(std::string label) : label_(std::move(label)) {}
+  void add(long long wrong) { wrong_ += wrong; }
+  long long wrong() const { return wrong_; }
+  void print(int rank) const;
+  // When wrong, on rank 0's stderr: "trident: error: BENCH: N WHAT".
+  void print_error(int rank, const std::string& bench, const std::string& what) const;
+  int exit_code() const { return wrong_ ? 1 : 0; }
+
+ private:
+  std::string label_;
+  long long wrong_ = 0;
+};
+
+// Tables to the HDF5 file `path` from rank 0 ("" writes nothing).
+void write_report(const std::string& path, const std::vector<BenchTable>& tables, int rank,
+                  const std::string& command_line);
+
+// ---- flags shared by benches -----------------------------------------------
+
+// 8, 64K, 16M, 1G (binary multiples); flag names the option in the error.
+size_t parse_size(const std::string& flag, const std::string& text);
+// The items of a comma-separated value.
+std::vector<std::string> split_list(const std::string& list);
+
+// ---- the job ---------------------------------------------------------------
+
+// The communicators and the device of a benchmark run, made from a config
+// exactly as `trident run` makes them: topology, mesh groups on runtime.comm's
+// backend (MPI, or NCCL), the rank's device from runtime.backend, and MPI
+// groups staging device buffers through the host as the trainer's do.
+struct BenchJob {
+  std::unique_ptr<Communicator> job;  // MPI world (control)
+  std::unique_ptr<Communicators> comms;
+  // Every rank as one group on runtime.comm's backend: what "world" means to
+  // a benchmark (comms->world stays on MPI, the control communicator).
+  std::unique_ptr<Communicator> all;
+  std::unique_ptr<kernels::DeviceContext> device;  // where the benchmark's buffers live
+
+  Communicator& world() { return *comms->world; }
+  const kernels::Ctx& ctx() const { return device->ctx(); }
+};
+// Collective over MPI's world; cfg already checked (train::check_config).
+BenchJob open_job(const Config& cfg);
+// The group named world (BenchJob::all), cp, pp, dp, dpcp or ep.
+Communicator& mesh_group(BenchJob& job, const std::string& name);
+
+// The job of a benchmark of host code (ring attention's, the pipeline
+// executor's, the MoE dispatcher's CPU paths, which compute on host memory
+// and take no config): MPI's world and one group of all its ranks on MPI,
+// the one backend that moves host buffers. Collective over MPI's world.
+struct HostJob {
+  std::unique_ptr<Communicator> world;  // MPI's world (control, gathers)
+  std::unique_ptr<Communicator> group;  // all ranks as one group of `kind`
+};
+HostJob open_host_job(CommKind kind, const char* name, double timeout_s);
+
+}  // namespace trident::bench

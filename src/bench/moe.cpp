@@ -1,0 +1,404 @@
+// `trident bench moe`: MoE dispatch and combine through TokenDispatcher (ep =
+// all ranks), with each transport (alltoallv, shm), against a plain
+// MPI all-to-all-v of the same bytes in the same run, for balanced and skewed
+// routing, with the time split into count exchange, permute, transfer,
+// expert compute and combine. Before timing, one pass
+// with identity experts checks every combined element against the local
+// weighted sum of the token's copies (#wrong), and the bytes the ep counters
+// saw against the routed copies; a mismatch makes the exit code 1.
+#include "trident/bench/moe.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "trident/bench/engine.hpp"
+#include "trident/comm/backend.hpp"
+#include "trident/comm/comm.hpp"
+#include "trident/comm/process.hpp"
+#include "trident/core/error.hpp"
+#include "trident/core/rng.hpp"
+#include "trident/io/bench_report.hpp"
+#include "trident/kernels/gemm.hpp"
+#include "trident/kernels/moe.hpp"
+#include "trident/kernels/swiglu.hpp"
+#include "trident/parallel/ep/token_dispatcher.hpp"
+
+namespace trident::bench {
+namespace {
+
+using ep::DispatchPlan;
+using ep::TokenDispatcher;
+
+// k distinct experts per token. Balanced: round robin, every expert gets
+// exactly T*k/E copies. Skewed: expert e drawn with weight 1/(e+1), without
+// replacement, so the ranks holding the first experts receive the most.
+std::vector<int> make_routing(bool skewed, int64_t T, int E, int k, int rank) {
+  std::vector<int> expert(static_cast<size_t>(T * k));
+  const uint64_t key = rng::hash_name("bench.moe.routing");
+  std::vector<double> w(E);
+  for (int64_t t = 0; t < T; ++t) {
+    if (!skewed) {
+      for (int j = 0; j < k; ++j) expert[t * k + j] = int((t * k + j + int64_t(rank) * k) % E);
+      continue;
+    }
+    for (int e = 0; e < E; ++e) w[e] = 1.0 / (e + 1);
+    for (int j = 0; j < k; ++j) {
+      double total = 0;
+      for (double v : w) total += v;
+      double u = rng::uniform(key, (uint64_t(rank) * uint64_t(T) + uint64_t(t)) * 16 + j) * total;
+      int pick = 0;
+      while (pick < E - 1 && (u >= w[pick] || w[pick] == 0)) u -= w[pick++];
+      while (w[pick] == 0) pick = (pick + 1) % E;
+      expert[t * k + j] = pick;
+      w[pick] = 0;
+    }
+  }
+  return expert;
+}
+
+// What every routing and transport is measured on: this rank's token rows,
+// the routing weights, and the local experts' SwiGLU weights (ffn > 0).
+struct MoeInputs {
+  std::vector<float> x, weight, wg, wu, wd;
+};
+
+MoeInputs make_inputs(int rank, int64_t T, int64_t d, int64_t f, int k, int L) {
+  MoeInputs in;
+  in.x.resize(static_cast<size_t>(T * d));
+  in.weight.resize(static_cast<size_t>(T * k));
+  rng::fill_normal(in.x.data(), T * d, rng::hash_name("bench.moe.x"), uint64_t(rank) * T * d, 1.0f);
+  for (int64_t t = 0; t < T; ++t) {
+    float s = 0;
+    for (int j = 0; j < k; ++j)
+      s += in.weight[t * k + j] = 0.1f + rng::uniform(rng::hash_name("bench.moe.w"), t * k + j);
+    for (int j = 0; j < k; ++j) in.weight[t * k + j] /= s;
+  }
+  if (f > 0) {
+    in.wg.resize(size_t(L) * d * f);
+    in.wu.resize(in.wg.size());
+    in.wd.resize(in.wg.size());
+    rng::fill_normal(in.wg.data(), int64_t(in.wg.size()), rng::hash_name("bench.moe.wg"), 0, 0.02f);
+    rng::fill_normal(in.wu.data(), int64_t(in.wu.size()), rng::hash_name("bench.moe.wu"), 0, 0.02f);
+    rng::fill_normal(in.wd.data(), int64_t(in.wd.size()), rng::hash_name("bench.moe.wd"), 0, 0.02f);
+  }
+  return in;
+}
+
+// The per-iteration times of measure(), in seconds: count, permute, a2a
+// dispatch, expert, a2a combine, combine, raw forward, raw reverse, then the
+// dispatch, combine and raw totals.
+constexpr int kCols = 11;
+
+// Slowest rank in each iteration, then the median over iterations (one
+// descheduled iteration on a shared machine does not move it).
+std::vector<double> slowest_rank_medians(Communicator& world, std::vector<double> per_iter,
+                                         int iters) {
+  world.allreduce_max(per_iter.data(), per_iter.size());
+  std::vector<double> med(kCols);
+  for (int c = 0; c < kCols; ++c) {
+    std::vector<double> col;
+    for (int it = 0; it < iters; ++it) col.push_back(per_iter[size_t(it) * kCols + size_t(c)]);
+    med[size_t(c)] = median(col);
+  }
+  return med;
+}
+
+class MoeBench {
+ public:
+  explicit MoeBench(const MoeBenchOptions& o) : o_(o) {}
+
+  int run() {
+    const int W = comm_world_size(), rank = comm_world_rank();
+    check_options(W);
+    kernels::set_blas_threads(1);
+
+    HostJob job = open_host_job(CommKind::ep, "ep", 300.0);
+    auto world_group =
+        comm_group(*job.world, CommBackend::mpi, 0, rank, CommKind::world, "world", 300.0);
+    Communicator &ep = *job.group, &world = *world_group;
+    const int E = o_.experts, k = o_.top_k;
+    const MoeInputs in = make_inputs(rank, o_.tokens, o_.hidden, o_.ffn, k, E / W);
+
+    BenchTable main_t = main_table(W), split_t = split_table();
+    const std::vector<std::string> transports = transports_to_measure(ep, W, main_t);
+    Verdict verdict("wrong elements or byte counts");
+    for (bool skewed : {false, true}) {
+      const char* name = skewed ? "skewed" : "balanced";
+      const std::vector<int> expert = make_routing(skewed, o_.tokens, E, k, rank);
+      for (const std::string& tr : transports) {
+        const Result r = measure(ep, world, tr, expert, in);
+        verdict.add(r.wrong);
+        add_rows(name, tr, r, main_t, split_t);
+      }
+    }
+    if (rank == 0) {
+      std::fputs(main_t.format().c_str(), stdout);
+      std::fputs("\n", stdout);
+      std::fputs(split_t.format().c_str(), stdout);
+    }
+    verdict.print(rank);
+    write_report(o_.output, {main_t, split_t}, rank, o_.command_line);
+    world.barrier();
+    verdict.print_error(rank, "bench moe", "wrong elements or byte counts");
+    return verdict.exit_code();
+  }
+
+ private:
+  struct Result {
+    // count, permute, a2a dispatch, expert, a2a combine, combine, raw forward, raw reverse
+    double phase[8] = {};
+    double dispatch_s = 0, combine_s = 0, raw_s = 0;
+    double max_recv_bytes = 0, imbalance = 0;
+    int64_t wrong = 0;  // wrong elements plus wrong byte counts, over all ranks
+  };
+
+  void check_options(int W) const {
+    auto positive = [](const char* flag, long long v) {
+      if (v < 1) throw InputError(std::string(flag) + " " + std::to_string(v) + ": must be >= 1");
+    };
+    positive("--hidden", o_.hidden);
+    positive("--tokens", o_.tokens);
+    positive("--experts", o_.experts);
+    positive("--top-k", o_.top_k);
+    positive("--iters", o_.iters);
+    if (o_.ffn < 0) throw InputError("--ffn " + std::to_string(o_.ffn) + ": must be >= 0");
+    if (o_.warmup < 0) throw InputError("--warmup " + std::to_string(o_.warmup) + ": must be >= 0");
+    if (o_.top_k > o_.experts)
+      throw InputError("--top-k " + std::to_string(o_.top_k) + ": must be <= --experts " +
+                       std::to_string(o_.experts));
+    if (o_.experts % W != 0)
+      throw InputError("--experts " + std::to_string(o_.experts) + ": must be a multiple of the " +
+                       std::to_string(W) + " ranks (experts are split evenly over ep = all ranks)");
+  }
+
+  BenchTable main_table(int W) const {
+    BenchTable t;
+    t.name = "moe";
+    std::ostringstream title;
+    title << "MoE dispatch + combine vs MPI all-to-all-v of the same bytes: " << W
+          << " ranks (ep), d " << o_.hidden << ", " << o_.tokens << " tokens/rank, top-" << o_.top_k
+          << " of " << o_.experts << " experts, "
+          << (o_.ffn > 0 ? "SwiGLU experts f " + std::to_string(o_.ffn)
+                         : std::string("identity experts"))
+          << ", " << o_.iters << " iterations";
+    t.title = title.str();
+    t.columns = {"routing",     "transport",  "sent_B/rank", "max_recv_B",
+                 "dispatch_ms", "combine_ms", "raw_a2a_ms",  "moe_GB/s",
+                 "raw_GB/s",    "overhead_%", "imbalance",   "#wrong"};
+    t.notes.push_back(
+        "dispatch = count exchange + permute + transfer; combine = transfer back + weighted "
+        "un-permute; raw = MPI all-to-all-v forward + reverse of the same counts");
+    t.notes.push_back(
+        "alltoallv: rows gathered into a send buffer, all-to-all-v both ways as one message per "
+        "(source, expert) block (rows land in expert order), then the weighted sum; shm: sources "
+        "write rows from x straight into the expert ranks' shared "
+        "inboxes (permute_ms is then only the index sort), experts read them there and write "
+        "their shared outboxes, each source sums its copies' rows from there (a2a_comb_ms: the "
+        "fence, combine_ms: reads + sums); both keep what the layer's backward needs");
+    t.notes.push_back(
+        "overhead = (dispatch + combine) / raw - 1 (expert compute and the wait for the slowest "
+        "expert rank excluded: a barrier precedes the combine); GB/s = 2 x sent "
+        "bytes per rank / time; times: slowest rank of each iteration, median over iterations "
+        "(each phase on its own, so the split need not add up to the totals exactly)");
+    return t;
+  }
+
+  static BenchTable split_table() {
+    BenchTable t;
+    t.name = "moe_split";
+    t.title = "Time split per iteration (ms, slowest rank, median over iterations)";
+    t.columns = {"routing",     "transport",  "count_ms", "permute_ms", "a2a_disp_ms", "expert_ms",
+                 "a2a_comb_ms", "combine_ms", "total_ms", "raw_fwd_ms", "raw_rev_ms"};
+    return t;
+  }
+
+  // --transport all: alltoallv, and shm where the ranks can share memory
+  // (else a note on the table says why not).
+  std::vector<std::string> transports_to_measure(Communicator& ep, int W, BenchTable& t) const {
+    if (o_.transport != "all") return {o_.transport};
+    std::vector<std::string> transports = {"alltoallv"};
+    TokenDispatcher probe(&ep, o_.experts, EpTransportChoice::automatic);
+    if (W == 1 || probe.transport() == ep::EpTransport::shm)
+      transports.push_back("shm");
+    else
+      t.notes.push_back("shm not measured: " + probe.transport_reason());
+    return transports;
+  }
+
+  void add_rows(const char* name, const std::string& tr, const Result& r, BenchTable& main_t,
+                BenchTable& split_t) const {
+    const double sent_bytes = double(o_.tokens) * o_.top_k * o_.hidden * sizeof(float);
+    const double moe_s = r.dispatch_s + r.combine_s;
+    main_t.add_row({std::string(name), tr, static_cast<long long>(sent_bytes),
+                    static_cast<long long>(r.max_recv_bytes), r.dispatch_s * 1e3, r.combine_s * 1e3,
+                    r.raw_s * 1e3, 2 * sent_bytes / moe_s / 1e9, 2 * sent_bytes / r.raw_s / 1e9,
+                    100.0 * (moe_s / r.raw_s - 1.0), r.imbalance, static_cast<long long>(r.wrong)});
+    const double* ph = r.phase;
+    split_t.add_row({std::string(name), tr, ph[0] * 1e3, ph[1] * 1e3, ph[2] * 1e3, ph[3] * 1e3,
+                     ph[4] * 1e3, ph[5] * 1e3,
+                     (ph[0] + ph[1] + ph[2] + ph[3] + ph[4] + ph[5]) * 1e3, ph[6] * 1e3,
+                     ph[7] * 1e3});
+  }
+
+  // The local experts on the received rows: rows->in() read, rows->out()
+  // written (shm: the shared inbox and outbox); an identity expert is a
+  // copy, timed as expert compute like the SwiGLU. Returns the seconds.
+  double run_experts(const DispatchPlan& plan, ep::ForwardRows& rows, bool identity,
+                     const MoeInputs& in, std::vector<float>& gate, std::vector<float>& up) const {
+    const int64_t d = o_.hidden, f = o_.ffn, R = plan.received();
+    const int L = o_.experts / plan.ep_size;
+    const double t0 = now_s();
+    if (f == 0 || identity) {
+      std::copy(rows.in(), rows.in() + R * d, rows.out());
+      return now_s() - t0;
+    }
+    gate.resize(size_t(R * f));
+    up.resize(size_t(R * f));
+    for (int e = 0; e < L; ++e)
+      for (int r = 0; r < plan.ep_size; ++r) {
+        const int64_t n = plan.chunk_rows[r * L + e], off = plan.chunk_offset[r * L + e];
+        kernels::swiglu_forward(kernels::Ctx{}, rows.in() + off * d, n, d, f,
+                                in.wg.data() + e * d * f, in.wu.data() + e * d * f,
+                                in.wd.data() + e * d * f, rows.out() + off * d,
+                                gate.data() + off * f, up.data() + off * f);
+      }
+    return now_s() - t0;
+  }
+
+  // The verified pass (identity experts): wrong elements of y against the
+  // weighted sum of the token's own copies computed here without any
+  // communication, and wrong byte counts (the ep counters count bytes that
+  // leave the rank: both transfers and the count exchange, an all-gather of
+  // E counts, and one int when the shm blocks grow).
+  int64_t count_wrong(const DispatchPlan& plan, const std::vector<float>& send,
+                      const std::vector<float>& y, const MoeInputs& in, double ep_bytes,
+                      int growths) const {
+    const int64_t T = o_.tokens, d = o_.hidden, S = plan.sent(), R = plan.received();
+    const int k = o_.top_k, rank = plan.ep_rank;
+    std::vector<float> local(size_t(T * d));
+    kernels::combine_rows(kernels::Ctx{}, send.data(), d, plan.row_of.data<int64_t>(),
+                          in.weight.data(), T, k, local.data());
+    int64_t wrong = 0;
+    for (size_t i = 0; i < local.size(); ++i) wrong += local[i] != y[i];
+    const double off_rank =
+        double(S - plan.send_rows[rank] + R - plan.recv_rows[rank]) * double(d) * sizeof(float);
+    const double control = double(o_.experts) * sizeof(int64_t) + double(growths) * sizeof(int);
+    wrong += plan.ep_size > 1 && ep_bytes != off_rank + control;
+    wrong += S != T * k;  // dropless: no padding, every copy sent once
+    return wrong;
+  }
+
+  // The same bytes through a plain all-to-all-v of rows, both ways; rows
+  // arrive source-major, as MPI delivers them. Returns (forward, reverse) seconds.
+  std::pair<double, double> raw_alltoallv(Communicator& ep, Communicator& world,
+                                          const DispatchPlan& plan, const std::vector<float>& send,
+                                          std::vector<float>& recv,
+                                          std::vector<float>& back) const {
+    const int W = plan.ep_size;
+    const size_t row_bytes = size_t(o_.hidden) * sizeof(float);
+    std::vector<int64_t> rd(size_t(W), 0);
+    for (int r = 1; r < W; ++r) rd[size_t(r)] = rd[size_t(r - 1)] + plan.recv_rows[size_t(r - 1)];
+    recv.resize(size_t(plan.received() * o_.hidden));
+    back.resize(size_t(plan.sent() * o_.hidden));
+    world.barrier();
+    double t0 = now_s();
+    ep.alltoallv(send.data(), plan.send_rows, plan.send_displ, recv.data(), plan.recv_rows, rd,
+                 row_bytes);
+    const double fwd = now_s() - t0;
+    t0 = now_s();
+    ep.alltoallv(recv.data(), plan.recv_rows, rd, back.data(), plan.send_rows, plan.send_displ,
+                 row_bytes);
+    return {fwd, now_s() - t0};
+  }
+
+  // One routing through one transport: a verified pass with identity
+  // experts, then warm-up and timed iterations, each followed by the raw
+  // MPI all-to-all-v of the same counts. Times: slowest rank, median over iterations.
+  Result measure(Communicator& ep, Communicator& world, const std::string& transport,
+                 const std::vector<int>& expert, const MoeInputs& in) {
+    const int64_t T = o_.tokens, d = o_.hidden;
+    const int k = o_.top_k;
+    const kernels::Ctx ctx;
+    TokenDispatcher disp(&ep, o_.experts, *parse_config_name<EpTransportChoice>(transport), 0, ctx);
+    prof::Recorder tm(false);  // the phases of one iteration (cleared before each)
+    disp.set_profiler(&tm);
+    std::vector<float> send, recv, back, y(static_cast<size_t>(T * d)), gate, up;
+    std::vector<double> per_iter;  // [iters, kCols] seconds, this rank
+    int64_t wrong = 0;
+    DispatchPlan plan;
+    for (int it = -1; it < o_.warmup + o_.iters; ++it) {
+      const int growths0 = disp.shm_growths();
+      const bool verify = it < 0, timed = it >= o_.warmup;
+      world.barrier();
+      const double ep_bytes0 = ep.counters().bytes_sent[int(CommKind::ep)];
+      tm.clear();
+      plan = disp.plan(expert.data(), T, k);
+      std::unique_ptr<ep::ForwardRows> rows = disp.dispatch_forward(plan, in.x.data(), d);
+      const double expert_s = run_experts(plan, *rows, verify, in, gate, up);
+      // Expert compute is not the exchange's cost, and neither is waiting for
+      // the busiest expert rank: the combine starts aligned, as the raw
+      // all-to-all does.
+      world.barrier();
+      disp.combine_forward(plan, *rows, in.weight.data(), y.data(), d);
+      rows.reset();  // as the layer does after its backward
+      const double ep_bytes = ep.counters().bytes_sent[int(CommKind::ep)] - ep_bytes0;
+
+      // The send rows of the raw all-to-all (and of the local reference).
+      send.resize(size_t(plan.sent() * d));
+      kernels::gather_rows(ctx, in.x.data(), d, plan.send_token.data<int64_t>(), plan.sent(),
+                           send.data());
+      if (verify) {
+        wrong += count_wrong(plan, send, y, in, ep_bytes, disp.shm_growths() - growths0);
+        continue;
+      }
+      const auto [raw_fwd, raw_rev] = raw_alltoallv(ep, world, plan, send, recv, back);
+      if (!timed) continue;
+      const double count_s = tm.seconds("ep.count"), permute = tm.seconds("ep.permute");
+      const double a2a_dispatch = tm.seconds("ep.dispatch"), a2a_combine = tm.seconds("ep.return");
+      const double combine_s = tm.seconds("ep.combine");
+      const double v[kCols] = {count_s,
+                               permute,
+                               a2a_dispatch,
+                               expert_s,
+                               a2a_combine,
+                               combine_s,
+                               raw_fwd,
+                               raw_rev,
+                               count_s + permute + a2a_dispatch,
+                               a2a_combine + combine_s,
+                               raw_fwd + raw_rev};
+      per_iter.insert(per_iter.end(), v, v + kCols);
+    }
+    return summarise(world, plan, slowest_rank_medians(world, per_iter, o_.iters), wrong);
+  }
+
+  // The result over all ranks: medians as phases and totals, the largest
+  // receive, the expert load imbalance and the wrong counts summed.
+  Result summarise(Communicator& world, const DispatchPlan& plan, const std::vector<double>& med,
+                   int64_t wrong) const {
+    Result res;
+    world.allreduce_sum(&wrong, 1);
+    double max_recv_rows = double(plan.received());
+    world.allreduce_max(&max_recv_rows, 1);
+    std::vector<int64_t> load = plan.tokens_per_expert;
+    world.allreduce_sum(load.data(), load.size());
+    const double mean_load = double(o_.tokens) * o_.top_k * world.size() / o_.experts;
+    std::copy(med.begin(), med.begin() + 8, res.phase);
+    res.dispatch_s = med[8];
+    res.combine_s = med[9];
+    res.raw_s = med[10];
+    res.max_recv_bytes = max_recv_rows * double(o_.hidden) * sizeof(float);
+    res.imbalance = double(*std::max_element(load.begin(), load.end())) / mean_load;
+    res.wrong = wrong;
+    return res;
+  }
+
+  const MoeBenchOptions& o_;
+};
+
+}  // namespace
+
+int run_moe_bench(const MoeBenchOptions& opt) { return MoeBench(opt).run(); }
+
+}  // namespace trident::bench

@@ -1,0 +1,102 @@
+// The benchmark engine (trident/bench/engine.hpp): rows drawn at global
+// positions agree whichever rank draws them, the spot check counts a row off
+// by more than its tolerance (and a NaN row), sizes parse or name the flag,
+// the verdict's exit code, and the reductions over ranks per iteration.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+
+#include "trident/bench/engine.hpp"
+#include "trident/core/error.hpp"
+#include "trident/kernels/attention.hpp"
+#include "trident/kernels/backend.hpp"
+
+using namespace trident;
+
+TEST_CASE("rows_at draws the same row for a position whichever subset holds it") {
+  const int64_t row = 6;
+  const auto all = bench::rows_at(bench::all_positions(8), row, "test.q");
+  const auto some = bench::rows_at({5, 2}, row, "test.q");
+  REQUIRE(all.size() == 8 * size_t(row));
+  for (int64_t d = 0; d < row; ++d) {
+    CHECK(some[size_t(d)] == all[size_t(5 * row + d)]);
+    CHECK(some[size_t(row + d)] == all[size_t(2 * row + d)]);
+  }
+  CHECK(bench::rows_at({5}, row, "test.k")[0] != some[0]);  // another stream
+}
+
+TEST_CASE("SpotCheck counts rows off by more than tol, and NaN rows") {
+  const double ref[3] = {1.0, -2.0, 2.0};  // norm 3
+  bench::SpotCheck c;
+  const float exact[3] = {1.0f, -2.0f, 2.0f};
+  c.add(exact, ref, 3);
+  CHECK(c.wrong == 0);
+  CHECK(c.worst == 0.0);
+  const float close[3] = {1.0f + 1.5e-4f, -2.0f, 2.0f};  // relative error 5e-5
+  c.add(close, ref, 3);
+  CHECK(c.wrong == 0);
+  const float off[3] = {1.0f + 6e-4f, -2.0f, 2.0f};  // 2e-4 > 1e-4
+  c.add(off, ref, 3);
+  CHECK(c.wrong == 1);
+  CHECK(c.worst == Approx(2e-4).epsilon(1e-3));
+  const float nan[3] = {std::numeric_limits<float>::quiet_NaN(), -2.0f, 2.0f};
+  c.add(nan, ref, 3);
+  CHECK(c.wrong == 2);
+}
+
+TEST_CASE("check_attention_row holds the CPU kernel to the fp64 definition") {
+  kernels::AttnShape s;
+  s.Tq = s.Tk = 16;
+  s.H = s.Hkv = 2;
+  s.D = 8;
+  s.scale = 1.0f / std::sqrt(8.0f);
+  s.causal = true;
+  const int64_t n = s.Tq * s.H * s.D;
+  const auto q = bench::rows_at(bench::all_positions(s.Tq), s.H * s.D, "t.q");
+  const auto k = bench::rows_at(bench::all_positions(s.Tk), s.H * s.D, "t.k");
+  const auto v = bench::rows_at(bench::all_positions(s.Tk), s.H * s.D, "t.v");
+  std::vector<float> out(static_cast<size_t>(n)), lse(static_cast<size_t>(s.Tq * s.H));
+  const kernels::DeviceContext host(Device::cpu());
+  kernels::attention_forward(host.ctx(), s, q.data(), k.data(), v.data(), out.data(), lse.data());
+  bench::SpotCheck c;
+  for (int64_t i : {int64_t(0), int64_t(7), int64_t(15)})
+    for (int h : {0, 1})
+      bench::check_attention_row(c, s, q.data(), k.data(), v.data(), i, h,
+                                 out.data() + (i * s.H + h) * s.D);
+  CHECK(c.wrong == 0);
+  CHECK(c.worst < 1e-5);
+  out[size_t((7 * s.H + 1) * s.D + 3)] += 0.5f;
+  bench::check_attention_row(c, s, q.data(), k.data(), v.data(), 7, 1,
+                             out.data() + (7 * s.H + 1) * s.D);
+  CHECK(c.wrong == 1);
+}
+
+TEST_CASE("parse_size reads byte counts and names the flag otherwise") {
+  CHECK(bench::parse_size("--min-bytes", "8") == 8);
+  CHECK(bench::parse_size("--min-bytes", "64K") == 65536);
+  CHECK(bench::parse_size("--min-bytes", "16m") == (size_t(16) << 20));
+  CHECK(bench::parse_size("--min-bytes", "1G") == (size_t(1) << 30));
+  for (const char* bad : {"1X", "0", "K", ""})
+    CHECK_THROWS_WITH(bench::parse_size("--max-bytes", bad), Catch::Contains("--max-bytes"));
+  CHECK_THROWS_AS(bench::parse_size("--max-bytes", "1X"), InputError);
+}
+
+TEST_CASE("the verdict's exit code is 1 when anything was wrong") {
+  bench::Verdict v("wrong rows in total");
+  CHECK(v.exit_code() == 0);
+  v.add(0);
+  CHECK(v.exit_code() == 0);
+  v.add(3);
+  v.add(2);
+  CHECK(v.wrong() == 5);
+  CHECK(v.exit_code() == 1);
+}
+
+TEST_CASE("RankSeries reduces each iteration over the ranks") {
+  bench::RankSeries s;
+  s.ranks = 3, s.iters = 2;
+  s.values = {1, 10, 5, 20, 3, 30};  // rank-major: rank r, iteration it
+  CHECK(s.at(1, 0) == 5);
+  CHECK(s.slowest_per_iteration() == std::vector<double>{5, 30});
+  CHECK(s.median_per_iteration() == std::vector<double>{3, 20});
+}
