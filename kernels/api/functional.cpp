@@ -48,21 +48,26 @@ int64_t rows_of(const char* op, const char* what, const Tensor& t, int64_t width
 
 bool is_float(DType t) { return t == DType::f32 || t == DType::bf16; }
 
+// The error for tensor i of op, which is not float data on ctx.device.
+[[noreturn]] void bad_tensor(const Ctx& ctx, Op op, int i, const Tensor& t) {
+  const std::string what = op_arg_name(op, i);
+  check_device(ctx, op_name(op), what.c_str(), t);
+  throw Error(std::string("kernels::") + op_name(op) + ": " + what + " " + describe(t) +
+              " should be float data (f32 or bf16)");
+}
+
 // The call of `op` on `tensors` (op_list.inc's order), its float tensors
-// checked to be float data on ctx.device; run() then looks up its row.
+// checked to be float data on ctx.device (the message is built only for a
+// tensor that is not); run() then looks up its row.
 OpCall call_of(const Ctx& ctx, Op op, std::initializer_list<Tensor> tensors) {
   OpCall c;
   c.op = op;
   std::copy(tensors.begin(), tensors.end(), c.t.begin());
   const char* roles = op_roles(op);
   for (int i = 0; roles[i]; ++i) {
-    if (roles[i] == 'x') continue;
     const Tensor& t = c.t[size_t(i)];
-    const std::string what = op_arg_name(op, i);
-    check_device(ctx, op_name(op), what.c_str(), t);
-    TRIDENT_CHECK(t.numel() == 0 || is_float(t.dtype()), std::string("kernels::") + op_name(op) +
-                                                             ": " + what + " " + describe(t) +
-                                                             " should be float data (f32 or bf16)");
+    if (roles[i] == 'x' || t.numel() == 0) continue;
+    if (t.device() != ctx.device || !is_float(t.dtype())) bad_tensor(ctx, op, i, t);
   }
   return c;
 }
