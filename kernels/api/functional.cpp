@@ -1,27 +1,18 @@
-// The ops on tensors: shape and dtype checks, then the pointer form of the
-// op (kernels/api/ops.cpp routes it to the backend of ctx.device).
-//
-// f32 tensors go straight through. A bf16 tensor is staged: widened into an
-// f32 buffer from ctx's allocator before the kernel (inputs, and outputs the
-// kernel accumulates into), narrowed back with round-to-nearest-even after
-// it (outputs). That is the reference semantics of bf16 for every backend;
-// a backend with a native bf16 kernel for an op may replace the staging. The
-// CUDA backend does for the GEMMs whose two operands are bf16 (cuBLAS with
-// fp32 accumulation, the output f32, or bf16 rounded to nearest even) and for
-// attention on bf16 q, k, v, out (and dout) with fp32 lse and gradients: the
-// same arithmetic on the same bf16 operands, in another summation order.
+// The ops on tensors: each entry checks its shapes and dtypes, derives the
+// sizes, and runs the op's row of the op table for ctx.device and the
+// call's dtype (op_table.hpp). Nothing here names a backend or a dtype's
+// kernel: bf16 staging (widen, the f32 kernel, round back to nearest even)
+// is the table's default bf16 row, and a backend's native bf16 kernels are
+// its own rows (kernels/cuda/op_rows.cpp).
 #include "trident/kernels/functional.hpp"
 
+#include <algorithm>
 #include <initializer_list>
 #include <string>
-#include <vector>
 
 #include "trident/core/error.hpp"
-#include "trident/kernels/swiglu.hpp"
+#include "trident/kernels/op_table.hpp"
 #include "trident/kernels/tensor_ops.hpp"
-#ifdef TRIDENT_HAVE_CUDA
-#include "trident/kernels/cuda/ops.hpp"
-#endif
 
 namespace trident::kernels {
 namespace {
@@ -55,69 +46,36 @@ int64_t rows_of(const char* op, const char* what, const Tensor& t, int64_t width
   return t.numel() / width;
 }
 
-#ifdef TRIDENT_HAVE_CUDA
-// Whether the call runs a native bf16 kernel: on a CUDA device, with every
-// tensor of `bf16` in bf16 and every tensor of `f32` in f32 (the kernel's
-// signature); the tensors are checked to be on the op's device.
-bool native_bf16(const Ctx& ctx, const char* op, std::initializer_list<const Tensor*> bf16,
-                 std::initializer_list<const Tensor*> f32 = {}) {
-  if (ctx.device.type != DeviceType::cuda) return false;
-  for (const Tensor* t : bf16)
-    if (t->dtype() != DType::bf16 || t->numel() == 0) return false;
-  for (const Tensor* t : f32)
-    if (t->dtype() != DType::f32) return false;
-  for (const Tensor* t : bf16) check_device(ctx, op, "operand", *t);
-  for (const Tensor* t : f32) check_device(ctx, op, "operand", *t);
-  return true;
+bool is_float(DType t) { return t == DType::f32 || t == DType::bf16; }
+
+// The error for tensor i of op, which is not float data on ctx.device.
+[[noreturn]] void bad_tensor(const Ctx& ctx, Op op, int i, const Tensor& t) {
+  const std::string what = op_arg_name(op, i);
+  check_device(ctx, op_name(op), what.c_str(), t);
+  throw Error(std::string("kernels::") + op_name(op) + ": " + what + " " + describe(t) +
+              " should be float data (f32 or bf16)");
 }
 
-const cuda::Bf16* bf(const Tensor& t) {
-  return reinterpret_cast<const cuda::Bf16*>(t.data<uint16_t>());
+// The call of `op` on `tensors` (op_list.inc's order), its float tensors
+// checked to be float data on ctx.device (the message is built only for a
+// tensor that is not); run() then looks up its row.
+OpCall call_of(const Ctx& ctx, Op op, std::initializer_list<Tensor> tensors) {
+  OpCall c;
+  c.op = op;
+  std::copy(tensors.begin(), tensors.end(), c.t.begin());
+  const char* roles = op_roles(op);
+  for (int i = 0; roles[i]; ++i) {
+    const Tensor& t = c.t[size_t(i)];
+    if (roles[i] == 'x' || t.numel() == 0) continue;
+    if (t.device() != ctx.device || !is_float(t.dtype())) bad_tensor(ctx, op, i, t);
+  }
+  return c;
 }
-cuda::Bf16* bf_out(const Tensor& t) { return reinterpret_cast<cuda::Bf16*>(t.data<uint16_t>()); }
-#endif
 
-// The float tensors of one call as the f32 kernels see them (see the file
-// comment). finish() narrows the staged outputs; it must run after the
-// kernel, so a call that throws leaves bf16 outputs unwritten.
-class F32Args {
- public:
-  F32Args(const Ctx& ctx, const char* op) : ctx_(ctx), op_(op) {}
-
-  const float* in(const char* what, const Tensor& t) { return stage(what, t, false, true); }
-  float* out(const char* what, const Tensor& t) { return stage(what, t, true, false); }
-  float* inout(const char* what, const Tensor& t) { return stage(what, t, true, true); }
-  // An optional output (empty: the kernel gets nullptr).
-  float* out_or_null(const char* what, const Tensor& t) {
-    return t.numel() == 0 ? nullptr : inout(what, t);
-  }
-
-  void finish() {
-    for (auto& s : staged_)
-      if (s.write) convert(ctx_, s.wide, s.orig);
-  }
-
- private:
-  struct Staged {
-    Tensor orig, wide;
-    bool write;
-  };
-
-  float* stage(const char* what, const Tensor& t, bool write, bool read) {
-    check_device(ctx_, op_, what, t);
-    if (t.dtype() == DType::f32) return t.numel() ? t.data<float>() : nullptr;
-    TRIDENT_CHECK(t.dtype() == DType::bf16, std::string("kernels::") + op_ + ": " + what + " " +
-                                                describe(t) + " should be f32 or bf16");
-    Tensor wide = empty(ctx_, t.shape(), DType::f32);
-    if (read) convert(ctx_, t, wide);
-    staged_.push_back({t, wide, write});
-    return wide.data<float>();
-  }
-
-  const Ctx& ctx_;
-  const char* op_;
-  std::vector<Staged> staged_;
-};
+double run(const Ctx& ctx, OpCall c) {
+  run_op(ctx, c);
+  return c.result;
+}
 
 }  // namespace
 
@@ -144,21 +102,9 @@ void linear_forward(const Ctx& ctx, const Tensor& x, const Tensor& w, const Tens
   TRIDENT_CHECK(w.ndim() == 2, "kernels::linear_forward: w " + describe(w) + " is not [out, in]");
   const int64_t out = w.dim(0), in = w.dim(1), T = rows_of("linear_forward", "x", x, in);
   check_numel("linear_forward", "y", y, T * out);
-#ifdef TRIDENT_HAVE_CUDA
-  if (native_bf16(ctx, "linear_forward", {&x, &w})) {  // y = x w^T
-    check_device(ctx, "linear_forward", "y", y);
-    if (y.dtype() == DType::f32)
-      cuda::gemm_bf16(ctx, false, true, T, out, in, 1.0f, bf(x), in, bf(w), in, 0.0f,
-                      y.data<float>(), out);
-    else
-      cuda::gemm_bf16_out(ctx, false, true, T, out, in, 1.0f, bf(x), in, bf(w), in, 0.0f, bf_out(y),
-                          out);
-    return;
-  }
-#endif
-  F32Args a(ctx, "linear_forward");
-  linear_forward(ctx, a.in("x", x), a.in("w", w), T, in, out, a.out("y", y));
-  a.finish();
+  OpCall c = call_of(ctx, Op::linear_forward, {x, w, y});
+  c.n = {T, in, out};
+  run(ctx, c);
 }
 
 void linear_backward_input(const Ctx& ctx, const Tensor& dy, const Tensor& w, const Tensor& dx,
@@ -167,19 +113,10 @@ void linear_backward_input(const Ctx& ctx, const Tensor& dy, const Tensor& w, co
                 "kernels::linear_backward_input: w " + describe(w) + " is not [out, in]");
   const int64_t out = w.dim(0), in = w.dim(1), T = rows_of("linear_backward_input", "dy", dy, out);
   check_numel("linear_backward_input", "dx", dx, T * in);
-#ifdef TRIDENT_HAVE_CUDA
-  if (native_bf16(ctx, "linear_backward_input", {&dy, &w}, {&dx})) {  // dx = dy w + beta dx
-    cuda::gemm_bf16(ctx, false, false, T, in, out, 1.0f, bf(dy), out, bf(w), in, beta,
-                    dx.data<float>(), in);
-    return;
-  }
-#endif
-  F32Args a(ctx, "linear_backward_input");
-  const float* pdy = a.in("dy", dy);
-  const float* pw = a.in("w", w);
-  float* pdx = beta != 0.0f ? a.inout("dx", dx) : a.out("dx", dx);
-  linear_backward_input(ctx, pdy, pw, T, in, out, pdx, beta);
-  a.finish();
+  OpCall c = call_of(ctx, Op::linear_backward_input, {dy, w, dx});
+  c.n = {T, in, out};
+  c.f = beta;
+  run(ctx, c);
 }
 
 void linear_backward_weight(const Ctx& ctx, const Tensor& dy, const Tensor& x, const Tensor& dw) {
@@ -187,18 +124,9 @@ void linear_backward_weight(const Ctx& ctx, const Tensor& dy, const Tensor& x, c
                 "kernels::linear_backward_weight: dw " + describe(dw) + " is not [out, in]");
   const int64_t out = dw.dim(0), in = dw.dim(1), T = rows_of("linear_backward_weight", "x", x, in);
   check_numel("linear_backward_weight", "dy", dy, T * out);
-#ifdef TRIDENT_HAVE_CUDA
-  if (native_bf16(ctx, "linear_backward_weight", {&dy, &x}, {&dw})) {  // dw += dy^T x
-    cuda::gemm_bf16(ctx, true, false, out, in, T, 1.0f, bf(dy), out, bf(x), in, 1.0f,
-                    dw.data<float>(), in);
-    return;
-  }
-#endif
-  F32Args a(ctx, "linear_backward_weight");
-  const float* pdy = a.in("dy", dy);
-  const float* px = a.in("x", x);
-  linear_backward_weight(ctx, pdy, px, T, in, out, a.inout("dw", dw));
-  a.finish();
+  OpCall c = call_of(ctx, Op::linear_backward_weight, {dy, x, dw});
+  c.n = {T, in, out};
+  run(ctx, c);
 }
 
 void rmsnorm_forward(const Ctx& ctx, const Tensor& x, const Tensor& w, float eps, const Tensor& y,
@@ -206,11 +134,10 @@ void rmsnorm_forward(const Ctx& ctx, const Tensor& x, const Tensor& w, float eps
   const int64_t d = w.numel(), T = rows_of("rmsnorm_forward", "x", x, d);
   check_numel("rmsnorm_forward", "y", y, T * d);
   check_numel("rmsnorm_forward", "rstd", rstd, T);
-  F32Args a(ctx, "rmsnorm_forward");
-  const float* px = a.in("x", x);
-  const float* pw = a.in("w", w);
-  rmsnorm_forward(ctx, px, pw, T, d, eps, a.out("y", y), a.out("rstd", rstd));
-  a.finish();
+  OpCall c = call_of(ctx, Op::rmsnorm_forward, {x, w, y, rstd});
+  c.n = {T, d};
+  c.f = eps;
+  run(ctx, c);
 }
 
 void rmsnorm_backward(const Ctx& ctx, const Tensor& dy, const Tensor& x, const Tensor& w,
@@ -220,43 +147,34 @@ void rmsnorm_backward(const Ctx& ctx, const Tensor& dy, const Tensor& x, const T
   check_numel("rmsnorm_backward", "dx", dx, T * d);
   check_numel("rmsnorm_backward", "rstd", rstd, T);
   if (dw.numel()) check_numel("rmsnorm_backward", "dw", dw, d);
-  F32Args a(ctx, "rmsnorm_backward");
-  const float* pdy = a.in("dy", dy);
-  const float* px = a.in("x", x);
-  const float* pw = a.in("w", w);
-  const float* pr = a.in("rstd", rstd);
-  float* pdx = a.out("dx", dx);
-  rmsnorm_backward(ctx, pdy, px, pw, pr, T, d, pdx, a.out_or_null("dw", dw));
-  a.finish();
+  OpCall c = call_of(ctx, Op::rmsnorm_backward, {dy, x, w, rstd, dx, dw});
+  c.n = {T, d};
+  run(ctx, c);
 }
 
 namespace {
 
-template <class Kernel>
-void rope(const Ctx& ctx, const char* op, const Tensor& x, const Tensor& pos, int64_t D,
-          Kernel kernel) {
-  check_index(ctx, op, "pos", pos, DType::i64);
-  const int64_t T = pos.numel(), H = T ? rows_of(op, "x", x, T * D) : 0;
-  check_numel(op, "x", x, T * H * D);
-  F32Args a(ctx, op);
-  kernel(a.inout("x", x), pos.numel() ? pos.data<int64_t>() : nullptr, T, H);
-  a.finish();
+void rope(const Ctx& ctx, Op op, const Tensor& x, const Tensor& pos, int64_t D,
+          const RopeFreqs& freqs) {
+  check_index(ctx, op_name(op), "pos", pos, DType::i64);
+  const int64_t T = pos.numel(), H = T ? rows_of(op_name(op), "x", x, T * D) : 0;
+  check_numel(op_name(op), "x", x, T * H * D);
+  OpCall c = call_of(ctx, op, {x, pos});
+  c.n = {T, H, D};
+  c.param = &freqs;
+  run(ctx, c);
 }
 
 }  // namespace
 
 void rope_forward(const Ctx& ctx, const Tensor& x, const Tensor& pos, int64_t D,
                   const RopeFreqs& freqs) {
-  rope(ctx, "rope_forward", x, pos, D, [&](float* px, const int64_t* pp, int64_t T, int64_t H) {
-    rope_forward(ctx, px, pp, T, H, D, freqs);
-  });
+  rope(ctx, Op::rope_forward, x, pos, D, freqs);
 }
 
 void rope_backward(const Ctx& ctx, const Tensor& dx, const Tensor& pos, int64_t D,
                    const RopeFreqs& freqs) {
-  rope(ctx, "rope_backward", dx, pos, D, [&](float* px, const int64_t* pp, int64_t T, int64_t H) {
-    rope_backward(ctx, px, pp, T, H, D, freqs);
-  });
+  rope(ctx, Op::rope_backward, dx, pos, D, freqs);
 }
 
 void embedding_forward(const Ctx& ctx, const Tensor& table, const Tensor& ids, const Tensor& out) {
@@ -265,10 +183,9 @@ void embedding_forward(const Ctx& ctx, const Tensor& table, const Tensor& ids, c
                 "kernels::embedding_forward: table " + describe(table) + " is not [V, d]");
   const int64_t T = ids.numel(), d = table.dim(1);
   check_numel("embedding_forward", "out", out, T * d);
-  F32Args a(ctx, "embedding_forward");
-  const float* pt = a.in("table", table);
-  embedding_forward(ctx, pt, T ? ids.data<int32_t>() : nullptr, T, d, a.out("out", out));
-  a.finish();
+  OpCall c = call_of(ctx, Op::embedding_forward, {table, ids, out});
+  c.n = {T, d};
+  run(ctx, c);
 }
 
 void embedding_backward(const Ctx& ctx, const Tensor& dout, const Tensor& ids,
@@ -278,10 +195,9 @@ void embedding_backward(const Ctx& ctx, const Tensor& dout, const Tensor& ids,
                 "kernels::embedding_backward: dtable " + describe(dtable) + " is not [V, d]");
   const int64_t T = ids.numel(), d = dtable.dim(1);
   check_numel("embedding_backward", "dout", dout, T * d);
-  F32Args a(ctx, "embedding_backward");
-  const float* pd = a.in("dout", dout);
-  embedding_backward(ctx, pd, T ? ids.data<int32_t>() : nullptr, T, d, a.inout("dtable", dtable));
-  a.finish();
+  OpCall c = call_of(ctx, Op::embedding_backward, {dout, ids, dtable});
+  c.n = {T, d};
+  run(ctx, c);
 }
 
 double cross_entropy(const Ctx& ctx, const Tensor& logits, const Tensor& targets, float scale,
@@ -290,12 +206,10 @@ double cross_entropy(const Ctx& ctx, const Tensor& logits, const Tensor& targets
   const int64_t T = targets.numel(), V = T ? rows_of("cross_entropy", "logits", logits, T) : 0;
   check_numel("cross_entropy", "logits", logits, T * V);
   check_numel("cross_entropy", "dlogits", dlogits, T * V);
-  F32Args a(ctx, "cross_entropy");
-  const float* pl = a.in("logits", logits);
-  const double loss = cross_entropy(ctx, pl, T ? targets.data<int32_t>() : nullptr, T, V, scale,
-                                    a.out("dlogits", dlogits));
-  a.finish();
-  return loss;
+  OpCall c = call_of(ctx, Op::cross_entropy, {logits, targets, dlogits});
+  c.n = {T, V};
+  c.f = scale;
+  return run(ctx, c);
 }
 
 void swiglu_forward(const Ctx& ctx, const Tensor& x, const Tensor& w_gate, const Tensor& w_up,
@@ -308,15 +222,9 @@ void swiglu_forward(const Ctx& ctx, const Tensor& x, const Tensor& w_gate, const
   check_numel("swiglu_forward", "y", y, T * d);
   check_numel("swiglu_forward", "gate", gate, T * f);
   check_numel("swiglu_forward", "up", up, T * f);
-  F32Args a(ctx, "swiglu_forward");
-  const float* px = a.in("x", x);
-  const float* pg = a.in("w_gate", w_gate);
-  const float* pu = a.in("w_up", w_up);
-  const float* pd = a.in("w_down", w_down);
-  float* py = a.out("y", y);
-  float* pgate = a.out("gate", gate);
-  swiglu_forward(ctx, px, T, d, f, pg, pu, pd, py, pgate, a.out("up", up));
-  a.finish();
+  OpCall c = call_of(ctx, Op::swiglu_forward, {x, w_gate, w_up, w_down, y, gate, up});
+  c.n = {T, d, f};
+  run(ctx, c);
 }
 
 void swiglu_backward(const Ctx& ctx, const Tensor& x, const Tensor& gate, const Tensor& up,
@@ -333,20 +241,10 @@ void swiglu_backward(const Ctx& ctx, const Tensor& x, const Tensor& gate, const 
   check_numel("swiglu_backward", "dw_gate", dw_gate, f * d);
   check_numel("swiglu_backward", "dw_up", dw_up, f * d);
   check_numel("swiglu_backward", "dw_down", dw_down, d * f);
-  F32Args a(ctx, "swiglu_backward");
-  const float* px = a.in("x", x);
-  const float* pgate = a.in("gate", gate);
-  const float* pup = a.in("up", up);
-  const float* pdy = a.in("dy", dy);
-  const float* pwg = a.in("w_gate", w_gate);
-  const float* pwu = a.in("w_up", w_up);
-  const float* pwd = a.in("w_down", w_down);
-  float* pdx = a.out("dx", dx);
-  float* pdwg = a.inout("dw_gate", dw_gate);
-  float* pdwu = a.inout("dw_up", dw_up);
-  swiglu_backward(ctx, px, pgate, pup, pdy, T, d, f, pwg, pwu, pwd, pdx, pdwg, pdwu,
-                  a.inout("dw_down", dw_down));
-  a.finish();
+  OpCall c = call_of(ctx, Op::swiglu_backward,
+                     {x, gate, up, dy, w_gate, w_up, w_down, dx, dw_gate, dw_up, dw_down});
+  c.n = {T, d, f};
+  run(ctx, c);
 }
 
 namespace {
@@ -367,19 +265,9 @@ void check_attention(const char* op, const AttnShape& s, const Tensor& q, const 
 void attention_forward(const Ctx& ctx, const AttnShape& s, const Tensor& q, const Tensor& k,
                        const Tensor& v, const Tensor& out, const Tensor& lse) {
   check_attention("attention_forward", s, q, k, v, out, lse);
-#ifdef TRIDENT_HAVE_CUDA
-  if (native_bf16(ctx, "attention_forward", {&q, &k, &v, &out}, {&lse})) {
-    cuda::attention_forward_bf16(ctx, s, bf(q), bf(k), bf(v), bf_out(out), lse.data<float>());
-    return;
-  }
-#endif
-  F32Args a(ctx, "attention_forward");
-  const float* pq = a.in("q", q);
-  const float* pk = a.in("k", k);
-  const float* pv = a.in("v", v);
-  float* po = a.out("out", out);
-  attention_forward(ctx, s, pq, pk, pv, po, a.out("lse", lse));
-  a.finish();
+  OpCall c = call_of(ctx, Op::attention_forward, {q, k, v, out, lse});
+  c.param = &s;
+  run(ctx, c);
 }
 
 void attention_backward(const Ctx& ctx, const AttnShape& s, const Tensor& q, const Tensor& k,
@@ -390,24 +278,9 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const Tensor& q, con
   check_numel("attention_backward", "dq", dq, q.numel());
   check_numel("attention_backward", "dk", dk, k.numel());
   check_numel("attention_backward", "dv", dv, v.numel());
-#ifdef TRIDENT_HAVE_CUDA
-  if (native_bf16(ctx, "attention_backward", {&q, &k, &v, &out, &dout}, {&lse, &dq, &dk, &dv})) {
-    cuda::attention_backward_bf16(ctx, s, bf(q), bf(k), bf(v), bf(out), lse.data<float>(), bf(dout),
-                                  dq.data<float>(), dk.data<float>(), dv.data<float>());
-    return;
-  }
-#endif
-  F32Args a(ctx, "attention_backward");
-  const float* pq = a.in("q", q);
-  const float* pk = a.in("k", k);
-  const float* pv = a.in("v", v);
-  const float* po = a.in("out", out);
-  const float* pl = a.in("lse", lse);
-  const float* pdo = a.in("dout", dout);
-  float* pdq = a.inout("dq", dq);
-  float* pdk = a.inout("dk", dk);
-  attention_backward(ctx, s, pq, pk, pv, po, pl, pdo, pdq, pdk, a.inout("dv", dv));
-  a.finish();
+  OpCall c = call_of(ctx, Op::attention_backward, {q, k, v, out, lse, dout, dq, dk, dv});
+  c.param = &s;
+  run(ctx, c);
 }
 
 void adamw_step(const Ctx& ctx, const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
@@ -416,31 +289,25 @@ void adamw_step(const Ctx& ctx, const Tensor& p, const Tensor& g, const Tensor& 
   check_numel("adamw_step", "g", g, n);
   check_numel("adamw_step", "m", m, n);
   check_numel("adamw_step", "v", v, n);
-  F32Args a(ctx, "adamw_step");
-  float* pp = a.inout("p", p);
-  const float* pg = a.in("g", g);
-  float* pm = a.inout("m", m);
-  adamw_step(ctx, pp, pg, pm, a.inout("v", v), n, h, step, grad_scale, decay);
-  a.finish();
+  const AdamWArgs args{&h, step, grad_scale, decay};
+  OpCall c = call_of(ctx, Op::adamw_step, {p, g, m, v});
+  c.param = &args;
+  run(ctx, c);
 }
 
 void add_inplace(const Ctx& ctx, const Tensor& y, const Tensor& x) {
   check_numel("add_inplace", "x", x, y.numel());
-  F32Args a(ctx, "add_inplace");
-  float* py = a.inout("y", y);
-  add_inplace(ctx, py, a.in("x", x), y.numel());
-  a.finish();
+  run(ctx, call_of(ctx, Op::add_inplace, {y, x}));
 }
 
 void fill(const Ctx& ctx, const Tensor& x, float value) {
-  F32Args a(ctx, "fill");
-  fill(ctx, a.out("x", x), x.numel(), value);
-  a.finish();
+  OpCall c = call_of(ctx, Op::fill, {x});
+  c.f = value;
+  run(ctx, c);
 }
 
 double sum_squares(const Ctx& ctx, const Tensor& x) {
-  F32Args a(ctx, "sum_squares");
-  return sum_squares(ctx, a.in("x", x), x.numel());
+  return run(ctx, call_of(ctx, Op::sum_squares, {x}));
 }
 
 }  // namespace trident::kernels

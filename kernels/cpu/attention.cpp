@@ -1,4 +1,8 @@
-// CPU flash-style attention, forward and backward (see kernels/attention.hpp).
+// CPU flash-style attention, forward and backward (see kernels/attention.hpp):
+// the tuned kernel. Its plain definition stands beside it
+// (attention_reference.cpp), which test_attention_kernels checks it against
+// and the dev harness (tests/unit/kernels/attention_variants.cpp) validates
+// every variant against before timing it.
 //
 // One (head, query block) at a time: scores for one key tile come from one
 // GEMM, the online softmax updates the running row max m and row sum l, and
@@ -235,6 +239,100 @@ void check_attn_shape(const AttnShape& s) {
 namespace trident::kernels::cpu {
 namespace {
 
+// The forward's per-call state: the query block's running softmax (m, l)
+// and P·V accumulator, one key tile's scores, and the kv head's Kᵀ (and V
+// in panels where gemm_direct is native).
+struct ForwardState {
+  const Ctx& ctx;
+  const AttnShape& s;
+  Strides ld;
+  bool native;  // where gemm_direct is native: Kᵀ and V in panels, the row passes in AVX-512
+  float *scores = nullptr, *acc = nullptr, *m = nullptr, *l = nullptr;
+  float *kt = nullptr, *vpan = nullptr;
+  int64_t ldt = 0;
+};
+
+// Seeds the block's running state: empty, or with resume the (out, lse) of
+// earlier keys (running max m = lse, running sum l = 1, acc = out).
+void forward_seed_rows(ForwardState& f, const float* out, const float* lse, bool resume, int h,
+                       int64_t i0, int64_t rows) {
+  const int64_t D = f.s.D;
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* orow = out + (i0 + i) * f.ld.q + int64_t(h) * D;
+    const float row_lse = resume ? lse[(i0 + i) * f.s.H + h] : kNegInf;
+    f.m[i] = row_lse;
+    f.l[i] = row_lse == kNegInf ? 0.0f : 1.0f;
+    if (row_lse == kNegInf)
+      std::fill(f.acc + i * D, f.acc + (i + 1) * D, 0.0f);
+    else
+      std::copy(orow, orow + D, f.acc + i * D);
+  }
+}
+
+// The online softmax over one tile's scores: each row's new max, its
+// rescaled sum and accumulator, the scores turned into exp(s - m).
+void forward_softmax_rows(ForwardState& f, const AttnTile& tile, int64_t rows, int64_t lds) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* srow = f.scores + i * lds;
+    const int64_t a = tile.lo[i], n = tile.n[i];
+    const float m_new =
+        std::max(f.m[i], f.native ? row_max_native(srow + a, n) : row_max(srow + a, n));
+    if (m_new == kNegInf) {  // nothing visible yet: the row stays empty
+      zero_masked(tile, i, srow);
+      continue;
+    }
+    // exp1 gives exactly 1 for 0 and 0 below -87 (-inf: the row's first keys)
+    const float alpha = f.m[i] == m_new ? 1.0f : (f.m[i] == kNegInf ? 0.0f : exp1(f.m[i] - m_new));
+    f.l[i] = f.l[i] * alpha + (f.native ? exp_shift_sum_native(srow + a, n, m_new)
+                                        : exp_shift_sum(srow + a, n, m_new));
+    zero_masked(tile, i, srow);
+    if (alpha != 1.0f) scale_row(f.acc + i * f.s.D, f.s.D, alpha);
+    f.m[i] = m_new;
+  }
+}
+
+// One key tile of the query block at qb (kv head g): S = scale Q·Kᵀ over
+// the tile's pieces, the online softmax, acc += P·V.
+void forward_tile(ForwardState& f, const AttnTile& tile, int64_t jt, int64_t rows, const float* qb,
+                  const float* v, int g) {
+  const int64_t D = f.s.D;
+  const int64_t j0 = jt + tile.c0, cols = tile.c1 - tile.c0;
+  const int64_t lds = tile_stride(cols);
+  const float* vb = v + j0 * f.ld.kv + int64_t(g) * D;
+  for (int u = 0; u < tile.n_pieces; ++u) {
+    const AttnPiece& pc = tile.piece[u];
+    gemm_b(f.ctx, f.native, false, pc.r1 - pc.r0, pc.c1 - pc.c0, D, f.s.scale, qb + pc.r0 * f.ld.q,
+           f.ld.q, f.kt + j0 + pc.c0, f.ldt, PanelB{f.kt, D * kPanel, j0 + pc.c0}, 0.0f,
+           f.scores + pc.r0 * lds + pc.c0, lds);
+  }
+  forward_softmax_rows(f, tile, rows, lds);
+  for (int u = 0; u < tile.n_pieces; ++u) {
+    const AttnPiece& pc = tile.piece[u];
+    gemm_b(f.ctx, f.native, false, pc.r1 - pc.r0, D, pc.c1 - pc.c0, 1.0f,
+           f.scores + pc.r0 * lds + pc.c0, lds, vb + pc.c0 * f.ld.kv, f.ld.kv,
+           PanelB{f.vpan + (j0 + pc.c0) * kPanel, f.s.Tk * kPanel, 0}, 1.0f, f.acc + pc.r0 * D, D);
+  }
+}
+
+// out = acc / l and lse = m + log l for the block's rows (a fully masked
+// row: zero output, LSE -inf).
+void forward_finish_rows(const ForwardState& f, float* out, float* lse, int h, int64_t i0,
+                         int64_t rows) {
+  const int64_t D = f.s.D;
+  for (int64_t i = 0; i < rows; ++i) {
+    float* orow = out + (i0 + i) * f.ld.q + int64_t(h) * D;
+    float& lrow = lse[(i0 + i) * f.s.H + h];
+    if (f.l[i] > 0.0f) {
+      const float inv = 1.0f / f.l[i];
+      for (int64_t d = 0; d < D; ++d) orow[d] = f.acc[i * D + d] * inv;
+      lrow = f.m[i] + std::log(f.l[i]);
+    } else {
+      std::fill(orow, orow + D, 0.0f);
+      lrow = kNegInf;
+    }
+  }
+}
+
 // The forward of both entry points. With resume, (out, lse) hold the
 // attention over the keys of earlier calls and seed the online softmax:
 // running max m = lse, running sum l = 1, accumulator = out is the same state
@@ -243,92 +341,35 @@ namespace {
 void forward_impl(const Ctx& ctx, const AttnShape& s, const float* q, const float* k,
                   const float* v, float* out, float* lse, bool resume) {
   check_attn_shape(s);
-  const Strides ld{int64_t(s.H) * s.D, int64_t(s.Hkv) * s.D};
   const int group = s.H / s.Hkv;
   const int64_t D = s.D;
   Scratch scratch(ctx, attention_workspace_bytes(s, false) / sizeof(float));
-  float* scores = scratch.take(size_t(kQueryBlock * tile_stride(kKeyBlock)));
-  float* acc = scratch.take(size_t(kQueryBlock * D));  // running P·V of the query block
-  float* m = scratch.take(kQueryBlock);
-  float* l = scratch.take(kQueryBlock);
-  const int64_t ldt = transposed_stride(s);
-  float* kt = scratch.take(size_t(D * ldt));                  // K of the kv head, transposed
-  float* vpan = scratch.take(size_t(panel_floats(s.Tk, D)));  // V of the kv head in panels
-  // where gemm_direct is native: Kᵀ and V in panels, the row passes in AVX-512
-  const bool native = gemm_direct_native();
+  ForwardState f{ctx, s, Strides{int64_t(s.H) * s.D, int64_t(s.Hkv) * s.D}, gemm_direct_native()};
+  f.scores = scratch.take(size_t(kQueryBlock * tile_stride(kKeyBlock)));
+  f.acc = scratch.take(size_t(kQueryBlock * D));  // running P·V of the query block
+  f.m = scratch.take(kQueryBlock);
+  f.l = scratch.take(kQueryBlock);
+  f.ldt = transposed_stride(s);
+  f.kt = scratch.take(size_t(D * f.ldt));                // K of the kv head, transposed
+  f.vpan = scratch.take(size_t(panel_floats(s.Tk, D)));  // V of the kv head in panels
   AttnTile tile;
-
   for (int h = 0; h < s.H; ++h) {
     const int g = h / group;
     if (h % group == 0) {
-      transpose_keys(native, k + int64_t(g) * D, ld.kv, s.Tk, D, kt, ldt);
-      if (native) pack_panels(v + int64_t(g) * D, ld.kv, s.Tk, D, vpan, s.Tk * kPanel);
+      transpose_keys(f.native, k + int64_t(g) * D, f.ld.kv, s.Tk, D, f.kt, f.ldt);
+      if (f.native) pack_panels(v + int64_t(g) * D, f.ld.kv, s.Tk, D, f.vpan, s.Tk * kPanel);
     }
     for (int64_t i0 = 0; i0 < s.Tq; i0 += kQueryBlock) {
       const int64_t rows = std::min(kQueryBlock, s.Tq - i0);
-      const float* qb = q + i0 * ld.q + int64_t(h) * D;
-      for (int64_t i = 0; i < rows; ++i) {
-        const float* orow = out + (i0 + i) * ld.q + int64_t(h) * D;
-        const float row_lse = resume ? lse[(i0 + i) * s.H + h] : kNegInf;
-        m[i] = row_lse;
-        l[i] = row_lse == kNegInf ? 0.0f : 1.0f;
-        if (row_lse == kNegInf)
-          std::fill(acc + i * D, acc + (i + 1) * D, 0.0f);
-        else
-          std::copy(orow, orow + D, acc + i * D);
-      }
-
+      forward_seed_rows(f, out, lse, resume, h, i0, rows);
       int64_t jb, je;
       attn_key_range(s, i0, rows, &jb, &je);
       for (int64_t jt = jb; jt < je; jt += kKeyBlock) {
         attn_view_tile(s, i0, rows, jt, std::min(kKeyBlock, je - jt), &tile);
         if (tile.empty()) continue;  // no row sees any of its keys: no arithmetic
-        const int64_t j0 = jt + tile.c0, cols = tile.c1 - tile.c0;
-        const int64_t lds = tile_stride(cols);
-        const float* vb = v + j0 * ld.kv + int64_t(g) * D;
-        for (int u = 0; u < tile.n_pieces; ++u) {
-          const AttnPiece& pc = tile.piece[u];
-          gemm_b(ctx, native, false, pc.r1 - pc.r0, pc.c1 - pc.c0, D, s.scale, qb + pc.r0 * ld.q,
-                 ld.q, kt + j0 + pc.c0, ldt, PanelB{kt, D * kPanel, j0 + pc.c0}, 0.0f,
-                 scores + pc.r0 * lds + pc.c0, lds);
-        }
-        for (int64_t i = 0; i < rows; ++i) {
-          float* srow = scores + i * lds;
-          const int64_t a = tile.lo[i], n = tile.n[i];
-          const float m_new =
-              std::max(m[i], native ? row_max_native(srow + a, n) : row_max(srow + a, n));
-          if (m_new == kNegInf) {  // nothing visible yet: the row stays empty
-            zero_masked(tile, i, srow);
-            continue;
-          }
-          // exp1 gives exactly 1 for 0 and 0 below -87 (-inf: the row's first keys)
-          const float alpha = m[i] == m_new ? 1.0f : (m[i] == kNegInf ? 0.0f : exp1(m[i] - m_new));
-          l[i] = l[i] * alpha + (native ? exp_shift_sum_native(srow + a, n, m_new)
-                                        : exp_shift_sum(srow + a, n, m_new));
-          zero_masked(tile, i, srow);
-          if (alpha != 1.0f) scale_row(acc + i * D, D, alpha);
-          m[i] = m_new;
-        }
-        for (int u = 0; u < tile.n_pieces; ++u) {
-          const AttnPiece& pc = tile.piece[u];
-          gemm_b(ctx, native, false, pc.r1 - pc.r0, D, pc.c1 - pc.c0, 1.0f,
-                 scores + pc.r0 * lds + pc.c0, lds, vb + pc.c0 * ld.kv, ld.kv,
-                 PanelB{vpan + (j0 + pc.c0) * kPanel, s.Tk * kPanel, 0}, 1.0f, acc + pc.r0 * D, D);
-        }
+        forward_tile(f, tile, jt, rows, q + i0 * f.ld.q + int64_t(h) * D, v, g);
       }
-
-      for (int64_t i = 0; i < rows; ++i) {
-        float* orow = out + (i0 + i) * ld.q + int64_t(h) * D;
-        float& lrow = lse[(i0 + i) * s.H + h];
-        if (l[i] > 0.0f) {
-          const float inv = 1.0f / l[i];
-          for (int64_t d = 0; d < D; ++d) orow[d] = acc[i * D + d] * inv;
-          lrow = m[i] + std::log(l[i]);
-        } else {  // fully masked row: defined as zero output, LSE -inf
-          std::fill(orow, orow + D, 0.0f);
-          lrow = kNegInf;
-        }
-      }
+      forward_finish_rows(f, out, lse, h, i0, rows);
     }
   }
 }
@@ -345,127 +386,174 @@ void attention_forward_resume(const Ctx& ctx, const AttnShape& s, const float* q
   forward_impl(ctx, s, q, k, v, out, lse, true);
 }
 
-void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, const float* k,
-                        const float* v, const float* out, const float* lse, const float* dout,
-                        float* dq, float* dk, float* dv) {
-  check_attn_shape(s);
-  const Strides ld{int64_t(s.H) * s.D, int64_t(s.Hkv) * s.D};
-  const int group = s.H / s.Hkv;
-  const int64_t D = s.D;
-  Scratch scratch(ctx, attention_workspace_bytes(s, true) / sizeof(float));
-  float* p = scratch.take(size_t(kQueryBlock * tile_stride(kKeyBlock)));
-  float* dp = scratch.take(size_t(kQueryBlock * tile_stride(kKeyBlock)));
-  float* delta = scratch.take(kQueryBlock);    // rowsum(dO * O): softmax's Jacobian term
-  float* row_lse = scratch.take(kQueryBlock);  // the query block's lse, contiguous
-  // delta of every (query, head), computed first in one pass over O and dO in
-  // memory order (each token's heads are one contiguous row): per query block
-  // and head the rows lie H * D floats apart, and O is not read otherwise, so
-  // the same dot products there waited on memory (1.3% of the benchmark
-  // model's step on a Zen 5 core)
-  float* delta_all = scratch.take(size_t(s.Tq * s.H));
-  for (int64_t i = 0; i < s.Tq; ++i)
-    for (int h = 0; h < s.H; ++h) {
-      const int64_t o = i * ld.q + int64_t(h) * D;
-      delta_all[i * s.H + h] = float(dot_d(dout + o, out + o, D));
-    }
+namespace {
+
+// The backward's per-call state: one tile's P and dP (then dS), the query
+// block's delta and lse, the kv head's Kᵀ and Vᵀ, and where gemm_direct is
+// native (fused) K, Q and dO in panels.
+struct BackwardState {
+  const Ctx& ctx;
+  const AttnShape& s;
+  Strides ld;
   // Where gemm_direct is native, every B operand is read in panels (Kᵀ, Vᵀ
   // and K once per kv head, the query block's Q and dO once per block), and the
   // exponentials (P = exp(S - lse)) and the softmax gradient (dS = P (dP -
   // delta)) are computed by the GEMMs' tiles before they store S and dP, with
   // the roundings of the passes below.
-  const bool fused = gemm_direct_native();
-  const int64_t ldt = transposed_stride(s);
-  float* kt = scratch.take(size_t(D * ldt));  // K and V of the kv head, transposed
-  float* vt = scratch.take(size_t(D * ldt));
-  float* kpan = scratch.take(size_t(panel_floats(s.Tk, D)));          // K in panels
-  float* qpan = scratch.take(size_t(panel_floats(kQueryBlock, D)));   // the block's Q in panels
-  float* dopan = scratch.take(size_t(panel_floats(kQueryBlock, D)));  // and its dO
-  const int64_t kv_panel = s.Tk * kPanel, q_panel = kQueryBlock * kPanel;
-  AttnTile tile;
+  bool fused;
+  float *p = nullptr, *dp = nullptr, *delta = nullptr, *row_lse = nullptr;
+  float *kt = nullptr, *vt = nullptr, *kpan = nullptr, *qpan = nullptr, *dopan = nullptr;
+  int64_t ldt = 0, kv_panel = 0, q_panel = 0;
+};
 
+// delta of every (query, head) = rowsum(dO * O), computed first in one pass
+// over O and dO in memory order (each token's heads are one contiguous row):
+// per query block and head the rows lie H * D floats apart, and O is not read
+// otherwise, so the same dot products there waited on memory (1.3% of the
+// benchmark model's step on a Zen 5 core).
+void backward_deltas(const AttnShape& s, const Strides& ld, const float* out, const float* dout,
+                     float* delta_all) {
+  for (int64_t i = 0; i < s.Tq; ++i)
+    for (int h = 0; h < s.H; ++h) {
+      const int64_t o = i * ld.q + int64_t(h) * s.D;
+      delta_all[i * s.H + h] = float(dot_d(dout + o, out + o, s.D));
+    }
+}
+
+// P = exp(scale Q·Kᵀ - lse) over one tile's pieces, zero outside each row's keys.
+void backward_probs(BackwardState& b, const AttnTile& tile, int64_t j0, int64_t lds, int64_t rows,
+                    const float* qb) {
+  const int64_t D = b.s.D;
+  for (int u = 0; u < tile.n_pieces; ++u) {
+    const AttnPiece& pc = tile.piece[u];
+    const float* qp = qb + pc.r0 * b.ld.q;
+    float* pp = b.p + pc.r0 * lds + pc.c0;
+    if (b.fused)
+      gemm_direct_rows(RowOp::kExp, pc.r1 - pc.r0, pc.c1 - pc.c0, D, b.s.scale, qp, b.ld.q,
+                       PanelB{b.kt, D * kPanel, j0 + pc.c0}, pp, lds, b.row_lse + pc.r0, nullptr,
+                       0);
+    else
+      gemm_direct(b.ctx, false, pc.r1 - pc.r0, pc.c1 - pc.c0, D, b.s.scale, qp, b.ld.q,
+                  b.kt + j0 + pc.c0, b.ldt, 0.0f, pp, lds);
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    float* prow = b.p + i * lds;
+    if (b.row_lse[i] == kNegInf) {
+      std::fill(prow + tile.f0[i / kAttnRowBand], prow + tile.f1[i / kAttnRowBand], 0.0f);
+      continue;
+    }
+    if (!b.fused) exp_shift_sum(prow + tile.lo[i], tile.n[i], b.row_lse[i]);
+    zero_masked(tile, i, prow);
+  }
+}
+
+// dV += Pᵀ dO and dS = P (dP - delta) with dP = dO Vᵀ, over one tile's pieces.
+void backward_dv_ds(BackwardState& b, const AttnTile& tile, int64_t j0, int64_t lds, int64_t rows,
+                    const float* dob, float* dvb) {
+  const int64_t D = b.s.D;
+  for (int u = 0; u < tile.n_pieces; ++u) {
+    const AttnPiece& pc = tile.piece[u];
+    const int64_t pr = pc.r1 - pc.r0, pn = pc.c1 - pc.c0, at = pc.r0 * lds + pc.c0;
+    gemm_b(b.ctx, b.fused, true, pn, D, pr, 1.0f, b.p + at, lds, dob + pc.r0 * b.ld.q, b.ld.q,
+           PanelB{b.dopan + pc.r0 * kPanel, b.q_panel, 0}, 1.0f, dvb + pc.c0 * b.ld.kv, b.ld.kv);
+    if (b.fused)
+      gemm_direct_rows(RowOp::kGrad, pr, pn, D, 1.0f, dob + pc.r0 * b.ld.q, b.ld.q,
+                       PanelB{b.vt, D * kPanel, j0 + pc.c0}, b.dp + at, lds, b.delta + pc.r0,
+                       b.p + at, lds);
+    else
+      gemm_direct(b.ctx, false, pr, pn, D, 1.0f, dob + pc.r0 * b.ld.q, b.ld.q, b.vt + j0 + pc.c0,
+                  b.ldt, 0.0f, b.dp + at, lds);
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    float* dprow = b.dp + i * lds;
+    const int64_t a = tile.lo[i], n = tile.n[i];
+    if (!b.fused) softmax_grad_row(b.p + i * lds + a, dprow + a, n, b.delta[i]);
+    zero_masked(tile, i, dprow);
+  }
+}
+
+// One key tile of the query block (q, dO, dQ at qb, dob, dqb; K, dK, dV rows
+// of the tile from koff): P, then dV += Pᵀ dO, dS, dQ += s dS K, dK += s dSᵀ Q,
+// each over the tile's pieces (P and dS are zero outside every row's keys).
+void backward_tile(BackwardState& b, const AttnTile& tile, int64_t jt, int64_t rows,
+                   const float* qb, const float* dob, float* dqb, const float* k, float* dk,
+                   float* dv, int g) {
+  const int64_t D = b.s.D;
+  const int64_t j0 = jt + tile.c0, cols = tile.c1 - tile.c0;
+  const int64_t lds = tile_stride(cols);
+  const int64_t koff = j0 * b.ld.kv + int64_t(g) * D;
+  backward_probs(b, tile, j0, lds, rows, qb);
+  backward_dv_ds(b, tile, j0, lds, rows, dob, dv + koff);
+  for (int u = 0; u < tile.n_pieces; ++u) {
+    const AttnPiece& pc = tile.piece[u];
+    const int64_t pr = pc.r1 - pc.r0, pn = pc.c1 - pc.c0, at = pc.r0 * lds + pc.c0;
+    gemm_b(b.ctx, b.fused, false, pr, D, pn, b.s.scale, b.dp + at, lds, k + koff + pc.c0 * b.ld.kv,
+           b.ld.kv, PanelB{b.kpan + (j0 + pc.c0) * kPanel, b.kv_panel, 0}, 1.0f,
+           dqb + pc.r0 * b.ld.q, b.ld.q);
+    gemm_b(b.ctx, b.fused, true, pn, D, pr, b.s.scale, b.dp + at, lds, qb + pc.r0 * b.ld.q, b.ld.q,
+           PanelB{b.qpan + pc.r0 * kPanel, b.q_panel, 0}, 1.0f, dk + koff + pc.c0 * b.ld.kv,
+           b.ld.kv);
+  }
+}
+
+// The query block at i0 of head h: its panels, delta and lse, then its tiles.
+void backward_block(BackwardState& b, int h, int64_t i0, const float* delta_all, const float* lse,
+                    const float* q, const float* k, const float* dout, float* dq, float* dk,
+                    float* dv) {
+  const AttnShape& s = b.s;
+  const int64_t rows = std::min(kQueryBlock, s.Tq - i0);
+  const int64_t off = i0 * b.ld.q + int64_t(h) * s.D;
+  if (b.fused) {
+    pack_panels(q + off, b.ld.q, rows, s.D, b.qpan, b.q_panel);
+    pack_panels(dout + off, b.ld.q, rows, s.D, b.dopan, b.q_panel);
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    b.delta[i] = delta_all[(i0 + i) * s.H + h];
+    b.row_lse[i] = lse[(i0 + i) * s.H + h];
+  }
+  AttnTile tile;
+  int64_t jb, je;
+  attn_key_range(s, i0, rows, &jb, &je);
+  for (int64_t jt = jb; jt < je; jt += kKeyBlock) {
+    attn_view_tile(s, i0, rows, jt, std::min(kKeyBlock, je - jt), &tile);
+    if (tile.empty()) continue;
+    backward_tile(b, tile, jt, rows, q + off, dout + off, dq + off, k, dk, dv, h / (s.H / s.Hkv));
+  }
+}
+
+}  // namespace
+
+void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, const float* k,
+                        const float* v, const float* out, const float* lse, const float* dout,
+                        float* dq, float* dk, float* dv) {
+  check_attn_shape(s);
+  const int group = s.H / s.Hkv;
+  const int64_t D = s.D;
+  Scratch scratch(ctx, attention_workspace_bytes(s, true) / sizeof(float));
+  BackwardState b{ctx, s, Strides{int64_t(s.H) * s.D, int64_t(s.Hkv) * s.D}, false};
+  b.p = scratch.take(size_t(kQueryBlock * tile_stride(kKeyBlock)));
+  b.dp = scratch.take(size_t(kQueryBlock * tile_stride(kKeyBlock)));
+  b.delta = scratch.take(kQueryBlock);    // rowsum(dO * O): softmax's Jacobian term
+  b.row_lse = scratch.take(kQueryBlock);  // the query block's lse, contiguous
+  float* delta_all = scratch.take(size_t(s.Tq * s.H));
+  backward_deltas(s, b.ld, out, dout, delta_all);
+  b.fused = gemm_direct_native();
+  b.ldt = transposed_stride(s);
+  b.kt = scratch.take(size_t(D * b.ldt));  // K and V of the kv head, transposed
+  b.vt = scratch.take(size_t(D * b.ldt));
+  b.kpan = scratch.take(size_t(panel_floats(s.Tk, D)));          // K in panels
+  b.qpan = scratch.take(size_t(panel_floats(kQueryBlock, D)));   // the block's Q in panels
+  b.dopan = scratch.take(size_t(panel_floats(kQueryBlock, D)));  // and its dO
+  b.kv_panel = s.Tk * kPanel, b.q_panel = kQueryBlock * kPanel;
   for (int h = 0; h < s.H; ++h) {
     const int g = h / group;
     if (h % group == 0) {
-      transpose_keys(fused, k + int64_t(g) * D, ld.kv, s.Tk, D, kt, ldt);
-      transpose_keys(fused, v + int64_t(g) * D, ld.kv, s.Tk, D, vt, ldt);
-      if (fused) pack_panels(k + int64_t(g) * D, ld.kv, s.Tk, D, kpan, kv_panel);
+      transpose_keys(b.fused, k + int64_t(g) * D, b.ld.kv, s.Tk, D, b.kt, b.ldt);
+      transpose_keys(b.fused, v + int64_t(g) * D, b.ld.kv, s.Tk, D, b.vt, b.ldt);
+      if (b.fused) pack_panels(k + int64_t(g) * D, b.ld.kv, s.Tk, D, b.kpan, b.kv_panel);
     }
-    for (int64_t i0 = 0; i0 < s.Tq; i0 += kQueryBlock) {
-      const int64_t rows = std::min(kQueryBlock, s.Tq - i0);
-      const int64_t off = i0 * ld.q + int64_t(h) * D;
-      const float *qb = q + off, *dob = dout + off;
-      float* dqb = dq + off;
-      if (fused) {
-        pack_panels(qb, ld.q, rows, D, qpan, q_panel);
-        pack_panels(dob, ld.q, rows, D, dopan, q_panel);
-      }
-      for (int64_t i = 0; i < rows; ++i) {
-        delta[i] = delta_all[(i0 + i) * s.H + h];
-        row_lse[i] = lse[(i0 + i) * s.H + h];
-      }
-
-      int64_t jb, je;
-      attn_key_range(s, i0, rows, &jb, &je);
-      for (int64_t jt = jb; jt < je; jt += kKeyBlock) {
-        attn_view_tile(s, i0, rows, jt, std::min(kKeyBlock, je - jt), &tile);
-        if (tile.empty()) continue;
-        const int64_t j0 = jt + tile.c0, cols = tile.c1 - tile.c0;
-        const int64_t lds = tile_stride(cols);
-        const int64_t koff = j0 * ld.kv + int64_t(g) * D;
-        const float* kb = k + koff;
-        float *dkb = dk + koff, *dvb = dv + koff;
-        for (int u = 0; u < tile.n_pieces; ++u) {
-          const AttnPiece& pc = tile.piece[u];
-          const float* qp = qb + pc.r0 * ld.q;
-          float* pp = p + pc.r0 * lds + pc.c0;
-          if (fused)
-            gemm_direct_rows(RowOp::kExp, pc.r1 - pc.r0, pc.c1 - pc.c0, D, s.scale, qp, ld.q,
-                             PanelB{kt, D * kPanel, j0 + pc.c0}, pp, lds, row_lse + pc.r0, nullptr,
-                             0);
-          else
-            gemm_direct(ctx, false, pc.r1 - pc.r0, pc.c1 - pc.c0, D, s.scale, qp, ld.q,
-                        kt + j0 + pc.c0, ldt, 0.0f, pp, lds);
-        }
-        for (int64_t i = 0; i < rows; ++i) {
-          float* prow = p + i * lds;
-          if (row_lse[i] == kNegInf) {
-            std::fill(prow + tile.f0[i / kAttnRowBand], prow + tile.f1[i / kAttnRowBand], 0.0f);
-            continue;
-          }
-          if (!fused) exp_shift_sum(prow + tile.lo[i], tile.n[i], row_lse[i]);
-          zero_masked(tile, i, prow);
-        }
-        // dV += P^T dO ; dP = dO V^T ; dS = P (dP - delta) ; dQ += s dS K ; dK += s dS^T Q,
-        // each over the tile's pieces (P and dS are zero outside every row's keys).
-        for (int u = 0; u < tile.n_pieces; ++u) {
-          const AttnPiece& pc = tile.piece[u];
-          const int64_t pr = pc.r1 - pc.r0, pn = pc.c1 - pc.c0, at = pc.r0 * lds + pc.c0;
-          gemm_b(ctx, fused, true, pn, D, pr, 1.0f, p + at, lds, dob + pc.r0 * ld.q, ld.q,
-                 PanelB{dopan + pc.r0 * kPanel, q_panel, 0}, 1.0f, dvb + pc.c0 * ld.kv, ld.kv);
-          if (fused)
-            gemm_direct_rows(RowOp::kGrad, pr, pn, D, 1.0f, dob + pc.r0 * ld.q, ld.q,
-                             PanelB{vt, D * kPanel, j0 + pc.c0}, dp + at, lds, delta + pc.r0,
-                             p + at, lds);
-          else
-            gemm_direct(ctx, false, pr, pn, D, 1.0f, dob + pc.r0 * ld.q, ld.q, vt + j0 + pc.c0, ldt,
-                        0.0f, dp + at, lds);
-        }
-        for (int64_t i = 0; i < rows; ++i) {
-          float* dprow = dp + i * lds;
-          const int64_t a = tile.lo[i], n = tile.n[i];
-          if (!fused) softmax_grad_row(p + i * lds + a, dprow + a, n, delta[i]);
-          zero_masked(tile, i, dprow);
-        }
-        for (int u = 0; u < tile.n_pieces; ++u) {
-          const AttnPiece& pc = tile.piece[u];
-          const int64_t pr = pc.r1 - pc.r0, pn = pc.c1 - pc.c0, at = pc.r0 * lds + pc.c0;
-          gemm_b(ctx, fused, false, pr, D, pn, s.scale, dp + at, lds, kb + pc.c0 * ld.kv, ld.kv,
-                 PanelB{kpan + (j0 + pc.c0) * kPanel, kv_panel, 0}, 1.0f, dqb + pc.r0 * ld.q, ld.q);
-          gemm_b(ctx, fused, true, pn, D, pr, s.scale, dp + at, lds, qb + pc.r0 * ld.q, ld.q,
-                 PanelB{qpan + pc.r0 * kPanel, q_panel, 0}, 1.0f, dkb + pc.c0 * ld.kv, ld.kv);
-        }
-      }
-    }
+    for (int64_t i0 = 0; i0 < s.Tq; i0 += kQueryBlock)
+      backward_block(b, h, i0, delta_all, lse, q, k, dout, dq, dk, dv);
   }
 }
 

@@ -1,8 +1,9 @@
 // The ops on tensors: what model and parallel code call. Each op takes its
 // shapes and its element type from its tensors, checks that they agree and
-// that every tensor lives on ctx.device, and runs the backend kernel for
-// that device and dtype (kernels/api/functional.cpp). A new dtype or a new
-// device is then a new kernel table, not a new name for every op.
+// that every tensor lives on ctx.device, and runs the row of the op table
+// (op_table.hpp) for that device and dtype. A new dtype or a new device is
+// then new rows in that table, not a new name for every op (the recipes:
+// share/trident/design.md).
 //
 // Tensors are handles (core/tensor.hpp): an output is passed as a const
 // handle too, and its elements are written; views (rows(), view()) select

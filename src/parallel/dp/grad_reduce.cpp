@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "trident/kernels/ops.hpp"
+#include "trident/kernels/functional.hpp"
 
 namespace trident::dp {
 namespace {
@@ -31,9 +31,9 @@ double global_grad_sumsq(const std::vector<Param*>& params, Communicator* dpcp,
   double s = 0.0;
   for (Param* p : params) {
     if (p->reduce == GradReduce::dense && dense_owner)
-      s += kernels::sum_squares(ctx_, p->grad.ptr(), p->grad.numel());
+      s += kernels::sum_squares(ctx_, p->grad);
     else if (p->reduce == GradReduce::expert && expert_owner)
-      s += kernels::sum_squares(ctx_, p->grad.ptr(), p->grad.numel());
+      s += kernels::sum_squares(ctx_, p->grad);
   }
   if (world && world->size() > 1) world->allreduce_sum(&s, 1);
   return s;
@@ -57,7 +57,7 @@ double grad_sumsq(const ParamStore& store, Communicator* dpcp, Communicator* exp
     const int64_t each = (numel[k] + p - 1) / p;
     const int64_t lo = std::min(numel[k], r * each), hi = std::min(numel[k], (r + 1) * each);
     if (lo < hi)
-      part[k] = kernels::sum_squares(ctx, grads.ptr() + store.range(kind).begin + lo, hi - lo);
+      part[k] = kernels::sum_squares(ctx, grads.view(store.range(kind).begin + lo, {hi - lo}));
   }
   const int w = world ? world->size() : 1;
   if (w == 1) return part[0] + part[1];

@@ -5,7 +5,6 @@
 
 #include "trident/core/allocator.hpp"
 #include "trident/core/error.hpp"
-#include "trident/kernels/ops.hpp"
 #include "trident/kernels/tensor_ops.hpp"
 
 namespace trident::dp {

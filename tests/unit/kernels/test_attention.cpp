@@ -1,5 +1,6 @@
-// CPU flash attention (kernels/cpu/attention.cpp) against a naive O(seq^2)
-// reference that builds the whole score matrix and accumulates in fp64.
+// The tuned CPU flash attention (kernels/cpu/attention.cpp) against the plain
+// reference beside it (kernels/cpu/attention_reference.cpp: whole score rows
+// accumulated in fp64), on random inputs with an asserted relative tolerance.
 // Outputs, LSE and all three gradients; causal and not, GQA, tile
 // remainders, offset positions and fully masked rows.
 #include <catch2/catch.hpp>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "kernel_ctx.hpp"
+#include "reference.hpp"
 #include "trident/core/rng.hpp"
 #include "trident/core/tensor.hpp"
 #include "trident/kernels/attention.hpp"
@@ -22,9 +24,10 @@ std::vector<float> random_vec(int64_t n, const char* name, float scale = 1.0f) {
   return x;
 }
 
-// The reference: full [Tq, Tk] matrices per head, in double.
+// The plain reference kernels beside the tuned ones (kernels/cpu/reference.hpp):
+// whole score rows in fp64, no tiling.
 struct Reference {
-  std::vector<double> out, lse, dq, dk, dv;
+  std::vector<float> out, lse, dq, dk, dv;
 };
 
 // The mask's definition, written out (q_doc / k_doc are host memory here).
@@ -38,67 +41,25 @@ bool visible(const AttnShape& s, int64_t i, int64_t j) {
 Reference naive_attention(const AttnShape& s, const std::vector<float>& q,
                           const std::vector<float>& k, const std::vector<float>& v,
                           const std::vector<float>& dout) {
-  const int64_t D = s.D, Tq = s.Tq, Tk = s.Tk;
-  const int group = s.H / s.Hkv;
+  namespace ref = trident::kernels::cpu::reference;
   Reference r;
-  r.out.assign(size_t(Tq * s.H * D), 0.0);
-  r.lse.assign(size_t(Tq * s.H), 0.0);
-  r.dq.assign(r.out.size(), 0.0);
-  r.dk.assign(size_t(Tk * s.Hkv * D), 0.0);
-  r.dv.assign(r.dk.size(), 0.0);
-  auto qi = [&](int64_t t, int h) { return (t * s.H + h) * D; };
-  auto ki = [&](int64_t t, int g) { return (t * s.Hkv + g) * D; };
-  for (int h = 0; h < s.H; ++h) {
-    const int g = h / group;
-    for (int64_t i = 0; i < Tq; ++i) {
-      std::vector<double> p(size_t(Tk), 0.0);
-      double mx = -INFINITY;
-      for (int64_t j = 0; j < Tk; ++j) {
-        if (!visible(s, i, j)) continue;
-        double dot = 0.0;
-        for (int64_t d = 0; d < D; ++d) dot += double(q[qi(i, h) + d]) * k[ki(j, g) + d];
-        p[j] = dot * s.scale;
-        mx = std::max(mx, p[j]);
-      }
-      if (mx == -INFINITY) {  // no visible key
-        r.lse[i * s.H + h] = -INFINITY;
-        continue;
-      }
-      double sum = 0.0;
-      for (int64_t j = 0; j < Tk; ++j) {
-        p[j] = visible(s, i, j) ? std::exp(p[j] - mx) : 0.0;
-        sum += p[j];
-      }
-      r.lse[i * s.H + h] = mx + std::log(sum);
-      for (int64_t j = 0; j < Tk; ++j) p[j] /= sum;
-      for (int64_t j = 0; j < Tk; ++j)
-        for (int64_t d = 0; d < D; ++d) r.out[qi(i, h) + d] += p[j] * v[ki(j, g) + d];
-      // Backward of softmax(qK^T s) V for this row.
-      std::vector<double> dp(size_t(Tk), 0.0);
-      double delta = 0.0;
-      for (int64_t j = 0; j < Tk; ++j) {
-        for (int64_t d = 0; d < D; ++d) dp[j] += double(dout[qi(i, h) + d]) * v[ki(j, g) + d];
-        delta += p[j] * dp[j];
-      }
-      for (int64_t j = 0; j < Tk; ++j) {
-        const double ds = p[j] * (dp[j] - delta) * s.scale;
-        for (int64_t d = 0; d < D; ++d) {
-          r.dv[ki(j, g) + d] += p[j] * dout[qi(i, h) + d];
-          r.dq[qi(i, h) + d] += ds * k[ki(j, g) + d];
-          r.dk[ki(j, g) + d] += ds * q[qi(i, h) + d];
-        }
-      }
-    }
-  }
+  r.out.assign(q.size(), 0.0f);
+  r.lse.assign(size_t(s.Tq * s.H), 0.0f);
+  r.dq.assign(q.size(), 0.0f);
+  r.dk.assign(k.size(), 0.0f);
+  r.dv.assign(v.size(), 0.0f);
+  ref::attention_forward(s, q.data(), k.data(), v.data(), r.out.data(), r.lse.data());
+  ref::attention_backward(s, q.data(), k.data(), v.data(), dout.data(), r.dq.data(), r.dk.data(),
+                          r.dv.data());
   return r;
 }
 
-double rel_l2(const std::vector<float>& a, const std::vector<double>& b) {
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     if (std::isinf(b[i])) continue;  // compared separately
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
   }
   if (std::isnan(num)) return INFINITY;
   return den == 0 ? std::sqrt(num) : std::sqrt(num / den);

@@ -192,5 +192,5 @@ TEST_CASE("tensor ops name the tensor that breaks their contract", "[functional]
                       Catch::Contains("pos [4] i32 should be i64"));
   Tensor idx = Tensor::empty({32}, cpu_allocator(), DType::i32);
   REQUIRE_THROWS_WITH(kernels::add_inplace(ctx, Tensor({32}), idx),
-                      Catch::Contains("x [32] i32 should be f32 or bf16"));
+                      Catch::Contains("x [32] i32 should be float data (f32 or bf16)"));
 }
