@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "mpi_check.hpp"
+#include "trident/comm/flight_recorder.hpp"
 #include "trident/comm/mpi/mpi_communicator.hpp"
 #include "trident/core/clock.hpp"
 
@@ -118,6 +119,7 @@ struct Blocking {
   int depth = 0;
   bool fired = false;
   BlockingCallExpired expired = nullptr;
+  uint64_t flight = 0;  // the outermost call's flight record
 };
 Blocking& blocking() {
   static Blocking* b = new Blocking;
@@ -137,22 +139,33 @@ std::string seconds_text(double s) {
   Blocking& b = blocking();
   while (true) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    std::string message;
+    std::string message, what;
     {
       std::lock_guard<std::mutex> lock(b.mutex);
       if (b.depth == 0 || !g_thread_multiple) continue;
+      what = b.what;
+      // The main thread is inside the library call (and cannot leave it
+      // while this lock is held): this thread may write the flight records.
+      flight_poll();
       if (monotonic_s() > b.deadline && b.expired) {
         b.fired = true;
+        flight_end(b.flight, FlightState::timed_out);
         message = b.what + " did not finish within " + seconds_text(b.timeout_s) +
                   " (it waits for every rank of the job)";
       }
     }
     int rank = 0, code = 0;
     if (comm_failure_notice(&rank, &code)) {
+      flight_dump("rank " + std::to_string(rank) + " failed (exit " + std::to_string(code) +
+                      ") while this rank was in " + what,
+                  comm_was_stopped());
       std::this_thread::sleep_for(std::chrono::seconds(1));  // the reporter prints first
       comm_exit_now(code);
     }
-    if (!message.empty()) blocking().expired(message);
+    if (!message.empty()) {
+      flight_dump(message, comm_was_stopped());
+      blocking().expired(message);
+    }
   }
 }
 
@@ -167,12 +180,13 @@ BlockingCall::BlockingCall(const std::string& what, double timeout_s) {
   b.what = what;
   b.timeout_s = timeout_s;
   b.deadline = monotonic_s() + timeout_s;
+  b.flight = flight_blocking_call();
 }
 
 BlockingCall::~BlockingCall() {
   Blocking& b = blocking();
   std::unique_lock<std::mutex> lock(b.mutex);
-  --b.depth;
+  if (--b.depth == 0) flight_end(b.flight, FlightState::completed);
   // Past its deadline the watchdog ends the process: the call's result is no
   // longer this thread's to use.
   while (b.fired) {
