@@ -121,14 +121,18 @@ void append_groups(std::string& out, const std::vector<Group>& groups) {
 }
 
 // The whole file (caller holds the mutex).
-std::string file_text(const Recorder& r, const std::string& reason, bool was_stopped) {
+std::string file_text(const Recorder& r, const std::string& reason, double stopped_s) {
   std::string out = "{\"format\": \"trident-flight\", \"version\": 1,\n  \"rank\": ";
   out += std::to_string(r.rank) + ", \"world_size\": " + std::to_string(r.hosts.size());
   out += ", \"host\": ";
   append_escaped(out, size_t(r.rank) < r.hosts.size() ? r.hosts[size_t(r.rank)] : "");
   out += ", \"pid\": " + std::to_string(::getpid()) + ", \"reason\": ";
   append_escaped(out, reason);
-  out += was_stopped ? ", \"was_stopped\": true" : ", \"was_stopped\": false";
+  // a second: longer than a loaded machine keeps a thread from its core
+  out += stopped_s >= 1.0 ? ", \"was_stopped\": true" : ", \"was_stopped\": false";
+  char stopped[48];
+  std::snprintf(stopped, sizeof stopped, ", \"stopped_s\": %.3f", stopped_s);
+  out += stopped;
   append_time(out, "written_at", now_s());
   out += ", \"capacity\": " + std::to_string(r.ring.size()) +
          ", \"recorded\": " + std::to_string(r.next_id.load() - 1) + ",\n  \"hosts\": [";
@@ -271,7 +275,7 @@ std::vector<FlightOp> flight_snapshot() {
   return out;
 }
 
-bool flight_dump(const std::string& reason, bool was_stopped) {
+bool flight_dump(const std::string& reason, double stopped_s) {
   Recorder& r = recorder();
   std::lock_guard<std::mutex> lock(r.mutex);
   if (r.dir.empty() || r.ring.empty()) return false;
@@ -279,7 +283,7 @@ bool flight_dump(const std::string& reason, bool was_stopped) {
   char name[32];
   std::snprintf(name, sizeof name, "/rank%05d.json", r.rank);
   const std::string path = r.dir + name, tmp = path + ".tmp";
-  const std::string text = file_text(r, reason, was_stopped);
+  const std::string text = file_text(r, reason, stopped_s);
   std::FILE* f = std::fopen(tmp.c_str(), "w");
   if (!f) return false;
   const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();

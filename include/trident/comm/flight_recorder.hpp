@@ -62,11 +62,12 @@ void flight_waiting(uint64_t id);
 // It completed, or its wait passed the deadline.
 void flight_end(uint64_t id, FlightState state);
 
-// Writes the ring now (reason: one line, why; was_stopped: this process was
-// stopped and continued, comm_was_stopped(), so that its records past the
-// stop say nothing of the others). Returns whether a file was written. Safe
-// to call repeatedly: each call replaces the file whole.
-bool flight_dump(const std::string& reason, bool was_stopped = false);
+// Writes the ring now (reason: one line, why; stopped_s: how long this
+// process was stopped (SIGSTOP) and then continued, comm_stopped_s(): a
+// rank stopped 1 s or more is marked "was_stopped", since its records past
+// the stop say nothing of the others). Returns whether a file was written.
+// Safe to call repeatedly: each call replaces the file whole.
+bool flight_dump(const std::string& reason, double stopped_s = 0);
 // Writes the ring if SIGUSR2 arrived since the last write; cheap otherwise.
 void flight_poll();
 

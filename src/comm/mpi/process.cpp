@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -61,7 +62,22 @@ volatile std::sig_atomic_t g_continued = 0;
 // library that gives less than MPI_THREAD_MULTIPLE) blocking calls keep no
 // deadline.
 std::atomic<bool> g_thread_multiple{false};
-extern "C" void on_continue(int) { g_continued = 1; }
+// The watchdog thread's last tick (CLOCK_MONOTONIC, ns; 0: not started) and
+// the longest silence of it that a SIGCONT ended: how long this process was
+// really stopped (a launcher's SIGCONT to a running process finds a recent
+// tick). Lock-free atomics: read and written in the signal handler.
+std::atomic<int64_t> g_heartbeat_ns{0};
+std::atomic<int64_t> g_stopped_ns{0};
+int64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+extern "C" void on_continue(int) {
+  g_continued = 1;
+  const int64_t beat = g_heartbeat_ns.load(), silent = monotonic_ns() - beat;
+  if (beat > 0 && silent > g_stopped_ns.load()) g_stopped_ns.store(silent);
+}
 
 int64_t to_us(double seconds) { return int64_t(seconds * 1e6); }
 
@@ -139,6 +155,7 @@ std::string seconds_text(double s) {
   Blocking& b = blocking();
   while (true) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    g_heartbeat_ns.store(monotonic_ns());
     std::string message, what;
     {
       std::lock_guard<std::mutex> lock(b.mutex);
@@ -158,12 +175,12 @@ std::string seconds_text(double s) {
     if (comm_failure_notice(&rank, &code)) {
       flight_dump("rank " + std::to_string(rank) + " failed (exit " + std::to_string(code) +
                       ") while this rank was in " + what,
-                  comm_was_stopped());
+                  comm_stopped_s());
       std::this_thread::sleep_for(std::chrono::seconds(1));  // the reporter prints first
       comm_exit_now(code);
     }
     if (!message.empty()) {
-      flight_dump(message, comm_was_stopped());
+      flight_dump(message, comm_stopped_s());
       blocking().expired(message);
     }
   }
@@ -226,6 +243,8 @@ void comm_init(int* argc, char*** argv) {
 }
 
 bool comm_was_stopped() { return g_continued != 0; }
+
+double comm_stopped_s() { return double(g_stopped_ns.load()) * 1e-9; }
 
 bool comm_active() {
   int initialized = 0, finalized = 0;
