@@ -174,7 +174,7 @@ def analyse(path: str) -> dict:
             continue
         op = x.blocked
         waiting.append({"rank": r, "host": x.host, "op": describe(op), "posted": op["posted"],
-                        "waiting_s": t_ref - op["waiting"], "waits_for": edges[r],
+                        "waiting_s": max(0.0, t_ref - op["waiting"]), "waits_for": edges[r],
                         # as it stood then: a wait that passed its deadline, or one going on
                         "state": "timed_out" if op["state"] == "timed_out" else "waiting"})
         roots, cycle = _roots(r, edges, ranks)
