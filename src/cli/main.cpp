@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "trident/comm/flight_recorder.hpp"
 #include "trident/comm/process.hpp"
 #include "trident/core/clock.hpp"
 #include "trident/core/error.hpp"
@@ -65,6 +66,8 @@ int finish_with_error(bool mpi_on, int code, const std::string& msg, bool symmet
                       bool timed_out = false) {
   const double t_fail = now_s();
   const int rank = mpi_on ? comm_world_rank() : launcher_rank();
+  // the flight records first: before anything that may wait, or the launcher's kill
+  if (mpi_on) flight_dump(msg, comm_stopped_s());
   if (!mpi_on) {
     if (rank == 0) print_error(msg);
     return code;
@@ -183,6 +186,8 @@ int run_command(Command& chosen, int* argc, char*** argv) {
     if (mpi_on) comm_finalize();
     return rc;
   } catch (const PeerFailure& e) {
+    flight_dump(std::string(e.what()) + " (exit " + std::to_string(e.code) + ")",
+                comm_stopped_s());
     leave_after_reporter(e.code);
   } catch (const InputError& e) {
     const bool lead = (mpi_on ? comm_world_rank() : launcher_rank()) == 0;

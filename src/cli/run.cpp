@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "commands.hpp"
+#include "trident/comm/flight_recorder.hpp"
 #include "trident/comm/process.hpp"
 #include "trident/kernels/gemm.hpp"
 #include "trident/model/data.hpp"
@@ -48,6 +49,7 @@ int RunCommand::run() {
   Config cfg = load_config(config_, sets_);
   if (!output_.empty()) cfg.output.file = output_;
   train::check_config(cfg, world_size);
+  flight_configure(cfg.runtime.flight_records);
   std::optional<plan::MachineProfile> machine;
   if (!machine_.empty())
     machine = plan::load_machine(machine_);  // bad file: exit 2 before any output

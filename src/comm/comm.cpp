@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "trident/comm/flight_recorder.hpp"
 #include "trident/comm/process.hpp"
 #include "trident/core/error.hpp"
 
@@ -107,6 +108,7 @@ Communicator::Communicator(CommKind kind, std::string name, double timeout_s, in
       world_ranks_(std::move(world_ranks)) {
   TRIDENT_CHECK(timeout_s > 0, "Communicator '" + name_ + "': timeout_s must be > 0");
   TRIDENT_CHECK(rank_ >= 0 && rank_ < size(), "Communicator '" + name_ + "': rank outside group");
+  flight_group_ = flight_register_group(kind_, name_, rank_, world_ranks_);
 }
 
 Communicator::~Communicator() = default;
@@ -123,10 +125,13 @@ FailureNoticeProbe g_notice_probe = nullptr;
 
 void set_failure_notice_probe(FailureNoticeProbe probe) { g_notice_probe = probe; }
 
-void Communicator::await(PendingOp& op, const std::string& what, CommKind kind, double bytes_sent) {
+void Communicator::await(PendingOp& op, const std::string& what, CommKind kind, double bytes_sent,
+                         uint64_t flight) {
   const double t0 = monotonic_s();
+  flight_waiting(flight);
   Backoff backoff;
   for (unsigned polls = 1; !op.poll(); ++polls) {
+    if (polls % 256 == 0) flight_poll();  // SIGUSR2: the records of a wait that seems stuck
     // Another rank failed and said so: end now rather than at the deadline.
     int failed_rank = 0, code = 0;
     const double waited = monotonic_s() - t0;
@@ -138,13 +143,49 @@ void Communicator::await(PendingOp& op, const std::string& what, CommKind kind, 
     if (waited > timeout_s_) {
       counters().wait_s[int(kind)] += waited;  // time lost, but no completed call
       on_timeout();
+      flight_end(flight, FlightState::timed_out);
       const int me = world_ranks_[size_t(rank_)];
+      flight_dump("rank " + std::to_string(me) + ": " + what + " on " + name_ + " timed out");
       throw TimeoutError("rank " + std::to_string(me) + ": " + what + " on " + name_ + " (" +
                          comm_kind_name(kind) + ") timed out after " + format_seconds(timeout_s_));
     }
     backoff.pause();
   }
+  flight_end(flight, FlightState::completed);
   counters().add(kind, bytes_sent, monotonic_s() - t0);
+}
+
+namespace {
+
+// What an operation moves, for its flight record: the bytes of a message or
+// of this rank's data (an alltoallv's: all it sends).
+uint64_t flight_bytes(const CommOp& op, int group_size) {
+  switch (op.kind) {
+    case CommOp::Kind::allreduce:
+    case CommOp::Kind::reduce:
+      return op.count * elem_size(op.type);
+    case CommOp::Kind::reduce_scatter:
+      return op.count * size_t(group_size) * elem_size(op.type);
+    case CommOp::Kind::alltoallv: {
+      int64_t n = 0;
+      for (int i = 0; i < group_size; ++i) n += op.send_counts[i];
+      return uint64_t(n) * op.elem_bytes;
+    }
+    case CommOp::Kind::barrier:
+      return 0;
+    default:
+      return op.bytes;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<PendingOp> Communicator::post_recorded(const CommOp& op, uint64_t* flight) {
+  const bool p2p = op.kind == CommOp::Kind::send || op.kind == CommOp::Kind::recv;
+  const bool rooted = p2p || op.kind == CommOp::Kind::broadcast || op.kind == CommOp::Kind::reduce;
+  *flight = flight_post(flight_group_, op.kind, rooted ? world_ranks_[size_t(op.peer)] : -1,
+                        p2p ? op.tag : 0, flight_bytes(op, size()), flight_seq_[p2p ? 1 : 0]++);
+  return post(op);
 }
 
 // ---- point to point ----
@@ -153,7 +194,9 @@ Request Communicator::isend(const void* buf, size_t bytes, int peer, int tag) {
   TRIDENT_CHECK(peer >= 0 && peer < size(), "isend to rank " + std::to_string(peer) + " outside " +
                                                 name_ + " of size " + std::to_string(size()));
   Request r;
-  r.op_ = post({.kind = CommOp::Kind::send, .in = buf, .bytes = bytes, .peer = peer, .tag = tag});
+  r.op_ = post_recorded(
+      {.kind = CommOp::Kind::send, .in = buf, .bytes = bytes, .peer = peer, .tag = tag},
+      &r.flight_);
   r.what_ = "send of " + std::to_string(bytes) + " B to rank " + std::to_string(peer) + " (world " +
             std::to_string(world_ranks_[size_t(peer)]) + ", tag " + std::to_string(tag) + ")";
   r.kind_ = kind_;
@@ -166,7 +209,9 @@ Request Communicator::irecv(void* buf, size_t bytes, int peer, int tag) {
                                                 " outside " + name_ + " of size " +
                                                 std::to_string(size()));
   Request r;
-  r.op_ = post({.kind = CommOp::Kind::recv, .out = buf, .bytes = bytes, .peer = peer, .tag = tag});
+  r.op_ = post_recorded(
+      {.kind = CommOp::Kind::recv, .out = buf, .bytes = bytes, .peer = peer, .tag = tag},
+      &r.flight_);
   r.what_ = "recv of " + std::to_string(bytes) + " B from rank " + std::to_string(peer) +
             " (world " + std::to_string(world_ranks_[size_t(peer)]) + ", tag " +
             std::to_string(tag) + ")";
@@ -178,7 +223,7 @@ Request Communicator::irecv(void* buf, size_t bytes, int peer, int tag) {
 void Communicator::wait(Request& r) {
   if (!r.active()) return;
   try {
-    await(*r.op_, r.what_, r.kind_, r.bytes_);
+    await(*r.op_, r.what_, r.kind_, r.bytes_, r.flight_);
   } catch (const TimeoutError& e) {
     // The peer named is the one this rank waited on. When a rank stops, the
     // ranks waiting on it wait, and so do the ranks waiting on those: the
@@ -200,6 +245,7 @@ void Communicator::wait_all(std::vector<Request>& rs) {
 bool Communicator::test(Request& r) {
   if (!r.active()) return true;
   if (!r.op_->poll()) return false;
+  flight_end(r.flight_, FlightState::completed);
   counters().add(r.kind_, r.bytes_, 0.0);
   r.op_.reset();
   return true;
@@ -213,16 +259,18 @@ void Communicator::allreduce(void* data, size_t n, ElemType type, ReduceOp op, S
   size_t off = 0;
   do {
     const size_t len = std::min(piece, n - off);
-    auto pending = post({.kind = CommOp::Kind::allreduce,
-                         .out = static_cast<char*>(data) + off * esize,
-                         .count = len,
-                         .type = type,
-                         .reduce = op,
-                         .order = order});
+    uint64_t flight = 0;
+    auto pending = post_recorded({.kind = CommOp::Kind::allreduce,
+                                  .out = static_cast<char*>(data) + off * esize,
+                                  .count = len,
+                                  .type = type,
+                                  .reduce = op,
+                                  .order = order},
+                                 &flight);
     await(*pending,
           std::string("allreduce_") + op_names[int(op)] + " of " + std::to_string(len) + " " +
               elem_name(type) + " over " + std::to_string(size()) + " ranks",
-          kind_, double(len * esize));
+          kind_, double(len * esize), flight);
     off += len;
   } while (off < n);
 }
@@ -230,28 +278,32 @@ void Communicator::allreduce(void* data, size_t n, ElemType type, ReduceOp op, S
 void Communicator::broadcast(void* data, size_t bytes, int root) {
   TRIDENT_CHECK(root >= 0 && root < size(),
                 "broadcast root " + std::to_string(root) + " outside " + name_);
-  auto pending = post({.kind = CommOp::Kind::broadcast, .out = data, .bytes = bytes, .peer = root});
+  uint64_t flight = 0;
+  auto pending = post_recorded(
+      {.kind = CommOp::Kind::broadcast, .out = data, .bytes = bytes, .peer = root}, &flight);
   await(*pending,
         "broadcast of " + std::to_string(bytes) + " B from rank " + std::to_string(root) +
             " (world " + std::to_string(world_ranks_[size_t(root)]) + ")",
-        kind_, rank_ == root ? double(bytes) : 0.0);
+        kind_, rank_ == root ? double(bytes) : 0.0, flight);
 }
 
 void Communicator::reduce_scatter_sum(const float* in, float* out, size_t count, SumOrder order) {
   TRIDENT_CHECK(count <= max_elements_per_reduction(),
                 "reduce_scatter on " + name_ + ": " + std::to_string(count) +
                     " elements per rank exceed what one operation takes");
-  auto pending = post({.kind = CommOp::Kind::reduce_scatter,
-                       .in = in,
-                       .out = out,
-                       .count = count,
-                       .type = ElemType::f32,
-                       .reduce = ReduceOp::sum,
-                       .order = order});
+  uint64_t flight = 0;
+  auto pending = post_recorded({.kind = CommOp::Kind::reduce_scatter,
+                                .in = in,
+                                .out = out,
+                                .count = count,
+                                .type = ElemType::f32,
+                                .reduce = ReduceOp::sum,
+                                .order = order},
+                               &flight);
   await(*pending,
         "reduce_scatter_sum of " + std::to_string(count) + " float per rank over " +
             std::to_string(size()) + " ranks",
-        kind_, double(count * size_t(size()) * sizeof(float)));
+        kind_, double(count * size_t(size()) * sizeof(float)), flight);
 }
 
 // One posted sum of n floats (allreduce, or reduce to op.peer), as a
@@ -263,7 +315,7 @@ Request Communicator::post_sum(CommOp op, const std::string& what) {
   op.type = ElemType::f32;
   op.reduce = ReduceOp::sum;
   Request r;
-  r.op_ = post(op);
+  r.op_ = post_recorded(op, &r.flight_);
   r.what_ =
       what + " of " + std::to_string(op.count) + " float" +
       (op.kind == CommOp::Kind::reduce ? " to rank " + std::to_string(op.peer) + " (world " +
@@ -289,11 +341,13 @@ Request Communicator::ireduce_sum(float* data, size_t n, int root, SumOrder orde
 }
 
 void Communicator::allgather(const void* in, void* out, size_t bytes) {
-  auto pending = post({.kind = CommOp::Kind::allgather, .in = in, .out = out, .bytes = bytes});
+  uint64_t flight = 0;
+  auto pending = post_recorded(
+      {.kind = CommOp::Kind::allgather, .in = in, .out = out, .bytes = bytes}, &flight);
   await(*pending,
         "allgather of " + std::to_string(bytes) + " B per rank over " + std::to_string(size()) +
             " ranks",
-        kind_, double(bytes));
+        kind_, double(bytes), flight);
 }
 
 namespace {
@@ -323,8 +377,10 @@ void Communicator::alltoallv(const void* send, const std::vector<int64_t>& send_
                 "alltoallv on " + name_ + ": counts and displacements need " + std::to_string(p) +
                     " entries");
   TRIDENT_CHECK(elem_bytes > 0, "alltoallv on " + name_ + ": element size 0");
-  auto pending = post(alltoallv_op(send, send_counts.data(), send_displs.data(), recv,
-                                   recv_counts.data(), recv_displs.data(), elem_bytes));
+  uint64_t flight = 0;
+  auto pending = post_recorded(alltoallv_op(send, send_counts.data(), send_displs.data(), recv,
+                                            recv_counts.data(), recv_displs.data(), elem_bytes),
+                               &flight);
   int64_t out_elems = 0, in_elems = 0;
   for (size_t i = 0; i < p; ++i) {
     if (int(i) == rank_) continue;  // the part kept locally crosses no link
@@ -335,7 +391,7 @@ void Communicator::alltoallv(const void* send, const std::vector<int64_t>& send_
         "alltoallv (sending " + std::to_string(out_elems) + ", receiving " +
             std::to_string(in_elems) + " elements of " + std::to_string(elem_bytes) + " B) over " +
             std::to_string(size()) + " ranks",
-        kind_, double(out_elems) * double(elem_bytes));
+        kind_, double(out_elems) * double(elem_bytes), flight);
 }
 
 void Communicator::alltoall(const int64_t* send, int64_t* recv, size_t per_peer) {
@@ -345,17 +401,21 @@ void Communicator::alltoall(const int64_t* send, int64_t* recv, size_t per_peer)
   const std::vector<int64_t> counts(p, per_peer > 0 ? 1 : 0);
   std::vector<int64_t> displs(p);
   for (size_t i = 0; i < p; ++i) displs[i] = int64_t(i);
-  auto pending = post(alltoallv_op(send, counts.data(), displs.data(), recv, counts.data(),
-                                   displs.data(), std::max<size_t>(per_peer, 1) * sizeof(int64_t)));
+  uint64_t flight = 0;
+  auto pending =
+      post_recorded(alltoallv_op(send, counts.data(), displs.data(), recv, counts.data(),
+                                 displs.data(), std::max<size_t>(per_peer, 1) * sizeof(int64_t)),
+                    &flight);
   await(*pending,
         "alltoall of " + std::to_string(per_peer) + " int64 per peer over " +
             std::to_string(size()) + " ranks",
-        kind_, double(per_peer * sizeof(int64_t) * (p - 1)));
+        kind_, double(per_peer * sizeof(int64_t) * (p - 1)), flight);
 }
 
 void Communicator::barrier() {
-  auto pending = post({.kind = CommOp::Kind::barrier});
-  await(*pending, "barrier over " + std::to_string(size()) + " ranks", kind_, 0.0);
+  uint64_t flight = 0;
+  auto pending = post_recorded({.kind = CommOp::Kind::barrier}, &flight);
+  await(*pending, "barrier over " + std::to_string(size()) + " ranks", kind_, 0.0, flight);
 }
 
 // ---- agreement ----

@@ -294,6 +294,9 @@ const std::vector<KeyDef>& key_table() {
     t.push_back(float_key(
         "runtime", "straggler_threshold", [](Config& c) { return &c.runtime.straggler_threshold; },
         1, true));
+    t.push_back(int_key(
+        "runtime", "flight_records", [](Config& c) { return &c.runtime.flight_records; }, 0,
+        1 << 20));
     // [output]
     t.push_back(string_key(
         "output", "file", [](Config& c) { return &c.output.file; }, true));

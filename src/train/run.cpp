@@ -12,6 +12,7 @@
 #include <fstream>
 #include <set>
 
+#include "trident/comm/flight_recorder.hpp"
 #include "trident/core/allocator.hpp"
 #include "trident/core/clock.hpp"
 #include "trident/core/error.hpp"
@@ -405,6 +406,7 @@ LoopTotals run_steps(Trainer& trainer, RunFile& file, CheckpointSaver& saver, Ra
   for (int64_t step = start; step < cfg.train.steps; ++step) {
     if (rank == hooks.rank && step == hooks.kill_at) std::raise(SIGKILL);
     if (rank == hooks.rank && step == hooks.stop_at) std::raise(SIGSTOP);
+    flight_poll();  // SIGUSR2: the flight records, and the run goes on
     const bool cap = capture_steps.count(int(step)) && capture.active();
     StepResult r = trainer.train_step(step, cap ? &capture : nullptr);
     file.append_step(r.metrics, r.comm_bytes, r.expert_tokens);
@@ -554,6 +556,9 @@ int run(const Config& cfg, Communicators& comms, const RunRequest& request) {
   // Every input is valid: now the run file may exist.
   const std::string path = resolve_output_name(cfg.output.file, *comms.world);
   const char* job = std::getenv("SLURM_JOB_ID");
+  std::vector<std::string> hosts;
+  for (const RankInfo& r : comms.topo.ranks) hosts.push_back(r.hostname);
+  flight_set_output(flight_dir_of(path), comms.world->rank(), hosts);
   RunFile file(path, *comms.world, cfg, comms, job ? job : "");
   file.set_root_attr("command_line", request.command_line);
   file.set_root_attr("backend", backend_name(trainer.device()));
@@ -576,8 +581,6 @@ int run(const Config& cfg, Communicators& comms, const RunRequest& request) {
   const CommCounters at_start = trainer.counters();
   record_documents(trainer, file, at.step);
   CheckpointSaver saver(trainer, &file);
-  std::vector<std::string> hosts;
-  for (const RankInfo& r : comms.topo.ranks) hosts.push_back(r.hostname);
   RankStats stats(cfg, *comms.world, comms.me.pp, hosts);
   LoopTotals tot = run_steps(trainer, file, saver, stats, at.step, at.checkpoint, eval_data.get());
   stats.finish(file);

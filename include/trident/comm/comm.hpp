@@ -90,7 +90,8 @@ class Request {
   std::unique_ptr<PendingOp> op_;
   std::string what_;  // "send of 64 B to rank 3 (world 5, tag 2)" for the timeout message
   CommKind kind_ = CommKind::world;
-  double bytes_ = 0;  // accounted as sent when complete
+  double bytes_ = 0;     // accounted as sent when complete
+  uint64_t flight_ = 0;  // its flight record (comm/flight_recorder.hpp); 0: none
 };
 
 // Element types and reductions of the collectives.
@@ -286,10 +287,14 @@ class Communicator {
   // For a backend's wait_on_compute: the operation behind a request.
   static PendingOp* pending_op(Request& r) { return r.op_.get(); }
   // Polls op until complete or the deadline; accounts bytes and the wait.
-  void await(PendingOp& op, const std::string& what, CommKind kind, double bytes_sent);
+  // flight: the operation's flight record (0: none).
+  void await(PendingOp& op, const std::string& what, CommKind kind, double bytes_sent,
+             uint64_t flight = 0);
 
  private:
   Request post_sum(CommOp op, const std::string& what);
+  // post(op), with the operation in the flight recorder; *flight: its record.
+  std::unique_ptr<PendingOp> post_recorded(const CommOp& op, uint64_t* flight);
 
   CommKind kind_;
   std::string name_;
@@ -298,6 +303,10 @@ class Communicator {
   std::vector<int> world_ranks_;
   void* compute_stream_ = nullptr;
   std::shared_ptr<CommCounters> counters_ = std::make_shared<CommCounters>();
+  // Flight recorder: this group's index, and its operations so far
+  // (collectives, point-to-point), the records' sequence numbers.
+  int flight_group_ = -1;
+  uint64_t flight_seq_[2] = {0, 0};
 };
 
 // root's string on every rank of comm (collective).

@@ -67,6 +67,11 @@ std::vector<int> comm_silent_ranks(double seconds);
 // its own timeouts then say nothing about the job (the launcher continues a
 // stopped rank to end it after another rank has reported).
 bool comm_was_stopped();
+// How long this process was stopped before a SIGCONT, at the longest
+// (seconds; 0: never, or before the blocking calls' watchdog thread, whose
+// ticks measure it, started): a launcher's SIGCONT to a running process
+// says 0, where comm_was_stopped() says true.
+double comm_stopped_s();
 // Flushes stdout and stderr and ends this process with `code` within 0.2 s
 // (its notices' sends), without finalising MPI (peers may be gone or stuck).
 [[noreturn]] void comm_exit_now(int code);

@@ -304,6 +304,9 @@ struct RuntimeConfig {
   // A rank whose compute per step is this many times its peers' median over
   // two windows of output.rank_stats_every steps in a row is named (faults.md).
   double straggler_threshold = 1.3;
+  // Communication operations each rank's flight recorder keeps (its last N;
+  // comm/flight_recorder.hpp, faults.md); 0: off.
+  int flight_records = 256;
 
   bool operator==(const RuntimeConfig&) const = default;
 };

@@ -56,6 +56,10 @@ import time
 import h5py
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "analysis"))
+from trident_analyze import flight  # noqa: E402
+from trident_analyze.runfile import AnalysisError  # noqa: E402
+
 STEP_LINE = re.compile(r"^step +(\d+) \|")
 LONGEST_WAIT = re.compile(r"^waits: longest ([0-9.]+) s")
 SILENT = re.compile(r"ranks? ([0-9, ]+)(?: and \d+ more)? did not answer")
@@ -221,6 +225,8 @@ class Soak:
                 return False  # no checkpoint came after the disk filled
             self.problem("segment %d: %s fault, yet the job exited 0" % (rec["segment"], kind))
         self.check_cause(rec)
+        if kind == "stop":
+            self.check_flight(rec)
         if "MPI_ABORT" in err:
             self.problem("segment %d: %s: MPI_Abort banner on stderr" % (rec["segment"], kind))
         # full: from the moment the disk filled; it shows at the next checkpoint
@@ -264,6 +270,21 @@ class Soak:
             self.problem("segment %d: %s of rank %s: expected one line naming the cause; trident's "
                          "lines: %s; the launcher's: killed rank(s) %s"
                          % (rec["segment"], kind, rec["rank"], errors, killed))
+
+    def check_flight(self, rec):
+        """A stopped rank: the flight records the others wrote beside the run
+        file name it as the rank that held up what they waited in."""
+        try:
+            res = flight.analyse(rec["out"])
+        except AnalysisError as e:
+            self.problem("segment %d: stop of rank %s: no flight records to analyse: %s"
+                         % (rec["segment"], rec["rank"], e))
+            return
+        d = res["diverge"] or {}
+        rec["flight_named"] = d.get("rank")
+        if d.get("rank") != rec["rank"]:
+            self.problem("segment %d: stop of rank %s: the flight records name rank %s (%s)"
+                         % (rec["segment"], rec["rank"], d.get("rank"), flight.format_text(res)))
 
     def count_false_deadline(self, rec):
         """A deadline that fired where no rank was stopped: a healthy job, slow."""
@@ -368,6 +389,11 @@ def report(s, t0):
             d = [r["detect_s"] for r in recs if r["kind"] == k]
             print("  %-8s max %.1f s, median %.1f s" % (k, max(d), statistics.median(d)))
     print("false deadlines (a deadline that fired with no rank stopped): %d" % s.false_deadlines)
+    stops = [r for r in recs if r["kind"] == "stop"]
+    if stops:
+        print("flight records: %d of %d stopped ranks named (%s)"
+              % (sum(1 for r in stops if r.get("flight_named") == r["rank"]), len(stops),
+                 ", ".join("rank %s: named %s" % (r["rank"], r.get("flight_named")) for r in stops)))
     if lost:
         print("work lost per fault: mean %.2f steps, max %d steps (checkpoint every %d steps)"
               % (statistics.mean(lost), max(lost), s.a.checkpoint_every))

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "mpi_check.hpp"
+#include "trident/comm/flight_recorder.hpp"
 #include "trident/comm/mpi/mpi_communicator.hpp"
 #include "trident/core/clock.hpp"
 
@@ -60,7 +62,22 @@ volatile std::sig_atomic_t g_continued = 0;
 // library that gives less than MPI_THREAD_MULTIPLE) blocking calls keep no
 // deadline.
 std::atomic<bool> g_thread_multiple{false};
-extern "C" void on_continue(int) { g_continued = 1; }
+// The watchdog thread's last tick (CLOCK_MONOTONIC, ns; 0: not started) and
+// the longest silence of it that a SIGCONT ended: how long this process was
+// really stopped (a launcher's SIGCONT to a running process finds a recent
+// tick). Lock-free atomics: read and written in the signal handler.
+std::atomic<int64_t> g_heartbeat_ns{0};
+std::atomic<int64_t> g_stopped_ns{0};
+int64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+extern "C" void on_continue(int) {
+  g_continued = 1;
+  const int64_t beat = g_heartbeat_ns.load(), silent = monotonic_ns() - beat;
+  if (beat > 0 && silent > g_stopped_ns.load()) g_stopped_ns.store(silent);
+}
 
 int64_t to_us(double seconds) { return int64_t(seconds * 1e6); }
 
@@ -118,6 +135,7 @@ struct Blocking {
   int depth = 0;
   bool fired = false;
   BlockingCallExpired expired = nullptr;
+  uint64_t flight = 0;  // the outermost call's flight record
 };
 Blocking& blocking() {
   static Blocking* b = new Blocking;
@@ -137,22 +155,34 @@ std::string seconds_text(double s) {
   Blocking& b = blocking();
   while (true) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    std::string message;
+    g_heartbeat_ns.store(monotonic_ns());
+    std::string message, what;
     {
       std::lock_guard<std::mutex> lock(b.mutex);
       if (b.depth == 0 || !g_thread_multiple) continue;
+      what = b.what;
+      // The main thread is inside the library call (and cannot leave it
+      // while this lock is held): this thread may write the flight records.
+      flight_poll();
       if (monotonic_s() > b.deadline && b.expired) {
         b.fired = true;
+        flight_end(b.flight, FlightState::timed_out);
         message = b.what + " did not finish within " + seconds_text(b.timeout_s) +
                   " (it waits for every rank of the job)";
       }
     }
     int rank = 0, code = 0;
     if (comm_failure_notice(&rank, &code)) {
+      flight_dump("rank " + std::to_string(rank) + " failed (exit " + std::to_string(code) +
+                      ") while this rank was in " + what,
+                  comm_stopped_s());
       std::this_thread::sleep_for(std::chrono::seconds(1));  // the reporter prints first
       comm_exit_now(code);
     }
-    if (!message.empty()) blocking().expired(message);
+    if (!message.empty()) {
+      flight_dump(message, comm_stopped_s());
+      blocking().expired(message);
+    }
   }
 }
 
@@ -167,12 +197,13 @@ BlockingCall::BlockingCall(const std::string& what, double timeout_s) {
   b.what = what;
   b.timeout_s = timeout_s;
   b.deadline = monotonic_s() + timeout_s;
+  b.flight = flight_blocking_call();
 }
 
 BlockingCall::~BlockingCall() {
   Blocking& b = blocking();
   std::unique_lock<std::mutex> lock(b.mutex);
-  --b.depth;
+  if (--b.depth == 0) flight_end(b.flight, FlightState::completed);
   // Past its deadline the watchdog ends the process: the call's result is no
   // longer this thread's to use.
   while (b.fired) {
@@ -212,6 +243,8 @@ void comm_init(int* argc, char*** argv) {
 }
 
 bool comm_was_stopped() { return g_continued != 0; }
+
+double comm_stopped_s() { return double(g_stopped_ns.load()) * 1e-9; }
 
 bool comm_active() {
   int initialized = 0, finalized = 0;

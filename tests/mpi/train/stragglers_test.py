@@ -158,7 +158,8 @@ def slowed(tmp):
     a = analyze(out)
     print(a.stdout)
     check(a.returncode == 0 and ("straggler at step %d: rank %d" % (ev[0][0], SLOW) if ev else "?") in a.stdout
-          and ("slowest rank %d" % SLOW) in a.stdout,
+          and ("slowest rank %d" % SLOW) in a.stdout
+          and ("s per step without rank %d's excess" % SLOW) in a.stdout,
           "trident-analyze stragglers names rank %d (%d): %s" % (SLOW, a.returncode, a.stderr[-300:]))
 
 

@@ -79,6 +79,7 @@ TEST_CASE("defaults are DESIGN.md's") {
   CHECK(c.runtime.backend == Backend::automatic);
   CHECK(c.runtime.comm == CommBackend::automatic);
   CHECK(c.runtime.timeout_s == 300);
+  CHECK(c.runtime.flight_records == 256);
   CHECK(c.output.file == "trident-%j.h5");
   CHECK(c.output.checkpoint_every == 0);
   CHECK(c.output.checkpoint_dir == "checkpoints");
@@ -376,6 +377,7 @@ TEST_CASE("to_toml round-trips every key") {
                                              "runtime.ep_overlap",
                                              "runtime.verify_every",
                                              "runtime.straggler_threshold",
+                                             "runtime.flight_records",
                                              "output.file",
                                              "output.checkpoint_every",
                                              "output.checkpoint_dir",
@@ -591,6 +593,8 @@ TEST_CASE("per-key ranges and enums") {
       {"runtime.comm", "\"gloo\"", "must be one of \"mpi\", \"nccl\", \"auto\"", "\"nccl\""},
       {"runtime.timeout_s", "0", "must be > 0.0", "0.5"},
       {"runtime.timeout_s", "-5", "must be > 0.0", "0.5"},
+      {"runtime.flight_records", "-1", "must be in [0, 1048576]", "0"},
+      {"runtime.flight_records", "1048577", "must be in [0, 1048576]", "1048576"},
       {"output.file", "\"\"", "must not be empty", "\"x.h5\""},
       {"output.checkpoint_every", "-1", "must be >= 0", "5"},
       {"output.checkpoint_dir", "\"\"", "must not be empty", "\"c\""},

@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 
-from . import attention, bench, compare, plots, predicted, stragglers, summary, trace
+from . import attention, bench, compare, flight, plots, predicted, stragglers, summary, trace
 from .runfile import AnalysisError, RunFile
 
 
@@ -81,6 +81,12 @@ def cmd_stragglers(a) -> int:
     return 0
 
 
+def cmd_flight(a) -> int:
+    res = flight.analyse(a.path)
+    print(json.dumps(res, indent=2) if a.json else flight.format_text(res))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="trident-analyze", description="Analyse trident HDF5 run files and bench files.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -128,6 +134,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("file")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_stragglers)
+    s = sub.add_parser("flight", help="the flight records of a stopped job: where the ranks diverge, who never arrived")
+    s.add_argument("path", help="RUN.flight (the folder of rankNNNNN.json) or the run file RUN.h5 beside it")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_flight)
     return p
 
 

@@ -5,8 +5,18 @@ rank's compute seconds by phase and wait seconds by kind per window of
 output.rank_stats_every steps, with rank 0's scores. A file without the
 table (format_version 1, or a run with rank_stats_every = 0) is analysed
 from /ranks/summary, the whole run in one row per rank, and says so.
+
+What the slowest rank cost: a first-order estimate (the step minus its
+excess compute), and the step time the schedule simulator (`trident
+schedule --simulate`, the binary on PATH or $TRIDENT_BIN) predicts with
+that rank's stage at its other ranks' pace.
 """
 from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
 
 import numpy as np
 
@@ -62,6 +72,70 @@ def _cost(rf: RunFile, ranks: dict, slowest: int) -> dict:
             "excess_per_step_s": excess}
 
 
+def _virtual_stage_ranks(schedule: str, pp: int, vpp: int) -> list:
+    """The pipeline rank of each virtual stage, in order: round robin
+    (interleaved), or a V (zb-v, dualpipev: the second chunk runs back up)."""
+    if schedule in ("zb-v", "dualpipev"):
+        return [v if v < pp else 2 * pp - 1 - v for v in range(pp * vpp)]
+    return [v % pp for v in range(pp * vpp)]
+
+
+def _makespan(binary: str, schedule: str, pp: int, m: int, vpp: int, t: tuple, work: list) -> float:
+    """`trident schedule --simulate`'s makespan with each virtual stage's work,
+    in the work's units: --layout weights a stage by its share over the mean
+    weight, so the makespan is scaled back by that mean."""
+    base = min(work)
+    weights = [max(1, round(1000 * w / base)) for w in work]
+    layout = ",".join(map(str, weights))
+    args = [binary, "schedule", schedule, "--pp", str(pp), "--microbatches", str(m), "--vpp", str(vpp),
+            "--tf", "%.6g" % t[0], "--tb", "%.6g" % t[1], "--tw", "%.6g" % t[2], "--layout", layout,
+            "--simulate"]
+    p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    found = re.search(r"^makespan ([0-9.eE+-]+)", p.stdout, re.M)
+    if p.returncode != 0 or not found:
+        raise RuntimeError(f"{' '.join(args)}: exit {p.returncode}: {p.stderr.strip()[-200:]}")
+    return float(found.group(1)) * (sum(weights) / len(weights)) * base / 1000
+
+
+def _simulated(rf: RunFile, ranks: dict, slowest: int, measured: float) -> dict:
+    """The step time the schedule simulator predicts without the slowest rank:
+    every pipeline stage costs its slowest member's compute per step (its
+    members meet in their cp, ep and dp groups), the slowest rank's stage once
+    with it and once with the stage's other ranks only; the measured median
+    step scaled by the ratio of the two makespans."""
+    binary = os.environ.get("TRIDENT_BIN") or shutil.which("trident")
+    if not binary:
+        return {"why": "no trident binary to simulate with (put trident on PATH or set TRIDENT_BIN)"}
+    cfg = rf.config()
+    par, data = cfg.get("parallel", {}), cfg.get("data", {})
+    pp, vpp = int(par.get("pp", 1)), int(par.get("vpp", 1))
+    schedule, m = str(par.get("schedule", "1f1b")), int(data.get("num_microbatches", 1))
+    if pp < 2:
+        return {"why": "no pipeline (pp = 1): nothing for the schedule simulator"}
+    per_step = lambda d, i: float(d["compute_s"][i]) / max(1, d["steps"])
+    phase = [sum(per_step(d, i) for d in ranks.values()) for i in range(3)]  # forward, backward, weight
+    if phase[0] <= 0:
+        return {"why": "no forward time in the table"}
+    t = (1.0, phase[1] / phase[0], phase[2] / phase[0])
+    work = lambda d: sum(per_step(d, i) for i in range(3))
+    stage_with, stage_without = [], []
+    for s in range(pp):
+        members = [d for d in ranks.values() if d["stage"] == s]
+        others = [d for d in members if d["rank"] != slowest] or members
+        stage_with.append(max([work(d) for d in members] or [0.0]))
+        stage_without.append(max(work(d) for d in others) if others else 0.0)
+    if min(stage_with + stage_without) <= 0:
+        return {"why": "a pipeline stage has no compute in the table"}
+    where = _virtual_stage_ranks(schedule, pp, vpp)
+    try:
+        with_s = _makespan(binary, schedule, pp, m, vpp, t, [stage_with[r] for r in where])
+        without_s = _makespan(binary, schedule, pp, m, vpp, t, [stage_without[r] for r in where])
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as e:
+        return {"why": f"the schedule simulator failed: {e}"}
+    return {"schedule": schedule, "makespan_with": with_s, "makespan_without": without_s,
+            "predicted_without_s": measured * without_s / with_s}
+
+
 def analyse(rf: RunFile) -> dict:
     version = rf.attr("format_version", default=1)
     out: dict = {"file": rf.path, "format_version": version, "events": _straggler_events(rf)}
@@ -105,6 +179,7 @@ def analyse(rf: RunFile) -> dict:
         slowest = max(table, key=lambda x: x["median_score"] or 0)["rank"]
         out["slowest"] = slowest
         out["cost"] = _cost(rf, ranks, slowest)
+        out["cost"]["simulated"] = _simulated(rf, ranks, slowest, out["cost"]["measured_step_s"])
     return out
 
 
@@ -135,4 +210,12 @@ def format_text(s: dict) -> str:
                      f"({cost['excess_per_step_s']:.4f} s per step)")
     elif cost:
         lines.append(f"slowest rank {s['slowest']}: {cost['why']}")
+    sim = (cost or {}).get("simulated")
+    if sim and "predicted_without_s" in sim:
+        lines.append(f"schedule simulator ({sim['schedule']}, each stage at its slowest rank's compute): "
+                     f"{sim['predicted_without_s']:.4f} s per step without rank {s['slowest']}'s excess "
+                     f"(simulated step x{sim['makespan_without'] / sim['makespan_with']:.4f}); "
+                     f"the straggler cost {cost['measured_step_s'] - sim['predicted_without_s']:.4f} s per step")
+    elif sim:
+        lines.append(f"schedule simulator: {sim['why']}")
     return "\n".join(lines)
