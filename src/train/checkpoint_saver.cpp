@@ -18,6 +18,7 @@
 #include "trident/core/error.hpp"
 #include "trident/kernels/tensor_ops.hpp"
 #include "trident/train/checkpointing.hpp"
+#include "trident/train/local_tier.hpp"
 
 namespace trident::train {
 
@@ -148,8 +149,21 @@ void apply_retention(const std::string& dir, int64_t committed_step, int keep) {
 
 // The layout, and for async saves the staging buffer with its pages touched,
 // are made here, once, so that no save's blocking time pays for them.
-CheckpointSaver::CheckpointSaver(Trainer& t, RunFile* file) : t_(t), file_(file) {
+CheckpointSaver::CheckpointSaver(Trainer& t, RunFile* file, const std::vector<std::string>* local_hosts)
+    : t_(t), file_(file), local_(local_hosts != nullptr) {
   const OutputConfig& o = t.config().output;
+  dir_ = o.checkpoint_dir;
+  const int me = t.comms().world->rank();
+  index_writer_ = me == 0;
+  if (local_) {
+    const std::vector<std::string>& hosts = *local_hosts;
+    dir_ = local_node_dir(o, hosts.at(size_t(me)));
+    index_writer_ = std::find(hosts.begin(), hosts.end(), hosts[size_t(me)]) - hosts.begin() == me;
+    const std::vector<int> partners = partner_ranks(hosts);
+    partner_ = partners[size_t(me)];
+    for (size_t r = 0; r < partners.size(); ++r)
+      if (partners[r] == me) kept_for_.push_back(int(r));
+  }
   if (o.checkpoint_format != CheckpointFormat::sharded) return;
   tag_ = make_tag(*t.comms().world);
   plan();
@@ -213,8 +227,23 @@ void CheckpointSaver::plan() {
   std::vector<ShardPiece> mine;
   for (const Owned& o : owned_) mine.push_back(o.piece);
   all_pieces_ = gather_pieces(*c.world, mine);
-  node_bytes_ = node_total(*c.world, shard_file_bytes(mine) +
-                                         (c.world->rank() == 0 ? index_file_bytes(all_pieces_) : 0));
+  if (local_) share_pieces();
+  const int64_t copies = local_ ? int64_t(kept_for_.size()) * shard_file_bytes(mine) : 0;
+  node_bytes_ = node_total(*c.world, shard_file_bytes(mine) + copies +
+                                         (index_writer_ ? index_file_bytes(all_pieces_) : 0));
+}
+
+// The local tier: every node writes its own index, so rank 0's list of
+// every rank's pieces goes to every rank (once per run).
+void CheckpointSaver::share_pieces() {
+  Communicator& world = *t_.comms().world;
+  std::string text;
+  if (world.rank() == 0)
+    for (const auto& pieces : all_pieces_) text += serialise(pieces) + "#\n";
+  text = broadcast_string(world, text, 0);
+  all_pieces_.clear();
+  for (size_t a = 0, b; (b = text.find("#\n", a)) != std::string::npos; a = b + 2)
+    all_pieces_.push_back(deserialise(text.substr(a, b - a)));
 }
 
 void CheckpointSaver::save(int64_t steps_done) {
@@ -246,7 +275,7 @@ void CheckpointSaver::start_sharded(int64_t steps_done) {
   const double t0 = now_s();
   const Config& cfg = t_.config();
   Communicator& world = *t_.comms().world;
-  const std::string& dir = cfg.output.checkpoint_dir;
+  const std::string& dir = dir_;
   CheckpointMeta meta;
   meta.step = steps_done;
   meta.optimizer_steps = t_.optimizer().steps_taken();
@@ -277,14 +306,14 @@ void CheckpointSaver::start_sharded(int64_t steps_done) {
 
 // This rank's shard file (and rank 0's temporary index): HDF5 metadata.
 void CheckpointSaver::open_files(const CheckpointMeta& meta) {
-  const std::string& dir = t_.config().output.checkpoint_dir;
+  const std::string& dir = dir_;
   const int rank = t_.comms().world->rank();
   std::vector<ShardPiece> pieces;
   for (const Owned& o : owned_) pieces.push_back(o.piece);
   const std::string shard =
       (std::filesystem::path(dir) / shard_file_name(meta.step, tag_, rank)).string();
   shard_ = std::make_unique<ShardFile>(shard, meta, tag_, rank, std::move(pieces), node_bytes_);
-  if (rank == 0) index_tmp_ = write_index_tmp(dir, meta, tag_, all_pieces_);
+  if (index_writer_) index_tmp_ = write_index_tmp(dir, meta, tag_, all_pieces_);
   kill_hook("staged", meta.step, rank);
 }
 
@@ -365,7 +394,7 @@ void CheckpointSaver::finish() {
 void CheckpointSaver::settle(int any_writing, int failed) {
   if (pending_step_ < 0) return;
   Communicator& world = *t_.comms().world;
-  const std::string& dir = t_.config().output.checkpoint_dir;
+  const std::string& dir = dir_;
   if (failed > 0) {
     if (writer_.joinable()) writer_.join();
     const int reporter = world.size() - failed;
@@ -382,34 +411,109 @@ void CheckpointSaver::settle(int any_writing, int failed) {
   commit();
 }
 
-// Every shard is durable: one small agreement on the figures, then rank 0
-// renames the index into place and tidies the directory.
+// The local tier, at the commit: this rank's shard to its partner, and the
+// copies it keeps for the ranks whose partner it is, written durably under
+// a temporary name and renamed. Returns this rank's error or "".
+std::string CheckpointSaver::exchange_partner_copies() {
+  if (partner_ < 0 && kept_for_.empty()) return "";
+  Communicator& world = *t_.comms().world;
+  std::string error;
+  std::vector<char> mine;
+  try {
+    mine = read_file_bytes(shard_->path());
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  int64_t my_n = error.empty() ? int64_t(mine.size()) : -1;
+  std::vector<int64_t> sizes(kept_for_.size(), -1);
+  std::vector<Request> reqs;
+  for (size_t i = 0; i < kept_for_.size(); ++i)
+    reqs.push_back(world.irecv(&sizes[i], sizeof(int64_t), kept_for_[i], 7310));
+  reqs.push_back(world.isend(&my_n, sizeof my_n, partner_, 7310));
+  world.wait_all(reqs);
+  reqs.clear();
+  std::vector<std::vector<char>> copies(kept_for_.size());
+  for (size_t i = 0; i < kept_for_.size(); ++i)
+    if (sizes[i] > 0) {
+      copies[i].resize(size_t(sizes[i]));
+      reqs.push_back(world.irecv(copies[i].data(), copies[i].size(), kept_for_[i], 7311));
+    }
+  if (my_n > 0) reqs.push_back(world.isend(mine.data(), mine.size(), partner_, 7311));
+  if (!reqs.empty()) world.wait_all(reqs);
+  for (size_t i = 0; i < kept_for_.size() && error.empty(); ++i) {
+    if (sizes[i] < 0) continue;  // its owner reports why
+    const std::string path =
+        (std::filesystem::path(dir_) / shard_file_name(pending_step_, tag_, kept_for_[i])).string();
+    try {
+      write_file_durably(path + ".tmp", copies[i]);
+      if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0)
+        throw Error("cannot rename " + path + ".tmp: " + std::strerror(errno));
+    } catch (const std::exception& e) {
+      error = "partner copy of rank " + std::to_string(kept_for_[i]) + "'s shard: " + e.what();
+    }
+  }
+  return error;
+}
+
+// The index renamed into place (rank 0; the local tier: each node's lowest
+// rank, after the partner copies) and the directory tidied. Returns the
+// error, the same on every rank.
+std::string CheckpointSaver::commit_files() {
+  Communicator& world = *t_.comms().world;
+  const OutputConfig& o = t_.config().output;
+  std::string error;
+  if (index_writer_) {
+    try {
+      kill_hook("index", pending_step_, world.rank());
+      commit_index(index_tmp_, pending_path_);
+      if (local_) {
+        remove_local_steps_except(dir_, pending_step_);
+      } else {
+        remove_unindexed_shards(dir_, pending_step_);
+        apply_retention(dir_, pending_step_, o.keep_checkpoints);
+      }
+    } catch (const std::exception& e) {
+      error = (local_ ? "local checkpoint " : "checkpoint ") + pending_path_ + ": " + e.what() +
+              (local_ ? "" : what_is_kept(dir_));
+    }
+  }
+  index_tmp_.clear();
+  if (!local_) return broadcast_string(world, error, 0);
+  return agree_on_check(world, error.empty(), error).message;
+}
+
+// Every shard is durable: one small agreement on the figures, then the
+// index goes into place. The local tier first exchanges its partner copies
+// and agrees that they are durable too.
 void CheckpointSaver::commit() {
   if (writer_.joinable()) writer_.join();
   Communicator& world = *t_.comms().world;
   const Config& cfg = t_.config();
-  std::vector<double> all(size_t(3 * world.size()));
-  const double mine[3] = {blocking_s_, write_s_, double(bytes_)};
-  world.allgather(mine, all.data(), sizeof mine);
-  std::string error;
-  if (world.rank() == 0) {
-    try {
-      kill_hook("index", pending_step_, 0);
-      commit_index(index_tmp_, pending_path_);
-      remove_unindexed_shards(cfg.output.checkpoint_dir, pending_step_);
-      apply_retention(cfg.output.checkpoint_dir, pending_step_, cfg.output.keep_checkpoints);
-    } catch (const std::exception& e) {
-      error = "checkpoint " + pending_path_ + ": " + e.what() + what_is_kept(cfg.output.checkpoint_dir);
+  const double t0 = now_s();
+  if (local_) {
+    const std::string e = exchange_partner_copies();
+    const CheckOutcome ok = agree_on_check(world, e.empty(), e);
+    if (!ok.all_passed) {
+      shard_.reset();
+      if (!index_tmp_.empty()) std::remove(index_tmp_.c_str());
+      index_tmp_.clear();
+      pending_step_ = -1;
+      state_ = idle;
+      throw AgreedError("local checkpoint " + pending_path_ + ": " + ok.message,
+                        world.rank() == ok.rank);
     }
   }
-  index_tmp_.clear();
-  error = broadcast_string(world, error, 0);
+  std::vector<double> all(size_t(3 * world.size()));
+  // the local tier's exchange stops training too
+  const double mine[3] = {blocking_s_ + (local_ ? now_s() - t0 : 0.0), write_s_, double(bytes_)};
+  world.allgather(mine, all.data(), sizeof mine);
+  const std::string error = commit_files();
   const int64_t step = pending_step_;
   pending_step_ = -1;
   shard_.reset();
   state_ = idle;
   if (!error.empty()) throw AgreedError(error, world.rank() == 0);
-  CheckpointRecord rec{step, 0, 0, 0, 0, cfg.output.checkpoint_async ? 1 : 0};
+  CheckpointRecord rec{step, 0, 0, 0, 0, cfg.output.checkpoint_async ? 1 : 0, local_ ? 1 : 0};
   for (int r = 0; r < world.size(); ++r) {
     rec.blocking_s = std::max(rec.blocking_s, all[size_t(3 * r)]);
     if (all[size_t(3 * r + 1)] > rec.write_s) {
