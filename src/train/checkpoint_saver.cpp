@@ -123,6 +123,20 @@ int64_t node_total(Communicator& world, int64_t mine) {
   return total;
 }
 
+// The local tier: a shard file framed for its partner, in a buffer of the
+// bound both sides compute (8 bytes of length, the file, zeros); a length of
+// -1 says the owner could not read it.
+std::vector<char> framed_copy(const std::string& path, int64_t bound) {
+  std::vector<char> out(size_t(bound), '\0');
+  const std::vector<char> bytes = read_file_bytes(path);
+  const int64_t n = int64_t(bytes.size());
+  if (n + int64_t(sizeof n) > bound)
+    throw Error("shard " + path + " is larger than its bound (" + std::to_string(n) + " bytes)");
+  std::memcpy(out.data(), &n, sizeof n);
+  std::memcpy(out.data() + sizeof n, bytes.data(), bytes.size());
+  return out;
+}
+
 // What a failed save leaves to resume from, for its message.
 std::string what_is_kept(const std::string& dir) {
   const std::vector<std::string> kept = checkpoints_newest_first(dir);
@@ -181,7 +195,10 @@ CheckpointSaver::~CheckpointSaver() {
   if (!index_tmp_.empty()) std::remove(index_tmp_.c_str());
 }
 
-int CheckpointSaver::writing() const { return state_.load() == writing_now ? 1 : 0; }
+int CheckpointSaver::writing() const {
+  const int st = state_.load();
+  return st == writing_now || (local_ && st == written && !copies_done_) ? 1 : 0;
+}
 
 int CheckpointSaver::failed_code() const {
   if (state_.load() != failed_now) return 0;
@@ -228,6 +245,9 @@ void CheckpointSaver::plan() {
   for (const Owned& o : owned_) mine.push_back(o.piece);
   all_pieces_ = gather_pieces(*c.world, mine);
   if (local_) share_pieces();
+  if (local_) own_bound_ = copy_bound(c.world->rank());
+  for (int r : kept_for_)  // the copies' receive buffers, pages touched once
+    incoming_.emplace_back(size_t(copy_bound(r)), '\0');
   const int64_t copies = local_ ? int64_t(kept_for_.size()) * shard_file_bytes(mine) : 0;
   node_bytes_ = node_total(*c.world, shard_file_bytes(mine) + copies +
                                          (index_writer_ ? index_file_bytes(all_pieces_) : 0));
@@ -284,6 +304,7 @@ void CheckpointSaver::start_sharded(int64_t steps_done) {
   meta.world_size = world.size();
   pending_step_ = steps_done;
   pending_path_ = checkpoint_path(dir, steps_done);
+  if (local_) post_copy_receives();
   error_.clear();
   bytes_ = 0;
   write_s_ = 0;
@@ -374,6 +395,7 @@ void CheckpointSaver::writer_body(size_t first, double t0, const CheckpointMeta*
       shard_->append(segments_[j].piece, staging_.ptr() + segments_[j].at, segments_[j].n);
     shard_->finish();
     bytes_ = shard_->bytes();
+    if (local_ && partner_ >= 0) outgoing_ = framed_copy(shard_->path(), own_bound_);
     write_s_ = now_s() - t0;
     kill_hook("shards", pending_step_, t_.comms().world->rank());
     state_ = written;
@@ -386,6 +408,7 @@ void CheckpointSaver::writer_body(size_t first, double t0, const CheckpointMeta*
 void CheckpointSaver::finish() {
   if (pending_step_ < 0) return;
   if (writer_.joinable()) writer_.join();
+  progress_copies(true);
   int flags[2] = {0, failed_code()};
   t_.comms().world->allreduce_max(flags, 2);
   settle(flags[0], flags[1]);
@@ -411,48 +434,82 @@ void CheckpointSaver::settle(int any_writing, int failed) {
   commit();
 }
 
-// The local tier, at the commit: this rank's shard to its partner, and the
-// copies it keeps for the ranks whose partner it is, written durably under
-// a temporary name and renamed. Returns this rank's error or "".
-std::string CheckpointSaver::exchange_partner_copies() {
-  if (partner_ < 0 && kept_for_.empty()) return "";
+// The local tier: the copies this rank keeps are received into buffers of
+// their shards' bound (made with the layout), posted when the save starts
+// (no size goes first).
+void CheckpointSaver::post_copy_receives() {
   Communicator& world = *t_.comms().world;
-  std::string error;
-  std::vector<char> mine;
-  try {
-    mine = read_file_bytes(shard_->path());
-  } catch (const std::exception& e) {
-    error = e.what();
+  copy_reqs_.clear();
+  copies_done_ = false;
+  copies_sent_ = false;
+  sent_ = false;
+  for (size_t i = 0; i < kept_for_.size(); ++i) {
+    copy_reqs_.push_back(world.irecv(incoming_[i].data(), incoming_[i].size(), kept_for_[i], 7311));
   }
-  int64_t my_n = error.empty() ? int64_t(mine.size()) : -1;
-  std::vector<int64_t> sizes(kept_for_.size(), -1);
-  std::vector<Request> reqs;
-  for (size_t i = 0; i < kept_for_.size(); ++i)
-    reqs.push_back(world.irecv(&sizes[i], sizeof(int64_t), kept_for_[i], 7310));
-  reqs.push_back(world.isend(&my_n, sizeof my_n, partner_, 7310));
-  world.wait_all(reqs);
-  reqs.clear();
-  std::vector<std::vector<char>> copies(kept_for_.size());
-  for (size_t i = 0; i < kept_for_.size(); ++i)
-    if (sizes[i] > 0) {
-      copies[i].resize(size_t(sizes[i]));
-      reqs.push_back(world.irecv(copies[i].data(), copies[i].size(), kept_for_[i], 7311));
+}
+
+// The local tier, on the main thread at each step boundary (and, waiting,
+// at finish): once this rank's shard is durable its bytes go to the partner
+// without waiting; once every copy has arrived and gone out, the copies are
+// written durably on the writer thread (temporary name, rename). Until then
+// the save counts as writing; an error fails it like a shard write. The
+// time spent here at step boundaries is the save's blocking time.
+void CheckpointSaver::progress_copies(bool wait) {
+  if (!local_ || pending_step_ < 0 || copies_done_ || writer_running() || copies_sent_) {
+    if (wait && writer_.joinable()) writer_.join();
+    return;
+  }
+  const double t0 = now_s();
+  Communicator& world = *t_.comms().world;
+  if (!sent_ && partner_ >= 0) {
+    if (outgoing_.size() != size_t(own_bound_)) {  // the save failed: say so to the partner
+      const int64_t none = -1;
+      outgoing_.assign(size_t(own_bound_), '\0');
+      std::memcpy(outgoing_.data(), &none, sizeof none);
     }
-  if (my_n > 0) reqs.push_back(world.isend(mine.data(), mine.size(), partner_, 7311));
-  if (!reqs.empty()) world.wait_all(reqs);
-  for (size_t i = 0; i < kept_for_.size() && error.empty(); ++i) {
-    if (sizes[i] < 0) continue;  // its owner reports why
-    const std::string path =
-        (std::filesystem::path(dir_) / shard_file_name(pending_step_, tag_, kept_for_[i])).string();
+    copy_reqs_.push_back(world.isend(outgoing_.data(), outgoing_.size(), partner_, 7311));
+  }
+  sent_ = true;
+  if (wait) {
+    if (!copy_reqs_.empty()) world.wait_all(copy_reqs_);
+  } else {
+    for (Request& r : copy_reqs_)
+      if (!world.test(r)) return void(blocking_s_ += now_s() - t0);
+  }
+  copy_reqs_.clear();
+  copies_sent_ = true;
+  if (writer_.joinable()) writer_.join();  // done: it wrote the shard
+  // the copies go to disk on the writer thread, as the shard did
+  writer_ = std::thread([this] {
     try {
-      write_file_durably(path + ".tmp", copies[i]);
-      if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0)
-        throw Error("cannot rename " + path + ".tmp: " + std::strerror(errno));
+      if (state_.load() == written)
+        for (size_t i = 0; i < kept_for_.size(); ++i) keep_copy(kept_for_[i], incoming_[i]);
     } catch (const std::exception& e) {
-      error = "partner copy of rank " + std::to_string(kept_for_[i]) + "'s shard: " + e.what();
+      error_ = e.what();
+      state_ = failed_now;
     }
-  }
-  return error;
+    copies_done_ = true;
+  });
+  if (wait) writer_.join();
+  // an async save's wait at the next save is not its blocking time (as a
+  // shared async save's writer, joined there, is not); a sync save's is
+  if (!wait || !t_.config().output.checkpoint_async) blocking_s_ += now_s() - t0;
+}
+
+// A received copy (8 bytes of length, then the shard file) written durably.
+void CheckpointSaver::keep_copy(int owner, const std::vector<char>& framed) {
+  int64_t n = -1;
+  std::memcpy(&n, framed.data(), sizeof n);
+  const std::string path =
+      (std::filesystem::path(dir_) / shard_file_name(pending_step_, tag_, owner)).string();
+  if (n < 0 || size_t(n) + sizeof n > framed.size())
+    throw Error("partner copy of rank " + std::to_string(owner) + "'s shard " + path +
+                ": its owner could not read it");
+  write_bytes_durably(path, framed.data() + sizeof n, size_t(n));
+}
+
+int64_t CheckpointSaver::copy_bound(int rank) const {
+  return shard_file_bytes(all_pieces_.at(size_t(rank))) + int64_t(sizeof(int64_t));
 }
 
 // The index renamed into place (rank 0; the local tier: each node's lowest
@@ -482,30 +539,14 @@ std::string CheckpointSaver::commit_files() {
   return agree_on_check(world, error.empty(), error).message;
 }
 
-// Every shard is durable: one small agreement on the figures, then the
-// index goes into place. The local tier first exchanges its partner copies
-// and agrees that they are durable too.
+// Every shard (and, for the local tier, every partner copy) is durable: one
+// small agreement on the figures, then the index goes into place.
 void CheckpointSaver::commit() {
   if (writer_.joinable()) writer_.join();
   Communicator& world = *t_.comms().world;
   const Config& cfg = t_.config();
-  const double t0 = now_s();
-  if (local_) {
-    const std::string e = exchange_partner_copies();
-    const CheckOutcome ok = agree_on_check(world, e.empty(), e);
-    if (!ok.all_passed) {
-      shard_.reset();
-      if (!index_tmp_.empty()) std::remove(index_tmp_.c_str());
-      index_tmp_.clear();
-      pending_step_ = -1;
-      state_ = idle;
-      throw AgreedError("local checkpoint " + pending_path_ + ": " + ok.message,
-                        world.rank() == ok.rank);
-    }
-  }
   std::vector<double> all(size_t(3 * world.size()));
-  // the local tier's exchange stops training too
-  const double mine[3] = {blocking_s_ + (local_ ? now_s() - t0 : 0.0), write_s_, double(bytes_)};
+  const double mine[3] = {blocking_s_, write_s_, double(bytes_)};
   world.allgather(mine, all.data(), sizeof mine);
   const std::string error = commit_files();
   const int64_t step = pending_step_;

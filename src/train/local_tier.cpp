@@ -2,12 +2,16 @@
 // (see train/local_tier.hpp).
 #include "trident/train/local_tier.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -73,11 +77,37 @@ std::vector<char> move_bytes(Communicator& world, int from, int to, std::vector<
 }
 
 std::vector<char> read_file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw Error("cannot read " + path);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw Error("cannot read " + path);
+  std::vector<char> bytes(size_t(in.tellg()));
+  in.seekg(0);
+  if (!in.read(bytes.data(), std::streamsize(bytes.size()))) throw Error("cannot read " + path);
   return bytes;
+}
+
+void write_bytes_durably(const std::string& path, const char* data, size_t n) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("cannot create " + tmp + ": " + std::strerror(errno));
+  while (n > 0) {
+    const ssize_t w = ::write(fd, data, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) {
+      const int err = errno;
+      ::close(fd);
+      std::remove(tmp.c_str());
+      throw Error("cannot write " + tmp + ": " + std::strerror(err));
+    }
+    data += w;
+    n -= size_t(w);
+  }
+  const bool ok = ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw Error("cannot write " + path + ": " + std::strerror(ok ? errno : err));
+  }
 }
 
 void remove_local_steps_except(const std::string& dir, int64_t step) {

@@ -439,6 +439,7 @@ void record_restart(RunFile& file, Communicator& world, int64_t step, const Resu
 // Rank 0's straggler verdict travels in the same reduction (RankStats).
 int agree_at_boundary(Communicator* world, CheckpointSaver& saver, LoopTotals& tot,
                       RankStats& stats, RunFile& file, CheckpointSaver* local) {
+  if (local) local->progress();
   int flags[6] = {stop_signal_received(), saver.writing(), saver.failed_code(), stats.verdict(),
                   local ? local->writing() : 0, local ? local->failed_code() : 0};
   world->allreduce_max(flags, 6);

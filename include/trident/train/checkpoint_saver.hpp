@@ -64,6 +64,9 @@ class CheckpointSaver {
   // Collective, after the agreement: commits the save in flight once no
   // rank is writing; throws the failing rank's error if one failed.
   void settle(int any_writing, int failed);
+  // The local tier, before the step boundary's agreement: moves the partner
+  // copies on without waiting (their time counts as blocking).
+  void progress() { progress_copies(false); }
   // Collective: waits for the save in flight and commits it.
   void finish();
 
@@ -81,8 +84,12 @@ class CheckpointSaver {
   void writer_body(size_t first_segment, double t0, const CheckpointMeta* open);
   void commit();
   std::string commit_files();
-  std::string exchange_partner_copies();
   void share_pieces();
+  void post_copy_receives();
+  void progress_copies(bool wait);
+  void keep_copy(int owner, const std::vector<char>& framed);
+  int64_t copy_bound(int rank) const;
+  bool writer_running() const { return state_.load() == writing_now; }
   void save_single(int64_t steps_done);
 
   Trainer& t_;
@@ -93,6 +100,13 @@ class CheckpointSaver {
   bool index_writer_ = false; // writes the index: rank 0 (each node's lowest rank: local)
   int partner_ = -1;          // local: the rank keeping this rank's copy
   std::vector<int> kept_for_; // local: the ranks whose copies this rank keeps
+  int64_t own_bound_ = 0;     // local: the framed size of this rank's copy
+  // local, the save in flight: the copies going out and coming in
+  std::vector<char> outgoing_;
+  std::vector<std::vector<char>> incoming_;
+  std::vector<Request> copy_reqs_;
+  bool sent_ = false, copies_sent_ = false;
+  std::atomic<bool> copies_done_{false};
   std::vector<Owned> owned_;
   std::vector<std::vector<ShardPiece>> all_pieces_;  // index writers: every rank's
   int64_t node_bytes_ = 0;  // disk bytes this host's ranks write in one save

@@ -33,6 +33,9 @@ std::vector<int> partner_ranks(const std::vector<std::string>& hosts);
 std::vector<char> move_bytes(Communicator& world, int from, int to, std::vector<char> bytes,
                              int tag);
 std::vector<char> read_file_bytes(const std::string& path);
+// n bytes into path, durably: a temporary name, fsync, rename (Error with
+// the system's reason).
+void write_bytes_durably(const std::string& path, const char* data, size_t n);
 
 // Removes the files of every step but `step` from a node directory (the
 // tier keeps its newest committed step only).
