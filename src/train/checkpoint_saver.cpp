@@ -246,9 +246,11 @@ void CheckpointSaver::plan() {
   all_pieces_ = gather_pieces(*c.world, mine);
   if (local_) share_pieces();
   if (local_) own_bound_ = copy_bound(c.world->rank());
-  for (int r : kept_for_)  // the copies' receive buffers, pages touched once
+  int64_t copies = 0;  // the partner copies this rank keeps
+  for (int r : kept_for_) {  // their receive buffers, pages touched once
     incoming_.emplace_back(size_t(copy_bound(r)), '\0');
-  const int64_t copies = local_ ? int64_t(kept_for_.size()) * shard_file_bytes(mine) : 0;
+    copies += shard_file_bytes(all_pieces_.at(size_t(r)));
+  }
   node_bytes_ = node_total(*c.world, shard_file_bytes(mine) + copies +
                                          (index_writer_ ? index_file_bytes(all_pieces_) : 0));
 }
