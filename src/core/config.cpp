@@ -956,9 +956,9 @@ void check_local_checkpoints(const Config& cfg) {
   std::error_code ec;
   if (std::filesystem::exists(o.local_checkpoint_dir, ec) &&
       !std::filesystem::is_directory(o.local_checkpoint_dir, ec))
-    config_rule_failed(cfg, {"output.local_checkpoint_dir"},
-                       "output.local_checkpoint_dir '" + o.local_checkpoint_dir +
-                           "' is a file, not a directory");
+    config_rule_failed(
+        cfg, {"output.local_checkpoint_dir"},
+        "output.local_checkpoint_dir '" + o.local_checkpoint_dir + "' is a file, not a directory");
 }
 
 void check_data_and_output(const Config& cfg) {

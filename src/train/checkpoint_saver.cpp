@@ -163,7 +163,8 @@ void apply_retention(const std::string& dir, int64_t committed_step, int keep) {
 
 // The layout, and for async saves the staging buffer with its pages touched,
 // are made here, once, so that no save's blocking time pays for them.
-CheckpointSaver::CheckpointSaver(Trainer& t, RunFile* file, const std::vector<std::string>* local_hosts)
+CheckpointSaver::CheckpointSaver(Trainer& t, RunFile* file,
+                                 const std::vector<std::string>* local_hosts)
     : t_(t), file_(file), local_(local_hosts != nullptr) {
   const OutputConfig& o = t.config().output;
   dir_ = o.checkpoint_dir;
@@ -246,7 +247,7 @@ void CheckpointSaver::plan() {
   all_pieces_ = gather_pieces(*c.world, mine);
   if (local_) share_pieces();
   if (local_) own_bound_ = copy_bound(c.world->rank());
-  int64_t copies = 0;  // the partner copies this rank keeps
+  int64_t copies = 0;        // the partner copies this rank keeps
   for (int r : kept_for_) {  // their receive buffers, pages touched once
     incoming_.emplace_back(size_t(copy_bound(r)), '\0');
     copies += shard_file_bytes(all_pieces_.at(size_t(r)));

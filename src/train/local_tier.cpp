@@ -7,9 +7,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -215,7 +215,8 @@ std::string plan_restore(const std::vector<DirView>& views, std::string& why) {
         break;
       }
       for (const auto& [dir, to] : lead)
-        if (!views[size_t(to)].files.count(f)) plan << "T\t" << holder << '\t' << to << '\t' << f << '\n';
+        if (!views[size_t(to)].files.count(f))
+          plan << "T\t" << holder << '\t' << to << '\t' << f << '\n';
     }
     if (missing.empty()) return plan.str();
     if (why.empty())

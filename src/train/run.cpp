@@ -3,10 +3,10 @@
 #include "trident/train/run.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -191,9 +191,10 @@ bool resume_local(const Config& cfg, Trainer& trainer, const std::vector<std::st
     return false;
   }
   if (lead)
-    std::printf("resuming from the local tier: step %lld, complete across the nodes left (%s; "
-                "the shared checkpoint directory's newest is step %lld)\n",
-                static_cast<long long>(at.step), why.c_str(), static_cast<long long>(shared_step));
+    std::printf(
+        "resuming from the local tier: step %lld, complete across the nodes left (%s; "
+        "the shared checkpoint directory's newest is step %lld)\n",
+        static_cast<long long>(at.step), why.c_str(), static_cast<long long>(shared_step));
   at.checkpoint = path;
   at.tier = "local";
   return true;
@@ -427,8 +428,9 @@ void record_restart(RunFile& file, Communicator& world, int64_t step, const Resu
   const int64_t last = env_int("TRIDENT_RESTART_LAST_STEP", -1);  // the last step logged
   const double lost = last >= 0 ? double(std::max<int64_t>(0, last + 1 - resumed_at)) : -1.0;
   const std::string from = at.checkpoint.empty() ? "no checkpoint (from the start)"
-                           : at.tier == "local" ? "the local tier: " + at.checkpoint
-                                                : "the shared checkpoint directory: " + at.checkpoint;
+                           : at.tier == "local"
+                               ? "the local tier: " + at.checkpoint
+                               : "the shared checkpoint directory: " + at.checkpoint;
   file.append_event({step, "restart", -1, since, lost,
                      "node " + std::string(node) + " left out; resumed from " + from});
 }
@@ -440,7 +442,8 @@ void record_restart(RunFile& file, Communicator& world, int64_t step, const Resu
 int agree_at_boundary(Communicator* world, CheckpointSaver& saver, LoopTotals& tot,
                       RankStats& stats, RunFile& file, CheckpointSaver* local) {
   if (local) local->progress();
-  int flags[6] = {stop_signal_received(), saver.writing(), saver.failed_code(), stats.verdict(),
+  int flags[6] = {stop_signal_received(),       saver.writing(),
+                  saver.failed_code(),          stats.verdict(),
                   local ? local->writing() : 0, local ? local->failed_code() : 0};
   world->allreduce_max(flags, 6);
   stats.record(flags[3], file);

@@ -95,12 +95,12 @@ class CheckpointSaver {
   Trainer& t_;
   RunFile* file_;
   std::string tag_;
-  bool local_ = false;        // the node-local tier
-  std::string dir_;           // where the shards go
-  bool index_writer_ = false; // writes the index: rank 0 (each node's lowest rank: local)
-  int partner_ = -1;          // local: the rank keeping this rank's copy
-  std::vector<int> kept_for_; // local: the ranks whose copies this rank keeps
-  int64_t own_bound_ = 0;     // local: the framed size of this rank's copy
+  bool local_ = false;         // the node-local tier
+  std::string dir_;            // where the shards go
+  bool index_writer_ = false;  // writes the index: rank 0 (each node's lowest rank: local)
+  int partner_ = -1;           // local: the rank keeping this rank's copy
+  std::vector<int> kept_for_;  // local: the ranks whose copies this rank keeps
+  int64_t own_bound_ = 0;      // local: the framed size of this rank's copy
   // local, the save in flight: the copies going out and coming in
   std::vector<char> outgoing_;
   std::vector<std::vector<char>> incoming_;
