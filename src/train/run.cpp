@@ -611,15 +611,15 @@ EvalReport evaluate_checkpoint(const Config& cfg, Communicators& comms,
   return rep;
 }
 
-// The node-local tier's saver (output.local_checkpoint_dir; null when off).
-// A run that does not resume from the tier empties its nodes' directories
-// first (steps there are not on this run's way); one that does keeps only
-// the step it resumed from.
-std::unique_ptr<CheckpointSaver> make_local_saver(Trainer& trainer, RunFile& file,
-                                                  const std::vector<std::string>& hosts,
-                                                  const ResumePoint& at) {
+// The node-local tier's directories, before the run file exists (a
+// directory that cannot be made is the input's fault: exit 2). A run that
+// does not resume from the tier empties its nodes' directories first (steps
+// there are not on this run's way); one that does keeps only the step it
+// resumed from.
+void prepare_local_tier(Trainer& trainer, const std::vector<std::string>& hosts,
+                        const ResumePoint& at) {
   const OutputConfig& o = trainer.config().output;
-  if (o.local_checkpoint_dir.empty()) return nullptr;
+  if (o.local_checkpoint_dir.empty()) return;
   Communicator& world = *trainer.comms().world;
   const int me = world.rank();
   const bool node_lead =
@@ -632,8 +632,15 @@ std::unique_ptr<CheckpointSaver> make_local_saver(Trainer& trainer, RunFile& fil
   const CheckOutcome made = agree_on_check(
       world, !ec, "output.local_checkpoint_dir: cannot create " + dir + ": " + ec.message());
   if (!made.all_passed) throw InputError(made.message);
+}
+
+// The node-local tier's saver (output.local_checkpoint_dir; null when off).
+std::unique_ptr<CheckpointSaver> make_local_saver(Trainer& trainer, RunFile& file,
+                                                  const std::vector<std::string>& hosts) {
+  const OutputConfig& o = trainer.config().output;
+  if (o.local_checkpoint_dir.empty()) return nullptr;
   const std::vector<int> partners = partner_ranks(hosts);
-  if (me == 0)
+  if (trainer.comms().world->rank() == 0)
     std::printf("local checkpoints every %d steps in %s/<node>%s\n", o.local_checkpoint_every,
                 local_job_dir(o).c_str(),
                 partners[0] < 0 ? "; one node: no partner copies, a lost node loses them"
@@ -649,6 +656,7 @@ int run(const Config& cfg, Communicators& comms, const RunRequest& request) {
   std::vector<std::string> hosts;  // each rank's node label
   for (const RankInfo& r : comms.topo.ranks) hosts.push_back(r.hostname);
   const ResumePoint at = resume_point(cfg, request, trainer, hosts);
+  prepare_local_tier(trainer, hosts, at);
   load_s = now_s() - load_s;
   comms.world->allreduce_max(&load_s, 1);  // the slowest rank's
   std::unique_ptr<model::DataSource> eval_data;
@@ -680,7 +688,7 @@ int run(const Config& cfg, Communicators& comms, const RunRequest& request) {
   const CommCounters at_start = comm_counters();
   record_documents(trainer, file, at.step);
   CheckpointSaver saver(trainer, &file);
-  std::unique_ptr<CheckpointSaver> local = make_local_saver(trainer, file, hosts, at);
+  std::unique_ptr<CheckpointSaver> local = make_local_saver(trainer, file, hosts);
   RankStats stats(cfg, *comms.world, comms.me.pp, hosts);
   LoopTotals tot = run_steps(trainer, file, saver, stats, at, eval_data.get(), local.get());
   stats.finish(file);

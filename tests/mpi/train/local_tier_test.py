@@ -15,7 +15,8 @@ virtual nodes of this host (topology.nodes = 2, devices_per_node = 2):
   line says why the local tier is passed over, the job resumes from the
   shared step 4 and ends bit for bit as well;
 - one node: the run says it keeps no partner copies and keeps none;
-- a clean finish removes the tier; both keys or neither (exit 2, one line).
+- a clean finish removes the tier; both keys or neither, and a directory
+  that cannot be made: exit 2, one line (and no run file).
 """
 import glob
 import os
@@ -222,6 +223,12 @@ def main():
     lines = [l for l in err.splitlines() if l.startswith("trident: error")]
     check(rc == 2 and len(lines) == 1 and "output.local_checkpoint_every" in lines[0],
           "local_checkpoint_dir without local_checkpoint_every: exit 2, one line: %s" % lines)
+    rc, out, err = run("bad2", ["output.local_checkpoint_dir=/proc/trident-nope",
+                                "output.local_checkpoint_every=1"])
+    lines = [l for l in err.splitlines() if l.startswith("trident: error")]
+    check(rc == 2 and len(lines) == 1 and "cannot create /proc/trident-nope" in lines[0] and
+          not os.path.exists("bad2.h5"),
+          "a local directory that cannot be made: exit 2, one line, no run file: %s" % lines)
     return verdict()
 
 
