@@ -13,6 +13,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <map>
@@ -314,6 +315,12 @@ const std::vector<KeyDef>& key_table() {
         [](Config& c) { return &c.output.checkpoint_staging_mb; }, 1));
     t.push_back(int_key(
         "output", "keep_checkpoints", [](Config& c) { return &c.output.keep_checkpoints; }, 0));
+    t.push_back(string_key(
+        "output", "local_checkpoint_dir", [](Config& c) { return &c.output.local_checkpoint_dir; },
+        false));
+    t.push_back(int_key(
+        "output", "local_checkpoint_every",
+        [](Config& c) { return &c.output.local_checkpoint_every; }, 0));
     for (const char* list : {"activation_steps", "activation_layers", "activation_samples"}) {
       std::string n = list;
       KeyDef k{"output", list, Kind::IntList, [n](Config& c) -> void* {
@@ -991,6 +998,27 @@ void check_token_data(const Config& cfg) {
   check_eval_data(cfg, failed);
 }
 
+// The fast resume tier: both keys or neither, sharded shards, a directory.
+void check_local_checkpoints(const Config& cfg) {
+  const OutputConfig& o = cfg.output;
+  if (o.local_checkpoint_dir.empty() && o.local_checkpoint_every == 0) return;
+  if (o.local_checkpoint_dir.empty() || o.local_checkpoint_every == 0)
+    config_rule_failed(cfg, {"output.local_checkpoint_dir", "output.local_checkpoint_every"},
+                       "the local checkpoint tier needs both output.local_checkpoint_dir (a "
+                       "node-local directory: /dev/shm, a local SSD) and "
+                       "output.local_checkpoint_every (steps between local saves)");
+  if (o.checkpoint_format != CheckpointFormat::sharded)
+    config_rule_failed(cfg, {"output.local_checkpoint_dir", "output.checkpoint_format"},
+                       "local checkpoints are shards: output.checkpoint_format must be "
+                       "\"sharded\"");
+  std::error_code ec;
+  if (std::filesystem::exists(o.local_checkpoint_dir, ec) &&
+      !std::filesystem::is_directory(o.local_checkpoint_dir, ec))
+    config_rule_failed(
+        cfg, {"output.local_checkpoint_dir"},
+        "output.local_checkpoint_dir '" + o.local_checkpoint_dir + "' is a file, not a directory");
+}
+
 void check_data_and_output(const Config& cfg) {
   const DataConfig& d = cfg.data;
   auto failed = [&](std::initializer_list<const char*> keys, const std::string& rule) {
@@ -1005,6 +1033,7 @@ void check_data_and_output(const Config& cfg) {
     if (l >= cfg.model.n_layers)
       failed({"output.activation_layers", "model.n_layers"},
              "layer " + s(l) + " is outside [0, model.n_layers=" + s(cfg.model.n_layers) + ")");
+  check_local_checkpoints(cfg);
   for (int st : cfg.output.activation_steps)
     if (st > cfg.train.steps)
       failed({"output.activation_steps", "train.steps"},

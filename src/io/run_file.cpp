@@ -114,6 +114,7 @@ Handle checkpoint_type() {
   member(t, "bytes", offsetof(CheckpointRecord, bytes), H5T_NATIVE_INT64);
   member(t, "slowest_rank", offsetof(CheckpointRecord, slowest_rank), H5T_NATIVE_INT32);
   member(t, "async", offsetof(CheckpointRecord, async), H5T_NATIVE_INT32);
+  member(t, "local", offsetof(CheckpointRecord, local), H5T_NATIVE_INT32);
   return t;
 }
 

@@ -18,6 +18,7 @@
 #include "trident/core/error.hpp"
 #include "trident/kernels/tensor_ops.hpp"
 #include "trident/train/checkpointing.hpp"
+#include "trident/train/local_tier.hpp"
 
 namespace trident::train {
 
@@ -122,6 +123,20 @@ int64_t node_total(Communicator& world, int64_t mine) {
   return total;
 }
 
+// The local tier: a shard file framed for its partner, in a buffer of the
+// bound both sides compute (8 bytes of length, the file, zeros); a length of
+// -1 says the owner could not read it.
+std::vector<char> framed_copy(const std::string& path, int64_t bound) {
+  std::vector<char> out(size_t(bound), '\0');
+  const std::vector<char> bytes = read_file_bytes(path);
+  const int64_t n = int64_t(bytes.size());
+  if (n + int64_t(sizeof n) > bound)
+    throw Error("shard " + path + " is larger than its bound (" + std::to_string(n) + " bytes)");
+  std::memcpy(out.data(), &n, sizeof n);
+  std::memcpy(out.data() + sizeof n, bytes.data(), bytes.size());
+  return out;
+}
+
 // What a failed save leaves to resume from, for its message.
 std::string what_is_kept(const std::string& dir) {
   const std::vector<std::string> kept = checkpoints_newest_first(dir);
@@ -148,8 +163,22 @@ void apply_retention(const std::string& dir, int64_t committed_step, int keep) {
 
 // The layout, and for async saves the staging buffer with its pages touched,
 // are made here, once, so that no save's blocking time pays for them.
-CheckpointSaver::CheckpointSaver(Trainer& t, RunFile* file) : t_(t), file_(file) {
+CheckpointSaver::CheckpointSaver(Trainer& t, RunFile* file,
+                                 const std::vector<std::string>* local_hosts)
+    : t_(t), file_(file), local_(local_hosts != nullptr) {
   const OutputConfig& o = t.config().output;
+  dir_ = o.checkpoint_dir;
+  const int me = t.comms().world->rank();
+  index_writer_ = me == 0;
+  if (local_) {
+    const std::vector<std::string>& hosts = *local_hosts;
+    dir_ = local_node_dir(o, hosts.at(size_t(me)));
+    index_writer_ = std::find(hosts.begin(), hosts.end(), hosts[size_t(me)]) - hosts.begin() == me;
+    const std::vector<int> partners = partner_ranks(hosts);
+    partner_ = partners[size_t(me)];
+    for (size_t r = 0; r < partners.size(); ++r)
+      if (partners[r] == me) kept_for_.push_back(int(r));
+  }
   if (o.checkpoint_format != CheckpointFormat::sharded) return;
   tag_ = make_tag(*t.comms().world);
   plan();
@@ -167,7 +196,10 @@ CheckpointSaver::~CheckpointSaver() {
   if (!index_tmp_.empty()) std::remove(index_tmp_.c_str());
 }
 
-int CheckpointSaver::writing() const { return state_.load() == writing_now ? 1 : 0; }
+int CheckpointSaver::writing() const {
+  const int st = state_.load();
+  return st == writing_now || (local_ && st == written && !copies_done_) ? 1 : 0;
+}
 
 int CheckpointSaver::failed_code() const {
   if (state_.load() != failed_now) return 0;
@@ -213,8 +245,28 @@ void CheckpointSaver::plan() {
   std::vector<ShardPiece> mine;
   for (const Owned& o : owned_) mine.push_back(o.piece);
   all_pieces_ = gather_pieces(*c.world, mine);
-  node_bytes_ = node_total(*c.world, shard_file_bytes(mine) +
-                                         (c.world->rank() == 0 ? index_file_bytes(all_pieces_) : 0));
+  if (local_) share_pieces();
+  if (local_) own_bound_ = copy_bound(c.world->rank());
+  int64_t copies = 0;        // the partner copies this rank keeps
+  for (int r : kept_for_) {  // their receive buffers, pages touched once
+    incoming_.emplace_back(size_t(copy_bound(r)), '\0');
+    copies += shard_file_bytes(all_pieces_.at(size_t(r)));
+  }
+  node_bytes_ = node_total(*c.world, shard_file_bytes(mine) + copies +
+                                         (index_writer_ ? index_file_bytes(all_pieces_) : 0));
+}
+
+// The local tier: every node writes its own index, so rank 0's list of
+// every rank's pieces goes to every rank (once per run).
+void CheckpointSaver::share_pieces() {
+  Communicator& world = *t_.comms().world;
+  std::string text;
+  if (world.rank() == 0)
+    for (const auto& pieces : all_pieces_) text += serialise(pieces) + "#\n";
+  text = broadcast_string(world, text, 0);
+  all_pieces_.clear();
+  for (size_t a = 0, b; (b = text.find("#\n", a)) != std::string::npos; a = b + 2)
+    all_pieces_.push_back(deserialise(text.substr(a, b - a)));
 }
 
 void CheckpointSaver::save(int64_t steps_done) {
@@ -246,7 +298,7 @@ void CheckpointSaver::start_sharded(int64_t steps_done) {
   const double t0 = now_s();
   const Config& cfg = t_.config();
   Communicator& world = *t_.comms().world;
-  const std::string& dir = cfg.output.checkpoint_dir;
+  const std::string& dir = dir_;
   CheckpointMeta meta;
   meta.step = steps_done;
   meta.optimizer_steps = t_.optimizer().steps_taken();
@@ -255,6 +307,7 @@ void CheckpointSaver::start_sharded(int64_t steps_done) {
   meta.world_size = world.size();
   pending_step_ = steps_done;
   pending_path_ = checkpoint_path(dir, steps_done);
+  if (local_) post_copy_receives();
   error_.clear();
   bytes_ = 0;
   write_s_ = 0;
@@ -277,14 +330,14 @@ void CheckpointSaver::start_sharded(int64_t steps_done) {
 
 // This rank's shard file (and rank 0's temporary index): HDF5 metadata.
 void CheckpointSaver::open_files(const CheckpointMeta& meta) {
-  const std::string& dir = t_.config().output.checkpoint_dir;
+  const std::string& dir = dir_;
   const int rank = t_.comms().world->rank();
   std::vector<ShardPiece> pieces;
   for (const Owned& o : owned_) pieces.push_back(o.piece);
   const std::string shard =
       (std::filesystem::path(dir) / shard_file_name(meta.step, tag_, rank)).string();
   shard_ = std::make_unique<ShardFile>(shard, meta, tag_, rank, std::move(pieces), node_bytes_);
-  if (rank == 0) index_tmp_ = write_index_tmp(dir, meta, tag_, all_pieces_);
+  if (index_writer_) index_tmp_ = write_index_tmp(dir, meta, tag_, all_pieces_);
   kill_hook("staged", meta.step, rank);
 }
 
@@ -345,6 +398,7 @@ void CheckpointSaver::writer_body(size_t first, double t0, const CheckpointMeta*
       shard_->append(segments_[j].piece, staging_.ptr() + segments_[j].at, segments_[j].n);
     shard_->finish();
     bytes_ = shard_->bytes();
+    if (local_ && partner_ >= 0) outgoing_ = framed_copy(shard_->path(), own_bound_);
     write_s_ = now_s() - t0;
     kill_hook("shards", pending_step_, t_.comms().world->rank());
     state_ = written;
@@ -357,6 +411,7 @@ void CheckpointSaver::writer_body(size_t first, double t0, const CheckpointMeta*
 void CheckpointSaver::finish() {
   if (pending_step_ < 0) return;
   if (writer_.joinable()) writer_.join();
+  progress_copies(true);
   int flags[2] = {0, failed_code()};
   t_.comms().world->allreduce_max(flags, 2);
   settle(flags[0], flags[1]);
@@ -365,7 +420,7 @@ void CheckpointSaver::finish() {
 void CheckpointSaver::settle(int any_writing, int failed) {
   if (pending_step_ < 0) return;
   Communicator& world = *t_.comms().world;
-  const std::string& dir = t_.config().output.checkpoint_dir;
+  const std::string& dir = dir_;
   if (failed > 0) {
     if (writer_.joinable()) writer_.join();
     const int reporter = world.size() - failed;
@@ -382,8 +437,113 @@ void CheckpointSaver::settle(int any_writing, int failed) {
   commit();
 }
 
-// Every shard is durable: one small agreement on the figures, then rank 0
-// renames the index into place and tidies the directory.
+// The local tier: the copies this rank keeps are received into buffers of
+// their shards' bound (made with the layout), posted when the save starts
+// (no size goes first).
+void CheckpointSaver::post_copy_receives() {
+  Communicator& world = *t_.comms().world;
+  copy_reqs_.clear();
+  copies_done_ = false;
+  copies_sent_ = false;
+  sent_ = false;
+  for (size_t i = 0; i < kept_for_.size(); ++i) {
+    copy_reqs_.push_back(world.irecv(incoming_[i].data(), incoming_[i].size(), kept_for_[i], 7311));
+  }
+}
+
+// The local tier, on the main thread at each step boundary (and, waiting,
+// at finish): once this rank's shard is durable its bytes go to the partner
+// without waiting; once every copy has arrived and gone out, the copies are
+// written durably on the writer thread (temporary name, rename). Until then
+// the save counts as writing; an error fails it like a shard write. The
+// time spent here at step boundaries is the save's blocking time.
+void CheckpointSaver::progress_copies(bool wait) {
+  if (!local_ || pending_step_ < 0 || copies_done_ || writer_running() || copies_sent_) {
+    if (wait && writer_.joinable()) writer_.join();
+    return;
+  }
+  const double t0 = now_s();
+  Communicator& world = *t_.comms().world;
+  if (!sent_ && partner_ >= 0) {
+    if (outgoing_.size() != size_t(own_bound_)) {  // the save failed: say so to the partner
+      const int64_t none = -1;
+      outgoing_.assign(size_t(own_bound_), '\0');
+      std::memcpy(outgoing_.data(), &none, sizeof none);
+    }
+    copy_reqs_.push_back(world.isend(outgoing_.data(), outgoing_.size(), partner_, 7311));
+  }
+  sent_ = true;
+  if (wait) {
+    if (!copy_reqs_.empty()) world.wait_all(copy_reqs_);
+  } else {
+    for (Request& r : copy_reqs_)
+      if (!world.test(r)) return void(blocking_s_ += now_s() - t0);
+  }
+  copy_reqs_.clear();
+  copies_sent_ = true;
+  if (writer_.joinable()) writer_.join();  // done: it wrote the shard
+  // the copies go to disk on the writer thread, as the shard did
+  writer_ = std::thread([this] {
+    try {
+      if (state_.load() == written)
+        for (size_t i = 0; i < kept_for_.size(); ++i) keep_copy(kept_for_[i], incoming_[i]);
+    } catch (const std::exception& e) {
+      error_ = e.what();
+      state_ = failed_now;
+    }
+    copies_done_ = true;
+  });
+  if (wait) writer_.join();
+  // an async save's wait at the next save is not its blocking time (as a
+  // shared async save's writer, joined there, is not); a sync save's is
+  if (!wait || !t_.config().output.checkpoint_async) blocking_s_ += now_s() - t0;
+}
+
+// A received copy (8 bytes of length, then the shard file) written durably.
+void CheckpointSaver::keep_copy(int owner, const std::vector<char>& framed) {
+  int64_t n = -1;
+  std::memcpy(&n, framed.data(), sizeof n);
+  const std::string path =
+      (std::filesystem::path(dir_) / shard_file_name(pending_step_, tag_, owner)).string();
+  if (n < 0 || size_t(n) + sizeof n > framed.size())
+    throw Error("partner copy of rank " + std::to_string(owner) + "'s shard " + path +
+                ": its owner could not read it");
+  write_bytes_durably(path, framed.data() + sizeof n, size_t(n));
+}
+
+int64_t CheckpointSaver::copy_bound(int rank) const {
+  return shard_file_bytes(all_pieces_.at(size_t(rank))) + int64_t(sizeof(int64_t));
+}
+
+// The index renamed into place (rank 0; the local tier: each node's lowest
+// rank, after the partner copies) and the directory tidied. Returns the
+// error, the same on every rank.
+std::string CheckpointSaver::commit_files() {
+  Communicator& world = *t_.comms().world;
+  const OutputConfig& o = t_.config().output;
+  std::string error;
+  if (index_writer_) {
+    try {
+      kill_hook("index", pending_step_, world.rank());
+      commit_index(index_tmp_, pending_path_);
+      if (local_) {
+        remove_local_steps_except(dir_, pending_step_);
+      } else {
+        remove_unindexed_shards(dir_, pending_step_);
+        apply_retention(dir_, pending_step_, o.keep_checkpoints);
+      }
+    } catch (const std::exception& e) {
+      error = (local_ ? "local checkpoint " : "checkpoint ") + pending_path_ + ": " + e.what() +
+              (local_ ? "" : what_is_kept(dir_));
+    }
+  }
+  index_tmp_.clear();
+  if (!local_) return broadcast_string(world, error, 0);
+  return agree_on_check(world, error.empty(), error).message;
+}
+
+// Every shard (and, for the local tier, every partner copy) is durable: one
+// small agreement on the figures, then the index goes into place.
 void CheckpointSaver::commit() {
   if (writer_.joinable()) writer_.join();
   Communicator& world = *t_.comms().world;
@@ -391,25 +551,13 @@ void CheckpointSaver::commit() {
   std::vector<double> all(size_t(3 * world.size()));
   const double mine[3] = {blocking_s_, write_s_, double(bytes_)};
   world.allgather(mine, all.data(), sizeof mine);
-  std::string error;
-  if (world.rank() == 0) {
-    try {
-      kill_hook("index", pending_step_, 0);
-      commit_index(index_tmp_, pending_path_);
-      remove_unindexed_shards(cfg.output.checkpoint_dir, pending_step_);
-      apply_retention(cfg.output.checkpoint_dir, pending_step_, cfg.output.keep_checkpoints);
-    } catch (const std::exception& e) {
-      error = "checkpoint " + pending_path_ + ": " + e.what() + what_is_kept(cfg.output.checkpoint_dir);
-    }
-  }
-  index_tmp_.clear();
-  error = broadcast_string(world, error, 0);
+  const std::string error = commit_files();
   const int64_t step = pending_step_;
   pending_step_ = -1;
   shard_.reset();
   state_ = idle;
   if (!error.empty()) throw AgreedError(error, world.rank() == 0);
-  CheckpointRecord rec{step, 0, 0, 0, 0, cfg.output.checkpoint_async ? 1 : 0};
+  CheckpointRecord rec{step, 0, 0, 0, 0, cfg.output.checkpoint_async ? 1 : 0, local_ ? 1 : 0};
   for (int r = 0; r < world.size(); ++r) {
     rec.blocking_s = std::max(rec.blocking_s, all[size_t(3 * r)]);
     if (all[size_t(3 * r + 1)] > rec.write_s) {

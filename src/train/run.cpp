@@ -3,10 +3,10 @@
 #include "trident/train/run.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +22,7 @@
 #include "trident/kernels/staging.hpp"
 #include "trident/train/checkpoint_saver.hpp"
 #include "trident/train/checkpointing.hpp"
+#include "trident/train/local_tier.hpp"
 #include "trident/train/step_guard.hpp"
 #include "trident/train/trainer.hpp"
 
@@ -78,6 +79,7 @@ TrainComms train_comms(Communicators& c) {
 struct ResumePoint {
   int64_t step = 0;
   std::string checkpoint;
+  std::string tier;  // "local" (output.local_checkpoint_dir) or "shared" ("" : from the start)
 };
 
 // What started the resume, for its messages: the flag the user gave, or
@@ -144,7 +146,54 @@ std::string resume_latest(const Config& cfg, Trainer& trainer, const std::string
   return "";
 }
 
-ResumePoint resume_point(const Config& cfg, const RunRequest& req, Trainer& trainer) {
+// The node-local tier (output.local_checkpoint_dir): its newest step complete
+// across the nodes that are left, when newer than the checkpoint
+// directory's newest; the missing shards are copied from their partner
+// copies first. False (and one line saying why) when there is none or it
+// does not load: the shared checkpoint directory then.
+bool resume_local(const Config& cfg, Trainer& trainer, const std::vector<std::string>& hosts,
+                  const std::string& trigger, ResumePoint& at) {
+  if (cfg.output.local_checkpoint_dir.empty()) return false;
+  Communicator& world = *trainer.comms().world;
+  int64_t shared_step = -1;
+  if (world.rank() == 0) {
+    const std::vector<std::string> shared = checkpoints_newest_first(cfg.output.checkpoint_dir);
+    if (!shared.empty()) shared_step = checkpoint_step(shared.front());
+  }
+  world.broadcast(&shared_step, sizeof shared_step, 0);
+  const std::string dir = local_node_dir(cfg.output, hosts.at(size_t(world.rank())));
+  std::string why;
+  const std::string path = restore_local(world, dir, shared_step, why);
+  const bool lead = world.rank() == 0;
+  if (path.empty()) {
+    if (lead)
+      std::fprintf(stderr,
+                   "trident: warning: %s: not resuming from the local tier (%s); resuming from the "
+                   "shared checkpoint directory %s\n",
+                   trigger.c_str(), why.c_str(), cfg.output.checkpoint_dir.c_str());
+    return false;
+  }
+  const std::string bad = load_everywhere(trainer, path, at.step);
+  if (!bad.empty()) {
+    if (lead)
+      std::fprintf(stderr,
+                   "trident: warning: %s: not resuming from the local tier: %s; resuming from the "
+                   "shared checkpoint directory %s\n",
+                   trigger.c_str(), bad.c_str(), cfg.output.checkpoint_dir.c_str());
+    return false;
+  }
+  if (lead)
+    std::printf(
+        "resuming from the local tier: step %lld, complete across the nodes left (%s; "
+        "the shared checkpoint directory's newest is step %lld)\n",
+        static_cast<long long>(at.step), why.c_str(), static_cast<long long>(shared_step));
+  at.checkpoint = path;
+  at.tier = "local";
+  return true;
+}
+
+ResumePoint resume_point(const Config& cfg, const RunRequest& req, Trainer& trainer,
+                         const std::vector<std::string>& hosts) {
   ResumePoint at;
   // a requeued job, or slurm/trident.sbatch's restart of its step on a spare
   const bool slurm_restart =
@@ -155,9 +204,10 @@ ResumePoint resume_point(const Config& cfg, const RunRequest& req, Trainer& trai
     at.checkpoint = req.resume_from;
     const std::string why = load_everywhere(trainer, at.checkpoint, at.step);
     if (!why.empty()) throw InputError(trigger + ": " + why);
-  } else {
+  } else if (!resume_local(cfg, trainer, hosts, trigger, at)) {
     at.checkpoint = resume_latest(cfg, trainer, trigger, at.step);
   }
+  if (at.tier.empty() && !at.checkpoint.empty()) at.tier = "shared";
   if (at.checkpoint.empty() && req.resume)
     throw InputError("--resume: no checkpoint in output.checkpoint_dir '" +
                      cfg.output.checkpoint_dir + "'");
@@ -358,8 +408,8 @@ bool guards_stop(const StepResult& r, const Config& cfg, Communicator* world, Ru
 // after its first step, a `restart` event with the node left out, the
 // checkpoint resumed from, the steps lost and the seconds from the failure
 // to the end of that first step (rank 0's clock, as the template's).
-void record_restart(RunFile& file, Communicator& world, int64_t step, int64_t resumed_at,
-                    const std::string& resumed_from) {
+void record_restart(RunFile& file, Communicator& world, int64_t step, const ResumePoint& at) {
+  const int64_t resumed_at = at.step;
   const char* node = std::getenv("TRIDENT_RESTART_NODE");
   const char* failed_at = std::getenv("TRIDENT_RESTART_FAILED_AT");
   if (env_int("TRIDENT_RESTART_ATTEMPT", 0) <= 0 || !node || !failed_at) return;
@@ -369,7 +419,10 @@ void record_restart(RunFile& file, Communicator& world, int64_t step, int64_t re
   world.broadcast(&since, sizeof since, 0);
   const int64_t last = env_int("TRIDENT_RESTART_LAST_STEP", -1);  // the last step logged
   const double lost = last >= 0 ? double(std::max<int64_t>(0, last + 1 - resumed_at)) : -1.0;
-  const std::string from = resumed_from.empty() ? "no checkpoint (from the start)" : resumed_from;
+  const std::string from = at.checkpoint.empty() ? "no checkpoint (from the start)"
+                           : at.tier == "local"
+                               ? "the local tier: " + at.checkpoint
+                               : "the shared checkpoint directory: " + at.checkpoint;
   file.append_event({step, "restart", -1, since, lost,
                      "node " + std::string(node) + " left out; resumed from " + from});
 }
@@ -379,20 +432,45 @@ void record_restart(RunFile& file, Communicator& world, int64_t step, int64_t re
 // or one failed (then the job ends with its line). Returns the signal.
 // Rank 0's straggler verdict travels in the same reduction (RankStats).
 int agree_at_boundary(Communicator* world, CheckpointSaver& saver, LoopTotals& tot,
-                      RankStats& stats, RunFile& file) {
-  int flags[4] = {stop_signal_received(), saver.writing(), saver.failed_code(), stats.verdict()};
-  world->allreduce_max(flags, 4);
+                      RankStats& stats, RunFile& file, CheckpointSaver* local) {
+  if (local) local->progress();
+  int flags[6] = {stop_signal_received(),       saver.writing(),
+                  saver.failed_code(),          stats.verdict(),
+                  local ? local->writing() : 0, local ? local->failed_code() : 0};
+  world->allreduce_max(flags, 6);
   stats.record(flags[3], file);
   saver.settle(flags[1], flags[2]);
+  if (local) local->settle(flags[4], flags[5]);
   tot.last_ckpt = saver.last_path();
   tot.last_ckpt_step = saver.last_step();
   return flags[0];
 }
 
+// The saves after `done` steps: the checkpoint directory's every
+// output.checkpoint_every steps, on a stop and at the end; else the local
+// tier's every output.local_checkpoint_every steps.
+void save_at_boundary(const Config& cfg, CheckpointSaver& saver, CheckpointSaver* local,
+                      RankStats& stats, LoopTotals& tot, int64_t done, int stop) {
+  const int every = cfg.output.checkpoint_every, local_every = cfg.output.local_checkpoint_every;
+  const double t_save = now_s();
+  if ((every > 0 && done % every == 0) || stop || done == cfg.train.steps) {
+    saver.save(done);
+    tot.last_ckpt = saver.last_path();
+    tot.last_ckpt_step = saver.last_step();
+  } else if (local && local_every > 0 && done % local_every == 0) {
+    local->save(done);
+  } else {
+    return;
+  }
+  stats.add_checkpoint_s(now_s() - t_save);
+}
+
 // Steps [start, train.steps), until then, a stop signal or a guard's stop.
 LoopTotals run_steps(Trainer& trainer, RunFile& file, CheckpointSaver& saver, RankStats& stats,
-                     int64_t start, const std::string& resumed_from,
-                     const model::DataSource* eval_data) {
+                     const ResumePoint& at, const model::DataSource* eval_data,
+                     CheckpointSaver* local) {
+  const int64_t start = at.step;
+  const std::string& resumed_from = at.checkpoint;
   const Config& cfg = trainer.config();
   Communicator* world = trainer.comms().world;
   const int rank = world->rank();
@@ -420,22 +498,14 @@ LoopTotals run_steps(Trainer& trainer, RunFile& file, CheckpointSaver& saver, Ra
     tot.compute_s += r.compute_s;
     ++tot.steps_run;
     if (rank == 0) print_step(r);
-    if (step == start) record_restart(file, *world, step, start, resumed_from);
+    if (step == start) record_restart(file, *world, step, at);
     if (guards_stop(r, cfg, world, file, tot, spikes, resumed_from)) break;
     if (eval_data && (step + 1) % cfg.eval.every == 0)
       evaluate_into(trainer, *eval_data, file, step + 1);
     if (rank == hooks.rank && step == hooks.signal_at) std::raise(SIGUSR1);
     // every rank sees the same decision at the same step boundary
-    const int stop = agree_at_boundary(world, saver, tot, stats, file);
-    const int64_t done = step + 1;
-    const int every = cfg.output.checkpoint_every;
-    if ((every > 0 && done % every == 0) || stop || done == cfg.train.steps) {
-      const double t_save = now_s();
-      saver.save(done);
-      stats.add_checkpoint_s(now_s() - t_save);
-      tot.last_ckpt = saver.last_path();
-      tot.last_ckpt_step = saver.last_step();
-    }
+    const int stop = agree_at_boundary(world, saver, tot, stats, file, local);
+    save_at_boundary(cfg, saver, local, stats, tot, step + 1, stop);
     if (stop) {
       tot.stopped_by = stop;
       break;
@@ -541,12 +611,52 @@ EvalReport evaluate_checkpoint(const Config& cfg, Communicators& comms,
   return rep;
 }
 
+// The node-local tier's directories, before the run file exists (a
+// directory that cannot be made is the input's fault: exit 2). A run that
+// does not resume from the tier empties its nodes' directories first (steps
+// there are not on this run's way); one that does keeps only the step it
+// resumed from.
+void prepare_local_tier(Trainer& trainer, const std::vector<std::string>& hosts,
+                        const ResumePoint& at) {
+  const OutputConfig& o = trainer.config().output;
+  if (o.local_checkpoint_dir.empty()) return;
+  Communicator& world = *trainer.comms().world;
+  const int me = world.rank();
+  const bool node_lead =
+      std::find(hosts.begin(), hosts.end(), hosts[size_t(me)]) - hosts.begin() == me;
+  const std::string dir = local_node_dir(o, hosts[size_t(me)]);
+  std::error_code ec;
+  if (node_lead && at.tier != "local") std::filesystem::remove_all(dir, ec);
+  if (node_lead && at.tier == "local") remove_local_steps_except(dir, at.step);
+  if (node_lead) std::filesystem::create_directories(dir, ec);
+  const CheckOutcome made = agree_on_check(
+      world, !ec, "output.local_checkpoint_dir: cannot create " + dir + ": " + ec.message());
+  if (!made.all_passed) throw InputError(made.message);
+}
+
+// The node-local tier's saver (output.local_checkpoint_dir; null when off).
+std::unique_ptr<CheckpointSaver> make_local_saver(Trainer& trainer, RunFile& file,
+                                                  const std::vector<std::string>& hosts) {
+  const OutputConfig& o = trainer.config().output;
+  if (o.local_checkpoint_dir.empty()) return nullptr;
+  const std::vector<int> partners = partner_ranks(hosts);
+  if (trainer.comms().world->rank() == 0)
+    std::printf("local checkpoints every %d steps in %s/<node>%s\n", o.local_checkpoint_every,
+                local_job_dir(o).c_str(),
+                partners[0] < 0 ? "; one node: no partner copies, a lost node loses them"
+                                : ", each rank's shard copied to a partner on the next node");
+  return std::make_unique<CheckpointSaver>(trainer, &file, &hosts);
+}
+
 int run(const Config& cfg, Communicators& comms, const RunRequest& request) {
   auto trainer_ptr = make_trainer(cfg, comms);
   Trainer& trainer = *trainer_ptr;
   validate_activation_request(cfg, trainer.samples_per_step());
   double load_s = now_s();
-  const ResumePoint at = resume_point(cfg, request, trainer);
+  std::vector<std::string> hosts;  // each rank's node label
+  for (const RankInfo& r : comms.topo.ranks) hosts.push_back(r.hostname);
+  const ResumePoint at = resume_point(cfg, request, trainer, hosts);
+  prepare_local_tier(trainer, hosts, at);
   load_s = now_s() - load_s;
   comms.world->allreduce_max(&load_s, 1);  // the slowest rank's
   std::unique_ptr<model::DataSource> eval_data;
@@ -556,8 +666,6 @@ int run(const Config& cfg, Communicators& comms, const RunRequest& request) {
   // Every input is valid: now the run file may exist.
   const std::string path = resolve_output_name(cfg.output.file, *comms.world);
   const char* job = std::getenv("SLURM_JOB_ID");
-  std::vector<std::string> hosts;
-  for (const RankInfo& r : comms.topo.ranks) hosts.push_back(r.hostname);
   flight_set_output(flight_dir_of(path), comms.world->rank(), hosts);
   RunFile file(path, *comms.world, cfg, comms, job ? job : "");
   file.set_root_attr("command_line", request.command_line);
@@ -581,10 +689,13 @@ int run(const Config& cfg, Communicators& comms, const RunRequest& request) {
   const CommCounters at_start = trainer.counters();
   record_documents(trainer, file, at.step);
   CheckpointSaver saver(trainer, &file);
+  std::unique_ptr<CheckpointSaver> local = make_local_saver(trainer, file, hosts);
   RankStats stats(cfg, *comms.world, comms.me.pp, hosts);
-  LoopTotals tot = run_steps(trainer, file, saver, stats, at.step, at.checkpoint, eval_data.get());
+  LoopTotals tot = run_steps(trainer, file, saver, stats, at, eval_data.get(), local.get());
   stats.finish(file);
   saver.finish();  // a background save: durable and committed before the summary says so
+  if (local) local->finish();
+  if (local && tot.exit_code == 0) clean_local_tier(*comms.world, cfg.output, hosts);
   tot.last_ckpt = saver.last_path();
   tot.last_ckpt_step = saver.last_step();
   if (tot.last_ckpt_step < 0 && at.step == cfg.train.steps && lead)

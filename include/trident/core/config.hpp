@@ -321,6 +321,11 @@ struct OutputConfig {
   bool checkpoint_async = false;    // stage, return to training, write in the background
   int checkpoint_staging_mb = 1024;  // host staging buffer per rank (async saves)
   int keep_checkpoints = 0;          // complete checkpoints kept (0: all)
+  // The fast resume tier (faults.md): every local_checkpoint_every steps each
+  // rank's shard goes to this node-local directory ("" : off), with a copy
+  // on a partner rank of another node.
+  std::string local_checkpoint_dir;
+  int local_checkpoint_every = 0;
   std::vector<int> activation_steps;  // steps at which activations are captured
   std::vector<int> activation_layers = {0};
   std::vector<int> activation_samples = {0};

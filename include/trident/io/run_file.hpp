@@ -42,6 +42,7 @@ struct CheckpointRecord {
   int64_t bytes = 0;        // tensor bytes written by all ranks
   int32_t slowest_rank = 0; // the rank whose write took write_s
   int32_t async = 0;        // 1: written in the background
+  int32_t local = 0;        // 1: the node-local tier (output.local_checkpoint_dir)
 };
 
 // Something the step guards saw (/events): kind is "nonfinite" (a step's

@@ -22,6 +22,13 @@
 // step boundary with its one line; the previous checkpoint stays.
 //
 // "single": today's one file, gathered on rank 0 (small models, export).
+//
+// The node-local tier (output.local_checkpoint_dir, train/local_tier.hpp) is
+// a second saver of the same kind whose directory is the rank's node's:
+// every node writes its own copy of the index, and before it does, each
+// rank's shard goes to its partner on another node (at the commit, over
+// MPI), so the step counts only when every rank agreed that its shard and
+// the copy it keeps are durable.
 #pragma once
 #include <atomic>
 #include <memory>
@@ -39,7 +46,8 @@ class CheckpointSaver {
  public:
   // Collective: the ranks agree on the tag that names this run's shards, and
   // rank 0 learns every rank's slices (once per run: the index names them).
-  CheckpointSaver(Trainer& t, RunFile* file);
+  // With local_hosts (each world rank's node label): the node-local tier.
+  CheckpointSaver(Trainer& t, RunFile* file, const std::vector<std::string>* local_hosts = nullptr);
   // Waits for a writer still running; its save is not committed.
   ~CheckpointSaver();
   CheckpointSaver(const CheckpointSaver&) = delete;
@@ -56,6 +64,9 @@ class CheckpointSaver {
   // Collective, after the agreement: commits the save in flight once no
   // rank is writing; throws the failing rank's error if one failed.
   void settle(int any_writing, int failed);
+  // The local tier, before the step boundary's agreement: moves the partner
+  // copies on without waiting (their time counts as blocking).
+  void progress() { progress_copies(false); }
   // Collective: waits for the save in flight and commits it.
   void finish();
 
@@ -72,13 +83,32 @@ class CheckpointSaver {
   void write_waves(double t0, const CheckpointMeta& meta);
   void writer_body(size_t first_segment, double t0, const CheckpointMeta* open);
   void commit();
+  std::string commit_files();
+  void share_pieces();
+  void post_copy_receives();
+  void progress_copies(bool wait);
+  void keep_copy(int owner, const std::vector<char>& framed);
+  int64_t copy_bound(int rank) const;
+  bool writer_running() const { return state_.load() == writing_now; }
   void save_single(int64_t steps_done);
 
   Trainer& t_;
   RunFile* file_;
   std::string tag_;
+  bool local_ = false;         // the node-local tier
+  std::string dir_;            // where the shards go
+  bool index_writer_ = false;  // writes the index: rank 0 (each node's lowest rank: local)
+  int partner_ = -1;           // local: the rank keeping this rank's copy
+  std::vector<int> kept_for_;  // local: the ranks whose copies this rank keeps
+  int64_t own_bound_ = 0;      // local: the framed size of this rank's copy
+  // local, the save in flight: the copies going out and coming in
+  std::vector<char> outgoing_;
+  std::vector<std::vector<char>> incoming_;
+  std::vector<Request> copy_reqs_;
+  bool sent_ = false, copies_sent_ = false;
+  std::atomic<bool> copies_done_{false};
   std::vector<Owned> owned_;
-  std::vector<std::vector<ShardPiece>> all_pieces_;  // rank 0: every rank's, for the index
+  std::vector<std::vector<ShardPiece>> all_pieces_;  // index writers: every rank's
   int64_t node_bytes_ = 0;  // disk bytes this host's ranks write in one save
 
   // the save in flight

@@ -385,6 +385,8 @@ TEST_CASE("to_toml round-trips every key") {
                                              "output.checkpoint_async",
                                              "output.checkpoint_staging_mb",
                                              "output.keep_checkpoints",
+                                             "output.local_checkpoint_dir",
+                                             "output.local_checkpoint_every",
                                              "output.activation_steps",
                                              "output.activation_layers",
                                              "output.activation_samples",

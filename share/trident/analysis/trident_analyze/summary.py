@@ -45,6 +45,23 @@ def after_pipeline_ms(ev, skip: int = 1) -> dict:
     return out
 
 
+def restarts(rf: RunFile) -> list:
+    """The job's restarts inside its allocation (slurm/trident.sbatch with
+    spares): the /events rows of kind "restart" this step's run file holds."""
+    if not rf.has("/events"):
+        return []
+    out = []
+    for e in rf.h5["/events"][()]:
+        kind = e["kind"].decode().strip("\0") if isinstance(e["kind"], bytes) else str(e["kind"])
+        if kind != "restart":
+            continue
+        detail = e["detail"].decode().strip("\0") if isinstance(e["detail"], bytes) else str(e["detail"])
+        tier = "local" if "local tier" in detail else "shared" if "shared checkpoint" in detail else "none"
+        out.append({"step": int(e["step"]), "seconds_to_first_step": float(e["value"]),
+                    "steps_lost": float(e["reference"]), "resumed_from": tier, "detail": detail})
+    return out
+
+
 def summarize(rf: RunFile) -> dict:
     out: dict = {"file": rf.path, "completed": rf.completed}
     out["trident_version"] = rf.attr("trident_version", default="")
@@ -56,6 +73,7 @@ def summarize(rf: RunFile) -> dict:
     out["topology"] = topo
     cfg = rf.config()
     out["config"] = {s: cfg.get(s, {}) for s in ("model", "data", "parallel", "train")} if cfg else {}
+    out["restarts"] = restarts(rf)
 
     steps = rf.steps()
     n = len(steps)
@@ -140,6 +158,10 @@ def format_text(s: dict) -> str:
     if p or d:
         L.append(f"schedule      {p.get('schedule')}  cp_layout={p.get('cp_layout')}  seq_len={d.get('seq_len')}  microbatches={d.get('num_microbatches')}")
     L.append(f"steps         {s['steps']}")
+    for r in s.get("restarts", []):
+        lost = "?" if r["steps_lost"] < 0 else f"{r['steps_lost']:.0f}"
+        L.append(f"restart       at step {r['step']}: from the {r['resumed_from']} checkpoint, {lost} step(s) lost, "
+                 f"{r['seconds_to_first_step']:.1f} s from the failure to the first step ({r['detail']})")
     if s["steps"]:
         L.append(f"loss          first {s['first_loss']:.4f}  final {s['final_loss']:.4f}  best {s['best_loss']:.4f} (step {s['best_step']})")
         L.append(f"throughput    {s['tokens_per_s']:.0f} tokens/s, {s['step_time_s'] * 1e3:.1f} ms/step (mean after the first step)")
