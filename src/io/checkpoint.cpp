@@ -261,6 +261,30 @@ std::string checkpoint_path(const std::string& dir, int64_t step) {
   return (std::filesystem::path(dir) / name).string();
 }
 
+namespace {
+
+// Rank 0: the other ranks' records (of the gathered sizes) received, then
+// every tensor written. Returns the error ("" when the file is complete).
+std::string receive_and_write(const std::string& dir, const std::string& path, Communicator* world,
+                              const CheckpointMeta& meta, const std::vector<CheckpointTensor>& mine,
+                              const std::vector<int64_t>& sizes) {
+  const int size = int(sizes.size());
+  std::vector<std::vector<char>> parts(static_cast<size_t>(size));
+  std::vector<Request> reqs;
+  for (int r = 1; r < size; ++r) {
+    parts[size_t(r)].resize(size_t(sizes[size_t(r)]));
+    if (sizes[size_t(r)] > 0)
+      reqs.push_back(world->irecv(parts[size_t(r)].data(), parts[size_t(r)].size(), r, 7301));
+  }
+  if (!reqs.empty()) world->wait_all(reqs);
+  std::vector<View> all;
+  add_views(mine, all);
+  for (int r = 1; r < size; ++r) unpack(parts[size_t(r)], all);
+  return write_on_root(dir, path, meta, all);
+}
+
+}  // namespace
+
 std::string write_checkpoint(const std::string& dir, Communicator* world, const CheckpointMeta& meta,
                              const std::vector<CheckpointTensor>& mine) {
   const int size = world ? world->size() : 1;
@@ -274,18 +298,7 @@ std::string write_checkpoint(const std::string& dir, Communicator* world, const 
   const std::string path = checkpoint_path(dir, meta.step);
   std::string error;
   if (rank == 0) {
-    std::vector<std::vector<char>> parts(static_cast<size_t>(size));
-    std::vector<Request> reqs;
-    for (int r = 1; r < size; ++r) {
-      parts[size_t(r)].resize(size_t(sizes[size_t(r)]));
-      if (sizes[size_t(r)] > 0)
-        reqs.push_back(world->irecv(parts[size_t(r)].data(), parts[size_t(r)].size(), r, 7301));
-    }
-    if (!reqs.empty()) world->wait_all(reqs);
-    std::vector<View> all;
-    add_views(mine, all);
-    for (int r = 1; r < size; ++r) unpack(parts[size_t(r)], all);
-    error = write_on_root(dir, path, meta, all);
+    error = receive_and_write(dir, path, world, meta, mine, sizes);
   } else if (my > 0) {
     Request r = world->isend(buf.data(), buf.size(), 0, 7301);
     world->wait(r);
@@ -466,6 +479,32 @@ int64_t CheckpointReader::shard(int64_t rank) const {
   return f;
 }
 
+namespace {
+
+// Elements [from, from + n) of the dataset d into dst.
+void read_slab(hid_t d, int64_t from, int64_t n, float* dst, const std::string& where) {
+  hsize_t off[1] = {hsize_t(from)}, cnt[1] = {hsize_t(n)};
+  h5::Handle fsel(H5Dget_space(d), H5Sclose);
+  h5::Handle msel(H5Screate_simple(1, cnt, nullptr), H5Sclose);
+  if (H5Sselect_hyperslab(fsel, H5S_SELECT_SET, off, nullptr, cnt, nullptr) < 0 ||
+      H5Dread(d, H5T_NATIVE_FLOAT, msel, fsel, H5P_DEFAULT, dst) < 0)
+    throw InputError(where + " cannot be read (truncated or corrupted file): " + h5::error_text());
+}
+
+// The `count` elements at dst, which start at checksum block b0, against
+// their blocks' checksums.
+void check_blocks(const std::vector<uint64_t>& blocks, int64_t b0, const float* dst, int64_t count,
+                  const std::string& where) {
+  for (int64_t at = 0, b = b0; at < count; at += kChecksumBlock, ++b) {
+    const int64_t n = std::min(kChecksumBlock, count - at);
+    if (size_t(b) >= blocks.size() ||
+        blocks[size_t(b)] != fnv1a64(dst + at, size_t(n) * sizeof(float)))
+      throw InputError(where + " fails its checksum (corrupted file)");
+  }
+}
+
+}  // namespace
+
 // Elements [lo, hi) of the piece [pb, pe) that `rank` wrote, into out: the
 // whole piece checked against its checksum, a part against its blocks'.
 void CheckpointReader::read_piece(const std::string& name, int64_t rank, int64_t pb, int64_t pe,
@@ -487,23 +526,13 @@ void CheckpointReader::read_piece(const std::string& name, int64_t rank, int64_t
   const int64_t last = all ? pe : std::min(pe, pb + ((hi - pb) + kChecksumBlock - 1) / kChecksumBlock * kChecksumBlock);
   std::vector<float> buf(all ? 0 : size_t(last - first));
   float* dst = all ? out : buf.data();
-  hsize_t off[1] = {hsize_t(first - pb)}, cnt[1] = {hsize_t(last - first)};
-  h5::Handle fsel(H5Dget_space(d), H5Sclose);
-  h5::Handle msel(H5Screate_simple(1, cnt, nullptr), H5Sclose);
-  if (H5Sselect_hyperslab(fsel, H5S_SELECT_SET, off, nullptr, cnt, nullptr) < 0 ||
-      H5Dread(d, H5T_NATIVE_FLOAT, msel, fsel, H5P_DEFAULT, dst) < 0)
-    throw InputError(where + " cannot be read (truncated or corrupted file): " + h5::error_text());
+  read_slab(d, first - pb, last - first, dst, where);
   if (all) {
     if (whole.at(0) != fnv1a64(dst, size_t(pe - pb) * sizeof(float)))
       throw InputError(where + " fails its checksum (corrupted file)");
     return;
   }
-  for (int64_t at = first, b = b0; at < last; at += kChecksumBlock, ++b) {
-    const int64_t n = std::min(kChecksumBlock, last - at);
-    if (size_t(b) >= blocks.size() ||
-        blocks[size_t(b)] != fnv1a64(dst + (at - first), size_t(n) * sizeof(float)))
-      throw InputError(where + " fails its checksum (corrupted file)");
-  }
+  check_blocks(blocks, b0, dst, last - first, where);
   std::copy(dst + (lo - first), dst + (hi - first), out);
 }
 

@@ -212,36 +212,8 @@ int CheckpointSaver::failed_code() const {
 // over its replicas (the sharded optimizer's cut), router buffers in turn.
 void CheckpointSaver::plan() {
   const TrainComms& c = t_.comms();
-  const ParamStore& store = t_.param_store();
-  const dp::Sharding& s = t_.sharding();
-  for (GradReduce kind : {GradReduce::dense, GradReduce::expert, GradReduce::none}) {
-    const size_t k = size_t(kind);
-    Communicator* g = kind == GradReduce::expert ? c.expert_replica : c.dpcp;
-    const int64_t parts = g ? g->size() : 1, me = g ? g->rank() : 0;
-    const ParamStore::Range full = store.range(kind);
-    const int64_t part = (full.size() + parts - 1) / parts;
-    const int64_t mine_b = full.begin + me * part, mine_e = std::min(full.end, mine_b + part);
-    for (const ParamStore::Entry& e : store.entries()) {
-      if (e.param->reduce != kind) continue;
-      const int64_t lo = std::max(mine_b, e.offset), hi = std::min(mine_e, e.offset + e.numel);
-      if (lo >= hi) continue;
-      TRIDENT_CHECK(lo >= s.owned[k].begin && hi <= s.owned[k].end,
-                    "checkpoint: " + e.param->name + " lies outside this rank's moments");
-      const int64_t at = s.base[k] + (lo - s.owned[k].begin), n = hi - lo;
-      const ShardPiece p{"", e.param->value.shape(), lo - e.offset, hi - e.offset};
-      owned_.push_back({{"param/" + e.param->name, p.shape, p.begin, p.end},
-                        e.param->value.view(p.begin, {n}), ""});
-      owned_.push_back({{"adam_m/" + e.param->name, p.shape, p.begin, p.end},
-                        t_.optimizer().m().view(at, {n}), ""});
-      owned_.push_back({{"adam_v/" + e.param->name, p.shape, p.begin, p.end},
-                        t_.optimizer().v().view(at, {n}), ""});
-    }
-  }
-  const int64_t parts = c.dpcp ? c.dpcp->size() : 1, me = c.dpcp ? c.dpcp->rank() : 0;
-  int64_t i = 0;
-  for (auto& [name, tensor] : t_.stage().buffers())
-    if (i++ % parts == me)
-      owned_.push_back({{"buffer/" + name, tensor->shape(), 0, tensor->numel()}, Tensor(), name});
+  for (GradReduce kind : {GradReduce::dense, GradReduce::expert, GradReduce::none}) plan_kind(kind);
+  plan_buffers();
   std::vector<ShardPiece> mine;
   for (const Owned& o : owned_) mine.push_back(o.piece);
   all_pieces_ = gather_pieces(*c.world, mine);
@@ -254,6 +226,45 @@ void CheckpointSaver::plan() {
   }
   node_bytes_ = node_total(*c.world, shard_file_bytes(mine) + copies +
                                          (index_writer_ ? index_file_bytes(all_pieces_) : 0));
+}
+
+// One kind's slices: this rank's equal part of the kind's range, cut along
+// the parameters, with their moments.
+void CheckpointSaver::plan_kind(GradReduce kind) {
+  const TrainComms& c = t_.comms();
+  const ParamStore& store = t_.param_store();
+  const dp::Sharding& s = t_.sharding();
+  const size_t k = size_t(kind);
+  Communicator* g = kind == GradReduce::expert ? c.expert_replica : c.dpcp;
+  const int64_t parts = g ? g->size() : 1, me = g ? g->rank() : 0;
+  const ParamStore::Range full = store.range(kind);
+  const int64_t part = (full.size() + parts - 1) / parts;
+  const int64_t mine_b = full.begin + me * part, mine_e = std::min(full.end, mine_b + part);
+  for (const ParamStore::Entry& e : store.entries()) {
+    if (e.param->reduce != kind) continue;
+    const int64_t lo = std::max(mine_b, e.offset), hi = std::min(mine_e, e.offset + e.numel);
+    if (lo >= hi) continue;
+    TRIDENT_CHECK(lo >= s.owned[k].begin && hi <= s.owned[k].end,
+                  "checkpoint: " + e.param->name + " lies outside this rank's moments");
+    const int64_t at = s.base[k] + (lo - s.owned[k].begin), n = hi - lo;
+    const ShardPiece p{"", e.param->value.shape(), lo - e.offset, hi - e.offset};
+    owned_.push_back({{"param/" + e.param->name, p.shape, p.begin, p.end},
+                      e.param->value.view(p.begin, {n}), ""});
+    owned_.push_back({{"adam_m/" + e.param->name, p.shape, p.begin, p.end},
+                      t_.optimizer().m().view(at, {n}), ""});
+    owned_.push_back({{"adam_v/" + e.param->name, p.shape, p.begin, p.end},
+                      t_.optimizer().v().view(at, {n}), ""});
+  }
+}
+
+// Router buffers go to the dp x cp replicas in turn.
+void CheckpointSaver::plan_buffers() {
+  const TrainComms& c = t_.comms();
+  const int64_t parts = c.dpcp ? c.dpcp->size() : 1, me = c.dpcp ? c.dpcp->rank() : 0;
+  int64_t i = 0;
+  for (auto& [name, tensor] : t_.stage().buffers())
+    if (i++ % parts == me)
+      owned_.push_back({{"buffer/" + name, tensor->shape(), 0, tensor->numel()}, Tensor(), name});
 }
 
 // The local tier: every node writes its own index, so rank 0's list of
@@ -355,16 +366,7 @@ void CheckpointSaver::write_waves(double t0, const CheckpointMeta& meta) {
       shard_->append(i, owned_[i].source.ptr(), owned_[i].piece.numel());
     return writer_body(segments_.size(), t0, nullptr);
   }
-  const int64_t cap = staging_.numel();
-  int64_t at = 0;
-  for (size_t i = 0; i < owned_.size(); ++i)
-    for (int64_t from = 0; from < owned_[i].piece.numel();) {
-      if (at == cap) at = 0;  // a new wave
-      const int64_t n = std::min(owned_[i].piece.numel() - from, cap - at);
-      segments_.push_back({i, from, n, at});
-      from += n;
-      at += n;
-    }
+  cut_segments();
   size_t wave = 0;
   while (wave < segments_.size()) {
     size_t end = wave + 1;
@@ -387,6 +389,21 @@ void CheckpointSaver::write_waves(double t0, const CheckpointMeta& meta) {
     wave = end;
   }
   writer_body(segments_.size(), t0, nullptr);
+}
+
+// The owned pieces cut into segments of the staging buffer; a segment at 0
+// starts a new wave.
+void CheckpointSaver::cut_segments() {
+  const int64_t cap = staging_.numel();
+  int64_t at = 0;
+  for (size_t i = 0; i < owned_.size(); ++i)
+    for (int64_t from = 0; from < owned_[i].piece.numel();) {
+      if (at == cap) at = 0;  // a new wave
+      const int64_t n = std::min(owned_[i].piece.numel() - from, cap - at);
+      segments_.push_back({i, from, n, at});
+      from += n;
+      at += n;
+    }
 }
 
 // Segments [first, end) from the staging buffer, then the shard made
@@ -463,6 +480,20 @@ void CheckpointSaver::progress_copies(bool wait) {
     return;
   }
   const double t0 = now_s();
+  send_copy();
+  if (!copies_arrived(wait)) return void(blocking_s_ += now_s() - t0);
+  copy_reqs_.clear();
+  copies_sent_ = true;
+  if (writer_.joinable()) writer_.join();  // done: it wrote the shard
+  start_copy_writer();
+  if (wait) writer_.join();
+  // an async save's wait at the next save is not its blocking time (as a
+  // shared async save's writer, joined there, is not); a sync save's is
+  if (!wait || !t_.config().output.checkpoint_async) blocking_s_ += now_s() - t0;
+}
+
+// This rank's copy to its partner, once per save (not waited for here).
+void CheckpointSaver::send_copy() {
   Communicator& world = *t_.comms().world;
   if (!sent_ && partner_ >= 0) {
     if (outgoing_.size() != size_t(own_bound_)) {  // the save failed: say so to the partner
@@ -473,16 +504,23 @@ void CheckpointSaver::progress_copies(bool wait) {
     copy_reqs_.push_back(world.isend(outgoing_.data(), outgoing_.size(), partner_, 7311));
   }
   sent_ = true;
+}
+
+// Whether every copy has arrived and gone out: with `wait`, waits for them
+// (true); otherwise tests them.
+bool CheckpointSaver::copies_arrived(bool wait) {
+  Communicator& world = *t_.comms().world;
   if (wait) {
     if (!copy_reqs_.empty()) world.wait_all(copy_reqs_);
-  } else {
-    for (Request& r : copy_reqs_)
-      if (!world.test(r)) return void(blocking_s_ += now_s() - t0);
+    return true;
   }
-  copy_reqs_.clear();
-  copies_sent_ = true;
-  if (writer_.joinable()) writer_.join();  // done: it wrote the shard
-  // the copies go to disk on the writer thread, as the shard did
+  for (Request& r : copy_reqs_)
+    if (!world.test(r)) return false;
+  return true;
+}
+
+// The copies go to disk on the writer thread, as the shard did.
+void CheckpointSaver::start_copy_writer() {
   writer_ = std::thread([this] {
     try {
       if (state_.load() == written)
@@ -493,10 +531,6 @@ void CheckpointSaver::progress_copies(bool wait) {
     }
     copies_done_ = true;
   });
-  if (wait) writer_.join();
-  // an async save's wait at the next save is not its blocking time (as a
-  // shared async save's writer, joined there, is not); a sync save's is
-  if (!wait || !t_.config().output.checkpoint_async) blocking_s_ += now_s() - t0;
 }
 
 // A received copy (8 bytes of length, then the shard file) written durably.

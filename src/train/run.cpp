@@ -465,6 +465,33 @@ void save_at_boundary(const Config& cfg, CheckpointSaver& saver, CheckpointSaver
   stats.add_checkpoint_s(now_s() - t_save);
 }
 
+// The test hooks that act before a step: SIGKILL or SIGSTOP on one rank.
+void raise_test_hooks(const TestHooks& hooks, int rank, int64_t step) {
+  if (rank == hooks.rank && step == hooks.kill_at) std::raise(SIGKILL);
+  if (rank == hooks.rank && step == hooks.stop_at) std::raise(SIGSTOP);
+}
+
+// A step's row (events, rank stats, captured activations) into the run file.
+void record_step(Trainer& trainer, RunFile& file, RankStats& stats, int64_t step, bool cap,
+                 const StepResult& r) {
+  const Config& cfg = trainer.config();
+  file.append_step(r.metrics, r.comm_bytes, r.expert_tokens);
+  if (cfg.output.timeline) file.append_events(r.events);
+  stats.after_step(step, r.times, file);
+  if (cap)
+    write_activations(file, cfg, trainer.comms().world, step, trainer.positions(), r.captures);
+  file.flush();
+}
+
+// The loop's running figures after a step.
+void add_to_totals(const StepResult& r, LoopTotals& tot) {
+  if (std::isnan(tot.first_loss)) tot.first_loss = r.metrics.loss;
+  tot.last_loss = r.metrics.loss;
+  tot.total_time += r.metrics.step_time_s;
+  tot.compute_s += r.compute_s;
+  ++tot.steps_run;
+}
+
 // Steps [start, train.steps), until then, a stop signal or a guard's stop.
 LoopTotals run_steps(Trainer& trainer, RunFile& file, CheckpointSaver& saver, RankStats& stats,
                      const ResumePoint& at, const model::DataSource* eval_data,
@@ -482,21 +509,12 @@ LoopTotals run_steps(Trainer& trainer, RunFile& file, CheckpointSaver& saver, Ra
   if (rank == hooks.rank) trainer.set_gradient_fault(hooks.fault);
   LoopTotals tot;
   for (int64_t step = start; step < cfg.train.steps; ++step) {
-    if (rank == hooks.rank && step == hooks.kill_at) std::raise(SIGKILL);
-    if (rank == hooks.rank && step == hooks.stop_at) std::raise(SIGSTOP);
+    raise_test_hooks(hooks, rank, step);
     flight_poll();  // SIGUSR2: the flight records, and the run goes on
     const bool cap = capture_steps.count(int(step)) && capture.active();
     StepResult r = trainer.train_step(step, cap ? &capture : nullptr);
-    file.append_step(r.metrics, r.comm_bytes, r.expert_tokens);
-    if (cfg.output.timeline) file.append_events(r.events);
-    stats.after_step(step, r.times, file);
-    if (cap) write_activations(file, cfg, world, step, trainer.positions(), r.captures);
-    file.flush();
-    if (std::isnan(tot.first_loss)) tot.first_loss = r.metrics.loss;
-    tot.last_loss = r.metrics.loss;
-    tot.total_time += r.metrics.step_time_s;
-    tot.compute_s += r.compute_s;
-    ++tot.steps_run;
+    record_step(trainer, file, stats, step, cap, r);
+    add_to_totals(r, tot);
     if (rank == 0) print_step(r);
     if (step == start) record_restart(file, *world, step, at);
     if (guards_stop(r, cfg, world, file, tot, spikes, resumed_from)) break;

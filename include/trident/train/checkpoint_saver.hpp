@@ -78,15 +78,21 @@ class CheckpointSaver {
 
  private:
   void plan();
+  void plan_kind(GradReduce kind);
+  void plan_buffers();
   void start_sharded(int64_t steps_done);
   void open_files(const CheckpointMeta& meta);
   void write_waves(double t0, const CheckpointMeta& meta);
+  void cut_segments();
   void writer_body(size_t first_segment, double t0, const CheckpointMeta* open);
   void commit();
   std::string commit_files();
   void share_pieces();
   void post_copy_receives();
   void progress_copies(bool wait);
+  void send_copy();
+  bool copies_arrived(bool wait);
+  void start_copy_writer();
   void keep_copy(int owner, const std::vector<char>& framed);
   int64_t copy_bound(int rank) const;
   bool writer_running() const { return state_.load() == writing_now; }
