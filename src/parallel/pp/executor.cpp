@@ -81,6 +81,42 @@ std::vector<std::vector<size_t>> early_post_table(const Schedule& s, int me) {
   return early;
 }
 
+// A message's key in in_order_plan's replay: its send time, then its
+// sender and its position on the sender.
+struct ReplayKey {
+  int64_t t = -1;
+  int rank = 0;
+  size_t pos = 0;
+  bool operator<(const ReplayKey& o) const {
+    return t != o.t ? t < o.t : rank != o.rank ? rank < o.rank : pos < o.pos;
+  }
+};
+
+// Replays rank r's actions from position pc on, until a receive whose send
+// has not happened yet; keys its messages. True when it moved.
+bool replay_rank(const Schedule& s, int r, std::vector<ReplayKey>& sent,
+                 std::vector<ReplayKey>& key, int64_t& now, size_t& pc) {
+  const auto& row = s.ranks[size_t(r)];
+  bool moved = false;
+  for (size_t& i = pc; i < row.size(); ++i, moved = true) {
+    const Action& a = row[i];
+    if (is_compute(a.op)) {
+      ++now;
+    } else if (a.op == Op::SEND_F || a.op == Op::SEND_B) {
+      const size_t tag = size_t(message_tag(s, a.stage, a.microbatch, a.op == Op::SEND_B));
+      sent[tag] = key[i] = ReplayKey{++now, r, i};
+    } else {
+      const bool fwd = a.op == Op::RECV_F;
+      const size_t tag =
+          size_t(message_tag(s, fwd ? a.stage - 1 : a.stage + 1, a.microbatch, !fwd));
+      if (sent[tag].t < 0) break;  // its send has not happened yet
+      key[i] = sent[tag];
+      now = std::max(now, sent[tag].t);
+    }
+  }
+  return moved;
+}
+
 // The order in which rank `me` posts its messages on an in-order
 // communicator (NCCL: no tags, one stream, a posted operation holds the
 // stream until its partner is posted): the positions of its SEND/RECV
@@ -96,42 +132,16 @@ std::vector<std::vector<size_t>> early_post_table(const Schedule& s, int me) {
 // A schedule whose replay deadlocks (which validate/simulate reject) keeps
 // its list order.
 std::vector<size_t> in_order_plan(const Schedule& s, int me) {
-  struct Key {
-    int64_t t = -1;
-    int rank = 0;
-    size_t pos = 0;
-    bool operator<(const Key& o) const {
-      return t != o.t ? t < o.t : rank != o.rank ? rank < o.rank : pos < o.pos;
-    }
-  };
   const int S = s.num_stages(), M = s.microbatches;
-  std::vector<Key> sent(size_t(message_tag(s, S - 1, M - 1, true)) + 1);
-  std::vector<std::vector<Key>> key(size_t(s.pp));
+  std::vector<ReplayKey> sent(size_t(message_tag(s, S - 1, M - 1, true)) + 1);
+  std::vector<std::vector<ReplayKey>> key(size_t(s.pp));
   std::vector<int64_t> t(size_t(s.pp), 0);
   std::vector<size_t> pc(size_t(s.pp), 0);
   for (int r = 0; r < s.pp; ++r) key[size_t(r)].resize(s.ranks[size_t(r)].size());
   for (bool moved = true; moved;) {
     moved = false;
-    for (int r = 0; r < s.pp; ++r) {
-      const auto& row = s.ranks[size_t(r)];
-      auto& now = t[size_t(r)];
-      for (size_t& i = pc[size_t(r)]; i < row.size(); ++i, moved = true) {
-        const Action& a = row[i];
-        if (is_compute(a.op)) {
-          ++now;
-        } else if (a.op == Op::SEND_F || a.op == Op::SEND_B) {
-          const size_t tag = size_t(message_tag(s, a.stage, a.microbatch, a.op == Op::SEND_B));
-          sent[tag] = key[size_t(r)][i] = Key{++now, r, i};
-        } else {
-          const bool fwd = a.op == Op::RECV_F;
-          const size_t tag =
-              size_t(message_tag(s, fwd ? a.stage - 1 : a.stage + 1, a.microbatch, !fwd));
-          if (sent[tag].t < 0) break;  // its send has not happened yet
-          key[size_t(r)][i] = sent[tag];
-          now = std::max(now, sent[tag].t);
-        }
-      }
-    }
+    for (int r = 0; r < s.pp; ++r)
+      if (replay_rank(s, r, sent, key[size_t(r)], t[size_t(r)], pc[size_t(r)])) moved = true;
   }
   const auto& row = s.ranks[size_t(me)];
   std::vector<size_t> order;

@@ -97,6 +97,56 @@ void drop_extra_microbatches(Schedule& s) {
     std::erase_if(row, [&](const Action& a) { return a.microbatch >= s.microbatches; });
 }
 
+// DualPipeV's overlapped slot: a forward of one chunk beside a full
+// backward of the other.
+void dual_pipe_v_overlapped_slot(VRow& v, int f_chunk, int b_chunk) {
+  v.forward(f_chunk, true);
+  v.full_backward(b_chunk);
+}
+
+// DualPipeV steps 4-5 on rank r.
+void dual_pipe_v_steady(VRow& v, int pp, int m, int r) {
+  // 4: the steady state, two overlapped F+B slots per step (the last rank's
+  // first pair runs serially: the turn of the V leaves nothing to overlap).
+  for (int i = 0; i < m - 2 * pp + r + 1; ++i) {
+    if (i == 0 && r == pp - 1) {
+      v.forward(0);
+      v.full_backward(1);
+    } else {
+      dual_pipe_v_overlapped_slot(v, 0, 1);
+    }
+    dual_pipe_v_overlapped_slot(v, 1, 0);
+  }
+  // 5: chunk 1 drains while chunk 0's backwards still overlap its forwards.
+  for (int i = 0; i < pp - r - 1; ++i) {
+    v.full_backward(1);
+    dual_pipe_v_overlapped_slot(v, 1, 0);
+  }
+}
+
+// DualPipeV steps 6-8 on rank r: the remaining backwards; from the middle of
+// step 6 on, their W's are deferred into the tail where the pipeline drains.
+void dual_pipe_v_drain(VRow& v, int pp, int r) {
+  bool split = false;
+  auto backward = [&](int c) { split ? v.input_grad(c) : v.full_backward(c); };
+  for (int i = 0; i < r + 1; ++i) {
+    if (i == (r + 1) / 2 && r % 2 == 1) split = true;
+    backward(1);
+    if (i == (r + 1) / 2 && r % 2 == 0) split = true;
+    backward(0);
+  }
+  for (int i = 0; i < pp - r - 1; ++i) {
+    v.oldest_deferred_weight_grad();
+    backward(0);
+  }
+  while (!v.deferred.empty()) v.oldest_deferred_weight_grad();
+}
+
+// The schedules with one chunk per rank, whose bubble is the plain (p-1)/m.
+bool one_chunk_schedule(const std::string& name, int vpp) {
+  return name == "afab" || name == "gpipe" || name == "1f1b" || (name == "interleaved" && vpp == 1);
+}
+
 }  // namespace
 
 int default_vpp(PipelineSchedule schedule) { return v_shaped(schedule) ? 2 : 1; }
@@ -318,10 +368,6 @@ Schedule dual_pipe_v(int pp, int m) {
   Schedule s = empty_schedule(PipelineSchedule::dualpipev, pp, m, 2, true);
   for (int r = 0; r < pp; ++r) {
     VRow v(s.ranks[r], s.stage_of(r, 0), s.stage_of(r, 1));
-    auto overlapped_slot = [&](int f_chunk, int b_chunk) {
-      v.forward(f_chunk, true);
-      v.full_backward(b_chunk);
-    };
     // 1-2: forwards down the V, then alternating with chunk 1 from the turn.
     for (int i = 0; i < 2 * (pp - r - 1); ++i) v.forward(0);
     for (int i = 0; i < r + 1; ++i) {
@@ -334,37 +380,8 @@ Schedule dual_pipe_v(int pp, int m) {
       v.oldest_deferred_weight_grad();
       v.forward(1);
     }
-    // 4: the steady state, two overlapped F+B slots per step (the last rank's
-    // first pair runs serially: the turn of the V leaves nothing to overlap).
-    for (int i = 0; i < m - 2 * pp + r + 1; ++i) {
-      if (i == 0 && r == pp - 1) {
-        v.forward(0);
-        v.full_backward(1);
-      } else {
-        overlapped_slot(0, 1);
-      }
-      overlapped_slot(1, 0);
-    }
-    // 5: chunk 1 drains while chunk 0's backwards still overlap its forwards.
-    for (int i = 0; i < pp - r - 1; ++i) {
-      v.full_backward(1);
-      overlapped_slot(1, 0);
-    }
-    // 6-8: the remaining backwards; from the middle of step 6 on, their W's
-    // are deferred into the tail where the pipeline drains.
-    bool split = false;
-    auto backward = [&](int c) { split ? v.input_grad(c) : v.full_backward(c); };
-    for (int i = 0; i < r + 1; ++i) {
-      if (i == (r + 1) / 2 && r % 2 == 1) split = true;
-      backward(1);
-      if (i == (r + 1) / 2 && r % 2 == 0) split = true;
-      backward(0);
-    }
-    for (int i = 0; i < pp - r - 1; ++i) {
-      v.oldest_deferred_weight_grad();
-      backward(0);
-    }
-    while (!v.deferred.empty()) v.oldest_deferred_weight_grad();
+    dual_pipe_v_steady(v, pp, m, r);
+    dual_pipe_v_drain(v, pp, r);
   }
   return s;
 }
@@ -373,7 +390,7 @@ ClosedForm closed_form_bubble(const std::string& name, int pp, int m, int vpp, d
                               double t_b, double t_w) {
   ClosedForm c;
   const double p1 = pp - 1;
-  if (name == "afab" || name == "gpipe" || name == "1f1b" || (name == "interleaved" && vpp == 1)) {
+  if (one_chunk_schedule(name, vpp)) {
     c.ratio = p1 / m;
     c.formula = "(p-1)/m";
   } else if (name == "interleaved") {

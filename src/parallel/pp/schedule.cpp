@@ -36,6 +36,20 @@ void validate_early_posts(const Schedule& s, const std::string& pre) {
   }
 }
 
+// The number of digits at the front of text.
+size_t leading_digits(std::string_view text) {
+  size_t i = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+  return i;
+}
+
+// Where the digits at the end of text start, no earlier than from.
+size_t start_of_trailing_digits(std::string_view text, size_t from) {
+  size_t j = text.size();
+  while (j > from && text[j - 1] >= '0' && text[j - 1] <= '9') --j;
+  return j;
+}
+
 }  // namespace
 
 const char* op_name(Op op) {
@@ -58,6 +72,22 @@ const char* op_name(Op op) {
   return "?";
 }
 
+namespace {
+
+// Sets op to the op spelt op_text; false when none is.
+bool op_named(std::string_view op_text, Op& op) {
+  bool found = false;
+  for (Op o : kAllOps) {
+    if (op_text == op_name(o)) {
+      op = o;
+      found = true;
+    }
+  }
+  return found;
+}
+
+}  // namespace
+
 std::string Action::str() const {
   return std::to_string(stage) + op_name(op) + std::to_string(microbatch) + (overlapped ? "+" : "");
 }
@@ -71,23 +101,14 @@ Action parse_action(std::string_view text, const std::string& where) {
   };
   const bool overlapped = !text.empty() && text.back() == '+';
   if (overlapped) text.remove_suffix(1);
-  size_t i = 0;
-  while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+  const size_t i = leading_digits(text);
   if (i == 0) throw bad("no stage number");
-  size_t j = text.size();
-  while (j > i && text[j - 1] >= '0' && text[j - 1] <= '9') --j;
+  const size_t j = start_of_trailing_digits(text, i);
   if (j == text.size()) throw bad("no micro-batch number");
   if (i > 6 || text.size() - j > 6) throw bad("number too large");
   std::string_view op_text = text.substr(i, j - i);
   Action a;
-  bool found = false;
-  for (Op op : kAllOps) {
-    if (op_text == op_name(op)) {
-      a.op = op;
-      found = true;
-    }
-  }
-  if (!found) throw bad("unknown op");
+  if (!op_named(op_text, a.op)) throw bad("unknown op");
   if (overlapped && a.op != Op::F) throw bad("only an F shares a slot with the next B ('+')");
   a.overlapped = overlapped;
   a.stage = std::stoi(std::string(text.substr(0, i)));
@@ -165,26 +186,36 @@ Schedule forward_only_of(const Schedule& in) {
   return out;
 }
 
+namespace {
+
+// lower()'s receive before a compute on rank r, where the peer stage is on
+// another rank.
+void lowered_recv_for(const Schedule& in, int r, const Action& a, std::vector<Action>& row) {
+  const int last = in.num_stages() - 1;
+  if (a.op == Op::F && a.stage > 0 && in.rank_of(a.stage - 1) != r)
+    row.push_back({a.stage, Op::RECV_F, a.microbatch});
+  if (a.op == Op::B && a.stage < last && in.rank_of(a.stage + 1) != r)
+    row.push_back({a.stage, Op::RECV_B, a.microbatch});
+}
+
+// lower()'s compute on rank r and the send after it, where the peer stage is
+// on another rank.
+void lowered_compute_and_send(const Schedule& in, int r, const Action& a,
+                              std::vector<Action>& row) {
+  const int last = in.num_stages() - 1;
+  row.push_back(a);
+  if (a.op == Op::F && a.stage < last && in.rank_of(a.stage + 1) != r)
+    row.push_back({a.stage, Op::SEND_F, a.microbatch});
+  if (a.op == Op::B && a.stage > 0 && in.rank_of(a.stage - 1) != r)
+    row.push_back({a.stage, Op::SEND_B, a.microbatch});
+}
+
+}  // namespace
+
 Schedule lower(const Schedule& in) {
   TRIDENT_CHECK(!in.has_comm(), "lower(): schedule '" + in.name + "' already has communication");
   Schedule out = in;
-  const int last = in.num_stages() - 1;
   for (int r = 0; r < in.pp; ++r) {
-    // The receive before a compute, and the send after it, where the peer
-    // stage is on another rank.
-    auto recv_for = [&](const Action& a, std::vector<Action>& row) {
-      if (a.op == Op::F && a.stage > 0 && in.rank_of(a.stage - 1) != r)
-        row.push_back({a.stage, Op::RECV_F, a.microbatch});
-      if (a.op == Op::B && a.stage < last && in.rank_of(a.stage + 1) != r)
-        row.push_back({a.stage, Op::RECV_B, a.microbatch});
-    };
-    auto compute_and_send = [&](const Action& a, std::vector<Action>& row) {
-      row.push_back(a);
-      if (a.op == Op::F && a.stage < last && in.rank_of(a.stage + 1) != r)
-        row.push_back({a.stage, Op::SEND_F, a.microbatch});
-      if (a.op == Op::B && a.stage > 0 && in.rank_of(a.stage - 1) != r)
-        row.push_back({a.stage, Op::SEND_B, a.microbatch});
-    };
     const auto& src = in.ranks[r];
     std::vector<Action> row;
     for (size_t i = 0; i < src.size(); ++i) {
@@ -195,14 +226,14 @@ Schedule lower(const Schedule& in) {
                           " shares a slot but no B follows it");
         // One slot: both inputs in before it starts; the F's output is sent
         // while the B computes.
-        recv_for(a, row);
-        recv_for(src[i + 1], row);
-        compute_and_send(a, row);
-        compute_and_send(src[++i], row);
+        lowered_recv_for(in, r, a, row);
+        lowered_recv_for(in, r, src[i + 1], row);
+        lowered_compute_and_send(in, r, a, row);
+        lowered_compute_and_send(in, r, src[++i], row);
         continue;
       }
-      recv_for(a, row);
-      compute_and_send(a, row);
+      lowered_recv_for(in, r, a, row);
+      lowered_compute_and_send(in, r, a, row);
     }
     out.ranks[r] = std::move(row);
   }
@@ -292,10 +323,8 @@ class ScheduleCheck {
     throw InputError(pre_ + "incomplete schedule: " + name(st, op, mb) + " is missing" + on(st));
   }
 
-  void index_action(int r, size_t i) {
-    const auto& row = s_.ranks[size_t(r)];
-    const Action& a = row[i];
-    const std::string here = pre_ + "rank " + std::to_string(r) + ": " + a.str();
+  // The action's stage and micro-batch are in range and its stage is on rank r.
+  void check_placed(int r, const Action& a, const std::string& here) const {
     if (a.stage < 0 || a.stage >= S_)
       throw InputError(here + ": stage out of range [0, " + std::to_string(S_) + ")");
     if (a.microbatch < 0 || a.microbatch >= M_)
@@ -304,6 +333,13 @@ class ScheduleCheck {
       throw InputError(here + ": stage " + std::to_string(a.stage) + " belongs to rank " +
                        std::to_string(s_.rank_of(a.stage)) + " (" + s_.placement.kind() +
                        " placement)");
+  }
+
+  void index_action(int r, size_t i) {
+    const auto& row = s_.ranks[size_t(r)];
+    const Action& a = row[i];
+    const std::string here = pre_ + "rank " + std::to_string(r) + ": " + a.str();
+    check_placed(r, a, here);
     if (a.overlapped) {
       auto next = std::find_if(row.begin() + long(i) + 1, row.end(),
                                [](const Action& x) { return is_compute(x.op); });
@@ -337,8 +373,14 @@ class ScheduleCheck {
 
   // Where F's input and B's output gradient come from.
   void check_inputs(int st, int mb) {
+    check_forward_input(st, mb);
+    check_backward_input(st, mb);
+  }
+
+  // F's input: received before it, or the previous stage's F ran before it.
+  void check_forward_input(int st, int mb) {
     const bool lowered = s_.has_comm();
-    const int f = pos(st, Op::F, mb), b = pos(st, Op::B, mb);
+    const int f = pos(st, Op::F, mb);
     if (st > 0) {
       if (prev_remote(st)) {
         const int rf = pos(st, Op::RECV_F, mb);
@@ -351,6 +393,13 @@ class ScheduleCheck {
                          on(st, {f, pos(st - 1, Op::F, mb)}));
       }
     }
+  }
+
+  // B's output gradient: received before it, or the next stage's B ran
+  // before it.
+  void check_backward_input(int st, int mb) {
+    const bool lowered = s_.has_comm();
+    const int b = pos(st, Op::B, mb);
     if (st < S_ - 1 && !s_.forward_only) {
       if (next_remote(st)) {
         const int rb = pos(st, Op::RECV_B, mb);

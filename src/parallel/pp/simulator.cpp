@@ -89,60 +89,45 @@ std::vector<double> hidden_by_pairs(const Schedule& s, const std::vector<Action>
   return hidden;
 }
 
-}  // namespace
+// Where simulate() keeps the arrival time of a send's data, by (sending
+// stage, direction, micro-batch); < 0: not sent.
+size_t arrival_slot(const Action& send, int M) {
+  return (static_cast<size_t>(send.stage) * 2 + (send.op == Op::SEND_B ? 1 : 0)) * M +
+         send.microbatch;
+}
 
-SimResult simulate(const Schedule& s, const SimCosts& costs) { return simulate(s, costs, {}); }
-
-SimResult simulate(const Schedule& s, const SimCosts& costs,
-                   const std::vector<double>& stage_work) {
-  TRIDENT_CHECK(stage_work.empty() || int(stage_work.size()) == s.num_stages(),
-                "simulate: stage work for " + std::to_string(stage_work.size()) + " of " +
-                    std::to_string(s.num_stages()) + " virtual stages");
-  validate(s);
-  const int S = s.num_stages(), M = s.microbatches;
-  // Arrival time of each send's data, by (sending stage, direction, micro-batch); < 0: not sent.
-  auto msg_key = [&](const Action& send) {
-    return (static_cast<size_t>(send.stage) * 2 + (send.op == Op::SEND_B ? 1 : 0)) * M +
-           send.microbatch;
-  };
-  std::vector<double> arrival(static_cast<size_t>(S) * 2 * M, -1.0);
-
-  SimResult res;
-  res.ranks.resize(s.pp);
-  std::vector<size_t> next(s.pp, 0);
-  std::vector<double> clock(s.pp, 0.0);
-  std::vector<std::vector<double>> hidden;
-  for (int r = 0; r < s.pp; ++r)
-    hidden.push_back(hidden_by_pairs(s, s.ranks[r], costs, stage_work));
-  bool progress = true;
-  while (progress) {
-    progress = false;
-    for (int r = 0; r < s.pp; ++r) {
-      const auto& row = s.ranks[r];
-      auto& rr = res.ranks[r];
-      while (next[r] < row.size()) {
-        const Action& a = row[next[r]];
-        double begin = clock[r], end = clock[r];
-        if (is_compute(a.op)) {
-          end = begin +
-                costs.cost(s, a.op) * (stage_work.empty() ? 1.0 : stage_work[size_t(a.stage)]) -
-                hidden[size_t(r)][next[r]];
-          rr.busy += end - begin;
-        } else if (a.op == Op::SEND_F || a.op == Op::SEND_B) {
-          arrival[msg_key(a)] = begin + costs.latency;
-        } else {
-          const double t = arrival[msg_key(matching_send(a))];
-          if (t < 0) break;  // blocked until the peer sends
-          end = std::max(begin, t);
-        }
-        rr.events.push_back({a, begin, end});
-        clock[r] = end;
-        ++next[r];
-        progress = true;
-      }
+// Runs rank r's actions from position next on, until a receive whose data
+// has not been sent; records their events. True when it moved.
+bool simulate_rank(const Schedule& s, int r, const SimCosts& costs,
+                   const std::vector<double>& stage_work, const std::vector<double>& hidden,
+                   std::vector<double>& arrival, SimRank& rr, size_t& next, double& clock) {
+  const auto& row = s.ranks[r];
+  const int M = s.microbatches;
+  bool progress = false;
+  while (next < row.size()) {
+    const Action& a = row[next];
+    double begin = clock, end = clock;
+    if (is_compute(a.op)) {
+      end = begin + costs.cost(s, a.op) * (stage_work.empty() ? 1.0 : stage_work[size_t(a.stage)]) -
+            hidden[next];
+      rr.busy += end - begin;
+    } else if (a.op == Op::SEND_F || a.op == Op::SEND_B) {
+      arrival[arrival_slot(a, M)] = begin + costs.latency;
+    } else {
+      const double t = arrival[arrival_slot(matching_send(a), M)];
+      if (t < 0) break;  // blocked until the peer sends
+      end = std::max(begin, t);
     }
+    rr.events.push_back({a, begin, end});
+    clock = end;
+    ++next;
+    progress = true;
   }
+  return progress;
+}
 
+// Names the waiting actions when some rank did not reach the end of its row.
+void throw_on_deadlock(const Schedule& s, const std::vector<size_t>& next) {
   std::string waits;
   for (int r = 0; r < s.pp; ++r) {
     if (next[r] >= s.ranks[r].size()) continue;
@@ -157,7 +142,10 @@ SimResult simulate(const Schedule& s, const SimCosts& costs,
   }
   if (!waits.empty())
     throw InputError((s.name.empty() ? "" : s.name + ": ") + "deadlock: " + waits);
+}
 
+// Each rank's end, the makespan, the bubbles and the peak in-flight counts.
+void finish_result(const Schedule& s, const std::vector<double>& clock, SimResult& res) {
   for (int r = 0; r < s.pp; ++r) {
     res.ranks[r].end = clock[r];
     res.makespan = std::max(res.makespan, clock[r]);
@@ -168,6 +156,38 @@ SimResult simulate(const Schedule& s, const SimCosts& costs,
     rr.bubble_fraction = res.makespan > 0 ? 1.0 - rr.busy / res.makespan : 0.0;
     rr.peak_inflight = peaks[r];
   }
+}
+
+}  // namespace
+
+SimResult simulate(const Schedule& s, const SimCosts& costs) { return simulate(s, costs, {}); }
+
+SimResult simulate(const Schedule& s, const SimCosts& costs,
+                   const std::vector<double>& stage_work) {
+  TRIDENT_CHECK(stage_work.empty() || int(stage_work.size()) == s.num_stages(),
+                "simulate: stage work for " + std::to_string(stage_work.size()) + " of " +
+                    std::to_string(s.num_stages()) + " virtual stages");
+  validate(s);
+  const int S = s.num_stages(), M = s.microbatches;
+  std::vector<double> arrival(static_cast<size_t>(S) * 2 * M, -1.0);
+
+  SimResult res;
+  res.ranks.resize(s.pp);
+  std::vector<size_t> next(s.pp, 0);
+  std::vector<double> clock(s.pp, 0.0);
+  std::vector<std::vector<double>> hidden;
+  for (int r = 0; r < s.pp; ++r)
+    hidden.push_back(hidden_by_pairs(s, s.ranks[r], costs, stage_work));
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int r = 0; r < s.pp; ++r)
+      if (simulate_rank(s, r, costs, stage_work, hidden[size_t(r)], arrival, res.ranks[r], next[r],
+                        clock[r]))
+        progress = true;
+  }
+  throw_on_deadlock(s, next);
+  finish_result(s, clock, res);
   return res;
 }
 

@@ -64,42 +64,46 @@ std::optional<std::pair<std::string, Action>> parse_simple(const std::string& ce
   return std::nullopt;
 }
 
+InputError refuse_cell(const std::string& cell, const std::string& where, const std::string& why) {
+  return InputError(where + ": cell '" + cell + "': " + why);
+}
+
+// "(<F>;<B>)OVERLAP_F_B": one compute slot of an F and a B (or I).
+TorchCell parse_overlap_cell(const std::string& cell, const std::string& where) {
+  TorchCell c;
+  const auto close = cell.find(')');
+  if (close == std::string::npos || cell.substr(close + 1) != "OVERLAP_F_B")
+    throw refuse_cell(cell, where, std::string("unknown action (") + kTorchOps + ")");
+  std::istringstream subs(cell.substr(1, close - 1));
+  std::string sub;
+  while (std::getline(subs, sub, ';')) {
+    auto p = parse_simple(sub);
+    if (!p) throw refuse_cell(cell, where, "sub-action '" + sub + "' is not an action");
+    c.parts.push_back(*p);
+  }
+  if (c.parts.size() != 2 || c.parts[0].first != "F" ||
+      (c.parts[1].first != "B" && c.parts[1].first != "I"))
+    throw refuse_cell(cell, where, "an overlapped slot here is one F then one B or I");
+  c.kind = TorchCell::compute;
+  return c;
+}
+
+// The kind of a cell holding one of PyTorch's ops.
+TorchCell::Kind simple_cell_kind(const std::string& op) {
+  if (is_fsdp(op)) return TorchCell::fsdp;
+  if (op == "WAIT_SEND_F" || op == "WAIT_SEND_B") return TorchCell::wait_send;
+  if (op == "SEND_F" || op == "SEND_B") return TorchCell::send;
+  if (op == "RECV_F" || op == "RECV_B") return TorchCell::recv;
+  return TorchCell::compute;
+}
+
 TorchCell parse_cell(const std::string& cell, const std::string& where) {
-  auto refuse = [&](const std::string& why) {
-    return InputError(where + ": cell '" + cell + "': " + why);
-  };
   TorchCell c;
   if (cell.empty()) return c;
-  if (cell.front() == '(') {
-    const auto close = cell.find(')');
-    if (close == std::string::npos || cell.substr(close + 1) != "OVERLAP_F_B")
-      throw refuse(std::string("unknown action (") + kTorchOps + ")");
-    std::istringstream subs(cell.substr(1, close - 1));
-    std::string sub;
-    while (std::getline(subs, sub, ';')) {
-      auto p = parse_simple(sub);
-      if (!p) throw refuse("sub-action '" + sub + "' is not an action");
-      c.parts.push_back(*p);
-    }
-    if (c.parts.size() != 2 || c.parts[0].first != "F" ||
-        (c.parts[1].first != "B" && c.parts[1].first != "I"))
-      throw refuse("an overlapped slot here is one F then one B or I");
-    c.kind = TorchCell::compute;
-    return c;
-  }
+  if (cell.front() == '(') return parse_overlap_cell(cell, where);
   auto p = parse_simple(cell);
-  if (!p) throw refuse(std::string("unknown action (") + kTorchOps + ")");
-  const std::string& op = p->first;
-  if (is_fsdp(op))
-    c.kind = TorchCell::fsdp;
-  else if (op == "WAIT_SEND_F" || op == "WAIT_SEND_B")
-    c.kind = TorchCell::wait_send;
-  else if (op == "SEND_F" || op == "SEND_B")
-    c.kind = TorchCell::send;
-  else if (op == "RECV_F" || op == "RECV_B")
-    c.kind = TorchCell::recv;
-  else
-    c.kind = TorchCell::compute;
+  if (!p) throw refuse_cell(cell, where, std::string("unknown action (") + kTorchOps + ")");
+  c.kind = simple_cell_kind(p->first);
   c.parts.push_back(*p);
   return c;
 }
@@ -216,39 +220,52 @@ TorchImport from_torch_csv(const std::string& text, const std::string& source_na
   return out;
 }
 
+namespace {
+
+// A backward at position k of row: "B" unsplit; split, "I" (its W goes out
+// as its own cell), except in an overlapped slot, whose W follows at once
+// and goes out inside a full "B". Returns the text and the last position
+// consumed.
+std::pair<std::string, size_t> torch_backward(const Schedule& s, const std::vector<Action>& row,
+                                              size_t k, bool in_slot) {
+  const Action& b = row[k];
+  size_t n = k + 1;
+  while (n < row.size() && !is_compute(row[n].op)) ++n;
+  const bool fused = s.split_backward && in_slot && n < row.size() &&
+                     row[n] == Action{b.stage, Op::W, b.microbatch};
+  const std::string txt = std::to_string(b.stage) + (!s.split_backward || fused ? "B" : "I") +
+                          std::to_string(b.microbatch);
+  return std::pair{txt, fused ? n : k};
+}
+
+// The compute-only cells of one rank's row.
+std::vector<std::string> torch_cells(const Schedule& s, const std::vector<Action>& row) {
+  std::vector<std::string> cells;
+  for (size_t i = 0; i < row.size(); ++i) {
+    const Action& a = row[i];
+    if (!is_compute(a.op)) continue;
+    const std::string mb = std::to_string(a.microbatch), st = std::to_string(a.stage);
+    if (a.op == Op::F && a.overlapped) {
+      size_t k = i + 1;
+      while (!is_compute(row[k].op)) ++k;  // validate(): a B follows
+      const auto [b, end] = torch_backward(s, row, k, true);
+      cells.push_back("(" + st + "F" + mb + ";" + b + ")OVERLAP_F_B");
+      i = end;  // past the B (and the W inside a full "B")
+    } else if (a.op == Op::B) {
+      cells.push_back(torch_backward(s, row, i, false).first);
+    } else {
+      cells.push_back(st + (a.op == Op::F ? "F" : a.op == Op::W ? "W" : "B") + mb);
+    }
+  }
+  return cells;
+}
+
+}  // namespace
+
 std::string to_torch_csv(const Schedule& s) {
   std::ostringstream o;
   for (const auto& row : s.ranks) {
-    std::vector<std::string> cells;
-    for (size_t i = 0; i < row.size(); ++i) {
-      const Action& a = row[i];
-      if (!is_compute(a.op)) continue;
-      // A backward: "B" unsplit; split, "I" (its W goes out as its own cell),
-      // except in an overlapped slot, whose W follows at once and goes out
-      // inside a full "B". Returns the text and the last position consumed.
-      auto backward = [&](size_t k, bool in_slot) {
-        const Action& b = row[k];
-        size_t n = k + 1;
-        while (n < row.size() && !is_compute(row[n].op)) ++n;
-        const bool fused = s.split_backward && in_slot && n < row.size() &&
-                           row[n] == Action{b.stage, Op::W, b.microbatch};
-        const std::string txt = std::to_string(b.stage) + (!s.split_backward || fused ? "B" : "I") +
-                                std::to_string(b.microbatch);
-        return std::pair{txt, fused ? n : k};
-      };
-      const std::string mb = std::to_string(a.microbatch), st = std::to_string(a.stage);
-      if (a.op == Op::F && a.overlapped) {
-        size_t k = i + 1;
-        while (!is_compute(row[k].op)) ++k;  // validate(): a B follows
-        const auto [b, end] = backward(k, true);
-        cells.push_back("(" + st + "F" + mb + ";" + b + ")OVERLAP_F_B");
-        i = end;  // past the B (and the W inside a full "B")
-      } else if (a.op == Op::B) {
-        cells.push_back(backward(i, false).first);
-      } else {
-        cells.push_back(st + (a.op == Op::F ? "F" : a.op == Op::W ? "W" : "B") + mb);
-      }
-    }
+    const std::vector<std::string> cells = torch_cells(s, row);
     for (size_t i = 0; i < cells.size(); ++i) o << (i ? "," : "") << cells[i];
     o << "\n";
   }
