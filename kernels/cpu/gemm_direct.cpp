@@ -125,6 +125,75 @@ struct RowArgs {
   bool prefetch_b = false;
 };
 
+// The tile's start: its C lines prefetched, its accumulators zero.
+template <int MR, int NV>
+TRIDENT_AVX512 inline __attribute__((always_inline)) void tile_start(const float* C, int64_t ldc,
+                                                                     __m512 (&c)[MR][NV]) {
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    // the lines of the row's first and last float (of 16 NV): all it spans when
+    // aligned; an unaligned row of 32 floats leaves its middle line to the loads
+    _mm_prefetch(reinterpret_cast<const char*>(C + r * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(C + r * ldc + 16 * NV - 1), _MM_HINT_T0);
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) c[r][v] = _mm512_setzero_ps();
+  }
+}
+
+// The K loop: c += op(A) B, one row of B (and MR elements of A) per k.
+template <int MR, int NV, bool TRANS>
+TRIDENT_AVX512 inline __attribute__((always_inline)) void tile_accumulate(
+    int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, __mmask16 last,
+    bool prefetch_b, __m512 (&c)[MR][NV]) {
+  for (int64_t k = 0; k < K; ++k) {
+    const float* b = B + k * ldb;
+    // a prefetch never faults: past B's last row it is only wasted
+    if (prefetch_b) {
+      _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchB * ldb), _MM_HINT_T0);
+      if constexpr (NV == 2)
+        _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchB * ldb + 16), _MM_HINT_T0);
+    }
+    __m512 bv[NV];
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v)
+      bv[v] = v + 1 < NV ? _mm512_loadu_ps(b + 16 * v) : _mm512_maskz_loadu_ps(last, b + 16 * v);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m512 a = _mm512_set1_ps(TRANS ? A[k * lda + r] : A[r * lda + k]);
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) c[r][v] = _mm512_fmadd_ps(a, bv[v], c[r][v]);
+    }
+  }
+}
+
+// One vector of the tile's result stored at dst (lanes m) after the epilogue
+// EPI; r is its row in the tile, p its columns' offset in ra.p's row.
+template <int EPI>
+TRIDENT_AVX512 inline __attribute__((always_inline)) void tile_store_vector(__m512 al, __m512 be,
+                                                                            float beta, __m512 acc,
+                                                                            float* dst, __mmask16 m,
+                                                                            const RowArgs& ra,
+                                                                            int r, int64_t p) {
+  if constexpr (EPI == kPlain) {
+    // beta 0: C is not read (it may hold anything, NaN included)
+    const __m512 x =
+        beta != 0.0f ? _mm512_fmadd_ps(al, acc, _mm512_mul_ps(be, _mm512_maskz_loadu_ps(m, dst)))
+                     : _mm512_mul_ps(al, acc);
+    _mm512_mask_storeu_ps(dst, m, x);
+  } else {
+    // alpha * AB rounded as the plain tile stores it (a _round_ intrinsic is
+    // not contracted with the subtraction into one fused multiply-add)
+    const __m512 x = _mm512_sub_ps(_mm512_mul_round_ps(al, acc, _MM_FROUND_CUR_DIRECTION),
+                                   _mm512_set1_ps(ra.row[r]));
+    if constexpr (EPI == kExpRows) {
+      _mm512_mask_storeu_ps(dst, m, exp16(x));
+    } else {
+      const __m512 pv = _mm512_maskz_loadu_ps(m, ra.p + r * ra.ldp + p);
+      _mm512_mask_storeu_ps(dst, m, _mm512_mul_ps(pv, x));
+    }
+  }
+}
+
 // C[0:MR, 0:16 NV] (+)= alpha * op(A) B over all K, the last vector's
 // columns selected by `last`. The MR x NV accumulators stay in registers
 // (16 of 32); each k loads NV vectors of B and broadcasts MR elements of A.
@@ -149,34 +218,8 @@ TRIDENT_AVX512 inline __attribute__((always_inline)) void tile(int64_t K, float 
                                                                float beta, float* C, int64_t ldc,
                                                                __mmask16 last, RowArgs ra) {
   __m512 c[MR][NV];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) {
-    // the lines of the row's first and last float (of 16 NV): all it spans when
-    // aligned; an unaligned row of 32 floats leaves its middle line to the loads
-    _mm_prefetch(reinterpret_cast<const char*>(C + r * ldc), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(C + r * ldc + 16 * NV - 1), _MM_HINT_T0);
-#pragma GCC unroll 2
-    for (int v = 0; v < NV; ++v) c[r][v] = _mm512_setzero_ps();
-  }
-  for (int64_t k = 0; k < K; ++k) {
-    const float* b = B + k * ldb;
-    // a prefetch never faults: past B's last row it is only wasted
-    if (ra.prefetch_b) {
-      _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchB * ldb), _MM_HINT_T0);
-      if constexpr (NV == 2)
-        _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchB * ldb + 16), _MM_HINT_T0);
-    }
-    __m512 bv[NV];
-#pragma GCC unroll 2
-    for (int v = 0; v < NV; ++v)
-      bv[v] = v + 1 < NV ? _mm512_loadu_ps(b + 16 * v) : _mm512_maskz_loadu_ps(last, b + 16 * v);
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      const __m512 a = _mm512_set1_ps(TRANS ? A[k * lda + r] : A[r * lda + k]);
-#pragma GCC unroll 2
-      for (int v = 0; v < NV; ++v) c[r][v] = _mm512_fmadd_ps(a, bv[v], c[r][v]);
-    }
-  }
+  tile_start<MR, NV>(C, ldc, c);
+  tile_accumulate<MR, NV, TRANS>(K, A, lda, B, ldb, last, ra.prefetch_b, c);
   const __m512 al = _mm512_set1_ps(alpha), be = _mm512_set1_ps(beta);
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
@@ -184,25 +227,7 @@ TRIDENT_AVX512 inline __attribute__((always_inline)) void tile(int64_t K, float 
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) {
       const __mmask16 m = v + 1 < NV ? __mmask16(0xFFFF) : last;
-      if constexpr (EPI == kPlain) {
-        // beta 0: C is not read (it may hold anything, NaN included)
-        const __m512 x =
-            beta != 0.0f ? _mm512_fmadd_ps(al, c[r][v],
-                                           _mm512_mul_ps(be, _mm512_maskz_loadu_ps(m, cr + 16 * v)))
-                         : _mm512_mul_ps(al, c[r][v]);
-        _mm512_mask_storeu_ps(cr + 16 * v, m, x);
-      } else {
-        // alpha * AB rounded as the plain tile stores it (a _round_ intrinsic is
-        // not contracted with the subtraction into one fused multiply-add)
-        const __m512 x = _mm512_sub_ps(_mm512_mul_round_ps(al, c[r][v], _MM_FROUND_CUR_DIRECTION),
-                                       _mm512_set1_ps(ra.row[r]));
-        if constexpr (EPI == kExpRows) {
-          _mm512_mask_storeu_ps(cr + 16 * v, m, exp16(x));
-        } else {
-          const __m512 p = _mm512_maskz_loadu_ps(m, ra.p + r * ra.ldp + 16 * v);
-          _mm512_mask_storeu_ps(cr + 16 * v, m, _mm512_mul_ps(p, x));
-        }
-      }
+      tile_store_vector<EPI>(al, be, beta, c[r][v], cr + 16 * v, m, ra, r, 16 * v);
     }
   }
 }

@@ -65,6 +65,79 @@ __device__ __forceinline__ void accumulate_rows(float (&acc)[DC], float w, const
   }
 }
 
+// The forward's per-row state of a warp: running maximum m, running sum l
+// and the unnormalized output acc (columns lane, lane + 32, ...).
+template <int DC>
+struct ForwardRows {
+  float m[kAttnRowsPerWarp], l[kAttnRowsPerWarp], acc[kAttnRowsPerWarp][DC];
+};
+
+// The rows' state at the start: empty, or (resume) the earlier output and
+// its LSE as a maximum with sum 1.
+template <class T, int DC>
+__device__ __forceinline__ void forward_seed(const AttnShape& s, const T* out, const float* lse,
+                                             bool resume, int64_t i0, int warp, int lane, int h,
+                                             int64_t ldq, ForwardRows<DC>& st) {
+  const int D = s.D;
+#pragma unroll
+  for (int r = 0; r < kAttnRowsPerWarp; ++r) {
+    const int64_t i = i0 + warp * kAttnRowsPerWarp + r;
+    const float seed = (resume && i < s.Tq) ? lse[i * s.H + h] : -INFINITY;
+    st.m[r] = seed;
+    st.l[r] = seed == -INFINITY ? 0.0f : 1.0f;
+    for (int c = 0; c < DC; ++c) {
+      const int d = lane + 32 * c;
+      st.acc[r][c] = (st.l[r] > 0.0f && d < D) ? load_f(out + i * ldq + int64_t(h) * D + d) : 0.0f;
+    }
+  }
+}
+
+// One staged tile of keys (from j0, cols of them) folded into the warp's
+// rows by the online softmax.
+template <int DC>
+__device__ __forceinline__ void forward_tile(const AttnShape& s, int64_t i0, int64_t j0, int cols,
+                                             int warp, int lane, const float* qs, const float* ks,
+                                             const float* vs, ForwardRows<DC>& st) {
+  const int D = s.D;
+#pragma unroll
+  for (int r = 0; r < kAttnRowsPerWarp; ++r) {
+    const int row = warp * kAttnRowsPerWarp + r;
+    const int64_t i = i0 + row;
+    if (i >= s.Tq) break;  // warp-uniform
+    float sc = -INFINITY;
+    if (lane < cols && plan::attn_visible(s, i, j0 + lane))
+      sc = s.scale * dot_smem(qs + row * D, ks + lane * (D + 1), D);
+    const float m_new = fmaxf(st.m[r], warp_max(sc));
+    if (m_new == -INFINITY) continue;  // nothing visible to this row yet
+    const float p = sc == -INFINITY ? 0.0f : expf(sc - m_new);
+    const float alpha = expf(st.m[r] - m_new);
+    st.l[r] = st.l[r] * alpha + warp_sum(p);
+    st.m[r] = m_new;
+    for (int c = 0; c < DC; ++c) st.acc[r][c] *= alpha;
+    accumulate_rows(st.acc[r], p, vs, D, cols, D, lane);
+  }
+}
+
+// The rows' output (acc / l) and LSE stored.
+template <class T, int DC>
+__device__ __forceinline__ void forward_finish(const AttnShape& s, T* out, float* lse, int64_t i0,
+                                               int warp, int lane, int h, int64_t ldq,
+                                               const ForwardRows<DC>& st) {
+  const int D = s.D;
+#pragma unroll
+  for (int r = 0; r < kAttnRowsPerWarp; ++r) {
+    const int64_t i = i0 + warp * kAttnRowsPerWarp + r;
+    if (i >= s.Tq) break;
+    const bool seen = st.l[r] > 0.0f;  // a fully masked row: output 0, LSE -inf
+    const float inv = seen ? 1.0f / st.l[r] : 0.0f;
+    for (int c = 0; c < DC; ++c) {
+      const int d = lane + 32 * c;
+      if (d < D) store_f(out + i * ldq + int64_t(h) * D + d, seen ? st.acc[r][c] * inv : 0.0f);
+    }
+    if (lane == 0) lse[i * s.H + h] = seen ? st.m[r] + logf(st.l[r]) : -INFINITY;
+  }
+}
+
 // Forward (and its resume): grid (query blocks, H). The loops over a warp's
 // rows are unrolled so that the per-row state stays in registers.
 template <class T, int DC>
@@ -82,18 +155,8 @@ __global__ void __launch_bounds__(kAttnThreads)
   float* vs = ks + kAttnTile * (D + 1);  // [tile][D]
   stage_rows(qs, D, kAttnBlockRows, q, ldq, i0, rows, int64_t(h) * D, D);
 
-  float m[kAttnRowsPerWarp], l[kAttnRowsPerWarp], acc[kAttnRowsPerWarp][DC];
-#pragma unroll
-  for (int r = 0; r < kAttnRowsPerWarp; ++r) {
-    const int64_t i = i0 + warp * kAttnRowsPerWarp + r;
-    const float seed = (resume && i < s.Tq) ? lse[i * s.H + h] : -INFINITY;
-    m[r] = seed;
-    l[r] = seed == -INFINITY ? 0.0f : 1.0f;
-    for (int c = 0; c < DC; ++c) {
-      const int d = lane + 32 * c;
-      acc[r][c] = (l[r] > 0.0f && d < D) ? load_f(out + i * ldq + int64_t(h) * D + d) : 0.0f;
-    }
-  }
+  ForwardRows<DC> st;
+  forward_seed<T, DC>(s, out, lse, resume, i0, warp, lane, h, ldq, st);
 
   int64_t kbegin, kend;
   attn_key_range(s, i0, rows, &kbegin, &kend);
@@ -103,37 +166,10 @@ __global__ void __launch_bounds__(kAttnThreads)
     stage_rows(ks, D + 1, kAttnTile, k, ldkv, j0, cols, int64_t(g) * D, D);
     stage_rows(vs, D, kAttnTile, v, ldkv, j0, cols, int64_t(g) * D, D);
     __syncthreads();
-#pragma unroll
-    for (int r = 0; r < kAttnRowsPerWarp; ++r) {
-      const int row = warp * kAttnRowsPerWarp + r;
-      const int64_t i = i0 + row;
-      if (i >= s.Tq) break;  // warp-uniform
-      float sc = -INFINITY;
-      if (lane < cols && plan::attn_visible(s, i, j0 + lane))
-        sc = s.scale * dot_smem(qs + row * D, ks + lane * (D + 1), D);
-      const float m_new = fmaxf(m[r], warp_max(sc));
-      if (m_new == -INFINITY) continue;  // nothing visible to this row yet
-      const float p = sc == -INFINITY ? 0.0f : expf(sc - m_new);
-      const float alpha = expf(m[r] - m_new);
-      l[r] = l[r] * alpha + warp_sum(p);
-      m[r] = m_new;
-      for (int c = 0; c < DC; ++c) acc[r][c] *= alpha;
-      accumulate_rows(acc[r], p, vs, D, cols, D, lane);
-    }
+    forward_tile<DC>(s, i0, j0, cols, warp, lane, qs, ks, vs, st);
   }
 
-#pragma unroll
-  for (int r = 0; r < kAttnRowsPerWarp; ++r) {
-    const int64_t i = i0 + warp * kAttnRowsPerWarp + r;
-    if (i >= s.Tq) break;
-    const bool seen = l[r] > 0.0f;  // a fully masked row: output 0, LSE -inf
-    const float inv = seen ? 1.0f / l[r] : 0.0f;
-    for (int c = 0; c < DC; ++c) {
-      const int d = lane + 32 * c;
-      if (d < D) store_f(out + i * ldq + int64_t(h) * D + d, seen ? acc[r][c] * inv : 0.0f);
-    }
-    if (lane == 0) lse[i * s.H + h] = seen ? m[r] + logf(l[r]) : -INFINITY;
-  }
+  forward_finish<T, DC>(s, out, lse, i0, warp, lane, h, ldq, st);
 }
 
 // delta[i, h] = sum_d dO[i,h,d] * O[i,h,d]: one warp per (row, head).

@@ -519,38 +519,11 @@ class Chunk {
         stats.capture_router_logits = true;
       x = !last_ && i + 1 == attn_.size() ? output.reshape({T, d_}) : kernels::empty(ctx_, {T, d_});
       ffn_[i]->forward(mb, y, x, c.ffn[i], stats);
-      st_.aux_sum_ += stats.aux_loss_sum;
-      st_.z_sum_ += stats.z_loss_sum;
-      if (stats.moe_index >= 0) {
-        auto& row = st_.expert_tokens_.at(size_t(stats.moe_index));
-        for (size_t e = 0; e < stats.tokens_per_expert.size(); ++e)
-          row[e] += stats.tokens_per_expert[e];
-      }
-      if (stats.capture_router_logits && !stats.router_logits.empty()) {
-        const int64_t E = int64_t(stats.router_logits.size()) / T;
-        for (int64_t s = 0; s < mb.n_samples; ++s) {
-          if (!st_.capture_->samples.count(mb.sample_ids[size_t(s)])) continue;
-          Capture k{ffn_[i]->layer, "router_logits", mb.sample_ids[size_t(s)], E, {}, {}};
-          k.rows.assign(stats.router_logits.begin() + s * mb.local_seq * E,
-                        stats.router_logits.begin() + (s + 1) * mb.local_seq * E);
-          k.positions = capture_positions(mb, s);
-          st_.captures_.push_back(std::move(k));
-        }
-      }
+      record_ffn_stats(mb, i, stats);
       if (recomputes(i)) drop(c, i);
     }
     if (last_) {
-      c.x_final = std::move(x);
-      c.h_final = st_.precision_.activation({T, d_});
-      c.rstd_final = kernels::empty(ctx_, {T});
-      kernels::rmsnorm_forward(ctx_, c.x_final, final_norm_.value, float(st_.cfg_.model.norm_eps),
-                               c.h_final, c.rstd_final);
-      Tensor logits = kernels::empty(ctx_, {T, V_});
-      kernels::linear_forward(ctx_, c.h_final, st_.precision_.weight(*head_), logits);
-      if (st_.capture_ && st_.capture_->logits) capture_logits(mb, logits);
-      c.dlogits = kernels::empty(ctx_, {T, V_});
-      st_.loss_sum_ +=
-          kernels::cross_entropy(ctx_, logits, mb.on_device.targets, st_.loss_scale_, c.dlogits);
+      head_forward(mb, c, std::move(x));
     } else if (!x.shares_storage_with(output)) {
       kernels::copy(ctx_, output, x);  // a chunk without blocks
     }
@@ -623,6 +596,46 @@ class Chunk {
     std::vector<FfnBlock::Cache> ffn;
     Tensor x_final, h_final, dlogits, rstd_final;
   };
+
+  // One block's FFN statistics: the losses' sums, the per-expert token
+  // counts and, when captured, the router logits of the captured samples.
+  void record_ffn_stats(const MicroBatch& mb, size_t i, const FfnStats& stats) {
+    const int64_t T = mb.tokens_total();
+    st_.aux_sum_ += stats.aux_loss_sum;
+    st_.z_sum_ += stats.z_loss_sum;
+    if (stats.moe_index >= 0) {
+      auto& row = st_.expert_tokens_.at(size_t(stats.moe_index));
+      for (size_t e = 0; e < stats.tokens_per_expert.size(); ++e)
+        row[e] += stats.tokens_per_expert[e];
+    }
+    if (stats.capture_router_logits && !stats.router_logits.empty()) {
+      const int64_t E = int64_t(stats.router_logits.size()) / T;
+      for (int64_t s = 0; s < mb.n_samples; ++s) {
+        if (!st_.capture_->samples.count(mb.sample_ids[size_t(s)])) continue;
+        Capture k{ffn_[i]->layer, "router_logits", mb.sample_ids[size_t(s)], E, {}, {}};
+        k.rows.assign(stats.router_logits.begin() + s * mb.local_seq * E,
+                      stats.router_logits.begin() + (s + 1) * mb.local_seq * E);
+        k.positions = capture_positions(mb, s);
+        st_.captures_.push_back(std::move(k));
+      }
+    }
+  }
+
+  // The last chunk's tail: final norm, head, loss (and its gradient) of x.
+  void head_forward(const MicroBatch& mb, Cache& c, Tensor x) {
+    const int64_t T = mb.tokens_total();
+    c.x_final = std::move(x);
+    c.h_final = st_.precision_.activation({T, d_});
+    c.rstd_final = kernels::empty(ctx_, {T});
+    kernels::rmsnorm_forward(ctx_, c.x_final, final_norm_.value, float(st_.cfg_.model.norm_eps),
+                             c.h_final, c.rstd_final);
+    Tensor logits = kernels::empty(ctx_, {T, V_});
+    kernels::linear_forward(ctx_, c.h_final, st_.precision_.weight(*head_), logits);
+    if (st_.capture_ && st_.capture_->logits) capture_logits(mb, logits);
+    c.dlogits = kernels::empty(ctx_, {T, V_});
+    st_.loss_sum_ +=
+        kernels::cross_entropy(ctx_, logits, mb.on_device.targets, st_.loss_scale_, c.dlogits);
+  }
 
   // Parameters whose gradient of micro-batch mbi is final on this rank. The
   // tied table has two parts, the head's and the embedding's (another

@@ -409,52 +409,73 @@ std::unique_ptr<PendingOp> MpiCommunicator::post(const CommOp& op) {
   return staged;
 }
 
-std::unique_ptr<PendingOp> MpiCommunicator::post_host(const CommOp& op) {
+namespace {
+
+// Over two ranks every bracketing is the same sum, and MPI's is faster.
+bool ordered_sum_applies(const CommOp& op, int size) {
   const bool reduction = op.kind == CommOp::Kind::allreduce || op.kind == CommOp::Kind::reduce ||
                          op.kind == CommOp::Kind::reduce_scatter;
-  // Over two ranks every bracketing is the same sum, and MPI's is faster.
-  if (reduction && op.order == SumOrder::rank && op.type == ElemType::f32 &&
-      op.reduce == ReduceOp::sum && size() > 2) {
-    using Mode = detail::OrderedSumArgs::Mode;
-    detail::OrderedSumArgs a;
-    a.comm = ordered_;
-    a.rank = rank();
-    a.size = size();
-    // Every rank posts the same sequence of collectives, so the count agrees.
-    const uint64_t slots = uint64_t(max_tag() / detail::kOrderedTagsPerOp);
-    a.tag_base = int(ordered_posted_++ % slots) * detail::kOrderedTagsPerOp;
-    a.mode = op.kind == CommOp::Kind::allreduce ? Mode::all
-             : op.kind == CommOp::Kind::reduce  ? Mode::root
-                                                : Mode::scatter;
-    a.in = op.kind == CommOp::Kind::reduce_scatter ? static_cast<const float*>(op.in)
-                                                   : static_cast<const float*>(op.out);
-    a.out = static_cast<float*>(op.out);
-    a.n = op.kind == CommOp::Kind::reduce_scatter ? op.count * size_t(size()) : op.count;
-    a.block = op.count;
-    a.root = op.peer;
-    return detail::post_ordered_sum(a);
-  }
+  return reduction && op.order == SumOrder::rank && op.type == ElemType::f32 &&
+         op.reduce == ReduceOp::sum && size > 2;
+}
+
+// The rank-ordered sum's arguments for op; tag_base is this op's tag block.
+detail::OrderedSumArgs ordered_sum_args(const CommOp& op, MPI_Comm ordered, int rank, int size,
+                                        int tag_base) {
+  using Mode = detail::OrderedSumArgs::Mode;
+  detail::OrderedSumArgs a;
+  a.comm = ordered;
+  a.rank = rank;
+  a.size = size;
+  a.tag_base = tag_base;
+  a.mode = op.kind == CommOp::Kind::allreduce ? Mode::all
+           : op.kind == CommOp::Kind::reduce  ? Mode::root
+                                              : Mode::scatter;
+  a.in = op.kind == CommOp::Kind::reduce_scatter ? static_cast<const float*>(op.in)
+                                                 : static_cast<const float*>(op.out);
+  a.out = static_cast<float*>(op.out);
+  a.n = op.kind == CommOp::Kind::reduce_scatter ? op.count * size_t(size) : op.count;
+  a.block = op.count;
+  a.root = op.peer;
+  return a;
+}
+
+// MPI's own nonblocking operation for op.
+std::unique_ptr<PendingOp> post_native(const MpiCommunicator& self, const CommOp& op) {
+  MPI_Comm comm = self.native();
   switch (op.kind) {
     case CommOp::Kind::send:
-      return post_isend(comm_, op);
+      return post_isend(comm, op);
     case CommOp::Kind::recv:
-      return post_irecv(comm_, op);
+      return post_irecv(comm, op);
     case CommOp::Kind::allreduce:
-      return post_iallreduce(comm_, op);
+      return post_iallreduce(comm, op);
     case CommOp::Kind::broadcast:
-      return post_ibcast(comm_, op);
+      return post_ibcast(comm, op);
     case CommOp::Kind::allgather:
-      return post_iallgather(comm_, op);
+      return post_iallgather(comm, op);
     case CommOp::Kind::alltoallv:
-      return post_ialltoallv(comm_, size_t(size()), "alltoallv on " + name() + ": ", op);
+      return post_ialltoallv(comm, size_t(self.size()), "alltoallv on " + self.name() + ": ", op);
     case CommOp::Kind::barrier:
-      return post_ibarrier(comm_);
+      return post_ibarrier(comm);
     case CommOp::Kind::reduce_scatter:
-      return post_ireduce_scatter(comm_, op);
+      return post_ireduce_scatter(comm, op);
     case CommOp::Kind::reduce:
-      return post_ireduce(comm_, rank(), op);
+      return post_ireduce(comm, self.rank(), op);
   }
   throw Error("MpiCommunicator: unknown operation kind " + std::to_string(int(op.kind)));
+}
+
+}  // namespace
+
+std::unique_ptr<PendingOp> MpiCommunicator::post_host(const CommOp& op) {
+  if (ordered_sum_applies(op, size())) {
+    // Every rank posts the same sequence of collectives, so the count agrees.
+    const uint64_t slots = uint64_t(max_tag() / detail::kOrderedTagsPerOp);
+    const int tag_base = int(ordered_posted_++ % slots) * detail::kOrderedTagsPerOp;
+    return detail::post_ordered_sum(ordered_sum_args(op, ordered_, rank(), size(), tag_base));
+  }
+  return post_native(*this, op);
 }
 
 MpiHandles mpi_handles(const Communicator& c) {
