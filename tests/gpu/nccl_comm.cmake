@@ -19,7 +19,8 @@ else()
     return()
   endif()
   add_library(trident_comm_nccl_only STATIC
-    ${trident_root}/src/comm/comm.cpp ${trident_root}/src/comm/p2p_plan.cpp
+    ${trident_root}/src/comm/comm.cpp ${trident_root}/src/comm/flight_recorder.cpp
+    ${trident_root}/src/comm/p2p_plan.cpp
     ${trident_root}/src/comm/nccl/nccl_communicator.cpp ${trident_root}/src/comm/op_buffers.cpp
     ${trident_root}/kernels/api/buffer_uses.cpp ${trident_root}/src/core/clock.cpp
     ${trident_root}/src/core/error.cpp)
