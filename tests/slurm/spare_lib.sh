@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the lost-node tests (test_spare_restart.sh, test_spare_slurmd.sh;
 # sourced after lib.sh): a 2-node job of 8 ranks with one spare (3 nodes
 # allocated) that keeps the node-local tier (output.local_checkpoint_dir in
