@@ -20,6 +20,15 @@ require_spare_cluster() {
   fi
 }
 
+# An attempt's end, whatever it is: its jobs cancelled (lib.sh) and the
+# local tier it named removed (a cancelled job's template may not get to it,
+# and the lost node's directory is never the template's to remove).
+spare_cleanup() {
+  cancel_leftovers
+  [[ -n ${LOCAL_DIR:-} ]] && rm -rf "$LOCAL_DIR"
+  return 0
+}
+
 steps_logged() { grep -Ec '^step +[0-9]+ \|' "$1" 2>/dev/null || true; }
 
 # The trident processes of job $1 on node $2 (Slurm's virtual nodes share
@@ -85,7 +94,6 @@ check_spare_pair() {
     fail "the restart did not resume from the local tier"
   grep -q "^trident.sbatch: removed the local checkpoint tier $LOCAL_DIR/trident-$JID" "$LOG" &&
     [[ ! -e $LOCAL_DIR/trident-$JID ]] || fail "the template left the local tier $LOCAL_DIR/trident-$JID"
-  rm -rf "$LOCAL_DIR" 2>/dev/null  # a lost node's directory is the test's to remove
   "$TRIDENT_PYTHON" - "$WORK" "$JID" "$REF" "$steps" <<'EOF' || fail "the restarted job differs from the reference"
 import glob, os, sys
 import h5py, numpy as np

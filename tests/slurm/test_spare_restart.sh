@@ -15,6 +15,7 @@ require_spare_cluster
 steps=${TRIDENT_SPARE_STEPS:-12}
 
 attempt() {
+  trap spare_cleanup EXIT
   start_spare_pair "$1" "$steps"
   victims=$(pids_on "$JID" n2)
   [[ -n $victims ]] || { show_log "$LOG"; fail "no trident process of job $JID on n2"; }

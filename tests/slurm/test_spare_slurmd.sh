@@ -68,7 +68,7 @@ time_of_line() {
 }
 
 attempt() {
-  trap 'restore_n2; cancel_leftovers' EXIT
+  trap 'restore_n2; spare_cleanup' EXIT
   start_spare_pair "$1" "$steps" --no-kill
   local ranks stepd t_stop t_restart t_first before
   ranks=$(pids_on "$JID" n2 | xargs)
