@@ -429,6 +429,31 @@ std::string broadcast_string(Communicator& comm, const std::string& s, int root)
   return out;
 }
 
+std::vector<std::vector<char>> gather_bytes_to_root(Communicator& comm, std::vector<char> mine,
+                                                    int root, int tag) {
+  const int64_t my = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> sizes(static_cast<size_t>(comm.size()), 0);
+  comm.allgather(&my, sizes.data(), sizeof my);
+  if (comm.rank() != root) {
+    if (my > 0) {
+      Request r = comm.isend(mine.data(), mine.size(), root, tag);
+      comm.wait(r);
+    }
+    return {};
+  }
+  std::vector<std::vector<char>> parts(static_cast<size_t>(comm.size()));
+  std::vector<Request> reqs;
+  for (int src = 0; src < comm.size(); ++src) {
+    std::vector<char>& part = parts[static_cast<size_t>(src)];
+    if (src == root) continue;
+    part.resize(static_cast<size_t>(sizes[static_cast<size_t>(src)]));
+    if (!part.empty()) reqs.push_back(comm.irecv(part.data(), part.size(), src, tag));
+  }
+  if (!reqs.empty()) comm.wait_all(reqs);
+  parts[static_cast<size_t>(root)] = std::move(mine);
+  return parts;
+}
+
 CheckOutcome agree_on_check(Communicator& comm, bool passed, const std::string& message) {
   CheckOutcome out;
   int all = passed ? 1 : 0;

@@ -536,30 +536,40 @@ void CheckpointReader::read_piece(const std::string& name, int64_t rank, int64_t
   std::copy(dst + (lo - first), dst + (hi - first), out);
 }
 
+// The index's piece table of tensor `name` (rank, begin, end per piece),
+// after the checks every read makes (present, of this shape).
+std::vector<int64_t> CheckpointReader::piece_table(const std::string& name,
+                                                   const std::vector<int64_t>& shape, int64_t begin,
+                                                   int64_t end) const {
+  const std::string where = "checkpoint '" + path_ + "': tensor " + name;
+  if (!has(name)) throw InputError(where + " is missing (a checkpoint of another model?)");
+  TRIDENT_CHECK(0 <= begin && begin <= end && end <= numel(shape), where + ": bad range");
+  const hid_t d = H5Dopen2(hid_t(file_), ("tensors/" + name).c_str(), H5P_DEFAULT);
+  if (d < 0) throw InputError(where + " cannot be opened: " + h5::error_text());
+  h5::Handle dh(d, H5Dclose);
+  check_shape(name, d, shape);
+  try {
+    return h5::read_int_list_attr(d, "pieces");
+  } catch (const std::exception&) {
+    throw InputError(where + " has no piece table (corrupted index)");
+  }
+}
+
 void CheckpointReader::read_range(const std::string& name, const std::vector<int64_t>& shape,
                                   int64_t begin, int64_t end, float* out) const {
   h5::Lock lock(h5::library_mutex());
   h5::QuietErrors quiet;
   const std::string where = "checkpoint '" + path_ + "': tensor " + name;
-  if (!has(name)) throw InputError(where + " is missing (a checkpoint of another model?)");
-  TRIDENT_CHECK(0 <= begin && begin <= end && end <= numel(shape), where + ": bad range");
   if (version_ == 2) {
+    if (!has(name)) throw InputError(where + " is missing (a checkpoint of another model?)");
+    TRIDENT_CHECK(0 <= begin && begin <= end && end <= numel(shape), where + ": bad range");
     if (begin == 0 && end == numel(shape)) return read_single(name, shape, out);
     std::vector<float> all(size_t(numel(shape)));
     read_single(name, shape, all.data());
     std::copy(all.begin() + begin, all.begin() + end, out);
     return;
   }
-  const hid_t d = H5Dopen2(hid_t(file_), ("tensors/" + name).c_str(), H5P_DEFAULT);
-  if (d < 0) throw InputError(where + " cannot be opened: " + h5::error_text());
-  h5::Handle dh(d, H5Dclose);
-  check_shape(name, d, shape);
-  std::vector<int64_t> pieces;
-  try {
-    pieces = h5::read_int_list_attr(d, "pieces");
-  } catch (const std::exception&) {
-    throw InputError(where + " has no piece table (corrupted index)");
-  }
+  const std::vector<int64_t> pieces = piece_table(name, shape, begin, end);
   int64_t covered = 0;
   for (size_t i = 0; i + 2 < pieces.size(); i += 3) {
     const int64_t lo = std::max(begin, pieces[i + 1]), hi = std::min(end, pieces[i + 2]);
@@ -568,6 +578,23 @@ void CheckpointReader::read_range(const std::string& name, const std::vector<int
     covered += hi - lo;
   }
   if (covered != end - begin) throw InputError(where + ": the index's pieces do not cover it");
+}
+
+std::vector<std::string> CheckpointReader::shards_of(const std::string& name,
+                                                     const std::vector<int64_t>& shape,
+                                                     int64_t begin, int64_t end) const {
+  h5::Lock lock(h5::library_mutex());
+  h5::QuietErrors quiet;
+  if (version_ == 2) return {};
+  const std::vector<int64_t> pieces = piece_table(name, shape, begin, end);
+  std::vector<std::string> out;
+  for (size_t i = 0; i + 2 < pieces.size(); i += 3) {
+    if (std::max(begin, pieces[i + 1]) >= std::min(end, pieces[i + 2])) continue;
+    TRIDENT_CHECK(pieces[i] >= 0 && size_t(pieces[i]) < shards_.size(),
+                  "checkpoint '" + path_ + "': a piece names shard " + std::to_string(pieces[i]));
+    out.push_back(shards_[size_t(pieces[i])]);
+  }
+  return out;
 }
 
 }  // namespace trident

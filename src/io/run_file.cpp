@@ -39,7 +39,7 @@ using h5::Handle;
 
 constexpr size_t kKindBytes = 16;      // timeline event kind, NUL included
 constexpr size_t kHostnameBytes = 64;  // /topology/ranks hostname, NUL included
-constexpr size_t kDetailBytes = 96;    // /events detail, NUL included
+constexpr size_t kDetailBytes = 1024;  // /events detail, NUL included (96 before version 3)
 constexpr hsize_t kStepChunk = 256;
 constexpr hsize_t kEventChunk = 1024;
 const std::vector<std::string> kCommColumns = {"cp", "pp", "ep", "dp"};
@@ -404,7 +404,7 @@ void write_root_attributes(hid_t file, Communicator& world, const Config& cfg,
   const std::string job = bcast_from(0, slurm_job_id, world);
   const std::string toml = bcast_from(0, to_toml(cfg), world);
   h5::write_attr(file, "format", "trident-run");
-  h5::write_attr(file, "format_version", int64_t{2});
+  h5::write_attr(file, "format_version", int64_t{3});
   h5::write_attr(file, "trident_version", TRIDENT_VERSION);
   h5::write_attr(file, "config_toml", toml);
   h5::write_attr(file, "created_utc", created);

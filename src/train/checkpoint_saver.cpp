@@ -83,27 +83,11 @@ std::vector<ShardPiece> deserialise(const std::string& text) {
 std::vector<std::vector<ShardPiece>> gather_pieces(Communicator& world,
                                                    const std::vector<ShardPiece>& mine) {
   const std::string text = serialise(mine);
-  std::vector<int64_t> sizes(size_t(world.size()));
-  const int64_t my = int64_t(text.size());
-  world.allgather(&my, sizes.data(), sizeof my);
-  std::vector<std::vector<ShardPiece>> all(size_t(world.size()));
-  if (world.rank() != 0) {
-    if (my > 0) {
-      Request r = world.isend(text.data(), text.size(), 0, 7302);
-      world.wait(r);
-    }
-    return all;
-  }
-  std::vector<std::string> texts(size_t(world.size()));
-  std::vector<Request> reqs;
-  for (int r = 1; r < world.size(); ++r) {
-    texts[size_t(r)].resize(size_t(sizes[size_t(r)]));
-    if (sizes[size_t(r)] > 0)
-      reqs.push_back(world.irecv(texts[size_t(r)].data(), texts[size_t(r)].size(), r, 7302));
-  }
-  if (!reqs.empty()) world.wait_all(reqs);
-  all[0] = mine;
-  for (int r = 1; r < world.size(); ++r) all[size_t(r)] = deserialise(texts[size_t(r)]);
+  const auto texts =
+      gather_bytes_to_root(world, std::vector<char>(text.begin(), text.end()), 0, 7302);
+  std::vector<std::vector<ShardPiece>> all(size_t(world.size()));  // empty but on rank 0
+  for (size_t r = 0; r < texts.size(); ++r)
+    all[r] = r == 0 ? mine : deserialise(std::string(texts[r].begin(), texts[r].end()));
   return all;
 }
 

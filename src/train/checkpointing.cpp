@@ -1,7 +1,10 @@
 // Trainer <-> checkpoint file, and the stop signals (see train/checkpointing.hpp).
 #include "trident/train/checkpointing.hpp"
 
+#include <algorithm>
 #include <csignal>
+#include <set>
+#include <vector>
 
 #include "trident/core/error.hpp"
 #include "trident/kernels/tensor_ops.hpp"
@@ -22,35 +25,45 @@ const float* on_host(const kernels::Ctx& ctx, const Tensor& t, std::vector<Tenso
   return hold.back().ptr();
 }
 
-// Reads `name` into dst, through a host copy when dst is on a device.
-void read_into(CheckpointReader& r, const kernels::Ctx& ctx, const std::string& name, Tensor dst) {
-  if (dst.device().is_cpu()) return r.read(name, dst.shape(), dst.ptr());
-  Tensor host = Tensor::empty(dst.shape());
-  r.read(name, dst.shape(), host.ptr());
-  kernels::copy(ctx, dst, host);
+// One read of a load: elements [begin, end) of tensor `name` (flat) into
+// dst, which holds end - begin elements.
+struct TensorRead {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t begin, end;
+  Tensor dst;
+};
+
+// What a load reads on this rank, in order: its stage's parameters whole; of
+// the moments only the part this rank keeps (the sharded optimizer's), by
+// element range: no rank reads another's state; its buffers whole.
+std::vector<TensorRead> reads_of(Trainer& t) {
+  std::vector<TensorRead> out;
+  for (Param* p : t.stage().params())
+    out.push_back({"param/" + p->name, p->value.shape(), 0, p->value.numel(), p->value});
+  const dp::Sharding& s = t.sharding();
+  for (const ParamStore::Entry& e : t.param_store().entries()) {
+    const size_t k = size_t(e.param->reduce);
+    const int64_t lo = std::max(e.offset, s.owned[k].begin);
+    const int64_t hi = std::min(e.offset + e.numel, s.owned[k].end);
+    if (lo >= hi) continue;
+    const int64_t at = s.base[k] + (lo - s.owned[k].begin), n = hi - lo;
+    for (auto [kind, moments] :
+         {std::pair{"adam_m/", &t.optimizer().m()}, {"adam_v/", &t.optimizer().v()}})
+      out.push_back({kind + e.param->name, e.param->value.shape(), lo - e.offset, hi - e.offset,
+                     moments->view(at, {n})});
+  }
+  for (auto& [name, tensor] : t.stage().buffers())
+    out.push_back({"buffer/" + name, tensor->shape(), 0, tensor->numel(), *tensor});
+  return out;
 }
 
-// This rank's part of one parameter's AdamW moments (all of it unless the
-// optimizer is sharded), read by element range into the optimizer's buffers.
-void read_moments(CheckpointReader& r, Trainer& t, const ParamStore::Entry& e) {
-  const dp::Sharding& s = t.sharding();
-  const size_t k = size_t(e.param->reduce);
-  const int64_t lo = std::max(e.offset, s.owned[k].begin);
-  const int64_t hi = std::min(e.offset + e.numel, s.owned[k].end);
-  if (lo >= hi) return;
-  const int64_t at = s.base[k] + (lo - s.owned[k].begin), n = hi - lo;
-  const auto& shape = e.param->value.shape();
-  for (auto [kind, moments] : {std::pair{"adam_m/", &t.optimizer().m()}, {"adam_v/", &t.optimizer().v()}}) {
-    Tensor dst = moments->view(at, {n});
-    const std::string name = kind + e.param->name;
-    if (dst.device().is_cpu()) {
-      r.read_range(name, shape, lo - e.offset, hi - e.offset, dst.ptr());
-      continue;
-    }
-    Tensor host = Tensor::empty({n});
-    r.read_range(name, shape, lo - e.offset, hi - e.offset, host.ptr());
-    kernels::copy(t.ctx(), dst, host);
-  }
+// One read, through a host copy when dst is on a device.
+void read_into(CheckpointReader& r, const kernels::Ctx& ctx, TensorRead& x) {
+  if (x.dst.device().is_cpu()) return r.read_range(x.name, x.shape, x.begin, x.end, x.dst.ptr());
+  Tensor host = Tensor::empty(x.dst.shape());
+  r.read_range(x.name, x.shape, x.begin, x.end, host.ptr());
+  kernels::copy(ctx, x.dst, host);
 }
 
 bool owns(const TrainComms& c, GradReduce r) {
@@ -124,15 +137,18 @@ int64_t load_checkpoint(Trainer& t, const std::string& path) {
     throw InputError("checkpoint '" + path + "' belongs to another model: its [model] hash is " +
                      r.meta().model_hash + ", this config's is " + want +
                      " (the [model] table must match the checkpoint's)");
-  // Parameters whole; of the moments only the part this rank keeps (the
-  // sharded optimizer's), read by range: no rank reads another's state.
-  const kernels::Ctx& ctx = t.ctx();
-  for (Param* p : t.stage().params()) read_into(r, ctx, "param/" + p->name, p->value);
-  for (const ParamStore::Entry& e : t.param_store().entries()) read_moments(r, t, e);
-  for (auto& [name, tensor] : t.stage().buffers()) read_into(r, ctx, "buffer/" + name, *tensor);
+  for (TensorRead& x : reads_of(t)) read_into(r, t.ctx(), x);
   t.stage().buffers_loaded();
   t.optimizer().set_steps_taken(r.meta().optimizer_steps);
   return r.meta().step;
+}
+
+std::vector<std::string> checkpoint_shards_read(Trainer& t, const std::string& index_path) {
+  CheckpointReader r(index_path);
+  std::set<std::string> names;
+  for (const TensorRead& x : reads_of(t))
+    for (std::string& n : r.shards_of(x.name, x.shape, x.begin, x.end)) names.insert(std::move(n));
+  return {names.begin(), names.end()};
 }
 
 void install_stop_signals() {

@@ -143,32 +143,6 @@ std::vector<char> packed_logits(const StepResult& r, const std::vector<int64_t>&
   return mine;
 }
 
-// Every rank's packed rows to the root: the root gets them by rank (its
-// own first), the others get an empty list.
-std::vector<std::vector<char>> gather_to_root(Communicator& world, std::vector<char> mine) {
-  constexpr int kTag = 7411;
-  const int64_t my = int64_t(mine.size());
-  std::vector<int64_t> sizes(size_t(world.size()), 0);
-  world.allgather(&my, sizes.data(), sizeof(int64_t));
-  if (world.rank() != 0) {
-    if (my > 0) {
-      Request q = world.isend(mine.data(), mine.size(), 0, kTag);
-      world.wait(q);
-    }
-    return {};
-  }
-  std::vector<std::vector<char>> parts(size_t(world.size()));
-  parts[0] = std::move(mine);
-  std::vector<Request> reqs;
-  for (int src = 1; src < world.size(); ++src) {
-    parts[size_t(src)].resize(size_t(sizes[size_t(src)]));
-    if (sizes[size_t(src)] > 0)
-      reqs.push_back(world.irecv(parts[size_t(src)].data(), parts[size_t(src)].size(), src, kTag));
-  }
-  if (!reqs.empty()) world.wait_all(reqs);
-  return parts;
-}
-
 }  // namespace
 
 int eval_logits(const Config& cfg, Communicators& comms, const std::string& checkpoint,
@@ -197,7 +171,9 @@ int eval_logits(const Config& cfg, Communicators& comms, const std::string& chec
     for (int64_t g = 0; g < B; ++g) req.samples.insert(g);
     const StepResult r = trainer.evaluate(step, &req);
     loss_sum += r.metrics.loss * double(B * S);
-    const auto parts = gather_to_root(world, packed_logits(r, trainer.positions(), V));
+    // every rank's packed rows on the root, by rank
+    const auto parts =
+        gather_bytes_to_root(world, packed_logits(r, trainer.positions(), V), 0, 7411);
     if (root) place_logits(parts, step * B, S, V, logits);
   }
   const std::string error =

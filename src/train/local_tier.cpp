@@ -128,25 +128,10 @@ namespace {
 
 // Every rank's text on rank 0 (others get nothing).
 std::vector<std::string> gather_texts(Communicator& world, const std::string& mine) {
-  std::vector<int64_t> sizes(size_t(world.size()));
-  const int64_t my = int64_t(mine.size());
-  world.allgather(&my, sizes.data(), sizeof my);
-  std::vector<std::string> all(size_t(world.size()));
-  if (world.rank() != 0) {
-    if (my > 0) {
-      Request r = world.isend(mine.data(), mine.size(), 0, 7304);
-      world.wait(r);
-    }
-    return all;
-  }
-  std::vector<Request> reqs;
-  for (int r = 1; r < world.size(); ++r) {
-    all[size_t(r)].resize(size_t(sizes[size_t(r)]));
-    if (sizes[size_t(r)] > 0)
-      reqs.push_back(world.irecv(all[size_t(r)].data(), all[size_t(r)].size(), r, 7304));
-  }
-  if (!reqs.empty()) world.wait_all(reqs);
-  all[0] = mine;
+  const auto parts =
+      gather_bytes_to_root(world, std::vector<char>(mine.begin(), mine.end()), 0, 7304);
+  std::vector<std::string> all(parts.size());
+  for (size_t r = 0; r < parts.size(); ++r) all[r].assign(parts[r].begin(), parts[r].end());
   return all;
 }
 
@@ -192,39 +177,45 @@ DirView parse_view(const std::string& text) {
   return v;
 }
 
-// Rank 0: the newest step whose files all lie on some rank's node, and the
-// copies ("T\tfrom\tto\tname") that give every node all of them, the index
-// last; "" and why when no step is complete.
-std::string plan_restore(const std::vector<DirView>& views, std::string& why) {
+// Rank 0: the newest step whose files (index and shards) all lie on some
+// rank's node, as "step\tindex name"; "" and why when no step is complete.
+std::string newest_complete(const std::vector<DirView>& views, std::string& why) {
   std::map<int64_t, std::vector<std::string>> steps;
   for (const DirView& v : views) steps.insert(v.steps.begin(), v.steps.end());
-  std::map<std::string, int> lead;  // a directory's lowest rank
-  for (size_t r = 0; r < views.size(); ++r) lead.emplace(views[r].dir, int(r));
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-    std::ostringstream plan;
-    plan << "S\t" << it->first << '\n';
     std::string missing;
-    std::vector<std::string> files(it->second.begin() + 1, it->second.end());
-    files.push_back(it->second.front());  // the index last
-    for (const std::string& f : files) {
-      int holder = -1;
-      for (size_t r = 0; r < views.size() && holder < 0; ++r)
-        if (views[r].files.count(f)) holder = int(r);
-      if (holder < 0) {
-        missing = f;
-        break;
-      }
-      for (const auto& [dir, to] : lead)
-        if (!views[size_t(to)].files.count(f))
-          plan << "T\t" << holder << '\t' << to << '\t' << f << '\n';
+    for (const std::string& f : it->second) {
+      bool held = false;
+      for (const DirView& v : views) held = held || v.files.count(f) > 0;
+      if (!held && missing.empty()) missing = f;
     }
-    if (missing.empty()) return plan.str();
+    if (missing.empty()) return std::to_string(it->first) + '\t' + it->second.front();
     if (why.empty())
       why = "local step " + std::to_string(it->first) + " lacks " + missing +
             " on every node that is left (its node and its partner's copy are both gone)";
   }
   if (why.empty()) why = "no committed local step newer than the shared checkpoint";
   return "";
+}
+
+// Rank 0: the copies ("T\tfrom\tto\tname", to: the receiving directory's
+// lowest rank) that give rank r's node directory the files wanted[r] it
+// lacks, each file once a directory, from a rank whose directory holds it.
+std::string plan_copies(const std::vector<DirView>& views,
+                        const std::vector<std::vector<std::string>>& wanted) {
+  std::map<std::string, int> lead;  // a directory's lowest rank
+  for (size_t r = 0; r < views.size(); ++r) lead.emplace(views[r].dir, int(r));
+  std::set<std::pair<std::string, std::string>> planned;  // (directory, file)
+  std::ostringstream plan;
+  for (size_t r = 0; r < views.size(); ++r)
+    for (const std::string& f : wanted[r]) {
+      if (views[r].files.count(f) || !planned.insert({views[r].dir, f}).second) continue;
+      int holder = -1;
+      for (size_t h = 0; h < views.size() && holder < 0; ++h)
+        if (views[h].files.count(f)) holder = int(h);
+      plan << "T\t" << holder << '\t' << lead.at(views[r].dir) << '\t' << f << '\n';
+    }
+  return plan.str();
 }
 
 // One planned copy: the holder sends the file, the receiving node's lead
@@ -253,40 +244,81 @@ std::string copy_planned(Communicator& world, const std::string& my_dir, const s
   return error;
 }
 
+// Collective: rank 0's plan made on every rank; the first error of any rank
+// (agreed) or "". Adds the copies made to `copied`.
+std::string copy_plan(Communicator& world, const std::string& my_dir, const std::string& plan,
+                      size_t& copied) {
+  std::istringstream in(broadcast_string(world, plan, 0));
+  std::string error;
+  for (std::string line; std::getline(in, line);) {
+    const std::string e = copy_planned(world, my_dir, line);
+    if (error.empty()) error = e;
+    ++copied;
+  }
+  const CheckOutcome ok = agree_on_check(world, error.empty(), error);
+  return ok.all_passed ? "" : ok.message;
+}
+
+// Collective: every rank's list of the shards it reads from the index
+// (shards_read), on rank 0 in `wanted` by rank; the first error (agreed) or "".
+std::string list_shards_read(Communicator& world, const std::string& index,
+                             const ShardsRead& shards_read,
+                             std::vector<std::vector<std::string>>& wanted) {
+  std::string mine, error;
+  try {
+    for (const std::string& f : shards_read(index)) mine += f + '\n';
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const CheckOutcome ok = agree_on_check(world, error.empty(), error);
+  if (!ok.all_passed) return ok.message;
+  for (const std::string& text : gather_texts(world, mine)) {
+    std::istringstream in(text);
+    wanted.emplace_back();
+    for (std::string line; std::getline(in, line);) wanted.back().push_back(line);
+  }
+  return "";
+}
+
+// Rank 0's view of every rank's node directory (others: empty).
+std::vector<DirView> gather_views(Communicator& world, const std::string& my_dir,
+                                  int64_t newer_than) {
+  std::vector<DirView> views;
+  for (const std::string& t : gather_texts(world, describe_dir(my_dir, newer_than)))
+    views.push_back(parse_view(t));
+  return views;
+}
+
 }  // namespace
 
 std::string restore_local(Communicator& world, const std::string& my_dir, int64_t newer_than,
-                          std::string& why) {
+                          const ShardsRead& shards_read, std::string& why) {
   std::error_code ec;
   fs::create_directories(my_dir, ec);  // a spare's node has none yet
-  const std::vector<std::string> texts = gather_texts(world, describe_dir(my_dir, newer_than));
-  std::string plan;
-  if (world.rank() == 0) {
-    std::vector<DirView> views;
-    for (const std::string& t : texts) views.push_back(parse_view(t));
-    plan = plan_restore(views, why);
-  }
-  plan = broadcast_string(world, plan, 0);
+  const bool root = world.rank() == 0;
+  const std::vector<DirView> views = gather_views(world, my_dir, newer_than);
+  const std::string chosen = broadcast_string(world, root ? newest_complete(views, why) : "", 0);
   why = broadcast_string(world, why, 0);
-  if (plan.rfind("S\t", 0) != 0) return "";
-  std::vector<std::string> copies;
-  int64_t step = -1;
-  std::istringstream in(plan);
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("S\t", 0) == 0) step = std::stoll(line.substr(2));
-    if (line.rfind("T\t", 0) == 0) copies.push_back(line);
+  if (chosen.empty()) return "";
+  const int64_t step = std::stoll(chosen.substr(0, chosen.find('\t')));
+  const std::string at = "local step " + std::to_string(step);
+  // the index first, to every node: it says which shards each rank reads
+  const std::vector<std::vector<std::string>> index(views.size(),
+                                                    {chosen.substr(chosen.find('\t') + 1)});
+  size_t copied = 0;
+  std::string error = copy_plan(world, my_dir, root ? plan_copies(views, index) : "", copied);
+  if (error.empty()) {  // then each node the shards its ranks read that it lacks
+    std::vector<std::vector<std::string>> wanted;
+    error = list_shards_read(world, checkpoint_path(my_dir, step), shards_read, wanted);
+    if (error.empty())
+      error = copy_plan(world, my_dir, root ? plan_copies(views, wanted) : "", copied);
   }
-  std::string error;
-  for (const std::string& c : copies) {
-    const std::string e = copy_planned(world, my_dir, c);
-    if (error.empty()) error = e;
-  }
-  const CheckOutcome ok = agree_on_check(world, error.empty(), error);
-  if (!ok.all_passed) {
-    why = "copying the local step " + std::to_string(step) + " between nodes failed: " + ok.message;
+  if (!error.empty()) {
+    why = "copying the " + at + " between nodes failed: " + error;
     return "";
   }
-  why = std::to_string(copies.size()) + " file(s) copied between nodes";
+  why =
+      std::to_string(copied) + " file(s) copied between nodes, each node the shards its ranks read";
   return checkpoint_path(my_dir, step);
 }
 

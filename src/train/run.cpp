@@ -163,7 +163,9 @@ bool resume_local(const Config& cfg, Trainer& trainer, const std::vector<std::st
   world.broadcast(&shared_step, sizeof shared_step, 0);
   const std::string dir = local_node_dir(cfg.output, hosts.at(size_t(world.rank())));
   std::string why;
-  const std::string path = restore_local(world, dir, shared_step, why);
+  const std::string path = restore_local(
+      world, dir, shared_step,
+      [&trainer](const std::string& index) { return checkpoint_shards_read(trainer, index); }, why);
   const bool lead = world.rank() == 0;
   if (path.empty()) {
     if (lead)

@@ -312,6 +312,13 @@ class Communicator {
 // root's string on every rank of comm (collective).
 std::string broadcast_string(Communicator& comm, const std::string& s, int root);
 
+// Every rank's bytes, of any length, on root in rank order; the other ranks
+// get an empty vector (collective: an allgather of the lengths, then a
+// point-to-point message on `tag` from each rank with bytes to send). Every
+// wait has comm's deadline.
+std::vector<std::vector<char>> gather_bytes_to_root(Communicator& comm, std::vector<char> mine,
+                                                    int root, int tag);
+
 // A check every rank of comm made: whether all passed and, if not, the
 // lowest failing rank and its message, the same on every rank (collective),
 // so that all ranks can fail together with the reason of the rank that knows

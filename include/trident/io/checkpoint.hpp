@@ -95,8 +95,15 @@ class CheckpointReader {
   // their checksums; a single file is read whole and checked.
   void read_range(const std::string& name, const std::vector<int64_t>& shape, int64_t begin,
                   int64_t end, float* out) const;
+  // The shard files (names as the index lists them, in its directory) that
+  // read_range(name, shape, begin, end) opens: one per piece it touches
+  // (repeats possible); none for a single file. InputError as read_range.
+  std::vector<std::string> shards_of(const std::string& name, const std::vector<int64_t>& shape,
+                                     int64_t begin, int64_t end) const;
 
  private:
+  std::vector<int64_t> piece_table(const std::string& name, const std::vector<int64_t>& shape,
+                                   int64_t begin, int64_t end) const;
   void check_shape(const std::string& name, int64_t dset, const std::vector<int64_t>& shape) const;
   void read_single(const std::string& name, const std::vector<int64_t>& shape, float* out) const;
   void read_piece(const std::string& name, int64_t rank, int64_t pb, int64_t pe, int64_t lo,

@@ -54,7 +54,7 @@ struct RunEvent {
   std::string kind;   // at most 15 characters
   int32_t rank = -1;  // the rank it concerns (-1: none in particular)
   double value = 0, reference = 0;
-  std::string detail;  // at most 95 characters kept
+  std::string detail;  // at most 1023 bytes kept
 };
 
 // Per-rank scalar summary written once at the end (/ranks/summary).

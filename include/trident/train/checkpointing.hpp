@@ -10,6 +10,7 @@
 // checkpoint does not depend on the sharding either.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "trident/io/checkpoint.hpp"
 #include "trident/train/trainer.hpp"
@@ -22,6 +23,10 @@ std::string save_checkpoint(Trainer& t, int64_t steps_done);
 // Every rank reads its tensors; returns the step to continue from. InputError
 // if the checkpoint belongs to another model (model hash) or is damaged.
 int64_t load_checkpoint(Trainer& t, const std::string& path);
+// The shard files (names in the index's directory) that load_checkpoint
+// reads on this rank from the sharded checkpoint index_path, sorted; none
+// for a single file (the local tier's restore fetches only these to a node).
+std::vector<std::string> checkpoint_shards_read(Trainer& t, const std::string& index_path);
 
 // SIGUSR1 / SIGTERM set a flag (nothing else happens in the handler).
 void install_stop_signals();

@@ -10,6 +10,7 @@
 // A rank reads only its own node's directory: a lost node's files are gone.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,12 +42,19 @@ void write_bytes_durably(const std::string& path, const char* data, size_t n);
 // tier keeps its newest committed step only).
 void remove_local_steps_except(const std::string& dir, int64_t step);
 
+// The shard files a rank's load reads from a sharded index (names in its
+// directory): checkpoint_shards_read of the rank's trainer.
+using ShardsRead = std::function<std::vector<std::string>(const std::string& index_path)>;
+
 // Collective. The newest step of the local tier that is complete across the
-// ranks' node directories and newer than `newer_than`: its missing shards
-// (and index) are copied into every node's directory, and the index there
-// is returned ("" when none: `why` says what was missing, for the line).
+// ranks' node directories and newer than `newer_than` (a lost node's shards
+// as their partner copies on the next node): its index is copied into every
+// node's directory, then each node gets the shards its ranks read
+// (shards_read) that it lacks, over MPI; the index there is returned, and
+// `why` says how many files moved ("" when none: `why` says what was
+// missing, for the line).
 std::string restore_local(Communicator& world, const std::string& my_dir, int64_t newer_than,
-                          std::string& why);
+                          const ShardsRead& shards_read, std::string& why);
 
 // Removes this job's local tier on a clean finish: each node's directory
 // (its lowest rank), then the job's directory if empty.

@@ -249,6 +249,53 @@ TEST_CASE("allgather and broadcast place every rank's bytes", "[comm]") {
   }
 }
 
+TEST_CASE("gather_bytes_to_root: every rank's bytes of any length on each root, in rank order",
+          "[comm]") {
+  auto c = dup_world(CommKind::dp);
+  const int p = c->size(), me = c->rank();
+  // rank r sends 37 * r bytes (rank 0: none) of a pattern of its own
+  auto bytes_of = [](int r) {
+    std::vector<char> b(size_t(37 * r));
+    for (size_t i = 0; i < b.size(); ++i) b[i] = char((r * 131 + int(i) * 7) & 0x7f);
+    return b;
+  };
+  for (int root = 0; root < p; ++root) {
+    const std::vector<std::vector<char>> got = gather_bytes_to_root(*c, bytes_of(me), root, 7500);
+    if (me != root) {
+      CHECK(got.empty());
+      continue;
+    }
+    REQUIRE(got.size() == size_t(p));
+    for (int r = 0; r < p; ++r) CHECK(got[size_t(r)] == bytes_of(r));
+  }
+}
+
+TEST_CASE("gather_bytes_to_root: a rank that never sends ends the root's wait at the deadline",
+          "[comm]") {
+  auto c = dup_world(CommKind::dp, 0.5);
+  const int p = c->size(), me = c->rank();
+  if (p < 2) return;
+  // the sizes agree (the allgather), then rank 1 sends nothing on the tag
+  std::vector<int64_t> sizes(size_t(p), 8);
+  const int64_t mine = 8;
+  std::string msg;
+  try {
+    if (me == 1) {
+      c->allgather(&mine, sizes.data(), sizeof mine);
+    } else {
+      gather_bytes_to_root(*c, std::vector<char>(8, 'x'), 0, 7501);
+    }
+  } catch (const TimeoutError& e) {
+    msg = e.what();
+  }
+  INFO(msg);
+  if (me == 0) {
+    CHECK(msg.find("recv of 8 B from rank 1") != std::string::npos);
+    CHECK(msg.find("timed out after 0.5s") != std::string::npos);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);  // not c's: its deadline passes while rank 0 waits
+}
+
 TEST_CASE("alltoallv with uneven and zero counts, and gaps between blocks", "[comm]") {
   auto c = dup_world(CommKind::ep);
   const int p = c->size(), me = c->rank();

@@ -37,7 +37,7 @@ def check_run(path, P, N, completed):
         a = f.attrs
         check(a["format"] == "trident-run", f"format = {a['format']!r}")
         check(isinstance(a["format"], str), "format is not read as str (must be a variable-length string)")
-        check(int(a["format_version"]) == 2, "format_version != 2")
+        check(int(a["format_version"]) == 3, "format_version != 3")
         check(len(a["trident_version"]) > 0, "trident_version empty")
         cfg = tomllib.loads(a["config_toml"])
         check(cfg["parallel"]["cp"] == P, "config_toml parallel.cp != world size")

@@ -246,7 +246,7 @@ TEST_CASE("RunFile: every part written collectively reads back exactly") {
 
   {  // root attributes
     CHECK(h5::read_string_attr(f, "format") == "trident-run");
-    CHECK(h5::read_int_attr(f, "format_version") == 2);
+    CHECK(h5::read_int_attr(f, "format_version") == 3);
     CHECK(h5::read_string_attr(f, "trident_version") == TRIDENT_VERSION);
     const std::string toml = h5::read_string_attr(f, "config_toml");
     CHECK(toml == to_toml(cfg));

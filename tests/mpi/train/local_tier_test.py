@@ -168,9 +168,18 @@ def main():
     check(rc == 0 and "resuming from the local tier: step 6" in out,
           "resumed from local step 6 without node v1's directory (rc=%d) %s %s"
           % (rc, out[-300:], err[-300:]))
+    moved = [l for l in out.splitlines() if l.startswith("resuming from the local tier: step 6")]
+    n = int(moved[0].split("(")[1].split()[0]) if moved else -1
+    check(0 < n < 5, "the restore moved the index and the shards v1's ranks read, not the step's "
+          "5 files (index + 4 shards): %s" % moved)
     ev = restart_event("resumed_local")
     check(ev is not None and "local tier" in ev["detail"].decode() and int(ev["reference"]) == 0,
           "the restart event says the local tier, no step lost: %s" % (ev,))
+    whole = "node v1 left out; resumed from the local tier: " + os.path.join(
+        dirs.get("v0", "?"), "ckpt_step_00000006.h5")
+    check(ev is not None and ev["detail"].decode().strip("\0") == whole and len(whole) > 96,
+          "the restart event's detail is whole (%d bytes, run file format_version 3): %s"
+          % (len(whole), ev["detail"] if ev is not None else None))
     same_as_reference("local", full, final)
     r = subprocess.run([sys.executable, "-m", "trident_analyze", "summary", "resumed_local.h5"],
                        env=dict(os.environ, PYTHONPATH=ANALYSIS), capture_output=True, text=True)
@@ -229,7 +238,12 @@ def main():
     check(rc == 2 and len(lines) == 1 and "cannot create /proc/trident-nope" in lines[0] and
           not os.path.exists("bad2.h5"),
           "a local directory that cannot be made: exit 2, one line, no run file: %s" % lines)
-    return verdict()
+    rc = verdict()
+    if rc == 0:  # a failure's files stay for a look (~18 MB)
+        work = os.getcwd()
+        os.chdir("/")
+        shutil.rmtree(work, ignore_errors=True)
+    return rc
 
 
 if __name__ == "__main__":

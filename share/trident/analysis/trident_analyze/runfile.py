@@ -12,6 +12,10 @@ import numpy as np
 
 COMM_KINDS = ["cp", "pp", "ep", "dp"]
 
+# The run file versions this package reads (share/trident/hdf5-layout.md):
+# members are taken by name, and what a version lacks has a default.
+NEWEST_FORMAT_VERSION = 3
+
 
 class AnalysisError(Exception):
     """A problem with the user's file or request: printed as one line, exit 2."""
@@ -29,6 +33,11 @@ class RunFile:
         fmt = self.attr("format", default=None)
         if fmt not in ("trident-run", b"trident-run"):
             raise AnalysisError(f"{path}: not a trident run file (root attribute format = {fmt!r}, expected 'trident-run')")
+        self.format_version = int(self.attr("format_version", default=1))
+        if self.format_version > NEWEST_FORMAT_VERSION:
+            self.h5.close()
+            raise AnalysisError(f"{path}: written by a newer trident (format_version {self.format_version}); "
+                                f"this trident-analyze reads 1 to {NEWEST_FORMAT_VERSION}")
 
     def close(self):
         self.h5.close()
@@ -105,6 +114,18 @@ class RunFile:
     def events(self) -> np.ndarray:
         ds = self.require("/timeline/events", "output.timeline was off or the run ended before its first step")
         return ds[()]
+
+    def checkpoints(self):
+        """/metrics/checkpoints, or None; `local` is 0 in files that lack the
+        member (before format_version 3, and version 2 files before issue 47)."""
+        if not self.has("/metrics/checkpoints"):
+            return None
+        rows = self.h5["/metrics/checkpoints"][()]
+        if "local" not in (rows.dtype.names or ()):
+            from numpy.lib import recfunctions
+
+            rows = recfunctions.append_fields(rows, "local", np.zeros(len(rows), np.int32), usemask=False)
+        return rows
 
     def topology_ranks(self):
         if not self.has("/topology/ranks"):

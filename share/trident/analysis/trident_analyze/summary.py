@@ -52,18 +52,30 @@ def restarts(rf: RunFile) -> list:
         return []
     out = []
     for e in rf.h5["/events"][()]:
-        kind = e["kind"].decode().strip("\0") if isinstance(e["kind"], bytes) else str(e["kind"])
-        if kind != "restart":
+        if decode(e["kind"]).strip("\0") != "restart":
             continue
-        detail = e["detail"].decode().strip("\0") if isinstance(e["detail"], bytes) else str(e["detail"])
+        detail = decode(e["detail"]).strip("\0")  # cut at 96 bytes before format_version 3
         tier = "local" if "local tier" in detail else "shared" if "shared checkpoint" in detail else "none"
         out.append({"step": int(e["step"]), "seconds_to_first_step": float(e["value"]),
                     "steps_lost": float(e["reference"]), "resumed_from": tier, "detail": detail})
     return out
 
 
+def checkpoint_saves(rf: RunFile):
+    """The run's saves by tier: counts and median blocking seconds (None
+    without /metrics/checkpoints or saves)."""
+    ck = rf.checkpoints()
+    if ck is None or len(ck) == 0:
+        return None
+    out = {}
+    for tier, rows in (("shared", ck[ck["local"] == 0]), ("local", ck[ck["local"] != 0])):
+        if len(rows):
+            out[tier] = {"saves": int(len(rows)), "median_blocking_s": float(np.median(rows["blocking_s"]))}
+    return out
+
+
 def summarize(rf: RunFile) -> dict:
-    out: dict = {"file": rf.path, "completed": rf.completed}
+    out: dict = {"file": rf.path, "format_version": rf.format_version, "completed": rf.completed}
     out["trident_version"] = rf.attr("trident_version", default="")
     out["slurm_job_id"] = rf.attr("slurm_job_id", default="")
     out["world_size"] = rf.attr("world_size", default=None)
@@ -74,6 +86,9 @@ def summarize(rf: RunFile) -> dict:
     cfg = rf.config()
     out["config"] = {s: cfg.get(s, {}) for s in ("model", "data", "parallel", "train")} if cfg else {}
     out["restarts"] = restarts(rf)
+    saves = checkpoint_saves(rf)
+    if saves:
+        out["checkpoints"] = saves
 
     steps = rf.steps()
     n = len(steps)
@@ -162,6 +177,9 @@ def format_text(s: dict) -> str:
         lost = "?" if r["steps_lost"] < 0 else f"{r['steps_lost']:.0f}"
         L.append(f"restart       at step {r['step']}: from the {r['resumed_from']} checkpoint, {lost} step(s) lost, "
                  f"{r['seconds_to_first_step']:.1f} s from the failure to the first step ({r['detail']})")
+    if s.get("checkpoints"):
+        L.append("checkpoints   " + ", ".join(f"{v['saves']} {k} (median {v['median_blocking_s']:.3f} s blocking)"
+                                              for k, v in s["checkpoints"].items()))
     if s["steps"]:
         L.append(f"loss          first {s['first_loss']:.4f}  final {s['final_loss']:.4f}  best {s['best_loss']:.4f} (step {s['best_step']})")
         L.append(f"throughput    {s['tokens_per_s']:.0f} tokens/s, {s['step_time_s'] * 1e3:.1f} ms/step (mean after the first step)")
