@@ -8,7 +8,10 @@
 // activation) is rounded to bf16 as the GEMM packs it: the native GEMM
 // multiplies bf16 by bf16, as PyTorch's autocast does. The staged row keeps
 // it f32; both are within the bf16 tolerance of fp32 (gpu.md#bf16).
+#if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
+#define TRIDENT_HAVE_CPUID 1
+#endif
 
 #include <atomic>
 #include <cstdlib>
@@ -23,6 +26,7 @@
 namespace trident::kernels::cpu {
 namespace {
 
+#ifdef TRIDENT_HAVE_CPUID
 bool os_saves_avx512() {  // XCR0: SSE, AVX, opmask, ZMM_Hi256, Hi16_ZMM state
   unsigned lo = 0, hi = 0;
   __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
@@ -40,6 +44,9 @@ Bf16Units detect() {
   u.avx512_bf16 = avx512f && (a & (1u << 5));
   return u;
 }
+#else
+Bf16Units detect() { return {}; }  // not x86-64: no AVX512-BF16
+#endif
 
 // -1: not resolved yet; else int(Bf16Mode) with automatic resolved away.
 std::atomic<int> g_native{-1};

@@ -13,8 +13,6 @@
 // accumulators, two B vectors, one broadcast pair of A. Each element of C is the fp32 sum of its K
 // block's pair products, added to C block by block: fp32 accumulation throughout, in another order
 // than the staged path's sgemm.
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -23,9 +21,15 @@
 #include "trident/core/error.hpp"
 #include "trident/kernels/cpu_bf16.hpp"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#define TRIDENT_BF16_NATIVE 1
+#include <immintrin.h>
 #define TRIDENT_BF16_TARGET __attribute__((target("avx512f,avx512bf16")))
+#endif
 
 namespace trident::kernels::cpu {
+
+#ifdef TRIDENT_BF16_NATIVE
 namespace {
 
 // GCC 12's AVX-512 intrinsics (broadcasts, shifts) start from an "undefined"
@@ -254,5 +258,19 @@ void gemm_bf16_out(int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A, 
   gemm_bf16(M, N, K, alpha, A, B, 0.0f, wide.data(), N);
   for (int64_t i = 0; i < M; ++i) round_row(wide.data() + i * N, N, C + i * ldc);
 }
+
+#else  // not x86-64 with GCC or Clang: no native bf16 (bf16_units() finds none)
+
+void gemm_bf16(int64_t, int64_t, int64_t, float, Bf16Operand, Bf16Operand, float, float*, int64_t) {
+  throw Error("gemm_bf16: needs an x86-64 CPU with AVX512-BF16");
+}
+void round_bf16(const float* x, int64_t n, uint16_t* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = round_to_bf16(x[i]);
+}
+void gemm_bf16_out(int64_t, int64_t, int64_t, float, Bf16Operand, Bf16Operand, uint16_t*, int64_t) {
+  throw Error("gemm_bf16: needs an x86-64 CPU with AVX512-BF16");
+}
+
+#endif
 
 }  // namespace trident::kernels::cpu
