@@ -8,6 +8,7 @@
 #include "trident/core/emulated.hpp"
 #include "trident/core/error.hpp"
 #include "trident/kernels/backends.hpp"
+#include "trident/kernels/cpu_bf16.hpp"
 #include "trident/kernels/functional.hpp"
 #include "trident/kernels/tensor_ops.hpp"
 #ifdef TRIDENT_HAVE_CUDA
@@ -51,7 +52,15 @@ constexpr OpRow kCudaF32[] = {
 
 std::vector<OpRow> assemble() {
   std::vector<OpRow> rows(std::begin(kCpuF32), std::end(kCpuF32));
-  for (const OpRow& r : kCpuF32) rows.push_back({r.op, DeviceType::cpu, DType::bf16, &run_staged});
+  // the CPU's native bf16 rows (they run the staged row themselves when
+  // native bf16 is off: cpu_bf16.hpp), the staged row for every other op
+  const auto cpu_native = cpu::bf16_rows();
+  rows.insert(rows.end(), cpu_native.begin(), cpu_native.end());
+  for (const OpRow& r : kCpuF32) {
+    bool has_native = false;
+    for (const OpRow& n : cpu_native) has_native = has_native || n.op == r.op;
+    if (!has_native) rows.push_back({r.op, DeviceType::cpu, DType::bf16, &run_staged});
+  }
 #ifdef TRIDENT_HAVE_CUDA
   rows.insert(rows.end(), std::begin(kCudaF32), std::end(kCudaF32));
   const auto native = cuda::bf16_rows();

@@ -6,6 +6,7 @@
 // buffer, and the scratch stays at two such buffers (what the planner's
 // memory model counts).
 #include "scratch.hpp"
+#include "swiglu_gating.hpp"
 #include "trident/kernels/backends.hpp"
 #include "vector_math.hpp"
 
@@ -13,6 +14,8 @@ namespace trident::kernels::cpu {
 namespace {
 
 inline float sigmoid(float a) { return 1.0f / (1.0f + vexp(-a)); }
+
+}  // namespace
 
 // h = silu(a) * u, with silu(a) = a * s(a).
 TRIDENT_CPU_CLONES void gated(const float* __restrict a, const float* __restrict u,
@@ -32,8 +35,6 @@ TRIDENT_CPU_CLONES void gated_backward(const float* __restrict a, const float* _
     g[i] = gi * x * s;
   }
 }
-
-}  // namespace
 
 void swiglu_forward(const Ctx& ctx, const float* x, int64_t T, int64_t d, int64_t f,
                     const float* w_gate, const float* w_up, const float* w_down, float* y,

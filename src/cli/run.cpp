@@ -4,6 +4,7 @@
 // train::run (resume, run file, steps, checkpoints, stop signals, summary).
 #include "trident/train/run.hpp"
 
+#include <cstdio>
 #include <optional>
 
 #include "commands.hpp"
@@ -45,10 +46,15 @@ int RunCommand::run() {
   const int world_size = comm_world_size();
   // one BLAS thread per rank: the ranks already share the cores
   kernels::set_blas_threads(1);
+  // TRIDENT_CPU_BF16 read now: a bad value is one line and exit 2 before any output
+  const std::string bf16_kernels = kernels::cpu_bf16_kernels();
 
   Config cfg = load_config(config_, sets_);
   if (!output_.empty()) cfg.output.file = output_;
   train::check_config(cfg, world_size);
+  if (cfg.train.precision == Precision::bf16 && cfg.runtime.backend != Backend::cuda &&
+      comm_world_rank() == 0)
+    std::printf("cpu bf16 GEMMs: %s\n", bf16_kernels.c_str());
   flight_configure(cfg.runtime.flight_records);
   std::optional<plan::MachineProfile> machine;
   if (!machine_.empty())

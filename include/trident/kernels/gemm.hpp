@@ -24,5 +24,10 @@ bool have_blas();
 // CPU has (a Zen 5 sandbox set Haswell: half the sgemm rate), and a ceiling
 // measured with them is not the machine's.
 std::string blas_kernels();
+// The CPU's bf16 GEMMs on this machine: "native (AVX512-BF16)" or "staged
+// (...)" (cpu-kernels.md#native-bf16). The first call reads
+// TRIDENT_CPU_BF16: a bad value, or "native" on a CPU without AVX512-BF16,
+// throws InputError.
+std::string cpu_bf16_kernels();
 
 }  // namespace trident::kernels

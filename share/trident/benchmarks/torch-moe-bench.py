@@ -19,6 +19,11 @@ as cpu-efficiency.sh's (3 x forward, causal pairs), so the two GFLOP/s
 figures compare.
 
     OMP_NUM_THREADS=1 taskset -c 1 python3 torch-moe-bench.py [--config TOML] [--steps N] [--first F]
+        [--precision fp32|bf16]
+
+A config with model.n_experts = 0 trains the dense model (a SwiGLU FFN in
+every layer). --precision bf16 runs the forward under torch.autocast on the
+CPU (bf16 GEMMs and SDPA through oneDNN where the CPU has bf16 units).
 
 Prints one line per step and a summary: the median step time of steps
 FIRST..STEPS-1, GFLOP/s, and torch.matmul's 2048^3 rate on the same thread
@@ -56,8 +61,8 @@ def rope(x, cos, sin):  # x [B, h, S, hd], pairs (2i, 2i+1)
 class Model(torch.nn.Module):
     def __init__(self, m):
         super().__init__()
-        d, f, E, V = m["d_model"], m["ffn_hidden"], m["n_experts"], m["vocab_size"]
-        self.H, self.Hkv, self.k = m["n_heads"], m["n_kv_heads"], m["top_k"]
+        d, f, E, V = m["d_model"], m["ffn_hidden"], m.get("n_experts", 8), m["vocab_size"]
+        self.H, self.Hkv, self.k = m["n_heads"], m["n_kv_heads"], m.get("top_k", 2)
         self.hd = d // self.H
         self.aux_coef = m.get("aux_loss_coef", 0.01)
         self.theta = m.get("rope_theta", 10000.0)
@@ -69,8 +74,11 @@ class Model(torch.nn.Module):
             L.n1, L.n2 = torch.nn.Parameter(torch.ones(d)), torch.nn.Parameter(torch.ones(d))
             L.wq, L.wk = p(self.H * self.hd, d), p(self.Hkv * self.hd, d)
             L.wv, L.wo = p(self.Hkv * self.hd, d), p(d, self.H * self.hd)
-            L.router = p(E, d)
-            L.gate, L.up, L.down = p(E, f, d), p(E, f, d), p(E, d, f)
+            if E:
+                L.router = p(E, d)
+                L.gate, L.up, L.down = p(E, f, d), p(E, f, d), p(E, d, f)
+            else:  # model.n_experts = 0: a dense SwiGLU FFN in every layer
+                L.gate, L.up, L.down = p(f, d), p(f, d), p(d, f)
             self.layers.append(L)
         self.norm = torch.nn.Parameter(torch.ones(d))
         self.head = p(V, d)
@@ -90,7 +98,7 @@ class Model(torch.nn.Module):
             t = token[sel]
             xe = x[t]
             h = F.silu(xe @ L.gate[e].t()) * (xe @ L.up[e].t())
-            out.index_add_(0, t, (h @ L.down[e].t()) * w.flatten()[sel, None])
+            out.index_add_(0, t, ((h @ L.down[e].t()) * w.flatten()[sel, None]).to(out.dtype))
         frac = torch.bincount(flat, minlength=E).float() / (T * self.k)
         aux = E * (frac * probs.mean(0)).sum()
         return out, aux
@@ -108,7 +116,11 @@ class Model(torch.nn.Module):
             a = F.scaled_dot_product_attention(rope(q, cos, sin), rope(k, cos, sin), v,
                                                is_causal=True, enable_gqa=True)
             x = x + a.transpose(1, 2).reshape(B, S, -1) @ L.wo.t()
-            y, a_l = self.moe(L, rms(x, L.n2).reshape(B * S, -1))
+            if hasattr(L, "router"):
+                y, a_l = self.moe(L, rms(x, L.n2).reshape(B * S, -1))
+            else:
+                h2 = rms(x, L.n2).reshape(B * S, -1)
+                y, a_l = (F.silu(h2 @ L.gate.t()) * (h2 @ L.up.t())) @ L.down.t(), 0.0
             x = x + y.view(B, S, -1)
             aux = aux + a_l
         logits = rms(x, self.norm) @ self.head.t()
@@ -133,6 +145,9 @@ def main():
     ap.add_argument("--config", default=here + "/../examples/cpu-moe-bench.toml")
     ap.add_argument("--steps", type=int, default=13, help="steps to run (default 13)")
     ap.add_argument("--first", type=int, default=1, help="first step timed (default 1)")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: the forward under torch.autocast('cpu', torch.bfloat16), "
+                         "fp32 master weights (PyTorch's mixed precision on the CPU)")
     args = ap.parse_args()
     if not 0 <= args.first < args.steps:
         print("torch-moe-bench.py: --first must be in [0, --steps)", file=sys.stderr)
@@ -145,25 +160,30 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=tr.get("lr", 3e-3), betas=(0.9, 0.95),
                             weight_decay=tr.get("weight_decay", 0.0), foreach=True)
     B, S, M, V = dat["micro_batch_size"], dat["seq_len"], dat["num_microbatches"], m["vocab_size"]
-    times = []
+    times, cpu_times = [], []
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16")
     for step in range(args.steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=False)
         total = 0.0
         for _ in range(M):
             tok = torch.randint(0, V, (B, S + 1))
-            loss = model(tok[:, :-1], tok[:, 1:]) / M
+            with autocast:
+                loss = model(tok[:, :-1], tok[:, 1:]) / M
             loss.backward()
             total += loss.item()
         torch.nn.utils.clip_grad_norm_(model.parameters(), tr.get("grad_clip", 1.0))
         opt.step()
-        dt = time.perf_counter() - t0
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
         times.append(dt)
-        print(f"step {step:5d} | loss {total:.4f} | {dt:.3f} s", flush=True)
+        cpu_times.append(dc)
+        print(f"step {step:5d} | loss {total:.4f} | {dt:.3f} s | cpu {dc:.3f} s", flush=True)
     flops = step_flops(m, dat)
     med = statistics.median(times[args.first:])
+    med_cpu = statistics.median(cpu_times[args.first:])
     ceil = matmul_gflops()
-    print(f"torch {torch.__version__}, 1 thread: median step {med:.3f} s (steps {args.first}-"
+    print(f"torch {torch.__version__}, 1 thread, {args.precision}: median step {med:.3f} s, "
+          f"cpu {med_cpu:.3f} s (steps {args.first}-"
           f"{args.steps - 1}), {flops / med / 1e9:.1f} GFLOP/s; torch.matmul 2048^3 {ceil:.1f} GFLOP/s; "
           f"ratio {flops / med / 1e9 / ceil:.3f}")
     return 0

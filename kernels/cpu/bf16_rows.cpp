@@ -1,0 +1,183 @@
+// The CPU's native bf16 rows of the op table and the choice between them
+// and the staged row (cpu_bf16.hpp): the linear layers' three GEMMs and the
+// SwiGLU FFN's six on AVX512-BF16 (gemm_bf16.cpp, swiglu_bf16.cpp). A call runs the staged row when
+// native bf16 is off (TRIDENT_CPU_BF16=staged, or a CPU without AVX512-BF16) or its operands do not
+// fit the kernel (a bf16 output that is also read, a bf16 weight gradient).
+//
+// An f32 operand of a bf16 call (the gradient dy beside a bf16 weight or
+// activation) is rounded to bf16 as the GEMM packs it: the native GEMM
+// multiplies bf16 by bf16, as PyTorch's autocast does. The staged row keeps
+// it f32; both are within the bf16 tolerance of fp32 (gpu.md#bf16).
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#define TRIDENT_HAVE_CPUID 1
+#endif
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <string>
+
+#include "trident/core/error.hpp"
+#include "trident/kernels/cpu_bf16.hpp"
+#include "trident/kernels/gemm.hpp"
+
+namespace trident::kernels::cpu {
+namespace {
+
+#ifdef TRIDENT_HAVE_CPUID
+bool os_saves_avx512() {  // XCR0: SSE, AVX, opmask, ZMM_Hi256, Hi16_ZMM state
+  unsigned lo = 0, hi = 0;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (lo & 0xe6u) == 0xe6u;
+}
+
+Bf16Units detect() {
+  Bf16Units u;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE) || !os_saves_avx512()) return u;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return u;
+  const bool avx512f = b & (1u << 16);
+  u.amx_bf16 = (d & (1u << 22)) && (d & (1u << 24));  // AMX-BF16 and AMX-TILE
+  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return u;
+  u.avx512_bf16 = avx512f && (a & (1u << 5));
+  return u;
+}
+#else
+Bf16Units detect() { return {}; }  // not x86-64: no AVX512-BF16
+#endif
+
+// -1: not resolved yet; else int(Bf16Mode) with automatic resolved away.
+std::atomic<int> g_native{-1};
+
+bool resolve(Bf16Mode mode) {
+  if (mode == Bf16Mode::staged) return false;
+  if (mode == Bf16Mode::native && !bf16_units().avx512_bf16)
+    throw InputError(
+        "TRIDENT_CPU_BF16=native: this CPU has no AVX512-BF16 (vdpbf16ps); use auto or staged");
+  return bf16_units().avx512_bf16;
+}
+
+// Whether call's tensors `idx` are nonempty f32 or bf16 (the native GEMM
+// takes either, rounding f32 when it packs).
+bool dense(const OpCall& c, std::initializer_list<int> idx) {
+  for (int i : idx) {
+    const Tensor& t = c.t[size_t(i)];
+    if (t.numel() == 0 || (t.dtype() != DType::f32 && t.dtype() != DType::bf16)) return false;
+  }
+  return true;
+}
+
+Bf16Operand operand(const OpCall& c, int i, bool trans, int64_t ld) {
+  const Tensor& t = c.t[size_t(i)];
+  const bool f32 = t.dtype() == DType::f32;
+  const void* p = f32 ? static_cast<const void*>(t.data<float>())
+                      : static_cast<const void*>(t.data<uint16_t>());
+  return {p, f32, trans, ld};
+}
+
+void linear_forward_row(const Ctx& ctx, OpCall& c) {  // y = x wᵀ
+  if (!bf16_native() || !dense(c, {0, 1, 2})) return run_staged(ctx, c);
+  const int64_t T = c.n[0], in = c.n[1], out = c.n[2];
+  const Bf16Operand x = operand(c, 0, false, in), w = operand(c, 1, true, in);
+  if (c.t[2].dtype() == DType::f32)
+    gemm_bf16(T, out, in, 1.0f, x, w, 0.0f, c.f32(2), out);
+  else
+    gemm_bf16_out(T, out, in, 1.0f, x, w, c.t[2].data<uint16_t>(), out);
+}
+
+void linear_backward_input_row(const Ctx& ctx, OpCall& c) {  // dx = dy w + beta dx
+  if (!bf16_native() || !dense(c, {0, 1, 2})) return run_staged(ctx, c);
+  const bool dx_f32 = c.t[2].dtype() == DType::f32;
+  if (!dx_f32 && c.f != 0.0f) return run_staged(ctx, c);  // a bf16 dx that is read
+  const int64_t T = c.n[0], in = c.n[1], out = c.n[2];
+  const Bf16Operand dy = operand(c, 0, false, out), w = operand(c, 1, false, in);
+  if (dx_f32)
+    gemm_bf16(T, in, out, 1.0f, dy, w, c.f, c.f32(2), in);
+  else
+    gemm_bf16_out(T, in, out, 1.0f, dy, w, c.t[2].data<uint16_t>(), in);
+}
+
+void linear_backward_weight_row(const Ctx& ctx, OpCall& c) {  // dw += dyᵀ x
+  if (!bf16_native() || !dense(c, {0, 1, 2}) || c.t[2].dtype() != DType::f32)
+    return run_staged(ctx, c);
+  const int64_t T = c.n[0], in = c.n[1], out = c.n[2];
+  const Bf16Operand dy = operand(c, 0, true, out), x = operand(c, 1, false, in);
+  gemm_bf16(out, in, T, 1.0f, dy, x, 1.0f, c.f32(2), in);
+}
+
+F32OrBf16 arg(const OpCall& c, int i) {
+  const Tensor& t = c.t[size_t(i)];
+  if (t.dtype() == DType::f32) return {t.data<float>(), true};
+  return {t.data<uint16_t>(), false};
+}
+
+SwigluBf16 swiglu_args(const OpCall& c, int x, int wg) {
+  return {c.n[0], c.n[1], c.n[2], arg(c, x), arg(c, wg), arg(c, wg + 1), arg(c, wg + 2)};
+}
+
+void swiglu_forward_row(const Ctx& ctx, OpCall& c) {
+  if (!bf16_native() || c.n[0] == 0 || !dense(c, {0, 1, 2, 3, 4, 5, 6})) return run_staged(ctx, c);
+  swiglu_forward_bf16(ctx, swiglu_args(c, 0, 1), arg(c, 4), arg(c, 5), arg(c, 6));
+}
+
+void swiglu_backward_row(const Ctx& ctx, OpCall& c) {
+  // dy and the gradients are f32 (the staged row takes the rest)
+  const bool f32_grads = c.t[3].dtype() == DType::f32 && c.t[7].dtype() == DType::f32 &&
+                         c.t[8].dtype() == DType::f32 && c.t[9].dtype() == DType::f32 &&
+                         c.t[10].dtype() == DType::f32;
+  if (!bf16_native() || c.n[0] == 0 || !dense(c, {0, 1, 2, 3, 4, 5, 6, 8, 9, 10}) || !f32_grads)
+    return run_staged(ctx, c);
+  swiglu_backward_bf16(ctx, swiglu_args(c, 0, 4), arg(c, 1), arg(c, 2), c.f32(3), c.f32(7),
+                       c.f32(8), c.f32(9), c.f32(10));
+}
+
+constexpr OpRow kRows[] = {
+    {Op::linear_forward, DeviceType::cpu, DType::bf16, &linear_forward_row},
+    {Op::linear_backward_input, DeviceType::cpu, DType::bf16, &linear_backward_input_row},
+    {Op::linear_backward_weight, DeviceType::cpu, DType::bf16, &linear_backward_weight_row},
+    {Op::swiglu_forward, DeviceType::cpu, DType::bf16, &swiglu_forward_row},
+    {Op::swiglu_backward, DeviceType::cpu, DType::bf16, &swiglu_backward_row},
+};
+
+}  // namespace
+
+Bf16Units bf16_units() {
+  static const Bf16Units units = detect();
+  return units;
+}
+
+Bf16Mode bf16_mode_from_env() {
+  const char* v = std::getenv("TRIDENT_CPU_BF16");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return Bf16Mode::automatic;
+  if (std::strcmp(v, "staged") == 0) return Bf16Mode::staged;
+  if (std::strcmp(v, "native") == 0) return Bf16Mode::native;
+  throw InputError(std::string("TRIDENT_CPU_BF16=") + v + ": expected staged, native or auto");
+}
+
+bool bf16_native() {
+  int v = g_native.load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = resolve(bf16_mode_from_env()) ? 1 : 0;
+    g_native.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
+void set_bf16_mode(Bf16Mode mode) { g_native.store(resolve(mode) ? 1 : 0); }
+
+std::string bf16_path() {
+  if (bf16_native()) return "native (AVX512-BF16)";
+  return bf16_units().avx512_bf16 ? "staged (TRIDENT_CPU_BF16=staged)" : "staged (no AVX512-BF16)";
+}
+
+std::span<const OpRow> bf16_rows() { return kRows; }
+
+}  // namespace trident::kernels::cpu
+
+namespace trident::kernels {
+
+std::string cpu_bf16_kernels() { return cpu::bf16_path(); }
+
+}  // namespace trident::kernels

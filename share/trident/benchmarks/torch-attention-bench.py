@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""The peer of `trident bench attention`: PyTorch's scaled_dot_product_attention
+on the CPU, one thread, forward and forward + backward, in fp32 and in bf16
+(q, k, v bf16: oneDNN's bf16 kernels where the CPU has them), by CPU time
+and by wall time (each the best of REPS after a warm-up; `trident bench
+attention` reports the best wall time), with the FLOPs `trident bench attention`
+counts (4 S^2 D per head forward, x 3.5 with the backward; half of it
+causal), so the GFLOP/s compare.
+
+    OMP_NUM_THREADS=1 taskset -c 1 python3 torch-attention-bench.py [--seq 2048] [--head-dim 128]
+        [--heads 1] [--mask causal] [--reps 3]
+"""
+import argparse
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def best(fn, reps):
+    """Best CPU time and best wall time of reps calls, after a warm-up."""
+    fn()
+    c, w = float("inf"), float("inf")
+    for _ in range(reps):
+        c0, w0 = time.process_time(), time.perf_counter()
+        fn()
+        c, w = min(c, time.process_time() - c0), min(w, time.perf_counter() - w0)
+    return c, w
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--heads", type=int, default=1)
+    ap.add_argument("--mask", choices=["full", "causal"], default="causal")
+    ap.add_argument("--reps", type=int, default=3)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    S, D, H, causal = a.seq, a.head_dim, a.heads, a.mask == "causal"
+    fwd_flops = 4.0 * D * H * (S * (S + 1) / 2 if causal else S * S)
+    print(f"torch {torch.__version__}, 1 thread, SDPA, seq {S}, head_dim {D}, heads {H}, {a.mask}")
+    print("| dtype | fwd CPU (s) | fwd GFLOP/s CPU | fwd GFLOP/s wall | fwd+bwd CPU (s) | "
+          "fwd+bwd GFLOP/s CPU | fwd+bwd GFLOP/s wall |")
+    print("|---|---|---|---|---|---|---|")
+    for dt in (torch.float32, torch.bfloat16):
+        q, k, v = (torch.randn(1, H, S, D, dtype=dt, requires_grad=True) for _ in range(3))
+        fwd = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        def both():
+            out = fwd()
+            out.backward(torch.ones_like(out))
+        with torch.no_grad():
+            tf, wf = best(fwd, a.reps)
+        tb, wb = best(both, a.reps)
+        print(f"| {str(dt).split('.')[-1]} | {tf:.4f} | {fwd_flops / tf / 1e9:.1f} | "
+              f"{fwd_flops / wf / 1e9:.1f} | {tb:.4f} | {3.5 * fwd_flops / tb / 1e9:.1f} | "
+              f"{3.5 * fwd_flops / wb / 1e9:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,294 @@
+// The CPU's native bf16 path (include/trident/kernels/cpu_bf16.hpp): the
+// bf16 GEMM against an fp64 sum of the bf16-rounded inputs (every layout of
+// A and B, f32 or bf16 operands, tails of M, N and K, K odd and past a K
+// block, alpha and beta, nothing written outside C), its bf16 output, the
+// op-table rows against the staged rows, and TRIDENT_CPU_BF16. The process
+// exits 77 (ctest: skipped) on a CPU without AVX512-BF16, which has only the
+// staged path (tested in test_functional and test_emulated_ops).
+#include <algorithm>
+#include <array>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <vector>
+
+#include "kernel_ctx.hpp"
+#include "trident/core/error.hpp"
+#include "trident/core/rng.hpp"
+#include "trident/kernels/backends.hpp"
+#include "trident/kernels/cpu_bf16.hpp"
+#include "trident/kernels/functional.hpp"
+#include "trident/kernels/tensor_ops.hpp"
+
+using namespace trident;
+namespace cpu = kernels::cpu;
+
+namespace {
+
+void need_bf16_units() {
+  if (cpu::bf16_units().avx512_bf16) return;
+  std::printf("SKIP: this CPU has no AVX512-BF16 (vdpbf16ps): only the staged bf16 path runs\n");
+  std::exit(77);
+}
+
+std::vector<float> randn(size_t n, uint64_t key) {
+  std::vector<float> v(n);
+  rng::fill_normal(v.data(), int64_t(n), key, 0, 1.0f);
+  return v;
+}
+
+float widen(uint16_t h) {
+  const uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+std::vector<uint16_t> rounded(const std::vector<float>& x) {
+  std::vector<uint16_t> y(x.size());
+  kernels::cpu::to_bf16(test::kernel_ctx(), x.data(), int64_t(x.size()), y.data());
+  return y;
+}
+
+struct Case {
+  int64_t M, N, K;
+  bool ta, tb, a_f32, b_f32;
+  float alpha, beta;
+};
+
+// Runs one case with C at a row stride wider than N (sentinels around the
+// block) and checks every element against the fp64 sum of the rounded
+// inputs: |C - ref| <= 2e-6 (sum |alpha a b| + |beta c|), fp32 accumulation.
+void check(const Case& c) {
+  INFO("M " << c.M << " N " << c.N << " K " << c.K << " ta " << c.ta << " tb " << c.tb << " a_f32 "
+            << c.a_f32 << " b_f32 " << c.b_f32 << " beta " << c.beta);
+  const int64_t lda = (c.ta ? c.M : c.K) + 3, ldb = (c.tb ? c.K : c.N) + 5, ldc = c.N + 7;
+  const int64_t a_rows = c.ta ? c.K : c.M, b_rows = c.tb ? c.N : c.K;
+  const std::vector<float> A = randn(size_t(std::max<int64_t>(a_rows * lda, 1)), 1);
+  const std::vector<float> B = randn(size_t(std::max<int64_t>(b_rows * ldb, 1)), 2);
+  const std::vector<uint16_t> Ab = rounded(A), Bb = rounded(B);
+  const float sentinel = 12345.0f;
+  std::vector<float> C = randn(size_t(c.M * ldc), 3), C0;
+  for (int64_t i = 0; i < c.M; ++i)
+    std::fill(C.begin() + i * ldc + c.N, C.begin() + (i + 1) * ldc, sentinel);
+  C0 = C;
+  const cpu::Bf16Operand a{c.a_f32 ? static_cast<const void*>(A.data()) : Ab.data(), c.a_f32, c.ta,
+                           lda};
+  const cpu::Bf16Operand b{c.b_f32 ? static_cast<const void*>(B.data()) : Bb.data(), c.b_f32, c.tb,
+                           ldb};
+  cpu::gemm_bf16(c.M, c.N, c.K, c.alpha, a, b, c.beta, C.data(), ldc);
+  double worst = 0;
+  for (int64_t i = 0; i < c.M; ++i) {
+    for (int64_t j = 0; j < c.N; ++j) {
+      double sum = 0, mag = 0;
+      for (int64_t k = 0; k < c.K; ++k) {
+        const double x = widen(Ab[size_t(c.ta ? k * lda + i : i * lda + k)]);
+        const double y = widen(Bb[size_t(c.tb ? j * ldb + k : k * ldb + j)]);
+        sum += x * y;
+        mag += std::fabs(x * y);
+      }
+      const double c0 = C0[size_t(i * ldc + j)];
+      const double ref = c.alpha * sum + (c.beta == 0.0f ? 0.0 : c.beta * c0);
+      const double bound = 2e-6 * (std::fabs(c.alpha) * mag + std::fabs(c.beta * c0)) + 1e-30;
+      worst = std::max(worst, std::fabs(C[size_t(i * ldc + j)] - ref) / bound);
+    }
+    for (int64_t j = c.N; j < ldc; ++j) REQUIRE(C[size_t(i * ldc + j)] == sentinel);
+  }
+  REQUIRE(worst <= 1.0);
+}
+
+}  // namespace
+
+TEST_CASE("TRIDENT_CPU_BF16 takes staged, native or auto; anything else is one clear error",
+          "[cpu_bf16]") {
+  const char* old = std::getenv("TRIDENT_CPU_BF16");
+  const std::string saved = old ? old : "";
+  ::setenv("TRIDENT_CPU_BF16", "staged", 1);
+  REQUIRE(cpu::bf16_mode_from_env() == cpu::Bf16Mode::staged);
+  ::setenv("TRIDENT_CPU_BF16", "native", 1);
+  REQUIRE(cpu::bf16_mode_from_env() == cpu::Bf16Mode::native);
+  ::setenv("TRIDENT_CPU_BF16", "", 1);
+  REQUIRE(cpu::bf16_mode_from_env() == cpu::Bf16Mode::automatic);
+  ::setenv("TRIDENT_CPU_BF16", "fast", 1);
+  REQUIRE_THROWS_AS(cpu::bf16_mode_from_env(), InputError);
+  REQUIRE_THROWS_WITH(cpu::bf16_mode_from_env(),
+                      "TRIDENT_CPU_BF16=fast: expected staged, native or auto");
+  if (old)
+    ::setenv("TRIDENT_CPU_BF16", saved.c_str(), 1);
+  else
+    ::unsetenv("TRIDENT_CPU_BF16");
+  if (!cpu::bf16_units().avx512_bf16)
+    REQUIRE_THROWS_WITH(cpu::set_bf16_mode(cpu::Bf16Mode::native),
+                        Catch::Contains("no AVX512-BF16"));
+}
+
+TEST_CASE("the bf16 GEMM equals the fp64 sum of the rounded inputs to fp32 accumulation",
+          "[cpu_bf16]") {
+  need_bf16_units();
+  // one whole 12 x 32 tile; row, column and depth tails; K odd; K past one
+  // K block (256) and odd; a row block and a half (288 rows); 1 x 1; K = 1
+  constexpr std::array<std::array<int64_t, 3>, 8> shapes = {{{12, 32, 16},
+                                                             {13, 33, 7},
+                                                             {37, 45, 301},
+                                                             {5, 70, 513},
+                                                             {288, 40, 64},
+                                                             {1, 1, 1},
+                                                             {25, 17, 1},
+                                                             {64, 96, 256}}};
+  for (const auto& s : shapes)
+    for (int layout = 0; layout < 4; ++layout)
+      for (int f32 = 0; f32 < 4; ++f32)
+        check({s[0], s[1], s[2], bool(layout & 1), bool(layout & 2), bool(f32 & 1), bool(f32 & 2),
+               0.75f, 0.0f});
+  for (float beta : {1.0f, -0.5f}) check({29, 50, 131, false, true, false, false, 1.0f, beta});
+  check({29, 50, 131, true, false, true, false, -1.5f, 1.0f});
+}
+
+TEST_CASE("K = 0 scales C by beta; M or N = 0 touches nothing", "[cpu_bf16]") {
+  need_bf16_units();
+  std::vector<float> C = {1.0f, -2.0f, 4.0f, 8.0f};
+  const uint16_t one = 0x3f80;
+  cpu::gemm_bf16(2, 2, 0, 1.0f, {&one, false, false, 1}, {&one, false, false, 2}, -0.5f, C.data(),
+                 2);
+  REQUIRE(C == std::vector<float>{-0.5f, 1.0f, -2.0f, -4.0f});
+  cpu::gemm_bf16(0, 2, 3, 1.0f, {&one, false, false, 3}, {&one, false, false, 2}, 0.0f, C.data(),
+                 2);
+  cpu::gemm_bf16(2, 0, 3, 1.0f, {&one, false, false, 3}, {&one, false, false, 1}, 0.0f, C.data(),
+                 2);
+  REQUIRE(C == std::vector<float>{-0.5f, 1.0f, -2.0f, -4.0f});
+}
+
+TEST_CASE("the bf16 output is the f32 result rounded to nearest even", "[cpu_bf16]") {
+  need_bf16_units();
+  const int64_t M = 19, N = 45, K = 77;
+  const std::vector<uint16_t> A = rounded(randn(size_t(M * K), 4)),
+                              B = rounded(randn(size_t(N * K), 5));
+  std::vector<float> C(size_t(M * N));
+  std::vector<uint16_t> Cb(size_t(M * N));
+  cpu::gemm_bf16(M, N, K, 1.0f, {A.data(), false, false, K}, {B.data(), false, true, K}, 0.0f,
+                 C.data(), N);
+  cpu::gemm_bf16_out(M, N, K, 1.0f, {A.data(), false, false, K}, {B.data(), false, true, K},
+                     Cb.data(), N);
+  REQUIRE(Cb == rounded(C));
+  // round_bf16 (the vector rounding) is to_bf16's, ties, NaN and infinities too
+  std::vector<float> x = randn(100, 6);
+  x[3] = 1.00390625f;  // 1 + 2^-8: a tie, rounds down to the even 1
+  x[4] = 1.01171875f;  // 1 + 3 * 2^-8: a tie, rounds up to the even neighbour
+  x[5] = std::nanf("");
+  x[6] = -INFINITY;
+  x[7] = 3.4e38f;  // past the largest bf16 (3.39e38): rounds to infinity
+  std::vector<uint16_t> y(x.size());
+  cpu::round_bf16(x.data(), int64_t(x.size()), y.data());
+  REQUIRE(y == rounded(x));
+}
+
+TEST_CASE("the native rows agree with the staged rows within bf16 rounding", "[cpu_bf16]") {
+  need_bf16_units();
+  const auto& ctx = test::kernel_ctx();
+  const int64_t T = 40, d = 48, f = 72;
+  auto bf16_of = [&](std::vector<int64_t> shape, uint64_t key) {
+    Tensor x(shape);
+    rng::fill_normal(x.ptr(), x.numel(), key, 0, 1.0f);
+    Tensor b = Tensor::empty(shape, cpu_allocator(), DType::bf16);
+    kernels::convert(ctx, x, b);
+    return b;
+  };
+  const Tensor x = bf16_of({T, d}, 7), wg = bf16_of({f, d}, 8), wu = bf16_of({f, d}, 9),
+               wd = bf16_of({d, f}, 10);
+  auto run = [&](cpu::Bf16Mode mode) {
+    cpu::set_bf16_mode(mode);
+    Tensor y({T, d}), dx({T, d}), dwg({f, d}), dwu({f, d}), dwd({d, f}), dy({T, d});
+    rng::fill_normal(dy.ptr(), dy.numel(), 11, 0, 1.0f);
+    for (Tensor* g : {&dwg, &dwu, &dwd}) std::fill_n(g->ptr(), g->numel(), 0.0f);
+    Tensor gate = Tensor::empty({T, f}, cpu_allocator(), DType::bf16);
+    Tensor up = Tensor::empty({T, f}, cpu_allocator(), DType::bf16);
+    kernels::swiglu_forward(ctx, x, wg, wu, wd, y, gate, up);
+    kernels::swiglu_backward(ctx, x, gate, up, dy, wg, wu, wd, dx, dwg, dwu, dwd);
+    Tensor lin({T, f});
+    kernels::linear_forward(ctx, x, wg, lin);
+    return std::vector<Tensor>{y, dx, dwg, dwu, dwd, lin};
+  };
+  const auto staged = run(cpu::Bf16Mode::staged), native = run(cpu::Bf16Mode::native);
+  cpu::set_bf16_mode(cpu::Bf16Mode::automatic);
+  for (size_t t = 0; t < staged.size(); ++t) {
+    INFO("output " << t << " (y, dx, dw_gate, dw_up, dw_down, linear y)");
+    double err = 0, scale = 0;
+    for (int64_t i = 0; i < staged[t].numel(); ++i) {
+      err = std::max(err, double(std::fabs(staged[t].ptr()[i] - native[t].ptr()[i])));
+      scale = std::max(scale, double(std::fabs(staged[t].ptr()[i])));
+    }
+    // the native GEMM rounds h, dh and dy to bf16 (one rounding, 2^-9
+    // relative each), the staged row keeps them f32
+    REQUIRE(err <= 2e-2 * scale);
+    if (t == 5) REQUIRE(err <= 1e-5 * scale);  // both bf16 x bf16: only the order differs
+  }
+}
+
+namespace {
+
+double cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+// Best of `reps` CPU times of fn, after one warm-up call.
+template <class Fn>
+double best_seconds(int reps, Fn fn) {
+  fn();
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const double t0 = cpu_seconds();
+    fn();
+    best = std::min(best, cpu_seconds() - t0);
+  }
+  return best;
+}
+
+}  // namespace
+
+// Not a test (hidden: run it by name, pinned, one BLAS thread):
+//   OPENBLAS_NUM_THREADS=1 taskset -c 1 build/test_cpu_bf16 '[.bench]'
+// The native bf16 GEMM's rate on the dense benchmark model's shapes (T =
+// 1024 tokens of a micro-batch, d 256, ffn 1024) and at 2048^3, against
+// sgemm (OpenBLAS) on the same shapes and operands in f32, by CPU time.
+TEST_CASE("bf16 GEMM rate against sgemm", "[.bench]") {
+  need_bf16_units();
+  struct Shape {
+    const char* name;
+    int64_t M, N, K;
+    bool ta, tb, a_f32;
+  };
+  const Shape shapes[] = {{"forward x Wg^T (T, ffn, d)", 1024, 1024, 256, false, true, false},
+                          {"forward h Wd^T (T, d, ffn)", 1024, 256, 1024, false, true, true},
+                          {"input grad dy Wd (T, ffn, d)", 1024, 1024, 256, false, false, true},
+                          {"weight grad dy^T x (ffn, d, T)", 1024, 256, 1024, true, false, true},
+                          {"q projection (T, d, d)", 1024, 256, 256, false, true, false},
+                          {"2048^3", 2048, 2048, 2048, false, true, false}};
+  std::printf(
+      "| shape | M | N | K | bf16 GFLOP/s | sgemm GFLOP/s | bf16 / sgemm "
+      "|\n|---|---|---|---|---|---|---|\n");
+  for (const Shape& s : shapes) {
+    const std::vector<float> A = randn(size_t(s.M * s.K), 1), B = randn(size_t(s.K * s.N), 2);
+    const std::vector<uint16_t> Ab = rounded(A), Bb = rounded(B);
+    std::vector<float> C(size_t(s.M * s.N));
+    const int64_t lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
+    const cpu::Bf16Operand a{s.a_f32 ? static_cast<const void*>(A.data()) : Ab.data(), s.a_f32,
+                             s.ta, lda};
+    const cpu::Bf16Operand b{Bb.data(), false, s.tb, ldb};
+    const double t_bf16 =
+        best_seconds(5, [&] { cpu::gemm_bf16(s.M, s.N, s.K, 1.0f, a, b, 0.0f, C.data(), s.N); });
+    const double t_f32 = best_seconds(5, [&] {
+      kernels::cpu::sgemm(test::kernel_ctx(), s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.data(), lda,
+                          B.data(), ldb, 0.0f, C.data(), s.N);
+    });
+    const double flop = 2.0 * double(s.M) * double(s.N) * double(s.K);
+    std::printf("| %s | %lld | %lld | %lld | %.1f | %.1f | %.2f |\n", s.name, (long long)s.M,
+                (long long)s.N, (long long)s.K, flop / t_bf16 / 1e9, flop / t_f32 / 1e9,
+                t_f32 / t_bf16);
+  }
+  SUCCEED();
+}
