@@ -11,6 +11,7 @@
 #include <string>
 
 #include "trident/core/error.hpp"
+#include "trident/kernels/moe.hpp"
 #include "trident/kernels/op_table.hpp"
 #include "trident/kernels/tensor_ops.hpp"
 
@@ -308,6 +309,236 @@ void fill(const Ctx& ctx, const Tensor& x, float value) {
 
 double sum_squares(const Ctx& ctx, const Tensor& x) {
   return run(ctx, call_of(ctx, Op::sum_squares, {x}));
+}
+
+// ==== MoE and router ====
+
+namespace {
+
+// The width of the rows of t, which holds `rows` of them (0 when it holds none).
+int64_t width_of(const char* op, const char* what, const Tensor& t, int64_t rows) {
+  return rows ? rows_of(op, what, t, rows) : 0;
+}
+
+// rows as combine_rows reads them: the call's tensor 0, or (blocks) a
+// RowSource over the blocks' host memory, which `bases` keeps.
+void set_source(const Ctx& ctx, const char* op, const RowBlocks& rows, OpCall& c,
+                std::vector<const float*>& bases, RowSource& source) {
+  if (rows.blocks.empty()) return;
+  TRIDENT_CHECK(rows.first.size() == rows.blocks.size() + 1,
+                std::string("kernels::") + op + ": blocks need first [blocks + 1]");
+  TRIDENT_CHECK(ctx.device.is_cpu(), std::string("kernels::") + op +
+                                         ": row blocks are host memory, the op runs on " +
+                                         ctx.device.str());
+  for (const Tensor& b : rows.blocks) {
+    check_device(ctx, op, "row block", b);
+    TRIDENT_CHECK(b.numel() == 0 || b.dtype() == DType::f32,
+                  std::string("kernels::") + op + ": row block " + describe(b) + " is not f32");
+    bases.push_back(b.numel() ? b.data<float>() : nullptr);
+  }
+  c.t[0] = Tensor();
+  source = RowSource(bases.data(), rows.first.data(), int(rows.blocks.size()));
+  c.param = &source;
+}
+
+// T, d, k of an unpermute: row [T*k], out (named what) [T, d].
+OpCall unpermute_call(const Ctx& ctx, Op op, const Tensor& row, int k, const char* what,
+                      const Tensor& out, std::initializer_list<Tensor> tensors) {
+  check_index(ctx, op_name(op), "row", row, DType::i64);
+  TRIDENT_CHECK(k >= 1 && row.numel() % k == 0, std::string("kernels::") + op_name(op) + ": row " +
+                                                    describe(row) + " is not T * k for k " +
+                                                    std::to_string(k));
+  const int64_t T = row.numel() / k;
+  OpCall c = call_of(ctx, op, tensors);
+  c.n = {T, width_of(op_name(op), what, out, T), k};
+  return c;
+}
+
+RouterArgs router_args(const RouterDims& dims, double aux_coef = 0, double z_coef = 0) {
+  return RouterArgs{dims, aux_coef, z_coef};
+}
+
+void check_router(const Ctx& ctx, const char* op, const RouterDims& d, const Tensor& probs,
+                  const Tensor& chosen) {
+  check_numel(op, "probs", probs, d.T * d.E);
+  check_index(ctx, op, "chosen", chosen, DType::i32);
+  check_numel(op, "chosen", chosen, d.T * d.k);
+}
+
+}  // namespace
+
+void gather_rows(const Ctx& ctx, const Tensor& x, const Tensor& src_row, const Tensor& out) {
+  check_index(ctx, "gather_rows", "src_row", src_row, DType::i64);
+  const int64_t n = src_row.numel(), d = width_of("gather_rows", "out", out, n);
+  if (n) rows_of("gather_rows", "x", x, d);
+  OpCall c = call_of(ctx, Op::gather_rows, {x, src_row, out});
+  c.n = {n, d};
+  run(ctx, c);
+}
+
+void combine_rows(const Ctx& ctx, const RowBlocks& rows, const Tensor& row, const Tensor& weight,
+                  int k, const Tensor& y) {
+  if (weight.numel()) check_numel("combine_rows", "weight", weight, row.numel());
+  OpCall c = unpermute_call(ctx, Op::combine_rows, row, k, "y", y, {rows.rows, row, weight, y});
+  std::vector<const float*> bases;
+  RowSource source;
+  set_source(ctx, "combine_rows", rows, c, bases, source);
+  run(ctx, c);
+}
+
+void combine_rows_backward(const Ctx& ctx, const RowBlocks& rows, const Tensor& dy,
+                           const Tensor& row, const Tensor& weight, int k, const Tensor& drows,
+                           const Tensor& dweight) {
+  if (weight.numel()) check_numel("combine_rows_backward", "weight", weight, row.numel());
+  check_numel("combine_rows_backward", "dweight", dweight, row.numel());
+  OpCall c = unpermute_call(ctx, Op::combine_rows_backward, row, k, "dy", dy,
+                            {rows.rows, dy, row, weight, drows, dweight});
+  std::vector<const float*> bases;
+  RowSource source;
+  set_source(ctx, "combine_rows_backward", rows, c, bases, source);
+  run(ctx, c);
+}
+
+void scatter_add_rows(const Ctx& ctx, const Tensor& drows, const Tensor& row, int k,
+                      const Tensor& dx) {
+  run(ctx, unpermute_call(ctx, Op::scatter_add_rows, row, k, "dx", dx, {drows, row, dx}));
+}
+
+void expert_counts(const Ctx& ctx, const Tensor& expert, const Tensor& counts) {
+  check_index(ctx, "expert_counts", "expert", expert, DType::i32);
+  check_index(ctx, "expert_counts", "counts", counts, DType::i64);
+  OpCall c = call_of(ctx, Op::expert_counts, {expert, counts});
+  c.n = {expert.numel(), counts.numel()};
+  run(ctx, c);
+}
+
+void expert_order(const Ctx& ctx, const Tensor& expert, int k, const Tensor& counts,
+                  const Tensor& row_of, const Tensor& send_token) {
+  check_index(ctx, "expert_order", "expert", expert, DType::i32);
+  check_index(ctx, "expert_order", "counts", counts, DType::i64);
+  check_index(ctx, "expert_order", "row_of", row_of, DType::i64);
+  check_index(ctx, "expert_order", "send_token", send_token, DType::i64);
+  check_numel("expert_order", "row_of", row_of, expert.numel());
+  OpCall c = call_of(ctx, Op::expert_order, {expert, counts, row_of, send_token});
+  c.n = {expert.numel(), counts.numel(), k};
+  run(ctx, c);
+}
+
+void router_scores(const Ctx& ctx, const RouterDims& dims, const Tensor& logits,
+                   const Tensor& probs, const Tensor& lse) {
+  check_numel("router_scores", "logits", logits, dims.T * dims.E);
+  check_numel("router_scores", "probs", probs, dims.T * dims.E);
+  check_numel("router_scores", "lse", lse, dims.T);
+  const RouterArgs args = router_args(dims);
+  OpCall c = call_of(ctx, Op::router_scores, {logits, probs, lse});
+  c.param = &args;
+  run(ctx, c);
+}
+
+void router_topk(const Ctx& ctx, const RouterDims& dims, const Tensor& probs, const Tensor& bias,
+                 const Tensor& chosen, const Tensor& weight) {
+  check_router(ctx, "router_topk", dims, probs, chosen);
+  if (bias.numel()) check_numel("router_topk", "bias", bias, dims.E);
+  check_numel("router_topk", "weight", weight, dims.T * dims.k);
+  const RouterArgs args = router_args(dims);
+  OpCall c = call_of(ctx, Op::router_topk, {probs, bias, chosen, weight});
+  c.param = &args;
+  run(ctx, c);
+}
+
+void router_load(const Ctx& ctx, const RouterDims& dims, const Tensor& chosen, const Tensor& sample,
+                 const Tensor& stats) {
+  check_index(ctx, "router_load", "chosen", chosen, DType::i32);
+  check_numel("router_load", "chosen", chosen, dims.T * dims.k);
+  check_index(ctx, "router_load", "sample", sample, DType::i32);
+  check_numel("router_load", "sample", sample, dims.T);
+  check_index(ctx, "router_load", "stats", stats, DType::f64);
+  const RouterArgs args = router_args(dims);
+  OpCall c = call_of(ctx, Op::router_load, {chosen, sample, stats});
+  c.n = {rows_of("router_load", "stats", stats, dims.E + 1)};
+  c.param = &args;
+  run(ctx, c);
+}
+
+void router_frequencies(const Ctx& ctx, const RouterDims& dims, const Tensor& stats,
+                        const Tensor& f, const Tensor& inv_tokens) {
+  check_index(ctx, "router_frequencies", "stats", stats, DType::f64);
+  check_index(ctx, "router_frequencies", "f", f, DType::f64);
+  check_index(ctx, "router_frequencies", "inv_tokens", inv_tokens, DType::f64);
+  const int64_t n_samples = rows_of("router_frequencies", "stats", stats, dims.E + 1);
+  check_numel("router_frequencies", "f", f, n_samples * dims.E);
+  check_numel("router_frequencies", "inv_tokens", inv_tokens, n_samples);
+  const RouterArgs args = router_args(dims);
+  OpCall c = call_of(ctx, Op::router_frequencies, {stats, f, inv_tokens});
+  c.n = {n_samples};
+  c.param = &args;
+  run(ctx, c);
+}
+
+namespace {
+
+// The sample statistics of r that the losses and the backward read.
+void check_terms(const Ctx& ctx, const char* op, const RouterDims& dims, const RouterTensors& r) {
+  check_index(ctx, op, "sample", r.sample, DType::i32);
+  check_numel(op, "sample", r.sample, dims.T);
+  check_index(ctx, op, "f", r.f, DType::f64);
+  check_index(ctx, op, "inv_tokens", r.inv_tokens, DType::f64);
+  check_numel(op, "f", r.f, r.inv_tokens.numel() * dims.E);
+  check_numel(op, "lse", r.lse, dims.T);
+}
+
+}  // namespace
+
+void router_losses(const Ctx& ctx, const RouterDims& dims, const RouterTensors& r,
+                   const Tensor& shares) {
+  check_numel("router_losses", "probs", r.probs, dims.T * dims.E);
+  check_terms(ctx, "router_losses", dims, r);
+  check_index(ctx, "router_losses", "shares", shares, DType::f64);
+  check_numel("router_losses", "shares", shares, 2);
+  const RouterArgs args = router_args(dims, r.aux_coef, r.z_coef);
+  OpCall c = call_of(ctx, Op::router_losses, {r.probs, r.lse, r.sample, r.f, r.inv_tokens, shares});
+  c.param = &args;
+  run(ctx, c);
+}
+
+void router_capacity(const Ctx& ctx, const RouterDims& dims, int ranks, int me, const Tensor& token,
+                     const Tensor& weight, const Tensor& chosen, int64_t capacity,
+                     const Tensor& expert, const Tensor& dropped) {
+  const int64_t n = dims.T * dims.k;
+  check_index(ctx, "router_capacity", "token", token, DType::i64);
+  check_numel("router_capacity", "token", token, ranks * dims.T);
+  check_numel("router_capacity", "weight", weight, ranks * n);
+  check_index(ctx, "router_capacity", "chosen", chosen, DType::i32);
+  check_numel("router_capacity", "chosen", chosen, ranks * n);
+  check_index(ctx, "router_capacity", "expert", expert, DType::i32);
+  check_numel("router_capacity", "expert", expert, n);
+  check_index(ctx, "router_capacity", "dropped", dropped, DType::i64);
+  check_numel("router_capacity", "dropped", dropped, 1);
+  TRIDENT_CHECK(
+      ranks >= 1 && me >= 0 && me < ranks,
+      "kernels::router_capacity: rank " + std::to_string(me) + " of " + std::to_string(ranks));
+  const RouterArgs args = router_args(dims);
+  OpCall c = call_of(ctx, Op::router_capacity, {token, weight, chosen, expert, dropped});
+  c.n = {ranks, me, capacity};
+  c.param = &args;
+  run(ctx, c);
+}
+
+void router_backward(const Ctx& ctx, const RouterDims& dims, const RouterTensors& r,
+                     const Tensor& dweight, float daux_scale, const Tensor& dlogits) {
+  check_numel("router_backward", "logits", r.logits, dims.T * dims.E);
+  check_router(ctx, "router_backward", dims, r.probs, r.chosen);
+  check_numel("router_backward", "weight", r.weight, dims.T * dims.k);
+  check_terms(ctx, "router_backward", dims, r);
+  check_numel("router_backward", "dweight", dweight, dims.T * dims.k);
+  check_numel("router_backward", "dlogits", dlogits, dims.T * dims.E);
+  const RouterArgs args = router_args(dims, r.aux_coef, r.z_coef);
+  OpCall c = call_of(ctx, Op::router_backward,
+                     {r.logits, r.probs, r.lse, r.chosen, r.weight, r.sample, r.f, r.inv_tokens,
+                      dweight, dlogits});
+  c.f = daux_scale;
+  c.param = &args;
+  run(ctx, c);
 }
 
 }  // namespace trident::kernels

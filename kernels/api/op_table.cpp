@@ -10,6 +10,7 @@
 #include "trident/kernels/backends.hpp"
 #include "trident/kernels/cpu_bf16.hpp"
 #include "trident/kernels/functional.hpp"
+#include "trident/kernels/moe_backends.hpp"
 #include "trident/kernels/tensor_ops.hpp"
 #ifdef TRIDENT_HAVE_CUDA
 #include "trident/kernels/cuda/op_rows.hpp"
@@ -18,20 +19,40 @@
 namespace trident::kernels {
 namespace {
 
+// What the long form's row bodies (op_list.inc) share: combine_rows's
+// source, the RowSource the functional entry described (OpCall::param) or
+// else tensor 0 (possibly staged); the router's loss terms from tensors
+// i, i + 1, i + 2 (sample, f, inv_tokens) and the call's RouterArgs.
+RowSource row_source(const OpCall& a) { return a.param ? a.par<RowSource>() : RowSource(a.f32(0)); }
+RouterLossTerms loss_terms(const OpCall& a, int i) {
+  const auto& p = a.par<RouterArgs>();
+  return {a.index<int32_t>(i), a.index<double>(i + 1), a.index<double>(i + 2), p.aux_coef,
+          p.z_coef};
+}
+
+// The f32 rows of one backend: f32_rows.inc's, then the long form's bodies.
+#define TRIDENT_ROW(name, gpu_test, ...) \
+  void name(const Ctx& c, OpCall& a) { __VA_ARGS__ }
+#define TRIDENT_OP(name, roles, names, ...) __VA_OPT__(TRIDENT_ROW(name, __VA_ARGS__))
+
 namespace cpu_rows {
 namespace be = ::trident::kernels::cpu;
 #include "f32_rows.inc"
+#include "trident/kernels/op_list.inc"
 }  // namespace cpu_rows
 
 #ifdef TRIDENT_HAVE_CUDA
 namespace cuda_rows {
 namespace be = ::trident::kernels::cuda;
 #include "f32_rows.inc"
+#include "trident/kernels/op_list.inc"
 }  // namespace cuda_rows
 #endif
+#undef TRIDENT_OP
+#undef TRIDENT_ROW
 
 // The f32 rows of one backend, one per op, in op_list.inc's order.
-#define TRIDENT_OP(name, roles, names) {Op::name, DEVICE, DType::f32, &NS::name},
+#define TRIDENT_OP(name, roles, names, ...) {Op::name, DEVICE, DType::f32, &NS::name},
 #define DEVICE DeviceType::cpu
 #define NS cpu_rows
 constexpr OpRow kCpuF32[] = {
@@ -117,7 +138,7 @@ bool reads(char role, const OpCall& call) {
 
 const char* op_name(Op op) {
   static constexpr const char* names[] = {
-#define TRIDENT_OP(name, roles, names) #name,
+#define TRIDENT_OP(name, roles, names, ...) #name,
 #include "trident/kernels/op_list.inc"
 #undef TRIDENT_OP
   };
@@ -126,7 +147,7 @@ const char* op_name(Op op) {
 
 const char* op_roles(Op op) {
   static constexpr const char* roles_of[] = {
-#define TRIDENT_OP(name, roles, names) roles,
+#define TRIDENT_OP(name, roles, names, ...) roles,
 #include "trident/kernels/op_list.inc"
 #undef TRIDENT_OP
   };
@@ -135,7 +156,7 @@ const char* op_roles(Op op) {
 
 std::string op_arg_name(Op op, int i) {
   static constexpr const char* names_of[] = {
-#define TRIDENT_OP(name, roles, names) names,
+#define TRIDENT_OP(name, roles, names, ...) names,
 #include "trident/kernels/op_list.inc"
 #undef TRIDENT_OP
   };

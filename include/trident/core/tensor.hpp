@@ -29,16 +29,20 @@ namespace trident {
 class Storage {
  public:
   Storage(Allocator& alloc, size_t bytes);
+  // Memory the storage does not own (a caller's buffer, a shared window):
+  // nothing is freed and no allocator counts it.
+  Storage(void* data, size_t bytes, Device device);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
   void* data() const { return ptr_; }
   size_t bytes() const { return bytes_; }
-  Device device() const { return alloc_->device(); }
+  Device device() const { return alloc_ ? alloc_->device() : device_; }
 
  private:
-  Allocator* alloc_;
+  Allocator* alloc_;  // nullptr: borrowed memory
+  Device device_{};
   size_t bytes_;
   void* ptr_;
 };
@@ -74,6 +78,11 @@ class Tensor {
   // Uninitialised elements from `alloc` (the device is the allocator's).
   static Tensor empty(std::vector<int64_t> shape, Allocator& alloc = cpu_allocator(),
                       DType dtype = DType::f32);
+
+  // A tensor over `shape` elements of `dtype` at `data` on `device`, memory
+  // it does not own (a caller's buffer, a shared window): the caller keeps
+  // it alive, and writable when the tensor is written, while it is used.
+  static Tensor borrow(void* data, std::vector<int64_t> shape, DType dtype, Device device);
 
   // A new host tensor with the same shape, dtype and elements (host only).
   Tensor clone() const;

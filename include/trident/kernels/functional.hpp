@@ -22,11 +22,14 @@
 // activation, taken from its numel and the weight's width.
 #pragma once
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "trident/core/tensor.hpp"
 #include "trident/kernels/attention.hpp"
 #include "trident/kernels/context.hpp"
 #include "trident/kernels/ops.hpp"
+#include "trident/kernels/router.hpp"
 
 namespace trident::kernels {
 
@@ -85,5 +88,83 @@ void adamw_step(const Ctx& ctx, const Tensor& p, const Tensor& g, const Tensor& 
 void add_inplace(const Ctx& ctx, const Tensor& y, const Tensor& x);  // y += x
 void fill(const Ctx& ctx, const Tensor& x, float value);
 double sum_squares(const Ctx& ctx, const Tensor& x);
+
+// ==== MoE and router ====
+// The permutation of token rows by a dispatch plan's index data and the
+// router's maths; the semantics are those of kernels/moe.hpp and
+// kernels/router.hpp. Index data: i32 experts, chosen and samples, i64
+// rows, tokens and counts; the router's statistics are f64 (never staged).
+
+// Permuted rows [S, d] as an unpermute reads them: one tensor, or blocks
+// that lie apart (one per expert where the shm transport leaves them, host
+// memory, f32): row r is row r - first[s] of blocks[s] for first[s] <= r <
+// first[s + 1].
+struct RowBlocks {
+  Tensor rows;
+  std::vector<Tensor> blocks;
+  std::vector<int64_t> first;  // [blocks + 1], ascending
+
+  RowBlocks() = default;
+  RowBlocks(Tensor all) : rows(std::move(all)) {}  // NOLINT: a tensor is a set of rows
+  RowBlocks(std::vector<Tensor> b, std::vector<int64_t> f)
+      : blocks(std::move(b)), first(std::move(f)) {}
+};
+
+// ---- permute and unpermute: d = the width of out, y, dy and dx ----
+// out [n, d] = rows src_row [n] (i64) of x [*, d].
+void gather_rows(const Ctx& ctx, const Tensor& x, const Tensor& src_row, const Tensor& out);
+// y [T, d] = sum over the k slots of copy (t, j) kept (row [T*k] i64 >= 0) of
+// weight[t*k + j] (weight [T*k]; empty: 1) times rows[row[t*k + j]];
+// overwritten.
+void combine_rows(const Ctx& ctx, const RowBlocks& rows, const Tensor& row, const Tensor& weight,
+                  int k, const Tensor& y);
+// Its backward: drows [S, d] written at the rows of kept copies, dweight
+// [T*k] overwritten.
+void combine_rows_backward(const Ctx& ctx, const RowBlocks& rows, const Tensor& dy,
+                           const Tensor& row, const Tensor& weight, int k, const Tensor& drows,
+                           const Tensor& dweight);
+// The permute's backward: dx [T, d] = sum over the k slots of drows[row].
+void scatter_add_rows(const Ctx& ctx, const Tensor& drows, const Tensor& row, int k,
+                      const Tensor& dx);
+// The plan's index data from expert i32 [n] (-1: dropped): counts i64 [E],
+// then row_of i64 [n] and send_token i64 [sum counts] (k copies per token).
+void expert_counts(const Ctx& ctx, const Tensor& expert, const Tensor& counts);
+void expert_order(const Ctx& ctx, const Tensor& expert, int k, const Tensor& counts,
+                  const Tensor& row_of, const Tensor& send_token);
+
+// ---- router of dims (T tokens, E experts, k slots) ----
+// probs [T, E] and lse [T] from logits [T, E].
+void router_scores(const Ctx& ctx, const RouterDims& dims, const Tensor& logits,
+                   const Tensor& probs, const Tensor& lse);
+// chosen i32 [T*k] and weight [T*k] from probs; bias [E] (empty: none) only selects.
+void router_topk(const Ctx& ctx, const RouterDims& dims, const Tensor& probs, const Tensor& bias,
+                 const Tensor& chosen, const Tensor& weight);
+// stats f64 [n_samples, E + 1] from chosen and sample i32 [T].
+void router_load(const Ctx& ctx, const RouterDims& dims, const Tensor& chosen, const Tensor& sample,
+                 const Tensor& stats);
+// f f64 [n_samples, E] and inv_tokens f64 [n_samples] from stats.
+void router_frequencies(const Ctx& ctx, const RouterDims& dims, const Tensor& stats,
+                        const Tensor& f, const Tensor& inv_tokens);
+
+// One routing's tensors, as the losses and the backward read them.
+struct RouterTensors {
+  Tensor logits, probs, lse;  // f32 [T, E], [T, E], [T]
+  Tensor chosen, weight;      // i32 [T*k], f32 [T*k]
+  Tensor sample;              // i32 [T]
+  Tensor f, inv_tokens;       // f64 [n_samples, E], [n_samples]
+  double aux_coef = 0, z_coef = 0;
+};
+// shares f64 [2]: this call's tokens' aux and z shares (probs, lse, sample,
+// f, inv_tokens of r are read).
+void router_losses(const Ctx& ctx, const RouterDims& dims, const RouterTensors& r,
+                   const Tensor& shares);
+// expert i32 [T*k] and dropped i64 [1] from the group's token i64 [ranks*T],
+// weight [ranks*T*k] and chosen i32 [ranks*T*k] (rank `me`'s part kept).
+void router_capacity(const Ctx& ctx, const RouterDims& dims, int ranks, int me, const Tensor& token,
+                     const Tensor& weight, const Tensor& chosen, int64_t capacity,
+                     const Tensor& expert, const Tensor& dropped);
+// dlogits [T, E] (overwritten) from dweight [T*k] and daux_scale.
+void router_backward(const Ctx& ctx, const RouterDims& dims, const RouterTensors& r,
+                     const Tensor& dweight, float daux_scale, const Tensor& dlogits);
 
 }  // namespace trident::kernels

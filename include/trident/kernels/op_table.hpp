@@ -28,11 +28,12 @@
 
 #include "trident/core/tensor.hpp"
 #include "trident/kernels/context.hpp"
+#include "trident/kernels/router.hpp"
 
 namespace trident::kernels {
 
 enum class Op : uint8_t {
-#define TRIDENT_OP(name, roles, names) name,
+#define TRIDENT_OP(name, roles, names, ...) name,
 #include "trident/kernels/op_list.inc"
 #undef TRIDENT_OP
   count
@@ -51,7 +52,7 @@ struct OpCall {
   std::array<Tensor, 11> t{};
   std::array<int64_t, 3> n{};   // sizes (T, in, out; T, d; T, H, D; ...)
   float f = 0.0f;               // the scalar (eps, beta, scale, value)
-  const void* param = nullptr;  // the parameter struct (AttnShape, RopeFreqs, AdamWArgs)
+  const void* param = nullptr;  // the parameter struct (AttnShape, RopeFreqs, AdamWArgs, ...)
   double result = 0.0;          // what the op returns (cross_entropy, sum_squares)
 
   // Tensor i's elements (nullptr when it is empty).
@@ -95,6 +96,12 @@ struct AdamWArgs {
   int64_t step;
   float grad_scale;
   bool decay;
+};
+
+// The router ops' shape and loss coefficients (OpCall::param).
+struct RouterArgs {
+  RouterDims dims;
+  double aux_coef = 0, z_coef = 0;
 };
 
 }  // namespace trident::kernels

@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <string>
 
+#include "row_views.hpp"
 #include "trident/core/error.hpp"
-#include "trident/kernels/ops.hpp"
-#include "trident/kernels/swiglu.hpp"
+#include "trident/kernels/functional.hpp"
 #include "trident/kernels/tensor_ops.hpp"
 
 namespace trident::ep {
@@ -43,16 +43,19 @@ class SwigluExperts final : public ExpertBlockFn {
   SwigluExperts(MoELayer& layer, int64_t d, int64_t f, const kernels::Ctx& ctx)
       : layer_(layer), ctx_(ctx), d_(d), f_(f) {}
   void forward(int e, const float* x, int64_t rows, float* y, float* gate, float* up) override {
-    kernels::swiglu_forward(ctx_, x, rows, d_, f_, layer_.expert_param(e, 0).value.ptr(),
-                            layer_.expert_param(e, 1).value.ptr(),
-                            layer_.expert_param(e, 2).value.ptr(), y, gate, up);
+    kernels::swiglu_forward(ctx_, row_view(ctx_, x, rows, d_), layer_.expert_param(e, 0).value,
+                            layer_.expert_param(e, 1).value, layer_.expert_param(e, 2).value,
+                            row_view(ctx_, y, rows, d_), row_view(ctx_, gate, rows, f_),
+                            row_view(ctx_, up, rows, f_));
   }
   void backward(int e, const float* x, const float* gate, const float* up, const float* dy,
                 int64_t rows, float* dx) override {
     Param &wg = layer_.expert_param(e, 0), &wu = layer_.expert_param(e, 1),
           &wd = layer_.expert_param(e, 2);
-    kernels::swiglu_backward(ctx_, x, gate, up, dy, rows, d_, f_, wg.value.ptr(), wu.value.ptr(),
-                             wd.value.ptr(), dx, wg.grad.ptr(), wu.grad.ptr(), wd.grad.ptr());
+    kernels::swiglu_backward(ctx_, row_view(ctx_, x, rows, d_), row_view(ctx_, gate, rows, f_),
+                             row_view(ctx_, up, rows, f_), row_view(ctx_, dy, rows, d_), wg.value,
+                             wu.value, wd.value, row_view(ctx_, dx, rows, d_), wg.grad, wu.grad,
+                             wd.grad);
   }
 
  private:
@@ -135,7 +138,7 @@ void MoELayer::forward(const float* x, int64_t T, const Tensor& sample_of_token,
   c.n_samples = n_samples;
   c.x = x;
   Tensor logits = kernels::empty(ctx_, {T, E_});
-  kernels::linear_forward(ctx_, x, router_w_.value.ptr(), T, d_, E_, logits.ptr());
+  kernels::linear_forward(ctx_, row_view(ctx_, x, T, d_), router_w_.value, logits);
   router_.route(ctx_, logits, sample_of_token, n_samples, cp_, c.routing, token_index);
 
   c.plan = dispatcher_.plan(c.routing.expert, T, k_);
@@ -197,9 +200,9 @@ void MoELayer::backward(const float* dy, float* dx, Cache& c, float daux_scale) 
   dispatcher_.combine(p, din.ptr(), nullptr, dx, d_);
 
   Tensor dlogits = kernels::empty(ctx_, {T, E_});
-  router_.backward(ctx_, c.routing, dweight.ptr(), daux_scale, dlogits.ptr());
-  kernels::linear_backward_weight(ctx_, dlogits.ptr(), c.x, T, d_, E_, router_w_.grad.ptr());
-  kernels::linear_backward_input(ctx_, dlogits.ptr(), router_w_.value.ptr(), T, d_, E_, dx, 1.0f);
+  router_.backward(ctx_, c.routing, dweight, daux_scale, dlogits);
+  kernels::linear_backward_weight(ctx_, dlogits, row_view(ctx_, c.x, T, d_), router_w_.grad);
+  kernels::linear_backward_input(ctx_, dlogits, router_w_.value, row_view(ctx_, dx, T, d_), 1.0f);
   c.rows.reset();  // after the backward's transfers: no peer reads these rows any more
 }
 

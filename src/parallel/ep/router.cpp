@@ -6,8 +6,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "row_views.hpp"
 #include "trident/core/error.hpp"
-#include "trident/kernels/ops.hpp"
+#include "trident/kernels/functional.hpp"
 #include "trident/kernels/tensor_ops.hpp"
 
 namespace trident::ep {
@@ -34,12 +35,27 @@ kernels::RouterDims Router::dims(int64_t T) const {
   return d;
 }
 
-const float* Router::device_bias(const kernels::Ctx& ctx) const {
+const Tensor& Router::device_bias(const kernels::Ctx& ctx) const {
   if (bias_stale_ || bias_device_.empty() || bias_device_.device() != ctx.device) {
     bias_device_ = kernels::from_host(ctx, bias_.data(), {o_.n_experts}, DType::f32);
     bias_stale_ = false;
   }
-  return bias_device_.data<float>();
+  return bias_device_;
+}
+
+kernels::RouterTensors Router::tensors(const Routing& r) const {
+  kernels::RouterTensors t;
+  t.logits = r.logits;
+  t.probs = r.probs;
+  t.lse = r.lse;
+  t.chosen = r.chosen;
+  t.weight = r.weight;
+  t.sample = r.sample;
+  t.f = r.f;
+  t.inv_tokens = r.inv_tokens;
+  t.aux_coef = o_.aux_loss_coef;
+  t.z_coef = o_.z_loss_coef;
+  return t;
 }
 
 void Router::route(const kernels::Ctx& ctx, const Tensor& logits, const Tensor& sample_of_token,
@@ -65,27 +81,21 @@ void Router::route(const kernels::Ctx& ctx, const Tensor& logits, const Tensor& 
   r.probs = kernels::empty(ctx, {T, E});
   r.lse = kernels::empty(ctx, {T});
   r.sample = sample_of_token;
-  kernels::router_scores(ctx, dm, logits.data<float>(), r.probs.data<float>(), r.lse.data<float>());
+  kernels::router_scores(ctx, dm, logits, r.probs, r.lse);
   r.chosen = kernels::empty(ctx, {T * k}, DType::i32);
   r.weight = kernels::empty(ctx, {T * k});
-  kernels::router_topk(ctx, dm, r.probs.data<float>(), sig ? device_bias(ctx) : nullptr,
-                       r.chosen.data<int32_t>(), r.weight.data<float>());
+  kernels::router_topk(ctx, dm, r.probs, sig ? device_bias(ctx) : Tensor(), r.chosen, r.weight);
 
   // Per-sample statistics, summed over the CP ranks that share the samples.
-  Tensor stats = kernels::empty(ctx, {int64_t(n_samples) * (E + 1)}, DType::f64);
-  kernels::router_load(ctx, dm, r.chosen.data<int32_t>(), sample_of_token.data<int32_t>(),
-                       n_samples, stats.data<double>());
+  Tensor stats = kernels::empty(ctx, {int64_t(n_samples), E + 1}, DType::f64);
+  kernels::router_load(ctx, dm, r.chosen, sample_of_token, stats);
   if (cp && cp->size() > 1) cp->allreduce_sum(stats.data<double>(), size_t(stats.numel()));
   r.f = kernels::empty(ctx, {int64_t(n_samples) * E}, DType::f64);
   r.inv_tokens = kernels::empty(ctx, {int64_t(n_samples)}, DType::f64);
-  kernels::router_frequencies(ctx, dm, stats.data<double>(), n_samples, r.f.data<double>(),
-                              r.inv_tokens.data<double>());
-  kernels::RouterLossTerms terms{sample_of_token.data<int32_t>(), r.f.data<double>(),
-                                 r.inv_tokens.data<double>(), o_.aux_loss_coef, o_.z_loss_coef};
+  kernels::router_frequencies(ctx, dm, stats, r.f, r.inv_tokens);
   // The two loss shares come back to the host in one small copy.
   Tensor shares = kernels::empty(ctx, {2}, DType::f64);
-  kernels::router_losses(ctx, dm, r.probs.data<float>(), r.lse.data<float>(), terms,
-                         shares.data<double>(), shares.data<double>() + 1);
+  kernels::router_losses(ctx, dm, tensors(r), shares);
   const Tensor host = kernels::to_host(ctx, shares);
   r.aux_share = host.data<double>()[0];
   r.z_share = host.data<double>()[1];
@@ -139,19 +149,20 @@ void Router::apply_capacity(const kernels::Ctx& ctx, Routing& r, Communicator* c
   r.capacity = static_cast<int64_t>(std::ceil(o_.capacity_factor * double(T * ranks) * k / E));
   r.expert = kernels::empty(ctx, {n}, DType::i32);
   Tensor dropped = kernels::empty(ctx, {1}, DType::i64);
-  kernels::router_capacity(ctx, dims(T), ranks, me, token.data<int64_t>(), weight.data<float>(),
-                           chosen.data<int32_t>(), r.capacity, r.expert.data<int32_t>(),
-                           dropped.data<int64_t>());
+  kernels::router_capacity(ctx, dims(T), ranks, me, token, weight, chosen, r.capacity, r.expert,
+                           dropped);
   r.dropped = kernels::to_host(ctx, dropped).data<int64_t>()[0];
+}
+
+void Router::backward(const kernels::Ctx& ctx, const Routing& r, const Tensor& dweight,
+                      float daux_scale, const Tensor& dlogits) const {
+  kernels::router_backward(ctx, dims(r.T), tensors(r), dweight, daux_scale, dlogits);
 }
 
 void Router::backward(const kernels::Ctx& ctx, const Routing& r, const float* dweight,
                       float daux_scale, float* dlogits) const {
-  kernels::RouterSaved saved{r.logits.data<float>(), r.probs.data<float>(), r.lse.data<float>(),
-                             r.chosen.data<int32_t>(), r.weight.data<float>()};
-  kernels::RouterLossTerms terms{r.sample.data<int32_t>(), r.f.data<double>(),
-                                 r.inv_tokens.data<double>(), o_.aux_loss_coef, o_.z_loss_coef};
-  kernels::router_backward(ctx, dims(r.T), saved, terms, dweight, daux_scale, dlogits);
+  backward(ctx, r, view_of(ctx, dweight, {r.T * o_.top_k}), daux_scale,
+           row_view(ctx, dlogits, r.T, o_.n_experts));
 }
 
 void Router::update_bias(const std::vector<int64_t>& load) {

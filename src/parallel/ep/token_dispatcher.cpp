@@ -5,7 +5,9 @@
 
 #include <string>
 
+#include "row_views.hpp"
 #include "trident/core/error.hpp"
+#include "trident/kernels/functional.hpp"
 #include "trident/kernels/tensor_ops.hpp"
 #include "trident/parallel/ep/transport.hpp"
 
@@ -64,15 +66,14 @@ void plan_send(DispatchPlan& p, const kernels::Ctx& ctx, const Tensor& expert) {
   TRIDENT_CHECK(expert.numel() == n && expert.dtype() == DType::i32,
                 "dispatch plan: expert must be i32 [T*k]");
   Tensor counts = kernels::empty(ctx, {E}, DType::i64);
-  kernels::expert_counts(ctx, expert.data<int32_t>(), n, E, counts.data<int64_t>());
+  kernels::expert_counts(ctx, expert, counts);
   const Tensor host = kernels::to_host(ctx, counts);
   p.tokens_per_expert.assign(host.data<int64_t>(), host.data<int64_t>() + E);
   p.expert_first.assign(size_t(E) + 1, 0);
   for (int e = 0; e < E; ++e) p.expert_first[e + 1] = p.expert_first[e] + p.tokens_per_expert[e];
   p.row_of = kernels::empty(ctx, {n}, DType::i64);
   p.send_token = kernels::empty(ctx, {p.expert_first[E]}, DType::i64);
-  kernels::expert_order(ctx, expert.data<int32_t>(), n, k, E, counts.data<int64_t>(),
-                        p.row_of.data<int64_t>(), p.send_token.data<int64_t>());
+  kernels::expert_order(ctx, expert, k, counts, p.row_of, p.send_token);
   p.send_rows.assign(p.ep_size, 0);
   p.send_displ.assign(p.ep_size, 0);
   for (int e = 0; e < E; ++e) p.send_rows[e / L] += p.tokens_per_expert[e];
@@ -111,6 +112,36 @@ void plan_receive(DispatchPlan& p) {
 }
 
 }  // namespace
+
+kernels::RowBlocks TokenDispatcher::blocks(const DispatchPlan& p, const kernels::RowSource& src,
+                                           int64_t d) const {
+  if (src.segments == 0) return row_view(ctx_, src.rows, p.sent(), d);
+  kernels::RowBlocks b;
+  b.first.assign(src.first, src.first + src.segments + 1);
+  for (int s = 0; s < src.segments; ++s)
+    b.blocks.push_back(row_view(ctx_, src.base[s], b.first[size_t(s) + 1] - b.first[size_t(s)], d));
+  return b;
+}
+
+void TokenDispatcher::unpermute(const DispatchPlan& p, const kernels::RowSource& rows,
+                                const float* weight, float* y, int64_t d) {
+  const double t0 = stamp(sink_);
+  kernels::combine_rows(ctx_, blocks(p, rows, d), p.row_of, weights(p, weight), p.k,
+                        row_view(ctx_, y, p.T, d));
+  if (sink_) sink_->span(prof::Span{"ep.combine", -1, -1, -1, t0, now_s()});
+}
+
+void TokenDispatcher::unpermute_backward(const DispatchPlan& p, const kernels::RowSource& rows,
+                                         const float* dy, const float* weight, float* drows,
+                                         float* dweight, int64_t d) {
+  kernels::combine_rows_backward(ctx_, blocks(p, rows, d), row_view(ctx_, dy, p.T, d), p.row_of,
+                                 weights(p, weight), p.k, row_view(ctx_, drows, p.sent(), d),
+                                 weights(p, dweight));
+}
+
+Tensor TokenDispatcher::weights(const DispatchPlan& p, const float* w) const {
+  return w ? view_of(ctx_, w, {p.T * p.k}) : Tensor();
+}
 
 DispatchPlan TokenDispatcher::plan(const Tensor& expert, int64_t T, int k) {
   const double t0 = stamp(sink_);
@@ -158,18 +189,14 @@ void TokenDispatcher::dispatch_rows(const DispatchPlan& p, const float* rows, fl
 
 void TokenDispatcher::combine(const DispatchPlan& p, const float* expert_side, const float* weight,
                               float* y, int64_t d, KeptRows* keep) {
-  const kernels::RowSource rows = transport_->gather_back(p, expert_side, d, keep);
-  const double t0 = stamp(sink_);
-  kernels::combine_rows(ctx_, rows, d, p.row_of.data<int64_t>(), weight, p.T, p.k, y);
-  if (sink_) sink_->span(prof::Span{"ep.combine", -1, -1, -1, t0, now_s()});
+  unpermute(p, transport_->gather_back(p, expert_side, d, keep), weight, y, d);
 }
 
 void TokenDispatcher::combine_backward(const DispatchPlan& p, const float* expert_side,
                                        const float* dy, const float* weight, float* drows,
                                        float* dweight, int64_t d, KeptRows* keep) {
-  const kernels::RowSource rows = transport_->gather_back(p, expert_side, d, keep);
-  kernels::combine_rows_backward(ctx_, rows, dy, d, p.row_of.data<int64_t>(), weight, p.T, p.k,
-                                 drows, dweight);
+  unpermute_backward(p, transport_->gather_back(p, expert_side, d, keep), dy, weight, drows,
+                     dweight, d);
 }
 
 std::unique_ptr<ForwardRows> TokenDispatcher::dispatch_forward(const DispatchPlan& p,
@@ -180,16 +207,13 @@ std::unique_ptr<ForwardRows> TokenDispatcher::dispatch_forward(const DispatchPla
 void TokenDispatcher::combine_forward(const DispatchPlan& p, ForwardRows& rows, const float* weight,
                                       float* y, int64_t d) {
   transport_->return_forward(p, rows, d);
-  const double t0 = stamp(sink_);
-  kernels::combine_rows(ctx_, rows.returned(), d, p.row_of.data<int64_t>(), weight, p.T, p.k, y);
-  if (sink_) sink_->span(prof::Span{"ep.combine", -1, -1, -1, t0, now_s()});
+  unpermute(p, rows.returned(), weight, y, d);
 }
 
 void TokenDispatcher::combine_backward(const DispatchPlan& p, const ForwardRows& rows,
                                        const float* dy, const float* weight, float* drows,
                                        float* dweight, int64_t d) {
-  kernels::combine_rows_backward(ctx_, rows.returned(), dy, d, p.row_of.data<int64_t>(), weight,
-                                 p.T, p.k, drows, dweight);
+  unpermute_backward(p, rows.returned(), dy, weight, drows, dweight, d);
 }
 
 void TokenDispatcher::set_profiler(prof::Sink* sink) {

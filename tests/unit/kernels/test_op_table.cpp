@@ -1,8 +1,9 @@
 // The op table (kernels/op_table.hpp) walked row by row: every op has a CPU
 // f32 row and a bf16 row on every device that has its f32 row; no row is
 // there twice; a missing row is one error naming op, device and dtype; and
-// every CUDA row (cuda_rows.inc) names a tests/gpu case that exists, which
-// compares it with the CPU reference.
+// every CUDA row (cuda_rows.inc, or op_list.inc's long form) is listed once
+// and names a tests/gpu case that exists, which compares it with the CPU
+// reference.
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kernel_ctx.hpp"
@@ -45,6 +47,12 @@ const std::vector<CudaRow>& cuda_rows() {
 #define TRIDENT_CUDA_ROW(op, dtype, test) {Op::op, DType::dtype, test},
 #include "trident/kernels/cuda_rows.inc"
 #undef TRIDENT_CUDA_ROW
+// op_list.inc's long form names its CUDA f32 row's test itself.
+#define TRIDENT_OP_TEST(op, test, ...) {Op::op, DType::f32, test},
+#define TRIDENT_OP(op, roles, names, ...) __VA_OPT__(TRIDENT_OP_TEST(op, __VA_ARGS__))
+#include "trident/kernels/op_list.inc"
+#undef TRIDENT_OP
+#undef TRIDENT_OP_TEST
   };
   return rows;
 }
@@ -114,6 +122,11 @@ TEST_CASE("every CUDA row names a tests/gpu case against the CPU reference", "[o
   for (const CudaRow& r : cuda_rows()) {
     INFO(op_name(r.op) << " " << dtype_name(r.dtype) << ": " << r.test);
     REQUIRE(sources.find("GPU_TEST(\"" + r.test + "\")") != std::string::npos);
+  }
+  std::set<std::pair<int, int>> listed_once;
+  for (const CudaRow& r : cuda_rows()) {
+    INFO(op_name(r.op) << " " << dtype_name(r.dtype) << " is listed once");
+    REQUIRE(listed_once.insert({int(r.op), int(r.dtype)}).second);
   }
   for (int i = 0; i < kOps; ++i) {  // the CUDA backend implements every op in f32
     bool listed = false;

@@ -1,6 +1,7 @@
 // Router of an MoE layer: from fp32 logits [T, E] to the k experts of each
 // token and their weights, the load-balancing losses, and capacity drops.
-// The maths are kernels (kernels/router.hpp); this layer reduces the
+// The maths are the router ops on tensors (kernels/functional.hpp, with
+// their semantics in kernels/router.hpp); this layer reduces the
 // statistics over the CP group and decides what capacity drops.
 //
 // Scoring:
@@ -33,7 +34,7 @@
 #include "trident/core/config.hpp"
 #include "trident/core/tensor.hpp"
 #include "trident/kernels/context.hpp"
-#include "trident/kernels/router.hpp"
+#include "trident/kernels/functional.hpp"
 
 namespace trident::ep {
 
@@ -92,7 +93,10 @@ class Router {
 
   // dweight [T*k] (gradient of the loss w.r.t. the weights; 0 for dropped
   // copies) and daux_scale (gradient w.r.t. the returned aux + z shares)
-  // -> dlogits [T, E], overwritten.
+  // -> dlogits [T, E], overwritten; both on ctx's device.
+  void backward(const kernels::Ctx& ctx, const Routing& r, const Tensor& dweight, float daux_scale,
+                const Tensor& dlogits) const;
+  // The same on the caller's memory (on ctx's device).
   void backward(const kernels::Ctx& ctx, const Routing& r, const float* dweight, float daux_scale,
                 float* dlogits) const;
 
@@ -115,7 +119,9 @@ class Router {
   void apply_capacity(const kernels::Ctx& ctx, Routing& r, Communicator* cp,
                       const Tensor* token_index) const;
   // The bias on ctx's device, uploaded when the host's has changed.
-  const float* device_bias(const kernels::Ctx& ctx) const;
+  const Tensor& device_bias(const kernels::Ctx& ctx) const;
+  // r's tensors and the loss coefficients, as the router ops read them.
+  kernels::RouterTensors tensors(const Routing& r) const;
 
   RouterOptions o_;
   std::vector<float> bias_;  // [E], sigmoid_bias only

@@ -12,10 +12,12 @@
 // bytes moved equal the routed copies times d floats.
 //
 // The permutation is an index plan (DispatchPlan) computed once per routing;
-// permute and unpermute are then the index kernels of kernels/moe.hpp. How
-// rows travel is a Transport (transport.hpp), chosen once at construction
-// from runtime.ep_transport: local (ep = 1), alltoallv or shm; all give the
-// same results bit for bit.
+// permute and unpermute are then the MoE row ops on tensors
+// (kernels/functional.hpp; semantics in kernels/moe.hpp), run on views of
+// the buffers (Tensor::borrow, src/parallel/ep/row_views.hpp). How rows
+// travel is a Transport (transport.hpp), chosen once at construction from
+// runtime.ep_transport: local (ep = 1), alltoallv or shm; all give the same
+// results bit for bit.
 //
 // The layer's forward keeps its expert-side rows until its backward
 // (ForwardRows); the other transfers (dispatch, dispatch_rows, combine: the
@@ -34,6 +36,7 @@
 #include "trident/core/profiler.hpp"
 #include "trident/core/tensor.hpp"
 #include "trident/kernels/context.hpp"
+#include "trident/kernels/functional.hpp"
 #include "trident/kernels/moe.hpp"
 
 namespace trident::ep {
@@ -174,6 +177,17 @@ class TokenDispatcher {
   const std::string& transport_reason() const;
 
  private:
+  // The unpermute (kernels::combine_rows) of rows that came back, and its
+  // backward, on views of the caller's buffers.
+  void unpermute(const DispatchPlan& p, const kernels::RowSource& rows, const float* weight,
+                 float* y, int64_t d);
+  void unpermute_backward(const DispatchPlan& p, const kernels::RowSource& rows, const float* dy,
+                          const float* weight, float* drows, float* dweight, int64_t d);
+  // The rows [S, d] of a transport's RowSource as the tensor ops read them.
+  kernels::RowBlocks blocks(const DispatchPlan& p, const kernels::RowSource& src, int64_t d) const;
+  // weight [T*k] at w (nullptr: an empty tensor, weights 1).
+  Tensor weights(const DispatchPlan& p, const float* w) const;
+
   Communicator* ep_;
   int n_experts_, ep_size_, ep_rank_;
   kernels::Ctx ctx_;

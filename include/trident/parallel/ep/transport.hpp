@@ -95,8 +95,9 @@ class Transport {
 
   // Local step: the rows of the send order, contiguous [S, d] (src.base
   // itself when it has no index, else gathered into a buffer of the
-  // transport's, valid until the next permute).
-  virtual const float* permute(const DispatchPlan& p, const SendRows& src, int64_t d) = 0;
+  // transport's, valid until the next permute). The same for every
+  // transport.
+  const float* permute(const DispatchPlan& p, const SendRows& src, int64_t d);
   // Exchange step: posts the rows of the send order (contiguous, from
   // permute) to the expert side expert_in [R, d] (chunk layout).
   virtual std::unique_ptr<Exchange> start_dispatch(const DispatchPlan& p, const float* rows,
@@ -125,6 +126,7 @@ class Transport {
   virtual void return_forward(const DispatchPlan& p, ForwardRows& rows, int64_t d) = 0;
 
  protected:
+  explicit Transport(const kernels::Ctx& ctx) : ctx_(ctx) {}
   // A span of `kind` from t0 to now, and a counter, when there is a sink.
   double stamp() const { return sink_ ? now_s() : 0.0; }
   void span(const char* kind, double t0) const {
@@ -137,9 +139,13 @@ class Transport {
   // (overlap::in_flight), then the exchange completes.
   static void finish(Exchange& x);
 
+  kernels::Ctx ctx_;  // where the rows live and the kernels run
   std::string reason_;
   prof::Sink* sink_ = nullptr;
   SharedMemoryUse shared_;
+
+ private:
+  Tensor send_;  // permute's rows
 };
 
 // ep: nullptr or size 1 gives the local transport; otherwise `choice`

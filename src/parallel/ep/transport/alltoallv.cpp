@@ -5,9 +5,9 @@
 // is packed or unpacked after.
 #include <vector>
 
+#include "../row_views.hpp"
 #include "owned_rows.hpp"
 #include "trident/core/overlap.hpp"
-#include "trident/kernels/ops.hpp"
 #include "trident/parallel/ep/transport.hpp"
 
 namespace trident::ep {
@@ -18,15 +18,8 @@ constexpr int kToExperts = 0x4550, kToSources = 0x4551;  // message tags of the 
 
 class AlltoallvTransport final : public Transport {
  public:
-  AlltoallvTransport(Communicator& ep, const kernels::Ctx& ctx) : ep_(ep), ctx_(ctx) {}
+  AlltoallvTransport(Communicator& ep, const kernels::Ctx& ctx) : Transport(ctx), ep_(ep) {}
   EpTransport kind() const override { return EpTransport::alltoallv; }
-
-  const float* permute(const DispatchPlan& p, const SendRows& src, int64_t d) override {
-    if (!src.index) return src.base;
-    kernels::reserve(ctx_, send_, p.sent() * d);
-    kernels::gather_rows(ctx_, src.base, d, src.index, p.sent(), send_.ptr());
-    return send_.ptr();
-  }
 
   std::unique_ptr<Exchange> start_dispatch(const DispatchPlan& p, const float* rows,
                                            float* expert_in, int64_t d) override {
@@ -116,16 +109,14 @@ class AlltoallvTransport final : public Transport {
       if (p.chunk_rows[me * L + e] == 0) continue;
       const int64_t sent_at = p.expert_first[me * L + e] * d,
                     expert_at = p.chunk_offset[me * L + e] * d;
-      kernels::copy(ctx_, to + (to_experts ? expert_at : sent_at),
-                    from + (to_experts ? sent_at : expert_at), p.chunk_rows[me * L + e] * d);
+      copy_floats(ctx_, from + (to_experts ? sent_at : expert_at),
+                  to + (to_experts ? expert_at : sent_at), p.chunk_rows[me * L + e] * d);
     }
     return std::make_unique<DeferredExchange>([this, requests] { ep_.wait_all(*requests); });
   }
 
   Communicator& ep_;
-  kernels::Ctx ctx_;
   std::shared_ptr<BufferPool> pool_ = std::make_shared<BufferPool>(ctx_);
-  Tensor send_;  // rows gathered for sending
   Tensor back_;  // rows back when the caller keeps none
 };
 

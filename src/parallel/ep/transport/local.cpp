@@ -1,7 +1,7 @@
 // The local transport (ep = 1): every expert is on this rank, so the expert
 // side is the send order and a transfer is the permutation alone.
+#include "../row_views.hpp"
 #include "owned_rows.hpp"
-#include "trident/kernels/ops.hpp"
 #include "trident/parallel/ep/transport.hpp"
 
 namespace trident::ep {
@@ -9,24 +9,17 @@ namespace {
 
 class LocalTransport final : public Transport {
  public:
-  explicit LocalTransport(const kernels::Ctx& ctx) : ctx_(ctx) {}
+  explicit LocalTransport(const kernels::Ctx& ctx) : Transport(ctx) {}
   EpTransport kind() const override { return EpTransport::local; }
 
   void dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in, int64_t d) override {
     const double t0 = stamp();
     if (src.index) {
-      kernels::gather_rows(ctx_, src.base, d, src.index, p.sent(), expert_in);
+      gather_send_rows(ctx_, src.base, p.T, src.index, p.sent(), expert_in, d);
     } else {
       copy(src.base, expert_in, p.sent() * d);
     }
     span("ep.permute", t0);
-  }
-
-  const float* permute(const DispatchPlan& p, const SendRows& src, int64_t d) override {
-    if (!src.index) return src.base;
-    kernels::reserve(ctx_, send_, p.sent() * d);
-    kernels::gather_rows(ctx_, src.base, d, src.index, p.sent(), send_.ptr());
-    return send_.ptr();
   }
 
   // Nothing travels: the exchange is a copy, complete when posted.
@@ -59,12 +52,8 @@ class LocalTransport final : public Transport {
   }
 
  private:
-  void copy(const float* from, float* to, int64_t n) {
-    if (n > 0 && from != to) kernels::copy(ctx_, to, from, n);
-  }
+  void copy(const float* from, float* to, int64_t n) { copy_floats(ctx_, from, to, n); }
 
-  kernels::Ctx ctx_;
-  Tensor send_;  // permute's rows
   std::shared_ptr<BufferPool> pool_ = std::make_shared<BufferPool>(ctx_);
 };
 

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "../row_views.hpp"
 #include "trident/comm/shared_window.hpp"
 #include "trident/core/error.hpp"
 #include "trident/kernels/tensor_ops.hpp"
@@ -52,7 +53,7 @@ void write_rows(const kernels::Ctx& ctx, const DispatchPlan& p, const SendRows& 
       if (n == 0) continue;
       float* dst = box + p.expert_at[g] * d;
       if (src.index) {
-        kernels::gather_rows(ctx, src.base, d, src.index + first, n, dst);
+        gather_send_rows(ctx, src.base, p.T, src.index + first, n, dst, d);
       } else {
         std::memcpy(dst, src.base + first * d, kRowBytes * size_t(n * d));
       }
@@ -116,8 +117,8 @@ ShmRows::~ShmRows() { pool_->release(slot_); }
 class ShmTransport final : public Transport {
  public:
   ShmTransport(Communicator& ep, double shm_limit_bytes, const kernels::Ctx& ctx)
-      : ep_(ep),
-        ctx_(ctx),
+      : Transport(ctx),
+        ep_(ep),
         shm_limit_(shm_limit_bytes),
         fallback_(make_alltoallv_transport(ep, ctx)) {}
 
@@ -133,9 +134,6 @@ class ShmTransport final : public Transport {
     slots_->settle();
   }
 
-  const float* permute(const DispatchPlan& p, const SendRows& src, int64_t d) override {
-    return fallback_->permute(p, src, d);  // a buffer of the same kind
-  }
   std::unique_ptr<Exchange> start_dispatch(const DispatchPlan& p, const float* rows,
                                            float* expert_in, int64_t d) override;
   std::unique_ptr<Exchange> start_return(const DispatchPlan& p, const float* expert_side,
@@ -172,7 +170,6 @@ class ShmTransport final : public Transport {
   void copy_back(const DispatchPlan& p, float* back, int64_t d) const;
 
   Communicator& ep_;
-  kernels::Ctx ctx_;
   double shm_limit_;
   std::unique_ptr<Transport> fallback_;
   bool fell_back_ = false;
