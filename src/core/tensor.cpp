@@ -13,7 +13,12 @@ namespace trident {
 Storage::Storage(Allocator& alloc, size_t bytes)
     : alloc_(&alloc), bytes_(bytes), ptr_(alloc.allocate(bytes)) {}
 
-Storage::~Storage() { alloc_->deallocate(ptr_, bytes_); }
+Storage::Storage(void* borrowed, size_t bytes, Device device)
+    : alloc_(nullptr), bytes_(bytes), ptr_(borrowed), device_(device) {}
+
+Storage::~Storage() {
+  if (alloc_) alloc_->deallocate(ptr_, bytes_);
+}
 
 int64_t Tensor::numel_of(const std::vector<int64_t>& s) {
   int64_t n = 1;
@@ -30,6 +35,16 @@ Tensor Tensor::empty(std::vector<int64_t> shape, Allocator& alloc, DType dtype) 
   t.shape_ = std::move(shape);
   t.dtype_ = dtype;
   if (t.numel_ > 0) t.storage_ = std::make_shared<Storage>(alloc, t.bytes());
+  return t;
+}
+
+Tensor Tensor::borrow(void* data, std::vector<int64_t> shape, Device device, DType dtype) {
+  Tensor t;
+  t.numel_ = numel_of(shape);
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  TRIDENT_CHECK(data != nullptr || t.numel_ == 0, "Tensor::borrow: null data for " + t.shape_str());
+  if (t.numel_ > 0) t.storage_ = std::make_shared<Storage>(data, t.bytes(), device);
   return t;
 }
 

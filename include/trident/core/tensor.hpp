@@ -25,22 +25,25 @@
 namespace trident {
 
 // One allocation of one device, freed into its allocator with the last
-// Tensor that refers to it.
+// Tensor that refers to it; or memory borrowed from its owner (no
+// allocator: never freed here, counted where it was allocated).
 class Storage {
  public:
   Storage(Allocator& alloc, size_t bytes);
+  Storage(void* borrowed, size_t bytes, Device device);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
   void* data() const { return ptr_; }
   size_t bytes() const { return bytes_; }
-  Device device() const { return alloc_->device(); }
+  Device device() const { return alloc_ ? alloc_->device() : device_; }
 
  private:
   Allocator* alloc_;
   size_t bytes_;
   void* ptr_;
+  Device device_;
 };
 
 template <class T>
@@ -74,6 +77,15 @@ class Tensor {
   // Uninitialised elements from `alloc` (the device is the allocator's).
   static Tensor empty(std::vector<int64_t> shape, Allocator& alloc = cpu_allocator(),
                       DType dtype = DType::f32);
+
+  // A tensor over memory its caller owns and keeps alive while the tensor
+  // (and every view of it) is in use: `shape` elements of `dtype` at `data`
+  // on `device`. Nothing is allocated, copied, counted or freed. For callers
+  // that hold raw buffers (tests, benches, a pointer API's adapter) and hand
+  // them to tensor code; a tensor op may write the elements, so a read-only
+  // buffer must only be passed where the op reads.
+  static Tensor borrow(void* data, std::vector<int64_t> shape, Device device,
+                       DType dtype = DType::f32);
 
   // A new host tensor with the same shape, dtype and elements (host only).
   Tensor clone() const;
