@@ -284,6 +284,14 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const Tensor& q, con
   run(ctx, c);
 }
 
+void attention_forward_resume(const Ctx& ctx, const AttnShape& s, const Tensor& q, const Tensor& k,
+                              const Tensor& v, const Tensor& out, const Tensor& lse) {
+  check_attention("attention_forward_resume", s, q, k, v, out, lse);
+  OpCall c = call_of(ctx, Op::attention_forward_resume, {q, k, v, out, lse});
+  c.param = &s;
+  run(ctx, c);
+}
+
 void adamw_step(const Ctx& ctx, const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                 const AdamWHyper& h, int64_t step, float grad_scale, bool decay) {
   const int64_t n = p.numel();
@@ -539,6 +547,13 @@ void router_backward(const Ctx& ctx, const RouterDims& dims, const RouterTensors
   c.f = daux_scale;
   c.param = &args;
   run(ctx, c);
+}
+
+void sum_squares_ranges(const Ctx& ctx, const Tensor& x, const Tensor& ranges, const Tensor& sums) {
+  check_index(ctx, "sum_squares_ranges", "ranges", ranges, DType::i64);
+  check_index(ctx, "sum_squares_ranges", "sums", sums, DType::f64);
+  check_numel("sum_squares_ranges", "ranges", ranges, 2 * sums.numel());
+  run(ctx, call_of(ctx, Op::sum_squares_ranges, {x, ranges, sums}));
 }
 
 }  // namespace trident::kernels

@@ -12,7 +12,7 @@
 #include "trident/bench/ring.hpp"
 #include "trident/bench/ring_docs.hpp"
 #include "trident/core/error.hpp"
-#include "trident/kernels/gemm.hpp"
+#include "trident/kernels/blas.hpp"
 #include "trident/parallel/cp/ring_attention.hpp"
 
 namespace trident::cli {

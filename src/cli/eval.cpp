@@ -15,7 +15,7 @@
 #include "commands.hpp"
 #include "trident/comm/process.hpp"
 #include "trident/core/error.hpp"
-#include "trident/kernels/gemm.hpp"
+#include "trident/kernels/blas.hpp"
 #include "trident/topo/topology.hpp"
 #include "trident/train/check_config.hpp"
 #include "trident/train/eval_logits.hpp"

@@ -15,7 +15,7 @@
 #include "trident/comm/process.hpp"
 #include "trident/core/config.hpp"
 #include "trident/core/error.hpp"
-#include "trident/kernels/gemm.hpp"
+#include "trident/kernels/blas.hpp"
 #include "trident/model/data.hpp"
 #include "trident/parallel/cp/config_rules.hpp"
 #include "trident/plan/calibrate.hpp"

@@ -10,7 +10,7 @@
 #include "commands.hpp"
 #include "trident/comm/flight_recorder.hpp"
 #include "trident/comm/process.hpp"
-#include "trident/kernels/gemm.hpp"
+#include "trident/kernels/blas.hpp"
 #include "trident/model/data.hpp"
 #include "trident/plan/predict.hpp"
 #include "trident/topo/topology.hpp"

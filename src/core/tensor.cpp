@@ -13,8 +13,8 @@ namespace trident {
 Storage::Storage(Allocator& alloc, size_t bytes)
     : alloc_(&alloc), bytes_(bytes), ptr_(alloc.allocate(bytes)) {}
 
-Storage::Storage(void* data, size_t bytes, Device device)
-    : alloc_(nullptr), device_(device), bytes_(bytes), ptr_(data) {}
+Storage::Storage(void* borrowed, size_t bytes, Device device)
+    : alloc_(nullptr), bytes_(bytes), ptr_(borrowed), device_(device) {}
 
 Storage::~Storage() {
   if (alloc_) alloc_->deallocate(ptr_, bytes_);
@@ -38,15 +38,13 @@ Tensor Tensor::empty(std::vector<int64_t> shape, Allocator& alloc, DType dtype) 
   return t;
 }
 
-Tensor Tensor::borrow(void* data, std::vector<int64_t> shape, DType dtype, Device device) {
+Tensor Tensor::borrow(void* data, std::vector<int64_t> shape, Device device, DType dtype) {
   Tensor t;
   t.numel_ = numel_of(shape);
   t.shape_ = std::move(shape);
   t.dtype_ = dtype;
-  if (t.numel_ > 0) {
-    TRIDENT_CHECK(data != nullptr, "Tensor::borrow: no memory for " + t.shape_str());
-    t.storage_ = std::make_shared<Storage>(data, t.bytes(), device);
-  }
+  TRIDENT_CHECK(data != nullptr || t.numel_ == 0, "Tensor::borrow: null data for " + t.shape_str());
+  if (t.numel_ > 0) t.storage_ = std::make_shared<Storage>(data, t.bytes(), device);
   return t;
 }
 

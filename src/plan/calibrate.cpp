@@ -17,9 +17,8 @@
 #include <thread>
 #include <utility>
 
-#include "trident/kernels/attention.hpp"
 #include "trident/kernels/backend.hpp"
-#include "trident/kernels/ops.hpp"
+#include "trident/kernels/functional.hpp"
 #include "trident/model/blocks.hpp"
 #include "trident/model/data.hpp"
 #include "trident/model/transformer.hpp"
@@ -83,6 +82,14 @@ std::vector<float> filled(size_t n, float base) {
   std::vector<float> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = base + 1e-3f * float(i % 97);
   return v;
+}
+
+// The same values in a host tensor of `shape` (what the timed ops take).
+Tensor filled_tensor(std::vector<int64_t> shape, float base) {
+  Tensor t(std::move(shape));
+  const std::vector<float> v = filled(size_t(t.numel()), base);
+  std::copy(v.begin(), v.end(), t.values().begin());
+  return t;
 }
 
 // One-way seconds of a ping-pong of `bytes` between ranks a and b (others sleep).
@@ -278,11 +285,8 @@ Rates measure_compute(Communicator& world, const std::vector<int>& node_of, cons
   const int64_t f = std::max<int64_t>(mc.ffn_hidden, d);
   const kernels::DeviceContext host(Device::cpu());  // the kernels as training runs them
   const kernels::Ctx& ctx = host.ctx();
-  const auto a = filled(size_t(T * d), 0.5f), b = filled(size_t(d * f), -0.25f);
-  std::vector<float> c(size_t(T * f));
-  auto gemm = [&] {
-    kernels::linear_forward(ctx, a.data(), b.data(), T, d, f, c.data());  // b: [f, d], as the model
-  };
+  const Tensor a = filled_tensor({T, d}, 0.5f), b = filled_tensor({f, d}, -0.25f), c({T, f});
+  auto gemm = [&] { kernels::linear_forward(ctx, a, b, c); };  // b: [f, d], as the model
   Rates r = measure_sharing(world, node_of, gemm, budget, 5);
   r.gemm *= 2.0 * T * d * f;
 
@@ -291,22 +295,21 @@ Rates measure_compute(Communicator& world, const std::vector<int>& node_of, cons
   s.H = mc.n_heads, s.Hkv = mc.n_kv_heads, s.D = mc.head_dim();
   s.scale = 1.0f / std::sqrt(float(s.D));
   s.causal = true;
-  const auto q = filled(size_t(seq * s.H * s.D), 0.1f),
-             kv = filled(size_t(seq * s.Hkv * s.D), 0.2f);
-  std::vector<float> out(q.size()), lse(size_t(seq * s.H)), dq(q.size()), dk(kv.size()),
-      dv(kv.size());
-  const auto dout = filled(q.size(), 0.3f);
+  const Tensor q = filled_tensor({seq, s.H, s.D}, 0.1f),
+               kv = filled_tensor({seq, s.Hkv, s.D}, 0.2f);
+  const Tensor out({seq, s.H, s.D}), lse({seq, s.H}), dq({seq, s.H, s.D}), dk({seq, s.Hkv, s.D}),
+      dv({seq, s.Hkv, s.D});
+  const Tensor dout = filled_tensor({seq, s.H, s.D}, 0.3f);
   auto attention = [&] {
-    kernels::attention_forward(ctx, s, q.data(), kv.data(), kv.data(), out.data(), lse.data());
-    kernels::attention_backward(ctx, s, q.data(), kv.data(), kv.data(), out.data(), lse.data(),
-                                dout.data(), dq.data(), dk.data(), dv.data());
+    kernels::attention_forward(ctx, s, q, kv, kv, out, lse);
+    kernels::attention_backward(ctx, s, q, kv, kv, out, lse, dout, dq, dk, dv);
   };
   const double attn_flops =
       3.5 * causal_pairs_busiest_rank(seq, 1, CpLayout::zigzag) * 4 * s.H * s.D;
   r.attention = attn_flops / alone(world, 0, attention, budget);
 
-  std::vector<float> y = filled(size_t(T * d), 1.0f);
-  auto add = [&] { kernels::add_inplace(ctx, y.data(), a.data(), T * d); };
+  const Tensor y = filled_tensor({T, d}, 1.0f);
+  auto add = [&] { kernels::add_inplace(ctx, y, a); };
   r.memory = 12.0 * T * d / alone(world, 0, add, budget);  // read x and y, write y
   return r;
 }
@@ -471,12 +474,10 @@ ExchangeCosts exchange_costs(Communicator& world, const Config& cfg, const Link&
   shape.causal = false;
   const size_t block = size_t(2 * rows * mc.n_kv_heads * mc.head_dim());  // K and V, floats
   const kernels::DeviceContext host(Device::cpu());
-  const auto q = filled(size_t(rows * shape.H * shape.D), 0.1f), kv = filled(block / 2, 0.2f);
-  std::vector<float> o(q.size()), lse(size_t(rows * shape.H));
-  auto work = [&] {
-    kernels::attention_forward(host.ctx(), shape, q.data(), kv.data(), kv.data(), o.data(),
-                               lse.data());
-  };
+  const Tensor q = filled_tensor({rows, shape.H, shape.D}, 0.1f),
+               kv = filled_tensor({rows, shape.Hkv, shape.D}, 0.2f);
+  const Tensor o({rows, shape.H, shape.D}), lse({rows, shape.H});
+  auto work = [&] { kernels::attention_forward(host.ctx(), shape, q, kv, kv, o, lse); };
   std::vector<float> send(block * size_t(n), 1.0f), recv(block * size_t(n));
   const int next = (me + 1) % n, prev = (me + n - 1) % n;
   constexpr int kTag = 7302, kRounds = 64, kSets = 7;

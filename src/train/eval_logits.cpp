@@ -9,7 +9,6 @@
 
 #include "trident/core/error.hpp"
 #include "trident/io/h5util.hpp"
-#include "trident/kernels/gemm.hpp"
 #include "trident/train/run.hpp"
 #include "trident/train/trainer.hpp"
 

@@ -6,7 +6,7 @@
 
 #include "trident/core/allocator.hpp"
 #include "trident/core/error.hpp"
-#include "trident/kernels/ops.hpp"
+#include "trident/kernels/functional.hpp"
 #include "trident/kernels/tensor_ops.hpp"
 
 namespace trident::train {
@@ -72,9 +72,9 @@ void AdamW::step(double lr, float grad_scale) {
   h.weight_decay = cfg_.weight_decay;
   for (const Piece& p : pieces_) {
     if (p.param->reduce == GradReduce::none) continue;
-    kernels::adamw_step(ctx_, p.param->value.ptr() + p.begin, p.param->grad.ptr() + p.begin,
-                        m_.ptr() + p.moment, v_.ptr() + p.moment, p.numel, h, t_, grad_scale,
-                        p.param->decay);
+    kernels::adamw_step(ctx_, p.param->value.view(p.begin, {p.numel}),
+                        p.param->grad.view(p.begin, {p.numel}), m_.view(p.moment, {p.numel}),
+                        v_.view(p.moment, {p.numel}), h, t_, grad_scale, p.param->decay);
   }
 }
 

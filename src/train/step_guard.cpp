@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "trident/kernels/ops.hpp"
+#include "trident/kernels/functional.hpp"
 #include "trident/kernels/tensor_ops.hpp"
 
 namespace trident::train {
@@ -93,20 +93,29 @@ std::vector<char> finite_flags(const kernels::Ctx& ctx, const std::vector<Param*
   }
   const std::vector<StorageGroup> groups = storage_groups(params);
   std::vector<int64_t> ranges;  // offsets from the group's base, in group order
-  for (const StorageGroup& sg : groups)
+  std::vector<int64_t> spans;   // per group: the elements from its base to its last range's end
+  for (const StorageGroup& sg : groups) {
+    int64_t span = 0;
     for (size_t i : sg.members) {
       const Tensor& g = params[i]->grad;
       ranges.push_back(g.ptr() - sg.base->ptr());
       ranges.push_back(ranges.back() + g.numel());
+      span = std::max(span, ranges.back());
     }
+    spans.push_back(span);
+  }
   const int64_t n = int64_t(params.size());
   const Tensor dev_ranges = kernels::from_host(ctx, ranges.data(), {2 * n}, DType::i64);
   Tensor sums = kernels::empty(ctx, {n}, DType::f64);
   int64_t first = 0;
-  for (const StorageGroup& sg : groups) {
-    const int64_t count = int64_t(sg.members.size());
-    kernels::sum_squares_ranges(ctx, sg.base->ptr(), dev_ranges.data<int64_t>() + 2 * first, count,
-                                sums.data<double>() + first);
+  for (size_t k = 0; k < groups.size(); ++k) {
+    const int64_t count = int64_t(groups[k].members.size());
+    // The group's storage from its base on: its members are views of one
+    // allocation that the base handle keeps alive.
+    const Tensor& base = *groups[k].base;
+    const Tensor x = Tensor::borrow(base.data<float>(), {spans[k]}, base.device());
+    kernels::sum_squares_ranges(ctx, x, dev_ranges.view(2 * first, {2 * count}),
+                                sums.view(first, {count}));
     first += count;
   }
   const Tensor host = kernels::to_host(ctx, sums);

@@ -8,7 +8,7 @@
 
 #include "trident/core/error.hpp"
 #include "trident/kernels/backend.hpp"
-#include "trident/kernels/ops.hpp"
+#include "trident/kernels/functional.hpp"
 #include "trident/kernels/tensor_ops.hpp"
 #include "trident/model/blocks.hpp"
 #include "trident/parallel/dp/grad_reduce.hpp"
@@ -64,7 +64,7 @@ Trainer::Trainer(const Config& cfg, TrainComms comms) : cfg_(cfg), comms_(comms)
   store_ = std::make_unique<ParamStore>(
       stage_->params(), device_->allocator(),
       [&ctx](Tensor& dst, const Tensor& src) { kernels::copy(ctx, dst, src); },
-      [&ctx](Tensor& dst, float value) { kernels::fill(ctx, dst.ptr(), dst.numel(), value); },
+      [&ctx](Tensor& dst, float value) { kernels::fill(ctx, dst, value); },
       dp::GradSync::store_multiples(sharded, comms_.dpcp, comms_.expert_replica));
   grads_ = std::make_unique<dp::GradSync>(*store_, sharded, comms_.dpcp, comms_.expert_replica);
   const dp::Sharding& sharding = grads_->sharding();
@@ -91,7 +91,7 @@ void Trainer::before_bucket_reduce(const std::vector<Param*>& params) {
   const auto all = stage_->params();
   if (bucket_step_ == fault_.nan_at && !all.empty() &&
       std::find(params.begin(), params.end(), all.front()) != params.end())
-    kernels::fill(device_->ctx(), all.front()->grad.ptr(), 1,
+    kernels::fill(device_->ctx(), all.front()->grad.view(0, {1}),
                   std::numeric_limits<float>::quiet_NaN());
   const int n_layers = cfg_.model.n_layers;
   const int i = first_nonfinite_gradient(device_->ctx(), params, n_layers);
@@ -108,7 +108,7 @@ void Trainer::compute_gradients(int64_t step, const model::CaptureRequest* captu
   const int64_t n_seq = samples_per_step();
   const double n_targets = double(std::max<int64_t>(1, data_->targets_in_batch(step, n_seq)));
   Tensor grads = store_->grads();
-  kernels::fill(device_->ctx(), grads.ptr(), grads.numel(), 0.0f);
+  kernels::fill(device_->ctx(), grads, 0.0f);
   times_ = StepTimes{};  // this run's phases (a verified step's re-run has its own)
   {
     PhaseClock clock(times_.phase[int(Phase::data)], counters());
@@ -133,7 +133,7 @@ void Trainer::compute_gradients(int64_t step, const model::CaptureRequest* captu
                                a.t_begin_s, a.t_begin_s + a.compute_s});
   if (step == fault_.nan_at && !stage_->params().empty() &&
       !(bucketed && grads_->buckets()->holds(stage_->params().front())))
-    kernels::fill(device_->ctx(), stage_->params().front()->grad.ptr(), 1,
+    kernels::fill(device_->ctx(), stage_->params().front()->grad.view(0, {1}),
                   std::numeric_limits<float>::quiet_NaN());
 }
 

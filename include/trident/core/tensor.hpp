@@ -25,13 +25,12 @@
 namespace trident {
 
 // One allocation of one device, freed into its allocator with the last
-// Tensor that refers to it.
+// Tensor that refers to it; or memory borrowed from its owner (no
+// allocator: never freed here, counted where it was allocated).
 class Storage {
  public:
   Storage(Allocator& alloc, size_t bytes);
-  // Memory the storage does not own (a caller's buffer, a shared window):
-  // nothing is freed and no allocator counts it.
-  Storage(void* data, size_t bytes, Device device);
+  Storage(void* borrowed, size_t bytes, Device device);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -41,10 +40,10 @@ class Storage {
   Device device() const { return alloc_ ? alloc_->device() : device_; }
 
  private:
-  Allocator* alloc_;  // nullptr: borrowed memory
-  Device device_{};
+  Allocator* alloc_;
   size_t bytes_;
   void* ptr_;
+  Device device_;
 };
 
 template <class T>
@@ -79,10 +78,14 @@ class Tensor {
   static Tensor empty(std::vector<int64_t> shape, Allocator& alloc = cpu_allocator(),
                       DType dtype = DType::f32);
 
-  // A tensor over `shape` elements of `dtype` at `data` on `device`, memory
-  // it does not own (a caller's buffer, a shared window): the caller keeps
-  // it alive, and writable when the tensor is written, while it is used.
-  static Tensor borrow(void* data, std::vector<int64_t> shape, DType dtype, Device device);
+  // A tensor over memory its caller owns and keeps alive while the tensor
+  // (and every view of it) is in use: `shape` elements of `dtype` at `data`
+  // on `device`. Nothing is allocated, copied, counted or freed. For callers
+  // that hold raw buffers (tests, benches, a pointer API's adapter) and hand
+  // them to tensor code; a tensor op may write the elements, so a read-only
+  // buffer must only be passed where the op reads.
+  static Tensor borrow(void* data, std::vector<int64_t> shape, Device device,
+                       DType dtype = DType::f32);
 
   // A new host tensor with the same shape, dtype and elements (host only).
   Tensor clone() const;

@@ -80,6 +80,13 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const Tensor& q, con
                         const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& dout,
                         const Tensor& dq, const Tensor& dk, const Tensor& dv);
 
+// Continues an attention forward over a further key set (the ring's LSE
+// merge): on entry (out, lse) hold the attention over earlier keys (lse =
+// -inf and out = 0 for rows that saw none yet), on return over those and
+// this call's k, v (attention.hpp's attention_forward_resume).
+void attention_forward_resume(const Ctx& ctx, const AttnShape& s, const Tensor& q, const Tensor& k,
+                              const Tensor& v, const Tensor& out, const Tensor& lse);
+
 // ---- AdamW on one parameter (p, g, m, v f32 of one numel) ----
 void adamw_step(const Ctx& ctx, const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                 const AdamWHyper& h, int64_t step, float grad_scale, bool decay);
@@ -88,6 +95,12 @@ void adamw_step(const Ctx& ctx, const Tensor& p, const Tensor& g, const Tensor& 
 void add_inplace(const Ctx& ctx, const Tensor& y, const Tensor& x);  // y += x
 void fill(const Ctx& ctx, const Tensor& x, float value);
 double sum_squares(const Ctx& ctx, const Tensor& x);
+// sums[k] (f64) = the sum of squares of x[ranges[2k]] .. x[ranges[2k+1] - 1]
+// for k < sums.numel(); ranges i64 [2 * sums.numel()], every tensor on
+// ctx.device, so a device sums every range without a host wait (ops.hpp's
+// sum_squares_ranges: finite exactly when the range's elements are). The
+// ranges are not checked against x here (they live on the device).
+void sum_squares_ranges(const Ctx& ctx, const Tensor& x, const Tensor& ranges, const Tensor& sums);
 
 // ==== MoE and router ====
 // The permutation of token rows by a dispatch plan's index data and the

@@ -29,8 +29,7 @@
 #include <limits>
 
 #include "trident/core/error.hpp"
-#include "trident/kernels/attention.hpp"
-#include "trident/kernels/ops.hpp"
+#include "trident/kernels/functional.hpp"
 #include "trident/kernels/tensor_ops.hpp"
 #include "trident/parallel/cp/config_rules.hpp"
 
@@ -341,12 +340,31 @@ void RingAttention::load_docs(const LocalDocs& docs) {
   cur_docs_dev_ptr_ = own_docs_dev_;
 }
 
-void RingAttention::load_kv(const float* k, const float* v, size_t nkv) {
-  block_floats_ = 2 * int64_t(nkv);
+namespace {
+// n elements of t from offset (a flat view: one run of tokens of a buffer).
+Tensor span(const Tensor& t, int64_t offset, int64_t n) { return t.view(offset, {n}); }
+}  // namespace
+
+Tensor RingAttention::borrowed(const float* buf, int64_t n) const {
+  // Only the ring's outputs are written; an input's buffer is only read.
+  return Tensor::borrow(const_cast<float*>(buf), {n}, ctx_.device);
+}
+
+void RingAttention::check_io(const char* what, const Tensor& t, int64_t n) const {
+  TRIDENT_CHECK(t.numel() == n && t.dtype() == DType::f32 && t.device() == ctx_.device,
+                std::string("RingAttention: ") + what + " " + t.shape_str() + " " +
+                    dtype_name(t.dtype()) + " on " + t.device().str() + " should be " +
+                    std::to_string(n) + " f32 on " + ctx_.device.str());
+}
+
+void RingAttention::load_kv(const Tensor& k, const Tensor& v) {
+  const int64_t nkv = k.numel();
+  block_floats_ = 2 * nkv;
   kernels::reserve(ctx_, buf_.cur, block_floats_);
   if (comm_) kernels::reserve(ctx_, buf_.nxt, block_floats_);
-  kernels::copy(ctx_, buf_.cur.ptr(), k, int64_t(nkv));
-  kernels::copy(ctx_, buf_.cur.ptr() + nkv, v, int64_t(nkv));
+  Tensor k_dst = span(buf_.cur, 0, nkv), v_dst = span(buf_.cur, nkv, nkv);
+  kernels::copy(ctx_, k_dst, span(k, 0, nkv));
+  kernels::copy(ctx_, v_dst, span(v, 0, nkv));
 }
 
 RingAttention::KvTransfer RingAttention::post_kv(int step) {
@@ -387,15 +405,32 @@ void RingAttention::take_kv(int step, KvTransfer& t) {
   }
 }
 
+void RingAttention::check_call(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                               const Tensor& lse, int H, int Hkv, int D) const {
+  const int64_t T = local_tokens_;
+  check_io("q", q, T * H * D);
+  check_io("k", k, T * Hkv * D);
+  check_io("v", v, T * Hkv * D);
+  check_io("out", out, T * H * D);
+  check_io("lse", lse, T * H);
+}
+
 void RingAttention::forward(const float* q, const float* k, const float* v, int H, int Hkv, int D,
                             float* out, float* lse, const LocalDocs& docs) {
-  const int64_t T = local_tokens_;
-  const size_t nq = size_t(T) * H * D, nkv = size_t(T) * Hkv * D;
+  const int64_t T = local_tokens_, nq = T * H * D, nkv = T * Hkv * D;
+  forward(borrowed(q, nq), borrowed(k, nkv), borrowed(v, nkv), H, Hkv, D, borrowed(out, nq),
+          borrowed(lse, T * H), docs);
+}
+
+void RingAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, int H, int Hkv,
+                            int D, const Tensor& out, const Tensor& lse, const LocalDocs& docs) {
+  check_call(q, k, v, out, lse, H, Hkv, D);
+  const int64_t T = local_tokens_, nkv = k.numel();
   // Double buffer of [K | V]: one in compute, one arriving.
-  load_kv(k, v, nkv);
+  load_kv(k, v);
   load_docs(docs);
-  kernels::fill(ctx_, out, int64_t(nq), 0.0f);
-  kernels::fill(ctx_, lse, T * H, -std::numeric_limits<float>::infinity());
+  kernels::fill(ctx_, out, 0.0f);
+  kernels::fill(ctx_, lse, -std::numeric_limits<float>::infinity());
   kernels::AttnShape probe{T, T, H, Hkv, D, 1.0f, causal_, 0, 0};
   note_workspace(buf_.cur.bytes() + buf_.nxt.bytes() +
                  kernels::attention_workspace_bytes(probe, false));
@@ -406,22 +441,23 @@ void RingAttention::forward(const float* q, const float* k, const float* v, int 
   for (int step = 0; step < cp_size_; ++step) {
     KvTransfer kv = post_kv(step);
     {
-      ComputeSpan span(sink_, "ring.forward", step);
-      const float* cur = buf_.cur.ptr();
+      ComputeSpan span_of_step(sink_, "ring.forward", step);
+      const Tensor cur = buf_.cur;
       for_each_pair((*call_runs_)[size_t(source_rank(step))], (*call_runs_)[size_t(cp_rank_)],
                     shapes,
                     [&](const TokenRun& qr, const TokenRun& kr, const kernels::AttnShape& s,
                         const kernels::AttnShape& host, int64_t pairs) {
-                      const int64_t qo = qr.local_offset, ko = kr.local_offset;
+                      const int64_t qo = qr.local_offset * H * D, ko = kr.local_offset * Hkv * D;
+                      const int64_t nqt = qr.length * H * D, nkt = kr.length * Hkv * D;
                       // Merges into (out, lse) as it goes: the LSE merge is the kernel's
                       // online softmax continued from the keys of earlier pairs and steps.
-                      kernels::attention_forward_resume(ctx_, s, q + qo * H * D, cur + ko * Hkv * D,
-                                                        cur + nkv + ko * Hkv * D, out + qo * H * D,
-                                                        lse + qo * H);
-                      if (sink_) span.flops += call_flops(host, pairs, false);
+                      kernels::attention_forward_resume(
+                          ctx_, s, span(q, qo, nqt), span(cur, ko, nkt), span(cur, nkv + ko, nkt),
+                          span(out, qo, nqt), span(lse, qr.local_offset * H, qr.length * H));
+                      if (sink_) span_of_step.flops += call_flops(host, pairs, false);
                     },
                     [&] {
-                      span.drive_progress(comm_, {&kv.recv, &kv.send});
+                      span_of_step.drive_progress(comm_, {&kv.recv, &kv.send});
                     });
     }
     take_kv(step, kv);
@@ -439,8 +475,8 @@ void RingAttention::pass_dkv(int step, bool touched, Request& dkv_send, Request&
     timed_wait(dkv_recv);  // the block's accumulator from the left neighbour
     timed_wait(dkv_send);  // the previous one has left: its buffer is free
     if (touched) {         // a step without a visible pair adds nothing
-      ComputeSpan span(sink_, "ring.backward", step);
-      kernels::add_inplace(ctx_, arriving.ptr(), partial.ptr(), block_floats_);
+      ComputeSpan sum_span(sink_, "ring.backward", step);
+      kernels::add_inplace(ctx_, span(arriving, 0, block_floats_), span(partial, 0, block_floats_));
     }
     std::swap(sending, arriving);
   }
@@ -456,9 +492,23 @@ void RingAttention::pass_dkv(int step, bool touched, Request& dkv_send, Request&
 void RingAttention::backward(const float* q, const float* k, const float* v, const float* out,
                              const float* lse, const float* dout, int H, int Hkv, int D, float* dq,
                              float* dk, float* dv, const LocalDocs& docs) {
-  const int64_t T = local_tokens_;
-  const size_t nq = size_t(T) * H * D, nkv = size_t(T) * Hkv * D;
-  load_kv(k, v, nkv);
+  const int64_t T = local_tokens_, nq = T * H * D, nkv = T * Hkv * D;
+  backward(borrowed(q, nq), borrowed(k, nkv), borrowed(v, nkv), borrowed(out, nq),
+           borrowed(lse, T * H), borrowed(dout, nq), H, Hkv, D, borrowed(dq, nq), borrowed(dk, nkv),
+           borrowed(dv, nkv), docs);
+}
+
+void RingAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                             const Tensor& lse, const Tensor& dout, int H, int Hkv, int D,
+                             const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                             const LocalDocs& docs) {
+  check_call(q, k, v, out, lse, H, Hkv, D);
+  check_io("dout", dout, q.numel());
+  check_io("dq", dq, q.numel());
+  check_io("dk", dk, k.numel());
+  check_io("dv", dv, v.numel());
+  const int64_t T = local_tokens_, nkv = k.numel();
+  load_kv(k, v);
   load_docs(docs);
   // [dK | dV]: the partial of the current step, the accumulator being sent
   // on, and the one arriving.
@@ -468,7 +518,7 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
     kernels::reserve(ctx_, buf_.sending, block_floats_);
     kernels::reserve(ctx_, buf_.arriving, block_floats_);
   }
-  kernels::fill(ctx_, dq, int64_t(nq), 0.0f);
+  kernels::fill(ctx_, dq, 0.0f);
   kernels::AttnShape probe{T, T, H, Hkv, D, 1.0f, causal_, 0, 0};
   note_workspace(buf_.cur.bytes() + buf_.nxt.bytes() + partial.bytes() + buf_.sending.bytes() +
                  buf_.arriving.bytes() + kernels::attention_workspace_bytes(probe, true));
@@ -485,25 +535,28 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
     // accumulator's journey).
     bool touched = false;
     {
-      ComputeSpan span(sink_, "ring.backward", step);
-      const float* cur = buf_.cur.ptr();
+      ComputeSpan span_of_step(sink_, "ring.backward", step);
+      const Tensor cur = buf_.cur;
       for_each_pair(
           (*call_runs_)[size_t(source_rank(step))], (*call_runs_)[size_t(cp_rank_)], shapes,
           [&](const TokenRun& qr, const TokenRun& kr, const kernels::AttnShape& s,
               const kernels::AttnShape& host, int64_t pairs) {
             const int64_t qo = qr.local_offset * H * D, ko = kr.local_offset * Hkv * D;
-            if (!touched) kernels::fill(ctx_, partial.ptr(), block_floats_, 0.0f);
+            const int64_t nqt = qr.length * H * D, nkt = kr.length * Hkv * D;
+            if (!touched) kernels::fill(ctx_, span(partial, 0, block_floats_), 0.0f);
             touched = true;
-            kernels::attention_backward(ctx_, s, q + qo, cur + ko, cur + nkv + ko, out + qo,
-                                        lse + qr.local_offset * H, dout + qo, dq + qo,
-                                        partial.ptr() + ko, partial.ptr() + nkv + ko);
-            if (sink_) span.flops += call_flops(host, pairs, true);
+            kernels::attention_backward(ctx_, s, span(q, qo, nqt), span(cur, ko, nkt),
+                                        span(cur, nkv + ko, nkt), span(out, qo, nqt),
+                                        span(lse, qr.local_offset * H, qr.length * H),
+                                        span(dout, qo, nqt), span(dq, qo, nqt),
+                                        span(partial, ko, nkt), span(partial, nkv + ko, nkt));
+            if (sink_) span_of_step.flops += call_flops(host, pairs, true);
           },
           // The previous step's dK/dV accumulator is in flight too.
           [&] {
-            span.drive_progress(comm_, {&kv.recv, &kv.send, &dkv_recv, &dkv_send});
+            span_of_step.drive_progress(comm_, {&kv.recv, &kv.send, &dkv_recv, &dkv_send});
           });
-      if (!touched && step == 0) kernels::fill(ctx_, partial.ptr(), block_floats_, 0.0f);
+      if (!touched && step == 0) kernels::fill(ctx_, span(partial, 0, block_floats_), 0.0f);
     }
     if (comm_) pass_dkv(step, touched, dkv_send, dkv_recv);
     take_kv(step, kv);
@@ -513,8 +566,9 @@ void RingAttention::backward(const float* q, const float* k, const float* v, con
     timed_wait(dkv_recv);
     timed_wait(dkv_send);
   }
-  kernels::copy(ctx_, dk, own.ptr(), int64_t(nkv));
-  kernels::copy(ctx_, dv, own.ptr() + nkv, int64_t(nkv));
+  Tensor dk_out = dk, dv_out = dv;
+  kernels::copy(ctx_, dk_out, span(own, 0, nkv));
+  kernels::copy(ctx_, dv_out, span(own, nkv, nkv));
   count("ring.calls", 1);
 }
 

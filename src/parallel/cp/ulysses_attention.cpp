@@ -12,7 +12,7 @@
 #include "trident/parallel/cp/ulysses_attention.hpp"
 
 #include "trident/core/error.hpp"
-#include "trident/kernels/ops.hpp"
+#include "trident/kernels/functional.hpp"
 #include "trident/kernels/tensor_ops.hpp"
 #include "trident/parallel/cp/config_rules.hpp"
 
@@ -115,93 +115,132 @@ void UlyssesAttention::exchange(const float* send, float* recv, int64_t per_peer
   if (sink_) sink_->add("ulysses.bytes_sent", double(per_peer) * (u_ - 1) * sizeof(float));
 }
 
+namespace {
+// n elements of t from offset (one token's heads, one peer's block).
+Tensor span(const Tensor& t, int64_t offset, int64_t n) { return t.view(offset, {n}); }
+}  // namespace
+
+Tensor UlyssesAttention::borrowed(const float* buf, int64_t n) const {
+  // Only the outputs are written; an input's buffer is only read.
+  return Tensor::borrow(const_cast<float*>(buf), {n}, ctx_.device);
+}
+
 template <typename First>
-void UlyssesAttention::to_heads(const float* x, int hx, int n, int w, First first, Tensor& dst) {
-  prof::Span span{"ulysses.alltoall"};
-  span.t_begin_s = sink_ ? now_s() : 0;
+void UlyssesAttention::to_heads(const Tensor& x, int hx, int n, int w, First first, Tensor& dst) {
+  prof::Span span_of_call{"ulysses.alltoall"};
+  span_of_call.t_begin_s = sink_ ? now_s() : 0;
   const int64_t row = int64_t(n) * w, per_peer = tl_ * row;
+  TRIDENT_CHECK(x.numel() == tl_ * hx * w && x.dtype() == DType::f32,
+                "UlyssesAttention: an input " + x.shape_str() + " " + dtype_name(x.dtype()) +
+                    " should be " + std::to_string(tl_ * hx * w) + " f32");
   kernels::reserve(ctx_, buf_.pack, u_ * per_peer);
   kernels::reserve(ctx_, dst, u_ * per_peer);
   for (int d = 0; d < u_; ++d) {
     const int64_t h0 = first(d);
-    for (int64_t t = 0; t < tl_; ++t)
-      kernels::copy(ctx_, buf_.pack.ptr() + d * per_peer + t * row, x + (t * hx + h0) * w, row);
+    for (int64_t t = 0; t < tl_; ++t) {
+      Tensor to = span(buf_.pack, d * per_peer + t * row, row);
+      kernels::copy(ctx_, to, span(x, (t * hx + h0) * w, row));
+    }
   }
   exchange(buf_.pack.ptr(), dst.ptr(), per_peer);
   if (sink_) {
-    span.t_end_s = now_s();
-    sink_->span(span);
+    span_of_call.t_end_s = now_s();
+    sink_->span(span_of_call);
   }
 }
 
 template <typename First>
-void UlyssesAttention::to_tokens(const float* y, int hx, int n, int w, First first, bool sum,
-                                 float* x) {
-  prof::Span span{"ulysses.alltoall"};
-  span.t_begin_s = sink_ ? now_s() : 0;
+void UlyssesAttention::to_tokens(const Tensor& y, int hx, int n, int w, First first, bool sum,
+                                 const Tensor& x) {
+  prof::Span span_of_call{"ulysses.alltoall"};
+  span_of_call.t_begin_s = sink_ ? now_s() : 0;
   const int64_t row = int64_t(n) * w, per_peer = tl_ * row;
+  TRIDENT_CHECK(x.numel() == tl_ * hx * w && x.dtype() == DType::f32,
+                "UlyssesAttention: an output " + x.shape_str() + " " + dtype_name(x.dtype()) +
+                    " should be " + std::to_string(tl_ * hx * w) + " f32");
   kernels::reserve(ctx_, buf_.unpack, u_ * per_peer);
-  exchange(y, buf_.unpack.ptr(), per_peer);
-  if (sum) kernels::fill(ctx_, x, tl_ * hx * w, 0.0f);
+  exchange(y.ptr(), buf_.unpack.ptr(), per_peer);
+  if (sum) kernels::fill(ctx_, x, 0.0f);
   for (int s = 0; s < u_; ++s) {
     const int64_t h0 = first(s);
-    const float* src = buf_.unpack.ptr() + s * per_peer;
     for (int64_t t = 0; t < tl_; ++t) {
+      Tensor to = span(x, (t * hx + h0) * w, row);
+      const Tensor from = span(buf_.unpack, s * per_peer + t * row, row);
       if (sum)
-        kernels::add_inplace(ctx_, x + (t * hx + h0) * w, src + t * row, row);
+        kernels::add_inplace(ctx_, to, from);
       else
-        kernels::copy(ctx_, x + (t * hx + h0) * w, src + t * row, row);
+        kernels::copy(ctx_, to, from);
     }
   }
   if (sink_) {
-    span.t_end_s = now_s();
-    sink_->span(span);
+    span_of_call.t_end_s = now_s();
+    sink_->span(span_of_call);
   }
 }
 
 void UlyssesAttention::forward(const float* q, const float* k, const float* v, float* out,
                                float* lse, const LocalDocs& docs) {
+  const int64_t nq = tl_ * H_ * D_, nkv = tl_ * Hkv_ * D_;
+  forward(borrowed(q, nq), borrowed(k, nkv), borrowed(v, nkv), borrowed(out, nq),
+          borrowed(lse, tl_ * H_), docs);
+}
+
+void UlyssesAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                               const Tensor& lse, const LocalDocs& docs) {
   connect();
   const LocalDocs gdocs = group_docs(docs);
   auto qh = [this](int d) { return d * hq_; };
   auto kvh = [this](int d) { return kv_first(d); };
+  const int64_t nq = u_ * tl_ * hq_ * D_, nkv = u_ * tl_ * hkv_local_ * D_;
   to_heads(q, H_, hq_, D_, qh, buf_.q);
   to_heads(k, Hkv_, hkv_local_, D_, kvh, buf_.k);
   to_heads(v, Hkv_, hkv_local_, D_, kvh, buf_.v);
-  kernels::reserve(ctx_, buf_.out, u_ * tl_ * hq_ * D_);
+  kernels::reserve(ctx_, buf_.out, nq);
   kernels::reserve(ctx_, buf_.lse, u_ * tl_ * hq_);
-  ring_->forward(buf_.q.ptr(), buf_.k.ptr(), buf_.v.ptr(), hq_, hkv_local_, D_, buf_.out.ptr(),
-                 buf_.lse.ptr(), gdocs);
-  to_tokens(buf_.out.ptr(), H_, hq_, D_, qh, false, out);
-  to_tokens(buf_.lse.ptr(), H_, hq_, 1, qh, false, lse);
+  ring_->forward(span(buf_.q, 0, nq), span(buf_.k, 0, nkv), span(buf_.v, 0, nkv), hq_, hkv_local_,
+                 D_, span(buf_.out, 0, nq), span(buf_.lse, 0, u_ * tl_ * hq_), gdocs);
+  to_tokens(buf_.out, H_, hq_, D_, qh, false, out);
+  to_tokens(buf_.lse, H_, hq_, 1, qh, false, lse);
   note_workspace();
 }
 
 void UlyssesAttention::backward(const float* q, const float* k, const float* v, const float* out,
                                 const float* lse, const float* dout, float* dq, float* dk,
                                 float* dv, const LocalDocs& docs) {
+  const int64_t nq = tl_ * H_ * D_, nkv = tl_ * Hkv_ * D_;
+  backward(borrowed(q, nq), borrowed(k, nkv), borrowed(v, nkv), borrowed(out, nq),
+           borrowed(lse, tl_ * H_), borrowed(dout, nq), borrowed(dq, nq), borrowed(dk, nkv),
+           borrowed(dv, nkv), docs);
+}
+
+void UlyssesAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Tensor& out, const Tensor& lse, const Tensor& dout,
+                                const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                const LocalDocs& docs) {
   connect();
   const LocalDocs gdocs = group_docs(docs);
   auto qh = [this](int d) { return d * hq_; };
   auto kvh = [this](int d) { return kv_first(d); };
+  const int64_t nq = u_ * tl_ * hq_ * D_, nkv = u_ * tl_ * hkv_local_ * D_, nl = u_ * tl_ * hq_;
   to_heads(q, H_, hq_, D_, qh, buf_.q);
   to_heads(k, Hkv_, hkv_local_, D_, kvh, buf_.k);
   to_heads(v, Hkv_, hkv_local_, D_, kvh, buf_.v);
   to_heads(out, H_, hq_, D_, qh, buf_.out);
   to_heads(lse, H_, hq_, 1, qh, buf_.lse);
   to_heads(dout, H_, hq_, D_, qh, buf_.dout);
-  kernels::reserve(ctx_, buf_.dq, u_ * tl_ * hq_ * D_);
-  kernels::reserve(ctx_, buf_.dk, u_ * tl_ * hkv_local_ * D_);
-  kernels::reserve(ctx_, buf_.dv, u_ * tl_ * hkv_local_ * D_);
-  ring_->backward(buf_.q.ptr(), buf_.k.ptr(), buf_.v.ptr(), buf_.out.ptr(), buf_.lse.ptr(),
-                  buf_.dout.ptr(), hq_, hkv_local_, D_, buf_.dq.ptr(), buf_.dk.ptr(), buf_.dv.ptr(),
-                  gdocs);
+  kernels::reserve(ctx_, buf_.dq, nq);
+  kernels::reserve(ctx_, buf_.dk, nkv);
+  kernels::reserve(ctx_, buf_.dv, nkv);
+  ring_->backward(span(buf_.q, 0, nq), span(buf_.k, 0, nkv), span(buf_.v, 0, nkv),
+                  span(buf_.out, 0, nq), span(buf_.lse, 0, nl), span(buf_.dout, 0, nq), hq_,
+                  hkv_local_, D_, span(buf_.dq, 0, nq), span(buf_.dk, 0, nkv),
+                  span(buf_.dv, 0, nkv), gdocs);
   // K/V heads replicated on several ranks (u > n_kv_heads): their gradient
   // is the sum of every holder's part.
   const bool replicated = hkv_local_ * u_ > Hkv_;
-  to_tokens(buf_.dq.ptr(), H_, hq_, D_, qh, false, dq);
-  to_tokens(buf_.dk.ptr(), Hkv_, hkv_local_, D_, kvh, replicated, dk);
-  to_tokens(buf_.dv.ptr(), Hkv_, hkv_local_, D_, kvh, replicated, dv);
+  to_tokens(buf_.dq, H_, hq_, D_, qh, false, dq);
+  to_tokens(buf_.dk, Hkv_, hkv_local_, D_, kvh, replicated, dk);
+  to_tokens(buf_.dv, Hkv_, hkv_local_, D_, kvh, replicated, dv);
   note_workspace();
 }
 

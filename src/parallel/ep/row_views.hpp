@@ -20,7 +20,7 @@ inline Tensor view_of(const kernels::Ctx& ctx, const void* p, std::vector<int64_
                       DType dtype = DType::f32) {
   const Device where =
       ctx.device.is_emulated() && p && !emulated::contains(p) ? Device::cpu() : ctx.device;
-  return Tensor::borrow(const_cast<void*>(p), std::move(shape), dtype, where);
+  return Tensor::borrow(const_cast<void*>(p), std::move(shape), where, dtype);
 }
 
 // rows x d f32 at p.

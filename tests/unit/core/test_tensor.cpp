@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "trident/core/error.hpp"
 #include "trident/core/rng.hpp"
@@ -52,6 +53,26 @@ TEST_CASE("copies share storage; the last handle frees it into its allocator") {
   }
   CHECK(a.bytes_in_use() == 0);
   CHECK(a.peak_bytes() == (32 + 3) * sizeof(float));
+}
+
+TEST_CASE("a borrowed tensor views its caller's memory and never frees it") {
+  std::vector<float> owned(12, 0.0f);
+  const size_t in_use = cpu_allocator().bytes_in_use();
+  {
+    Tensor t = Tensor::borrow(owned.data(), {3, 4}, Device::emulated());
+    CHECK(cpu_allocator().bytes_in_use() == in_use);  // nothing allocated
+    CHECK(t.numel() == 12);
+    CHECK(t.device().is_emulated());
+    CHECK(t.data<float>() == owned.data());
+    const Tensor row = Tensor::borrow(owned.data(), {3, 4}, Device::cpu()).rows(1, 2);
+    row.values()[3] = 5.0f;  // a view of it writes the caller's elements
+    CHECK(owned[7] == 5.0f);
+    CHECK_THROWS_WITH(Tensor::borrow(nullptr, {2}, Device::cpu()),
+                      Catch::Contains("Tensor::borrow: null data"));
+    CHECK(Tensor::borrow(nullptr, {0}, Device::cpu()).empty());
+  }
+  CHECK(cpu_allocator().bytes_in_use() == in_use);
+  CHECK(owned[7] == 5.0f);  // the last handle left the memory alone
 }
 
 TEST_CASE("clone copies the elements into new storage") {

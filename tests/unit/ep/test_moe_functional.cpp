@@ -219,12 +219,12 @@ TEST_CASE("MoE and router ops name the op and the tensor that is wrong", "[moe]"
 TEST_CASE("a borrowed tensor writes the caller's memory and frees nothing", "[moe]") {
   std::vector<float> mine(6, 1.0f);
   {
-    const Tensor t = Tensor::borrow(mine.data(), {2, 3}, DType::f32, Device::cpu());
+    const Tensor t = Tensor::borrow(mine.data(), {2, 3}, Device::cpu(), DType::f32);
     kernels::fill(kCpu, t.rows(1, 2), 4.0f);
     CHECK(t.device() == Device::cpu());
   }  // the tensor goes; the vector still owns its memory (ASan would see a double free)
   CHECK(mine == std::vector<float>{1, 1, 1, 4, 4, 4});
-  CHECK(Tensor::borrow(nullptr, {0, 3}, DType::f32, Device::cpu()).empty());
-  CHECK_THROWS_WITH(Tensor::borrow(nullptr, {2}, DType::f32, Device::cpu()),
+  CHECK(Tensor::borrow(nullptr, {0, 3}, Device::cpu(), DType::f32).empty());
+  CHECK_THROWS_WITH(Tensor::borrow(nullptr, {2}, Device::cpu(), DType::f32),
                     Catch::Contains("Tensor::borrow"));
 }

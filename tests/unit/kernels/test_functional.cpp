@@ -194,3 +194,49 @@ TEST_CASE("tensor ops name the tensor that breaks their contract", "[functional]
   REQUIRE_THROWS_WITH(kernels::add_inplace(ctx, Tensor({32}), idx),
                       Catch::Contains("x [32] i32 should be float data (f32 or bf16)"));
 }
+
+TEST_CASE("the ring's resume and the step guard's range sums as tensor ops", "[functional]") {
+  const auto& ctx = test::kernel_ctx();
+  // Two key sets: a forward over the first, resumed over the second, equals
+  // the pointer form bit for bit (the ring's per-step LSE merge).
+  kernels::AttnShape s;
+  s.Tq = 21, s.Tk = 13, s.H = 4, s.Hkv = 2, s.D = 8;
+  s.scale = 1.0f / std::sqrt(8.0f);
+  s.causal = true, s.q_pos0 = 13, s.k_pos0 = 0;
+  Tensor q = randn({s.Tq, s.H, s.D}, 21), k = randn({s.Tk, s.Hkv, s.D}, 22),
+         v = randn({s.Tk, s.Hkv, s.D}, 23);
+  Tensor o1({s.Tq, s.H, s.D}), l1({s.Tq, s.H}), o2({s.Tq, s.H, s.D}), l2({s.Tq, s.H});
+  kernels::attention_forward(ctx, s, q, k, v, o1, l1);
+  kernels::attention_forward(ctx, s, q, k, v, o2, l2);
+  kernels::AttnShape later = s;
+  later.k_pos0 = 13, later.Tk = 21;
+  Tensor k2 = randn({later.Tk, s.Hkv, s.D}, 24), v2 = randn({later.Tk, s.Hkv, s.D}, 25);
+  kernels::attention_forward_resume(ctx, later, q, k2, v2, o1, l1);
+  kernels::attention_forward_resume(ctx, later, q.ptr(), k2.ptr(), v2.ptr(), o2.ptr(), l2.ptr());
+  REQUIRE(std::memcmp(o1.ptr(), o2.ptr(), o1.bytes()) == 0);
+  REQUIRE(std::memcmp(l1.ptr(), l2.ptr(), l1.bytes()) == 0);
+  REQUIRE_THROWS_WITH(
+      kernels::attention_forward_resume(ctx, later, q, k, v2, o1, l1),
+      Catch::Contains("attention_forward_resume: k [13, 2, 8] f32 should hold 336 elements"));
+
+  // Range sums into f64, from i64 ranges: the pointer form's, and a bf16 x
+  // staged to f32 sums what its f32 widening sums.
+  Tensor x = randn({50}, 26);
+  Tensor ranges = Tensor::empty({6}, cpu_allocator(), DType::i64);
+  const int64_t r[] = {0, 10, 10, 10, 12, 50};
+  std::memcpy(ranges.data<int64_t>(), r, sizeof r);
+  Tensor sums = Tensor::empty({3}, cpu_allocator(), DType::f64);
+  std::vector<double> want(3);
+  kernels::sum_squares_ranges(ctx, x, ranges, sums);
+  kernels::sum_squares_ranges(ctx, x.ptr(), ranges.data<int64_t>(), 3, want.data());
+  for (int i = 0; i < 3; ++i) REQUIRE(sums.data<double>()[i] == want[size_t(i)]);
+  REQUIRE(sums.data<double>()[1] == 0.0);
+  Tensor xb = to_bf16_tensor(x);
+  kernels::sum_squares_ranges(ctx, xb, ranges, sums);
+  kernels::sum_squares_ranges(ctx, to_f32_tensor(xb).ptr(), ranges.data<int64_t>(), 3, want.data());
+  for (int i = 0; i < 3; ++i) REQUIRE(sums.data<double>()[i] == want[size_t(i)]);
+  REQUIRE_THROWS_WITH(kernels::sum_squares_ranges(ctx, x, ranges, Tensor({3})),
+                      Catch::Contains("sums [3] f32 should be f64"));
+  REQUIRE_THROWS_WITH(kernels::sum_squares_ranges(ctx, x, ranges.view(0, {4}), sums),
+                      Catch::Contains("ranges [4] i64 should hold 6 elements"));
+}

@@ -132,10 +132,20 @@ class RingAttention {
   // visible pair (documents, causal order, window) is skipped entirely.
   // Every rank of the group passes docs, or none does; docs.layout replaces
   // the ring's layout for this call.
-  void forward(const float* q, const float* k, const float* v, int H, int Hkv, int D, float* out,
-               float* lse, const LocalDocs& docs = {});
+  // Every tensor is f32 on the ring's device with the numel of its shape
+  // above; the kernels run as tensor ops (kernels/functional.hpp).
+  void forward(const Tensor& q, const Tensor& k, const Tensor& v, int H, int Hkv, int D,
+               const Tensor& out, const Tensor& lse, const LocalDocs& docs = {});
   // Gradients given the forward's out and lse. dq, dk, dv are OVERWRITTEN
   // (unlike the kernel's, which accumulate). Collective over the CP group.
+  void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                const Tensor& lse, const Tensor& dout, int H, int Hkv, int D, const Tensor& dq,
+                const Tensor& dk, const Tensor& dv, const LocalDocs& docs = {});
+  // The same on raw buffers of the ring's device (callers that hold plain
+  // arrays: tests, benches): each is borrowed as a tensor (Tensor::borrow)
+  // for the call, nothing is copied.
+  void forward(const float* q, const float* k, const float* v, int H, int Hkv, int D, float* out,
+               float* lse, const LocalDocs& docs = {});
   void backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
                 const float* dout, int H, int Hkv, int D, float* dq, float* dk, float* dv,
                 const LocalDocs& docs = {});
@@ -161,7 +171,13 @@ class RingAttention {
     Request send, recv;
     Request doc_send, doc_recv;  // the block's document ids (host memory, host communicator)
   };
-  void load_kv(const float* k, const float* v, size_t nkv);
+  void load_kv(const Tensor& k, const Tensor& v);
+  // buf of this ring's device as a tensor of n f32 (a caller's raw buffer).
+  Tensor borrowed(const float* buf, int64_t n) const;
+  // Throws unless t is f32 on the ring's device with n elements.
+  void check_io(const char* what, const Tensor& t, int64_t n) const;
+  void check_call(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                  const Tensor& lse, int H, int Hkv, int D) const;
   // The documents of this call (docs_ empty: none): this rank's own, then
   // those of the block in compute (cur) and of the one arriving (nxt), on
   // the host, and cur's ids on the device for the kernels.

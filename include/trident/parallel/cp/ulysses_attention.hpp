@@ -72,9 +72,17 @@ class UlyssesAttention {
   // (after RoPE). out [T_local, H, D] and lse [T_local, H] are overwritten.
   // docs: this rank's tokens' document ids, as for RingAttention (every rank
   // of the cp group passes them, or none does). Collective over the cp group.
+  // Every tensor f32 on the ring's device (as RingAttention's).
+  void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+               const Tensor& lse, const LocalDocs& docs = {});
+  // dq, dk, dv OVERWRITTEN. Collective over the cp group.
+  void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
+                const Tensor& dv, const LocalDocs& docs = {});
+  // The same on raw buffers of the ring's device, borrowed as tensors for
+  // the call (Tensor::borrow; nothing is copied).
   void forward(const float* q, const float* k, const float* v, float* out, float* lse,
                const LocalDocs& docs = {});
-  // dq, dk, dv OVERWRITTEN. Collective over the cp group.
   void backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
                 const float* dout, float* dq, float* dk, float* dv, const LocalDocs& docs = {});
 
@@ -89,11 +97,13 @@ class UlyssesAttention {
   // heads [first(d), first(d) + n) of every local token, and the block from
   // rank s lands in rows [s*tl_, (s+1)*tl_).
   template <typename First>
-  void to_heads(const float* x, int hx, int n, int w, First first, Tensor& dst);
+  void to_heads(const Tensor& x, int hx, int n, int w, First first, Tensor& dst);
   // The inverse for y [u*tl_, n, w] -> x [tl_, hx, w]; with `sum`, x is
   // zeroed and the blocks of every source are added (replicated K/V heads).
   template <typename First>
-  void to_tokens(const float* y, int hx, int n, int w, First first, bool sum, float* x);
+  void to_tokens(const Tensor& y, int hx, int n, int w, First first, bool sum, const Tensor& x);
+  // A caller's buffer of n floats on the ring's device, as a tensor.
+  Tensor borrowed(const float* buf, int64_t n) const;
   void exchange(const float* send, float* recv, int64_t per_peer);
   void note_workspace();
   // The groups and the ring, made on first use (collective over cp).

@@ -1,0 +1,24 @@
+// The host BLAS's process settings: what a command sets before it computes
+// (the threads it may use) and what a report names (which BLAS, which
+// kernels). No GEMM here: layers above kernels/ multiply through the tensor
+// ops (functional.hpp), and kernels/ through gemm.hpp.
+#pragma once
+#include <string>
+
+namespace trident::kernels {
+
+// Number of threads the BLAS uses (1 keeps ranks from fighting over cores).
+void set_blas_threads(int n);
+bool have_blas();
+// The BLAS and the kernels it runs on this machine ("OpenBLAS Cooperlake"),
+// for benchmark tables: OPENBLAS_CORETYPE can force narrower kernels than the
+// CPU has (a Zen 5 sandbox set Haswell: half the sgemm rate), and a ceiling
+// measured with them is not the machine's.
+std::string blas_kernels();
+// The CPU's bf16 GEMMs on this machine: "native (AVX512-BF16)" or "staged
+// (...)" (cpu-kernels.md#native-bf16). The first call reads
+// TRIDENT_CPU_BF16: a bad value, or "native" on a CPU without AVX512-BF16,
+// throws InputError.
+std::string cpu_bf16_kernels();
+
+}  // namespace trident::kernels
