@@ -8,6 +8,7 @@
 #include <numeric>
 #include <set>
 
+#include "tiny_config.hpp"
 #include "trident/core/error.hpp"
 #include "trident/model/transformer.hpp"
 
@@ -17,21 +18,11 @@ using namespace trident::model;
 namespace {
 
 Config tiny(int n_experts) {
-  Config c;
-  c.model.vocab_size = 20;
-  c.model.d_model = 16;
-  c.model.n_layers = 2;
-  c.model.n_heads = 4;
-  c.model.n_kv_heads = 2;
-  c.model.ffn_hidden = 24;
-  c.model.n_experts = n_experts;
-  c.model.top_k = 2;
+  Config c = testing::tiny_config(
+      {.vocab = 20, .d_model = 16, .ffn = 24, .experts = n_experts},
+      {.task = DataTask::copy, .seq_len = 12, .micro_batch = 2, .microbatches = 2});
   c.model.init_std = 0.3;  // large weights: gradients well above fp32 noise
   c.model.aux_loss_coef = 0.05;
-  c.data.task = DataTask::copy;
-  c.data.seq_len = 12;
-  c.data.micro_batch_size = 2;
-  c.data.num_microbatches = 2;
   return c;
 }
 
