@@ -44,7 +44,7 @@ def mutation(ident, group, what, path, old, new, targets, tests, anchor=None):
 TRAIN_TESTS = "^(train_reference_step|test_model|test_trainer)$"
 # The ctests of the executable test_ep_unit (one per feature file).
 EP_UNIT = "^(test_ep_kernels|test_router|test_moe_layer|test_moe_kernels)$"
-ADAMW_TESTS = "^(test_interface|train_reference_step)$"
+ADAMW_TESTS = "^(test_interface|test_step_reference|train_reference_step)$"
 ATTN = ["test_attention_kernels"]
 RING = ["test_ring_attention"]
 
