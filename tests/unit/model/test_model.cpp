@@ -94,8 +94,9 @@ void check_gradients(const Config& c) {
     // the largest-gradient elements (clear of fp32 noise) and one more
     std::vector<int64_t> idx(size_t(p->grad.numel()));
     std::iota(idx.begin(), idx.end(), 0);
-    std::partial_sort(idx.begin(), idx.begin() + std::min<int64_t>(2, p->grad.numel()), idx.end(),
-                      [&](int64_t a, int64_t b) { return std::fabs(p->grad[a]) > std::fabs(p->grad[b]); });
+    std::partial_sort(
+        idx.begin(), idx.begin() + std::min<int64_t>(2, p->grad.numel()), idx.end(),
+        [&](int64_t a, int64_t b) { return std::fabs(p->grad[a]) > std::fabs(p->grad[b]); });
     std::vector<int64_t> pick(idx.begin(), idx.begin() + std::min<int64_t>(2, p->grad.numel()));
     for (int64_t i : pick) {
       const float g = p->grad[i];
@@ -116,13 +117,9 @@ void check_gradients(const Config& c) {
 
 }  // namespace
 
-TEST_CASE("dense model gradients match finite differences", "[model]") {
-  check_gradients(tiny(0));
-}
+TEST_CASE("dense model gradients match finite differences", "[model]") { check_gradients(tiny(0)); }
 
-TEST_CASE("MoE model gradients match finite differences", "[model]") {
-  check_gradients(tiny(4));
-}
+TEST_CASE("MoE model gradients match finite differences", "[model]") { check_gradients(tiny(4)); }
 
 namespace {
 

@@ -23,7 +23,8 @@ TEST_CASE("serial training: the recall loss falls by half", "[train]") {
   Config c = small_recall();
   train::Trainer t(c, {});
   const std::vector<double> losses = testing::train_steps(t, c.train.steps).loss;
-  for (int s = 0; s < c.train.steps; s += 5) std::printf("step %d loss %.4f\n", s, losses[size_t(s)]);
+  for (int s = 0; s < c.train.steps; s += 5)
+    std::printf("step %d loss %.4f\n", s, losses[size_t(s)]);
   REQUIRE(std::isfinite(losses.back()));
   REQUIRE(losses.back() < 0.5 * losses.front());
 }
