@@ -30,9 +30,10 @@ done
 say() { echo "install-deps.sh: $*" >&2; }
 
 # ---- Debian packages ----
+# (clang-format: Debian 12 has 14, the version the lint_format test checks with)
 packages=(libopenmpi-dev openmpi-bin libucx-dev ucx-utils libhdf5-openmpi-dev hdf5-tools
   libtomlplusplus-dev catch2 libopenblas-dev libcli11-dev cmake ninja-build g++ ccache
-  python3-venv pkg-config)
+  python3-venv pkg-config clang-format)
 [[ $with_slurm -eq 1 ]] && packages+=(slurm-wlm munge)
 
 missing=()

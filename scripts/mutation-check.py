@@ -41,7 +41,10 @@ def mutation(ident, group, what, path, old, new, targets, tests, anchor=None):
                   targets=targets, tests=tests))
 
 
-TRAIN_TESTS = "^(train_reference_step|test_model)$"
+TRAIN_TESTS = "^(train_reference_step|test_model|test_trainer)$"
+# The ctests of the executable test_ep_unit (one per feature file).
+EP_UNIT = "^(test_ep_kernels|test_router|test_moe_layer|test_moe_kernels)$"
+ADAMW_TESTS = "^(test_interface|test_step_reference|train_reference_step)$"
 ATTN = ["test_attention_kernels"]
 RING = ["test_ring_attention"]
 
@@ -59,7 +62,7 @@ mutation("S4", "six", "clip when the norm is below the threshold", "src/train/tr
          "clip > 0 && norm > clip ?", "clip > 0 && norm < clip ?", ["trident"], TRAIN_TESTS)
 mutation("S5", "six", "cosine phase from step 0, not the warm-up's end", "src/train/optimizer.cpp",
          "double(step - t.warmup_steps) / span", "double(step) / span",
-         ["trident", "test_model"], TRAIN_TESTS)
+         ["trident", "test_trainer"], TRAIN_TESTS)
 mutation("S6", "six", "weight decay on the attention norm", "src/model/transformer.cpp",
          "norm.decay = false;", "norm.decay = true;", ["trident"], TRAIN_TESTS,
          anchor='Param(p + "norm", {d})')
@@ -87,26 +90,26 @@ mutation("C6", "caught", "simulator bubble = busy share", "src/parallel/pp/simul
          ["test_pp_schedule"], "^test_pp_schedule$")
 mutation("C7", "caught", "router softmax gradient sign", "include/trident/kernels/router_token.hpp",
          "dl[e] = static_cast<float>(p[e] * (dp[e] - dot));",
-         "dl[e] = static_cast<float>(p[e] * (dp[e] + dot));", ["test_ep_unit"], "^test_ep_unit$")
+         "dl[e] = static_cast<float>(p[e] * (dp[e] + dot));", ["test_ep_unit"], EP_UNIT)
 mutation("C8", "caught", "router norm_topk gradient", "include/trident/kernels/router_token.hpp",
          "for (int j = 0; j < k; ++j) dp[c[j]] += (dw[j] - dot) / S;",
-         "for (int j = 0; j < k; ++j) dp[c[j]] += dw[j] / S;", ["test_ep_unit"], "^test_ep_unit$")
+         "for (int j = 0; j < k; ++j) dp[c[j]] += dw[j] / S;", ["test_ep_unit"], EP_UNIT)
 mutation("C9", "caught", "combine backward drops the routing weight", "kernels/cpu/moe.cpp",
-         "dst[c] = wi * dyt[c];", "dst[c] = dyt[c];", ["test_ep_unit"], "^test_ep_unit$")
+         "dst[c] = wi * dyt[c];", "dst[c] = dyt[c];", ["test_ep_unit"], EP_UNIT)
 mutation("C10", "caught", "capacity tie-break: higher token first", "src/parallel/ep/router.cpp",
          "if (x.token != y.token) return x.token < y.token;",
          "if (x.token != y.token) return x.token > y.token;", ["test_ep_unit", "test_ep_capacity_cp"],
-         "^(test_ep_unit|test_ep_capacity_cp_np4)$")
+         EP_UNIT[:-2] + "|test_ep_capacity_cp_np4)$")
 mutation("C11", "caught", "expert grad norm counted on every replica", "src/parallel/dp/grad_reduce.cpp",
          "const bool expert_owner = !expert_replica || expert_replica->rank() == 0;",
          "const bool expert_owner = true;", ["trident", "test_train_parity"],
          "^test_train_parity_np4$")
 mutation("C12", "caught", "AdamW without first-moment bias correction", "kernels/cpu/adamw.cpp",
          "const double bc1 = 1.0 - std::pow(h.beta1, double(step));", "const double bc1 = 1.0;",
-         ["test_kernel_ops", "trident"], "^(test_kernel_ops|train_reference_step)$")
+         ["test_kernel_ops", "trident"], ADAMW_TESTS)
 mutation("C13", "caught", "AdamW without second-moment bias correction", "kernels/cpu/adamw.cpp",
          "const double bc2 = 1.0 - std::pow(h.beta2, double(step));", "const double bc2 = 1.0;",
-         ["test_kernel_ops", "trident"], "^(test_kernel_ops|train_reference_step)$")
+         ["test_kernel_ops", "trident"], ADAMW_TESTS)
 mutation("C14", "caught", "checkpoint stores the first moment as the second",
          "src/train/checkpointing.cpp",
          "on_host(ctx, t.optimizer().v(p->name), hold)", "on_host(ctx, t.optimizer().m(p->name), hold)",
@@ -129,7 +132,7 @@ mutation("N1", "new", "diagonal tile cut one key early", "kernels/cpu/attention.
          "^test_attention_kernels$")
 mutation("N3", "new", "warm-up starts at 0 instead of lr / warmup", "src/train/optimizer.cpp",
          "return t.lr * double(step + 1) / double(t.warmup_steps);",
-         "return t.lr * double(step) / double(t.warmup_steps);", ["trident", "test_model"],
+         "return t.lr * double(step) / double(t.warmup_steps);", ["trident", "test_trainer"],
          TRAIN_TESTS)
 mutation("N4", "new", "clip scale inverted", "src/train/trainer.cpp",
          "float(clip / (norm + 1e-6))", "float(norm / (clip + 1e-6))", ["trident"], TRAIN_TESTS)

@@ -23,7 +23,8 @@ std::unique_ptr<Command> add_run_command(CLI::App& app);
 std::unique_ptr<Command> add_topo_command(CLI::App& app);
 std::unique_ptr<Command> add_plan_command(CLI::App& app);
 std::unique_ptr<Command> add_schedule_command(CLI::App& app);
-std::unique_ptr<Command> add_eval_command(CLI::App& app);  // validation loss, logits of given tokens
+std::unique_ptr<Command> add_eval_command(
+    CLI::App& app);  // validation loss, logits of given tokens
 
 // `trident bench KIND`: each kind registers below the bench subcommand.
 std::unique_ptr<Command> add_bench_attention(CLI::App& bench);  // CP kernels (one rank)

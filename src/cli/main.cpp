@@ -186,8 +186,7 @@ int run_command(Command& chosen, int* argc, char*** argv) {
     if (mpi_on) comm_finalize();
     return rc;
   } catch (const PeerFailure& e) {
-    flight_dump(std::string(e.what()) + " (exit " + std::to_string(e.code) + ")",
-                comm_stopped_s());
+    flight_dump(std::string(e.what()) + " (exit " + std::to_string(e.code) + ")", comm_stopped_s());
     leave_after_reporter(e.code);
   } catch (const InputError& e) {
     const bool lead = (mpi_on ? comm_world_rank() : launcher_rank()) == 0;

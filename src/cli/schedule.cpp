@@ -123,7 +123,8 @@ class ScheduleCommand : public Command {
                        " entries; the schedule has " + std::to_string(s.num_stages()) +
                        " virtual stages (pp * vpp)");
     for (int n : layout_)
-      if (n < 1) throw InputError("--layout: every stage needs a layer (got " + std::to_string(n) + ")");
+      if (n < 1)
+        throw InputError("--layout: every stage needs a layer (got " + std::to_string(n) + ")");
     stage_work_ = pp::stage_work_of_layout(layout_);
   }
 

@@ -77,8 +77,8 @@ Tensor Tensor::rows(int64_t begin, int64_t end) const {
 }
 
 Tensor Tensor::reshape(std::vector<int64_t> shape) const {
-  TRIDENT_CHECK(numel_of(shape) == numel_, "Tensor::reshape: element count differs from " +
-                                               shape_str());
+  TRIDENT_CHECK(numel_of(shape) == numel_,
+                "Tensor::reshape: element count differs from " + shape_str());
   return view(0, std::move(shape));
 }
 
@@ -88,8 +88,8 @@ void Tensor::check_dtype(DType want) const {
 }
 
 float* Tensor::host_f32() const {
-  TRIDENT_CHECK(device().is_cpu(), "Tensor: host element access to a " + device().str() +
-                                       " tensor");
+  TRIDENT_CHECK(device().is_cpu(),
+                "Tensor: host element access to a " + device().str() + " tensor");
   return data<float>();
 }
 
@@ -99,8 +99,8 @@ void Tensor::fill(float value) {
 }
 
 Tensor Tensor::clone() const {
-  TRIDENT_CHECK(device().is_cpu(), "Tensor::clone: " + device().str() +
-                                       " tensors are cloned by kernels::clone");
+  TRIDENT_CHECK(device().is_cpu(),
+                "Tensor::clone: " + device().str() + " tensors are cloned by kernels::clone");
   Tensor t = empty(shape_, cpu_allocator(), dtype_);
   if (numel_ > 0) std::memcpy(t.base<char>(), base<char>(), bytes());
   return t;

@@ -97,8 +97,8 @@ MeshCheck check_cp_domain(int nvl, const MeshRequest& req) {
   }
   const int u = req.cp_ulysses;
   if (u < 2 || u >= req.cp || req.cp % u != 0)
-    return {"parallel.cp_ulysses",
-            "hybrid needs 1 < cp_ulysses < cp=" + str(req.cp) + " dividing cp (got " + str(u) + ")"};
+    return {"parallel.cp_ulysses", "hybrid needs 1 < cp_ulysses < cp=" + str(req.cp) +
+                                       " dividing cp (got " + str(u) + ")"};
   if (nvl % u != 0)
     return {"parallel.cp_ulysses",
             "a Ulysses (all-to-all) group must lie inside one NVLink domain of " + str(nvl) +

@@ -2,9 +2,9 @@
 // rank makes that rank (and so mpirun) exit non-zero. Only rank 0 reports
 // successes; every rank reports its failures, prefixed by its rank.
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
 #include <mpi.h>
 
+#include <catch2/catch.hpp>
 #include <cstdio>
 
 int main(int argc, char** argv) {

@@ -17,6 +17,8 @@
 #include <string>
 
 #include "mpi_test_util.hpp"
+#include "tiny_config.hpp"
+#include "train_steps.hpp"
 #include "trident/core/rng.hpp"
 #include "trident/model/transformer.hpp"
 #include "trident/topo/topology.hpp"
@@ -24,6 +26,7 @@
 #include "trident/train/trainer.hpp"
 
 using namespace trident;
+using trident::testing::Curve;
 
 namespace {
 
@@ -52,46 +55,16 @@ std::string write_tokens() {
 }
 
 Config tiny(const std::string& file) {
-  Config c;
-  c.model.vocab_size = kVocab;
-  c.model.d_model = 32;
-  c.model.n_layers = 2;
-  c.model.n_heads = 4;
-  c.model.n_kv_heads = 2;
-  c.model.ffn_hidden = 48;
-  c.model.n_experts = 4;
-  c.model.top_k = 2;
-  c.model.moe_every = 2;
+  Config c = testing::tiny_config(
+      {.vocab = kVocab, .moe_every = 2},
+      {.task = DataTask::tokens, .seq_len = 64, .micro_batch = 2, .microbatches = 2},
+      {.steps = 4, .lr = 1e-2, .warmup = 1, .grad_clip = 0.5});
   c.model.capacity_factor = 1.0;  // tokens dropped by their place in the sequence
-  c.data.task = DataTask::tokens;
   c.data.token_file = file;
   c.data.eod_token = kEod;
   c.data.packing = Packing::documents;
-  c.data.seq_len = 64;
-  c.data.micro_batch_size = 2;
-  c.data.num_microbatches = 2;
-  c.train.steps = 4;
-  c.train.lr = 1e-2;
-  c.train.warmup_steps = 1;
-  c.train.grad_clip = 0.5;
-  c.runtime.timeout_s = 60;
-  c.output.timeline = false;
   c.parallel.cp_layout = CpLayout::docs;
-  return c;
-}
-
-struct Curve {
-  std::vector<double> loss, norm;
-};
-
-Curve run(train::Trainer& t, int steps) {
-  Curve c;
-  for (int s = 0; s < steps; ++s) {
-    auto r = t.train_step(s);
-    c.loss.push_back(r.metrics.loss);
-    c.norm.push_back(r.metrics.grad_norm);
-  }
-  return c;
+  return testing::test_run_settings(c);
 }
 
 // Some sample of the first steps is laid out unlike zig-zag on this rank.
@@ -116,16 +89,14 @@ void check_case(Config cfg, int cp, int64_t window, bool reset) {
   Topology t = detect_topology(testing::world_comm(), cfg);
   auto c = build_communicators(testing::world_comm(), cfg, std::move(t));
   REQUIRE(differs_from_zigzag(cfg, cp, c->cp->rank(), dp));
-  train::Trainer par_t(
-      cfg, train::TrainComms{c->world.get(), c->pp.get(), c->cp.get(), c->ep.get(), c->dpcp.get(),
-                             c->expert_replica.get(), c->me.pp, c->mesh.pp, c->me.dp, c->mesh.dp});
-  const Curve par = run(par_t, cfg.train.steps);
+  train::Trainer par_t(cfg, testing::train_comms(*c));
+  const Curve par = testing::train_steps(par_t, cfg.train.steps);
   if (testing::world_rank() != 0) return;
   Config one = cfg;
   one.parallel.cp = 1;
   one.data.num_microbatches *= dp;
   train::Trainer ser_t(one, {});
-  const Curve ser = run(ser_t, cfg.train.steps);
+  const Curve ser = testing::train_steps(ser_t, cfg.train.steps);
   for (size_t s = 0; s < ser.loss.size(); ++s) {
     std::printf(
         "docs cp=%d dp=%d window=%lld reset=%d: step %zu loss %.7f (serial %.7f) norm %.6f "

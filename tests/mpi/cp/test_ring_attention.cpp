@@ -20,17 +20,11 @@
 #include "trident/parallel/cp/ring_attention.hpp"
 
 using namespace trident;
+using trident::testing::split_cp;
 using trident::testing::world_rank;
 using trident::testing::world_size;
 
 namespace {
-
-// A CP communicator of `cp` adjacent world ranks (mesh order: cp fastest).
-std::unique_ptr<Communicator> split_cp(int cp) {
-  MPI_Comm c;
-  MPI_Comm_split(MPI_COMM_WORLD, world_rank() / cp, world_rank() % cp, &c);
-  return std::make_unique<MpiCommunicator>(c, CommKind::cp, "cp", 60.0, true);
-}
 
 std::vector<float> random_tensor(int64_t n, const std::string& name) {
   std::vector<float> x(static_cast<size_t>(n));

@@ -23,6 +23,7 @@
 #include "trident/parallel/cp/ulysses_attention.hpp"
 
 using namespace trident;
+using trident::testing::split_cp;
 using trident::testing::world_rank;
 using trident::testing::world_size;
 
@@ -30,12 +31,6 @@ namespace {
 
 constexpr int H = 4, Hkv = 2, D = 16;
 constexpr int64_t kQrow = int64_t(H) * D, kKvrow = int64_t(Hkv) * D;
-
-std::unique_ptr<Communicator> split_cp(int cp) {
-  MPI_Comm c;
-  MPI_Comm_split(MPI_COMM_WORLD, world_rank() / cp, world_rank() % cp, &c);
-  return std::make_unique<MpiCommunicator>(c, CommKind::cp, "cp", 60.0, true);
-}
 
 std::vector<float> random_tensor(int64_t n, const std::string& name) {
   std::vector<float> x(static_cast<size_t>(n));

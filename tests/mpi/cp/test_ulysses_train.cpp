@@ -10,51 +10,22 @@
 #include <cstdio>
 
 #include "mpi_test_util.hpp"
+#include "tiny_config.hpp"
+#include "train_steps.hpp"
 #include "trident/topo/topology.hpp"
 #include "trident/train/check_config.hpp"
 #include "trident/train/trainer.hpp"
 
 using namespace trident;
+using trident::testing::Curve;
 
 namespace {
 
+// 4 layers, MoE every 2nd; 2 K/V heads: u = 4 replicates each on two ranks.
 Config tiny() {
-  Config c;
-  c.model.vocab_size = 32;
-  c.model.d_model = 32;
-  c.model.n_layers = 4;
-  c.model.n_heads = 4;
-  c.model.n_kv_heads = 2;  // u = 4 replicates each K/V head on two ranks
-  c.model.ffn_hidden = 48;
-  c.model.n_experts = 4;
-  c.model.top_k = 2;
-  c.model.moe_every = 2;
-  c.data.task = DataTask::recall;
-  c.data.seq_len = 32;
-  c.data.micro_batch_size = 1;
-  c.data.num_microbatches = 4;
-  c.train.steps = 4;
-  c.train.lr = 1e-2;
-  c.train.warmup_steps = 1;
-  c.train.grad_clip = 0.5;
-  c.runtime.timeout_s = 60;
-  c.output.timeline = false;
-  return c;
-}
-
-struct Curve {
-  std::vector<double> loss, norm, cp_bytes;
-};
-
-Curve run(train::Trainer& t, int steps) {
-  Curve c;
-  for (int s = 0; s < steps; ++s) {
-    auto r = t.train_step(s);
-    c.loss.push_back(r.metrics.loss);
-    c.norm.push_back(r.metrics.grad_norm);
-    c.cp_bytes.push_back(r.comm_bytes[size_t(CommKind::cp)]);
-  }
-  return c;
+  Config c = testing::tiny_config({.layers = 4, .moe_every = 2}, {},
+                                  {.steps = 4, .lr = 1e-2, .warmup = 1, .grad_clip = 0.5});
+  return testing::test_run_settings(c);
 }
 
 // Bytes all ranks send under the "cp" kind in one step of pure Ulysses (u =
@@ -88,10 +59,8 @@ void check_case(Config cfg, int pp, int cp, CpMode mode, int u, CpLayout layout,
   Topology t = detect_topology(testing::world_comm(), cfg);
   auto c = build_communicators(testing::world_comm(), cfg, std::move(t));
   REQUIRE(c->mesh.cp_ulysses == (mode == CpMode::ring ? 1 : u));
-  train::Trainer par_t(
-      cfg, train::TrainComms{c->world.get(), c->pp.get(), c->cp.get(), c->ep.get(), c->dpcp.get(),
-                             c->expert_replica.get(), c->me.pp, c->mesh.pp, c->me.dp, c->mesh.dp});
-  const Curve par = run(par_t, cfg.train.steps);
+  train::Trainer par_t(cfg, testing::train_comms(*c));
+  const Curve par = testing::train_steps(par_t, cfg.train.steps);
   if (testing::world_rank() != 0) return;
   Config one = cfg;
   one.parallel.pp = one.parallel.cp = 1;
@@ -100,7 +69,7 @@ void check_case(Config cfg, int pp, int cp, CpMode mode, int u, CpLayout layout,
   one.data.num_microbatches *= dp;
   one.topology.reset();
   train::Trainer ser_t(one, {});
-  const Curve ser = run(ser_t, cfg.train.steps);
+  const Curve ser = testing::train_steps(ser_t, cfg.train.steps);
   for (size_t s = 0; s < ser.loss.size(); ++s) {
     std::printf(
         "pp=%d cp=%d %s u=%d %s dp=%d: step %zu loss %.7f (serial %.7f) norm %.6f "

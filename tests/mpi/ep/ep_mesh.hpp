@@ -10,11 +10,7 @@
 
 namespace trident::eptest {
 
-inline std::unique_ptr<Communicator> split_world(int color, CommKind kind, const char* name) {
-  MPI_Comm c;
-  MPI_Comm_split(MPI_COMM_WORLD, color, testing::world_rank(), &c);
-  return std::make_unique<MpiCommunicator>(c, kind, name, 60.0, true);
-}
+using testing::split_world;
 
 struct EpMesh {
   int ep = 1, cp = 1;

@@ -18,6 +18,8 @@
 #include <map>
 
 #include "mpi_test_util.hpp"
+#include "tiny_config.hpp"
+#include "train_steps.hpp"
 #include "trident/topo/topology.hpp"
 #include "trident/train/trainer.hpp"
 
@@ -26,27 +28,11 @@ using namespace trident;
 namespace {
 
 Config capacity_model(double capacity_factor) {
-  Config c;
-  c.model.vocab_size = 32;
-  c.model.d_model = 32;
-  c.model.n_layers = 2;
-  c.model.n_heads = 4;
-  c.model.n_kv_heads = 2;
-  c.model.ffn_hidden = 48;
-  c.model.n_experts = 4;
-  c.model.top_k = 2;
+  Config c = testing::tiny_config({}, {.micro_batch = 2, .microbatches = 2},
+                                  {.steps = 8, .lr = 1e-2, .warmup = 1});
   c.model.capacity_factor = capacity_factor;
-  c.data.task = DataTask::recall;
-  c.data.seq_len = 32;
-  c.data.micro_batch_size = 2;
-  c.data.num_microbatches = 2;
-  c.train.steps = 8;
-  c.train.lr = 1e-2;
-  c.train.warmup_steps = 1;
-  c.runtime.timeout_s = 60;
-  c.output.timeline = false;
   c.topology = TopologyOverride{1, testing::world_size(), testing::world_size()};
-  return c;
+  return testing::test_run_settings(c);
 }
 
 // Per step: the loss; and the first step's gradient norm.
@@ -57,23 +43,14 @@ struct Run {
 
 Run train_steps(const Config& cfg, const train::TrainComms& tc) {
   train::Trainer t(cfg, tc);
-  Run r;
-  for (int s = 0; s < cfg.train.steps; ++s) {
-    const auto m = t.train_step(s).metrics;
-    r.loss.push_back(m.loss);
-    if (s == 0) r.grad_norm0 = m.grad_norm;
-  }
-  return r;
+  const testing::Curve c = testing::train_steps(t, cfg.train.steps);
+  return Run{c.loss, c.norm.at(0)};
 }
 
 Run mesh_losses(const Config& cfg) {
   Topology topo = detect_topology(trident::testing::world_comm(), cfg);
   auto comms = build_communicators(trident::testing::world_comm(), cfg, std::move(topo));
-  train::TrainComms tc{comms->world.get(), comms->pp.get(),   comms->cp.get(),
-                       comms->ep.get(),    comms->dpcp.get(), comms->expert_replica.get(),
-                       comms->me.pp,       comms->mesh.pp,    comms->me.dp,
-                       comms->mesh.dp};
-  return train_steps(cfg, tc);
+  return train_steps(cfg, testing::train_comms(*comms));
 }
 
 // The same global batch on one rank: dp x num_microbatches micro-batches.

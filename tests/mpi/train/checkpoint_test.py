@@ -30,23 +30,11 @@ import tempfile
 import h5py
 import numpy as np
 
-from mpirun_cli import (BIN, MPIRUN, check, checkpoint_names, checkpoint_tensors, launch, small_mesh,
-                        verdict)
+from mpirun_cli import (BIN, MPIRUN, check, checkpoint_job, checkpoint_names, checkpoint_tensors,
+                        launch, verdict)
 
 STEPS = 6
-CONFIG = small_mesh(model=['router = "sigmoid_bias"']) + """
-[train]
-steps = %d
-lr = 1e-2
-warmup_steps = 2
-
-[runtime]
-timeout_s = 60
-
-[output]
-checkpoint_every = 2
-timeline = false
-""" % STEPS
+CONFIG = checkpoint_job(STEPS, checkpoint_every=2)
 
 
 def run(np_, name, sets=(), extra=(), env=None):

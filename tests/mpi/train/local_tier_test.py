@@ -29,24 +29,12 @@ import time
 import h5py
 import numpy as np
 
-from mpirun_cli import check, checkpoint_tensors, launch, small_mesh, verdict
+from mpirun_cli import check, checkpoint_job, checkpoint_tensors, launch, verdict
 
 ANALYSIS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "share",
                         "trident", "analysis")
 STEPS = 8
-CONFIG = small_mesh(model=['router = "sigmoid_bias"']) + """
-[train]
-steps = %d
-lr = 1e-2
-warmup_steps = 2
-
-[runtime]
-timeout_s = 60
-
-[output]
-checkpoint_every = 4
-timeline = false
-""" % STEPS
+CONFIG = checkpoint_job(STEPS, checkpoint_every=4)
 
 
 def run(name, sets=(), env=None, nodes=2):

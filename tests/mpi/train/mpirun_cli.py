@@ -31,6 +31,25 @@ def small_mesh(**extra):
 
 SMALL_MESH = small_mesh()
 
+
+def checkpoint_job(steps, checkpoint_every):
+    """The job the checkpoint tests save, kill and resume: the small mesh with
+    the sigmoid_bias router, `steps` steps at lr 1e-2 after 2 warm-up steps,
+    a checkpoint every `checkpoint_every` steps, 60 s deadlines, no timeline."""
+    return small_mesh(model=['router = "sigmoid_bias"']) + """
+[train]
+steps = %d
+lr = 1e-2
+warmup_steps = 2
+
+[runtime]
+timeout_s = 60
+
+[output]
+checkpoint_every = %d
+timeline = false
+""" % (steps, checkpoint_every)
+
 failures = []
 
 

@@ -195,7 +195,8 @@ TEST_CASE("paired_relative_cost: a unit's own slowness survives, the machine's d
   auto at = [&](int u, int i, int j) -> double& { return t[(size_t(u) * reps + i) * slots + j]; };
   for (int u = 0; u < units; ++u)
     for (int i = 0; i < reps; ++i)
-      for (int j = 0; j < slots; ++j) at(u, i, j) = bias[size_t(u)] * drift[size_t(i)] * base[size_t(j)];
+      for (int j = 0; j < slots; ++j)
+        at(u, i, j) = bias[size_t(u)] * drift[size_t(i)] * base[size_t(j)];
   auto rel = paired_relative_cost(t, units, reps, slots);
   for (int u = 1; u < units; ++u)
     CHECK(rel[size_t(u)] / rel[0] == Approx(bias[size_t(u)]).epsilon(1e-12));

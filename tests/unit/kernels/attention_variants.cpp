@@ -16,6 +16,12 @@
 //   0  reference  the plain fp64 definition (attention_reference.cpp)
 //   1  tuned      kernels/cpu/attention.cpp: tiles, gemm_direct, the softmax
 //                 and dS fused into the GEMM tiles where gemm_direct is native
+//   2  blas-tiles the kernel before gemm_direct (3413f59, dated note
+//                 share/trident/benchmarks/cpu-2026-12-02-attention.md),
+//                 simplified: 256 x 512 tiles whose GEMMs are OpenBLAS calls,
+//                 softmax and dS as scalar row passes (3413f59 also cut the
+//                 diagonal tiles in 32-row bands and had an AVX exp); no
+//                 documents or window
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -29,6 +35,7 @@
 #include "trident/core/clock.hpp"
 #include "trident/core/rng.hpp"
 #include "trident/kernels/attention.hpp"
+#include "trident/kernels/gemm.hpp"
 
 using namespace trident;
 using kernels::AttnShape;
@@ -64,9 +71,133 @@ void tuned_backward(const AttnShape& s, Buffers& b) {
                               b.dv.data());
 }
 
+// ---- Variant 2: OpenBLAS tiles, the structure of the kernel before
+// gemm_direct (3413f59; share/trident/benchmarks/cpu-2026-12-02-attention.md)
+// without its diagonal row bands and vector exp: flash attention over
+// 256-query by 512-key tiles whose GEMMs are kernels::sgemm calls (OpenBLAS
+// packs both operands of each), the online softmax and the backward's
+// P = exp(S - lse), dS = P (dP - delta) as scalar row passes. No documents
+// or window (the harness's shapes have none).
+constexpr int64_t kBq = 256, kBk = 512;
+
+// One head's view: its rows in q/out/dout ([T, H, D]) and in k/v ([T, Hkv, D]).
+struct HeadView {
+  int64_t q_off, kv_off, q_ld, kv_ld;
+};
+
+HeadView head_view(const AttnShape& s, int h) {
+  const int g = h / (s.H / s.Hkv);
+  return {int64_t(h) * s.D, int64_t(g) * s.D, int64_t(s.H) * s.D, int64_t(s.Hkv) * s.D};
+}
+
+// S = scale Q_blk K_blkᵀ with the pairs the mask hides at -inf; returns
+// whether any pair of the tile is visible.
+bool scores(const AttnShape& s, const Buffers& b, const HeadView& hv, int64_t i0, int64_t bq,
+            int64_t j0, int64_t bk, float* S) {
+  if (s.causal && j0 > i0 + bq - 1) return false;
+  kernels::sgemm(test::kernel_ctx(), false, true, bq, bk, s.D, s.scale,
+                 b.q.data() + i0 * hv.q_ld + hv.q_off, hv.q_ld,
+                 b.k.data() + j0 * hv.kv_ld + hv.kv_off, hv.kv_ld, 0.0f, S, bk);
+  for (int64_t i = 0; i < bq; ++i)
+    for (int64_t j = 0; j < bk; ++j)
+      if (!kernels::attn_pair_visible(s, i0 + i, j0 + j, 0, 0)) S[i * bk + j] = -INFINITY;
+  return true;
+}
+
+// The online softmax of one tile's rows: m, l and the O rows rescaled, P = exp(S - m).
+void online_softmax(int64_t bq, int64_t bk, int D, float* S, float* m, float* l, float* O) {
+  for (int64_t i = 0; i < bq; ++i) {
+    float* row = S + i * bk;
+    const float mx = std::max(m[i], *std::max_element(row, row + bk));
+    if (mx == -INFINITY) continue;  // nothing visible yet
+    const float c = std::exp(m[i] - mx);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < bk; ++j) sum += (row[j] = std::exp(row[j] - mx));
+    l[i] = l[i] * c + sum;
+    m[i] = mx;
+    for (int d = 0; d < D; ++d) O[i * D + d] *= c;
+  }
+}
+
+void blas_forward_head(const AttnShape& s, Buffers& b, int h) {
+  const HeadView hv = head_view(s, h);
+  std::vector<float> S(size_t(kBq * kBk)), O(size_t(kBq * s.D));
+  for (int64_t i0 = 0; i0 < s.Tq; i0 += kBq) {
+    const int64_t bq = std::min(kBq, s.Tq - i0);
+    std::vector<float> m(size_t(bq), -INFINITY), l(size_t(bq), 0.0f);
+    std::fill(O.begin(), O.end(), 0.0f);
+    for (int64_t j0 = 0; j0 < s.Tk; j0 += kBk) {
+      const int64_t bk = std::min(kBk, s.Tk - j0);
+      if (!scores(s, b, hv, i0, bq, j0, bk, S.data())) continue;
+      online_softmax(bq, bk, s.D, S.data(), m.data(), l.data(), O.data());
+      for (int64_t i = 0; i < bq; ++i)  // rows that saw nothing yet hold -inf: no weight
+        if (m[size_t(i)] == -INFINITY) std::fill_n(S.data() + i * bk, bk, 0.0f);
+      kernels::sgemm(test::kernel_ctx(), false, false, bq, s.D, bk, 1.0f, S.data(), bk,
+                     b.v.data() + j0 * hv.kv_ld + hv.kv_off, hv.kv_ld, 1.0f, O.data(), s.D);
+    }
+    for (int64_t i = 0; i < bq; ++i) {
+      const float li = l[size_t(i)];
+      float* out = b.out.data() + (i0 + i) * hv.q_ld + hv.q_off;
+      for (int d = 0; d < s.D; ++d) out[d] = li > 0.0f ? O[size_t(i * s.D + d)] / li : 0.0f;
+      b.lse[size_t((i0 + i) * s.H + h)] = li > 0.0f ? m[size_t(i)] + std::log(li) : -INFINITY;
+    }
+  }
+}
+
+void blas_forward(const AttnShape& s, Buffers& b) {
+  for (int h = 0; h < s.H; ++h) blas_forward_head(s, b, h);
+}
+
+// One tile of the backward: P from the forward's lse, dV += Pᵀ dO, dP = dO Vᵀ,
+// dS = P (dP - delta), dQ += scale dS K, dK += scale dSᵀ Q.
+void blas_backward_tile(const AttnShape& s, Buffers& b, int h, int64_t i0, int64_t bq, int64_t j0,
+                        int64_t bk, const std::vector<float>& delta, float* S, float* dP) {
+  const HeadView hv = head_view(s, h);
+  if (!scores(s, b, hv, i0, bq, j0, bk, S)) return;
+  for (int64_t i = 0; i < bq; ++i) {
+    const float lse = b.lse[size_t((i0 + i) * s.H + h)];
+    for (int64_t j = 0; j < bk; ++j)
+      S[i * bk + j] = lse == -INFINITY ? 0.0f : std::exp(S[i * bk + j] - lse);
+  }
+  const auto& ctx = test::kernel_ctx();
+  const float *Q = b.q.data() + i0 * hv.q_ld + hv.q_off,
+              *dO = b.dout.data() + i0 * hv.q_ld + hv.q_off;
+  const float *K = b.k.data() + j0 * hv.kv_ld + hv.kv_off,
+              *V = b.v.data() + j0 * hv.kv_ld + hv.kv_off;
+  kernels::sgemm(ctx, true, false, bk, s.D, bq, 1.0f, S, bk, dO, hv.q_ld, 1.0f,
+                 b.dv.data() + j0 * hv.kv_ld + hv.kv_off, hv.kv_ld);
+  kernels::sgemm(ctx, false, true, bq, bk, s.D, 1.0f, dO, hv.q_ld, V, hv.kv_ld, 0.0f, dP, bk);
+  for (int64_t i = 0; i < bq; ++i)
+    for (int64_t j = 0; j < bk; ++j)
+      dP[i * bk + j] = S[i * bk + j] * (dP[i * bk + j] - delta[size_t(i0 + i)]);
+  kernels::sgemm(ctx, false, false, bq, s.D, bk, s.scale, dP, bk, K, hv.kv_ld, 1.0f,
+                 b.dq.data() + i0 * hv.q_ld + hv.q_off, hv.q_ld);
+  kernels::sgemm(ctx, true, false, bk, s.D, bq, s.scale, dP, bk, Q, hv.q_ld, 1.0f,
+                 b.dk.data() + j0 * hv.kv_ld + hv.kv_off, hv.kv_ld);
+}
+
+void blas_backward(const AttnShape& s, Buffers& b) {
+  std::vector<float> S(size_t(kBq * kBk)), dP(size_t(kBq * kBk)), delta(size_t(s.Tq));
+  for (int h = 0; h < s.H; ++h) {
+    const HeadView hv = head_view(s, h);
+    for (int64_t t = 0; t < s.Tq; ++t) {  // delta = rowsum(dO * O)
+      double acc = 0.0;
+      for (int d = 0; d < s.D; ++d)
+        acc += double(b.dout[size_t(t * hv.q_ld + hv.q_off + d)]) *
+               b.out[size_t(t * hv.q_ld + hv.q_off + d)];
+      delta[size_t(t)] = float(acc);
+    }
+    for (int64_t i0 = 0; i0 < s.Tq; i0 += kBq)
+      for (int64_t j0 = 0; j0 < s.Tk; j0 += kBk)
+        blas_backward_tile(s, b, h, i0, std::min(kBq, s.Tq - i0), j0, std::min(kBk, s.Tk - j0),
+                           delta, S.data(), dP.data());
+  }
+}
+
 constexpr Variant kVariants[] = {
     {0, "reference", reference_forward, reference_backward},
     {1, "tuned", tuned_forward, tuned_backward},
+    {2, "blas-tiles", blas_forward, blas_backward},
 };
 
 struct Options {
@@ -178,6 +309,7 @@ double median_s(int reps, F&& f) {
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
+  kernels::set_blas_threads(1);  // one core, as a training rank runs (variant 2's GEMMs)
   AttnShape s;
   s.Tq = s.Tk = o.T, s.H = o.H, s.Hkv = o.Hkv, s.D = o.D, s.causal = o.causal;
   s.scale = 1.0f / std::sqrt(float(o.D));

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <set>
 
+#include "tiny_config.hpp"
 #include "trident/core/error.hpp"
 #include "trident/model/transformer.hpp"
 
@@ -17,21 +18,11 @@ using namespace trident::model;
 namespace {
 
 Config tiny(int n_experts) {
-  Config c;
-  c.model.vocab_size = 20;
-  c.model.d_model = 16;
-  c.model.n_layers = 2;
-  c.model.n_heads = 4;
-  c.model.n_kv_heads = 2;
-  c.model.ffn_hidden = 24;
-  c.model.n_experts = n_experts;
-  c.model.top_k = 2;
+  Config c = testing::tiny_config(
+      {.vocab = 20, .d_model = 16, .ffn = 24, .experts = n_experts},
+      {.task = DataTask::copy, .seq_len = 12, .micro_batch = 2, .microbatches = 2});
   c.model.init_std = 0.3;  // large weights: gradients well above fp32 noise
   c.model.aux_loss_coef = 0.05;
-  c.data.task = DataTask::copy;
-  c.data.seq_len = 12;
-  c.data.micro_batch_size = 2;
-  c.data.num_microbatches = 2;
   return c;
 }
 
@@ -103,8 +94,9 @@ void check_gradients(const Config& c) {
     // the largest-gradient elements (clear of fp32 noise) and one more
     std::vector<int64_t> idx(size_t(p->grad.numel()));
     std::iota(idx.begin(), idx.end(), 0);
-    std::partial_sort(idx.begin(), idx.begin() + std::min<int64_t>(2, p->grad.numel()), idx.end(),
-                      [&](int64_t a, int64_t b) { return std::fabs(p->grad[a]) > std::fabs(p->grad[b]); });
+    std::partial_sort(
+        idx.begin(), idx.begin() + std::min<int64_t>(2, p->grad.numel()), idx.end(),
+        [&](int64_t a, int64_t b) { return std::fabs(p->grad[a]) > std::fabs(p->grad[b]); });
     std::vector<int64_t> pick(idx.begin(), idx.begin() + std::min<int64_t>(2, p->grad.numel()));
     for (int64_t i : pick) {
       const float g = p->grad[i];
@@ -125,13 +117,9 @@ void check_gradients(const Config& c) {
 
 }  // namespace
 
-TEST_CASE("dense model gradients match finite differences", "[model]") {
-  check_gradients(tiny(0));
-}
+TEST_CASE("dense model gradients match finite differences", "[model]") { check_gradients(tiny(0)); }
 
-TEST_CASE("MoE model gradients match finite differences", "[model]") {
-  check_gradients(tiny(4));
-}
+TEST_CASE("MoE model gradients match finite differences", "[model]") { check_gradients(tiny(4)); }
 
 namespace {
 

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
+#include "tiny_config.hpp"
 #include "trident/kernels/attention.hpp"
 #include "trident/model/transformer.hpp"
 #include "trident/parallel/pp/generators.hpp"
@@ -20,17 +21,9 @@ namespace {
 // d=8, H=2, Hkv=1, D=4, f=16, V=32, 2 dense layers, seq 16, 2 sequences per
 // micro-batch: T = 32 tokens per action.
 Config dense_config() {
-  Config c;
-  c.model.vocab_size = 32;
-  c.model.d_model = 8;
-  c.model.n_layers = 2;
-  c.model.n_heads = 2;
-  c.model.n_kv_heads = 1;
-  c.model.ffn_hidden = 16;
-  c.model.n_experts = 0;
-  c.data.seq_len = 16;
-  c.data.micro_batch_size = 2;
-  c.data.num_microbatches = 4;
+  Config c =
+      testing::tiny_config({.d_model = 8, .heads = 2, .kv_heads = 1, .ffn = 16, .experts = 0},
+                           {.seq_len = 16, .micro_batch = 2});
   c.parallel = ParallelConfig{};
   return c;
 }

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <set>
 
+#include "tiny_config.hpp"
 #include "trident/plan/cost_model.hpp"
 #include "trident/plan/predict.hpp"
 #include "trident/plan/search.hpp"
@@ -16,20 +17,7 @@ using namespace trident::plan;
 namespace {
 
 // d=32, H=4, Hkv=2, D=8, 2 dense layers, seq 64, one sequence per micro-batch.
-Config small() {
-  Config c;
-  c.model.vocab_size = 32;
-  c.model.d_model = 32;
-  c.model.n_layers = 2;
-  c.model.n_heads = 4;
-  c.model.n_kv_heads = 2;
-  c.model.ffn_hidden = 32;
-  c.model.n_experts = 0;
-  c.data.seq_len = 64;
-  c.data.micro_batch_size = 1;
-  c.data.num_microbatches = 4;
-  return c;
-}
+Config small() { return testing::tiny_config({.ffn = 32, .experts = 0}, {.seq_len = 64}); }
 
 MeshPlan plan_of(int cp, CpMode mode, int u) {
   MeshPlan p;

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "tiny_config.hpp"
 #include "trident/core/error.hpp"
 #include "trident/plan/search.hpp"
 
@@ -17,19 +18,9 @@ using namespace trident::plan;
 namespace {
 
 Config moe_config() {
-  Config c;
-  c.model.vocab_size = 64;
-  c.model.d_model = 64;
-  c.model.n_layers = 8;
-  c.model.n_heads = 4;
-  c.model.n_kv_heads = 2;
-  c.model.ffn_hidden = 128;
-  c.model.n_experts = 8;
-  c.model.top_k = 2;
-  c.data.seq_len = 256;
-  c.data.micro_batch_size = 2;
-  c.data.num_microbatches = 8;
-  return c;
+  return testing::tiny_config(
+      {.vocab = 64, .d_model = 64, .layers = 8, .ffn = 128, .experts = 8, .top_k = 2},
+      {.seq_len = 256, .micro_batch = 2, .microbatches = 8});
 }
 
 MachineProfile gpu_like() {

@@ -1,9 +1,12 @@
-// The serial training loop: the loss falls on the recall task, and a run is a
-// pure function of its config (two runs give identical losses).
+// The trainer on one process (src/train): the loss falls on the recall task,
+// a run is a pure function of its config (two runs give identical losses),
+// and the learning-rate schedule at hand-computed points.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
 
+#include "tiny_config.hpp"
+#include "train_steps.hpp"
 #include "trident/train/optimizer.hpp"
 #include "trident/train/trainer.hpp"
 
@@ -11,31 +14,17 @@ using namespace trident;
 
 namespace {
 Config small_recall() {
-  Config c;
-  c.model.vocab_size = 32;
-  c.model.d_model = 32;
-  c.model.n_layers = 2;
-  c.model.n_heads = 4;
-  c.model.n_kv_heads = 2;
-  c.model.ffn_hidden = 64;
-  c.model.n_experts = 4;
-  c.data.task = DataTask::recall;
-  c.data.seq_len = 64;
-  c.data.micro_batch_size = 2;
-  c.data.num_microbatches = 2;
-  c.train.steps = 40;
-  c.train.lr = 1e-2;
-  c.train.warmup_steps = 3;
-  return c;
+  return testing::tiny_config({.ffn = 64}, {.seq_len = 64, .micro_batch = 2, .microbatches = 2},
+                              {.steps = 40, .lr = 1e-2, .warmup = 3});
 }
 }  // namespace
 
 TEST_CASE("serial training: the recall loss falls by half", "[train]") {
   Config c = small_recall();
   train::Trainer t(c, {});
-  std::vector<double> losses;
-  for (int s = 0; s < c.train.steps; ++s) losses.push_back(t.train_step(s).metrics.loss);
-  for (int s = 0; s < c.train.steps; s += 5) std::printf("step %d loss %.4f\n", s, losses[size_t(s)]);
+  const std::vector<double> losses = testing::train_steps(t, c.train.steps).loss;
+  for (int s = 0; s < c.train.steps; s += 5)
+    std::printf("step %d loss %.4f\n", s, losses[size_t(s)]);
   REQUIRE(std::isfinite(losses.back()));
   REQUIRE(losses.back() < 0.5 * losses.front());
 }

@@ -3,9 +3,8 @@
 // once in dependency order, the closed-form bubble where one exists, and the
 // expected activation memory; CSV round trips; broken hand-written schedules
 // are refused with messages naming the actions.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <map>
 #include <tuple>
@@ -37,8 +36,7 @@ std::vector<Case> sweep() {
   for (int m : {24, 29, 32}) cases.push_back({"interleaved", 8, m, 2});
   // The V schedules: ZB-V for any m, DualPipeV from m = 2p.
   for (int p : {1, 2, 3, 4, 5, 8})
-    for (int m : {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17})
-      cases.push_back({"zb-v", p, m, 2});
+    for (int m : {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17}) cases.push_back({"zb-v", p, m, 2});
   for (int p : {1, 2, 3, 4, 5, 8})
     for (int m = 2 * p; m <= 2 * p + 9; ++m) cases.push_back({"dualpipev", p, m, 2});
   return cases;
@@ -47,7 +45,8 @@ std::vector<Case> sweep() {
 Schedule generate(const Case& c) { return make_schedule(c.name, c.p, c.m, c.v); }
 
 std::string describe(const Case& c) {
-  return c.name + " p=" + std::to_string(c.p) + " m=" + std::to_string(c.m) + " v=" + std::to_string(c.v);
+  return c.name + " p=" + std::to_string(c.p) + " m=" + std::to_string(c.m) +
+         " v=" + std::to_string(c.v);
 }
 
 // Independent check of the compute content: per rank, each (stage, mb) of the
@@ -89,14 +88,15 @@ TEST_CASE("action text form round-trips and bad text is refused", "[pp]") {
   CHECK_THROWS_AS(parse_action("F3", "t"), InputError);
   CHECK_THROWS_AS(parse_action("1X3", "t"), InputError);
   CHECK_THROWS_AS(parse_action("1F", "t"), InputError);
-  CHECK_THROWS_WITH(parse_action("1SEND3", "f.csv:2"), Catch::Contains("f.csv:2") && Catch::Contains("1SEND3"));
+  CHECK_THROWS_WITH(parse_action("1SEND3", "f.csv:2"),
+                    Catch::Contains("f.csv:2") && Catch::Contains("1SEND3"));
 }
 
 TEST_CASE("sweep: every schedule lowers and simulates without deadlock", "[pp]") {
   const auto cases = sweep();
   REQUIRE(cases.size() >= 30);
   const SimCosts unit{1, 2, 1, 0};
-  const SimCosts odd{1, 1.5, 0.75, 0};  // non-integer costs; tW < tF + tB
+  const SimCosts odd{1, 1.5, 0.75, 0};     // non-integer costs; tW < tF + tB
   const SimCosts equal{0.5, 0.5, 0.5, 0};  // the V schedules' closed form
   int closed_checked = 0;
   for (const Case& c : cases) {
@@ -118,7 +118,8 @@ TEST_CASE("sweep: every schedule lowers and simulates without deadlock", "[pp]")
     const bool v_shape = c.name == "zb-v" || c.name == "dualpipev";
     const int boundaries = c.p > 1 ? c.p * c.v - 1 - (v_shape ? 1 : 0) : 0;
     int remote_pairs = 0;
-    for (int st = 0; st + 1 < low.num_stages(); ++st) remote_pairs += low.rank_of(st) != low.rank_of(st + 1);
+    for (int st = 0; st + 1 < low.num_stages(); ++st)
+      remote_pairs += low.rank_of(st) != low.rank_of(st + 1);
     CHECK(remote_pairs == boundaries);
     CHECK(sends == 2 * boundaries * c.m);
     CHECK(recvs == sends);
@@ -132,11 +133,13 @@ TEST_CASE("sweep: every schedule lowers and simulates without deadlock", "[pp]")
         CHECK(rr.busy == Approx(work).epsilon(1e-12));
         CHECK(sim.makespan >= work - 1e-9);
       }
-      const ClosedForm cf = closed_form_bubble(c.name, c.p, c.m, c.v, costs.t_f, costs.t_b, costs.t_w);
+      const ClosedForm cf =
+          closed_form_bubble(c.name, c.p, c.m, c.v, costs.t_f, costs.t_b, costs.t_w);
       if (cf.exists()) {
         ++closed_checked;
         // Every rank idles the same amount in these schedules.
-        for (const auto& rr : sim.ranks) CHECK(rr.bubble_fraction == Approx(cf.fraction).margin(1e-12));
+        for (const auto& rr : sim.ranks)
+          CHECK(rr.bubble_fraction == Approx(cf.fraction).margin(1e-12));
       }
     }
   }
@@ -189,8 +192,7 @@ TEST_CASE("interleaved beats 1F1B's bubble and ZB-H1 beats 1F1B", "[pp]") {
   }
 }
 
-TEST_CASE("the simulator prices the EP exchange an overlapped F+B slot hides",
-          "[pp][overlap]") {
+TEST_CASE("the simulator prices the EP exchange an overlapped F+B slot hides", "[pp][overlap]") {
   SimCosts plain{1, 2, 1, 0};
   SimCosts ep = plain;
   ep.e_f = 0.5;  // of the F's 1: its compute is 0.5
@@ -323,7 +325,8 @@ TEST_CASE("rules: bad parameters are InputErrors naming the flag", "[pp]") {
   CHECK_NOTHROW(make_schedule("interleaved", 4, 6, 2));
   CHECK(make_schedule("interleaved", 4, 6, 2).ranks == interleaved_one_f_one_b(4, 6, 2).ranks);
   // The V schedules hold two chunks per rank; DualPipeV needs m >= 2p.
-  CHECK_THROWS_WITH(make_schedule("zb-v", 4, 8, 1), Catch::Contains("--vpp 1") && Catch::Contains("--vpp 2"));
+  CHECK_THROWS_WITH(make_schedule("zb-v", 4, 8, 1),
+                    Catch::Contains("--vpp 1") && Catch::Contains("--vpp 2"));
   CHECK_THROWS_WITH(make_schedule("dualpipev", 4, 8, 3), Catch::Contains("--vpp 3"));
   CHECK_THROWS_WITH(make_schedule("dualpipev", 4, 7, 2),
                     Catch::Contains("--microbatches 7") && Catch::Contains("at least 8"));
@@ -357,10 +360,10 @@ TEST_CASE("a hand-written deadlocking schedule is refused naming the waiting act
       "1F0,1F1,1B0,1B1\n";
   const Schedule low = lower(from_csv(csv, "dead.csv"));
   REQUIRE_NOTHROW(validate(low));  // locally consistent: only the simulator can see it
-  CHECK_THROWS_WITH(simulate(low, {}),
-                    Catch::Contains("deadlock") && Catch::Contains("0RECV_B0") &&
-                        Catch::Contains("1SEND_B0") && Catch::Contains("1RECV_F1") &&
-                        Catch::Contains("0SEND_F1"));
+  CHECK_THROWS_WITH(simulate(low, {}), Catch::Contains("deadlock") && Catch::Contains("0RECV_B0") &&
+                                           Catch::Contains("1SEND_B0") &&
+                                           Catch::Contains("1RECV_F1") &&
+                                           Catch::Contains("0SEND_F1"));
 }
 
 TEST_CASE("incomplete or inconsistent hand-written schedules are refused", "[pp]") {
@@ -381,13 +384,15 @@ TEST_CASE("incomplete or inconsistent hand-written schedules are refused", "[pp]
     for (int mb = 1; mb < 10; ++mb) r0 += ",0F" + std::to_string(mb);
     r0 += ",0F0";
     for (int mb = 1; mb < 10; ++mb) r0 += ",0B" + std::to_string(mb);
-    for (int mb = 0; mb < 10; ++mb) r1 += (mb ? ",1F" : "1F") + std::to_string(mb) + ",1B" + std::to_string(mb);
+    for (int mb = 0; mb < 10; ++mb)
+      r1 += (mb ? ",1F" : "1F") + std::to_string(mb) + ",1B" + std::to_string(mb);
     CHECK_THROWS_WITH(validate(from_csv(r0 + "\n" + r1 + "\n", "far.csv")),
                       Catch::EndsWith("0B0 runs before 0F0 (rank 0: [0B0] 0F1 0F2 0F3 ... 0F7 0F8 "
                                       "0F9 [0F0] 0B1 0B2 0B3 ...)"));
   }
   // A stage on the wrong rank.
-  CHECK_THROWS_WITH(validate(from_csv("0F0,0B0,1F0,1B0\n1F0,1B0\n", "r.csv")), Catch::Contains("belongs to rank"));
+  CHECK_THROWS_WITH(validate(from_csv("0F0,0B0,1F0,1B0\n1F0,1B0\n", "r.csv")),
+                    Catch::Contains("belongs to rank"));
   // Duplicates.
   CHECK_THROWS_WITH(validate(from_csv("0F0,0F0,0B0\n1F0,1B0\n", "d.csv")),
                     Catch::Contains("rank 0: 0F0 appears twice ([0F0] [0F0] 0B0)"));

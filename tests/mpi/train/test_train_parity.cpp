@@ -16,59 +16,32 @@
 #include <vector>
 
 #include "mpi_test_util.hpp"
+#include "tiny_config.hpp"
+#include "train_steps.hpp"
 #include "trident/topo/topology.hpp"
 #include "trident/train/trainer.hpp"
 
 using namespace trident;
+using trident::testing::Curve;
+using trident::testing::train_comms;
 
 namespace {
 
+// 4 layers, MoE every 2nd (dense and MoE layers both present); clipping
+// at 0.5, small enough to clip: the global norm must be right.
 Config tiny(int world) {
-  Config c;
-  c.model.vocab_size = 32;
-  c.model.d_model = 32;
-  c.model.n_layers = 4;
-  c.model.n_heads = 4;
-  c.model.n_kv_heads = 2;
-  c.model.ffn_hidden = 48;
-  c.model.n_experts = 4;
-  c.model.top_k = 2;
-  c.model.moe_every = 2;  // dense and MoE layers both present
-  c.data.task = DataTask::recall;
-  c.data.seq_len = 32;
-  c.data.micro_batch_size = 1;
-  c.data.num_microbatches = 4;
-  c.train.steps = 4;
-  c.train.lr = 1e-2;
-  c.train.warmup_steps = 1;
-  c.train.grad_clip = 0.5;     // small enough to clip: the global norm must be right
+  Config c = testing::tiny_config({.layers = 4, .moe_every = 2}, {},
+                                  {.steps = 4, .lr = 1e-2, .warmup = 1, .grad_clip = 0.5});
   c.train.weight_decay = 0.1;  // every mesh must decay the same parameters
-  c.runtime.timeout_s = 60;
-  c.output.timeline = false;
   c.topology = TopologyOverride{1, world, world};
-  return c;
-}
-
-struct Curve {
-  std::vector<double> loss, norm;
-};
-
-train::TrainComms train_comms(const Communicators& c) {
-  return train::TrainComms{c.world.get(),          c.pp.get(), c.cp.get(), c.ep.get(), c.dpcp.get(),
-                           c.expert_replica.get(), c.me.pp,    c.mesh.pp,  c.me.dp,    c.mesh.dp};
+  return testing::test_run_settings(c);
 }
 
 Curve run_mesh(const Config& cfg) {
   Topology topo = detect_topology(trident::testing::world_comm(), cfg);
   auto comms = build_communicators(trident::testing::world_comm(), cfg, std::move(topo));
   train::Trainer t(cfg, train_comms(*comms));
-  Curve c;
-  for (int s = 0; s < cfg.train.steps; ++s) {
-    auto r = t.train_step(s);
-    c.loss.push_back(r.metrics.loss);
-    c.norm.push_back(r.metrics.grad_norm);
-  }
-  return c;
+  return testing::train_steps(t, cfg.train.steps);
 }
 
 // The one-rank run of the same global batch.
@@ -81,13 +54,7 @@ Config serial_config(Config cfg, int dp) {
 
 Curve run_serial(Config cfg, int dp) {
   train::Trainer t(serial_config(cfg, dp), {});
-  Curve c;
-  for (int s = 0; s < cfg.train.steps; ++s) {
-    auto r = t.train_step(s);
-    c.loss.push_back(r.metrics.loss);
-    c.norm.push_back(r.metrics.grad_norm);
-  }
-  return c;
+  return testing::train_steps(t, cfg.train.steps);
 }
 
 void check_case(int pp, int cp, int ep, const std::string& schedule, int vpp = 1, int n_layers = 4,
@@ -138,7 +105,7 @@ TEST_CASE("the V schedules (stages r and 2p-1-r on rank r) equal the one-rank ru
   check_case(2, 2, 1, "zb-v", 2, 4, 3);  // with cp, dp = 1
   // With ep over dp = 2, on the shm transport ("auto" on one node): one
   // layer per stage, so a rank runs the same layer's backwards back to back
-  // with no count exchange in between (test_ep_mpi's "shm: a dispatch leaves
+  // with no count exchange in between (test_ep_dispatch's "shm: a dispatch leaves
   // alone the rows peers still read" is the race this once hit, 1 run in 10).
   check_case(2, 1, 2, "dualpipev", 2, 4, 4);
 }
@@ -277,11 +244,7 @@ Trained train_mesh(const Config& cfg) {
   auto comms = build_communicators(trident::testing::world_comm(), cfg, std::move(topo));
   train::Trainer t(cfg, train_comms(*comms));
   Trained out;
-  for (int s = 0; s < cfg.train.steps; ++s) {
-    auto r = t.train_step(s);
-    out.curve.loss.push_back(r.metrics.loss);
-    out.curve.norm.push_back(r.metrics.grad_norm);
-  }
+  out.curve = testing::train_steps(t, cfg.train.steps);
   for (Param* p : t.stage().params()) {
     out.values[p->name].assign(p->value.values().begin(), p->value.values().end());
     (p->reduce == GradReduce::expert ? out.expert : out.dense) += p->value.numel();

@@ -9,6 +9,7 @@
 #include <memory>
 #include <numeric>
 
+#include "tiny_config.hpp"
 #include "trident/core/param_store.hpp"
 #include "trident/core/rng.hpp"
 #include "trident/kernels/backend.hpp"
@@ -23,20 +24,12 @@ using namespace trident::model;
 namespace {
 
 Config tiny(int64_t seq, int window) {
-  Config c;
-  c.model.vocab_size = 20;
-  c.model.d_model = 16;
-  c.model.n_layers = 2;
-  c.model.n_heads = 4;
-  c.model.n_kv_heads = 2;
-  c.model.ffn_hidden = 24;
-  c.model.n_experts = 0;  // dense: the MoE aux loss is per sequence, not per document
+  // dense: the MoE aux loss is per sequence, not per document
+  Config c = testing::tiny_config(
+      {.vocab = 20, .d_model = 16, .ffn = 24, .experts = 0},
+      {.task = DataTask::copy, .seq_len = int(seq), .micro_batch = 1, .microbatches = 1});
   c.model.init_std = 0.3;
   c.model.window = window;
-  c.data.task = DataTask::copy;
-  c.data.seq_len = int(seq);
-  c.data.micro_batch_size = 1;
-  c.data.num_microbatches = 1;
   return c;
 }
 
