@@ -2,7 +2,8 @@
 // bf16 GEMM against an fp64 sum of the bf16-rounded inputs (every layout of
 // A and B, f32 or bf16 operands, tails of M, N and K, K odd and past a K
 // block, alpha and beta, nothing written outside C), its bf16 output, the
-// op-table rows against the staged rows, and TRIDENT_CPU_BF16. The process
+// op-table rows against the staged rows, the native attention against the
+// fp32 attention, and TRIDENT_CPU_BF16. The process
 // exits 77 (ctest: skipped) on a CPU without AVX512-BF16, which has only the
 // staged path (tested in test_functional and test_emulated_ops).
 #include <algorithm>
@@ -224,6 +225,88 @@ TEST_CASE("the native rows agree with the staged rows within bf16 rounding", "[c
     // relative each), the staged row keeps them f32
     REQUIRE(err <= 2e-2 * scale);
     if (t == 5) REQUIRE(err <= 1e-5 * scale);  // both bf16 x bf16: only the order differs
+  }
+}
+
+namespace {
+
+struct AttnRun {
+  Tensor out, lse;
+};
+
+// The attention of shape s on q, k, v (bf16 tensors, or their f32 widening)
+// under `mode` (the f32 inputs ignore it).
+AttnRun run_attention(const kernels::AttnShape& s, const std::vector<Tensor>& qkv,
+                      cpu::Bf16Mode mode) {
+  const auto& ctx = test::kernel_ctx();
+  cpu::set_bf16_mode(mode);
+  AttnRun r{Tensor::empty({s.Tq, s.H, s.D}, cpu_allocator(), qkv[0].dtype()),
+            Tensor({s.Tq, int64_t(s.H)})};
+  kernels::attention_forward(ctx, s, qkv[0], qkv[1], qkv[2], r.out, r.lse);
+  cpu::set_bf16_mode(cpu::Bf16Mode::automatic);
+  return r;
+}
+
+// x (bf16) widened to f32.
+Tensor widened(const Tensor& x) {
+  Tensor y(x.shape());
+  kernels::convert(test::kernel_ctx(), x, y);
+  return y;
+}
+
+}  // namespace
+
+// Native attention against the fp32 kernel on the same bf16-rounded inputs:
+// the products of two bf16 values are exact in fp32, so S differs only in
+// its summation order; P rounded to bf16 (2^-9 relative) moves each output
+// by at most 2^-9 max|v| and both outputs are rounded to bf16 once (2^-9
+// |out| each): |native - fp32| <= 4 * 2^-9 max|v|, lse within 1e-4. The
+// staged row is the fp32 kernel's output rounded, bit for bit.
+TEST_CASE("native bf16 attention agrees with the fp32 attention of the rounded inputs",
+          "[cpu_bf16]") {
+  need_bf16_units();
+  const auto& ctx = test::kernel_ctx();
+  struct Shape {
+    int64_t Tq, Tk;
+    int H, Hkv, D;
+    bool causal;
+  };
+  for (const Shape& sh : {Shape{77, 77, 2, 1, 24, true}, Shape{77, 77, 2, 2, 24, false},
+                          Shape{601, 601, 4, 2, 40, true}, Shape{301, 555, 2, 1, 33, false}}) {
+    kernels::AttnShape s;
+    s.Tq = sh.Tq, s.Tk = sh.Tk, s.H = sh.H, s.Hkv = sh.Hkv, s.D = sh.D, s.causal = sh.causal;
+    s.scale = 1.0f / std::sqrt(float(sh.D));
+    INFO("Tq " << s.Tq << " Tk " << s.Tk << " H " << s.H << "/" << s.Hkv << " D " << s.D
+               << (s.causal ? " causal" : " full"));
+    std::vector<Tensor> bf, wide;
+    for (int t = 0; t < 3; ++t) {
+      const int64_t T = t == 0 ? s.Tq : s.Tk, heads = t == 0 ? s.H : s.Hkv;
+      Tensor x({T, heads, int64_t(s.D)});
+      rng::fill_normal(x.ptr(), x.numel(), 40 + uint64_t(t), 0, 2.0f);
+      bf.push_back(Tensor::empty(x.shape(), cpu_allocator(), DType::bf16));
+      kernels::convert(ctx, x, bf.back());
+      wide.push_back(widened(bf.back()));
+    }
+    const AttnRun ref = run_attention(s, wide, cpu::Bf16Mode::staged);
+    const AttnRun native = run_attention(s, bf, cpu::Bf16Mode::native);
+    const AttnRun staged = run_attention(s, bf, cpu::Bf16Mode::staged);
+    const Tensor out = widened(native.out), out_staged = widened(staged.out);
+    const std::vector<uint16_t> ref_bits =
+        rounded(std::vector<float>(ref.out.ptr(), ref.out.ptr() + ref.out.numel()));
+    double vmax = 0, err = 0, lse_err = 0;
+    for (int64_t i = 0; i < wide[2].numel(); ++i) vmax = std::max(vmax, double(std::fabs(wide[2].ptr()[i])));
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      err = std::max(err, double(std::fabs(out.ptr()[i] - ref.out.ptr()[i])));
+      REQUIRE(staged.out.data<uint16_t>()[i] == ref_bits[size_t(i)]);
+    }
+    for (int64_t i = 0; i < ref.lse.numel(); ++i) {
+      lse_err = std::max(lse_err, double(std::fabs(native.lse.ptr()[i] - ref.lse.ptr()[i])));
+      REQUIRE(staged.lse.ptr()[i] == ref.lse.ptr()[i]);
+    }
+    CAPTURE(err, vmax, lse_err);
+    REQUIRE(err <= 4.0 * std::ldexp(1.0, -9) * vmax);
+    REQUIRE(lse_err <= 1e-4);
+    REQUIRE(err > 0.0);  // the native row ran (P rounded): not the staged bits
   }
 }
 
