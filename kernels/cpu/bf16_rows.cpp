@@ -144,6 +144,16 @@ void attention_forward_row(const Ctx& ctx, OpCall& c) {  // q, k, v bf16; out; l
                          c.t[1].data<uint16_t>(), c.t[2].data<uint16_t>(), arg(c, 3), c.f32(4));
 }
 
+void attention_backward_row(const Ctx& ctx, OpCall& c) {  // bf16 q k v out dout; f32 lse, grads
+  bool fits = c.t[1].numel() > 0 && c.t[0].numel() > 0;
+  for (int i : {0, 1, 2, 3, 5}) fits = fits && c.t[size_t(i)].dtype() == DType::bf16;
+  for (int i : {4, 6, 7, 8}) fits = fits && c.t[size_t(i)].dtype() == DType::f32;
+  if (!bf16_native() || !fits) return run_staged(ctx, c);
+  auto bf = [&](int i) { return c.t[size_t(i)].data<uint16_t>(); };
+  attention_backward_bf16(ctx, c.par<AttnShape>(),
+                          {bf(0), bf(1), bf(2), bf(3), bf(5), c.f32(4), c.f32(6), c.f32(7), c.f32(8)});
+}
+
 constexpr OpRow kRows[] = {
     {Op::linear_forward, DeviceType::cpu, DType::bf16, &linear_forward_row},
     {Op::linear_backward_input, DeviceType::cpu, DType::bf16, &linear_backward_input_row},
@@ -151,6 +161,7 @@ constexpr OpRow kRows[] = {
     {Op::swiglu_forward, DeviceType::cpu, DType::bf16, &swiglu_forward_row},
     {Op::swiglu_backward, DeviceType::cpu, DType::bf16, &swiglu_backward_row},
     {Op::attention_forward, DeviceType::cpu, DType::bf16, &attention_forward_row},
+    {Op::attention_backward, DeviceType::cpu, DType::bf16, &attention_backward_row},
 };
 
 }  // namespace

@@ -88,5 +88,15 @@ void swiglu_backward_bf16(const Ctx& ctx, const SwigluBf16& s, F32OrBf16 gate, F
 // (rounded once at the end), lse f32 (attention_bf16.cpp).
 void attention_forward_bf16(const Ctx& ctx, const AttnShape& s, const uint16_t* q,
                             const uint16_t* k, const uint16_t* v, F32OrBf16 out, float* lse);
+// Its backward (attention.hpp's contract: the gradients accumulate), with
+// the five products on the native GEMM (P and dS rounded to bf16 as it packs
+// them) and delta = rowsum(dO O), P and dS in fp32: q, k, v, out and dout
+// bf16, lse and the gradients f32.
+struct AttnBf16Grad {
+  const uint16_t *q, *k, *v, *out, *dout;
+  const float* lse;
+  float *dq, *dk, *dv;
+};
+void attention_backward_bf16(const Ctx& ctx, const AttnShape& s, const AttnBf16Grad& a);
 
 }  // namespace trident::kernels::cpu
