@@ -451,3 +451,34 @@ TEST_CASE("bf16 GEMM rate against sgemm", "[.bench]") {
   }
   SUCCEED();
 }
+
+// Not a test (hidden, as above): the attention's forward and forward +
+// backward per call, the fp32 kernel on f32 tensors against the native bf16
+// kernel on bf16 ones, by CPU time: the dense benchmark model's shape (one
+// micro-batch: 512 tokens, 8 heads over 4 kv heads, head_dim 32, causal) and
+// head_dim 64 and 128.
+TEST_CASE("bf16 attention rate against the fp32 attention", "[.bench]") {
+  need_bf16_units();
+  std::printf("| shape | fwd fp32 (ms) | fwd bf16 (ms) | fwd+bwd fp32 (ms) | fwd+bwd bf16 (ms) |\n"
+              "|---|---|---|---|---|\n");
+  for (const AttnCase& c : {AttnCase{512, 512, 8, 4, 32, true}, AttnCase{512, 512, 4, 4, 64, true},
+                            AttnCase{2048, 2048, 1, 1, 128, true}}) {
+    const kernels::AttnShape s = attn_shape(c);
+    const AttnInputs in = attn_inputs(s);
+    double ms[2][2];
+    for (int v = 0; v < 2; ++v) {
+      const std::vector<Tensor>& qkv = v == 0 ? in.wide : in.bf;
+      const cpu::Bf16Mode mode = v == 0 ? cpu::Bf16Mode::staged : cpu::Bf16Mode::native;
+      AttnRun fwd = run_attention(s, qkv, mode);
+      const Tensor dout = Tensor::empty(fwd.out.shape(), cpu_allocator(), qkv[0].dtype());
+      kernels::convert(test::kernel_ctx(), fwd.out, dout);
+      ms[v][0] = 1e3 * best_seconds(3, [&] { fwd = run_attention(s, qkv, mode); });
+      ms[v][1] = ms[v][0] + 1e3 * best_seconds(3, [&] {
+                   attn_grads(s, qkv, fwd.out, fwd.lse, dout, mode);
+                 });
+    }
+    std::printf("| T %lld, H %d/%d, D %d%s | %.2f | %.2f | %.2f | %.2f |\n", (long long)s.Tq, s.H,
+                s.Hkv, s.D, s.causal ? ", causal" : "", ms[0][0], ms[1][0], ms[0][1], ms[1][1]);
+  }
+  SUCCEED();
+}
