@@ -55,18 +55,6 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// Sets the columns of row i that its band's pieces compute, except the row's
-// visible keys [lo, lo + n), to 0.
-inline void zero_masked(const AttnTile& t, int64_t i, float* row) {
-  const int64_t b = i / kAttnRowBand, a = t.lo[i], n = t.n[i];
-  if (n == 0) {
-    std::fill(row + t.f0[b], row + t.f1[b], 0.0f);
-    return;
-  }
-  std::fill(row + t.f0[b], row + a, 0.0f);
-  std::fill(row + a + n, row + t.f1[b], 0.0f);
-}
-
 // Eight floats processed together (GCC/Clang vector extensions): the loops
 // below are written on these so that they vectorise by construction, and
 // compile to AVX in the x86-64-v3 clone and to SSE pairs otherwise.
@@ -278,14 +266,14 @@ void forward_softmax_rows(ForwardState& f, const AttnTile& tile, int64_t rows, i
     const float m_new =
         std::max(f.m[i], f.native ? row_max_native(srow + a, n) : row_max(srow + a, n));
     if (m_new == kNegInf) {  // nothing visible yet: the row stays empty
-      zero_masked(tile, i, srow);
+      attn_zero_masked(tile, i, srow);
       continue;
     }
     // exp1 gives exactly 1 for 0 and 0 below -87 (-inf: the row's first keys)
     const float alpha = f.m[i] == m_new ? 1.0f : (f.m[i] == kNegInf ? 0.0f : exp1(f.m[i] - m_new));
     f.l[i] = f.l[i] * alpha + (f.native ? exp_shift_sum_native(srow + a, n, m_new)
                                         : exp_shift_sum(srow + a, n, m_new));
-    zero_masked(tile, i, srow);
+    attn_zero_masked(tile, i, srow);
     if (alpha != 1.0f) scale_row(f.acc + i * f.s.D, f.s.D, alpha);
     f.m[i] = m_new;
   }
@@ -443,7 +431,7 @@ void backward_probs(BackwardState& b, const AttnTile& tile, int64_t j0, int64_t 
       continue;
     }
     if (!b.fused) exp_shift_sum(prow + tile.lo[i], tile.n[i], b.row_lse[i]);
-    zero_masked(tile, i, prow);
+    attn_zero_masked(tile, i, prow);
   }
 }
 
@@ -468,7 +456,7 @@ void backward_dv_ds(BackwardState& b, const AttnTile& tile, int64_t j0, int64_t 
     float* dprow = b.dp + i * lds;
     const int64_t a = tile.lo[i], n = tile.n[i];
     if (!b.fused) softmax_grad_row(b.p + i * lds + a, dprow + a, n, b.delta[i]);
-    zero_masked(tile, i, dprow);
+    attn_zero_masked(tile, i, dprow);
   }
 }
 

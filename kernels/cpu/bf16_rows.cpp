@@ -1,6 +1,7 @@
 // The CPU's native bf16 rows of the op table and the choice between them
-// and the staged row (cpu_bf16.hpp): the linear layers' three GEMMs and the
-// SwiGLU FFN's six on AVX512-BF16 (gemm_bf16.cpp, swiglu_bf16.cpp). A call runs the staged row when
+// and the staged row (cpu_bf16.hpp): the linear layers' three GEMMs, the
+// SwiGLU FFN's six and the attention's products on AVX512-BF16 (gemm_bf16.cpp,
+// swiglu_bf16.cpp, attention_bf16.cpp). A call runs the staged row when
 // native bf16 is off (TRIDENT_CPU_BF16=staged, or a CPU without AVX512-BF16) or its operands do not
 // fit the kernel (a bf16 output that is also read, a bf16 weight gradient).
 //
@@ -133,12 +134,34 @@ void swiglu_backward_row(const Ctx& ctx, OpCall& c) {
                        c.f32(8), c.f32(9), c.f32(10));
 }
 
+void attention_forward_row(const Ctx& ctx, OpCall& c) {  // q, k, v bf16; out; lse f32
+  const bool fits = c.t[0].dtype() == DType::bf16 && c.t[1].dtype() == DType::bf16 &&
+                    c.t[2].dtype() == DType::bf16 && c.t[4].dtype() == DType::f32 &&
+                    dense(c, {3});
+  if (!bf16_native() || !fits || c.t[0].numel() == 0 || c.t[1].numel() == 0)
+    return run_staged(ctx, c);
+  attention_forward_bf16(ctx, c.par<AttnShape>(), c.t[0].data<uint16_t>(),
+                         c.t[1].data<uint16_t>(), c.t[2].data<uint16_t>(), arg(c, 3), c.f32(4));
+}
+
+void attention_backward_row(const Ctx& ctx, OpCall& c) {  // bf16 q k v out dout; f32 lse, grads
+  bool fits = c.t[1].numel() > 0 && c.t[0].numel() > 0;
+  for (int i : {0, 1, 2, 3, 5}) fits = fits && c.t[size_t(i)].dtype() == DType::bf16;
+  for (int i : {4, 6, 7, 8}) fits = fits && c.t[size_t(i)].dtype() == DType::f32;
+  if (!bf16_native() || !fits) return run_staged(ctx, c);
+  auto bf = [&](int i) { return c.t[size_t(i)].data<uint16_t>(); };
+  attention_backward_bf16(ctx, c.par<AttnShape>(),
+                          {bf(0), bf(1), bf(2), bf(3), bf(5), c.f32(4), c.f32(6), c.f32(7), c.f32(8)});
+}
+
 constexpr OpRow kRows[] = {
     {Op::linear_forward, DeviceType::cpu, DType::bf16, &linear_forward_row},
     {Op::linear_backward_input, DeviceType::cpu, DType::bf16, &linear_backward_input_row},
     {Op::linear_backward_weight, DeviceType::cpu, DType::bf16, &linear_backward_weight_row},
     {Op::swiglu_forward, DeviceType::cpu, DType::bf16, &swiglu_forward_row},
     {Op::swiglu_backward, DeviceType::cpu, DType::bf16, &swiglu_backward_row},
+    {Op::attention_forward, DeviceType::cpu, DType::bf16, &attention_forward_row},
+    {Op::attention_backward, DeviceType::cpu, DType::bf16, &attention_backward_row},
 };
 
 }  // namespace

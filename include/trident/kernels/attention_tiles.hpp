@@ -2,7 +2,8 @@
 // the plan kernels/cpu/attention.cpp computes per tile, and the one the
 // document-balanced cp layout's cost model counts (parallel/cp), so that the
 // model prices exactly the pairs, pieces and rows the kernel computes.
-// Host only; integers only (no effect on any floating-point result).
+// Host only; integers only (no effect on any floating-point result), but for
+// attn_zero_masked, which writes zeros.
 //
 // A tile whose rows see very different key ranges (the causal diagonal, a
 // window's edge, a document boundary) is cut into pieces so that the GEMMs
@@ -122,6 +123,19 @@ inline void attn_view_tile(const AttnShape& s, int64_t i0, int64_t rows, int64_t
   if (t->empty()) return;
   for (int64_t i = 0; i < rows; ++i) t->lo[i] = t->n[i] > 0 ? t->lo[i] - t->c0 : 0;
   attn_plan_tile(rows, t);
+}
+
+// Sets the columns of row i of a tile's scores that its band's pieces
+// compute, except the row's visible keys [lo, lo + n), to 0 (the CPU kernels'
+// P and dS before their GEMMs read them).
+inline void attn_zero_masked(const AttnTile& t, int64_t i, float* row) {
+  const int64_t b = i / kAttnRowBand, a = t.lo[i], n = t.n[i];
+  if (n == 0) {
+    std::fill(row + t.f0[b], row + t.f1[b], 0.0f);
+    return;
+  }
+  std::fill(row + t.f0[b], row + a, 0.0f);
+  std::fill(row + a + n, row + t.f1[b], 0.0f);
 }
 
 }  // namespace trident::kernels

@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 
+#include "trident/kernels/attention.hpp"
 #include "trident/kernels/context.hpp"
 #include "trident/kernels/op_table.hpp"
 
@@ -80,5 +81,22 @@ void swiglu_forward_bf16(const Ctx& ctx, const SwigluBf16& s, F32OrBf16 y, F32Or
                          F32OrBf16 up);
 void swiglu_backward_bf16(const Ctx& ctx, const SwigluBf16& s, F32OrBf16 gate, F32OrBf16 up,
                           const float* dy, float* dx, float* dw_gate, float* dw_up, float* dw_down);
+
+// Attention (attention.hpp's contract, without resume) with Q·Kᵀ and P·V on
+// the native bf16 GEMM (fp32 accumulation; P rounded to bf16 as the GEMM
+// packs it) and the online softmax in fp32: q, k and v bf16, out f32 or bf16
+// (rounded once at the end), lse f32 (attention_bf16.cpp).
+void attention_forward_bf16(const Ctx& ctx, const AttnShape& s, const uint16_t* q,
+                            const uint16_t* k, const uint16_t* v, F32OrBf16 out, float* lse);
+// Its backward (attention.hpp's contract: the gradients accumulate), with
+// the five products on the native GEMM (P and dS rounded to bf16 as it packs
+// them) and delta = rowsum(dO O), P and dS in fp32: q, k, v, out and dout
+// bf16, lse and the gradients f32.
+struct AttnBf16Grad {
+  const uint16_t *q, *k, *v, *out, *dout;
+  const float* lse;
+  float *dq, *dk, *dv;
+};
+void attention_backward_bf16(const Ctx& ctx, const AttnShape& s, const AttnBf16Grad& a);
 
 }  // namespace trident::kernels::cpu

@@ -2,7 +2,8 @@
 // bf16 GEMM against an fp64 sum of the bf16-rounded inputs (every layout of
 // A and B, f32 or bf16 operands, tails of M, N and K, K odd and past a K
 // block, alpha and beta, nothing written outside C), its bf16 output, the
-// op-table rows against the staged rows, and TRIDENT_CPU_BF16. The process
+// op-table rows against the staged rows, the native attention against the
+// fp32 attention, and TRIDENT_CPU_BF16. The process
 // exits 77 (ctest: skipped) on a CPU without AVX512-BF16, which has only the
 // staged path (tested in test_functional and test_emulated_ops).
 #include <algorithm>
@@ -229,6 +230,164 @@ TEST_CASE("the native rows agree with the staged rows within bf16 rounding", "[c
 
 namespace {
 
+struct AttnRun {
+  Tensor out, lse;
+};
+
+// The attention of shape s on q, k, v (bf16 tensors, or their f32 widening)
+// under `mode` (the f32 inputs ignore it).
+AttnRun run_attention(const kernels::AttnShape& s, const std::vector<Tensor>& qkv,
+                      cpu::Bf16Mode mode) {
+  const auto& ctx = test::kernel_ctx();
+  cpu::set_bf16_mode(mode);
+  AttnRun r{Tensor::empty({s.Tq, s.H, s.D}, cpu_allocator(), qkv[0].dtype()),
+            Tensor({s.Tq, int64_t(s.H)})};
+  kernels::attention_forward(ctx, s, qkv[0], qkv[1], qkv[2], r.out, r.lse);
+  cpu::set_bf16_mode(cpu::Bf16Mode::automatic);
+  return r;
+}
+
+// x (bf16) widened to f32.
+Tensor widened(const Tensor& x) {
+  Tensor y(x.shape());
+  kernels::convert(test::kernel_ctx(), x, y);
+  return y;
+}
+
+struct AttnCase {
+  int64_t Tq, Tk;
+  int H, Hkv, D;
+  bool causal;
+};
+
+// Odd lengths, one and several query blocks and key tiles, GQA, causal and full.
+std::vector<AttnCase> attention_cases() {
+  return {AttnCase{77, 77, 2, 1, 24, true}, AttnCase{77, 77, 2, 2, 24, false},
+          AttnCase{601, 601, 4, 2, 40, true}, AttnCase{301, 555, 2, 1, 33, false}};
+}
+
+kernels::AttnShape attn_shape(const AttnCase& c) {
+  kernels::AttnShape s;
+  s.Tq = c.Tq, s.Tk = c.Tk, s.H = c.H, s.Hkv = c.Hkv, s.D = c.D, s.causal = c.causal;
+  s.scale = 1.0f / std::sqrt(float(c.D));
+  return s;
+}
+
+// q, k and v of shape s rounded to bf16 (bf), and those widened to f32 (wide).
+struct AttnInputs {
+  std::vector<Tensor> bf, wide;
+};
+AttnInputs attn_inputs(const kernels::AttnShape& s) {
+  AttnInputs in;
+  for (int t = 0; t < 3; ++t) {
+    const int64_t T = t == 0 ? s.Tq : s.Tk, heads = t == 0 ? s.H : s.Hkv;
+    Tensor x({T, heads, int64_t(s.D)});
+    rng::fill_normal(x.ptr(), x.numel(), 40 + uint64_t(t), 0, 2.0f);
+    in.bf.push_back(Tensor::empty(x.shape(), cpu_allocator(), DType::bf16));
+    kernels::convert(test::kernel_ctx(), x, in.bf.back());
+    in.wide.push_back(widened(in.bf.back()));
+  }
+  return in;
+}
+
+// dq, dk, dv (f32, from zero) of the attention of shape s under `mode`.
+std::vector<Tensor> attn_grads(const kernels::AttnShape& s, const std::vector<Tensor>& qkv,
+                               const Tensor& out, const Tensor& lse, const Tensor& dout,
+                               cpu::Bf16Mode mode) {
+  cpu::set_bf16_mode(mode);
+  std::vector<Tensor> g{Tensor(qkv[0].shape()), Tensor(qkv[1].shape()), Tensor(qkv[2].shape())};
+  kernels::attention_backward(test::kernel_ctx(), s, qkv[0], qkv[1], qkv[2], out, lse, dout, g[0],
+                              g[1], g[2]);
+  cpu::set_bf16_mode(cpu::Bf16Mode::automatic);
+  return g;
+}
+
+}  // namespace
+
+// Native attention against the fp32 kernel on the same bf16-rounded inputs:
+// the products of two bf16 values are exact in fp32, so S differs only in
+// its summation order; P rounded to bf16 (2^-9 relative) moves each output
+// by at most 2^-9 max|v| and both outputs are rounded to bf16 once (2^-9
+// |out| each): |native - fp32| <= 4 * 2^-9 max|v|, lse within 1e-4. The
+// staged row is the fp32 kernel's output rounded, bit for bit.
+TEST_CASE("native bf16 attention agrees with the fp32 attention of the rounded inputs",
+          "[cpu_bf16]") {
+  need_bf16_units();
+  for (const AttnCase& sh : attention_cases()) {
+    const kernels::AttnShape s = attn_shape(sh);
+    INFO("Tq " << s.Tq << " Tk " << s.Tk << " H " << s.H << "/" << s.Hkv << " D " << s.D
+               << (s.causal ? " causal" : " full"));
+    const AttnInputs in = attn_inputs(s);
+    const std::vector<Tensor>& bf = in.bf;
+    const std::vector<Tensor>& wide = in.wide;
+    const AttnRun ref = run_attention(s, wide, cpu::Bf16Mode::staged);
+    const AttnRun native = run_attention(s, bf, cpu::Bf16Mode::native);
+    const AttnRun staged = run_attention(s, bf, cpu::Bf16Mode::staged);
+    const Tensor out = widened(native.out);
+    const std::vector<uint16_t> ref_bits =
+        rounded(std::vector<float>(ref.out.ptr(), ref.out.ptr() + ref.out.numel()));
+    double vmax = 0, err = 0, lse_err = 0;
+    for (int64_t i = 0; i < wide[2].numel(); ++i)
+      vmax = std::max(vmax, double(std::fabs(wide[2].ptr()[i])));
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      err = std::max(err, double(std::fabs(out.ptr()[i] - ref.out.ptr()[i])));
+      REQUIRE(staged.out.data<uint16_t>()[i] == ref_bits[size_t(i)]);
+    }
+    for (int64_t i = 0; i < ref.lse.numel(); ++i) {
+      lse_err = std::max(lse_err, double(std::fabs(native.lse.ptr()[i] - ref.lse.ptr()[i])));
+      REQUIRE(staged.lse.ptr()[i] == ref.lse.ptr()[i]);
+    }
+    CAPTURE(err, vmax, lse_err);
+    REQUIRE(err <= 4.0 * std::ldexp(1.0, -9) * vmax);
+    REQUIRE(lse_err <= 1e-4);
+    REQUIRE(err > 0.0);  // the native row ran (P rounded): not the staged bits
+  }
+}
+
+// The native backward against the fp32 kernel's on the same bf16-rounded
+// q, k, v, out and dout (and the same lse): P and dS rounded to bf16 as the
+// GEMMs pack them (2^-9 relative each) put dq, dk and dv within 1e-2 of the
+// fp32 gradients in relative norm (measured on Zen 4: below 3e-3); the staged
+// row is the fp32 kernel on the widened inputs, bit for bit.
+TEST_CASE("native bf16 attention backward agrees with the fp32 backward", "[cpu_bf16]") {
+  need_bf16_units();
+  const auto& ctx = test::kernel_ctx();
+  for (const AttnCase& sh : attention_cases()) {
+    const kernels::AttnShape s = attn_shape(sh);
+    INFO("Tq " << s.Tq << " Tk " << s.Tk << " H " << s.H << "/" << s.Hkv << " D " << s.D
+               << (s.causal ? " causal" : " full"));
+    const AttnInputs in = attn_inputs(s);
+    const AttnRun fwd = run_attention(s, in.wide, cpu::Bf16Mode::staged);
+    Tensor out_bf = Tensor::empty(fwd.out.shape(), cpu_allocator(), DType::bf16);
+    kernels::convert(ctx, fwd.out, out_bf);
+    Tensor dout({s.Tq, int64_t(s.H), int64_t(s.D)});
+    rng::fill_normal(dout.ptr(), dout.numel(), 50, 0, 1.0f);
+    Tensor dout_bf = Tensor::empty(dout.shape(), cpu_allocator(), DType::bf16);
+    kernels::convert(ctx, dout, dout_bf);
+    const std::vector<Tensor> ref = attn_grads(s, in.wide, widened(out_bf), fwd.lse,
+                                               widened(dout_bf), cpu::Bf16Mode::staged);
+    const std::vector<Tensor> native =
+        attn_grads(s, in.bf, out_bf, fwd.lse, dout_bf, cpu::Bf16Mode::native);
+    const std::vector<Tensor> staged =
+        attn_grads(s, in.bf, out_bf, fwd.lse, dout_bf, cpu::Bf16Mode::staged);
+    for (size_t t = 0; t < 3; ++t) {
+      INFO("gradient " << t << " (dq, dk, dv)");
+      double err = 0, norm = 0;
+      for (int64_t i = 0; i < ref[t].numel(); ++i) {
+        const double r = ref[t].ptr()[i];
+        err += (native[t].ptr()[i] - r) * (native[t].ptr()[i] - r);
+        norm += r * r;
+        REQUIRE(staged[t].ptr()[i] == ref[t].ptr()[i]);
+      }
+      CAPTURE(std::sqrt(err / norm));
+      REQUIRE(std::sqrt(err) <= 1e-2 * std::sqrt(norm));
+      REQUIRE(err > 0.0);  // the native row ran
+    }
+  }
+}
+
+namespace {
+
 double cpu_seconds() {
   timespec t{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
@@ -289,6 +448,37 @@ TEST_CASE("bf16 GEMM rate against sgemm", "[.bench]") {
     std::printf("| %s | %lld | %lld | %lld | %.1f | %.1f | %.2f |\n", s.name, (long long)s.M,
                 (long long)s.N, (long long)s.K, flop / t_bf16 / 1e9, flop / t_f32 / 1e9,
                 t_f32 / t_bf16);
+  }
+  SUCCEED();
+}
+
+// Not a test (hidden, as above): the attention's forward and forward +
+// backward per call, the fp32 kernel on f32 tensors against the native bf16
+// kernel on bf16 ones, by CPU time: the dense benchmark model's shape (one
+// micro-batch: 512 tokens, 8 heads over 4 kv heads, head_dim 32, causal) and
+// head_dim 64 and 128.
+TEST_CASE("bf16 attention rate against the fp32 attention", "[.bench]") {
+  need_bf16_units();
+  std::printf("| shape | fwd fp32 (ms) | fwd bf16 (ms) | fwd+bwd fp32 (ms) | fwd+bwd bf16 (ms) |\n"
+              "|---|---|---|---|---|\n");
+  for (const AttnCase& c : {AttnCase{512, 512, 8, 4, 32, true}, AttnCase{512, 512, 4, 4, 64, true},
+                            AttnCase{2048, 2048, 1, 1, 128, true}}) {
+    const kernels::AttnShape s = attn_shape(c);
+    const AttnInputs in = attn_inputs(s);
+    double ms[2][2];
+    for (int v = 0; v < 2; ++v) {
+      const std::vector<Tensor>& qkv = v == 0 ? in.wide : in.bf;
+      const cpu::Bf16Mode mode = v == 0 ? cpu::Bf16Mode::staged : cpu::Bf16Mode::native;
+      AttnRun fwd = run_attention(s, qkv, mode);
+      const Tensor dout = Tensor::empty(fwd.out.shape(), cpu_allocator(), qkv[0].dtype());
+      kernels::convert(test::kernel_ctx(), fwd.out, dout);
+      ms[v][0] = 1e3 * best_seconds(3, [&] { fwd = run_attention(s, qkv, mode); });
+      ms[v][1] = ms[v][0] + 1e3 * best_seconds(3, [&] {
+                   attn_grads(s, qkv, fwd.out, fwd.lse, dout, mode);
+                 });
+    }
+    std::printf("| T %lld, H %d/%d, D %d%s | %.2f | %.2f | %.2f | %.2f |\n", (long long)s.Tq, s.H,
+                s.Hkv, s.D, s.causal ? ", causal" : "", ms[0][0], ms[1][0], ms[0][1], ms[1][1]);
   }
   SUCCEED();
 }
