@@ -52,9 +52,6 @@ int RunCommand::run() {
   Config cfg = load_config(config_, sets_);
   if (!output_.empty()) cfg.output.file = output_;
   train::check_config(cfg, world_size);
-  if (cfg.train.precision == Precision::bf16 && cfg.runtime.backend != Backend::cuda &&
-      comm_world_rank() == 0)
-    std::printf("cpu bf16 GEMMs: %s\n", bf16_kernels.c_str());
   flight_configure(cfg.runtime.flight_records);
   std::optional<plan::MachineProfile> machine;
   if (!machine_.empty())
@@ -62,6 +59,10 @@ int RunCommand::run() {
   auto job = world_communicator(cfg.runtime.timeout_s);
   Topology topo = detect_topology(*job, cfg);
   auto comms = build_communicators(*job, cfg, std::move(topo));
+  // named only where the rank's kernels run on the host CPU (not under
+  // runtime.backend = "automatic" that chose a GPU)
+  if (cfg.train.precision == Precision::bf16 && comms->device.is_cpu() && comm_world_rank() == 0)
+    std::printf("cpu bf16 GEMMs: %s\n", bf16_kernels.c_str());
   sync_clock(*job);
 
   train::RunRequest request;
