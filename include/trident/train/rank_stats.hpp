@@ -16,12 +16,12 @@
 // against the median of the other ranks of its pipeline stage (they run the
 // same layers, so the pipeline's bubbles and uneven stages never enter a
 // score), or against its own earlier windows when it is its stage's only
-// rank. A rank over runtime.straggler_threshold, more than a noise floor
-// (5 ms per step) over that median, and waited on at least as long as its
-// stage's median rank, in two windows in a row, is the straggler: one
-// warning line and a `straggler` row in /events. Ranks that waited on it
-// have more wait, not more compute (time inside test() is a wait too), so
-// they are never named.
+// rank. A rank over runtime.straggler_threshold and more than a noise
+// floor (5 ms per step) over that median, in two windows in a row, is the
+// straggler: one warning line and a `straggler` row in /events, with the
+// seconds the others waited on it. Ranks that waited on it have more wait,
+// not more compute (time inside test() is a wait too), so they are never
+// named.
 #pragma once
 #include <array>
 #include <deque>
