@@ -26,7 +26,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 import h5py
 import numpy as np
