@@ -53,7 +53,9 @@ def run(np, config, out, sets, slow_rank=None, timeout=300):
     env = dict(os.environ)
     if slow_rank is not None:
         env.update(TRIDENT_TEST_SLOW_RANK=str(slow_rank), TRIDENT_TEST_SLOW_FACTOR="2")
-    args = MPIRUN + ["-np", str(np), BIN, "run", config, "--output", out]
+    # the end's checkpoint beside the run file, in the test's directory
+    args = MPIRUN + ["-np", str(np), BIN, "run", config, "--output", out,
+                     "--set", "output.checkpoint_dir=%s.ck" % out]
     for s in sets:
         args += ["--set", s]
     p = subprocess.run(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
