@@ -244,7 +244,14 @@ void Communicator::wait_all(std::vector<Request>& rs) {
 
 bool Communicator::test(Request& r) {
   if (!r.active()) return true;
-  if (!r.op_->poll()) return false;
+  // A test's time is communication too: it may copy a message, and under
+  // Open MPI one that finds nothing to do on an oversubscribed node yields
+  // the core (mpi_yield_when_idle), so a rank whose peer is slow loses
+  // time in its tests that would otherwise look like its own compute.
+  const double t0 = monotonic_s();
+  const bool done = r.op_->poll();
+  counters().wait_s[int(r.kind_)] += monotonic_s() - t0;
+  if (!done) return false;
   flight_end(r.flight_, FlightState::completed);
   counters().add(r.kind_, r.bytes_, 0.0);
   r.op_.reset();

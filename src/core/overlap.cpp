@@ -26,6 +26,7 @@ struct Pair {
 // The pair and lane this thread runs, if any.
 thread_local Pair* t_pair = nullptr;
 thread_local int t_lane = 0;
+thread_local TurnObserver* t_observer = nullptr;
 
 // Runs one lane's work once it has the turn, then gives the turn for good.
 void run_lane(Pair& pair, int me, const std::function<void()>& work) {
@@ -61,12 +62,20 @@ bool in_flight() {
   if (pair->done[other]) return false;
   // The other lane runs until its own next exchange or its end.
   ++pair->stats.hidden;
+  if (t_observer) t_observer->turn_away();
   pair->turn = other;
   lock.unlock();
   pair->turn_changed.notify_all();
   lock.lock();
   pair->wait_for_turn(lock, me);
+  if (t_observer) t_observer->turn_back();
   return true;
+}
+
+TurnObserver* set_turn_observer(TurnObserver* observer) {
+  TurnObserver* before = t_observer;
+  t_observer = observer;
+  return before;
 }
 
 int lane() { return t_pair ? t_lane : 0; }

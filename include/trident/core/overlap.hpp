@@ -39,6 +39,22 @@ bool in_flight();
 // the same time over one communicator, never match each other's.
 int lane();
 
+// What a lane's thread is told when in_flight() hands the turn to the other
+// lane and when the turn comes back: a clock of this lane's own time
+// (train::PhaseClock) stops in between, so that an overlapped pair's two
+// phases are not both counted over the span they share. One per thread;
+// set_turn_observer returns the one it replaces, to which an observer
+// passes both calls on (clocks nest), and is restored with it.
+class TurnObserver {
+ public:
+  virtual void turn_away() = 0;
+  virtual void turn_back() = 0;
+
+ protected:
+  ~TurnObserver() = default;
+};
+TurnObserver* set_turn_observer(TurnObserver* observer);
+
 // Runs both lanes to completion and returns what in_flight() saw. The
 // second lane runs on a helper thread; enter_lane(), if given, runs first
 // on it (the caller's thread-local settings: memory kind, current device).

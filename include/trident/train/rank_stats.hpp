@@ -11,13 +11,17 @@
 // every rank has passed that step's collectives so the messages are there:
 // the table adds no synchronisation to the step.
 //
-// Rank 0 scores each rank by its compute per step against the median of
-// the other ranks of its pipeline stage (they run the same layers, so the
-// pipeline's bubbles and uneven stages never enter a score), or against its
-// own earlier windows when it is its stage's only rank. A rank over
-// runtime.straggler_threshold in two windows in a row is the straggler: one
-// warning line and a `straggler` row in /events. Ranks that waited on it
-// have more wait, not more compute, so they are never named.
+// Rank 0 scores each rank by its compute per step (the median over the
+// window's steps, so that one step that lost the core does not count)
+// against the median of the other ranks of its pipeline stage (they run the
+// same layers, so the pipeline's bubbles and uneven stages never enter a
+// score), or against its own earlier windows when it is its stage's only
+// rank. A rank over runtime.straggler_threshold and more than a noise
+// floor (5 ms per step) over that median, in two windows in a row, is the
+// straggler: one warning line and a `straggler` row in /events, with the
+// seconds the others waited on it. Ranks that waited on it have more wait,
+// not more compute (time inside test() is a wait too), so they are never
+// named.
 #pragma once
 #include <array>
 #include <deque>
@@ -27,6 +31,7 @@
 
 #include "trident/comm/comm.hpp"
 #include "trident/core/config.hpp"
+#include "trident/core/overlap.hpp"
 #include "trident/io/run_file.hpp"
 
 namespace trident::train {
@@ -48,19 +53,30 @@ struct StepTimes {
 
 // Adds to `into` the seconds from construction to stop() (or destruction)
 // minus the communication waits of that interval (every kind) in counters.
-class PhaseClock {
+// In a lane of an overlapped pair (core/overlap.hpp) it stops while the
+// other lane has the turn, so that neither that lane's compute nor its
+// waits enter this one's phase: a DualPipeV slot's forward and backward
+// together count the slot's span once.
+class PhaseClock final : public overlap::TurnObserver {
  public:
   PhaseClock(double& into, const CommCounters& counters);
   ~PhaseClock() { stop(); }
   void stop();
   PhaseClock(const PhaseClock&) = delete;
   PhaseClock& operator=(const PhaseClock&) = delete;
+  void turn_away() override;
+  void turn_back() override;
+  // A test hook (TRIDENT_TEST_SLOW_RANK / TRIDENT_TEST_SLOW_FACTOR, read by
+  // RankStats): every phase of this process takes `factor` times as long,
+  // the excess idle (a sleep), as a slower device keeps its rank waiting.
+  static void set_test_slowdown(double factor);
 
  private:
   double& into_;
   const CommCounters& counters_;
   double t0_, waited0_;
-  bool running_ = true;
+  bool running_ = true, paused_ = false;
+  overlap::TurnObserver* outer_;  // the thread's observer before this clock
 };
 
 class RankStats {
@@ -94,6 +110,10 @@ class RankStats {
   void take_in(RunFile& file);
   // Rank 0: the scores of a window's records, and the straggler named.
   void judge(const std::vector<double>& all, int64_t first, int64_t last);
+  // Rank q's scores (scores_) from the compute per step c of every rank;
+  // returns the compute it is compared with.
+  double score(const std::vector<double>& all, const std::vector<double>& c,
+               const std::vector<double>& on, int q);
   void name_straggler(const std::vector<double>& all, int q, int64_t first, int64_t last);
 
   int every_ = 0;
@@ -102,6 +122,7 @@ class RankStats {
   int rank_ = 0, size_ = 1, pp_rank_ = 0;
   std::vector<std::string> hosts_;
   StepTimes window_;
+  std::vector<double> step_compute_;  // the window's compute of each step
   int64_t window_first_ = -1;
   int window_steps_ = 0;
   // The window in flight: this rank's record, rank 0's receive buffer.
