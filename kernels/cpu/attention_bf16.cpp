@@ -162,8 +162,8 @@ void tile_probs(const Backward& b, const AttnTile& t, int h, int g, int64_t i0, 
     const AttnPiece& pc = t.piece[u];
     const Bf16Operand qa{at(b.q, b.ldq, i0 + pc.r0, h, D), false, false, b.ldq};
     const Bf16Operand kb{at(b.k, b.ldkv, j0 + pc.c0, g, D), false, true, b.ldkv};
-    gemm_bf16(pc.r1 - pc.r0, pc.c1 - pc.c0, D, b.s.scale, qa, kb, 0.0f,
-              b.p + pc.r0 * lds + pc.c0, lds);
+    gemm_bf16(pc.r1 - pc.r0, pc.c1 - pc.c0, D, b.s.scale, qa, kb, 0.0f, b.p + pc.r0 * lds + pc.c0,
+              lds);
   }
   for (int64_t i = 0; i < rows; ++i) {
     float* prow = b.p + i * lds;
@@ -212,8 +212,8 @@ void tile_dq_dk(const Backward& b, const AttnTile& t, int h, int g, int64_t i0, 
     const Bf16Operand qb{at(b.q, b.ldq, i0 + pc.r0, h, D), false, false, b.ldq};
     gemm_bf16(pr, D, pn, b.s.scale, ds, kb, 1.0f, b.dq + (i0 + pc.r0) * b.ldq + int64_t(h) * D,
               b.ldq);
-    gemm_bf16(pn, D, pr, b.s.scale, dst, qb, 1.0f,
-              b.dk + (j0 + pc.c0) * b.ldkv + int64_t(g) * D, b.ldkv);
+    gemm_bf16(pn, D, pr, b.s.scale, dst, qb, 1.0f, b.dk + (j0 + pc.c0) * b.ldkv + int64_t(g) * D,
+              b.ldkv);
   }
 }
 
@@ -258,8 +258,7 @@ void attention_backward_bf16(const Ctx& ctx, const AttnShape& s, const AttnBf16G
   check_attn_shape(s);
   const size_t tile = size_t(kQueryBlock * score_stride(kKeyBlock));
   Scratch scratch(ctx, 2 * tile + 2 * size_t(kQueryBlock) + size_t(s.Tq * s.H));
-  Backward b{s, a.q, a.k, a.v, a.dout, a.dq, a.dk, a.dv, int64_t(s.H) * s.D,
-             int64_t(s.Hkv) * s.D};
+  Backward b{s, a.q, a.k, a.v, a.dout, a.dq, a.dk, a.dv, int64_t(s.H) * s.D, int64_t(s.Hkv) * s.D};
   b.p = scratch.take(tile);
   b.dp = scratch.take(tile);
   b.delta = scratch.take(kQueryBlock);

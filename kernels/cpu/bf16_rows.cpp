@@ -136,12 +136,11 @@ void swiglu_backward_row(const Ctx& ctx, OpCall& c) {
 
 void attention_forward_row(const Ctx& ctx, OpCall& c) {  // q, k, v bf16; out; lse f32
   const bool fits = c.t[0].dtype() == DType::bf16 && c.t[1].dtype() == DType::bf16 &&
-                    c.t[2].dtype() == DType::bf16 && c.t[4].dtype() == DType::f32 &&
-                    dense(c, {3});
+                    c.t[2].dtype() == DType::bf16 && c.t[4].dtype() == DType::f32 && dense(c, {3});
   if (!bf16_native() || !fits || c.t[0].numel() == 0 || c.t[1].numel() == 0)
     return run_staged(ctx, c);
-  attention_forward_bf16(ctx, c.par<AttnShape>(), c.t[0].data<uint16_t>(),
-                         c.t[1].data<uint16_t>(), c.t[2].data<uint16_t>(), arg(c, 3), c.f32(4));
+  attention_forward_bf16(ctx, c.par<AttnShape>(), c.t[0].data<uint16_t>(), c.t[1].data<uint16_t>(),
+                         c.t[2].data<uint16_t>(), arg(c, 3), c.f32(4));
 }
 
 void attention_backward_row(const Ctx& ctx, OpCall& c) {  // bf16 q k v out dout; f32 lse, grads
@@ -150,8 +149,9 @@ void attention_backward_row(const Ctx& ctx, OpCall& c) {  // bf16 q k v out dout
   for (int i : {4, 6, 7, 8}) fits = fits && c.t[size_t(i)].dtype() == DType::f32;
   if (!bf16_native() || !fits) return run_staged(ctx, c);
   auto bf = [&](int i) { return c.t[size_t(i)].data<uint16_t>(); };
-  attention_backward_bf16(ctx, c.par<AttnShape>(),
-                          {bf(0), bf(1), bf(2), bf(3), bf(5), c.f32(4), c.f32(6), c.f32(7), c.f32(8)});
+  attention_backward_bf16(
+      ctx, c.par<AttnShape>(),
+      {bf(0), bf(1), bf(2), bf(3), bf(5), c.f32(4), c.f32(6), c.f32(7), c.f32(8)});
 }
 
 constexpr OpRow kRows[] = {

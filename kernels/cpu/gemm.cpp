@@ -43,8 +43,8 @@ void sgemm(const Ctx& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t K, fl
            int64_t ldc) {
   if (M == 0 || N == 0) return;
 #ifdef TRIDENT_HAVE_BLAS
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M),
+              int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
 #else
   for (int64_t i = 0; i < M; ++i) {
     for (int64_t j = 0; j < N; ++j) {

@@ -589,7 +589,8 @@ std::vector<std::string> string_list(const KeyDef& k, const toml::node& n,
 }
 
 // One element of data.blend: a [weight, path] pair, weight > 0, path non-empty.
-DataConfig::BlendEntry blend_entry(const KeyDef& k, const toml::node& e, const std::string& origin) {
+DataConfig::BlendEntry blend_entry(const KeyDef& k, const toml::node& e,
+                                   const std::string& origin) {
   const toml::array* pair = e.as_array();
   const bool two = pair && pair->size() == 2;
   const toml::node* w = two ? pair->get(0) : nullptr;
@@ -795,7 +796,8 @@ void apply_section(Config& cfg, const std::string& section, const toml::node& no
 // [topology] replaces detection, so it must say what the cluster is.
 void check_topology_given(Config& cfg) {
   const std::string at = cfg.key_origin.count("topology") ? cfg.key_origin["topology"] : cfg.source;
-  if (cfg.topology->nodes <= 0) fail(at, "topology.nodes", "required when [topology] is given (>= 1)");
+  if (cfg.topology->nodes <= 0)
+    fail(at, "topology.nodes", "required when [topology] is given (>= 1)");
   if (cfg.topology->devices_per_node <= 0)
     fail(at, "topology.devices_per_node", "required when [topology] is given (>= 1)");
 }

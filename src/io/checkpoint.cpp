@@ -144,9 +144,9 @@ std::vector<char> file_image(const CheckpointMeta& meta, std::vector<View>& all)
     // names hold '/' ("param/layers.0.wq"): let HDF5 make the intermediate groups
     h5::Handle lcpl = TRIDENT_H5_PLIST(H5Pcreate(H5P_LINK_CREATE), "link creation list");
     TRIDENT_H5(H5Pset_create_intermediate_group(lcpl, 1), "intermediate groups");
-    h5::Handle d = TRIDENT_H5_DSET(H5Dcreate2(g, u.name.c_str(), H5T_IEEE_F32LE, space, lcpl,
-                                              H5P_DEFAULT, H5P_DEFAULT),
-                                   "create " + u.name);
+    h5::Handle d = TRIDENT_H5_DSET(
+        H5Dcreate2(g, u.name.c_str(), H5T_IEEE_F32LE, space, lcpl, H5P_DEFAULT, H5P_DEFAULT),
+        "create " + u.name);
     TRIDENT_H5(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, u.data),
                "write " + u.name);
     h5::write_attr(d, "fnv1a64",
@@ -285,7 +285,8 @@ std::string receive_and_write(const std::string& dir, const std::string& path, C
 
 }  // namespace
 
-std::string write_checkpoint(const std::string& dir, Communicator* world, const CheckpointMeta& meta,
+std::string write_checkpoint(const std::string& dir, Communicator* world,
+                             const CheckpointMeta& meta,
                              const std::vector<CheckpointTensor>& mine) {
   const int size = world ? world->size() : 1;
   const int rank = world ? world->rank() : 0;
@@ -307,7 +308,8 @@ std::string write_checkpoint(const std::string& dir, Communicator* world, const 
   int failed = error.empty() ? 0 : 1;
   if (world && size > 1) world->allreduce_max(&failed, 1);
   // rank 0 knows why and says it; the others end with it
-  if (failed) throw AgreedError(error.empty() ? "checkpoint " + path + ": not written" : error, rank == 0);
+  if (failed)
+    throw AgreedError(error.empty() ? "checkpoint " + path + ": not written" : error, rank == 0);
   return path;
 }
 
@@ -347,7 +349,8 @@ std::string shape_text(const std::vector<int64_t>& s) {
 // Opens a checkpoint or shard file for reading; InputError naming it.
 hid_t open_readable(const std::string& path, const std::string& what) {
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) throw InputError(what + " '" + path + "' does not exist");
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw InputError(what + " '" + path + "' does not exist");
   if (H5Fis_hdf5(path.c_str()) <= 0)
     throw InputError(what + " '" + path + "' is not a readable HDF5 file (corrupted or truncated)");
   const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -437,11 +440,12 @@ void CheckpointReader::check_shape(const std::string& name, int64_t dset,
   if (nd >= 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
   const std::vector<int64_t> got(dims.begin(), dims.end());
   if (got != shape)
-    throw InputError("checkpoint '" + path_ + "': tensor " + name + " has shape " + shape_text(got) +
-                     ", the model needs " + shape_text(shape));
+    throw InputError("checkpoint '" + path_ + "': tensor " + name + " has shape " +
+                     shape_text(got) + ", the model needs " + shape_text(shape));
 }
 
-void CheckpointReader::read(const std::string& name, const std::vector<int64_t>& shape, float* out) const {
+void CheckpointReader::read(const std::string& name, const std::vector<int64_t>& shape,
+                            float* out) const {
   read_range(name, shape, 0, numel(shape), out);
 }
 
@@ -471,10 +475,12 @@ int64_t CheckpointReader::shard(int64_t rank) const {
   int64_t& f = shard_files_[size_t(rank)];
   if (f >= 0) return f;
   const std::string dir = std::filesystem::path(path_).parent_path().string();
-  const std::string p = (std::filesystem::path(dir.empty() ? "." : dir) / shards_[size_t(rank)]).string();
+  const std::string p =
+      (std::filesystem::path(dir.empty() ? "." : dir) / shards_[size_t(rank)]).string();
   f = open_readable(p, "checkpoint '" + path_ + "': shard file");
   // written last, once every checksum is in
-  if (read_u64s(hid_t(f), "complete", "checkpoint '" + path_ + "': shard file '" + p + "'").at(0) != 1)
+  if (read_u64s(hid_t(f), "complete", "checkpoint '" + path_ + "': shard file '" + p + "'").at(0) !=
+      1)
     throw InputError("checkpoint '" + path_ + "': shard file '" + p + "' is unfinished");
   return f;
 }
@@ -523,7 +529,9 @@ void CheckpointReader::read_piece(const std::string& name, int64_t rank, int64_t
   // a part: whole checksum blocks around it
   const int64_t b0 = all ? 0 : (lo - pb) / kChecksumBlock;
   const int64_t first = all ? pb : pb + b0 * kChecksumBlock;
-  const int64_t last = all ? pe : std::min(pe, pb + ((hi - pb) + kChecksumBlock - 1) / kChecksumBlock * kChecksumBlock);
+  const int64_t last =
+      all ? pe
+          : std::min(pe, pb + ((hi - pb) + kChecksumBlock - 1) / kChecksumBlock * kChecksumBlock);
   std::vector<float> buf(all ? 0 : size_t(last - first));
   float* dst = all ? out : buf.data();
   read_slab(d, first - pb, last - first, dst, where);

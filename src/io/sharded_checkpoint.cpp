@@ -131,8 +131,8 @@ void create_u64_attr(hid_t obj, const char* name, size_t n) {
   hsize_t dims[1] = {hsize_t(n)};
   h5::Handle space = n == 0 ? TRIDENT_H5_SPACE(H5Screate(H5S_SCALAR), "scalar space")
                             : TRIDENT_H5_SPACE(H5Screate_simple(1, dims, nullptr), "1-d space");
-  h5::Handle a = TRIDENT_H5_ATTR(
-      H5Acreate2(obj, name, H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT), name);
+  h5::Handle a =
+      TRIDENT_H5_ATTR(H5Acreate2(obj, name, H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT), name);
   const std::vector<uint64_t> zeros(std::max<size_t>(n, 1), 0);
   TRIDENT_H5(H5Awrite(a, H5T_NATIVE_UINT64, zeros.data()), name);
 }
@@ -153,9 +153,9 @@ int64_t create_piece_dataset(hid_t file, const ShardPiece& p) {
   TRIDENT_H5(H5Pset_layout(dcpl, H5D_CONTIGUOUS), "contiguous layout");
   TRIDENT_H5(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), "early allocation");
   TRIDENT_H5(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), "no fill");
-  h5::Handle d = TRIDENT_H5_DSET(
-      H5Dcreate2(file, ("tensors/" + p.name).c_str(), H5T_IEEE_F32LE, space, lcpl, dcpl, H5P_DEFAULT),
-      "create " + p.name);
+  h5::Handle d = TRIDENT_H5_DSET(H5Dcreate2(file, ("tensors/" + p.name).c_str(), H5T_IEEE_F32LE,
+                                            space, lcpl, dcpl, H5P_DEFAULT),
+                                 "create " + p.name);
   h5::write_attr(d, "begin", p.begin);
   h5::write_attr(d, "end", p.end);
   h5::write_attr(d, "shape", p.shape);
@@ -247,7 +247,8 @@ ShardFile::~ShardFile() {
 void ShardFile::append(size_t i, const float* data, int64_t n) {
   Progress& pr = *progress_.at(i);
   const ShardPiece& p = pieces_[i];
-  TRIDENT_CHECK(pr.written + n <= p.numel(), "shard: more elements than piece " + p.name + " holds");
+  TRIDENT_CHECK(pr.written + n <= p.numel(),
+                "shard: more elements than piece " + p.name + " holds");
   for (int64_t j = 0; j < n; ++j)
     if (!std::isfinite(data[j]))
       throw Error("tensor " + p.name + " holds a NaN or an infinity; not written");
@@ -285,8 +286,9 @@ void ShardFile::finish() {
     if (f < 0) throw Error("cannot reopen " + path_ + ": " + h5::error_text());
     h5::Handle file(f, H5Fclose);
     for (size_t i = 0; i < pieces_.size(); ++i) {
-      h5::Handle d = TRIDENT_H5_DSET(H5Dopen2(file, ("tensors/" + pieces_[i].name).c_str(), H5P_DEFAULT),
-                                     "open " + pieces_[i].name);
+      h5::Handle d =
+          TRIDENT_H5_DSET(H5Dopen2(file, ("tensors/" + pieces_[i].name).c_str(), H5P_DEFAULT),
+                          "open " + pieces_[i].name);
       rewrite_u64_attr(d, "fnv1a64", &progress_[i]->whole);
       rewrite_u64_attr(d, "fnv1a64_blocks", progress_[i]->blocks.data());
     }
@@ -369,7 +371,8 @@ std::map<std::string, IndexEntry> index_entries(const std::vector<std::vector<Sh
     }
   for (auto& [name, e] : by_name) {  // the pieces must tile the tensor once
     std::vector<std::pair<int64_t, int64_t>> ranges;
-    for (size_t i = 0; i < e.pieces.size(); i += 3) ranges.push_back({e.pieces[i + 1], e.pieces[i + 2]});
+    for (size_t i = 0; i < e.pieces.size(); i += 3)
+      ranges.push_back({e.pieces[i + 1], e.pieces[i + 2]});
     std::sort(ranges.begin(), ranges.end());
     int64_t at = 0, numel = 1;
     for (int64_t d : e.shape) numel *= d;
@@ -435,7 +438,8 @@ std::string write_index_tmp(const std::string& dir, const CheckpointMeta& meta,
                             const std::vector<std::vector<ShardPiece>>& pieces) {
   const std::string tmp = checkpoint_path(dir, meta.step) + ".tmp." + std::to_string(::getpid());
   std::vector<std::string> shards;
-  for (size_t r = 0; r < pieces.size(); ++r) shards.push_back(shard_file_name(meta.step, tag, int(r)));
+  for (size_t r = 0; r < pieces.size(); ++r)
+    shards.push_back(shard_file_name(meta.step, tag, int(r)));
   const std::map<std::string, IndexEntry> entries = index_entries(pieces);
   // The index holds metadata only: it is built in memory (HDF5's core
   // driver) and written with POSIX calls, whose errors are the system's.

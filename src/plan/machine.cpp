@@ -154,7 +154,8 @@ void take_cores(Leaves& found, const std::string& file, MachineProfile& m) {
   if (it == found.end()) return;
   const auto v = it->second->value<int64_t>();
   if (!it->second->is_integer() || *v < 0)
-    throw InputError(where(file, *it->second) + ": machine.cores_per_node: must be an integer >= 0");
+    throw InputError(where(file, *it->second) +
+                     ": machine.cores_per_node: must be an integer >= 0");
   m.cores_per_node = int(*v);
   found.erase(it);
 }

@@ -191,7 +191,6 @@ int CheckpointSaver::failed_code() const {
   return w.size() - w.rank();
 }
 
-
 // The slices this rank owns: each kind of the store cut into equal parts
 // over its replicas (the sharded optimizer's cut), router buffers in turn.
 void CheckpointSaver::plan() {
@@ -233,11 +232,14 @@ void CheckpointSaver::plan_kind(GradReduce kind) {
     const int64_t at = s.base[k] + (lo - s.owned[k].begin), n = hi - lo;
     const ShardPiece p{"", e.param->value.shape(), lo - e.offset, hi - e.offset};
     owned_.push_back({{"param/" + e.param->name, p.shape, p.begin, p.end},
-                      e.param->value.view(p.begin, {n}), ""});
+                      e.param->value.view(p.begin, {n}),
+                      ""});
     owned_.push_back({{"adam_m/" + e.param->name, p.shape, p.begin, p.end},
-                      t_.optimizer().m().view(at, {n}), ""});
+                      t_.optimizer().m().view(at, {n}),
+                      ""});
     owned_.push_back({{"adam_v/" + e.param->name, p.shape, p.begin, p.end},
-                      t_.optimizer().v().view(at, {n}), ""});
+                      t_.optimizer().v().view(at, {n}),
+                      ""});
   }
 }
 
@@ -266,7 +268,8 @@ void CheckpointSaver::share_pieces() {
 
 void CheckpointSaver::save(int64_t steps_done) {
   if (pending_step_ >= 0) finish();
-  if (t_.config().output.checkpoint_format == CheckpointFormat::single) return save_single(steps_done);
+  if (t_.config().output.checkpoint_format == CheckpointFormat::single)
+    return save_single(steps_done);
   start_sharded(steps_done);
   if (t_.config().output.checkpoint_async) return;
   finish();
@@ -279,11 +282,13 @@ void CheckpointSaver::save_single(int64_t steps_done) {
   double mine[2] = {took, took};
   t_.comms().world->allreduce_max(mine, 2);
   Communicator& world = *t_.comms().world;
-  if (world.rank() == 0) apply_retention(t_.config().output.checkpoint_dir, steps_done,
-                                         t_.config().output.keep_checkpoints);
+  if (world.rank() == 0)
+    apply_retention(t_.config().output.checkpoint_dir, steps_done,
+                    t_.config().output.keep_checkpoints);
   CheckpointRecord rec{steps_done, mine[0], mine[1], 0, 0, 0};
   std::error_code ec;
-  if (world.rank() == 0) rec.bytes = int64_t(std::filesystem::file_size(path, ec));  // rank 0's row is written
+  if (world.rank() == 0)
+    rec.bytes = int64_t(std::filesystem::file_size(path, ec));  // rank 0's row is written
   if (file_) file_->append_checkpoint(rec);
   last_path_ = path;
   last_step_ = steps_done;

@@ -259,7 +259,8 @@ double RankStats::score(const std::vector<double>& all, const std::vector<double
   const double ref = stage.empty() ? self : median(stage);
   const double best = stage.empty() ? c[size_t(q)] : *std::min_element(stage.begin(), stage.end());
   scores_[size_t(q)] = {on[size_t(q)], ratio(c[size_t(q)], ref),
-                        ratio(c[size_t(q)], std::min(best, c[size_t(q)])), ratio(c[size_t(q)], self)};
+                        ratio(c[size_t(q)], std::min(best, c[size_t(q)])),
+                        ratio(c[size_t(q)], self)};
   h.push_back(c[size_t(q)]);
   if (h.size() > kHistory) h.pop_front();
   return ref;

@@ -117,7 +117,8 @@ void say_unindexed(const std::string& dir, const std::string& listed, const std:
       std::fprintf(stderr,
                    "trident: warning: not resuming from step %lld (%s): %s has shards and no "
                    "index (a save that did not complete)\n",
-                   static_cast<long long>(step), trigger.c_str(), checkpoint_path(dir, step).c_str());
+                   static_cast<long long>(step), trigger.c_str(),
+                   checkpoint_path(dir, step).c_str());
 }
 
 // The newest checkpoint in output.checkpoint_dir that loads on every rank;
@@ -415,8 +416,8 @@ void record_restart(RunFile& file, Communicator& world, int64_t step, const Resu
   const char* node = std::getenv("TRIDENT_RESTART_NODE");
   const char* failed_at = std::getenv("TRIDENT_RESTART_FAILED_AT");
   if (env_int("TRIDENT_RESTART_ATTEMPT", 0) <= 0 || !node || !failed_at) return;
-  const double now = std::chrono::duration<double>(
-                         std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   double since = now - std::atof(failed_at);
   world.broadcast(&since, sizeof since, 0);
   const int64_t last = env_int("TRIDENT_RESTART_LAST_STEP", -1);  // the last step logged

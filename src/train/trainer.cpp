@@ -120,7 +120,8 @@ void Trainer::compute_gradients(int64_t step, const model::CaptureRequest* captu
     bucket_step_ = step;
     bucket_first_ = nullptr;
     grads_->buckets()->begin_step();
-    stage_->set_grads_ready([this](const std::vector<Param*>& ps) { grads_->buckets()->ready(ps); });
+    stage_->set_grads_ready(
+        [this](const std::vector<Param*>& ps) { grads_->buckets()->ready(ps); });
   }
   run_pipeline(step, res.events, res.compute_s);
   res.times = times_;
@@ -240,8 +241,9 @@ int Trainer::local_nonfinite_gradient(bool bucketed) const {
   // others (not reduced) are checked now.
   const auto params = stage_->params();
   const int n_layers = cfg_.model.n_layers;
-  const Param* rest = first_nonfinite_where(device_->ctx(), params, n_layers,
-                                            [&](const Param* p) { return !grads_->buckets()->holds(p); });
+  const Param* rest = first_nonfinite_where(device_->ctx(), params, n_layers, [&](const Param* p) {
+    return !grads_->buckets()->holds(p);
+  });
   const Param* first = bucket_first_;
   if (rest &&
       (!first || model_order_of(rest->name, n_layers) < model_order_of(first->name, n_layers)))

@@ -30,14 +30,14 @@ namespace trident {
 
 // Values of the enum-valued keys, in the order of their TOML spellings
 // (config_names<E>()).
-enum class RouterScoring { softmax, sigmoid_bias };                     // model.router
-enum class RopeScaling { none, linear, llama3 };                        // model.rope_scaling
-enum class DataTask { recall, copy, tokens };                           // data.task
-enum class TokenDType { uint16, uint32 };                               // data.token_dtype
-enum class DataFormat { flat, megatron };                               // data.format
-enum class Packing { none, documents };                                 // data.packing
-enum class CpLayout { contiguous, zigzag, docs };                       // parallel.cp_layout
-enum class CpMode { ring, ulysses, hybrid };                            // parallel.cp_mode
+enum class RouterScoring { softmax, sigmoid_bias };  // model.router
+enum class RopeScaling { none, linear, llama3 };     // model.rope_scaling
+enum class DataTask { recall, copy, tokens };        // data.task
+enum class TokenDType { uint16, uint32 };            // data.token_dtype
+enum class DataFormat { flat, megatron };            // data.format
+enum class Packing { none, documents };              // data.packing
+enum class CpLayout { contiguous, zigzag, docs };    // parallel.cp_layout
+enum class CpMode { ring, ulysses, hybrid };         // parallel.cp_mode
 enum class PipelineSchedule {
   afab,
   one_f_one_b,
@@ -45,15 +45,15 @@ enum class PipelineSchedule {
   zb_h1,
   zb_v,
   dualpipev
-};                                                                      // parallel.schedule
-enum class Backend { cpu, cuda, automatic, emulated };                  // runtime.backend
-enum class CommBackend { mpi, nccl, automatic };                        // runtime.comm
-enum class EpTransportChoice { alltoallv, shm, automatic };             // runtime.ep_transport
-enum class NonFinitePolicy { stop, skip };                              // train.on_nonfinite
-enum class Precision { fp32, bf16 };                                    // train.precision
-enum class Recompute { none, selective, full };                         // train.recompute
-enum class OptimizerSharding { none, dp };                              // train.optimizer_sharding
-enum class CheckpointFormat { sharded, single };                        // output.checkpoint_format
+};                                                           // parallel.schedule
+enum class Backend { cpu, cuda, automatic, emulated };       // runtime.backend
+enum class CommBackend { mpi, nccl, automatic };             // runtime.comm
+enum class EpTransportChoice { alltoallv, shm, automatic };  // runtime.ep_transport
+enum class NonFinitePolicy { stop, skip };                   // train.on_nonfinite
+enum class Precision { fp32, bf16 };                         // train.precision
+enum class Recompute { none, selective, full };              // train.recompute
+enum class OptimizerSharding { none, dp };                   // train.optimizer_sharding
+enum class CheckpointFormat { sharded, single };             // output.checkpoint_format
 
 template <typename E>
 struct ConfigNames;  // ::names: the TOML spelling of each value, in the enum's order
@@ -150,9 +150,9 @@ struct ModelConfig {
   int ffn_hidden = 128;
   int n_experts = 8;  // 0: dense FFN
   int top_k = 2;
-  int moe_every = 1;               // every k-th layer is an MoE layer
+  int moe_every = 1;  // every k-th layer is an MoE layer
   RouterScoring router = RouterScoring::softmax;
-  double capacity_factor = 0.0;    // 0: dropless
+  double capacity_factor = 0.0;  // 0: dropless
   double aux_loss_coef = 0.01;
   double rope_theta = 10000.0;
   // additions (keys may be added):
@@ -300,7 +300,7 @@ struct RuntimeConfig {
   // DualPipeV's overlapped F+B slots run as two lanes, one micro-batch's EP
   // exchange in flight while the other computes (pp::ExecOptions::overlap_pairs)
   bool ep_overlap = true;
-  int verify_every = 0;        // every N-th step runs twice and compares bitwise; 0: off
+  int verify_every = 0;  // every N-th step runs twice and compares bitwise; 0: off
   // A rank whose compute per step is this many times its peers' median over
   // two windows of output.rank_stats_every steps in a row is named (faults.md).
   double straggler_threshold = 1.3;
@@ -318,7 +318,7 @@ struct OutputConfig {
   // sharded: every rank writes the slices it owns into its own file, under a
   // small index of virtual datasets; single: one file gathered on rank 0.
   CheckpointFormat checkpoint_format = CheckpointFormat::sharded;
-  bool checkpoint_async = false;    // stage, return to training, write in the background
+  bool checkpoint_async = false;     // stage, return to training, write in the background
   int checkpoint_staging_mb = 1024;  // host staging buffer per rank (async saves)
   int keep_checkpoints = 0;          // complete checkpoints kept (0: all)
   // The fast resume tier (faults.md): every local_checkpoint_every steps each

@@ -47,8 +47,7 @@ struct Param {
   // A whole [out, in] weight keyed in [in, out] order:
   // value[o, i] = std * normal(hash(name), i * out + o).
   void init_normal_in_out_keyed(float std) {
-    TRIDENT_CHECK(value.ndim() == 2,
-                  "init_normal_in_out_keyed: " + name + " is not a matrix");
+    TRIDENT_CHECK(value.ndim() == 2, "init_normal_in_out_keyed: " + name + " is not a matrix");
     const int64_t out = value.dim(0), in = value.dim(1);
     const uint64_t key = rng::hash_name(name);
     float* v = value.ptr();

@@ -24,7 +24,9 @@ constexpr uint64_t hash_name(std::string_view s) {
   return mix64(h);
 }
 
-constexpr uint64_t combine(uint64_t a, uint64_t b) { return mix64(a ^ mix64(b + 0x632be59bd9b4e019ULL)); }
+constexpr uint64_t combine(uint64_t a, uint64_t b) {
+  return mix64(a ^ mix64(b + 0x632be59bd9b4e019ULL));
+}
 
 // Raw 64 random bits for (key, index).
 constexpr uint64_t bits(uint64_t key, uint64_t index) { return mix64(combine(key, index)); }

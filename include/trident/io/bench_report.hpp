@@ -15,7 +15,7 @@ struct BenchTable {
   std::string title;                 // printed above the table
   std::vector<std::string> columns;  // header, with units: "time_ms", "GFLOP/s"
   std::vector<std::vector<BenchCell>> rows;
-  std::vector<std::string> notes;    // printed below (e.g. ratios, machine facts)
+  std::vector<std::string> notes;  // printed below (e.g. ratios, machine facts)
 
   void add_row(std::vector<BenchCell> r) { rows.push_back(std::move(r)); }
   std::string format() const;  // the printed table

@@ -50,8 +50,8 @@ std::string checkpoint_path(const std::string& dir, int64_t step);
 
 // Collective over world (null: this process alone). Rank 0 creates the
 // directory if needed. Returns the final path (on every rank).
-std::string write_checkpoint(const std::string& dir, Communicator* world, const CheckpointMeta& meta,
-                             const std::vector<CheckpointTensor>& mine);
+std::string write_checkpoint(const std::string& dir, Communicator* world,
+                             const CheckpointMeta& meta, const std::vector<CheckpointTensor>& mine);
 
 // One process writes a whole checkpoint to `path` (temporary name, then
 // renamed), e.g. a model converted from another format (trident convert).
@@ -114,8 +114,8 @@ class CheckpointReader {
   int64_t file_ = -1;
   int64_t version_ = 0;
   CheckpointMeta meta_;
-  std::vector<std::string> shards_;            // format 3: shard file names (by rank)
-  mutable std::vector<int64_t> shard_files_;   // their open handles (-1: not yet)
+  std::vector<std::string> shards_;           // format 3: shard file names (by rank)
+  mutable std::vector<int64_t> shard_files_;  // their open handles (-1: not yet)
 };
 
 }  // namespace trident

@@ -36,13 +36,13 @@ struct EvalMetrics {
 
 // A row of /metrics/checkpoints: one save, agreed by every rank.
 struct CheckpointRecord {
-  int64_t step = 0;         // steps completed at the save
-  double blocking_s = 0;    // training stopped for it (the slowest rank)
-  double write_s = 0;       // start of the save to durable on disk (the slowest rank)
-  int64_t bytes = 0;        // tensor bytes written by all ranks
-  int32_t slowest_rank = 0; // the rank whose write took write_s
-  int32_t async = 0;        // 1: written in the background
-  int32_t local = 0;        // 1: the node-local tier (output.local_checkpoint_dir)
+  int64_t step = 0;          // steps completed at the save
+  double blocking_s = 0;     // training stopped for it (the slowest rank)
+  double write_s = 0;        // start of the save to durable on disk (the slowest rank)
+  int64_t bytes = 0;         // tensor bytes written by all ranks
+  int32_t slowest_rank = 0;  // the rank whose write took write_s
+  int32_t async = 0;         // 1: written in the background
+  int32_t local = 0;         // 1: the node-local tier (output.local_checkpoint_dir)
 };
 
 // Something the step guards saw (/events): kind is "nonfinite" (a step's

@@ -74,8 +74,8 @@ class ShardFile {
   struct Progress;
   std::string path_;
   std::vector<ShardPiece> pieces_;
-  std::vector<int64_t> offsets_;      // file offset of each piece's data
-  std::vector<Progress*> progress_;   // owned
+  std::vector<int64_t> offsets_;     // file offset of each piece's data
+  std::vector<Progress*> progress_;  // owned
   int fd_ = -1;
   int64_t bytes_ = 0;
   bool finished_ = false;

@@ -519,8 +519,7 @@ TEST_CASE("now_s on one host is one clock: a reading after a message is never be
   if (pairs == 0) WARN("no two consecutive ranks share a host: nothing compared");
 }
 
-TEST_CASE("counters belong to a set of communicators: a split adds to its parent's",
-          "[comm]") {
+TEST_CASE("counters belong to a set of communicators: a split adds to its parent's", "[comm]") {
   auto a = dup_world(CommKind::pp);
   auto b = dup_world(CommKind::pp);  // another set
   auto sub = a->split(0, a->rank(), CommKind::dp, "sub");

@@ -139,7 +139,8 @@ TEST_CASE("cp=4 zig-zag ring: q, k, v, attn_out captured in global order reprodu
   const int64_t qrow = int64_t(kHeads) * kHeadDim, kvrow = int64_t(kKvHeads) * kHeadDim;
 
   const Config cfg = capture_config();
-  auto comms = build_communicators(trident::testing::world_comm(), cfg, detect_topology(trident::testing::world_comm(), cfg));
+  auto comms = build_communicators(trident::testing::world_comm(), cfg,
+                                   detect_topology(trident::testing::world_comm(), cfg));
   REQUIRE(comms->cp);
   REQUIRE(comms->cp->size() == kCp);
 
@@ -179,8 +180,7 @@ TEST_CASE("cp=4 zig-zag ring: q, k, v, attn_out captured in global order reprodu
     rf.write_activation(step, layer, "q", qshape, kSampleIds, lq.data(), ring.positions());
     rf.write_activation(step, layer, "k", kvshape, kSampleIds, lk.data(), ring.positions());
     rf.write_activation(step, layer, "v", kvshape, kSampleIds, lv.data(), ring.positions());
-    rf.write_activation(step, layer, "attn_out", qshape, kSampleIds, lout.data(),
-                        ring.positions());
+    rf.write_activation(step, layer, "attn_out", qshape, kSampleIds, lout.data(), ring.positions());
     rf.close();
   }
   MPI_Barrier(MPI_COMM_WORLD);
@@ -220,9 +220,9 @@ TEST_CASE("cp=4 zig-zag ring: q, k, v, attn_out captured in global order reprodu
   // Attention recomputed from the file's q, k, v against the file's attn_out.
   for (int64_t s = 0; s < S; ++s) {
     INFO("sample index " << s);
-    const auto ref = naive_causal_attention(fq.data.data() + s * kSeq * qrow,
-                                            fk.data.data() + s * kSeq * kvrow,
-                                            fv.data.data() + s * kSeq * kvrow);
+    const auto ref =
+        naive_causal_attention(fq.data.data() + s * kSeq * qrow, fk.data.data() + s * kSeq * kvrow,
+                               fv.data.data() + s * kSeq * kvrow);
     const float* got = fo.data.data() + s * kSeq * qrow;
     double diff2 = 0, ref2 = 0;
     for (size_t i = 0; i < ref.size(); ++i) {

@@ -31,9 +31,9 @@ struct Stage {
 
   Stage(int rank, bool sharded, Communicator& world) {
     const std::pair<const char*, GradReduce> spec[] = {
-        {"attn.wq", GradReduce::dense},   {"moe.w1", GradReduce::expert},
+        {"attn.wq", GradReduce::dense},    {"moe.w1", GradReduce::expert},
         {"norm.frozen", GradReduce::none}, {"attn.wo", GradReduce::dense},
-        {"moe.w2", GradReduce::expert},   {"head", GradReduce::dense}};
+        {"moe.w2", GradReduce::expert},    {"head", GradReduce::dense}};
     int64_t n = 37;
     std::vector<Param*> list;
     for (auto [name, kind] : spec) {
@@ -43,12 +43,11 @@ struct Stage {
       list.push_back(&p);
       n += 29;
     }
-    store = std::make_unique<ParamStore>(
-        list, cpu_allocator(), host_copy, host_fill,
-        dp::GradSync::store_multiples(sharded, &world, &world));
+    store = std::make_unique<ParamStore>(list, cpu_allocator(), host_copy, host_fill,
+                                         dp::GradSync::store_multiples(sharded, &world, &world));
     for (Param& p : params)  // the store starts with zero gradients: this rank's own again
-      rng::fill_normal(p.grad.ptr(), p.grad.numel(), rng::hash_name(p.name) + 1000u * uint64_t(rank + 1),
-                       0, 1.0f);
+      rng::fill_normal(p.grad.ptr(), p.grad.numel(),
+                       rng::hash_name(p.name) + 1000u * uint64_t(rank + 1), 0, 1.0f);
   }
 };
 
@@ -85,7 +84,7 @@ TEST_CASE("GradSync: plain, sharded and bucketed give the serial sum, bit for bi
   dp::GradSync b(*sharded.store, true, &world, &world);
   b.reduce(false, ctx);
   dp::GradSync c(*bucketed.store, false, &world, &world);
-  c.use_buckets(1e-4, 2, {});  // ~100-byte buckets, two micro-batches
+  c.use_buckets(1e-4, 2, {});                                // ~100-byte buckets, two micro-batches
   REQUIRE((world.size() == 1) == (c.buckets() == nullptr));  // one rank: nothing to reduce
   if (c.buckets()) {
     c.buckets()->begin_step();

@@ -32,7 +32,8 @@ inline Config io_test_config(int world) {
 }
 
 inline std::unique_ptr<Communicators> io_test_comms(const Config& cfg) {
-  return build_communicators(trident::testing::world_comm(), cfg, detect_topology(trident::testing::world_comm(), cfg));
+  return build_communicators(trident::testing::world_comm(), cfg,
+                             detect_topology(trident::testing::world_comm(), cfg));
 }
 
 // Zig-zag layout over 2*cp chunks of `chunk` positions: rank r holds chunk r

@@ -12,8 +12,8 @@
 #include <cstring>
 #include <string>
 
-#include "mpi_test_util.hpp"
 #include "io_test_util.hpp"
+#include "mpi_test_util.hpp"
 #include "trident/core/error.hpp"
 #include "trident/io/bench_report.hpp"
 #include "trident/io/run_file.hpp"

@@ -189,7 +189,8 @@ TEST_CASE("resolve_output_name: %j is the Slurm job id or one local timestamp fo
 
   // Only rank 0's environment counts: the others see another value.
   setenv("SLURM_JOB_ID", world_rank() == 0 ? "4242" : "999", 1);
-  CHECK(resolve_output_name("runs/%j/t-%j.h5", trident::testing::world_comm()) == "runs/4242/t-4242.h5");
+  CHECK(resolve_output_name("runs/%j/t-%j.h5", trident::testing::world_comm()) ==
+        "runs/4242/t-4242.h5");
   CHECK(resolve_output_name("plain.h5", trident::testing::world_comm()) == "plain.h5");
   if (saved)
     setenv("SLURM_JOB_ID", saved_value.c_str(), 1);

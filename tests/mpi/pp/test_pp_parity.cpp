@@ -8,9 +8,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <vector>
 
 #include "kernel_ctx.hpp"
@@ -52,12 +52,14 @@ Layer make_layer(int l) {
 
 std::vector<float> batch_input(int mb) {
   std::vector<float> x(kBatch * kDim);
-  rng::fill_normal(x.data(), kBatch * kDim, rng::hash_name("pp.x"), uint64_t(mb) * kBatch * kDim, 1.0f);
+  rng::fill_normal(x.data(), kBatch * kDim, rng::hash_name("pp.x"), uint64_t(mb) * kBatch * kDim,
+                   1.0f);
   return x;
 }
 std::vector<float> batch_target(int mb) {
   std::vector<float> t(kBatch * kDim);
-  rng::fill_normal(t.data(), kBatch * kDim, rng::hash_name("pp.t"), uint64_t(mb) * kBatch * kDim, 0.5f);
+  rng::fill_normal(t.data(), kBatch * kDim, rng::hash_name("pp.t"), uint64_t(mb) * kBatch * kDim,
+                   0.5f);
   return t;
 }
 
@@ -128,7 +130,8 @@ class MlpStack : public PipelineStage {
   MlpStack(const Schedule& s, int rank) : s_(s), rank_(rank) {
     for (int c = 0; c < s.vpp; ++c) {
       const int st = s.stage_of(rank, c);
-      for (int k = 0; k < kLayersPerStage; ++k) layers_[st].push_back(make_layer(st * kLayersPerStage + k));
+      for (int k = 0; k < kLayersPerStage; ++k)
+        layers_[st].push_back(make_layer(st * kLayersPerStage + k));
     }
   }
   int64_t boundary_numel(int, int) override { return kBatch * kDim; }
@@ -183,7 +186,8 @@ class MlpStack : public PipelineStage {
     const int st = s_.stage_of(rank_, chunk);
     Saved& sv = saved_.at({st, mb});
     REQUIRE(sv.dpre.size() == size_t(kLayersPerStage));  // B ran first
-    for (int k = 0; k < kLayersPerStage; ++k) layer_backward_weight(layers_[st][k], sv.xs[k], sv.dpre[k]);
+    for (int k = 0; k < kLayersPerStage; ++k)
+      layer_backward_weight(layers_[st][k], sv.xs[k], sv.dpre[k]);
     saved_.erase({st, mb});
     ++weight_passes;
   }
@@ -273,9 +277,10 @@ TEST_CASE("every schedule gives the one-rank loss and gradients", "[pp][mpi]") {
     CHECK(res.makespan_s >= res.busy_s);
     CHECK(res.bubble_fraction >= 0);
     CHECK(res.bubble_fraction < 1);
-    const int64_t boundaries_sent = int64_t(std::count_if(s.ranks[me].begin(), s.ranks[me].end(), [](const Action& a) {
-      return a.op == Op::SEND_F || a.op == Op::SEND_B;
-    }));
+    const int64_t boundaries_sent =
+        int64_t(std::count_if(s.ranks[me].begin(), s.ranks[me].end(), [](const Action& a) {
+          return a.op == Op::SEND_F || a.op == Op::SEND_B;
+        }));
     CHECK(res.bytes_sent == boundaries_sent * kBatch * kDim * int64_t(sizeof(float)));
   }
 }

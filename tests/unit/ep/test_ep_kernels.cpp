@@ -74,7 +74,10 @@ TEST_CASE("swiglu backward matches finite differences and accumulates", "[swiglu
     double worst = 0;
     for (size_t i = 0; i < param.size(); ++i) {
       std::vector<double> xd = to_d(x), wgd = to_d(wg), wud = to_d(wu), wdd = to_d(wd);
-      std::vector<double>* p = &param == &x ? &xd : &param == &wg ? &wgd : &param == &wu ? &wud : &wdd;
+      std::vector<double>* p = &param == &x    ? &xd
+                               : &param == &wg ? &wgd
+                               : &param == &wu ? &wud
+                                               : &wdd;
       (*p)[i] += eps;
       double lp = ref_swiglu_loss(xd, wgd, wud, wdd, g, T, d, f);
       (*p)[i] -= 2 * eps;

@@ -1,8 +1,8 @@
 // MoELayer on one rank (all experts local): equals the dense SwiGLU with one
 // expert, gradients match finite differences, identity experts round-trip,
 // capacity drops leave the residual alone.
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 
 #include "ep_test_util.hpp"
@@ -64,7 +64,8 @@ TEST_CASE("one-expert top-1 MoE equals the dense SwiGLU MLP, forward and backwar
   layer.forward(x.data(), T, sample, 1, y.data(), c, st);
   layer.backward(dy.data(), dx.data(), c, 1.0f);
 
-  Param &wg = layer.expert_param(0, 0), &wu = layer.expert_param(0, 1), &wd = layer.expert_param(0, 2);
+  Param &wg = layer.expert_param(0, 0), &wu = layer.expert_param(0, 1),
+        &wd = layer.expert_param(0, 2);
   std::vector<float> yr(T * d), gate(T * f), up(T * f), dxr(T * d);
   std::vector<float> dwg(d * f, 0.f), dwu(d * f, 0.f), dwd(f * d, 0.f);
   kernels::swiglu_forward(test::kernel_ctx(), x.data(), T, d, f, wg.value.ptr(), wu.value.ptr(),
@@ -115,7 +116,8 @@ TEST_CASE("MoE layer gradients match finite differences", "[moe]") {
       CHECK(std::fabs(num - ana) <= 2e-3 * std::max(1.0, std::fabs(num)));
     };
     directional(x, dx, "x");
-    directional(layer.router_weight().value.values(), layer.router_weight().grad.values(), "router");
+    directional(layer.router_weight().value.values(), layer.router_weight().grad.values(),
+                "router");
     for (int e = 0; e < 4; ++e)
       for (int w = 0; w < 3; ++w)
         directional(layer.expert_param(e, w).value.values(), layer.expert_param(e, w).grad.values(),

@@ -364,8 +364,8 @@ TEST_CASE("native bf16 attention backward agrees with the fp32 backward", "[cpu_
     rng::fill_normal(dout.ptr(), dout.numel(), 50, 0, 1.0f);
     Tensor dout_bf = Tensor::empty(dout.shape(), cpu_allocator(), DType::bf16);
     kernels::convert(ctx, dout, dout_bf);
-    const std::vector<Tensor> ref = attn_grads(s, in.wide, widened(out_bf), fwd.lse,
-                                               widened(dout_bf), cpu::Bf16Mode::staged);
+    const std::vector<Tensor> ref =
+        attn_grads(s, in.wide, widened(out_bf), fwd.lse, widened(dout_bf), cpu::Bf16Mode::staged);
     const std::vector<Tensor> native =
         attn_grads(s, in.bf, out_bf, fwd.lse, dout_bf, cpu::Bf16Mode::native);
     const std::vector<Tensor> staged =
@@ -459,8 +459,9 @@ TEST_CASE("bf16 GEMM rate against sgemm", "[.bench]") {
 // head_dim 64 and 128.
 TEST_CASE("bf16 attention rate against the fp32 attention", "[.bench]") {
   need_bf16_units();
-  std::printf("| shape | fwd fp32 (ms) | fwd bf16 (ms) | fwd+bwd fp32 (ms) | fwd+bwd bf16 (ms) |\n"
-              "|---|---|---|---|---|\n");
+  std::printf(
+      "| shape | fwd fp32 (ms) | fwd bf16 (ms) | fwd+bwd fp32 (ms) | fwd+bwd bf16 (ms) |\n"
+      "|---|---|---|---|---|\n");
   for (const AttnCase& c : {AttnCase{512, 512, 8, 4, 32, true}, AttnCase{512, 512, 4, 4, 64, true},
                             AttnCase{2048, 2048, 1, 1, 128, true}}) {
     const kernels::AttnShape s = attn_shape(c);
@@ -473,9 +474,8 @@ TEST_CASE("bf16 attention rate against the fp32 attention", "[.bench]") {
       const Tensor dout = Tensor::empty(fwd.out.shape(), cpu_allocator(), qkv[0].dtype());
       kernels::convert(test::kernel_ctx(), fwd.out, dout);
       ms[v][0] = 1e3 * best_seconds(3, [&] { fwd = run_attention(s, qkv, mode); });
-      ms[v][1] = ms[v][0] + 1e3 * best_seconds(3, [&] {
-                   attn_grads(s, qkv, fwd.out, fwd.lse, dout, mode);
-                 });
+      ms[v][1] = ms[v][0] +
+                 1e3 * best_seconds(3, [&] { attn_grads(s, qkv, fwd.out, fwd.lse, dout, mode); });
     }
     std::printf("| T %lld, H %d/%d, D %d%s | %.2f | %.2f | %.2f | %.2f |\n", (long long)s.Tq, s.H,
                 s.Hkv, s.D, s.causal ? ", causal" : "", ms[0][0], ms[1][0], ms[0][1], ms[1][1]);

@@ -69,8 +69,8 @@ TEST_CASE("an overlapped pair's two phase clocks count its span once", "[train][
       });
   const double span = now_s() - t0;
   const double waited = counters.wait_s[int(CommKind::ep)];
-  INFO("forward " << forward << " s, backward " << backward << " s, waits " << waited
-                  << " s, span " << span << " s");
+  INFO("forward " << forward << " s, backward " << backward << " s, waits " << waited << " s, span "
+                  << span << " s");
   CHECK(forward >= 0.06);
   CHECK(backward >= 0.06);
   // Counted over the span both lanes share, the two would add up to about

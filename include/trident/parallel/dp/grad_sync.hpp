@@ -29,8 +29,7 @@ class GradSync {
   static std::array<int64_t, 3> store_multiples(bool sharded, Communicator* dpcp,
                                                 Communicator* expert_replica);
 
-  GradSync(const ParamStore& store, bool sharded, Communicator* dpcp,
-           Communicator* expert_replica);
+  GradSync(const ParamStore& store, bool sharded, Communicator* dpcp, Communicator* expert_replica);
   // Posts reductions bucket by bucket during the backward (bucket_mb > 0);
   // no buckets are kept when the store has nothing to reduce.
   void use_buckets(double bucket_mb, int microbatches, GradBuckets::BeforeReduce before);
