@@ -1,7 +1,7 @@
 // The plain references of the CPU's small tuned ops (reference.hpp): RMSNorm,
 // cross-entropy and the SwiGLU forward as index-order loops in fp64, without
 // the fixed-order vector lanes, the vector expf or the GEMMs of rmsnorm.cpp,
-// cross_entropy.cpp and swiglu.cpp (test_kernel_ops compares them).
+// cross_entropy.cpp and swiglu.cpp (ctest test_reference compares them).
 #include <cmath>
 #include <vector>
 

@@ -2,8 +2,8 @@
 // beside each kernel): the definition written as loops, one row at a time,
 // accumulated in fp64, with no tiling, blocking or vector code. The tuned
 // kernels are tested against them with random inputs and an asserted
-// relative tolerance (attention: tests/unit/kernels/test_attention.cpp; the
-// small ops: test_reference.cpp), and the dev harness
+// relative tolerance (attention: ctest test_attention_kernels; the small ops:
+// test_reference, the SwiGLU backward, RoPE and AdamW: test_step_reference), and the dev harness
 // (tests/unit/kernels/attention_variants.cpp) validates every attention
 // variant against them before timing it. Host memory only; slow (attention:
 // O(Tq * Tk * D) per head, with whole score rows), so for tests and the

@@ -43,7 +43,9 @@ const char* comm_kind_name(CommKind k);
 // a communicator and the groups split off it, so the mesh's groups of one
 // job share the world's and a step's totals are one read). Sent bytes, time
 // inside communication calls, and time blocked in waits (the part not
-// hidden behind compute).
+// hidden behind compute) and inside non-blocking tests (test(): on an
+// oversubscribed node the MPI library may yield the core there, and that
+// time is not the rank's compute: faults.md "Which rank is slow").
 // bytes_sent is what this rank hands to others: a send's payload (counted
 // when its wait or test completes), allreduce: its own n elements,
 // reduce_scatter: its input (every rank's block), allgather: its block,

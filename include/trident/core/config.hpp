@@ -301,8 +301,10 @@ struct RuntimeConfig {
   // exchange in flight while the other computes (pp::ExecOptions::overlap_pairs)
   bool ep_overlap = true;
   int verify_every = 0;  // every N-th step runs twice and compares bitwise; 0: off
-  // A rank whose compute per step is this many times its peers' median over
-  // two windows of output.rank_stats_every steps in a row is named (faults.md).
+  // A rank whose median compute per step over a window of
+  // output.rank_stats_every steps is this many times its stage peers' median,
+  // and at least 5 ms per step more, in two windows in a row is named
+  // (faults.md "Which rank is slow").
   double straggler_threshold = 1.3;
   // Communication operations each rank's flight recorder keeps (its last N;
   // comm/flight_recorder.hpp, faults.md); 0: off.
