@@ -233,9 +233,9 @@ TEST_CASE("bf16 expert weights: staged = fp32 on the rounded weights, native wit
           "[moe]") {
   const auto& ctx = test::kernel_ctx();
   auto cfg = small_cfg(4, 2);
-  cfg.d_model = 24;
-  cfg.ffn_hidden = 40;
-  const int T = 37, d = cfg.d_model;
+  cfg.d_model = 40;
+  cfg.ffn_hidden = 520;
+  const int T = 700, d = cfg.d_model;
   const auto x = randn("bf16_x", T * d), dy = randn("bf16_dy", T * d);
   auto with_copies = [&](MoELayer& layer, std::map<const Param*, Tensor>& copies) {
     for (int e = 0; e < layer.local_experts(); ++e)
