@@ -17,11 +17,20 @@ struct MoEState : FfnState {
 
 class MoEFeedForward : public FeedForward {
  public:
-  MoEFeedForward(const kernels::Ctx& ctx, const Config& cfg, int layer, const StageComms& comms)
+  // The experts' weights are GEMM weights of `precision` (bf16 copies under
+  // train.precision = "bf16", refreshed with the dense ones); the router's
+  // small GEMM reads its fp32 weight.
+  MoEFeedForward(const kernels::Ctx& ctx, const Config& cfg, int layer, const StageComms& comms,
+                 GemmPrecision& precision)
       : ctx_(ctx),
         layer_(cfg.model, layer, comms.ep, comms.cp && comms.cp->size() > 1 ? comms.cp : nullptr,
                cfg.runtime.ep_transport, cfg.runtime.ep_shm_limit_mb * 1048576.0, ctx) {
     for (int l = 0; l < layer; ++l) moe_index_ += cfg.model.is_moe_layer(l) ? 1 : 0;
+    for (int e = 0; e < layer_.local_experts(); ++e)
+      for (int w = 0; w < 3; ++w) precision.add(layer_.expert_param(e, w));
+    if (precision.bf16())
+      layer_.set_gemm_weights(
+          [&precision](const Param& p) -> const Tensor& { return precision.weight(p); });
   }
   std::vector<Param*> params() override { return layer_.params(); }
   void forward(const MicroBatch& mb, const Tensor& x, const Tensor& y, FfnCache& c,
@@ -82,8 +91,8 @@ class MoEFeedForward : public FeedForward {
 }  // namespace
 
 std::unique_ptr<FeedForward> make_moe_ffn(const kernels::Ctx& ctx, const Config& cfg, int layer,
-                                          const StageComms& comms) {
-  return std::make_unique<MoEFeedForward>(ctx, cfg, layer, comms);
+                                          const StageComms& comms, GemmPrecision& precision) {
+  return std::make_unique<MoEFeedForward>(ctx, cfg, layer, comms, precision);
 }
 
 }  // namespace trident::model

@@ -88,14 +88,15 @@ void run_task(const kernels::Ctx& ctx_, WeightGradTask& t) {
 }  // namespace
 
 void GemmPrecision::add(const Param& p) {
-  if (bf16_) copies_.emplace_back(&p, kernels::empty(ctx_, p.value.shape(), DType::bf16));
+  if (bf16_) copies_.try_emplace(&p, kernels::empty(ctx_, p.value.shape(), DType::bf16));
 }
 
 const Tensor& GemmPrecision::weight(const Param& p) const {
   if (!bf16_) return p.value;
-  for (const auto& [param, copy] : copies_)
-    if (param == &p) return copy;
-  throw Error("GemmPrecision: " + p.name + " was not registered as a GEMM weight");
+  const auto it = copies_.find(&p);
+  if (it == copies_.end())
+    throw Error("GemmPrecision: " + p.name + " was not registered as a GEMM weight");
+  return it->second;
 }
 
 void GemmPrecision::refresh() {
@@ -439,10 +440,10 @@ class Chunk {
       core->spans = &st.attn_spans_;
       core->layer = l;
       attn_.push_back(std::make_unique<AttentionBlock>(ctx_, st.precision_, m, l, std::move(core)));
-      ffn_.push_back(std::make_unique<FfnBlock>(ctx_, st.precision_, m, l,
-                                                m.is_moe_layer(l)
-                                                    ? make_moe_ffn(ctx_, st.cfg_, l, st.comms_)
-                                                    : make_dense_ffn(ctx_, m, l, st.precision_)));
+      ffn_.push_back(std::make_unique<FfnBlock>(
+          ctx_, st.precision_, m, l,
+          m.is_moe_layer(l) ? make_moe_ffn(ctx_, st.cfg_, l, st.comms_, st.precision_)
+                            : make_dense_ffn(ctx_, m, l, st.precision_)));
     }
     // Tied: the stage's one table serves as both (model.tie_embeddings).
     const bool tied = m.tie_embeddings;

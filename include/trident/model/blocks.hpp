@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -38,7 +39,7 @@ class GemmPrecision {
  private:
   kernels::Ctx ctx_;
   bool bf16_;
-  std::vector<std::pair<const Param*, Tensor>> copies_;
+  std::unordered_map<const Param*, Tensor> copies_;  // by master (every expert's too)
 };
 
 // The packed documents of one sequence on this rank: each local token's
@@ -141,6 +142,6 @@ class FeedForward {
 std::unique_ptr<FeedForward> make_dense_ffn(const kernels::Ctx& ctx, const ModelConfig& m,
                                             int layer, GemmPrecision& precision);
 std::unique_ptr<FeedForward> make_moe_ffn(const kernels::Ctx& ctx, const Config& cfg, int layer,
-                                          const StageComms& comms);
+                                          const StageComms& comms, GemmPrecision& precision);
 
 }  // namespace trident::model

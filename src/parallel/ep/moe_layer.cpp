@@ -36,15 +36,16 @@ RouterOptions router_options(const ModelConfig& cfg) {
 }
 int ep_size_of(Communicator* ep) { return ep ? ep->size() : 1; }
 
-// The layer's experts: a SwiGLU MLP per local expert; weight gradients
-// accumulate into the parameters.
+// The layer's experts: a SwiGLU MLP per local expert on the weights the
+// GEMMs read (expert_gemm_weight); weight gradients accumulate into the
+// parameters (fp32).
 class SwigluExperts final : public ExpertBlockFn {
  public:
   SwigluExperts(MoELayer& layer, int64_t d, int64_t f, const kernels::Ctx& ctx)
       : layer_(layer), ctx_(ctx), d_(d), f_(f) {}
   void forward(int e, const float* x, int64_t rows, float* y, float* gate, float* up) override {
-    kernels::swiglu_forward(ctx_, row_view(ctx_, x, rows, d_), layer_.expert_param(e, 0).value,
-                            layer_.expert_param(e, 1).value, layer_.expert_param(e, 2).value,
+    kernels::swiglu_forward(ctx_, row_view(ctx_, x, rows, d_), layer_.expert_gemm_weight(e, 0),
+                            layer_.expert_gemm_weight(e, 1), layer_.expert_gemm_weight(e, 2),
                             row_view(ctx_, y, rows, d_), row_view(ctx_, gate, rows, f_),
                             row_view(ctx_, up, rows, f_));
   }
@@ -53,9 +54,10 @@ class SwigluExperts final : public ExpertBlockFn {
     Param &wg = layer_.expert_param(e, 0), &wu = layer_.expert_param(e, 1),
           &wd = layer_.expert_param(e, 2);
     kernels::swiglu_backward(ctx_, row_view(ctx_, x, rows, d_), row_view(ctx_, gate, rows, f_),
-                             row_view(ctx_, up, rows, f_), row_view(ctx_, dy, rows, d_), wg.value,
-                             wu.value, wd.value, row_view(ctx_, dx, rows, d_), wg.grad, wu.grad,
-                             wd.grad);
+                             row_view(ctx_, up, rows, f_), row_view(ctx_, dy, rows, d_),
+                             layer_.expert_gemm_weight(e, 0), layer_.expert_gemm_weight(e, 1),
+                             layer_.expert_gemm_weight(e, 2), row_view(ctx_, dx, rows, d_), wg.grad,
+                             wu.grad, wd.grad);
   }
 
  private:
@@ -116,6 +118,11 @@ std::vector<Param*> MoELayer::buffers() {
 
 Param& MoELayer::expert_param(int local_expert, int which) {
   return experts_.at(static_cast<size_t>(local_expert) * 3 + which);
+}
+
+const Tensor& MoELayer::expert_gemm_weight(int local_expert, int which) {
+  const Param& p = expert_param(local_expert, which);
+  return gemm_weight_ ? gemm_weight_(p) : p.value;
 }
 
 void MoELayer::run_experts_forward(Cache& c, float* out) {

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Native bf16 on the CPU (issue 48, share/trident/cpu-kernels.md#native-bf16):
-the quickstart model with a dense FFN (every GEMM bf16) on one rank, 12 steps,
-in fp32, in bf16 on the staged path (TRIDENT_CPU_BF16=staged) and in bf16 on
-the native path (TRIDENT_CPU_BF16=native): the native run is not the staged
-run (its GEMMs ran on the bf16 units), every step's loss and gradient norm of
-both stay within the documented bf16 tolerance of fp32 (gpu.md#bf16), and
-the native run trains. A bad TRIDENT_CPU_BF16 is one line and exit code 2.
+the quickstart model with a dense FFN (every GEMM bf16) and with its MoE
+layers (4 experts, top-2: the experts' GEMMs bf16 too) on one rank, 12 steps
+each, in fp32, in bf16 on the staged path (TRIDENT_CPU_BF16=staged) and in
+bf16 on the native path (TRIDENT_CPU_BF16=native): the native run is not the
+staged run (its GEMMs ran on the bf16 units), every step's loss and gradient
+norm of both stay within the documented bf16 tolerance of fp32
+(gpu.md#bf16), and the native run trains. A bad TRIDENT_CPU_BF16 is one line and exit code 2.
 Exits 77 (ctest: skipped) on a CPU without AVX512-BF16."""
 import os
 import sys
@@ -23,7 +24,8 @@ LOSS_RTOL = 2e-3        # gpu.md#bf16
 GRAD_NORM_RTOL = 5e-2
 ONE_RANK = ["--set", "parallel.pp=1", "--set", "parallel.cp=1", "--set", "parallel.ep=1",
             "--set", "topology.nodes=1", "--set", "topology.devices_per_node=1",
-            "--set", "topology.nvlink_domain=1", "--set", "model.n_experts=0"]
+            "--set", "topology.nvlink_domain=1"]
+MODELS = (("dense", ["--set", "model.n_experts=0"]), ("MoE", []))
 
 
 def has_avx512_bf16():
@@ -36,39 +38,47 @@ def steps(path):
         return f["metrics/steps"][:]
 
 
+def compare(d, model, extra):
+    """fp32, staged and native bf16 runs of one model; False: a run failed."""
+    runs = {}
+    for name, prec, mode in (("fp32", "fp32", "auto"), ("staged", "bf16", "staged"),
+                             ("native", "bf16", "native")):
+        out = os.path.join(d, "%s-%s.h5" % (model, name))
+        rc, _, err, secs = launch(1, [QUICKSTART, "--set", "train.steps=%d" % STEPS,
+                                      "--set", "train.precision=" + prec,
+                                      "--set", "output.checkpoint_dir=" + os.path.join(d, "ck-%s-%s" % (model, name)),
+                                      "--set", "output.timeline=false", "--output", out] + ONE_RANK + extra,
+                                  env={"TRIDENT_CPU_BF16": mode}, timeout=240)
+        check(rc == 0, "%s %s run exits 0 (%.0f s)%s" % (model, name, secs, "" if rc == 0 else ": " + err[-400:]))
+        if rc != 0:
+            return False
+        runs[name] = steps(out)
+    a, s, n = runs["fp32"], runs["staged"], runs["native"]
+    check(len(a) == len(s) == len(n) == STEPS, "%s: every run has %d steps" % (model, STEPS))
+    diff = np.abs(n["loss"] - s["loss"]) / np.abs(s["loss"])
+    check(diff.max() > 1e-7, "%s: the native run is not the staged run (largest loss difference %.2e)"
+          % (model, diff.max()))
+    for name, b in (("staged", s), ("native", n)):
+        rel = np.abs(b["loss"] - a["loss"]) / np.abs(a["loss"])
+        check(rel.max() <= LOSS_RTOL, "%s: bf16 %s loss within %.0e of fp32 in every step (max %.2e)"
+              % (model, name, LOSS_RTOL, rel.max()))
+        gn = np.abs(b["grad_norm"] - a["grad_norm"]) / np.abs(a["grad_norm"])
+        check(gn.max() <= GRAD_NORM_RTOL, "%s: bf16 %s gradient norm within %.0e of fp32 (max %.2e)"
+              % (model, name, GRAD_NORM_RTOL, gn.max()))
+    check(n["loss"][-1] < 0.8 * n["loss"][0], "%s: bf16 native trains: loss %.4f -> %.4f"
+          % (model, n["loss"][0], n["loss"][-1]))
+    return True
+
+
 def main():
     if not has_avx512_bf16():
         print("SKIP: this CPU has no AVX512-BF16 (vdpbf16ps): only the staged bf16 path runs "
               "(tested by train_precision_bf16)")
         return 77
     with tempfile.TemporaryDirectory() as d:
-        runs = {}
-        for name, prec, mode in (("fp32", "fp32", "auto"), ("staged", "bf16", "staged"),
-                                 ("native", "bf16", "native")):
-            out = os.path.join(d, name + ".h5")
-            rc, _, err, secs = launch(1, [QUICKSTART, "--set", "train.steps=%d" % STEPS,
-                                          "--set", "train.precision=" + prec,
-                                          "--set", "output.checkpoint_dir=" + os.path.join(d, "ck-" + name),
-                                          "--set", "output.timeline=false", "--output", out] + ONE_RANK,
-                                      env={"TRIDENT_CPU_BF16": mode}, timeout=240)
-            check(rc == 0, "%s run exits 0 (%.0f s)%s" % (name, secs, "" if rc == 0 else ": " + err[-400:]))
-            if rc != 0:
+        for model, extra in MODELS:
+            if not compare(d, model, extra):
                 return verdict()
-            runs[name] = steps(out)
-        a, s, n = runs["fp32"], runs["staged"], runs["native"]
-        check(len(a) == len(s) == len(n) == STEPS, "every run has %d steps" % STEPS)
-        diff = np.abs(n["loss"] - s["loss"]) / np.abs(s["loss"])
-        check(diff.max() > 1e-7, "the native run is not the staged run (largest loss difference %.2e)"
-              % diff.max())
-        for name, b in (("staged", s), ("native", n)):
-            rel = np.abs(b["loss"] - a["loss"]) / np.abs(a["loss"])
-            check(rel.max() <= LOSS_RTOL, "bf16 %s loss within %.0e of fp32 in every step (max %.2e)"
-                  % (name, LOSS_RTOL, rel.max()))
-            gn = np.abs(b["grad_norm"] - a["grad_norm"]) / np.abs(a["grad_norm"])
-            check(gn.max() <= GRAD_NORM_RTOL, "bf16 %s gradient norm within %.0e of fp32 (max %.2e)"
-                  % (name, GRAD_NORM_RTOL, gn.max()))
-        check(n["loss"][-1] < 0.8 * n["loss"][0], "bf16 native trains: loss %.4f -> %.4f"
-              % (n["loss"][0], n["loss"][-1]))
         rc, out, err, _ = launch(1, [QUICKSTART, "--set", "train.steps=1", "--set", "train.precision=bf16",
                                      "--set", "output.checkpoint_dir=" + os.path.join(d, "ck-bad"),
                                      "--output", os.path.join(d, "bad.h5")] + ONE_RANK,

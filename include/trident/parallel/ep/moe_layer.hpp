@@ -17,6 +17,7 @@
 // checkpoints.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -114,6 +115,13 @@ class MoELayer {
   Param& expert_param(int local_expert, int which);  // which: 0 gate, 1 up, 2 down
   // Replaces the SwiGLU experts (nullptr: back to SwiGLU). Not owned.
   void set_expert_fn(ExpertBlockFn* fn) { expert_fn_ = fn ? fn : swiglu_.get(); }
+  // What the SwiGLU experts' GEMMs read for an expert weight: under
+  // train.precision = "bf16" the model's bf16 copy of it (model/blocks.hpp,
+  // GemmPrecision, which keeps it current), so that the op table's bf16 rows
+  // run them; unset: the fp32 value. Masters and weight gradients stay fp32.
+  using GemmWeightFn = std::function<const Tensor&(const Param&)>;
+  void set_gemm_weights(GemmWeightFn fn) { gemm_weight_ = std::move(fn); }
+  const Tensor& expert_gemm_weight(int local_expert, int which);
 
  private:
   void run_experts_forward(Cache& c, float* out);
@@ -129,6 +137,7 @@ class MoELayer {
   std::vector<Param> experts_;             // [L * 3]
   std::unique_ptr<ExpertBlockFn> swiglu_;  // the SwiGLU experts over experts_
   ExpertBlockFn* expert_fn_;               // what runs: swiglu_ or set_expert_fn's
+  GemmWeightFn gemm_weight_;               // set_gemm_weights's, or empty
 };
 
 }  // namespace trident::ep
