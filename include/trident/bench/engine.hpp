@@ -24,8 +24,8 @@
 #include "trident/comm/comm.hpp"
 #include "trident/core/config.hpp"
 #include "trident/io/bench_report.hpp"
-#include "trident/kernels/attention.hpp"
 #include "trident/kernels/backend.hpp"
+#include "trident/kernels/types/attention.hpp"
 #include "trident/topo/topology.hpp"
 
 namespace trident::bench {

@@ -31,8 +31,8 @@
 #include "trident/core/config.hpp"
 #include "trident/core/profiler.hpp"
 #include "trident/core/tensor.hpp"
-#include "trident/kernels/attention.hpp"
 #include "trident/kernels/context.hpp"
+#include "trident/kernels/types/attention.hpp"
 
 namespace trident::cp {
 
