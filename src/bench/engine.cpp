@@ -32,6 +32,10 @@ std::vector<int64_t> all_positions(int64_t seq) {
   return p;
 }
 
+Tensor host_view(std::vector<float>& v) {
+  return Tensor::borrow(v.data(), {int64_t(v.size())}, Device::cpu());
+}
+
 void SpotCheck::add(const float* got, const double* ref, int64_t n) {
   double num = 0, den = 0;
   for (int64_t d = 0; d < n; ++d) {
