@@ -13,6 +13,7 @@
 #include "trident/core/error.hpp"
 #include "trident/kernels/moe.hpp"
 #include "trident/kernels/op_table.hpp"
+#include "trident/kernels/ops.hpp"
 #include "trident/kernels/tensor_ops.hpp"
 
 namespace trident::kernels {

@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "trident/kernels/ops.hpp"
-#include "trident/kernels/rope.hpp"
+#include "trident/kernels/types/rope.hpp"
 
 namespace trident::kernels::cpu::reference {
 

@@ -29,7 +29,7 @@
 #include "trident/core/error.hpp"
 #include "trident/core/profiler.hpp"
 #include "trident/io/bench_report.hpp"
-#include "trident/kernels/attention.hpp"
+#include "trident/kernels/types/attention.hpp"
 #include "trident/parallel/cp/config_rules.hpp"
 #include "trident/parallel/cp/ring_attention.hpp"
 #include "trident/parallel/cp/ulysses_attention.hpp"
@@ -71,14 +71,15 @@ class ModeCase {
     world.barrier();
     const double t0 = now_s();
     if (ring_) {
-      ring_->forward(q_.data(), k_.data(), v_.data(), opt_.heads, opt_.kv_heads, opt_.head_dim,
-                     out_.data(), lse_.data());
-      ring_->backward(q_.data(), k_.data(), v_.data(), out_.data(), lse_.data(), do_.data(),
-                      opt_.heads, opt_.kv_heads, opt_.head_dim, dq_.data(), dk_.data(), dv_.data());
+      ring_->forward(host_view(q_), host_view(k_), host_view(v_), opt_.heads, opt_.kv_heads,
+                     opt_.head_dim, host_view(out_), host_view(lse_));
+      ring_->backward(host_view(q_), host_view(k_), host_view(v_), host_view(out_), host_view(lse_),
+                      host_view(do_), opt_.heads, opt_.kv_heads, opt_.head_dim, host_view(dq_),
+                      host_view(dk_), host_view(dv_));
     } else {
-      uly_->forward(q_.data(), k_.data(), v_.data(), out_.data(), lse_.data());
-      uly_->backward(q_.data(), k_.data(), v_.data(), out_.data(), lse_.data(), do_.data(),
-                     dq_.data(), dk_.data(), dv_.data());
+      uly_->forward(host_view(q_), host_view(k_), host_view(v_), host_view(out_), host_view(lse_));
+      uly_->backward(host_view(q_), host_view(k_), host_view(v_), host_view(out_), host_view(lse_),
+                     host_view(do_), host_view(dq_), host_view(dk_), host_view(dv_));
     }
     wall.push_back(now_s() - t0);
     compute.push_back(work_.seconds("ring.forward") + work_.seconds("ring.backward"));

@@ -11,6 +11,7 @@
 #include "trident/comm/process.hpp"
 #include "trident/core/error.hpp"
 #include "trident/core/rng.hpp"
+#include "trident/kernels/attention.hpp"
 #include "trident/kernels/staging.hpp"
 #include "trident/train/run.hpp"
 
@@ -29,6 +30,10 @@ std::vector<int64_t> all_positions(int64_t seq) {
   std::vector<int64_t> p(static_cast<size_t>(seq));
   for (int64_t i = 0; i < seq; ++i) p[size_t(i)] = i;
   return p;
+}
+
+Tensor host_view(std::vector<float>& v) {
+  return Tensor::borrow(v.data(), {int64_t(v.size())}, Device::cpu());
 }
 
 void SpotCheck::add(const float* got, const double* ref, int64_t n) {

@@ -46,8 +46,7 @@
 #include "trident/core/error.hpp"
 #include "trident/core/profiler.hpp"
 #include "trident/io/bench_report.hpp"
-#include "trident/kernels/attention.hpp"
-#include "trident/kernels/gemm.hpp"
+#include "trident/kernels/types/attention.hpp"
 #include "trident/parallel/cp/ring_attention.hpp"
 
 namespace trident::bench {
@@ -70,9 +69,10 @@ struct AttentionData {
   }
   // Forward then backward through ring.
   void run(cp::RingAttention& ring, const Heads& h) {
-    ring.forward(q.data(), k.data(), v.data(), h.H, h.Hkv, h.D, out.data(), lse.data());
-    ring.backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), h.H, h.Hkv,
-                  h.D, dq.data(), dk.data(), dv.data());
+    ring.forward(host_view(q), host_view(k), host_view(v), h.H, h.Hkv, h.D, host_view(out),
+                 host_view(lse));
+    ring.backward(host_view(q), host_view(k), host_view(v), host_view(out), host_view(lse),
+                  host_view(dout), h.H, h.Hkv, h.D, host_view(dq), host_view(dk), host_view(dv));
   }
   std::vector<float> q, k, v, dout, out, lse, dq, dk, dv;
 };

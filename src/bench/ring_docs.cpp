@@ -28,7 +28,7 @@
 #include "trident/core/profiler.hpp"
 #include "trident/core/rng.hpp"
 #include "trident/io/bench_report.hpp"
-#include "trident/kernels/attention.hpp"
+#include "trident/kernels/types/attention.hpp"
 #include "trident/parallel/cp/document_layout.hpp"
 #include "trident/parallel/cp/ring_attention.hpp"
 
@@ -88,9 +88,10 @@ Measured run_case(Communicator& ring_comm, cp::Layout layout, int64_t seq,
   for (int it = 0; it < o.iters; ++it) {
     work.clear();
     ring_comm.barrier();
-    ring.forward(q.data(), k.data(), v.data(), H, Hkv, D, out.data(), lse.data(), ld);
-    ring.backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), H, Hkv, D,
-                  dq.data(), dk.data(), dv.data(), ld);
+    ring.forward(host_view(q), host_view(k), host_view(v), H, Hkv, D, host_view(out),
+                 host_view(lse), ld);
+    ring.backward(host_view(q), host_view(k), host_view(v), host_view(out), host_view(lse),
+                  host_view(dout), H, Hkv, D, host_view(dq), host_view(dk), host_view(dv), ld);
     flops.push_back(work.counter("ring.flops"));
     compute.push_back(work.counter("ring.compute_cpu_s"));
   }

@@ -74,10 +74,11 @@ class LocalAttention : public AttentionCore {
   int64_t window_;
 };
 
-// A distributed attention (ring, Ulysses) on f32 buffers of its device:
-// bf16 inputs are widened first and a bf16 output is rounded after (see
-// as_f32); the timeline records the kernel time the implementation reports
-// under "ring.forward" / "ring.backward".
+// A distributed attention (ring, Ulysses) on f32 tensors of its device
+// (their tensor overloads): bf16 inputs are widened first and a bf16 output
+// is rounded after (see as_f32); the gradients and lse are f32 already. The
+// timeline records the kernel time the implementation reports under
+// "ring.forward" / "ring.backward".
 class F32DistributedCore : public AttentionCore {
  public:
   explicit F32DistributedCore(const kernels::Ctx& ctx) : ctx_(ctx) {}
@@ -87,8 +88,7 @@ class F32DistributedCore : public AttentionCore {
     const double t0 = now_s();
     const Tensor q32 = as_f32(ctx_, q), k32 = as_f32(ctx_, k), v32 = as_f32(ctx_, v);
     const Tensor o32 = f32_out(ctx_, out);
-    run_forward(q32.data<float>(), k32.data<float>(), v32.data<float>(), o32.data<float>(),
-                lse.data<float>(), local_docs(docs));
+    run_forward(q32, k32, v32, o32, lse, local_docs(docs));
     write_back(ctx_, o32, out);
     record(*this, t0, work_.seconds("ring.forward"), false);
   }
@@ -99,9 +99,7 @@ class F32DistributedCore : public AttentionCore {
     const double t0 = now_s();
     const Tensor q32 = as_f32(ctx_, q), k32 = as_f32(ctx_, k), v32 = as_f32(ctx_, v);
     const Tensor o32 = as_f32(ctx_, out), do32 = as_f32(ctx_, dout);
-    run_backward(q32.data<float>(), k32.data<float>(), v32.data<float>(), o32.data<float>(),
-                 lse.data<float>(), do32.data<float>(), dq.data<float>(), dk.data<float>(),
-                 dv.data<float>(), local_docs(docs));
+    run_backward(q32, k32, v32, o32, lse, do32, dq, dk, dv, local_docs(docs));
     record(*this, t0, work_.seconds("ring.backward"), true);
   }
 
@@ -110,11 +108,11 @@ class F32DistributedCore : public AttentionCore {
     if (!docs.packed()) return {};
     return {docs.device.data<int32_t>(), docs.host, docs.layout};
   }
-  virtual void run_forward(const float* q, const float* k, const float* v, float* out, float* lse,
-                           const cp::LocalDocs& docs) = 0;
-  virtual void run_backward(const float* q, const float* k, const float* v, const float* out,
-                            const float* lse, const float* dout, float* dq, float* dk, float* dv,
-                            const cp::LocalDocs& docs) = 0;
+  virtual void run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                           const Tensor& lse, const cp::LocalDocs& docs) = 0;
+  virtual void run_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                            const Tensor& lse, const Tensor& dout, const Tensor& dq,
+                            const Tensor& dk, const Tensor& dv, const cp::LocalDocs& docs) = 0;
 
   kernels::Ctx ctx_;
   prof::Recorder work_{false};  // the implementation's kernel time of the current call
@@ -134,13 +132,13 @@ class RingAttentionCore : public F32DistributedCore {
   }
 
  private:
-  void run_forward(const float* q, const float* k, const float* v, float* out, float* lse,
-                   const cp::LocalDocs& docs) override {
+  void run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                   const Tensor& lse, const cp::LocalDocs& docs) override {
     ring_.forward(q, k, v, H_, Hkv_, D_, out, lse, docs);
   }
-  void run_backward(const float* q, const float* k, const float* v, const float* out,
-                    const float* lse, const float* dout, float* dq, float* dk, float* dv,
-                    const cp::LocalDocs& docs) override {
+  void run_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                    const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
+                    const Tensor& dv, const cp::LocalDocs& docs) override {
     ring_.backward(q, k, v, out, lse, dout, H_, Hkv_, D_, dq, dk, dv, docs);
   }
 
@@ -161,13 +159,13 @@ class UlyssesAttentionCore : public F32DistributedCore {
   }
 
  private:
-  void run_forward(const float* q, const float* k, const float* v, float* out, float* lse,
-                   const cp::LocalDocs& docs) override {
+  void run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                   const Tensor& lse, const cp::LocalDocs& docs) override {
     ulysses_.forward(q, k, v, out, lse, docs);
   }
-  void run_backward(const float* q, const float* k, const float* v, const float* out,
-                    const float* lse, const float* dout, float* dq, float* dk, float* dv,
-                    const cp::LocalDocs& docs) override {
+  void run_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                    const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
+                    const Tensor& dv, const cp::LocalDocs& docs) override {
     ulysses_.backward(q, k, v, out, lse, dout, dq, dk, dv, docs);
   }
 

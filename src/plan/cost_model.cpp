@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "trident/core/error.hpp"
-#include "trident/kernels/attention.hpp"
+#include "trident/kernels/types/attention.hpp"
 #include "trident/model/transformer.hpp"
 #include "trident/parallel/cp/config_rules.hpp"
 #include "trident/parallel/pp/generators.hpp"

@@ -23,9 +23,10 @@
 
 #include "trident/comm/comm.hpp"
 #include "trident/core/config.hpp"
+#include "trident/core/tensor.hpp"
 #include "trident/io/bench_report.hpp"
-#include "trident/kernels/attention.hpp"
 #include "trident/kernels/backend.hpp"
+#include "trident/kernels/types/attention.hpp"
 #include "trident/topo/topology.hpp"
 
 namespace trident::bench {
@@ -39,6 +40,9 @@ std::vector<float> rows_at(const std::vector<int64_t>& positions, int64_t row_el
                            const char* name);
 // 0, 1, ..., seq - 1.
 std::vector<int64_t> all_positions(int64_t seq);
+// v as a host tensor of v.size() f32, for the tensor calls of the layers a
+// bench drives (Tensor::borrow: nothing is copied, and v must outlive it).
+Tensor host_view(std::vector<float>& v);
 
 // ---- reference spot check --------------------------------------------------
 

@@ -16,7 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "trident/kernels/attention.hpp"
+#include "trident/kernels/types/attention.hpp"
 
 namespace trident::kernels {
 

@@ -20,16 +20,23 @@
 // those of the pointer form it forwards to, documented in ops.hpp,
 // attention.hpp and swiglu.hpp; T is always the number of rows of the
 // activation, taken from its numel and the weight's width.
+//
+// This header and what it includes (context.hpp, kernels/types/: the
+// parameter and shape types the ops take) are the public op API: it
+// includes no pointer header, so code above kernels/ sees no kernel it
+// could call on raw memory (share/trident/design.md, "Who calls what";
+// the ctest lint_layering holds it).
 #pragma once
 #include <cstdint>
 #include <utility>
 #include <vector>
 
 #include "trident/core/tensor.hpp"
-#include "trident/kernels/attention.hpp"
 #include "trident/kernels/context.hpp"
-#include "trident/kernels/ops.hpp"
-#include "trident/kernels/router.hpp"
+#include "trident/kernels/types/adamw.hpp"
+#include "trident/kernels/types/attention.hpp"
+#include "trident/kernels/types/rope.hpp"
+#include "trident/kernels/types/router.hpp"
 
 namespace trident::kernels {
 

@@ -11,33 +11,15 @@
 // Every loop runs in a fixed order (tokens ascending, then the k slots), so
 // results do not depend on how experts are spread over ranks.
 #pragma once
-#include <algorithm>
 #include <cstdint>
 
 #include "trident/kernels/context.hpp"
+#include "trident/kernels/types/row_source.hpp"
 
 namespace trident::kernels {
 
-// Permuted rows [S, d] as an unpermute reads them: one buffer, or several
-// segments (one per expert when the rows stay where the experts wrote
-// them, as the shm transport leaves them). Row r lies in the segment s with
-// first[s] <= r < first[s + 1], at base[s] + (r - first[s]) * d.
-struct RowSource {
-  const float* rows = nullptr;         // one buffer (segments == 0)
-  const float* const* base = nullptr;  // [segments]
-  const int64_t* first = nullptr;      // [segments + 1], ascending
-  int segments = 0;
-
-  RowSource() = default;
-  RowSource(const float* contiguous) : rows(contiguous) {}  // NOLINT: a buffer is a source
-  RowSource(const float* const* b, const int64_t* f, int n) : base(b), first(f), segments(n) {}
-
-  const float* row(int64_t r, int64_t d) const {
-    if (segments == 0) return rows + r * d;
-    const int s = int(std::upper_bound(first + 1, first + segments + 1, r) - (first + 1));
-    return base[s] + (r - first[s]) * d;
-  }
-};
+// RowSource (permuted rows in one buffer or in segments):
+// kernels/types/row_source.hpp.
 
 // Permute: out[i, :] = x[src_row[i], :] for i < n.
 void gather_rows(const Ctx& ctx, const float* x, int64_t d, const int64_t* src_row, int64_t n,

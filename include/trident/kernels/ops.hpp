@@ -14,7 +14,8 @@
 #include <cstdint>
 
 #include "trident/kernels/context.hpp"
-#include "trident/kernels/rope.hpp"
+#include "trident/kernels/types/adamw.hpp"
+#include "trident/kernels/types/rope.hpp"
 
 namespace trident::kernels {
 
@@ -36,9 +37,10 @@ void rmsnorm_forward(const Ctx& ctx, const float* x, const float* w, int64_t T, 
 void rmsnorm_backward(const Ctx& ctx, const float* dy, const float* x, const float* w,
                       const float* rstd, int64_t T, int64_t d, float* dx, float* dw);
 
-// ---- RoPE on x[T, H, D] in place, rotating pairs (i, i + D/2) by
-// angle pos * rope_inv_freq(rope, i, D) (kernels/rope.hpp). pos are GLOBAL sequence positions, so a
-// CP rank rotates its tokens exactly as the one-rank run does. ----
+// ---- RoPE on x[T, H, D] in place, rotating pairs (i, i + D/2) by angle
+// pos * rope_inv_freq(rope, i, D) (kernels/types/rope.hpp). pos are GLOBAL
+// sequence positions, so a CP rank rotates its tokens exactly as the
+// one-rank run does. ----
 void rope_forward(const Ctx& ctx, float* x, const int64_t* pos, int64_t T, int64_t H, int64_t D,
                   const RopeFreqs& freqs);
 // The backward of a rotation is the inverse rotation (applied in place to dx).
@@ -59,10 +61,8 @@ void embedding_backward(const Ctx& ctx, const float* dout, const int32_t* ids, i
 double cross_entropy(const Ctx& ctx, const float* logits, const int32_t* targets, int64_t T,
                      int64_t V, float scale, float* dlogits);
 
-// ---- AdamW (decoupled weight decay), step counted from 1 ----
-struct AdamWHyper {
-  double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
-};
+// ---- AdamW (decoupled weight decay), step counted from 1
+// (AdamWHyper: kernels/types/adamw.hpp) ----
 // grad_scale multiplies g first (global-norm clipping).
 void adamw_step(const Ctx& ctx, float* p, const float* g, float* m, float* v, int64_t n,
                 const AdamWHyper& h, int64_t step, float grad_scale, bool decay);

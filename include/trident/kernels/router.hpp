@@ -19,19 +19,11 @@
 #include <cstdint>
 
 #include "trident/kernels/context.hpp"
+#include "trident/kernels/types/router.hpp"
 
 namespace trident::kernels {
 
-enum class RouterScore { softmax, sigmoid };
-
-// The shape and scoring of one router call.
-struct RouterDims {
-  int64_t T = 0;
-  int E = 0;
-  int k = 0;
-  RouterScore score = RouterScore::softmax;
-  bool norm_topk = true;  // weights renormalised over the chosen k
-};
+// RouterDims and RouterScore: kernels/types/router.hpp.
 
 // probs [T, E] (p above) and lse [T], overwritten.
 void router_scores(const Ctx& ctx, const RouterDims& dims, const float* logits, float* probs,

@@ -12,6 +12,7 @@
 #include "trident/core/error.hpp"
 #include "trident/kernels/functional.hpp"
 #include "trident/kernels/moe.hpp"
+#include "trident/kernels/router.hpp"
 #include "trident/kernels/tensor_ops.hpp"
 
 using namespace trident;

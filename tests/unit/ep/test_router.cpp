@@ -7,6 +7,7 @@
 #include "ep_test_util.hpp"
 #include "trident/core/error.hpp"
 #include "trident/kernels/moe.hpp"
+#include "trident/kernels/router.hpp"
 #include "trident/parallel/ep/router.hpp"
 
 using namespace trident;

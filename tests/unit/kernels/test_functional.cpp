@@ -11,7 +11,9 @@
 #include "kernel_ctx.hpp"
 #include "trident/core/error.hpp"
 #include "trident/core/rng.hpp"
+#include "trident/kernels/attention.hpp"
 #include "trident/kernels/functional.hpp"
+#include "trident/kernels/ops.hpp"
 #include "trident/kernels/swiglu.hpp"
 #include "trident/kernels/tensor_ops.hpp"
 

@@ -31,8 +31,8 @@
 #include "trident/core/config.hpp"
 #include "trident/core/profiler.hpp"
 #include "trident/core/tensor.hpp"
-#include "trident/kernels/attention.hpp"
 #include "trident/kernels/context.hpp"
+#include "trident/kernels/types/attention.hpp"
 
 namespace trident::cp {
 
@@ -141,9 +141,9 @@ class RingAttention {
   void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                 const Tensor& lse, const Tensor& dout, int H, int Hkv, int D, const Tensor& dq,
                 const Tensor& dk, const Tensor& dv, const LocalDocs& docs = {});
-  // The same on raw buffers of the ring's device (callers that hold plain
-  // arrays: tests, benches): each is borrowed as a tensor (Tensor::borrow)
-  // for the call, nothing is copied.
+  // The same on raw buffers of the ring's device, each borrowed as a tensor
+  // (Tensor::borrow) for the call, nothing copied. For the tests that hold
+  // plain arrays only: the model and the benches call the tensor overloads.
   void forward(const float* q, const float* k, const float* v, int H, int Hkv, int D, float* out,
                float* lse, const LocalDocs& docs = {});
   void backward(const float* q, const float* k, const float* v, const float* out, const float* lse,

@@ -80,7 +80,8 @@ class UlyssesAttention {
                 const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
                 const Tensor& dv, const LocalDocs& docs = {});
   // The same on raw buffers of the ring's device, borrowed as tensors for
-  // the call (Tensor::borrow; nothing is copied).
+  // the call (Tensor::borrow; nothing is copied). For the tests that hold
+  // plain arrays only: the model and the benches call the tensor overloads.
   void forward(const float* q, const float* k, const float* v, float* out, float* lse,
                const LocalDocs& docs = {});
   void backward(const float* q, const float* k, const float* v, const float* out, const float* lse,

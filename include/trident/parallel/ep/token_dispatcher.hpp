@@ -37,7 +37,7 @@
 #include "trident/core/tensor.hpp"
 #include "trident/kernels/context.hpp"
 #include "trident/kernels/functional.hpp"
-#include "trident/kernels/moe.hpp"
+#include "trident/kernels/types/row_source.hpp"
 
 namespace trident::ep {
 
