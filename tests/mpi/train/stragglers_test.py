@@ -10,7 +10,7 @@ the long-context example scaled to 8 ranks (part "long_context": its pp=4
 cp=8 ep=8 mesh of 32 GPUs is pp=2 cp=4 ep=4 here, d_model 64 and 256
 tokens; the schedule, vpp=2, the zig-zag layout, the router, moe_every and
 the 16 layers are its own). /ranks/steps holds one row per rank and window
-(format_version 2), its phases and waits never add up to more than the
+(format_version 3), its phases and waits never add up to more than the
 step (the overlapped DualPipeV slot counts its span once), and a
 format_version 1 file is still analysed. --load N runs N busy processes
 beside the runs (for a check by hand on a quiet machine).
@@ -32,6 +32,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 from mpirun_cli import BIN, MPIRUN, check, verdict  # noqa: E402
+
+# The run file version this trident writes (hdf5-layout.md; 3 since 2026-12-05).
+RUN_FILE_VERSION = 3
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 EVERY = 10  # output.rank_stats_every, its default
@@ -81,7 +84,7 @@ def analyze(path):
 
 def check_table(path, np, steps, what):
     version, rows, hosts, ev = table(path)
-    check(version == 2, "%s: format_version 2 (%d)" % (what, version))
+    check(version == RUN_FILE_VERSION, "%s: format_version %d (%d)" % (what, RUN_FILE_VERSION, version))
     windows = -(-steps // EVERY)
     check(rows is not None and len(rows) == windows * np,
           "%s: /ranks/steps holds %d windows x %d ranks (%s rows)"
