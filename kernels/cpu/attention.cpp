@@ -350,13 +350,9 @@ void forward_impl(const Ctx& ctx, const AttnShape& s, const float* q, const floa
     for (int64_t i0 = 0; i0 < s.Tq; i0 += kQueryBlock) {
       const int64_t rows = std::min(kQueryBlock, s.Tq - i0);
       forward_seed_rows(f, out, lse, resume, h, i0, rows);
-      int64_t jb, je;
-      attn_key_range(s, i0, rows, &jb, &je);
-      for (int64_t jt = jb; jt < je; jt += kKeyBlock) {
-        attn_view_tile(s, i0, rows, jt, std::min(kKeyBlock, je - jt), &tile);
-        if (tile.empty()) continue;  // no row sees any of its keys: no arithmetic
-        forward_tile(f, tile, jt, rows, q + i0 * f.ld.q + int64_t(h) * D, v, g);
-      }
+      attn_for_each_key_tile(s, i0, rows, tile, [&](const AttnTile& t, int64_t jt) {
+        forward_tile(f, t, jt, rows, q + i0 * f.ld.q + int64_t(h) * D, v, g);
+      });
       forward_finish_rows(f, out, lse, h, i0, rows);
     }
   }
@@ -500,13 +496,9 @@ void backward_block(BackwardState& b, int h, int64_t i0, const float* delta_all,
     b.row_lse[i] = lse[(i0 + i) * s.H + h];
   }
   AttnTile tile;
-  int64_t jb, je;
-  attn_key_range(s, i0, rows, &jb, &je);
-  for (int64_t jt = jb; jt < je; jt += kKeyBlock) {
-    attn_view_tile(s, i0, rows, jt, std::min(kKeyBlock, je - jt), &tile);
-    if (tile.empty()) continue;
-    backward_tile(b, tile, jt, rows, q + off, dout + off, dq + off, k, dk, dv, h / (s.H / s.Hkv));
-  }
+  attn_for_each_key_tile(s, i0, rows, tile, [&](const AttnTile& t, int64_t jt) {
+    backward_tile(b, t, jt, rows, q + off, dout + off, dq + off, k, dk, dv, h / (s.H / s.Hkv));
+  });
 }
 
 }  // namespace

@@ -112,16 +112,12 @@ void forward_block(Forward& f, F32OrBf16 out, float* lse, int h, int64_t i0) {
   std::fill(f.l, f.l + rows, 0.0f);
   std::fill(f.acc, f.acc + rows * s.D, 0.0f);
   AttnTile tile;
-  int64_t jb, je;
-  attn_key_range(s, i0, rows, &jb, &je);
-  for (int64_t jt = jb; jt < je; jt += kKeyBlock) {
-    attn_view_tile(s, i0, rows, jt, std::min(kKeyBlock, je - jt), &tile);
-    if (tile.empty()) continue;
-    const int64_t j0 = jt + tile.c0, lds = score_stride(tile.c1 - tile.c0);
-    tile_scores(f, tile, h, g, i0, j0, lds);
-    tile_softmax(f, tile, rows, lds);
-    tile_pv(f, tile, g, j0, lds);
-  }
+  attn_for_each_key_tile(s, i0, rows, tile, [&](const AttnTile& t, int64_t jt) {
+    const int64_t j0 = jt + t.c0, lds = score_stride(t.c1 - t.c0);
+    tile_scores(f, t, h, g, i0, j0, lds);
+    tile_softmax(f, t, rows, lds);
+    tile_pv(f, t, g, j0, lds);
+  });
   finish_rows(f, out, lse, h, i0, rows);
 }
 
@@ -227,16 +223,12 @@ void backward_block(Backward& b, const float* delta_all, const float* lse, int h
     b.row_lse[i] = lse[(i0 + i) * s.H + h];
   }
   AttnTile tile;
-  int64_t jb, je;
-  attn_key_range(s, i0, rows, &jb, &je);
-  for (int64_t jt = jb; jt < je; jt += kKeyBlock) {
-    attn_view_tile(s, i0, rows, jt, std::min(kKeyBlock, je - jt), &tile);
-    if (tile.empty()) continue;
-    const int64_t j0 = jt + tile.c0, lds = score_stride(tile.c1 - tile.c0);
-    tile_probs(b, tile, h, g, i0, j0, lds, rows);
-    tile_dv_ds(b, tile, h, g, i0, j0, lds, rows);
-    tile_dq_dk(b, tile, h, g, i0, j0, lds);
-  }
+  attn_for_each_key_tile(s, i0, rows, tile, [&](const AttnTile& t, int64_t jt) {
+    const int64_t j0 = jt + t.c0, lds = score_stride(t.c1 - t.c0);
+    tile_probs(b, t, h, g, i0, j0, lds, rows);
+    tile_dv_ds(b, t, h, g, i0, j0, lds, rows);
+    tile_dq_dk(b, t, h, g, i0, j0, lds);
+  });
 }
 
 }  // namespace

@@ -125,6 +125,20 @@ inline void attn_view_tile(const AttnShape& s, int64_t i0, int64_t rows, int64_t
   attn_plan_tile(rows, t);
 }
 
+// visit(tile, jt) for each key tile [jt, jt + kKeyBlock) of the query block
+// [i0, i0 + rows) that some row sees: attn_key_range's span, a tile no row
+// sees skipped (no arithmetic). `tile` is the caller's (it is large).
+template <class Visit>
+inline void attn_for_each_key_tile(const AttnShape& s, int64_t i0, int64_t rows, AttnTile& tile,
+                                   Visit&& visit) {
+  int64_t jb, je;
+  attn_key_range(s, i0, rows, &jb, &je);
+  for (int64_t jt = jb; jt < je; jt += kKeyBlock) {
+    attn_view_tile(s, i0, rows, jt, std::min(kKeyBlock, je - jt), &tile);
+    if (!tile.empty()) visit(tile, jt);
+  }
+}
+
 // Sets the columns of row i of a tile's scores that its band's pieces
 // compute, except the row's visible keys [lo, lo + n), to 0 (the CPU kernels'
 // P and dS before their GEMMs read them).
