@@ -357,8 +357,8 @@ int MpiCommunicator::max_tag() const {
   return (flag && ub) ? *ub : 32767;  // 32767 is the least the MPI standard promises
 }
 
-std::unique_ptr<MpiCommunicator> MpiCommunicator::split_mpi(int color, int key, CommKind kind,
-                                                            std::string name, double timeout_s) {
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, CommKind kind,
+                                                     std::string name) {
   // Splitting has no non-blocking form in MPI; a barrier with the deadline
   // first makes sure every rank has arrived, so the split cannot hang on a
   // missing rank.
@@ -366,15 +366,10 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::split_mpi(int color, int key, 
   MPI_Comm sub = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split(comm_, color >= 0 ? color : MPI_UNDEFINED, key, &sub));
   if (sub == MPI_COMM_NULL) return nullptr;
-  auto group = std::make_unique<MpiCommunicator>(sub, kind, std::move(name), timeout_s, true);
+  auto group = std::make_unique<MpiCommunicator>(sub, kind, std::move(name), timeout_s(), true);
   group->staging_ = staging_;
   group->share_counters(*this);
   return group;
-}
-
-std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, CommKind kind,
-                                                     std::string name) {
-  return split_mpi(color, key, kind, std::move(name), timeout_s());
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split_node(CommKind kind, std::string name) {

@@ -33,10 +33,6 @@ class MpiCommunicator final : public Communicator {
   Communicator& host() override { return *this; }
   std::unique_ptr<Communicator> split(int color, int key, CommKind kind, std::string name) override;
   std::unique_ptr<Communicator> split_node(CommKind kind, std::string name) override;
-  // The same split as split(), typed (a device backend bootstraps over it),
-  // with its own deadline.
-  std::unique_ptr<MpiCommunicator> split_mpi(int color, int key, CommKind kind, std::string name,
-                                             double timeout_s);
   void stage_device_buffers(std::shared_ptr<DeviceStaging> staging) override {
     staging_ = std::move(staging);
   }
