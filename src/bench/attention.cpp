@@ -10,22 +10,30 @@
 #include "trident/core/error.hpp"
 #include "trident/core/rng.hpp"
 #include "trident/io/bench_report.hpp"
-#include "trident/kernels/attention.hpp"
 #include "trident/kernels/backend.hpp"
-#include "trident/kernels/gemm.hpp"
+#include "trident/kernels/blas.hpp"
+#include "trident/kernels/functional.hpp"
+#include "trident/kernels/tensor_ops.hpp"
 
 namespace trident::bench {
 namespace {
 
-// Square sgemm of size n, best of a few: the rate the attention is held to.
+// f32 normal values from the stream `name`, on ctx's device.
+Tensor normal(const kernels::Ctx& ctx, std::vector<int64_t> shape, const char* name) {
+  std::vector<float> x(size_t(Tensor::numel_of(shape)));
+  rng::fill_normal(x.data(), int64_t(x.size()), rng::hash_name(name), 0, 1.0f);
+  return kernels::from_host(ctx, x.data(), std::move(shape), DType::f32);
+}
+
+// Square sgemm of size n (the linear layer's, y = x w^T), best of a few: the
+// rate the attention is held to.
 double sgemm_gflops(const kernels::Ctx& ctx, int64_t n, int reps) {
-  std::vector<float> a(size_t(n * n)), b(size_t(n * n)), c(size_t(n * n));
-  rng::fill_normal(a.data(), n * n, rng::hash_name("bench.sgemm.a"), 0, 1.0f);
-  rng::fill_normal(b.data(), n * n, rng::hash_name("bench.sgemm.b"), 0, 1.0f);
+  const Tensor x = normal(ctx, {n, n}, "bench.sgemm.a"), w = normal(ctx, {n, n}, "bench.sgemm.b");
+  const Tensor y = kernels::empty(ctx, {n, n});
   double best = 1e300;
   for (int r = 0; r < reps; ++r) {
     const double t0 = now_s();
-    kernels::sgemm(ctx, false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    kernels::linear_forward(ctx, x, w, y);
     best = std::min(best, now_s() - t0);
   }
   return 2.0 * double(n) * n * n / best / 1e9;
@@ -64,33 +72,28 @@ std::vector<BenchCell> measure_row(const AttentionBenchOptions& o, bool causal, 
   s.D = int(D);
   s.scale = 1.0f / std::sqrt(float(D));
   s.causal = causal;
-  const int64_t n = T * o.heads * D;
-  const size_t un = static_cast<size_t>(n);
-  std::vector<float> q(un), k(un), v(un), dout(un);
-  rng::fill_normal(q.data(), n, rng::hash_name("bench.attention.q"), 0, 1.0f);
-  rng::fill_normal(k.data(), n, rng::hash_name("bench.attention.k"), 0, 1.0f);
-  rng::fill_normal(v.data(), n, rng::hash_name("bench.attention.v"), 0, 1.0f);
-  rng::fill_normal(dout.data(), n, rng::hash_name("bench.attention.do"), 0, 1.0f);
-  std::vector<float> out(un), lse(static_cast<size_t>(T * o.heads)), dq(un), dk(un), dv(un);
+  const std::vector<int64_t> shape = {T, o.heads, D};
+  const Tensor q = normal(ctx, shape, "bench.attention.q"),
+               k = normal(ctx, shape, "bench.attention.k");
+  const Tensor v = normal(ctx, shape, "bench.attention.v"),
+               dout = normal(ctx, shape, "bench.attention.do");
+  Tensor out(shape), lse({T, int64_t(o.heads)}), dq(shape), dk(shape), dv(shape);
 
   const double ceiling = sgemm_gflops(ctx, o.sgemm_n, 2);
   double fwd = 1e300, bwd = 1e300, fb = 1e300;
   for (int r = 0; r < o.reps; ++r) {
-    std::fill(dq.begin(), dq.end(), 0.0f);
-    std::fill(dk.begin(), dk.end(), 0.0f);
-    std::fill(dv.begin(), dv.end(), 0.0f);
+    dq.zero(), dk.zero(), dv.zero();
     const double t0 = now_s();
-    kernels::attention_forward(ctx, s, q.data(), k.data(), v.data(), out.data(), lse.data());
+    kernels::attention_forward(ctx, s, q, k, v, out, lse);
     const double t1 = now_s();
-    kernels::attention_backward(ctx, s, q.data(), k.data(), v.data(), out.data(), lse.data(),
-                                dout.data(), dq.data(), dk.data(), dv.data());
+    kernels::attention_backward(ctx, s, q, k, v, out, lse, dout, dq, dk, dv);
     const double t2 = now_s();
     fwd = std::min(fwd, t1 - t0);
     bwd = std::min(bwd, t2 - t1);
     fb = std::min(fb, t2 - t0);
   }
   long long wrong = 0;
-  const double err = spot_check(s, q.data(), k.data(), v.data(), out.data(), 1e-4, &wrong);
+  const double err = spot_check(s, q.ptr(), k.ptr(), v.ptr(), out.ptr(), 1e-4, &wrong);
   verdict.add(wrong);
   const double ffwd = kernels::attention_flops(s, false);
   const double fbwd = kernels::attention_flops(s, true);
@@ -129,7 +132,8 @@ int run_attention_bench(const AttentionBenchOptions& o) {
            "sgemm_GFLOP/s", "fwd/sgemm", "bwd/sgemm", "workspace_KiB", "max_err", "#wrong"},
           {"FLOPs: forward 4*D per visible (query, key) pair and head, backward 10*D (masked pairs "
            "not counted); fwdbwd_GFLOP/s = (forward + backward FLOPs) / (forward + backward time)",
-           "sgemm: " + std::to_string(o.sgemm_n) + "^3 square by " + kernels::blas_kernels() +
+           "sgemm: " + std::to_string(o.sgemm_n) + "^3 square (linear_forward, x w^T) by " +
+               kernels::blas_kernels() +
                ", measured just before each row; fwd/sgemm and bwd/sgemm are the rates "
                "relative to it",
            "workspace: scratch per kernel call (tiles; K and V of one head transposed, and K or "

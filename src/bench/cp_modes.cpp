@@ -15,6 +15,9 @@
 // the ring reported) one after another with no compute in between. The
 // all-to-alls have nothing to overlap with, so they count whole in both.
 //
+// The job comes from the config (bench::open_job): the modes run on
+// runtime.comm's backend with their buffers on the rank's device.
+//
 // Every rank spot-checks two of its output rows of head 0 against the fp64
 // definition over the whole sequence; rows off by more than 1e-4 count in
 // #wrong (and make the exit code 1).
@@ -26,9 +29,12 @@
 #include <memory>
 
 #include "trident/bench/engine.hpp"
+#include "trident/comm/process.hpp"
+#include "trident/core/clock.hpp"
 #include "trident/core/error.hpp"
 #include "trident/core/profiler.hpp"
 #include "trident/io/bench_report.hpp"
+#include "trident/kernels/tensor_ops.hpp"
 #include "trident/kernels/types/attention.hpp"
 #include "trident/parallel/cp/config_rules.hpp"
 #include "trident/parallel/cp/ring_attention.hpp"
@@ -39,47 +45,51 @@ namespace {
 
 constexpr int kTagReplay = 3201;
 
-// One mode's attention on this rank's shard.
+// One mode's attention on this rank's shard, its buffers on ctx's device.
 class ModeCase {
  public:
-  ModeCase(Communicator& world, CpMode mode, int u, CpLayout layout, int64_t seq,
-           const CpModesOptions& o)
-      : mode_(mode), u_(mode == CpMode::ring ? 1 : u), opt_(o) {
+  // group: every rank of the job on runtime.comm's backend (the attention's
+  // communicator).
+  ModeCase(Communicator& group, const kernels::Ctx& ctx, CpMode mode, int u, CpLayout layout,
+           int64_t seq, const CpModesOptions& o)
+      : mode_(mode), u_(mode == CpMode::ring ? 1 : u), opt_(o), ctx_(ctx) {
     if (mode == CpMode::ring) {
-      ring_ = std::make_unique<cp::RingAttention>(&world, layout, o.causal, seq);
+      ring_ = std::make_unique<cp::RingAttention>(&group, layout, o.causal, seq, ctx);
       ring_->set_profiler(&work_);
       positions_ = ring_->positions();
     } else {
-      uly_ = std::make_unique<cp::UlyssesAttention>(&world, u_, layout, o.causal, seq, o.heads,
-                                                    o.kv_heads, o.head_dim);
+      uly_ = std::make_unique<cp::UlyssesAttention>(&group, u_, layout, o.causal, seq, o.heads,
+                                                    o.kv_heads, o.head_dim, ctx);
       uly_->set_profiler(&work_);
       positions_ = uly_->positions();
     }
     // The ring of the replay: same members as the attention's ring.
-    const int r = world.rank();
-    replay_ = world.split(r % u_, r / u_, CommKind::cp, "cp_replay");
-    const int64_t qrow = int64_t(o.heads) * o.head_dim, kvrow = int64_t(o.kv_heads) * o.head_dim;
-    q_ = rows_at(positions_, qrow, "ring.q"), k_ = rows_at(positions_, kvrow, "ring.k");
-    v_ = rows_at(positions_, kvrow, "ring.v"), do_ = rows_at(positions_, qrow, "ring.do");
-    out_.resize(q_.size()), lse_.resize(positions_.size() * size_t(o.heads));
-    dq_.resize(q_.size()), dk_.resize(k_.size()), dv_.resize(v_.size());
+    const int r = group.rank();
+    replay_ = group.split(r % u_, r / u_, CommKind::cp, "cp_replay");
+    const int64_t T = int64_t(positions_.size()), qrow = int64_t(o.heads) * o.head_dim,
+                  kvrow = int64_t(o.kv_heads) * o.head_dim;
+    q_ = device_rows_at(ctx, positions_, qrow, "ring.q");
+    k_ = device_rows_at(ctx, positions_, kvrow, "ring.k");
+    v_ = device_rows_at(ctx, positions_, kvrow, "ring.v");
+    do_ = device_rows_at(ctx, positions_, qrow, "ring.do");
+    out_ = kernels::empty(ctx, {T, qrow}), lse_ = kernels::empty(ctx, {T, int64_t(o.heads)});
+    dq_ = kernels::empty(ctx, {T, qrow}), dk_ = kernels::empty(ctx, {T, kvrow});
+    dv_ = kernels::empty(ctx, {T, kvrow});
   }
 
-  // One forward + backward after a barrier, then the ring's replay.
+  // One forward + backward after a barrier of world (MPI's), then the
+  // ring's replay.
   void iterate(Communicator& world) {
     work_.clear();
     world.barrier();
     const double t0 = now_s();
     if (ring_) {
-      ring_->forward(host_view(q_), host_view(k_), host_view(v_), opt_.heads, opt_.kv_heads,
-                     opt_.head_dim, host_view(out_), host_view(lse_));
-      ring_->backward(host_view(q_), host_view(k_), host_view(v_), host_view(out_), host_view(lse_),
-                      host_view(do_), opt_.heads, opt_.kv_heads, opt_.head_dim, host_view(dq_),
-                      host_view(dk_), host_view(dv_));
+      ring_->forward(q_, k_, v_, opt_.heads, opt_.kv_heads, opt_.head_dim, out_, lse_);
+      ring_->backward(q_, k_, v_, out_, lse_, do_, opt_.heads, opt_.kv_heads, opt_.head_dim, dq_,
+                      dk_, dv_);
     } else {
-      uly_->forward(host_view(q_), host_view(k_), host_view(v_), host_view(out_), host_view(lse_));
-      uly_->backward(host_view(q_), host_view(k_), host_view(v_), host_view(out_), host_view(lse_),
-                     host_view(do_), host_view(dq_), host_view(dk_), host_view(dv_));
+      uly_->forward(q_, k_, v_, out_, lse_);
+      uly_->backward(q_, k_, v_, out_, lse_, do_, dq_, dk_, dv_);
     }
     wall.push_back(now_s() - t0);
     compute.push_back(work_.seconds("ring.forward") + work_.seconds("ring.backward"));
@@ -93,18 +103,12 @@ class ModeCase {
 
   // Two local rows of head 0 against the fp64 definition.
   void spot_check(int64_t seq, double* worst, double* wrong) const {
-    const int H = opt_.heads, Hkv = opt_.kv_heads, D = opt_.head_dim;
-    const auto all = all_positions(seq);
-    auto gk = rows_at(all, int64_t(Hkv) * D, "ring.k"),
-         gv = rows_at(all, int64_t(Hkv) * D, "ring.v");
-    kernels::AttnShape s{1, seq, H, Hkv, D, 1.0f / std::sqrt(float(D)), opt_.causal, 0, 0};
+    const int D = opt_.head_dim;
+    const kernels::AttnShape s{
+        1, seq, opt_.heads, opt_.kv_heads, D, 1.0f / std::sqrt(float(D)), opt_.causal, 0, 0};
     SpotCheck check;
-    const int64_t T = int64_t(positions_.size());
-    for (int64_t i : {int64_t(0), T - 1}) {
-      s.q_pos0 = positions_[size_t(i)];
-      check_attention_row(check, s, q_.data() + i * H * D, gk.data(), gv.data(), 0, 0,
-                          out_.data() + i * H * D);
-    }
+    check_sharded_rows(check, ctx_, s, positions_, {0, int64_t(positions_.size()) - 1}, out_,
+                       "ring.q", "ring.k", "ring.v");
     *worst = std::max(*worst, check.worst);
     *wrong += double(check.wrong);
   }
@@ -116,17 +120,23 @@ class ModeCase {
 
  private:
   // The ring's messages of one forward + backward, one after another without
-  // compute: 3r-2 blocks of equal size (RingAttention's count), seconds.
+  // compute: 3r-2 blocks of equal size (RingAttention's count), seconds. The
+  // blocks are on the device, as the ring's are; each step's send and
+  // receive start together (a device backend needs both posted at once).
   double replay_ring(double ring_bytes) {
     const int r = replay_->size();
     if (r == 1 || ring_bytes == 0) return 0;
     const size_t block = size_t(ring_bytes / (3 * r - 2));
-    send_buf_.resize(block), recv_buf_.resize(block);
+    const int64_t floats = int64_t((block + sizeof(float) - 1) / sizeof(float));
+    if (send_buf_.numel() < floats)
+      send_buf_ = kernels::zeros(ctx_, {floats}), recv_buf_ = kernels::zeros(ctx_, {floats});
     const int next = (replay_->rank() + 1) % r, prev = (replay_->rank() - 1 + r) % r;
     const double t0 = now_s();
     for (int m = 0; m < 3 * r - 2; ++m) {
-      Request rr = replay_->irecv(recv_buf_.data(), block, prev, kTagReplay);
-      Request sr = replay_->isend(send_buf_.data(), block, next, kTagReplay);
+      replay_->begin_group();
+      Request rr = replay_->irecv(recv_buf_.data_ptr(), block, prev, kTagReplay);
+      Request sr = replay_->isend(send_buf_.data_ptr(), block, next, kTagReplay);
+      replay_->end_group();
       replay_->wait(rr);
       replay_->wait(sr);
     }
@@ -136,13 +146,14 @@ class ModeCase {
   CpMode mode_;
   int u_;
   const CpModesOptions& opt_;
+  const kernels::Ctx& ctx_;
   std::unique_ptr<cp::RingAttention> ring_;
   std::unique_ptr<cp::UlyssesAttention> uly_;
   std::unique_ptr<Communicator> replay_;
   prof::Recorder work_{false};
   std::vector<int64_t> positions_;
-  std::vector<float> q_, k_, v_, do_, out_, lse_, dq_, dk_, dv_;
-  std::vector<char> send_buf_, recv_buf_;
+  Tensor q_, k_, v_, do_, out_, lse_, dq_, dk_, dv_;
+  Tensor send_buf_, recv_buf_;
 };
 
 BenchTable make_table(const CpModesOptions& o, int cp) {
@@ -212,9 +223,11 @@ long long add_mode_row(Communicator& world, ModeCase& c, CpLayout layout, int64_
 
 }  // namespace
 
-long long run_cp_modes(Communicator& world, const CpModesOptions& o) {
-  const int cp = world.size();
+int run_cp_modes(const Config& cfg, const CpModesOptions& o) {
+  const int cp = comm_world_size();
   check_modes(o, cp);
+  BenchJob job = open_job(cfg);
+  Communicator &world = job.world(), &group = *job.all;
   BenchTable table = make_table(o, cp);
   Verdict verdict("wrong rows in total");
   for (int64_t T : o.seq_per_rank) {
@@ -223,8 +236,8 @@ long long run_cp_modes(Communicator& world, const CpModesOptions& o) {
       cp::check_layout(seq, cp, layout);
       std::vector<std::unique_ptr<ModeCase>> cases;
       for (CpMode m : o.modes)
-        cases.push_back(std::make_unique<ModeCase>(world, m, m == CpMode::ulysses ? cp : o.ulysses,
-                                                   layout, seq, o));
+        cases.push_back(std::make_unique<ModeCase>(
+            group, job.ctx(), m, m == CpMode::ulysses ? cp : o.ulysses, layout, seq, o));
       for (int it = 0; it < o.iters; ++it)
         for (auto& c : cases) c->iterate(world);
       for (auto& c : cases) verdict.add(add_mode_row(world, *c, layout, T, table));
@@ -236,7 +249,10 @@ long long run_cp_modes(Communicator& world, const CpModesOptions& o) {
   if (world.rank() == 0) std::fputs(table.format().c_str(), stdout);
   verdict.print(world.rank());
   write_report(o.output, {table}, world.rank(), o.command_line);
-  return verdict.wrong();
+  world.barrier();
+  verdict.print_error(world.rank(), "bench ring --cp-mode",
+                      "output rows differ from the fp64 reference");
+  return verdict.exit_code();
 }
 
 }  // namespace trident::bench

@@ -13,6 +13,7 @@
 #include "trident/core/rng.hpp"
 #include "trident/kernels/attention.hpp"
 #include "trident/kernels/staging.hpp"
+#include "trident/kernels/tensor_ops.hpp"
 #include "trident/train/run.hpp"
 
 namespace trident::bench {
@@ -180,6 +181,35 @@ Communicator& mesh_group(BenchJob& job, const std::string& name) {
                                      : nullptr;
   if (!g) throw InputError("--group " + name + ": must be one of world, cp, pp, dp, dpcp, ep");
   return *g;
+}
+
+Tensor to_device(const kernels::Ctx& ctx, const std::vector<float>& v) {
+  return kernels::from_host(ctx, v.data(), {int64_t(v.size())}, DType::f32);
+}
+
+Tensor device_rows_at(const kernels::Ctx& ctx, const std::vector<int64_t>& positions,
+                      int64_t row_elems, const char* name) {
+  const std::vector<float> x = rows_at(positions, row_elems, name);
+  return kernels::from_host(ctx, x.data(), {int64_t(positions.size()), row_elems}, DType::f32);
+}
+
+void check_sharded_rows(SpotCheck& check, const kernels::Ctx& ctx, kernels::AttnShape s,
+                        const std::vector<int64_t>& positions, const std::vector<int64_t>& rows,
+                        const Tensor& out, const char* q_name, const char* k_name,
+                        const char* v_name) {
+  const int64_t q_row = int64_t(s.H) * s.D, kv_row = int64_t(s.Hkv) * s.D;
+  const std::vector<int64_t> all = all_positions(s.Tk);
+  const std::vector<float> k = rows_at(all, kv_row, k_name), v = rows_at(all, kv_row, v_name);
+  const int32_t* docs = s.k_doc;
+  s.Tq = 1;
+  for (int64_t i : rows) {
+    const int64_t pos = positions[size_t(i)];
+    s.q_pos0 = pos;
+    if (docs) s.q_doc = docs + pos;
+    const std::vector<float> q = rows_at({pos}, q_row, q_name);
+    const Tensor got = kernels::to_host(ctx, out.view(i * q_row, {q_row}));
+    check_attention_row(check, s, q.data(), k.data(), v.data(), 0, 0, got.ptr());
+  }
 }
 
 }  // namespace trident::bench

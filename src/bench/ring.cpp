@@ -1,5 +1,8 @@
 // `trident bench ring`: ring attention over all ranks of the job (cp = world
-// size), forward + backward, for each layout and local sequence length.
+// size), forward + backward, for each layout and local sequence length. The
+// job comes from the config (bench::open_job): the ring runs on
+// runtime.comm's backend (BenchJob::all) with its buffers on the rank's
+// device (runtime.backend), as in training.
 // With --cp-mode naming ulysses or hybrid, the modes side by side instead
 // (src/bench/cp_modes.cpp); the tables below are the ring's alone.
 //
@@ -25,8 +28,8 @@
 //
 // Every rank spot-checks a few of its output rows against the fp64
 // definition over the whole sequence (inputs are regenerable from their
-// global positions); rows off by more than 1e-4 count in #wrong and make the
-// exit code 1.
+// global positions, bench::check_sharded_rows); rows off by more than 1e-4
+// count in #wrong and make the exit code 1.
 #include "trident/bench/ring.hpp"
 
 #include <fcntl.h>
@@ -46,6 +49,7 @@
 #include "trident/core/error.hpp"
 #include "trident/core/profiler.hpp"
 #include "trident/io/bench_report.hpp"
+#include "trident/kernels/tensor_ops.hpp"
 #include "trident/kernels/types/attention.hpp"
 #include "trident/parallel/cp/ring_attention.hpp"
 
@@ -57,45 +61,47 @@ struct Heads {
   int H, Hkv, D;
 };
 
-// One sequence's attention inputs and outputs at the given positions.
+// One sequence's attention inputs and outputs at the given positions, on
+// ctx's device.
 struct AttentionData {
-  AttentionData(const std::vector<int64_t>& pos, const Heads& h) {
-    q = rows_at(pos, int64_t(h.H) * h.D, "ring.q"),
-    k = rows_at(pos, int64_t(h.Hkv) * h.D, "ring.k");
-    v = rows_at(pos, int64_t(h.Hkv) * h.D, "ring.v"),
-    dout = rows_at(pos, int64_t(h.H) * h.D, "ring.do");
-    out.resize(q.size()), lse.resize(pos.size() * size_t(h.H)), dq.resize(q.size());
-    dk.resize(k.size()), dv.resize(v.size());
+  AttentionData(const kernels::Ctx& ctx, const std::vector<int64_t>& pos, const Heads& h) {
+    const int64_t T = int64_t(pos.size()), q_row = int64_t(h.H) * h.D,
+                  kv_row = int64_t(h.Hkv) * h.D;
+    q = device_rows_at(ctx, pos, q_row, "ring.q"), k = device_rows_at(ctx, pos, kv_row, "ring.k");
+    v = device_rows_at(ctx, pos, kv_row, "ring.v"),
+    dout = device_rows_at(ctx, pos, q_row, "ring.do");
+    out = kernels::empty(ctx, {T, q_row}), lse = kernels::empty(ctx, {T, int64_t(h.H)});
+    dq = kernels::empty(ctx, {T, q_row}), dk = kernels::empty(ctx, {T, kv_row});
+    dv = kernels::empty(ctx, {T, kv_row});
   }
   // Forward then backward through ring.
   void run(cp::RingAttention& ring, const Heads& h) {
-    ring.forward(host_view(q), host_view(k), host_view(v), h.H, h.Hkv, h.D, host_view(out),
-                 host_view(lse));
-    ring.backward(host_view(q), host_view(k), host_view(v), host_view(out), host_view(lse),
-                  host_view(dout), h.H, h.Hkv, h.D, host_view(dq), host_view(dk), host_view(dv));
+    ring.forward(q, k, v, h.H, h.Hkv, h.D, out, lse);
+    ring.backward(q, k, v, out, lse, dout, h.H, h.Hkv, h.D, dq, dk, dv);
   }
-  std::vector<float> q, k, v, dout, out, lse, dq, dk, dv;
+  Tensor q, k, v, dout, out, lse, dq, dk, dv;
 };
 
 // The one-rank reference: forward+backward over the whole sequence with no
 // ring. Inputs are allocated on first use (ranks that never run it hold none).
 class OneRankJob {
  public:
-  OneRankJob(int64_t seq, const Heads& h, bool causal)
-      : seq_(seq), h_(h), one_(nullptr, cp::Layout::contiguous, causal, seq) {}
+  OneRankJob(const kernels::Ctx& ctx, int64_t seq, const Heads& h, bool causal)
+      : ctx_(ctx), seq_(seq), h_(h), one_(nullptr, cp::Layout::contiguous, causal, seq, ctx) {}
 
   // One iteration after a barrier of `world` (with run_here on every rank,
   // they run at the same time). Seconds, or NaN where it did not run.
   double iterate(Communicator& world, bool run_here) {
     world.barrier();
     if (!run_here) return NAN;
-    if (!data_) data_ = std::make_unique<AttentionData>(all_positions(seq_), h_);
+    if (!data_) data_ = std::make_unique<AttentionData>(ctx_, all_positions(seq_), h_);
     const double t0 = now_s();
     data_->run(one_, h_);
     return now_s() - t0;
   }
 
  private:
+  const kernels::Ctx& ctx_;
   int64_t seq_;
   Heads h_;
   cp::RingAttention one_;
@@ -166,9 +172,13 @@ class RingRecorder : public prof::Recorder {
 
 // One layout's ring on this rank's shard, and what each iteration measured.
 struct LayoutCase {
-  LayoutCase(Communicator* comm, cp::Layout l, bool causal, int64_t seq, const Heads& heads,
-             ComputeLock* lock)
-      : layout(l), ring(comm, l, causal, seq), h(heads), data(ring.positions(), heads), work(lock) {
+  LayoutCase(const kernels::Ctx& ctx, Communicator* comm, cp::Layout l, bool causal, int64_t seq,
+             const Heads& heads, ComputeLock* lock)
+      : layout(l),
+        ring(comm, l, causal, seq, ctx),
+        h(heads),
+        data(ctx, ring.positions(), heads),
+        work(lock) {
     ring.set_profiler(&work);
   }
 
@@ -190,20 +200,13 @@ struct LayoutCase {
 
   // Two local rows of head 0 against the fp64 definition over the whole
   // sequence: the worst relative error, and the rows off by more than 1e-4.
-  void spot_check(int64_t seq, bool causal, double* worst, double* wrong) const {
-    const int H = h.H, Hkv = h.Hkv, D = h.D;
-    const auto all = all_positions(seq);
-    auto gk = rows_at(all, int64_t(Hkv) * D, "ring.k"),
-         gv = rows_at(all, int64_t(Hkv) * D, "ring.v");
-    kernels::AttnShape s{1, seq, H, Hkv, D, 1.0f / std::sqrt(float(D)), causal, 0, 0};
+  void spot_check(const kernels::Ctx& ctx, int64_t seq, bool causal, double* worst,
+                  double* wrong) const {
+    const kernels::AttnShape s{1, seq, h.H, h.Hkv, h.D, 1.0f / std::sqrt(float(h.D)), causal, 0, 0};
+    const int64_t T = int64_t(ring.positions().size());
     SpotCheck check;
-    const auto& pos = ring.positions();
-    const int64_t T = int64_t(pos.size());
-    for (int64_t i : {int64_t(0), T - 1}) {
-      s.q_pos0 = pos[size_t(i)];
-      check_attention_row(check, s, data.q.data() + i * H * D, gk.data(), gv.data(), 0, 0,
-                          data.out.data() + i * H * D);
-    }
+    check_sharded_rows(check, ctx, s, ring.positions(), {0, T - 1}, data.out, "ring.q", "ring.k",
+                       "ring.v");
     *worst = std::max(*worst, check.worst);
     *wrong += double(check.wrong);
   }
@@ -386,10 +389,10 @@ double ratio_to_share(const std::vector<double>& walls, const std::vector<double
 }
 
 // This rank's medians and totals for one case, gathered from every rank.
-std::vector<double> gather_stats(Communicator& world, const LayoutCase& lc, int64_t seq,
-                                 bool causal) {
+std::vector<double> gather_stats(Communicator& world, const kernels::Ctx& ctx, const LayoutCase& lc,
+                                 int64_t seq, bool causal) {
   double stats[kNumStats] = {};
-  lc.spot_check(seq, causal, &stats[kErr], &stats[kWrong]);
+  lc.spot_check(ctx, seq, causal, &stats[kErr], &stats[kWrong]);
   stats[kFlops] = lc.work.counter("ring.flops");  // the same every iteration
   stats[kCompute] = median(lc.computes);
   stats[kProgress] = median(lc.progresses);
@@ -407,8 +410,10 @@ std::vector<double> gather_stats(Communicator& world, const LayoutCase& lc, int6
 // The ring's own tables (not --cp-mode, not --docs) over the ranks of world.
 class RingBench {
  public:
-  explicit RingBench(const RingBenchOptions& o) : o_(o), h_{o.heads, o.kv_heads, o.head_dim} {}
-  long long run(Communicator& world, Communicator& ring_comm);
+  RingBench(const RingBenchOptions& o, BenchJob& job)
+      : o_(o), job_(job), h_{o.heads, o.kv_heads, o.head_dim} {}
+  // Every case on the job's ranks; returns the exit code.
+  int run();
 
  private:
   void measure(Communicator& world, Communicator& ring_comm, int64_t T, ComputeLock* lock);
@@ -416,6 +421,7 @@ class RingBench {
   void report(int rank) const;
 
   const RingBenchOptions& o_;
+  BenchJob& job_;  // world(): control and gathers; all: the ring; ctx(): the buffers
   Heads h_;
   RingTables tables_;
   Verdict verdict_{"wrong rows in total"};
@@ -432,10 +438,11 @@ void RingBench::measure(Communicator& world, Communicator& ring_comm, int64_t T,
   std::vector<std::unique_ptr<LayoutCase>> cases;
   for (cp::Layout layout : o_.layouts) {
     cp::check_layout(seq, cp, layout);
-    cases.push_back(std::make_unique<LayoutCase>(&ring_comm, layout, o_.causal, seq, h_, lock));
+    cases.push_back(
+        std::make_unique<LayoutCase>(job_.ctx(), &ring_comm, layout, o_.causal, seq, h_, lock));
   }
   std::unique_ptr<OneRankJob> one;
-  if (o_.baseline) one = std::make_unique<OneRankJob>(seq, h_, o_.causal);
+  if (o_.baseline) one = std::make_unique<OneRankJob>(job_.ctx(), seq, h_, o_.causal);
   std::vector<double> alone, busy;  // per iteration: rank 0's; this rank's
   for (int it = 0; it < o_.iters; ++it) {
     if (one) {
@@ -467,7 +474,7 @@ void RingBench::add_case_rows(Communicator& world, LayoutCase& lc, int64_t T,
     add_kind_rows(tables_.kinds, o_.causal, lc.layout, seq, cp, o_.iters, steps.values);
     add_step_rows(tables_.steps, lc.layout, seq, cp, o_.iters, steps.values);
   }
-  const std::vector<double> all = gather_stats(world, lc, seq, o_.causal);
+  const std::vector<double> all = gather_stats(world, job_.ctx(), lc, seq, o_.causal);
   double cmax = 0, cmin = 1e300, fmax = 0, fmin = 1e300, omin = 1e300, wsmax = 0;
   double umax = 0, umin = 1e300, pmax = 0, pmin = 1e300;
   for (int r = 0; r < cp; ++r) {
@@ -509,7 +516,8 @@ void RingBench::report(int rank) const {
                o_.command_line);
 }
 
-long long RingBench::run(Communicator& world, Communicator& ring_comm) {
+int RingBench::run() {
+  Communicator &world = job_.world(), &ring_comm = *job_.all;
   const int cp = world.size(), rank = world.rank();
   // --serialize-compute: one lock file for the job, named by rank 0.
   std::unique_ptr<ComputeLock> lock;
@@ -527,13 +535,15 @@ long long RingBench::run(Communicator& world, Communicator& ring_comm) {
   report(rank);
   world.barrier();
   if (lock && rank == 0) ::unlink(lock_path.c_str());
-  return verdict_.wrong();
+  verdict_.print_error(rank, "bench ring", "output rows differ from the fp64 reference");
+  return verdict_.exit_code();
 }
 
 }  // namespace
 
-long long run_ring_bench(Communicator& world, Communicator& ring, const RingBenchOptions& opt) {
-  return RingBench(opt).run(world, ring);
+int run_ring_bench(const Config& cfg, const RingBenchOptions& opt) {
+  BenchJob job = open_job(cfg);
+  return RingBench(opt, job).run();
 }
 
 }  // namespace trident::bench

@@ -14,8 +14,12 @@
 // even. Layout docs lays each packed sequence out by its documents
 // (cp/document_layout.hpp); its causal row is zig-zag's (no documents).
 //
-// Every rank spot-checks two of its output rows of the packed ring against
-// the fp64 definition with the documents' mask.
+// The job comes from the config (bench::open_job): the rings run on
+// runtime.comm's backend with their buffers on the rank's device.
+//
+// Every rank spot-checks two of its output rows of each ring against the
+// fp64 definition (with the documents' mask for the packed ring); rows off
+// by more than 1e-4 count in #wrong and make the exit code 1.
 #include "trident/bench/ring_docs.hpp"
 
 #include <algorithm>
@@ -28,6 +32,7 @@
 #include "trident/core/profiler.hpp"
 #include "trident/core/rng.hpp"
 #include "trident/io/bench_report.hpp"
+#include "trident/kernels/tensor_ops.hpp"
 #include "trident/kernels/types/attention.hpp"
 #include "trident/parallel/cp/document_layout.hpp"
 #include "trident/parallel/cp/ring_attention.hpp"
@@ -56,11 +61,38 @@ struct Measured {
   cp::RingWork work;    // this rank's modelled tile work (cp/document_layout.hpp), per head
 };
 
+// The ring's inputs and outputs at this rank's positions, on ctx's device,
+// and the documents of those positions (on the device and the host).
+struct RingData {
+  RingData(const kernels::Ctx& ctx, const std::vector<int64_t>& pos, const RingDocsOptions& o,
+           const std::vector<int32_t>& docs) {
+    const int64_t T = int64_t(pos.size()), q_row = int64_t(o.heads) * o.head_dim,
+                  kv_row = int64_t(o.kv_heads) * o.head_dim;
+    q = device_rows_at(ctx, pos, q_row, "ring.q"), k = device_rows_at(ctx, pos, kv_row, "ring.k");
+    v = device_rows_at(ctx, pos, kv_row, "ring.v"),
+    dout = device_rows_at(ctx, pos, q_row, "ring.do");
+    out = kernels::empty(ctx, {T, q_row}), lse = kernels::empty(ctx, {T, int64_t(o.heads)});
+    dq = kernels::empty(ctx, {T, q_row}), dk = kernels::empty(ctx, {T, kv_row});
+    dv = kernels::empty(ctx, {T, kv_row});
+    for (int64_t p : pos)
+      if (!docs.empty()) local_docs.push_back(docs[size_t(p)]);
+    if (!docs.empty()) device_docs = kernels::from_host(ctx, local_docs.data(), {T}, DType::i32);
+  }
+  // The documents for the ring's calls (none without documents); own: the
+  // sequence's own layout, or empty for the ring's.
+  cp::LocalDocs local(const cp::SeqLayout& own) const {
+    if (local_docs.empty()) return {};
+    return {device_docs.data<int32_t>(), local_docs.data(), own.empty() ? nullptr : &own};
+  }
+  Tensor q, k, v, dout, out, lse, dq, dk, dv, device_docs;
+  std::vector<int32_t> local_docs;
+};
+
 // One ring's iterations on this rank: medians of FLOPs and compute time.
 // Layout docs with documents: the sequence's own layout (balance_documents).
-Measured run_case(Communicator& ring_comm, cp::Layout layout, int64_t seq,
+Measured run_case(Communicator& ring_comm, const kernels::Ctx& ctx, cp::Layout layout, int64_t seq,
                   const std::vector<int32_t>& docs, const RingDocsOptions& o) {
-  cp::RingAttention ring(&ring_comm, layout, true, seq);
+  cp::RingAttention ring(&ring_comm, layout, true, seq, ctx);
   ring.set_window(o.window);
   prof::Recorder work;
   ring.set_profiler(&work);
@@ -74,24 +106,14 @@ Measured run_case(Communicator& ring_comm, cp::Layout layout, int64_t seq,
   const std::vector<int64_t> pos =
       own.empty() ? ring.positions() : cp::run_positions(own[size_t(ring_comm.rank())]);
   const int H = o.heads, Hkv = o.kv_heads, D = o.head_dim;
-  auto q = rows_at(pos, int64_t(H) * D, "ring.q"), k = rows_at(pos, int64_t(Hkv) * D, "ring.k");
-  auto v = rows_at(pos, int64_t(Hkv) * D, "ring.v"), dout = rows_at(pos, int64_t(H) * D, "ring.do");
-  std::vector<float> out(q.size()), lse(pos.size() * size_t(H)), dq(q.size()), dk(k.size()),
-      dv(v.size());
-  std::vector<int32_t> local;
-  for (int64_t p : pos)
-    if (!docs.empty()) local.push_back(docs[size_t(p)]);
-  const cp::LocalDocs ld =
-      docs.empty() ? cp::LocalDocs{}
-                   : cp::LocalDocs{local.data(), local.data(), own.empty() ? nullptr : &own};
+  RingData d(ctx, pos, o, docs);
+  const cp::LocalDocs ld = d.local(own);
   std::vector<double> flops, compute;
   for (int it = 0; it < o.iters; ++it) {
     work.clear();
     ring_comm.barrier();
-    ring.forward(host_view(q), host_view(k), host_view(v), H, Hkv, D, host_view(out),
-                 host_view(lse), ld);
-    ring.backward(host_view(q), host_view(k), host_view(v), host_view(out), host_view(lse),
-                  host_view(dout), H, Hkv, D, host_view(dq), host_view(dk), host_view(dv), ld);
+    ring.forward(d.q, d.k, d.v, H, Hkv, D, d.out, d.lse, ld);
+    ring.backward(d.q, d.k, d.v, d.out, d.lse, d.dout, H, Hkv, D, d.dq, d.dk, d.dv, ld);
     flops.push_back(work.counter("ring.flops"));
     compute.push_back(work.counter("ring.compute_cpu_s"));
   }
@@ -103,25 +125,12 @@ Measured run_case(Communicator& ring_comm, cp::Layout layout, int64_t seq,
   m.work = cp::ring_work(all_runs, docs.empty() ? nullptr : docs.data(), seq,
                          o.window)[size_t(ring_comm.rank())];
   // Spot check: the first and last local row of head 0.
-  const auto all = all_positions(seq);
-  const auto gk = rows_at(all, int64_t(Hkv) * D, "ring.k"),
-             gv = rows_at(all, int64_t(Hkv) * D, "ring.v");
+  kernels::AttnShape s{1, seq, H, Hkv, D, 1.0f / std::sqrt(float(D)), true, 0, 0};
+  s.window = o.window;
+  if (!docs.empty()) s.k_doc = docs.data();
   SpotCheck check;
-  const int64_t T = int64_t(pos.size());
-  for (int64_t i : {int64_t(0), T - 1}) {
-    kernels::AttnShape s;
-    s.Tq = 1, s.Tk = seq, s.H = H, s.Hkv = Hkv, s.D = D;
-    s.scale = 1.0f / std::sqrt(float(D));
-    s.causal = true;
-    s.window = o.window;
-    s.q_pos0 = pos[size_t(i)];
-    if (!docs.empty()) {
-      s.q_doc = &docs[size_t(pos[size_t(i)])];
-      s.k_doc = docs.data();
-    }
-    check_attention_row(check, s, q.data() + i * H * D, gk.data(), gv.data(), 0, 0,
-                        out.data() + i * H * D);
-  }
+  check_sharded_rows(check, ctx, s, pos, {0, int64_t(pos.size()) - 1}, d.out, "ring.q", "ring.k",
+                     "ring.v");
   m.err = check.worst, m.wrong = double(check.wrong);
   return m;
 }
@@ -179,14 +188,15 @@ struct CaseStats {
   }
 };
 
-CaseStats gather(Communicator& ring_comm, const Measured& m) {
+// Collective over world (MPI's, the same ranks in the same order as the ring).
+CaseStats gather(Communicator& world, const Measured& m) {
   const double mine[kStats] = {m.flops,        m.compute_s,     m.err,         m.wrong,
                                m.work.visible, m.work.computed, m.work.pieces, m.work.tile_rows,
                                m.work.calls,   m.layout_s};
   CaseStats c;
-  c.cp = ring_comm.size();
+  c.cp = world.size();
   c.st.resize(size_t(kStats * c.cp));
-  ring_comm.allgather(mine, c.st.data(), sizeof mine);
+  world.allgather(mine, c.st.data(), sizeof mine);
   return c;
 }
 
@@ -267,13 +277,14 @@ void add_rank_rows(BenchTable& ranks, const char* layout, int64_t seq, bool pack
 
 // One layout at one length: the causal ring once, the packed ring for every
 // seed, and the layout's summary row. Returns the wrong spot-checked rows.
-long long run_layout(Communicator& ring_comm, const RingDocsOptions& o, int64_t seq,
-                     CpLayout layout, DocsTables& t) {
+long long run_layout(BenchJob& job, const RingDocsOptions& o, int64_t seq, CpLayout layout,
+                     DocsTables& t) {
+  Communicator &ring_comm = *job.all, &world = job.world();
   const int cp = ring_comm.size(), rank = ring_comm.rank();
   long long wrong = 0;
   cp::check_layout(seq, cp, layout);
   const char* name = cp::layout_name(layout);
-  const CaseStats causal = gather(ring_comm, run_case(ring_comm, layout, seq, {}, o));
+  const CaseStats causal = gather(world, run_case(ring_comm, job.ctx(), layout, seq, {}, o));
   wrong += static_cast<long long>(causal.mean(3) * cp);
   t.table.add_row({std::string(name), static_cast<long long>(seq), std::string("causal"), 0LL, 1LL,
                    double(seq), causal.mean(0) / 1e9, causal.max(0) / 1e9,
@@ -286,7 +297,7 @@ long long run_layout(Communicator& ring_comm, const RingDocsOptions& o, int64_t 
     const uint64_t seed = o.seed + uint64_t(i);
     const std::vector<int64_t> lengths = document_lengths(o.dist, seq, seed);
     const CaseStats c =
-        gather(ring_comm, run_case(ring_comm, layout, seq, document_ids(lengths), o));
+        gather(world, run_case(ring_comm, job.ctx(), layout, seq, document_ids(lengths), o));
     const long long nwrong = static_cast<long long>(c.mean(3) * cp);
     wrong += nwrong;
     const double ndocs = double(lengths.size());
@@ -317,12 +328,13 @@ long long run_layout(Communicator& ring_comm, const RingDocsOptions& o, int64_t 
 
 }  // namespace
 
-long long run_ring_docs(Communicator& ring_comm, const RingDocsOptions& o) {
-  const int cp = ring_comm.size(), rank = ring_comm.rank();
+int run_ring_docs(const Config& cfg, const RingDocsOptions& o) {
+  BenchJob job = open_job(cfg);
+  const int cp = job.world().size(), rank = job.world().rank();
   DocsTables t = make_tables(o, cp);
   Verdict verdict("wrong rows in total");
   for (int64_t T : o.seq_per_rank)
-    for (CpLayout layout : o.layouts) verdict.add(run_layout(ring_comm, o, T * cp, layout, t));
+    for (CpLayout layout : o.layouts) verdict.add(run_layout(job, o, T * cp, layout, t));
   std::vector<BenchTable> out = {t.table};
   if (o.seeds > 1) out.push_back(t.summary);
   if (o.per_rank) out.push_back(t.ranks);
@@ -330,7 +342,9 @@ long long run_ring_docs(Communicator& ring_comm, const RingDocsOptions& o) {
     for (const BenchTable& table : out) std::fputs(table.format().c_str(), stdout);
   verdict.print(rank);
   write_report(o.output, out, rank, o.command_line);
-  return verdict.wrong();
+  job.world().barrier();
+  verdict.print_error(rank, "bench ring --docs", "output rows differ from the fp64 reference");
+  return verdict.exit_code();
 }
 
 }  // namespace trident::bench

@@ -6,10 +6,14 @@
 // twice: with zero latency (the schedule's own bubble), and with the hop
 // latency measured in this run (median over the messages whose receiver was
 // already waiting of receive end - send begin), which is what the executor
-// really pays per pipeline hop. The boundary data
-// is verifiable by construction (each forward writes values derived from its
-// stage and micro-batch, each receiver checks them): mismatches go to #wrong
-// and make the exit code 1. The last step's timeline goes to the HDF5 file.
+// really pays per pipeline hop. The job comes from the config
+// (bench::open_job): the pipeline's messages go over runtime.comm's backend
+// (BenchJob::all, pp = world size) and the boundary buffers live on the
+// rank's device. The boundary data is verifiable by construction (each
+// forward writes values derived from its stage and micro-batch, each
+// receiver checks them): mismatches go to #wrong, the verdict line
+// ("# wrong boundary values in total: N") and make the exit code 1. The
+// last step's timeline goes to the HDF5 file.
 #include "trident/bench/schedule.hpp"
 
 #include <sys/prctl.h>
@@ -27,6 +31,7 @@
 #include "trident/core/error.hpp"
 #include "trident/core/profiler.hpp"
 #include "trident/io/bench_report.hpp"
+#include "trident/kernels/tensor_ops.hpp"
 #include "trident/parallel/pp/executor.hpp"
 #include "trident/parallel/pp/generators.hpp"
 #include "trident/parallel/pp/simulator.hpp"
@@ -36,28 +41,37 @@ namespace {
 
 using namespace trident::pp;
 
-// Stage work that takes a set time without using a core (or spinning, if asked).
+// Stage work that takes a set time without using a core (or spinning, if
+// asked), its boundary buffers on ctx's device.
 class SyntheticStage : public PipelineStage {
  public:
-  SyntheticStage(const Schedule& s, int rank, int64_t numel, double f_s, double b_s, double w_s,
-                 bool spin)
-      : s_(s), rank_(rank), numel_(numel), f_s_(f_s), b_s_(b_s), w_s_(w_s), spin_(spin) {}
+  SyntheticStage(const kernels::Ctx& ctx, const Schedule& s, int rank, int64_t numel, double f_s,
+                 double b_s, double w_s, bool spin)
+      : ctx_(ctx),
+        s_(s),
+        rank_(rank),
+        numel_(numel),
+        f_s_(f_s),
+        b_s_(b_s),
+        w_s_(w_s),
+        spin_(spin) {}
 
   int64_t boundary_numel(int, int) override { return numel_; }
+  Allocator& allocator() override { return kernels::allocator_of(ctx_); }
 
   void forward(int chunk, int mb, const Tensor& input, Tensor& output) override {
     const auto t0 = std::chrono::steady_clock::now();
     const int st = s_.stage_of(rank_, chunk);
-    if (!input.empty()) check(input.ptr(), st - 1, mb, 0.0f);
-    if (!output.empty()) stamp(output.ptr(), st, mb, 0.0f);
+    if (!input.empty()) check(input, st - 1, mb, 0.0f);
+    if (!output.empty()) stamp(output, st, mb, 0.0f);
     work(t0, f_s_);
   }
   void backward(int chunk, int mb, const Tensor& grad_output, Tensor& grad_input,
                 bool weight_grad) override {
     const auto t0 = std::chrono::steady_clock::now();
     const int st = s_.stage_of(rank_, chunk);
-    if (!grad_output.empty()) check(grad_output.ptr(), st + 1, mb, 0.5f);
-    if (!grad_input.empty()) stamp(grad_input.ptr(), st, mb, 0.5f);
+    if (!grad_output.empty()) check(grad_output, st + 1, mb, 0.5f);
+    if (!grad_input.empty()) stamp(grad_input, st, mb, 0.5f);
     work(t0, weight_grad ? b_s_ + w_s_ : b_s_);
   }
   void backward_weight(int, int) override { work(std::chrono::steady_clock::now(), w_s_); }
@@ -69,11 +83,17 @@ class SyntheticStage : public PipelineStage {
   static float value(int st, int mb, float dir, int64_t i) {
     return float((st * 1000 + mb) % 65536) + dir + float(i % 7) * 0.125f;
   }
-  void stamp(float* buf, int st, int mb, float dir) {
-    for (int64_t i : {int64_t(0), numel_ / 2, numel_ - 1}) buf[i] = value(st, mb, dir, i);
+  // Three elements of a boundary buffer (on the device: one-element copies).
+  void stamp(const Tensor& buf, int st, int mb, float dir) {
+    for (int64_t i : {int64_t(0), numel_ / 2, numel_ - 1}) {
+      const float x = value(st, mb, dir, i);
+      Tensor dst = buf.view(i, {1});
+      kernels::copy(ctx_, dst, kernels::from_host(ctx_, &x, {1}, DType::f32));
+    }
   }
-  void check(const float* buf, int st, int mb, float dir) {
-    for (int64_t i : {int64_t(0), numel_ / 2, numel_ - 1}) wrong += buf[i] != value(st, mb, dir, i);
+  void check(const Tensor& buf, int st, int mb, float dir) {
+    for (int64_t i : {int64_t(0), numel_ / 2, numel_ - 1})
+      wrong += kernels::to_host(ctx_, buf.view(i, {1})).ptr()[0] != value(st, mb, dir, i);
   }
   void work(std::chrono::steady_clock::time_point t0, double seconds) const {
     const auto until = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -93,6 +113,7 @@ class SyntheticStage : public PipelineStage {
   }
 
   static constexpr int kYieldTailUs = 60;
+  const kernels::Ctx& ctx_;
   const Schedule& s_;
   int rank_;
   int64_t numel_;
@@ -114,7 +135,7 @@ struct EventRecord {
 
 class ScheduleBench {
  public:
-  explicit ScheduleBench(const ScheduleBenchOptions& o) : o_(o) {}
+  ScheduleBench(const Config& cfg, const ScheduleBenchOptions& o) : cfg_(cfg), o_(o) {}
   int run();
 
  private:
@@ -130,6 +151,8 @@ class ScheduleBench {
   // measured hop latency) and the closed form.
   void add_rows(const std::string& name, int v, const Schedule& s, double f, double b, double w,
                 const Measured& got);
+  void make_tables();
+  // Rank 0: the notes, then the tables printed.
   void finish(const std::vector<std::string>& names, const std::vector<std::string>& skipped);
   // Chunks per rank the named schedule runs here: --vpp for interleaved.
   int chunks(const std::string& name) const {
@@ -240,15 +263,17 @@ class ScheduleBench {
     return std::max(0.0, hops[hops.size() / 2]);
   }
 
+  const Config& cfg_;
   const ScheduleBenchOptions& o_;
+  const kernels::Ctx* ctx_ = nullptr;  // the job's device: the boundary buffers
 };
 
 ScheduleBench::Measured ScheduleBench::measure(Communicator& pp, Communicator& all,
                                                const std::string& name, const Schedule& s, double f,
                                                double b, double w) {
   const int me = all.rank();
-  SyntheticStage stage(s, me, std::max<int64_t>(1, int64_t(o_.bytes / sizeof(float))), f * 1e-3,
-                       b * 1e-3, w * 1e-3, o_.spin);
+  SyntheticStage stage(*ctx_, s, me, std::max<int64_t>(1, int64_t(o_.bytes / sizeof(float))),
+                       f * 1e-3, b * 1e-3, w * 1e-3, o_.spin);
   RankStats mine;
   prof::Recorder last_step;  // the actions of the last measured step
   for (int step = 0; step <= o_.steps; ++step) {
@@ -337,30 +362,9 @@ void ScheduleBench::finish(const std::vector<std::string>& names,
                              " micro-batches at pp=" + std::to_string(o_.pp));
   std::printf("%s\n%s\n", summary_.format().c_str(), per_rank_.format().c_str());
   std::fflush(stdout);
-  if (!o_.output.empty()) {
-    write_bench_file(o_.output, {summary_, per_rank_, timeline_}, o_.command_line);
-    std::printf("wrote %s (timeline of the last step: /bench/schedule_timeline)\n",
-                o_.output.c_str());
-  }
 }
 
-int ScheduleBench::run() {
-  // Sleeping work should end on time: the default 50 us timer slack of a
-  // normal thread would add to every action (Linux; harmless elsewhere).
-  prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-  const int world = comm_world_size();
-  validate_flags(world);
-  std::vector<std::string> names, skipped;
-  if (o_.schedule == "all") {
-    // Every schedule whose rules accept this pp and m (the others are named in a note).
-    for (const std::string& n : schedule_names())
-      (o_.m >= min_microbatches(n, o_.pp, chunks(n)) ? names : skipped).push_back(n);
-  } else {
-    names = {o_.schedule == "gpipe" ? "afab" : o_.schedule};
-  }
-  HostJob job = open_host_job(CommKind::pp, "pp", o_.timeout_s);
-  sync_clock(*job.world);
-  Communicator &pp = *job.group, &all = *job.world;
+void ScheduleBench::make_tables() {
   summary_ = TableSpec{
       "schedule",
       "trident bench schedule: pp=" + std::to_string(o_.pp) +
@@ -383,6 +387,26 @@ int ScheduleBench::run() {
       "",
       {"schedule", "rank", "step", "kind", "stage", "chunk", "microbatch", "t_begin_s", "t_end_s"},
       {}}.make();
+}
+
+int ScheduleBench::run() {
+  // Sleeping work should end on time: the default 50 us timer slack of a
+  // normal thread would add to every action (Linux; harmless elsewhere).
+  prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+  validate_flags(comm_world_size());
+  std::vector<std::string> names, skipped;
+  if (o_.schedule == "all") {
+    // Every schedule whose rules accept this pp and m (the others are named in a note).
+    for (const std::string& n : schedule_names())
+      (o_.m >= min_microbatches(n, o_.pp, chunks(n)) ? names : skipped).push_back(n);
+  } else {
+    names = {o_.schedule == "gpipe" ? "afab" : o_.schedule};
+  }
+  BenchJob job = open_job(cfg_);
+  ctx_ = &job.ctx();
+  sync_clock(job.world());
+  Communicator &pp = *job.all, &all = job.world();
+  make_tables();
   for (const std::string& name : names) {
     const int v = chunks(name);
     const Schedule s = lower(make_schedule(name, o_.pp, o_.m, v));
@@ -391,14 +415,25 @@ int ScheduleBench::run() {
     const Measured got = measure(pp, all, name, s, f, b, w);
     if (all.rank() == 0) add_rows(name, v, s, f, b, w, got);
   }
+  Verdict verdict("wrong boundary values in total");
   long long wrong_all = total_wrong_;
   all.broadcast(&wrong_all, sizeof wrong_all, 0);
+  verdict.add(wrong_all);
   if (all.rank() == 0) finish(names, skipped);
-  return wrong_all == 0 ? 0 : 1;
+  verdict.print(all.rank());
+  write_report(o_.output, {summary_, per_rank_, timeline_}, all.rank(), o_.command_line);
+  if (all.rank() == 0 && !o_.output.empty())
+    std::printf("wrote %s (timeline of the last step: /bench/schedule_timeline)\n",
+                o_.output.c_str());
+  all.barrier();
+  verdict.print_error(all.rank(), "bench schedule", "boundary values differ from those sent");
+  return verdict.exit_code();
 }
 
 }  // namespace
 
-int run_schedule_bench(const ScheduleBenchOptions& opt) { return ScheduleBench(opt).run(); }
+int run_schedule_bench(const Config& cfg, const ScheduleBenchOptions& opt) {
+  return ScheduleBench(cfg, opt).run();
+}
 
 }  // namespace trident::bench

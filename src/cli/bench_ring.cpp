@@ -2,7 +2,8 @@
 // ring's own tables (src/bench/ring.cpp), the context-parallel modes side by
 // side (--cp-mode, src/bench/cp_modes.cpp) and packed documents (--docs,
 // src/bench/ring_docs.cpp). Each runs over all ranks of the job (cp = world
-// size) on host memory, so over MPI (bench::open_host_job).
+// size) that the config describes (bench::open_job): runtime.comm's backend,
+// buffers on runtime.backend's device.
 #include <sstream>
 
 #include "commands.hpp"
@@ -11,9 +12,11 @@
 #include "trident/bench/engine.hpp"
 #include "trident/bench/ring.hpp"
 #include "trident/bench/ring_docs.hpp"
+#include "trident/comm/process.hpp"
 #include "trident/core/error.hpp"
 #include "trident/kernels/blas.hpp"
 #include "trident/parallel/cp/ring_attention.hpp"
+#include "trident/train/check_config.hpp"
 
 namespace trident::cli {
 namespace {
@@ -21,6 +24,11 @@ namespace {
 class BenchRingCommand : public Command {
  public:
   explicit BenchRingCommand(CLI::App* app) {
+    app->add_option("config", config_path_,
+                    "Config file (TOML): runtime.backend (the buffers' device) and runtime.comm "
+                    "(the ring's backend); none: on the host, over MPI");
+    app->add_option("--set", sets_, "Override a config key: section.key=value (repeatable)")
+        ->allow_extra_args(false);
     app->add_option("--seq-per-rank", seq_per_rank_, "Local tokens per rank, comma-separated");
     app->add_option(
         "--layout", layout_,
@@ -39,7 +47,8 @@ class BenchRingCommand : public Command {
                   "with more ranks than cores every span is timed on a free core: compute and "
                   "balance are then the work's own; wall and overlap are not meaningful");
     app->add_option("--threads", threads_, "BLAS threads per rank");
-    app->add_option("--timeout", timeout_s_, "Deadline of any single wait, seconds");
+    timeout_opt_ = app->add_option("--timeout", timeout_s_,
+                                   "Deadline of any single wait, seconds (runtime.timeout_s)");
     app->add_option("--output", output_, "Write the tables to this HDF5 file");
     app->add_option("--cp-mode", cp_mode_,
                     "ring, ulysses, hybrid, or a comma-separated list of them: with ulysses or "
@@ -70,6 +79,9 @@ class BenchRingCommand : public Command {
   bench::CpModesOptions modes_options(const std::vector<CpMode>& modes) const;
   bench::RingBenchOptions ring_options() const;
 
+  std::string config_path_;
+  std::vector<std::string> sets_;
+  CLI::Option* timeout_opt_ = nullptr;
   std::string seq_per_rank_ = "1024,2048";
   std::string layout_;  // "": both, or all with --docs
   bool causal_ = false;
@@ -215,17 +227,13 @@ int BenchRingCommand::run() {
   if (side_by_side && (baseline_ || serialize_))
     throw InputError("--cp-mode " + cp_mode_ +
                      ": --baseline and --serialize-compute belong to the ring's own tables");
-  bench::HostJob job = bench::open_host_job(CommKind::cp, "cp", timeout_s_);
-  Communicator &ring_comm = *job.group, &world = *job.world;
-  long long wrong = 0;
-  if (!docs_.empty())
-    wrong = bench::run_ring_docs(ring_comm, docs_options());
-  else if (side_by_side)
-    wrong = bench::run_cp_modes(ring_comm, modes_options(cp_modes));
-  else
-    wrong = bench::run_ring_bench(world, ring_comm, ring_options());
-  world.barrier();
-  return wrong ? 1 : 0;
+  Config cfg = load_config(config_path_, sets_);
+  if (timeout_opt_->count()) cfg.runtime.timeout_s = timeout_s_;
+  timeout_s_ = cfg.runtime.timeout_s;
+  train::check_config(cfg, comm_world_size());
+  if (!docs_.empty()) return bench::run_ring_docs(cfg, docs_options());
+  if (side_by_side) return bench::run_cp_modes(cfg, modes_options(cp_modes));
+  return bench::run_ring_bench(cfg, ring_options());
 }
 
 }  // namespace

@@ -2,7 +2,10 @@
 // (src/bench/schedule.cpp measures; trident/bench/schedule.hpp says what).
 #include "commands.hpp"
 #include "trident/bench/schedule.hpp"
+#include "trident/comm/process.hpp"
+#include "trident/core/config.hpp"
 #include "trident/parallel/pp/executor.hpp"
+#include "trident/train/check_config.hpp"
 
 namespace trident::cli {
 namespace {
@@ -12,6 +15,11 @@ class BenchScheduleCommand : public Command {
   explicit BenchScheduleCommand(CLI::App& parent) {
     auto* app = parent.add_subcommand(
         "schedule", "Pipeline executor: measured vs simulated bubble (mpirun -np PP)");
+    app->add_option("config", config_path_,
+                    "Config file (TOML): runtime.backend (the boundary buffers' device) and "
+                    "runtime.comm (the messages' backend); none: on the host, over MPI");
+    app->add_option("--set", sets_, "Override a config key: section.key=value (repeatable)")
+        ->allow_extra_args(false);
     app->add_option("--schedule", o_.schedule,
                     "all | afab | 1f1b | interleaved | zb-h1 | zb-v | dualpipev")
         ->capture_default_str();
@@ -34,8 +42,8 @@ class BenchScheduleCommand : public Command {
     app->add_option("--bytes", o_.bytes, "bytes of each activation / gradient message")
         ->capture_default_str();
     app->add_flag("--spin", o_.spin, "spin instead of sleeping (uses a core per rank)");
-    app->add_option("--timeout", o_.timeout_s, "deadline of any single wait (s)")
-        ->capture_default_str();
+    timeout_opt_ = app->add_option("--timeout", o_.timeout_s,
+                                   "deadline of any single wait (s; default: runtime.timeout_s)");
     app->add_option("--recv-poll", o_.recv_poll_ms,
                     "a receive polls with yields this long before the Communicator's sleeping "
                     "backoff takes over (ms; 0: backoff from the start)")
@@ -48,10 +56,17 @@ class BenchScheduleCommand : public Command {
     if (!tw_opt_->count()) o_.tw_ms = o_.tf_ms;
     o_.vpp_given = vpp_opt_->count() > 0;
     o_.command_line = command_line();
-    return bench::run_schedule_bench(o_);
+    Config cfg = load_config(config_path_, sets_);
+    if (timeout_opt_->count()) cfg.runtime.timeout_s = o_.timeout_s;
+    o_.timeout_s = cfg.runtime.timeout_s;
+    train::check_config(cfg, comm_world_size());
+    return bench::run_schedule_bench(cfg, o_);
   }
 
  private:
+  std::string config_path_;
+  std::vector<std::string> sets_;
+  CLI::Option* timeout_opt_ = nullptr;
   bench::ScheduleBenchOptions o_ = defaults();
   CLI::Option* tw_opt_ = nullptr;
   CLI::Option* vpp_opt_ = nullptr;

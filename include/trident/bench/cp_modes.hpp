@@ -21,9 +21,12 @@ struct CpModesOptions {
   std::string command_line;  // recorded in the file
 };
 
-// Runs every (seq, layout, mode) case on all ranks of world (cp = world
-// size), prints the table on rank 0, writes it to opt.output. Returns the
-// number of wrong spot-checked rows (all ranks).
-long long run_cp_modes(Communicator& world, const CpModesOptions& opt);
+// Runs every (seq, layout, mode) case on all ranks of the job cfg describes
+// (cp = world size; bench::open_job: the modes on runtime.comm's backend,
+// buffers on runtime.backend's device), prints the table on rank 0, writes
+// it to opt.output. Collective over MPI's world; cfg already checked; a mode
+// the heads or cp do not allow is an InputError before any rank
+// communicates. Returns the exit code: 1 when a spot-checked row is wrong.
+int run_cp_modes(const Config& cfg, const CpModesOptions& opt);
 
 }  // namespace trident::bench

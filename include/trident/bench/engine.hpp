@@ -156,4 +156,25 @@ struct HostJob {
 };
 HostJob open_host_job(CommKind kind, const char* name, double timeout_s);
 
+// ---- device buffers and sharded attention ----------------------------------
+
+// v on ctx's device, a 1-D f32 tensor of v.size() elements.
+Tensor to_device(const kernels::Ctx& ctx, const std::vector<float>& v);
+// rows_at(positions, row_elems, name) on ctx's device, [positions, row_elems].
+Tensor device_rows_at(const kernels::Ctx& ctx, const std::vector<int64_t>& positions,
+                      int64_t row_elems, const char* name);
+
+// The output of an attention sharded over ranks, checked row by row against
+// the fp64 definition over the whole sequence: local rows `rows` (head 0) of
+// out [T_local, H, D] (on ctx's device), whose global positions are
+// positions[row]. q, k and v are regenerated with rows_at from the streams
+// q_name, k_name and v_name (k and v over all s.Tk positions). s: the whole
+// sequence's shape (Tk = the sequence; Tq, q_pos0 and q_doc are set per
+// row; k_doc, when set, holds the document id of every position, so a row's
+// q_doc is k_doc + its position).
+void check_sharded_rows(SpotCheck& check, const kernels::Ctx& ctx, kernels::AttnShape s,
+                        const std::vector<int64_t>& positions, const std::vector<int64_t>& rows,
+                        const Tensor& out, const char* q_name, const char* k_name,
+                        const char* v_name);
+
 }  // namespace trident::bench

@@ -27,11 +27,13 @@ struct RingDocsOptions {
 // one cut to fit). Throws InputError naming --docs when dist is malformed.
 std::vector<int64_t> document_lengths(const std::string& dist, int64_t seq, uint64_t seed);
 
-// Runs every (seq, layout) case on all ranks of ring (cp = its size): the
-// causal ring once and the packed ring for every seed, forward+backward;
-// prints the tables on rank 0 (with several seeds a summary per layout:
-// median, min and max of the speedup and the imbalances) and writes them to
-// opt.output. Returns the wrong spot-checked rows.
-long long run_ring_docs(Communicator& ring, const RingDocsOptions& opt);
+// Runs every (seq, layout) case on all ranks of the job cfg describes (cp =
+// world size; bench::open_job: the ring on runtime.comm's backend, buffers on
+// runtime.backend's device): the causal ring once and the packed ring for
+// every seed, forward+backward; prints the tables on rank 0 (with several seeds a summary per
+// layout: median, min and max of the speedup and the imbalances) and writes them to opt.output.
+// Collective over MPI's world; cfg already checked. Returns the exit code: 1 when a spot-checked
+// row is wrong.
+int run_ring_docs(const Config& cfg, const RingDocsOptions& opt);
 
 }  // namespace trident::bench

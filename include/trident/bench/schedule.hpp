@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string>
 
+#include "trident/core/config.hpp"
+
 namespace trident::bench {
 
 struct ScheduleBenchOptions {
@@ -26,8 +28,12 @@ struct ScheduleBenchOptions {
   std::string command_line;  // recorded in the file
 };
 
-// Collective over MPI's world; throws InputError naming the flag for a bad
-// value. Prints the tables on rank 0; returns the exit code.
-int run_schedule_bench(const ScheduleBenchOptions& opt);
+// Collective over MPI's world, on the job cfg describes (bench::open_job:
+// the messages on runtime.comm's backend, the boundary buffers on
+// runtime.backend's device; cfg already checked); throws InputError naming
+// the flag for a bad value before any rank communicates. Prints the tables
+// and the verdict on rank 0; returns the exit code (1: a boundary value
+// arrived wrong).
+int run_schedule_bench(const Config& cfg, const ScheduleBenchOptions& opt);
 
 }  // namespace trident::bench

@@ -2,7 +2,8 @@
 # `trident bench ring` end to end under mpirun: outputs verified against the
 # fp64 definition (#wrong = 0 is the exit code), both baselines, the
 # --serialize-compute mode (ranks take turns computing), the HDF5 tables,
-# and a bad flag as an input error. Sizes are tiny: behaviour, not speed.
+# every mode on the config's device (the emulated one), and a bad flag or
+# config value as an input error. Sizes are tiny: behaviour, not speed.
 source "$(dirname "${BASH_SOURCE[0]}")/../../support/bench_smoke.sh"
 
 timeout 120 "${mpirun[@]}" -np 2 "$bin" bench ring --causal --baseline --seq-per-rank 64,128 \
@@ -174,6 +175,24 @@ else
   echo "FAIL missing docs HDF5 output"; fail=1
 fi
 
+# The ring, the modes and the packed rings on the config's device: on the
+# emulated device a host access to their buffers would stop the process
+# (exit 86), so these runs show that every buffer is on the device.
+for args in "--causal --seq-per-rank 32 --iters 1 --heads 2 --head-dim 16 --layout zigzag" \
+  "--causal --seq-per-rank 32 --heads 4 --kv-heads 2 --head-dim 16 --cp-mode ring,ulysses --layout zigzag" \
+  "--docs lognormal:12 --window 24 --seq-per-rank 32 --heads 2 --head-dim 16 --layout docs"; do
+  # shellcheck disable=SC2086
+  timeout 120 "${mpirun[@]}" -np 2 "$bin" bench ring --set runtime.backend=emulated $args \
+    >"$tmp/oute" 2>&1
+  rc=$?
+  if [[ $rc -ne 0 ]] || ! grep -q '# wrong rows in total: 0 (OK)' "$tmp/oute"; then
+    echo "FAIL emulated device ($args) rc=$rc"; cat "$tmp/oute"; fail=1
+  else
+    echo "ok   emulated device: $args"
+  fi
+done
+
+expect_input_error "runtime.comm" "${mpirun[@]}" -np 2 "$bin" bench ring --set runtime.comm=bogus
 expect_input_error "--layout" "${mpirun[@]}" -np 2 "$bin" bench ring --layout bogus
 expect_input_error "--layout" "${mpirun[@]}" -np 2 "$bin" bench ring --layout docs
 expect_input_error "--docs" "${mpirun[@]}" -np 2 "$bin" bench ring --docs zipf

@@ -57,7 +57,8 @@ def clean_tree(root):
     write(root, os.path.join(KERNELS, "cuda", "check.hpp"), "#pragma once\n")
     write(root, "src/model/layer.cpp", inc("functional.hpp") + "int f() { return 0; }\n")
     write(root, "include/trident/parallel/ring.hpp", inc("types/shape.hpp"))
-    write(root, "src/bench/time_ops.cpp", inc("ops.hpp") + inc("cuda/check.hpp"))
+    write(root, "src/bench/moe.cpp", inc("ops.hpp") + inc("cuda/check.hpp"))
+    write(root, "src/bench/engine.cpp", inc("attention.hpp"))
     write(root, "src/comm/nccl/comm.cpp", inc("cuda/check.hpp"))
 
 
@@ -92,6 +93,17 @@ def run_checks(root):
     check(rc == 1 and "src/model/cuda_user.cpp:2: includes trident/kernels/cuda/check.hpp" in out,
           "the NCCL communicator's exception holds in src/comm/nccl only (rc=%d) %s" % (rc, out))
     os.remove(os.path.join(root, "src/model/cuda_user.cpp"))
+
+    write(root, "src/bench/ring.cpp", inc("attention.hpp"))
+    write(root, "src/bench/engine.cpp", inc("attention.hpp") + inc("gemm.hpp"))
+    rc, out = lint(root)
+    check(rc == 1 and "src/bench/ring.cpp:2: includes trident/kernels/attention.hpp" in out
+          and "src/bench/engine.cpp:4: includes trident/kernels/gemm.hpp" in out
+          and "2 include(s) break" in out,
+          "the benches' exceptions hold for moe.cpp and engine.cpp's attention.hpp only "
+          "(rc=%d) %s" % (rc, out))
+    os.remove(os.path.join(root, "src/bench/ring.cpp"))
+    write(root, "src/bench/engine.cpp", inc("attention.hpp"))
 
     write(root, "src/comm/nccl/more.cpp", inc("gemm.hpp"))
     rc, out = lint(root)
