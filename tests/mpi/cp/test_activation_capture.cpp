@@ -125,6 +125,34 @@ std::vector<double> naive_causal_attention(const float* q, const float* k, const
   return out;
 }
 
+// Sample s of t [S, rows, ...] as [rows, ...].
+Tensor sample(const Tensor& t, int64_t s) {
+  std::vector<int64_t> shape(t.shape().begin() + 1, t.shape().end());
+  return t.rows(s, s + 1).reshape(shape);
+}
+
+// This rank's shards [S, T, heads, D] of q, k, v [S, seq, heads, D] and the
+// ring's output, sample by sample through the ring.
+struct Shards {
+  Tensor q, k, v, out;
+};
+
+Shards ring_shards(cp::RingAttention& ring, int rank, const Tensor& q, const Tensor& k,
+                   const Tensor& v) {
+  const int64_t S = q.dim(0), T = ring.local_tokens();
+  Shards l{Tensor({S, T, kHeads, kHeadDim}), Tensor({S, T, kKvHeads, kHeadDim}),
+           Tensor({S, T, kKvHeads, kHeadDim}), Tensor({S, T, kHeads, kHeadDim})};
+  const Tensor lse({T, kHeads});
+  for (int64_t s = 0; s < S; ++s) {
+    const Tensor sq = sample(l.q, s), sk = sample(l.k, s), sv = sample(l.v, s);
+    cp::scatter_to_local(sample(q, s), sq, kCp, rank, cp::Layout::zigzag);
+    cp::scatter_to_local(sample(k, s), sk, kCp, rank, cp::Layout::zigzag);
+    cp::scatter_to_local(sample(v, s), sv, kCp, rank, cp::Layout::zigzag);
+    ring.forward(sq, sk, sv, kHeads, kKvHeads, kHeadDim, sample(l.out, s), lse);
+  }
+  return l;
+}
+
 }  // namespace
 
 TEST_CASE("cp=4 zig-zag ring: q, k, v, attn_out captured in global order reproduce attention",
@@ -151,21 +179,7 @@ TEST_CASE("cp=4 zig-zag ring: q, k, v, attn_out captured in global order reprodu
           cp::local_positions(kSeq, kCp, comms->cp->rank(), cp::Layout::zigzag));
 
   // Local shards [S, T, heads, D], sample by sample through the ring.
-  const Tensor lq({S, T, kHeads, kHeadDim}), lk({S, T, kKvHeads, kHeadDim});
-  const Tensor lv({S, T, kKvHeads, kHeadDim}), lout({S, T, kHeads, kHeadDim}), llse({T, kHeads});
-  // Sample s of t [S, rows, ...] as [rows, ...].
-  auto sample = [](const Tensor& t, int64_t s) {
-    std::vector<int64_t> shape(t.shape().begin() + 1, t.shape().end());
-    return t.rows(s, s + 1).reshape(shape);
-  };
-  for (int64_t s = 0; s < S; ++s) {
-    const Tensor sq = sample(lq, s), sk = sample(lk, s), sv = sample(lv, s);
-    const int r = comms->cp->rank();
-    cp::scatter_to_local(sample(q, s), sq, kCp, r, cp::Layout::zigzag);
-    cp::scatter_to_local(sample(k, s), sk, kCp, r, cp::Layout::zigzag);
-    cp::scatter_to_local(sample(v, s), sv, kCp, r, cp::Layout::zigzag);
-    ring.forward(sq, sk, sv, kHeads, kKvHeads, kHeadDim, sample(lout, s), llse);
-  }
+  const Shards l = ring_shards(ring, comms->cp->rank(), q, k, v);
 
   SharedTempDir dir;
   REQUIRE(!dir.path.empty());
@@ -175,10 +189,10 @@ TEST_CASE("cp=4 zig-zag ring: q, k, v, attn_out captured in global order reprodu
     RunFile rf(path, trident::testing::world_comm(), cfg, *comms, "");
     const std::vector<int64_t> qshape = {S, kSeq, kHeads, kHeadDim};
     const std::vector<int64_t> kvshape = {S, kSeq, kKvHeads, kHeadDim};
-    rf.write_activation(step, layer, "q", qshape, kSampleIds, lq.ptr(), ring.positions());
-    rf.write_activation(step, layer, "k", kvshape, kSampleIds, lk.ptr(), ring.positions());
-    rf.write_activation(step, layer, "v", kvshape, kSampleIds, lv.ptr(), ring.positions());
-    rf.write_activation(step, layer, "attn_out", qshape, kSampleIds, lout.ptr(), ring.positions());
+    rf.write_activation(step, layer, "q", qshape, kSampleIds, l.q.ptr(), ring.positions());
+    rf.write_activation(step, layer, "k", kvshape, kSampleIds, l.k.ptr(), ring.positions());
+    rf.write_activation(step, layer, "v", kvshape, kSampleIds, l.v.ptr(), ring.positions());
+    rf.write_activation(step, layer, "attn_out", qshape, kSampleIds, l.out.ptr(), ring.positions());
     rf.close();
   }
   MPI_Barrier(MPI_COMM_WORLD);
