@@ -58,7 +58,9 @@ const char* backend_name(Device d) {
   return "?";
 }
 
-TrainComms train_comms(Communicators& c) {
+}  // namespace
+
+TrainComms train_comms(const Communicators& c) {
   TrainComms tc;
   tc.world = c.world.get();
   tc.pp = c.pp.get();
@@ -73,6 +75,8 @@ TrainComms train_comms(Communicators& c) {
   tc.local_rank = c.topo.ranks.at(size_t(c.world->rank())).local_rank;
   return tc;
 }
+
+namespace {
 
 // Where the run starts: --resume [CKPT], or the latest checkpoint after a
 // Slurm requeue (none yet: from the start).

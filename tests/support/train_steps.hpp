@@ -1,10 +1,11 @@
 // Training a Trainer for N steps in a test and keeping what the tests
 // compare (the loss, the gradient norm, the bytes sent under "cp"), and the
-// TrainComms of a mesh's communicators.
+// TrainComms of a mesh's communicators (train/run.hpp's).
 #pragma once
 #include <vector>
 
 #include "trident/topo/topology.hpp"
+#include "trident/train/run.hpp"
 #include "trident/train/trainer.hpp"
 
 namespace trident::testing {
@@ -25,11 +26,7 @@ inline Curve train_steps(train::Trainer& t, int steps) {
   return c;
 }
 
-// The groups of `c` as a Trainer takes them (this rank's pp and dp
-// coordinates with them; local_rank stays 0: the tests run on the host).
-inline train::TrainComms train_comms(const Communicators& c) {
-  return train::TrainComms{c.world.get(),          c.pp.get(), c.cp.get(), c.ep.get(), c.dpcp.get(),
-                           c.expert_replica.get(), c.me.pp,    c.mesh.pp,  c.me.dp,    c.mesh.dp};
-}
+// The groups of a mesh as a Trainer takes them: train::run's own.
+using train::train_comms;
 
 }  // namespace trident::testing

@@ -34,6 +34,10 @@ struct RunRequest {
 // itself and ignores this). make_trainer and the benchmarks call it.
 void stage_device_buffers(Communicators& c, const kernels::Ctx& ctx, double timeout_s);
 
+// The groups of c as a Trainer takes them (this rank's pp and dp coordinates
+// and its local rank with them): make_trainer's, and the tests'.
+TrainComms train_comms(const Communicators& c);
+
 // The Trainer of this rank, its communicators set up for its device (device
 // tensors reaching MPI go through host copies; device communication follows
 // the Trainer's compute stream).

@@ -109,32 +109,54 @@ std::vector<int64_t> local_positions(int64_t seq_len, int cp, int rank, Layout l
   return pos;
 }
 
-void scatter_to_local(const float* global, float* local, int64_t row_elems, int64_t seq_len, int cp,
-                      int rank, Layout layout, int ulysses) {
-  for (const TokenRun& r : local_runs(seq_len, cp, rank, layout, ulysses))
-    std::copy(global + r.pos0 * row_elems, global + (r.pos0 + r.length) * row_elems,
-              local + r.local_offset * row_elems);
+namespace {
+
+// The rows of `runs` between global [seq_len, ...] and local, which holds
+// exactly the runs' rows (of global's size and dtype): into local when
+// to_local, else back into global.
+void copy_runs(const Tensor& global, const Tensor& local, const std::vector<TokenRun>& runs,
+               bool to_local, const kernels::Ctx& ctx) {
+  TRIDENT_CHECK(global.ndim() >= 1 && global.dim(0) > 0,
+                "cp: a global tensor " + global.shape_str() + " has no sequence rows");
+  const int64_t row = global.numel() / global.dim(0);
+  int64_t rows = 0;
+  for (const TokenRun& r : runs) rows += r.length;
+  TRIDENT_CHECK(local.dtype() == global.dtype() && local.numel() == rows * row,
+                "cp: local " + local.shape_str() + " " + dtype_name(local.dtype()) + " is not " +
+                    std::to_string(rows) + " rows of global " + global.shape_str() + " " +
+                    dtype_name(global.dtype()));
+  for (const TokenRun& r : runs) {
+    Tensor g = global.view(r.pos0 * row, {r.length * row});
+    Tensor l = local.view(r.local_offset * row, {r.length * row});
+    if (to_local)
+      kernels::copy(ctx, l, g);
+    else
+      kernels::copy(ctx, g, l);
+  }
 }
 
-void gather_to_global(const float* local, float* global, int64_t row_elems, int64_t seq_len, int cp,
-                      int rank, Layout layout, int ulysses) {
-  for (const TokenRun& r : local_runs(seq_len, cp, rank, layout, ulysses))
-    std::copy(local + r.local_offset * row_elems, local + (r.local_offset + r.length) * row_elems,
-              global + r.pos0 * row_elems);
+int64_t seq_rows(const Tensor& global) { return global.ndim() >= 1 ? global.dim(0) : 0; }
+
+}  // namespace
+
+void scatter_to_local(const Tensor& global, const Tensor& local, int cp, int rank, Layout layout,
+                      int ulysses, const kernels::Ctx& ctx) {
+  copy_runs(global, local, local_runs(seq_rows(global), cp, rank, layout, ulysses), true, ctx);
 }
 
-void scatter_runs(const float* global, float* local, int64_t row_elems,
-                  const std::vector<TokenRun>& runs) {
-  for (const TokenRun& r : runs)
-    std::copy(global + r.pos0 * row_elems, global + (r.pos0 + r.length) * row_elems,
-              local + r.local_offset * row_elems);
+void gather_to_global(const Tensor& local, const Tensor& global, int cp, int rank, Layout layout,
+                      int ulysses, const kernels::Ctx& ctx) {
+  copy_runs(global, local, local_runs(seq_rows(global), cp, rank, layout, ulysses), false, ctx);
 }
 
-void gather_runs(const float* local, float* global, int64_t row_elems,
-                 const std::vector<TokenRun>& runs) {
-  for (const TokenRun& r : runs)
-    std::copy(local + r.local_offset * row_elems, local + (r.local_offset + r.length) * row_elems,
-              global + r.pos0 * row_elems);
+void scatter_runs(const Tensor& global, const Tensor& local, const std::vector<TokenRun>& runs,
+                  const kernels::Ctx& ctx) {
+  copy_runs(global, local, runs, true, ctx);
+}
+
+void gather_runs(const Tensor& local, const Tensor& global, const std::vector<TokenRun>& runs,
+                 const kernels::Ctx& ctx) {
+  copy_runs(global, local, runs, false, ctx);
 }
 
 RingAttention::RingAttention(Communicator* cp, Layout layout, bool causal, int64_t seq_len,
@@ -345,11 +367,6 @@ namespace {
 Tensor span(const Tensor& t, int64_t offset, int64_t n) { return t.view(offset, {n}); }
 }  // namespace
 
-Tensor RingAttention::borrowed(const float* buf, int64_t n) const {
-  // Only the ring's outputs are written; an input's buffer is only read.
-  return Tensor::borrow(const_cast<float*>(buf), {n}, ctx_.device);
-}
-
 void RingAttention::check_io(const char* what, const Tensor& t, int64_t n) const {
   TRIDENT_CHECK(t.numel() == n && t.dtype() == DType::f32 && t.device() == ctx_.device,
                 std::string("RingAttention: ") + what + " " + t.shape_str() + " " +
@@ -413,13 +430,6 @@ void RingAttention::check_call(const Tensor& q, const Tensor& k, const Tensor& v
   check_io("v", v, T * Hkv * D);
   check_io("out", out, T * H * D);
   check_io("lse", lse, T * H);
-}
-
-void RingAttention::forward(const float* q, const float* k, const float* v, int H, int Hkv, int D,
-                            float* out, float* lse, const LocalDocs& docs) {
-  const int64_t T = local_tokens_, nq = T * H * D, nkv = T * Hkv * D;
-  forward(borrowed(q, nq), borrowed(k, nkv), borrowed(v, nkv), H, Hkv, D, borrowed(out, nq),
-          borrowed(lse, T * H), docs);
 }
 
 void RingAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, int H, int Hkv,
@@ -487,15 +497,6 @@ void RingAttention::pass_dkv(int step, bool touched, Request& dkv_send, Request&
   dkv_send = comm_->isend(sending.ptr(), block_bytes(), next, kTagDkv);
   comm_->end_group();
   count("ring.bytes_sent", double(block_bytes()));
-}
-
-void RingAttention::backward(const float* q, const float* k, const float* v, const float* out,
-                             const float* lse, const float* dout, int H, int Hkv, int D, float* dq,
-                             float* dk, float* dv, const LocalDocs& docs) {
-  const int64_t T = local_tokens_, nq = T * H * D, nkv = T * Hkv * D;
-  backward(borrowed(q, nq), borrowed(k, nkv), borrowed(v, nkv), borrowed(out, nq),
-           borrowed(lse, T * H), borrowed(dout, nq), H, Hkv, D, borrowed(dq, nq), borrowed(dk, nkv),
-           borrowed(dv, nkv), docs);
 }
 
 void RingAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,

@@ -107,11 +107,12 @@ void UlyssesAttention::note_workspace() {
   sink_->peak("ulysses.workspace_bytes", double(bytes));
 }
 
-void UlyssesAttention::exchange(const float* send, float* recv, int64_t per_peer) {
+void UlyssesAttention::exchange(const Tensor& send, const Tensor& recv, int64_t per_peer) {
   const std::vector<int64_t> counts(size_t(u_), per_peer);
   std::vector<int64_t> displs(size_t(u_), 0);
   for (int d = 0; d < u_; ++d) displs[size_t(d)] = d * per_peer;
-  group_->alltoallv(send, counts, displs, recv, counts, displs, sizeof(float));
+  group_->alltoallv(send.data_ptr(), counts, displs, recv.data_ptr(), counts, displs,
+                    sizeof(float));
   if (sink_) sink_->add("ulysses.bytes_sent", double(per_peer) * (u_ - 1) * sizeof(float));
 }
 
@@ -119,11 +120,6 @@ namespace {
 // n elements of t from offset (one token's heads, one peer's block).
 Tensor span(const Tensor& t, int64_t offset, int64_t n) { return t.view(offset, {n}); }
 }  // namespace
-
-Tensor UlyssesAttention::borrowed(const float* buf, int64_t n) const {
-  // Only the outputs are written; an input's buffer is only read.
-  return Tensor::borrow(const_cast<float*>(buf), {n}, ctx_.device);
-}
 
 template <typename First>
 void UlyssesAttention::to_heads(const Tensor& x, int hx, int n, int w, First first, Tensor& dst) {
@@ -142,7 +138,7 @@ void UlyssesAttention::to_heads(const Tensor& x, int hx, int n, int w, First fir
       kernels::copy(ctx_, to, span(x, (t * hx + h0) * w, row));
     }
   }
-  exchange(buf_.pack.ptr(), dst.ptr(), per_peer);
+  exchange(buf_.pack, dst, per_peer);
   if (sink_) {
     span_of_call.t_end_s = now_s();
     sink_->span(span_of_call);
@@ -159,7 +155,7 @@ void UlyssesAttention::to_tokens(const Tensor& y, int hx, int n, int w, First fi
                 "UlyssesAttention: an output " + x.shape_str() + " " + dtype_name(x.dtype()) +
                     " should be " + std::to_string(tl_ * hx * w) + " f32");
   kernels::reserve(ctx_, buf_.unpack, u_ * per_peer);
-  exchange(y.ptr(), buf_.unpack.ptr(), per_peer);
+  exchange(y, buf_.unpack, per_peer);
   if (sum) kernels::fill(ctx_, x, 0.0f);
   for (int s = 0; s < u_; ++s) {
     const int64_t h0 = first(s);
@@ -176,13 +172,6 @@ void UlyssesAttention::to_tokens(const Tensor& y, int hx, int n, int w, First fi
     span_of_call.t_end_s = now_s();
     sink_->span(span_of_call);
   }
-}
-
-void UlyssesAttention::forward(const float* q, const float* k, const float* v, float* out,
-                               float* lse, const LocalDocs& docs) {
-  const int64_t nq = tl_ * H_ * D_, nkv = tl_ * Hkv_ * D_;
-  forward(borrowed(q, nq), borrowed(k, nkv), borrowed(v, nkv), borrowed(out, nq),
-          borrowed(lse, tl_ * H_), docs);
 }
 
 void UlyssesAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -202,15 +191,6 @@ void UlyssesAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v
   to_tokens(buf_.out, H_, hq_, D_, qh, false, out);
   to_tokens(buf_.lse, H_, hq_, 1, qh, false, lse);
   note_workspace();
-}
-
-void UlyssesAttention::backward(const float* q, const float* k, const float* v, const float* out,
-                                const float* lse, const float* dout, float* dq, float* dk,
-                                float* dv, const LocalDocs& docs) {
-  const int64_t nq = tl_ * H_ * D_, nkv = tl_ * Hkv_ * D_;
-  backward(borrowed(q, nq), borrowed(k, nkv), borrowed(v, nkv), borrowed(out, nq),
-           borrowed(lse, tl_ * H_), borrowed(dout, nq), borrowed(dq, nq), borrowed(dk, nkv),
-           borrowed(dv, nkv), docs);
 }
 
 void UlyssesAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v,

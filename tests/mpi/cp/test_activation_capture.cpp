@@ -17,13 +17,14 @@
 #include <vector>
 
 #include "mpi_test_util.hpp"
+#include "random.hpp"
 #include "trident/core/config.hpp"
-#include "trident/core/rng.hpp"
 #include "trident/io/run_file.hpp"
 #include "trident/parallel/cp/ring_attention.hpp"
 #include "trident/topo/topology.hpp"
 
 using namespace trident;
+using trident::testing::random_tensor;
 using trident::testing::world_rank;
 using trident::testing::world_size;
 
@@ -71,12 +72,6 @@ struct SharedTempDir {
     if (world_rank() == 0 && !path.empty()) std::filesystem::remove_all(path, ec);
   }
 };
-
-std::vector<float> random_tensor(int64_t n, const std::string& name) {
-  std::vector<float> x(static_cast<size_t>(n));
-  rng::fill_normal(x.data(), n, rng::hash_name(name), 0, 1.0f);
-  return x;
-}
 
 // The dataset's dimensions and its data as float (empty when missing).
 struct Dataset {
@@ -130,6 +125,34 @@ std::vector<double> naive_causal_attention(const float* q, const float* k, const
   return out;
 }
 
+// Sample s of t [S, rows, ...] as [rows, ...].
+Tensor sample(const Tensor& t, int64_t s) {
+  std::vector<int64_t> shape(t.shape().begin() + 1, t.shape().end());
+  return t.rows(s, s + 1).reshape(shape);
+}
+
+// This rank's shards [S, T, heads, D] of q, k, v [S, seq, heads, D] and the
+// ring's output, sample by sample through the ring.
+struct Shards {
+  Tensor q, k, v, out;
+};
+
+Shards ring_shards(cp::RingAttention& ring, int rank, const Tensor& q, const Tensor& k,
+                   const Tensor& v) {
+  const int64_t S = q.dim(0), T = ring.local_tokens();
+  Shards l{Tensor({S, T, kHeads, kHeadDim}), Tensor({S, T, kKvHeads, kHeadDim}),
+           Tensor({S, T, kKvHeads, kHeadDim}), Tensor({S, T, kHeads, kHeadDim})};
+  const Tensor lse({T, kHeads});
+  for (int64_t s = 0; s < S; ++s) {
+    const Tensor sq = sample(l.q, s), sk = sample(l.k, s), sv = sample(l.v, s);
+    cp::scatter_to_local(sample(q, s), sq, kCp, rank, cp::Layout::zigzag);
+    cp::scatter_to_local(sample(k, s), sk, kCp, rank, cp::Layout::zigzag);
+    cp::scatter_to_local(sample(v, s), sv, kCp, rank, cp::Layout::zigzag);
+    ring.forward(sq, sk, sv, kHeads, kKvHeads, kHeadDim, sample(l.out, s), lse);
+  }
+  return l;
+}
+
 }  // namespace
 
 TEST_CASE("cp=4 zig-zag ring: q, k, v, attn_out captured in global order reproduce attention",
@@ -145,9 +168,9 @@ TEST_CASE("cp=4 zig-zag ring: q, k, v, attn_out captured in global order reprodu
   REQUIRE(comms->cp->size() == kCp);
 
   // The global tensors [S, seq, heads, D], the same on every rank.
-  const auto q = random_tensor(S * kSeq * qrow, "capture q");
-  const auto k = random_tensor(S * kSeq * kvrow, "capture k");
-  const auto v = random_tensor(S * kSeq * kvrow, "capture v");
+  const Tensor q = random_tensor({S, kSeq, kHeads, kHeadDim}, "capture q");
+  const Tensor k = random_tensor({S, kSeq, kKvHeads, kHeadDim}, "capture k");
+  const Tensor v = random_tensor({S, kSeq, kKvHeads, kHeadDim}, "capture v");
 
   cp::RingAttention ring(comms->cp.get(), cp::Layout::zigzag, /*causal=*/true, kSeq);
   const int64_t T = ring.local_tokens();
@@ -156,18 +179,7 @@ TEST_CASE("cp=4 zig-zag ring: q, k, v, attn_out captured in global order reprodu
           cp::local_positions(kSeq, kCp, comms->cp->rank(), cp::Layout::zigzag));
 
   // Local shards [S, T, heads, D], sample by sample through the ring.
-  std::vector<float> lq(size_t(S * T * qrow)), lk(size_t(S * T * kvrow)), lv(lk.size());
-  std::vector<float> lout(lq.size()), llse(size_t(T * kHeads));
-  for (int64_t s = 0; s < S; ++s) {
-    float* sq = lq.data() + s * T * qrow;
-    float* sk = lk.data() + s * T * kvrow;
-    float* sv = lv.data() + s * T * kvrow;
-    const int r = comms->cp->rank();
-    cp::scatter_to_local(q.data() + s * kSeq * qrow, sq, qrow, kSeq, kCp, r, cp::Layout::zigzag);
-    cp::scatter_to_local(k.data() + s * kSeq * kvrow, sk, kvrow, kSeq, kCp, r, cp::Layout::zigzag);
-    cp::scatter_to_local(v.data() + s * kSeq * kvrow, sv, kvrow, kSeq, kCp, r, cp::Layout::zigzag);
-    ring.forward(sq, sk, sv, kHeads, kKvHeads, kHeadDim, lout.data() + s * T * qrow, llse.data());
-  }
+  const Shards l = ring_shards(ring, comms->cp->rank(), q, k, v);
 
   SharedTempDir dir;
   REQUIRE(!dir.path.empty());
@@ -177,10 +189,10 @@ TEST_CASE("cp=4 zig-zag ring: q, k, v, attn_out captured in global order reprodu
     RunFile rf(path, trident::testing::world_comm(), cfg, *comms, "");
     const std::vector<int64_t> qshape = {S, kSeq, kHeads, kHeadDim};
     const std::vector<int64_t> kvshape = {S, kSeq, kKvHeads, kHeadDim};
-    rf.write_activation(step, layer, "q", qshape, kSampleIds, lq.data(), ring.positions());
-    rf.write_activation(step, layer, "k", kvshape, kSampleIds, lk.data(), ring.positions());
-    rf.write_activation(step, layer, "v", kvshape, kSampleIds, lv.data(), ring.positions());
-    rf.write_activation(step, layer, "attn_out", qshape, kSampleIds, lout.data(), ring.positions());
+    rf.write_activation(step, layer, "q", qshape, kSampleIds, l.q.ptr(), ring.positions());
+    rf.write_activation(step, layer, "k", kvshape, kSampleIds, l.k.ptr(), ring.positions());
+    rf.write_activation(step, layer, "v", kvshape, kSampleIds, l.v.ptr(), ring.positions());
+    rf.write_activation(step, layer, "attn_out", qshape, kSampleIds, l.out.ptr(), ring.positions());
     rf.close();
   }
   MPI_Barrier(MPI_COMM_WORLD);
@@ -201,16 +213,16 @@ TEST_CASE("cp=4 zig-zag ring: q, k, v, attn_out captured in global order reprodu
   CHECK(fk.dims == kvdims);
   CHECK(fv.dims == kvdims);
   CHECK(fo.dims == qdims);
-  REQUIRE(fq.data.size() == q.size());
-  REQUIRE(fk.data.size() == k.size());
-  REQUIRE(fv.data.size() == v.size());
-  REQUIRE(fo.data.size() == q.size());
+  REQUIRE(int64_t(fq.data.size()) == q.numel());
+  REQUIRE(int64_t(fk.data.size()) == k.numel());
+  REQUIRE(int64_t(fv.data.size()) == v.numel());
+  REQUIRE(int64_t(fo.data.size()) == q.numel());
 
   // Global order: the file holds exactly the one-rank tensors (the copies
   // are bit-exact, so any misplaced row or a NaN gap shows as a mismatch).
-  auto mismatches = [](const std::vector<float>& a, const std::vector<float>& b) {
+  auto mismatches = [](const std::vector<float>& a, const Tensor& b) {
     int64_t n = 0;
-    for (size_t i = 0; i < a.size(); ++i) n += (a[i] == b[i]) ? 0 : 1;
+    for (size_t i = 0; i < a.size(); ++i) n += (a[i] == b[int64_t(i)]) ? 0 : 1;
     return n;
   };
   CHECK(mismatches(fq.data, q) == 0);

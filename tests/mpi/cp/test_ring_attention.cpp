@@ -4,6 +4,7 @@
 // CP groups of 2, 4 and 8 ranks are split out of the world (as many as fit).
 #include <mpi.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
@@ -12,35 +13,30 @@
 #include <vector>
 
 #include "mpi_test_util.hpp"
+#include "random.hpp"
 #include "trident/comm/comm.hpp"
 #include "trident/core/error.hpp"
-#include "trident/core/rng.hpp"
 #include "trident/core/tensor.hpp"
 #include "trident/kernels/attention.hpp"
 #include "trident/parallel/cp/ring_attention.hpp"
 
 using namespace trident;
+using trident::testing::random_tensor;
 using trident::testing::split_cp;
 using trident::testing::world_rank;
 using trident::testing::world_size;
 
 namespace {
 
-std::vector<float> random_tensor(int64_t n, const std::string& name) {
-  std::vector<float> x(static_cast<size_t>(n));
-  rng::fill_normal(x.data(), n, rng::hash_name(name), 0, 1.0f);
-  return x;
-}
-
 // The L2 difference of a shard over the norm it would have at the whole
 // tensor's root mean square: 1e-5 means as close as rel_l2_diff's 1e-5 on a
 // shard of typical size.
-double shard_rel_diff(const float* got, const float* want, int64_t n,
-                      const std::vector<float>& whole) {
+double shard_rel_diff(const Tensor& got, const Tensor& want, const Tensor& whole) {
+  const int64_t n = got.numel();
   double d = 0.0, w = 0.0;
   for (int64_t i = 0; i < n; ++i) d += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-  for (float x : whole) w += double(x) * x;
-  return std::sqrt(d / (w * double(n) / double(whole.size())));
+  for (float x : whole.values()) w += double(x) * x;
+  return std::sqrt(d / (w * double(n) / double(whole.numel())));
 }
 
 struct Case {
@@ -64,16 +60,17 @@ void check_ring_case(Communicator& comm, const Case& c) {
   const int64_t qrow = int64_t(c.H) * c.D, kvrow = int64_t(c.Hkv) * c.D;
   const std::string key = describe(c, cp);
   // Same global inputs on every rank (counter-based RNG keyed by the case).
-  auto q = random_tensor(c.seq * qrow, key + "q"), k = random_tensor(c.seq * kvrow, key + "k");
-  auto v = random_tensor(c.seq * kvrow, key + "v"), dout = random_tensor(c.seq * qrow, key + "do");
+  const Tensor q = random_tensor({c.seq, qrow}, key + "q"),
+               k = random_tensor({c.seq, kvrow}, key + "k");
+  const Tensor v = random_tensor({c.seq, kvrow}, key + "v");
+  const Tensor dout = random_tensor({c.seq, qrow}, key + "do");
 
   // One rank: plain attention over the whole sequence.
   cp::RingAttention serial(nullptr, c.layout, c.causal, c.seq);
-  std::vector<float> out(q.size()), lse(size_t(c.seq * c.H)), dq(q.size()), dk(k.size()),
-      dv(v.size());
-  serial.forward(q.data(), k.data(), v.data(), c.H, c.Hkv, c.D, out.data(), lse.data());
-  serial.backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), c.H, c.Hkv,
-                  c.D, dq.data(), dk.data(), dv.data());
+  const Tensor out({c.seq, qrow}), lse({c.seq, c.H}), dq({c.seq, qrow}), dk({c.seq, kvrow}),
+      dv({c.seq, kvrow});
+  serial.forward(q, k, v, c.H, c.Hkv, c.D, out, lse);
+  serial.backward(q, k, v, out, lse, dout, c.H, c.Hkv, c.D, dq, dk, dv);
 
   // The ring, on this rank's shard.
   cp::RingAttention ring(&comm, c.layout, c.causal, c.seq);
@@ -81,34 +78,33 @@ void check_ring_case(Communicator& comm, const Case& c) {
   ring.set_profiler(&work);
   const int64_t T = ring.local_tokens();
   REQUIRE(T == c.seq / cp);
-  auto shard = [&](const std::vector<float>& g, int64_t row) {
-    std::vector<float> l(static_cast<size_t>(T * row));
-    cp::scatter_to_local(g.data(), l.data(), row, c.seq, cp, rank, c.layout);
+  auto shard = [&](const Tensor& g) {
+    const Tensor l({T, g.numel() / c.seq});
+    cp::scatter_to_local(g, l, cp, rank, c.layout);
     return l;
   };
-  auto lq = shard(q, qrow), lk = shard(k, kvrow), lv = shard(v, kvrow), ldo = shard(dout, qrow);
+  const Tensor lq = shard(q), lk = shard(k), lv = shard(v), ldo = shard(dout);
   // Outputs start as garbage: the ring must overwrite, not accumulate.
-  auto lout = random_tensor(T * qrow, "garbage"), llse = random_tensor(T * c.H, "garbage");
-  auto ldq = random_tensor(T * qrow, "garbage"), ldk = random_tensor(T * kvrow, "garbage");
-  auto ldv = random_tensor(T * kvrow, "garbage");
+  const Tensor lout = random_tensor({T, qrow}, "garbage"),
+               llse = random_tensor({T, c.H}, "garbage");
+  const Tensor ldq = random_tensor({T, qrow}, "garbage");
+  const Tensor ldk = random_tensor({T, kvrow}, "garbage"),
+               ldv = random_tensor({T, kvrow}, "garbage");
   const auto t0 = std::chrono::steady_clock::now();
-  ring.forward(lq.data(), lk.data(), lv.data(), c.H, c.Hkv, c.D, lout.data(), llse.data());
-  ring.backward(lq.data(), lk.data(), lv.data(), lout.data(), llse.data(), ldo.data(), c.H, c.Hkv,
-                c.D, ldq.data(), ldk.data(), ldv.data());
+  ring.forward(lq, lk, lv, c.H, c.Hkv, c.D, lout, llse);
+  ring.backward(lq, lk, lv, lout, llse, ldo, c.H, c.Hkv, c.D, ldq, ldk, ldv);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  auto eout = shard(out, qrow), elog = shard(lse, c.H), edq = shard(dq, qrow);
-  auto edk = shard(dk, kvrow), edv = shard(dv, kvrow);
-  const int64_t nq = T * qrow, nkv = T * kvrow;
-  CHECK(rel_l2_diff(lout.data(), eout.data(), nq) <= 1e-5);
-  CHECK(rel_l2_diff(llse.data(), elog.data(), T * c.H) <= 1e-5);
+  CHECK(rel_l2_diff(lout, shard(out)) <= 1e-5);
+  CHECK(rel_l2_diff(llse, shard(lse)) <= 1e-5);
   // Gradients against the whole tensor's scale: a shard's own norm can be
   // rounding noise (the first query of a causal sequence sees one key, so
   // its dq is exactly 0 in exact arithmetic, and with one token per rank
   // that is rank 0's whole shard).
-  CHECK(shard_rel_diff(ldq.data(), edq.data(), nq, dq) <= 1e-5);
-  CHECK(shard_rel_diff(ldk.data(), edk.data(), nkv, dk) <= 1e-5);
-  CHECK(shard_rel_diff(ldv.data(), edv.data(), nkv, dv) <= 1e-5);
+  CHECK(shard_rel_diff(ldq, shard(dq), dq) <= 1e-5);
+  CHECK(shard_rel_diff(ldk, shard(dk), dk) <= 1e-5);
+  CHECK(shard_rel_diff(ldv, shard(dv), dv) <= 1e-5);
+  const int64_t nkv = T * kvrow;
   CHECK(work.counter("ring.calls") == 2);
   // K/V moved cp-1 times forward and cp-1 times backward, dK/dV cp times;
   // each is [T, Hkv, D] x 2 floats.
@@ -141,17 +137,21 @@ TEST_CASE("layout positions: contiguous chunks and zig-zag pairs", "[cp]") {
   // Every position is held exactly once, and scatter/gather are inverse.
   for (Layout l : {Layout::contiguous, Layout::zigzag}) {
     const int64_t seq = 48, row = 3;
-    auto g = random_tensor(seq * row, "layout");
-    std::vector<float> back(g.size(), 0.0f);
+    const Tensor g = random_tensor({seq, row}, "layout"), back({seq, row});
     std::vector<int> seen(seq, 0);
     for (int r = 0; r < 4; ++r) {
       for (int64_t p : cp::local_positions(seq, 4, r, l)) seen[size_t(p)] += 1;
-      std::vector<float> local(size_t(seq / 4 * row));
-      cp::scatter_to_local(g.data(), local.data(), row, seq, 4, r, l);
-      cp::gather_to_global(local.data(), back.data(), row, seq, 4, r, l);
+      const Tensor local({seq / 4, row});
+      cp::scatter_to_local(g, local, 4, r, l);
+      cp::gather_to_global(local, back, 4, r, l);
     }
-    CHECK(back == g);
+    CHECK(std::ranges::equal(back.values(), g.values()));
     for (int s : seen) CHECK(s == 1);
+    // A local tensor of other rows, or of another dtype, is refused.
+    CHECK_THROWS_AS(cp::scatter_to_local(g, Tensor({seq / 4 + 1, row}), 4, 0, l), Error);
+    CHECK_THROWS_AS(cp::gather_to_global(Tensor({seq / 4, row + 1}), back, 4, 0, l), Error);
+    const Tensor ints = Tensor::empty({seq / 4, row}, cpu_allocator(), DType::i32);
+    CHECK_THROWS_AS(cp::scatter_to_local(g, ints, 4, 0, l), Error);
   }
   CHECK(cp::parse_layout("zigzag") == Layout::zigzag);
   CHECK_THROWS_AS(cp::parse_layout("zig-zag"), InputError);
@@ -206,9 +206,9 @@ TEST_CASE("zig-zag balances causal work; contiguous does not", "[cp]") {
       cp::RingAttention ring(comm.get(), layout, true, seq);
       prof::Recorder work;
       ring.set_profiler(&work);
-      auto q = random_tensor(T * H * D, "bq"), k = random_tensor(T * H * D, "bk");
-      std::vector<float> out(q.size()), lse(size_t(T * H));
-      ring.forward(q.data(), k.data(), k.data(), H, H, D, out.data(), lse.data());
+      const Tensor q = random_tensor({T, H, D}, "bq"), k = random_tensor({T, H, D}, "bk");
+      const Tensor out({T, H, D}), lse({T, H});
+      ring.forward(q, k, k, H, H, D, out, lse);
       double most = work.counter("ring.flops"), least = most, total = most;
       comm->allreduce_max(&most, 1);
       comm->allreduce_min(&least, 1);

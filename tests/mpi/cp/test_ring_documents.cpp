@@ -14,15 +14,17 @@
 #include <vector>
 
 #include "mpi_test_util.hpp"
+#include "random.hpp"
 #include "trident/comm/comm.hpp"
-#include "trident/core/rng.hpp"
 #include "trident/core/tensor.hpp"
-#include "trident/kernels/attention.hpp"
+#include "trident/kernels/functional.hpp"
 #include "trident/parallel/cp/document_layout.hpp"
 #include "trident/parallel/cp/ring_attention.hpp"
 #include "trident/parallel/cp/ulysses_attention.hpp"
 
 using namespace trident;
+using trident::testing::randn;
+using trident::testing::random_tensor;
 using trident::testing::split_cp;
 using trident::testing::world_rank;
 using trident::testing::world_size;
@@ -31,12 +33,6 @@ namespace {
 
 constexpr int H = 4, Hkv = 2, D = 16;
 constexpr int64_t kQrow = int64_t(H) * D, kKvrow = int64_t(Hkv) * D;
-
-std::vector<float> random_tensor(int64_t n, const std::string& name) {
-  std::vector<float> x(static_cast<size_t>(n));
-  rng::fill_normal(x.data(), n, rng::hash_name(name), 0, 1.0f);
-  return x;
-}
 
 std::vector<int32_t> doc_ids(const std::vector<int64_t>& lengths) {
   std::vector<int32_t> ids;
@@ -47,7 +43,7 @@ std::vector<int32_t> doc_ids(const std::vector<int64_t>& lengths) {
 
 // Long-tailed lengths (log-normal, mean about seq/8) filling seq exactly.
 std::vector<int64_t> long_tailed(int64_t seq, const std::string& name) {
-  const auto u = random_tensor(256, name);
+  const auto u = randn(256, name);
   std::vector<int64_t> len;
   int64_t used = 0;
   for (size_t t = 0; used < seq; ++t) {
@@ -60,16 +56,16 @@ std::vector<int64_t> long_tailed(int64_t seq, const std::string& name) {
 }
 
 struct Grads {
-  std::vector<float> out, lse, dq, dk, dv;
+  Tensor out, lse, dq, dk, dv;
 };
 
 struct Inputs {
-  std::vector<float> q, k, v, dout;
+  Tensor q, k, v, dout;
 };
 
 Inputs inputs(int64_t seq, const std::string& key) {
-  return {random_tensor(seq * kQrow, key + "q"), random_tensor(seq * kKvrow, key + "k"),
-          random_tensor(seq * kKvrow, key + "v"), random_tensor(seq * kQrow, key + "do")};
+  return {random_tensor({seq, kQrow}, key + "q"), random_tensor({seq, kKvrow}, key + "k"),
+          random_tensor({seq, kKvrow}, key + "v"), random_tensor({seq, kQrow}, key + "do")};
 }
 
 // One rank, one call over tokens [t0, t0 + len) as their own sequence.
@@ -83,19 +79,17 @@ void serial_piece(const Inputs& in, int64_t t0, int64_t len, int64_t window, Gra
   s.causal = true;
   s.window = window;
   const kernels::Ctx host;
-  kernels::attention_forward(host, s, in.q.data() + t0 * kQrow, in.k.data() + t0 * kKvrow,
-                             in.v.data() + t0 * kKvrow, g->out.data() + t0 * kQrow,
-                             g->lse.data() + t0 * H);
-  kernels::attention_backward(
-      host, s, in.q.data() + t0 * kQrow, in.k.data() + t0 * kKvrow, in.v.data() + t0 * kKvrow,
-      g->out.data() + t0 * kQrow, g->lse.data() + t0 * H, in.dout.data() + t0 * kQrow,
-      g->dq.data() + t0 * kQrow, g->dk.data() + t0 * kKvrow, g->dv.data() + t0 * kKvrow);
+  auto piece = [&](const Tensor& t) { return t.rows(t0, t0 + len); };
+  kernels::attention_forward(host, s, piece(in.q), piece(in.k), piece(in.v), piece(g->out),
+                             piece(g->lse));
+  kernels::attention_backward(host, s, piece(in.q), piece(in.k), piece(in.v), piece(g->out),
+                              piece(g->lse), piece(in.dout), piece(g->dq), piece(g->dk),
+                              piece(g->dv));
 }
 
 Grads zeros(int64_t seq) {
-  return {std::vector<float>(size_t(seq * kQrow)), std::vector<float>(size_t(seq * H)),
-          std::vector<float>(size_t(seq * kQrow)), std::vector<float>(size_t(seq * kKvrow)),
-          std::vector<float>(size_t(seq * kKvrow))};
+  return {Tensor({seq, kQrow}), Tensor({seq, H}), Tensor({seq, kQrow}), Tensor({seq, kKvrow}),
+          Tensor({seq, kKvrow})};
 }
 
 // The ring (ulysses = 1) or Ulysses/hybrid attention (ulysses = u) on this
@@ -106,7 +100,7 @@ double check_ring(Communicator& comm, cp::Layout layout, const Inputs& in,
                   const std::vector<int32_t>& docs, int64_t window, const Grads& want,
                   int ulysses = 1, const cp::SeqLayout* own = nullptr) {
   const int cp = comm.size(), rank = comm.rank();
-  const int64_t seq = int64_t(in.q.size()) / kQrow;
+  const int64_t seq = in.q.dim(0);
   prof::Recorder work;
   std::unique_ptr<cp::RingAttention> ring;
   std::unique_ptr<cp::UlyssesAttention> uly;
@@ -123,12 +117,12 @@ double check_ring(Communicator& comm, cp::Layout layout, const Inputs& in,
                                          : ring ? ring->positions()
                                                 : uly->positions();
   const int64_t T = int64_t(positions.size());
-  auto shard = [&](const std::vector<float>& g, int64_t row) {
-    std::vector<float> l(static_cast<size_t>(T * row));
+  auto shard = [&](const Tensor& g) {
+    const Tensor l({T, g.numel() / seq});
     if (own)
-      cp::scatter_runs(g.data(), l.data(), row, (*own)[size_t(rank)]);
+      cp::scatter_runs(g, l, (*own)[size_t(rank)]);
     else
-      cp::scatter_to_local(g.data(), l.data(), row, seq, cp, rank, layout, ulysses);
+      cp::scatter_to_local(g, l, cp, rank, layout, ulysses);
     return l;
   };
   std::vector<int32_t> ldocs;
@@ -136,26 +130,24 @@ double check_ring(Communicator& comm, cp::Layout layout, const Inputs& in,
     if (!docs.empty()) ldocs.push_back(docs[size_t(p)]);
   const cp::LocalDocs ld =
       docs.empty() ? cp::LocalDocs{} : cp::LocalDocs{ldocs.data(), ldocs.data(), own};
-  auto lq = shard(in.q, kQrow), lk = shard(in.k, kKvrow), lv = shard(in.v, kKvrow);
-  auto ldo = shard(in.dout, kQrow);
-  auto lout = random_tensor(T * kQrow, "garbage"), llse = random_tensor(T * H, "garbage");
-  auto ldq = random_tensor(T * kQrow, "garbage"), ldk = random_tensor(T * kKvrow, "garbage");
-  auto ldv = random_tensor(T * kKvrow, "garbage");
+  const Tensor lq = shard(in.q), lk = shard(in.k), lv = shard(in.v), ldo = shard(in.dout);
+  const Tensor lout = random_tensor({T, kQrow}, "garbage"), llse = random_tensor({T, H}, "garbage");
+  const Tensor ldq = random_tensor({T, kQrow}, "garbage");
+  const Tensor ldk = random_tensor({T, kKvrow}, "garbage"),
+               ldv = random_tensor({T, kKvrow}, "garbage");
   if (ring) {
-    ring->forward(lq.data(), lk.data(), lv.data(), H, Hkv, D, lout.data(), llse.data(), ld);
-    ring->backward(lq.data(), lk.data(), lv.data(), lout.data(), llse.data(), ldo.data(), H, Hkv, D,
-                   ldq.data(), ldk.data(), ldv.data(), ld);
+    ring->forward(lq, lk, lv, H, Hkv, D, lout, llse, ld);
+    ring->backward(lq, lk, lv, lout, llse, ldo, H, Hkv, D, ldq, ldk, ldv, ld);
   } else {
-    uly->forward(lq.data(), lk.data(), lv.data(), lout.data(), llse.data(), ld);
-    uly->backward(lq.data(), lk.data(), lv.data(), lout.data(), llse.data(), ldo.data(), ldq.data(),
-                  ldk.data(), ldv.data(), ld);
+    uly->forward(lq, lk, lv, lout, llse, ld);
+    uly->backward(lq, lk, lv, lout, llse, ldo, ldq, ldk, ldv, ld);
   }
-  CHECK(rel_l2_diff(lout.data(), shard(want.out, kQrow).data(), T * kQrow) <= 1e-5);
-  CHECK(rel_l2_diff(llse.data(), shard(want.lse, H).data(), T * H) <= 1e-5);
-  CHECK(rel_l2_diff(ldq.data(), shard(want.dq, kQrow).data(), T * kQrow) <= 1e-5);
-  CHECK(rel_l2_diff(ldk.data(), shard(want.dk, kKvrow).data(), T * kKvrow) <= 1e-5);
-  CHECK(rel_l2_diff(ldv.data(), shard(want.dv, kKvrow).data(), T * kKvrow) <= 1e-5);
-  for (float x : llse) CHECK(std::isfinite(x));  // every token sees at least itself
+  CHECK(rel_l2_diff(lout, shard(want.out)) <= 1e-5);
+  CHECK(rel_l2_diff(llse, shard(want.lse)) <= 1e-5);
+  CHECK(rel_l2_diff(ldq, shard(want.dq)) <= 1e-5);
+  CHECK(rel_l2_diff(ldk, shard(want.dk)) <= 1e-5);
+  CHECK(rel_l2_diff(ldv, shard(want.dv)) <= 1e-5);
+  for (float x : llse.values()) CHECK(std::isfinite(x));  // every token sees at least itself
   return work.counter("ring.flops");
 }
 

@@ -7,6 +7,7 @@
 // (K/V heads split, and replicated when u > n_kv_heads).
 #include <mpi.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <memory>
 #include <set>
@@ -14,25 +15,20 @@
 #include <vector>
 
 #include "mpi_test_util.hpp"
+#include "random.hpp"
 #include "trident/comm/comm.hpp"
 #include "trident/core/error.hpp"
-#include "trident/core/rng.hpp"
 #include "trident/parallel/cp/config_rules.hpp"
 #include "trident/parallel/cp/ring_attention.hpp"
 #include "trident/parallel/cp/ulysses_attention.hpp"
 
 using namespace trident;
+using trident::testing::random_tensor;
 using trident::testing::split_cp;
 using trident::testing::world_rank;
 using trident::testing::world_size;
 
 namespace {
-
-std::vector<float> random_tensor(int64_t n, const std::string& name) {
-  std::vector<float> x(static_cast<size_t>(n));
-  rng::fill_normal(x.data(), n, rng::hash_name(name), 0, 1.0f);
-  return x;
-}
 
 struct Case {
   int64_t seq;
@@ -53,15 +49,16 @@ void check_case(Communicator& comm, int u, const Case& c) {
   const std::string key = describe(c, cp, u);
   INFO(key);
   const int64_t qrow = int64_t(c.H) * c.D, kvrow = int64_t(c.Hkv) * c.D;
-  auto q = random_tensor(c.seq * qrow, key + "q"), k = random_tensor(c.seq * kvrow, key + "k");
-  auto v = random_tensor(c.seq * kvrow, key + "v"), dout = random_tensor(c.seq * qrow, key + "do");
+  const Tensor q = random_tensor({c.seq, qrow}, key + "q"),
+               k = random_tensor({c.seq, kvrow}, key + "k");
+  const Tensor v = random_tensor({c.seq, kvrow}, key + "v");
+  const Tensor dout = random_tensor({c.seq, qrow}, key + "do");
 
   cp::RingAttention serial(nullptr, c.layout, c.causal, c.seq);
-  std::vector<float> out(q.size()), lse(size_t(c.seq * c.H)), dq(q.size()), dk(k.size()),
-      dv(v.size());
-  serial.forward(q.data(), k.data(), v.data(), c.H, c.Hkv, c.D, out.data(), lse.data());
-  serial.backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), c.H, c.Hkv,
-                  c.D, dq.data(), dk.data(), dv.data());
+  const Tensor out({c.seq, qrow}), lse({c.seq, c.H}), dq({c.seq, qrow}), dk({c.seq, kvrow}),
+      dv({c.seq, kvrow});
+  serial.forward(q, k, v, c.H, c.Hkv, c.D, out, lse);
+  serial.backward(q, k, v, out, lse, dout, c.H, c.Hkv, c.D, dq, dk, dv);
 
   cp::UlyssesAttention ulysses(&comm, u, c.layout, c.causal, c.seq, c.H, c.Hkv, c.D);
   prof::Recorder work;
@@ -70,29 +67,27 @@ void check_case(Communicator& comm, int u, const Case& c) {
   REQUIRE(T == c.seq / cp);
   REQUIRE(ulysses.ring_size() == cp / u);
   REQUIRE(ulysses.positions() == cp::local_positions(c.seq, cp, rank, c.layout, u));
-  auto shard = [&](const std::vector<float>& g, int64_t row) {
-    std::vector<float> l(static_cast<size_t>(T * row));
-    cp::scatter_to_local(g.data(), l.data(), row, c.seq, cp, rank, c.layout, u);
+  auto shard = [&](const Tensor& g) {
+    const Tensor l({T, g.numel() / c.seq});
+    cp::scatter_to_local(g, l, cp, rank, c.layout, u);
     return l;
   };
-  auto lq = shard(q, qrow), lk = shard(k, kvrow), lv = shard(v, kvrow), ldo = shard(dout, qrow);
+  const Tensor lq = shard(q), lk = shard(k), lv = shard(v), ldo = shard(dout);
   // Outputs start as garbage: the exchange must overwrite, not accumulate.
-  auto lout = random_tensor(T * qrow, "garbage"), llse = random_tensor(T * c.H, "garbage");
-  auto ldq = random_tensor(T * qrow, "garbage"), ldk = random_tensor(T * kvrow, "garbage");
-  auto ldv = random_tensor(T * kvrow, "garbage");
-  ulysses.forward(lq.data(), lk.data(), lv.data(), lout.data(), llse.data());
+  const Tensor lout = random_tensor({T, qrow}, "garbage"),
+               llse = random_tensor({T, c.H}, "garbage");
+  const Tensor ldq = random_tensor({T, qrow}, "garbage");
+  const Tensor ldk = random_tensor({T, kvrow}, "garbage"),
+               ldv = random_tensor({T, kvrow}, "garbage");
+  ulysses.forward(lq, lk, lv, lout, llse);
   const double fwd_bytes = work.counter("ulysses.bytes_sent");
-  ulysses.backward(lq.data(), lk.data(), lv.data(), lout.data(), llse.data(), ldo.data(),
-                   ldq.data(), ldk.data(), ldv.data());
+  ulysses.backward(lq, lk, lv, lout, llse, ldo, ldq, ldk, ldv);
 
-  auto eout = shard(out, qrow), elog = shard(lse, c.H), edq = shard(dq, qrow);
-  auto edk = shard(dk, kvrow), edv = shard(dv, kvrow);
-  const int64_t nq = T * qrow, nkv = T * kvrow;
-  CHECK(rel_l2_diff(lout.data(), eout.data(), nq) <= 1e-5);
-  CHECK(rel_l2_diff(llse.data(), elog.data(), T * c.H) <= 1e-5);
-  CHECK(rel_l2_diff(ldq.data(), edq.data(), nq) <= 1e-5);
-  CHECK(rel_l2_diff(ldk.data(), edk.data(), nkv) <= 1e-5);
-  CHECK(rel_l2_diff(ldv.data(), edv.data(), nkv) <= 1e-5);
+  CHECK(rel_l2_diff(lout, shard(out)) <= 1e-5);
+  CHECK(rel_l2_diff(llse, shard(lse)) <= 1e-5);
+  CHECK(rel_l2_diff(ldq, shard(dq)) <= 1e-5);
+  CHECK(rel_l2_diff(ldk, shard(dk)) <= 1e-5);
+  CHECK(rel_l2_diff(ldv, shard(dv)) <= 1e-5);
 
   // Bytes: forward sends q, k, v out and out, lse back; the backward sends
   // q, k, v, out, lse, dout out and dq, dk, dv back; each to u-1 peers.
@@ -128,16 +123,15 @@ TEST_CASE("Ulysses layout: each rank holds one slice of its ring group's tokens"
   for (Layout l : {Layout::contiguous, Layout::zigzag}) {
     for (int u : {2, 4, 8}) {
       const int64_t seq = 96, row = 3;
-      auto g = random_tensor(seq * row, "layout");
-      std::vector<float> back(g.size(), 0.0f);
+      const Tensor g = random_tensor({seq, row}, "layout"), back({seq, row});
       std::vector<int> seen(seq, 0);
       for (int r = 0; r < 8; ++r) {
         for (int64_t p : cp::local_positions(seq, 8, r, l, u)) seen[size_t(p)] += 1;
-        std::vector<float> local(size_t(seq / 8 * row));
-        cp::scatter_to_local(g.data(), local.data(), row, seq, 8, r, l, u);
-        cp::gather_to_global(local.data(), back.data(), row, seq, 8, r, l, u);
+        const Tensor local({seq / 8, row});
+        cp::scatter_to_local(g, local, 8, r, l, u);
+        cp::gather_to_global(local, back, 8, r, l, u);
       }
-      CHECK(back == g);
+      CHECK(std::ranges::equal(back.values(), g.values()));
       for (int s : seen) CHECK(s == 1);
     }
   }

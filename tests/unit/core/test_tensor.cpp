@@ -6,12 +6,13 @@
 #include <string>
 #include <vector>
 
+#include "random.hpp"
 #include "trident/core/error.hpp"
-#include "trident/core/rng.hpp"
 #include "trident/core/tensor.hpp"
 #include "trident/kernels/tensor_ops.hpp"
 
 using namespace trident;
+using trident::testing::random_tensor;
 
 namespace {
 
@@ -28,12 +29,6 @@ class CountingAllocator final : public Allocator {
   }
   Device device() const override { return Device::cpu(); }
 };
-
-Tensor random_tensor(std::vector<int64_t> shape, const char* name) {
-  Tensor t(std::move(shape));
-  rng::fill_normal(t.ptr(), t.numel(), rng::hash_name(name), 0, 1.0f);
-  return t;
-}
 
 }  // namespace
 

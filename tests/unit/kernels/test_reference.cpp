@@ -8,21 +8,16 @@
 #include <vector>
 
 #include "kernel_ctx.hpp"
+#include "random.hpp"
 #include "reference.hpp"
-#include "trident/core/rng.hpp"
 #include "trident/kernels/ops.hpp"
 #include "trident/kernels/swiglu.hpp"
 
 using namespace trident;
+using trident::testing::randn;
 namespace ref = trident::kernels::cpu::reference;
 
 namespace {
-
-std::vector<float> randn(int64_t n, uint64_t key, float s = 1.0f) {
-  std::vector<float> x(static_cast<size_t>(n));
-  rng::fill_normal(x.data(), n, key, 0, s);
-  return x;
-}
 
 double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
   double num = 0.0, den = 0.0;

@@ -11,21 +11,16 @@
 #include <vector>
 
 #include "kernel_ctx.hpp"
+#include "random.hpp"
 #include "step_reference.hpp"
-#include "trident/core/rng.hpp"
 #include "trident/kernels/ops.hpp"
 #include "trident/kernels/swiglu.hpp"
 
 using namespace trident;
+using trident::testing::randn;
 namespace ref = trident::kernels::cpu::reference;
 
 namespace {
-
-std::vector<float> randn(int64_t n, uint64_t key, float s = 1.0f) {
-  std::vector<float> x(static_cast<size_t>(n));
-  rng::fill_normal(x.data(), n, key, 0, s);
-  return x;
-}
 
 // ||got - want|| / ||want||, each taken relative to `base` (the values
 // before an update, so that the update itself is compared).

@@ -75,19 +75,21 @@ std::vector<TokenRun> local_runs(int64_t seq_len, int cp, int rank, Layout layou
 std::vector<int64_t> local_positions(int64_t seq_len, int cp, int rank, Layout layout,
                                      int ulysses = 1);
 
-// Copies the rows of `rank` out of a global [seq_len, row_elems] array into
-// local order [seq_len / cp, row_elems] (e.g. to shard a sequence's inputs).
-void scatter_to_local(const float* global, float* local, int64_t row_elems, int64_t seq_len, int cp,
-                      int rank, Layout layout, int ulysses = 1);
-// The inverse: writes the local rows of `rank` to their global rows.
-void gather_to_global(const float* local, float* global, int64_t row_elems, int64_t seq_len, int cp,
-                      int rank, Layout layout, int ulysses = 1);
+// Copies the rows of `rank` out of global [seq_len, ...] (dimension 0 is the
+// sequence) into local, its seq_len / cp rows in local order (e.g. to shard
+// a sequence's inputs). local has global's row size and dtype in any shape;
+// both on the host or on ctx's device (kernels::copy).
+void scatter_to_local(const Tensor& global, const Tensor& local, int cp, int rank, Layout layout,
+                      int ulysses = 1, const kernels::Ctx& ctx = {});
+// The inverse: writes the local rows of `rank` to their rows of global.
+void gather_to_global(const Tensor& local, const Tensor& global, int cp, int rank, Layout layout,
+                      int ulysses = 1, const kernels::Ctx& ctx = {});
 
 // The same two copies over explicit runs (one rank's runs of a SeqLayout).
-void scatter_runs(const float* global, float* local, int64_t row_elems,
-                  const std::vector<TokenRun>& runs);
-void gather_runs(const float* local, float* global, int64_t row_elems,
-                 const std::vector<TokenRun>& runs);
+void scatter_runs(const Tensor& global, const Tensor& local, const std::vector<TokenRun>& runs,
+                  const kernels::Ctx& ctx = {});
+void gather_runs(const Tensor& local, const Tensor& global, const std::vector<TokenRun>& runs,
+                 const kernels::Ctx& ctx = {});
 
 // Packed documents of this rank's tokens of one sequence, in local order:
 // each token's document id (0-based in the sequence, non-decreasing along
@@ -141,15 +143,6 @@ class RingAttention {
   void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                 const Tensor& lse, const Tensor& dout, int H, int Hkv, int D, const Tensor& dq,
                 const Tensor& dk, const Tensor& dv, const LocalDocs& docs = {});
-  // The same on raw buffers of the ring's device, each borrowed as a tensor
-  // (Tensor::borrow) for the call, nothing copied. For the tests that hold
-  // plain arrays only: the model and the benches call the tensor overloads.
-  void forward(const float* q, const float* k, const float* v, int H, int Hkv, int D, float* out,
-               float* lse, const LocalDocs& docs = {});
-  void backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
-                const float* dout, int H, int Hkv, int D, float* dq, float* dk, float* dv,
-                const LocalDocs& docs = {});
-
   // Where the ring reports its work (nullptr: nowhere, and no clock is read).
   // Spans: "ring.forward" / "ring.backward" per compute span (chunk = ring
   // step; begin, and length = its kernel time without the MPI tests made in
@@ -172,8 +165,6 @@ class RingAttention {
     Request doc_send, doc_recv;  // the block's document ids (host memory, host communicator)
   };
   void load_kv(const Tensor& k, const Tensor& v);
-  // buf of this ring's device as a tensor of n f32 (a caller's raw buffer).
-  Tensor borrowed(const float* buf, int64_t n) const;
   // Throws unless t is f32 on the ring's device with n elements.
   void check_io(const char* what, const Tensor& t, int64_t n) const;
   void check_call(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,

@@ -79,14 +79,6 @@ class UlyssesAttention {
   void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                 const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
                 const Tensor& dv, const LocalDocs& docs = {});
-  // The same on raw buffers of the ring's device, borrowed as tensors for
-  // the call (Tensor::borrow; nothing is copied). For the tests that hold
-  // plain arrays only: the model and the benches call the tensor overloads.
-  void forward(const float* q, const float* k, const float* v, float* out, float* lse,
-               const LocalDocs& docs = {});
-  void backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
-                const float* dout, float* dq, float* dk, float* dv, const LocalDocs& docs = {});
-
   // Reports the ring's spans and counters (RingAttention::set_profiler) and
   // its own: "ulysses.alltoall" spans (packing, the exchange and unpacking),
   // the counter ulysses.bytes_sent (bytes this rank sent to other ranks) and
@@ -103,9 +95,9 @@ class UlyssesAttention {
   // zeroed and the blocks of every source are added (replicated K/V heads).
   template <typename First>
   void to_tokens(const Tensor& y, int hx, int n, int w, First first, bool sum, const Tensor& x);
-  // A caller's buffer of n floats on the ring's device, as a tensor.
-  Tensor borrowed(const float* buf, int64_t n) const;
-  void exchange(const float* send, float* recv, int64_t per_peer);
+  // send's u blocks of per_peer f32 go one to each rank of the group; recv
+  // gets theirs in rank order (both at least u * per_peer, on the ring's device).
+  void exchange(const Tensor& send, const Tensor& recv, int64_t per_peer);
   void note_workspace();
   // The groups and the ring, made on first use (collective over cp).
   void connect();
