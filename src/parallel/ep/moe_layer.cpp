@@ -165,7 +165,9 @@ void MoELayer::forward(const Tensor& x, const std::vector<int>& sample_of_token,
                        const Tensor& y, Cache& c, MoEStats& stats,
                        const std::vector<int64_t>* token_index) {
   const int64_t T = static_cast<int64_t>(sample_of_token.size());
-  TRIDENT_CHECK(x.numel() == T * d_, "MoELayer: sample_of_token needs one entry per token");
+  TRIDENT_CHECK(x.numel() == T * d_, "MoELayer: sample_of_token has " + std::to_string(T) +
+                                         " entries for x " + x.shape_str() + " (rows of d " +
+                                         std::to_string(d_) + ")");
   for (int s : sample_of_token)
     TRIDENT_CHECK(s >= 0 && s < n_samples, "MoELayer: sample id out of range");
   TRIDENT_CHECK(!token_index || int64_t(token_index->size()) == T,

@@ -19,6 +19,7 @@
 using namespace trident;
 using namespace trident::ep;
 using trident::eptest::randn;
+using trident::testing::host_flat;
 using trident::testing::host_rows;
 
 namespace {
@@ -275,4 +276,33 @@ TEST_CASE("bf16 expert weights: staged = fp32 on the rounded weights, native wit
     WARN("SKIP native: this CPU has no AVX512-BF16 (the staged comparison ran)");
   }
   kernels::cpu::set_bf16_mode(kernels::cpu::Bf16Mode::automatic);
+}
+
+TEST_CASE("the dispatcher and the layer refuse rows of the wrong shape, naming them", "[moe]") {
+  TokenDispatcher disp(nullptr, 4);
+  const int64_t T = 3, d = 4;
+  const DispatchPlan p = disp.plan(std::vector<int>{0, 2, 3}, T, 1);
+  std::vector<float> x(T * d, 1.0f), short_rows((T - 1) * d), y(T * d), w(T, 1.0f);
+  CHECK_THROWS_WITH(disp.dispatch(p, host_rows(x, d), host_rows(short_rows, d)),
+                    Catch::Contains("expert_in") && Catch::Contains("3 rows"));
+  std::vector<float> expert_side(T * d);
+  disp.dispatch(p, host_rows(x, d), host_rows(expert_side, d));
+  CHECK_THROWS_WITH(disp.combine(p, host_rows(expert_side, d), host_flat(y), host_rows(y, d)),
+                    Catch::Contains("weight"));
+  CHECK_THROWS_WITH(
+      disp.combine(p, host_rows(expert_side, d), host_flat(w), host_rows(short_rows, d)),
+      Catch::Contains("y "));
+  disp.combine(p, host_rows(expert_side, d), host_flat(w), host_rows(y, d));
+  CHECK(y == x);
+
+  MoELayer layer(small_cfg(4, 2), 0, nullptr, nullptr);
+  std::vector<float> wide(T * 7), out(T * 7);
+  MoELayer::Cache c;
+  MoEStats st;
+  CHECK_THROWS_WITH(
+      layer.forward(host_rows(wide, 7), std::vector<int>(T, 0), 1, host_rows(out, 7), c, st),
+      Catch::Contains("sample_of_token has 3 entries for x [3, 7] (rows of d 6)"));
+  const Tensor sample = Tensor::empty({T}, cpu_allocator(), DType::i32);
+  CHECK_THROWS_WITH(layer.forward(host_rows(wide, 7), sample, 1, host_rows(out, 7), c, st),
+                    Catch::Contains("MoELayer: x and y must be f32 [T, 6], got x [3, 7]"));
 }
