@@ -13,11 +13,10 @@ the public headers themselves include no internal one (so that including
 functional.hpp does not bring the pointer API along). share/trident/design.md
 ("Who calls what") says which header is which and why.
 
-Exceptions (EXCEPTIONS below, each with its reason): the MoE bench
-(src/bench/moe.cpp) still calls the expert kernels' pointer API, the bench
-engine's spot check takes the fp64 reference row from kernels/attention.hpp,
-and the NCCL communicator checks its CUDA calls with kernels/cuda/check.hpp.
-Every other bench runs on the tensor ops.
+Exceptions (EXCEPTIONS below, each with its reason): the bench engine's
+spot check takes the fp64 reference row from kernels/attention.hpp, and the
+NCCL communicator checks its CUDA calls with kernels/cuda/check.hpp. Every
+bench runs on the tensor ops.
 
 Exit 0 when nothing is wrong, 1 with one line per offending include
 (file:line, the header, what to include instead), 2 for bad arguments or a
@@ -51,8 +50,6 @@ PUBLIC = {
 # (path prefix, kernels header or None for any, reason): includes allowed
 # there besides PUBLIC.
 EXCEPTIONS = [
-    ("src/bench/moe.cpp", None, "the MoE bench still times the expert kernels' pointer API "
-                                "(issue 45 moves it to the tensor ops; then this line goes)"),
     ("src/bench/engine.cpp", "attention.hpp", "the spot check's fp64 reference row "
                                               "(attention_reference_row, host memory; no "
                                               "tensor op computes it)"),

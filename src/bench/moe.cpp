@@ -19,9 +19,9 @@
 #include "trident/core/error.hpp"
 #include "trident/core/rng.hpp"
 #include "trident/io/bench_report.hpp"
-#include "trident/kernels/gemm.hpp"
-#include "trident/kernels/moe.hpp"
-#include "trident/kernels/swiglu.hpp"
+#include "trident/kernels/blas.hpp"
+#include "trident/kernels/functional.hpp"
+#include "trident/kernels/tensor_ops.hpp"
 #include "trident/parallel/ep/token_dispatcher.hpp"
 
 namespace trident::bench {
@@ -57,17 +57,22 @@ std::vector<int> make_routing(bool skewed, int64_t T, int E, int k, int rank) {
   return expert;
 }
 
-// What every routing and transport is measured on: this rank's token rows,
-// the routing weights, and the local experts' SwiGLU weights (ffn > 0).
+// What every routing and transport is measured on (host tensors): this
+// rank's token rows x [T, d], the routing weights [T*k], and the local
+// experts' SwiGLU weights (ffn > 0): wg, wu [L, f, d] and wd [L, d, f].
 struct MoeInputs {
-  std::vector<float> x, weight, wg, wu, wd;
+  Tensor x, weight, wg, wu, wd;
+  // Expert e's matrix of w ([f, d], or [d, f] for wd).
+  static Tensor expert(const Tensor& w, int e) {
+    return w.view(e * w.dim(1) * w.dim(2), {w.dim(1), w.dim(2)});
+  }
 };
 
 MoeInputs make_inputs(int rank, int64_t T, int64_t d, int64_t f, int k, int L) {
   MoeInputs in;
-  in.x.resize(static_cast<size_t>(T * d));
-  in.weight.resize(static_cast<size_t>(T * k));
-  rng::fill_normal(in.x.data(), T * d, rng::hash_name("bench.moe.x"), uint64_t(rank) * T * d, 1.0f);
+  in.x = Tensor::empty({T, d});
+  in.weight = Tensor::empty({T * k});
+  rng::fill_normal(in.x.ptr(), T * d, rng::hash_name("bench.moe.x"), uint64_t(rank) * T * d, 1.0f);
   for (int64_t t = 0; t < T; ++t) {
     float s = 0;
     for (int j = 0; j < k; ++j)
@@ -75,12 +80,14 @@ MoeInputs make_inputs(int rank, int64_t T, int64_t d, int64_t f, int k, int L) {
     for (int j = 0; j < k; ++j) in.weight[t * k + j] /= s;
   }
   if (f > 0) {
-    in.wg.resize(size_t(L) * d * f);
-    in.wu.resize(in.wg.size());
-    in.wd.resize(in.wg.size());
-    rng::fill_normal(in.wg.data(), int64_t(in.wg.size()), rng::hash_name("bench.moe.wg"), 0, 0.02f);
-    rng::fill_normal(in.wu.data(), int64_t(in.wu.size()), rng::hash_name("bench.moe.wu"), 0, 0.02f);
-    rng::fill_normal(in.wd.data(), int64_t(in.wd.size()), rng::hash_name("bench.moe.wd"), 0, 0.02f);
+    auto normal = [&](std::vector<int64_t> shape, const char* key) {
+      Tensor w = Tensor::empty(std::move(shape));
+      rng::fill_normal(w.ptr(), w.numel(), rng::hash_name(key), 0, 0.02f);
+      return w;
+    };
+    in.wg = normal({L, f, d}, "bench.moe.wg");
+    in.wu = normal({L, f, d}, "bench.moe.wu");
+    in.wd = normal({L, d, f}, "bench.moe.wd");
   }
   return in;
 }
@@ -245,23 +252,25 @@ class MoeBench {
   // written (shm: the shared inbox and outbox); an identity expert is a
   // copy, timed as expert compute like the SwiGLU. Returns the seconds.
   double run_experts(const DispatchPlan& plan, ep::ForwardRows& rows, bool identity,
-                     const MoeInputs& in, std::vector<float>& gate, std::vector<float>& up) const {
-    const int64_t d = o_.hidden, f = o_.ffn, R = plan.received();
+                     const MoeInputs& in, Tensor& gate, Tensor& up) const {
+    const kernels::Ctx ctx;
+    const int64_t f = o_.ffn, R = plan.received();
     const int L = o_.experts / plan.ep_size;
     const double t0 = now_s();
     if (f == 0 || identity) {
-      std::copy(rows.in(), rows.in() + R * d, rows.out());
+      Tensor out = rows.out();
+      kernels::copy(ctx, out, rows.in());
       return now_s() - t0;
     }
-    gate.resize(size_t(R * f));
-    up.resize(size_t(R * f));
+    kernels::reserve(ctx, gate, R * f);
+    kernels::reserve(ctx, up, R * f);
     for (int e = 0; e < L; ++e)
       for (int r = 0; r < plan.ep_size; ++r) {
         const int64_t n = plan.chunk_rows[r * L + e], off = plan.chunk_offset[r * L + e];
-        kernels::swiglu_forward(kernels::Ctx{}, rows.in() + off * d, n, d, f,
-                                in.wg.data() + e * d * f, in.wu.data() + e * d * f,
-                                in.wd.data() + e * d * f, rows.out() + off * d,
-                                gate.data() + off * f, up.data() + off * f);
+        kernels::swiglu_forward(ctx, rows.in().rows(off, off + n), MoeInputs::expert(in.wg, e),
+                                MoeInputs::expert(in.wu, e), MoeInputs::expert(in.wd, e),
+                                rows.out().rows(off, off + n), gate.view(off * f, {n, f}),
+                                up.view(off * f, {n, f}));
       }
     return now_s() - t0;
   }
@@ -271,16 +280,14 @@ class MoeBench {
   // communication, and wrong byte counts (the ep counters count bytes that
   // leave the rank: both transfers and the count exchange, an all-gather of
   // E counts, and one int when the shm blocks grow).
-  int64_t count_wrong(const DispatchPlan& plan, const std::vector<float>& send,
-                      const std::vector<float>& y, const MoeInputs& in, double ep_bytes,
-                      int growths) const {
+  int64_t count_wrong(const DispatchPlan& plan, const Tensor& send, const Tensor& y,
+                      const MoeInputs& in, double ep_bytes, int growths) const {
     const int64_t T = o_.tokens, d = o_.hidden, S = plan.sent(), R = plan.received();
     const int k = o_.top_k, rank = plan.ep_rank;
-    std::vector<float> local(size_t(T * d));
-    kernels::combine_rows(kernels::Ctx{}, send.data(), d, plan.row_of.data<int64_t>(),
-                          in.weight.data(), T, k, local.data());
+    const Tensor local = Tensor::empty({T, d});
+    kernels::combine_rows(kernels::Ctx{}, send, plan.row_of, in.weight, k, local);
     int64_t wrong = 0;
-    for (size_t i = 0; i < local.size(); ++i) wrong += local[i] != y[i];
+    for (int64_t i = 0; i < local.numel(); ++i) wrong += local[i] != y[i];
     const double off_rank =
         double(S - plan.send_rows[rank] + R - plan.recv_rows[rank]) * double(d) * sizeof(float);
     const double control = double(o_.experts) * sizeof(int64_t) + double(growths) * sizeof(int);
@@ -292,7 +299,7 @@ class MoeBench {
   // The same bytes through a plain all-to-all-v of rows, both ways; rows
   // arrive source-major, as MPI delivers them. Returns (forward, reverse) seconds.
   std::pair<double, double> raw_alltoallv(Communicator& ep, Communicator& world,
-                                          const DispatchPlan& plan, const std::vector<float>& send,
+                                          const DispatchPlan& plan, const Tensor& send,
                                           std::vector<float>& recv,
                                           std::vector<float>& back) const {
     const int W = plan.ep_size;
@@ -303,7 +310,7 @@ class MoeBench {
     back.resize(size_t(plan.sent() * o_.hidden));
     world.barrier();
     double t0 = now_s();
-    ep.alltoallv(send.data(), plan.send_rows, plan.send_displ, recv.data(), plan.recv_rows, rd,
+    ep.alltoallv(send.ptr(), plan.send_rows, plan.send_displ, recv.data(), plan.recv_rows, rd,
                  row_bytes);
     const double fwd = now_s() - t0;
     t0 = now_s();
@@ -323,7 +330,9 @@ class MoeBench {
     TokenDispatcher disp(&ep, o_.experts, *parse_config_name<EpTransportChoice>(transport), 0, ctx);
     prof::Recorder tm(false);  // the phases of one iteration (cleared before each)
     disp.set_profiler(&tm);
-    std::vector<float> send, recv, back, y(static_cast<size_t>(T * d)), gate, up;
+    std::vector<float> recv, back;
+    Tensor send_buffer, gate, up;
+    const Tensor y = Tensor::empty({T, d});
     std::vector<double> per_iter;  // [iters, kCols] seconds, this rank
     int64_t wrong = 0;
     DispatchPlan plan;
@@ -333,21 +342,21 @@ class MoeBench {
       world.barrier();
       const double ep_bytes0 = ep.counters().bytes_sent[int(CommKind::ep)];
       tm.clear();
-      plan = disp.plan(expert.data(), T, k);
-      std::unique_ptr<ep::ForwardRows> rows = disp.dispatch_forward(plan, in.x.data(), d);
+      plan = disp.plan(expert, T, k);
+      std::unique_ptr<ep::ForwardRows> rows = disp.dispatch_forward(plan, in.x);
       const double expert_s = run_experts(plan, *rows, verify, in, gate, up);
       // Expert compute is not the exchange's cost, and neither is waiting for
       // the busiest expert rank: the combine starts aligned, as the raw
       // all-to-all does.
       world.barrier();
-      disp.combine_forward(plan, *rows, in.weight.data(), y.data(), d);
+      disp.combine_forward(plan, *rows, in.weight, y);
       rows.reset();  // as the layer does after its backward
       const double ep_bytes = ep.counters().bytes_sent[int(CommKind::ep)] - ep_bytes0;
 
       // The send rows of the raw all-to-all (and of the local reference).
-      send.resize(size_t(plan.sent() * d));
-      kernels::gather_rows(ctx, in.x.data(), d, plan.send_token.data<int64_t>(), plan.sent(),
-                           send.data());
+      kernels::reserve(ctx, send_buffer, plan.sent() * d);
+      const Tensor send = send_buffer.view(0, {plan.sent(), d});
+      kernels::gather_rows(ctx, in.x, plan.send_token, send);
       if (verify) {
         wrong += count_wrong(plan, send, y, in, ep_bytes, disp.shm_growths() - growths0);
         continue;

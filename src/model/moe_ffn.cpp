@@ -35,14 +35,13 @@ class MoEFeedForward : public FeedForward {
   std::vector<Param*> params() override { return layer_.params(); }
   void forward(const MicroBatch& mb, const Tensor& x, const Tensor& y, FfnCache& c,
                FfnStats& stats) override {
-    const int64_t T = mb.tokens_total();
     auto state = std::make_unique<MoEState>();
     auto& cache = state->cache;
     c.moe = std::move(state);
     ep::MoEStats s;
     c.x = x;  // the layer keeps x's rows until backward (the block's cache owns them)
-    layer_.forward(x.data<float>(), T, mb.on_device.sample_of_token, int(mb.n_samples),
-                   y.data<float>(), cache, s, &mb.on_device.token_index);
+    layer_.forward(x, mb.on_device.sample_of_token, int(mb.n_samples), y, cache, s,
+                   &mb.on_device.token_index);
     stats.aux_loss_sum = s.aux_loss_sum;
     stats.z_loss_sum = s.z_loss_sum;
     stats.moe_index = moe_index_;
@@ -54,16 +53,19 @@ class MoEFeedForward : public FeedForward {
   }
   void backward(const Tensor& dy, const Tensor& dx, FfnCache& c, float aux_scale) override {
     auto& cache = static_cast<MoEState&>(*c.moe).cache;
-    layer_.backward(dy.data<float>(), dx.data<float>(), cache, aux_scale);
+    layer_.backward(dy, dx, cache, aux_scale);
     c.moe.reset();
   }
-  // The layer's cache points into x: recompute() points it at the new x.
+  // The layer's cache holds x: drop() lets it go with the block's (so that
+  // its memory is freed), recompute() gives it the new x.
   void drop(FfnCache& c) override {
-    layer_.drop_expert_activations(static_cast<MoEState&>(*c.moe).cache);
+    auto& cache = static_cast<MoEState&>(*c.moe).cache;
+    cache.x = Tensor();
+    layer_.drop_expert_activations(cache);
   }
   void recompute(FfnCache& c) override {
     auto& cache = static_cast<MoEState&>(*c.moe).cache;
-    cache.x = c.x.data<float>();
+    cache.x = c.x;
     layer_.recompute_expert_activations(cache);
   }
   void update_bias(const std::vector<std::vector<int64_t>>& global_load) override {

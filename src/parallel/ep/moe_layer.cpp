@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <string>
 
-#include "row_views.hpp"
 #include "trident/core/error.hpp"
 #include "trident/kernels/functional.hpp"
 #include "trident/kernels/tensor_ops.hpp"
@@ -41,29 +40,25 @@ int ep_size_of(Communicator* ep) { return ep ? ep->size() : 1; }
 // parameters (fp32).
 class SwigluExperts final : public ExpertBlockFn {
  public:
-  SwigluExperts(MoELayer& layer, int64_t d, int64_t f, const kernels::Ctx& ctx)
-      : layer_(layer), ctx_(ctx), d_(d), f_(f) {}
-  void forward(int e, const float* x, int64_t rows, float* y, float* gate, float* up) override {
-    kernels::swiglu_forward(ctx_, row_view(ctx_, x, rows, d_), layer_.expert_gemm_weight(e, 0),
-                            layer_.expert_gemm_weight(e, 1), layer_.expert_gemm_weight(e, 2),
-                            row_view(ctx_, y, rows, d_), row_view(ctx_, gate, rows, f_),
-                            row_view(ctx_, up, rows, f_));
+  SwigluExperts(MoELayer& layer, const kernels::Ctx& ctx) : layer_(layer), ctx_(ctx) {}
+  void forward(int e, const Tensor& x, const Tensor& y, const Tensor& gate,
+               const Tensor& up) override {
+    kernels::swiglu_forward(ctx_, x, layer_.expert_gemm_weight(e, 0),
+                            layer_.expert_gemm_weight(e, 1), layer_.expert_gemm_weight(e, 2), y,
+                            gate, up);
   }
-  void backward(int e, const float* x, const float* gate, const float* up, const float* dy,
-                int64_t rows, float* dx) override {
+  void backward(int e, const Tensor& x, const Tensor& gate, const Tensor& up, const Tensor& dy,
+                const Tensor& dx) override {
     Param &wg = layer_.expert_param(e, 0), &wu = layer_.expert_param(e, 1),
           &wd = layer_.expert_param(e, 2);
-    kernels::swiglu_backward(ctx_, row_view(ctx_, x, rows, d_), row_view(ctx_, gate, rows, f_),
-                             row_view(ctx_, up, rows, f_), row_view(ctx_, dy, rows, d_),
-                             layer_.expert_gemm_weight(e, 0), layer_.expert_gemm_weight(e, 1),
-                             layer_.expert_gemm_weight(e, 2), row_view(ctx_, dx, rows, d_), wg.grad,
-                             wu.grad, wd.grad);
+    kernels::swiglu_backward(ctx_, x, gate, up, dy, layer_.expert_gemm_weight(e, 0),
+                             layer_.expert_gemm_weight(e, 1), layer_.expert_gemm_weight(e, 2), dx,
+                             wg.grad, wu.grad, wd.grad);
   }
 
  private:
   MoELayer& layer_;
   kernels::Ctx ctx_;
-  int64_t d_, f_;
 };
 
 int ep_rank_of(Communicator* ep) { return ep ? ep->rank() : 0; }
@@ -81,7 +76,7 @@ MoELayer::MoELayer(const ModelConfig& cfg, int layer_index, Communicator* ep, Co
       router_(router_options(cfg)),
       dispatcher_(ep, cfg.n_experts, transport, shm_limit_bytes, ctx),
       cp_(cp),
-      swiglu_(std::make_unique<SwigluExperts>(*this, cfg.d_model, cfg.expert_ffn_hidden(), ctx)),
+      swiglu_(std::make_unique<SwigluExperts>(*this, ctx)),
       expert_fn_(swiglu_.get()) {
   const std::string base = "layers." + std::to_string(layer_index) + ".moe.";
   router_w_ = Param(base + "router", {E_, d_}, GradReduce::dense);
@@ -125,36 +120,40 @@ const Tensor& MoELayer::expert_gemm_weight(int local_expert, int which) {
   return gemm_weight_ ? gemm_weight_(p) : p.value;
 }
 
-void MoELayer::run_experts_forward(Cache& c, float* out) {
+void MoELayer::run_experts_forward(Cache& c, const Tensor& out) {
   const DispatchPlan& p = c.plan;
+  const Tensor& in = c.rows->in();
   for (int e = 0; e < L_; ++e) {
     for (int r = 0; r < p.ep_size; ++r) {
       const int64_t rows = p.chunk_rows[r * L_ + e], off = p.chunk_offset[r * L_ + e];
       if (rows == 0) continue;
-      float* y = out + off * d_;
-      float* gate = c.gate.ptr() + off * f_;
-      float* up = c.up.ptr() + off * f_;
-      const float* x = c.rows->in() + off * d_;
-      expert_fn_->forward(e, x, rows, y, gate, up);
+      expert_fn_->forward(e, in.rows(off, off + rows), out.rows(off, off + rows),
+                          c.gate.rows(off, off + rows), c.up.rows(off, off + rows));
     }
   }
 }
 
-void MoELayer::forward(const float* x, int64_t T, const Tensor& sample_of_token, int n_samples,
-                       float* y, Cache& c, MoEStats& stats, const Tensor* token_index) {
+void MoELayer::forward(const Tensor& x, const Tensor& sample_of_token, int n_samples,
+                       const Tensor& y, Cache& c, MoEStats& stats, const Tensor* token_index) {
+  TRIDENT_CHECK(
+      x.dtype() == DType::f32 && x.ndim() >= 1 && x.dim(-1) == d_ && y.numel() == x.numel(),
+      "MoELayer: x and y must be f32 [T, " + std::to_string(d_) + "], got x " + x.shape_str() +
+          ", y " + y.shape_str());
+  const int64_t T = x.numel() / d_;
   c.n_samples = n_samples;
-  c.x = x;
+  c.x = x.reshape({T, d_});
+  const Tensor out = y.reshape({T, d_});
   Tensor logits = kernels::empty(ctx_, {T, E_});
-  kernels::linear_forward(ctx_, row_view(ctx_, x, T, d_), router_w_.value, logits);
+  kernels::linear_forward(ctx_, c.x, router_w_.value, logits);
   router_.route(ctx_, logits, sample_of_token, n_samples, cp_, c.routing, token_index);
 
   c.plan = dispatcher_.plan(c.routing.expert, T, k_);
   const int64_t R = c.plan.received();
-  c.rows = dispatcher_.dispatch_forward(c.plan, x, d_);
+  c.rows = dispatcher_.dispatch_forward(c.plan, c.x);
   c.gate = kernels::empty(ctx_, {R, f_});
   c.up = kernels::empty(ctx_, {R, f_});
   run_experts_forward(c, c.rows->out());
-  dispatcher_.combine_forward(c.plan, *c.rows, c.routing.weight.data<float>(), y, d_);
+  dispatcher_.combine_forward(c.plan, *c.rows, c.routing.weight, out);
 
   stats.aux_loss_sum = c.routing.aux_share;
   stats.z_loss_sum = c.routing.z_share;
@@ -162,54 +161,61 @@ void MoELayer::forward(const float* x, int64_t T, const Tensor& sample_of_token,
   stats.dropped = c.routing.dropped;
 }
 
-void MoELayer::forward(const float* x, int64_t T, const std::vector<int>& sample_of_token,
-                       int n_samples, float* y, Cache& c, MoEStats& stats,
-                       const int64_t* token_index) {
-  TRIDENT_CHECK(static_cast<int64_t>(sample_of_token.size()) == T,
-                "MoELayer: sample_of_token needs one entry per token");
+void MoELayer::forward(const Tensor& x, const std::vector<int>& sample_of_token, int n_samples,
+                       const Tensor& y, Cache& c, MoEStats& stats,
+                       const std::vector<int64_t>* token_index) {
+  const int64_t T = static_cast<int64_t>(sample_of_token.size());
+  TRIDENT_CHECK(x.numel() == T * d_, "MoELayer: sample_of_token has " + std::to_string(T) +
+                                         " entries for x " + x.shape_str() + " (rows of d " +
+                                         std::to_string(d_) + ")");
   for (int s : sample_of_token)
     TRIDENT_CHECK(s >= 0 && s < n_samples, "MoELayer: sample id out of range");
+  TRIDENT_CHECK(!token_index || int64_t(token_index->size()) == T,
+                "MoELayer: token_index needs one entry per token");
   const Tensor s = kernels::from_host(ctx_, sample_of_token.data(), {T}, DType::i32);
   Tensor ti;
-  if (token_index) ti = kernels::from_host(ctx_, token_index, {T}, DType::i64);
-  forward(x, T, s, n_samples, y, c, stats, token_index ? &ti : nullptr);
+  if (token_index) ti = kernels::from_host(ctx_, token_index->data(), {T}, DType::i64);
+  forward(x, s, n_samples, y, c, stats, token_index ? &ti : nullptr);
 }
 
 // Each expert's rows are one block; the SwiGLU runs per source chunk of it,
 // in source order, so that the weight gradients add up in a fixed order.
-void MoELayer::run_experts_backward(Cache& c, const float* dout, float* din) {
+void MoELayer::run_experts_backward(Cache& c, const Tensor& dout, const Tensor& din) {
   const DispatchPlan& p = c.plan;
+  const Tensor& in = c.rows->in();
   for (int e = 0; e < L_; ++e) {
     for (int r = 0; r < p.ep_size; ++r) {
       const int64_t rows = p.chunk_rows[r * L_ + e], off = p.chunk_offset[r * L_ + e];
       if (rows == 0) continue;
-      const float* xin = c.rows->in() + off * d_;
-      const float* gate = c.gate.ptr() + off * f_;
-      const float* up = c.up.ptr() + off * f_;
-      expert_fn_->backward(e, xin, gate, up, dout + off * d_, rows, din + off * d_);
+      expert_fn_->backward(e, in.rows(off, off + rows), c.gate.rows(off, off + rows),
+                           c.up.rows(off, off + rows), dout.rows(off, off + rows),
+                           din.rows(off, off + rows));
     }
   }
 }
 
-void MoELayer::backward(const float* dy, float* dx, Cache& c, float daux_scale) {
+void MoELayer::backward(const Tensor& dy, const Tensor& dx, Cache& c, float daux_scale) {
   const DispatchPlan& p = c.plan;
   const int64_t T = p.T, S = p.sent(), R = p.received();
+  TRIDENT_CHECK(dy.numel() == T * d_ && dx.numel() == T * d_,
+                "MoELayer: dy and dx must be [T, d] as the forward's x, got dy " + dy.shape_str() +
+                    ", dx " + dx.shape_str());
+  const Tensor dy_rows = dy.reshape({T, d_}), dx_rows = dx.reshape({T, d_});
   // Backward of the combine: w * dy to each copy's row, dy . row to its weight.
   Tensor drows = kernels::empty(ctx_, {S, d_});
   Tensor dweight = kernels::empty(ctx_, {T, k_});
-  dispatcher_.combine_backward(p, *c.rows, dy, c.routing.weight.data<float>(), drows.ptr(),
-                               dweight.ptr(), d_);
+  dispatcher_.combine_backward(p, *c.rows, dy_rows, c.routing.weight, drows, dweight);
   Tensor dout = kernels::empty(ctx_, {R, d_});
-  dispatcher_.dispatch_rows(p, drows.ptr(), dout.ptr(), d_);
+  dispatcher_.dispatch_rows(p, drows, dout);
   Tensor din = kernels::empty(ctx_, {R, d_});
-  run_experts_backward(c, dout.ptr(), din.ptr());
+  run_experts_backward(c, dout, din);
   // Backward of the dispatch: each token's copies summed back.
-  dispatcher_.combine(p, din.ptr(), nullptr, dx, d_);
+  dispatcher_.combine(p, din, Tensor(), dx_rows);
 
   Tensor dlogits = kernels::empty(ctx_, {T, E_});
   router_.backward(ctx_, c.routing, dweight, daux_scale, dlogits);
-  kernels::linear_backward_weight(ctx_, dlogits, row_view(ctx_, c.x, T, d_), router_w_.grad);
-  kernels::linear_backward_input(ctx_, dlogits, router_w_.value, row_view(ctx_, dx, T, d_), 1.0f);
+  kernels::linear_backward_weight(ctx_, dlogits, c.x, router_w_.grad);
+  kernels::linear_backward_input(ctx_, dlogits, router_w_.value, dx_rows, 1.0f);
   c.rows.reset();  // after the backward's transfers: no peer reads these rows any more
 }
 
@@ -223,7 +229,7 @@ void MoELayer::recompute_expert_activations(Cache& c) {
   c.gate = kernels::empty(ctx_, {R, f_});
   c.up = kernels::empty(ctx_, {R, f_});
   Tensor discarded = kernels::empty(ctx_, {R, d_});  // the experts' outputs, kept in rows
-  run_experts_forward(c, discarded.ptr());
+  run_experts_forward(c, discarded);
 }
 
 void MoELayer::update_bias(const std::vector<int64_t>& global_load) {

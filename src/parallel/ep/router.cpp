@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "row_views.hpp"
 #include "trident/core/error.hpp"
 #include "trident/kernels/functional.hpp"
 #include "trident/kernels/tensor_ops.hpp"
@@ -102,18 +101,21 @@ void Router::route(const kernels::Ctx& ctx, const Tensor& logits, const Tensor& 
   apply_capacity(ctx, r, cp, token_index);
 }
 
-void Router::route(const kernels::Ctx& ctx, const float* logits, int64_t T,
+void Router::route(const kernels::Ctx& ctx, const Tensor& logits,
                    const std::vector<int>& sample_of_token, int n_samples, Communicator* cp,
-                   Routing& r, const int64_t* token_index) const {
-  TRIDENT_CHECK(static_cast<int64_t>(sample_of_token.size()) == T,
-                "router: sample_of_token has " + std::to_string(sample_of_token.size()) +
-                    " entries for " + std::to_string(T) + " tokens");
+                   Routing& r, const std::vector<int64_t>* token_index) const {
+  const int64_t T = static_cast<int64_t>(sample_of_token.size());
+  TRIDENT_CHECK(logits.numel() == T * o_.n_experts,
+                "router: sample_of_token has " + std::to_string(T) + " entries for logits " +
+                    logits.shape_str() + " of " + std::to_string(o_.n_experts) + " experts");
+  TRIDENT_CHECK(!token_index || int64_t(token_index->size()) == T,
+                "router: token_index needs one entry per token");
   for (int s : sample_of_token)
     TRIDENT_CHECK(s >= 0 && s < n_samples, "router: sample id out of range");
-  const Tensor l = kernels::from_host(ctx, logits, {T, o_.n_experts}, DType::f32);
+  const Tensor l = kernels::clone(ctx, logits.reshape({T, o_.n_experts}));
   const Tensor s = kernels::from_host(ctx, sample_of_token.data(), {T}, DType::i32);
   Tensor ti;
-  if (token_index) ti = kernels::from_host(ctx, token_index, {T}, DType::i64);
+  if (token_index) ti = kernels::from_host(ctx, token_index->data(), {T}, DType::i64);
   route(ctx, l, s, n_samples, cp, r, token_index ? &ti : nullptr);
 }
 
@@ -157,12 +159,6 @@ void Router::apply_capacity(const kernels::Ctx& ctx, Routing& r, Communicator* c
 void Router::backward(const kernels::Ctx& ctx, const Routing& r, const Tensor& dweight,
                       float daux_scale, const Tensor& dlogits) const {
   kernels::router_backward(ctx, dims(r.T), tensors(r), dweight, daux_scale, dlogits);
-}
-
-void Router::backward(const kernels::Ctx& ctx, const Routing& r, const float* dweight,
-                      float daux_scale, float* dlogits) const {
-  backward(ctx, r, view_of(ctx, dweight, {r.T * o_.top_k}), daux_scale,
-           row_view(ctx, dlogits, r.T, o_.n_experts));
 }
 
 void Router::update_bias(const std::vector<int64_t>& load) {

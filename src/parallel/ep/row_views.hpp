@@ -1,7 +1,7 @@
-// Tensor views of the ep layer's row buffers: the callers' pointers (the
-// layer's and the dispatcher's public calls take them), the transports'
-// boxes and shared windows. The kernels' tensor ops run on these views;
-// nothing is copied, and the memory stays the caller's.
+// Tensor views of the ep transports' row buffers: their boxes in shared
+// windows and the pieces of MPI buffers. The public calls take tensors;
+// the transports move the bytes behind them and hand rows back as views,
+// on which the kernels' tensor ops run. Nothing is copied.
 #pragma once
 #include <cstdint>
 #include <utility>
@@ -28,10 +28,15 @@ inline Tensor row_view(const kernels::Ctx& ctx, const float* p, int64_t rows, in
   return view_of(ctx, p, {rows, d});
 }
 
-// The permute's gather (kernels::gather_rows): out [n, d] = the rows
-// index[0, n) (i64 on ctx's device) of x [T, d].
-void gather_send_rows(const kernels::Ctx& ctx, const float* x, int64_t T, const int64_t* index,
-                      int64_t n, float* out, int64_t d);
+// The first n rows [n, d] of a buffer (kernels::reserve'd, any shape).
+inline Tensor first_rows(const Tensor& buffer, int64_t n, int64_t d) {
+  return buffer.view(0, {n, d});
+}
+
+// d of a row tensor that should hold n rows: its last dimension, checked
+// (f32, n * d elements); `what` names it in the error.
+int64_t row_width(const Tensor& t, int64_t n, const char* what);
+
 // to[0, n) = from[0, n), f32 on ctx's device (nothing when they coincide).
 void copy_floats(const kernels::Ctx& ctx, const float* from, float* to, int64_t n);
 

@@ -35,7 +35,7 @@ int64_t DispatchPlan::received() const {
   return n;
 }
 
-const kernels::RowSource& ForwardRows::returned() const {
+const kernels::RowBlocks& ForwardRows::returned() const {
   TRIDENT_CHECK(back_, "ForwardRows: combine_forward has not brought the rows back yet");
   return returned_;
 }
@@ -113,34 +113,32 @@ void plan_receive(DispatchPlan& p) {
 
 }  // namespace
 
-kernels::RowBlocks TokenDispatcher::blocks(const DispatchPlan& p, const kernels::RowSource& src,
-                                           int64_t d) const {
-  if (src.segments == 0) return row_view(ctx_, src.rows, p.sent(), d);
-  kernels::RowBlocks b;
-  b.first.assign(src.first, src.first + src.segments + 1);
-  for (int s = 0; s < src.segments; ++s)
-    b.blocks.push_back(row_view(ctx_, src.base[s], b.first[size_t(s) + 1] - b.first[size_t(s)], d));
-  return b;
+namespace {
+// weight [T*k] (any shape of T*k elements) as the row ops take it, or
+// empty (weights 1): checked against the plan.
+Tensor weights(const DispatchPlan& p, const Tensor& w, const char* what) {
+  TRIDENT_CHECK(w.empty() || (w.dtype() == DType::f32 && w.numel() == p.T * p.k),
+                std::string("ep: ") + what + " " + w.shape_str() +
+                    " is not f32 [T*k = " + std::to_string(p.T * p.k) + "]");
+  return w.empty() ? w : w.reshape({p.T * p.k});
 }
+}  // namespace
 
-void TokenDispatcher::unpermute(const DispatchPlan& p, const kernels::RowSource& rows,
-                                const float* weight, float* y, int64_t d) {
+void TokenDispatcher::unpermute(const DispatchPlan& p, const kernels::RowBlocks& rows,
+                                const Tensor& weight, const Tensor& y) {
   const double t0 = stamp(sink_);
-  kernels::combine_rows(ctx_, blocks(p, rows, d), p.row_of, weights(p, weight), p.k,
-                        row_view(ctx_, y, p.T, d));
+  row_width(y, p.T, "y");
+  kernels::combine_rows(ctx_, rows, p.row_of, weights(p, weight, "weight"), p.k, y);
   if (sink_) sink_->span(prof::Span{"ep.combine", -1, -1, -1, t0, now_s()});
 }
 
-void TokenDispatcher::unpermute_backward(const DispatchPlan& p, const kernels::RowSource& rows,
-                                         const float* dy, const float* weight, float* drows,
-                                         float* dweight, int64_t d) {
-  kernels::combine_rows_backward(ctx_, blocks(p, rows, d), row_view(ctx_, dy, p.T, d), p.row_of,
-                                 weights(p, weight), p.k, row_view(ctx_, drows, p.sent(), d),
-                                 weights(p, dweight));
-}
-
-Tensor TokenDispatcher::weights(const DispatchPlan& p, const float* w) const {
-  return w ? view_of(ctx_, w, {p.T * p.k}) : Tensor();
+void TokenDispatcher::unpermute_backward(const DispatchPlan& p, const kernels::RowBlocks& rows,
+                                         const Tensor& dy, const Tensor& weight,
+                                         const Tensor& drows, const Tensor& dweight) {
+  const int64_t d = row_width(dy, p.T, "dy");
+  TRIDENT_CHECK(row_width(drows, p.sent(), "drows") == d, "ep: drows and dy differ in width");
+  kernels::combine_rows_backward(ctx_, rows, dy, p.row_of, weights(p, weight, "weight"), p.k, drows,
+                                 weights(p, dweight, "dweight"));
 }
 
 DispatchPlan TokenDispatcher::plan(const Tensor& expert, int64_t T, int k) {
@@ -174,46 +172,54 @@ DispatchPlan TokenDispatcher::plan(const Tensor& expert, int64_t T, int k) {
   return p;
 }
 
-DispatchPlan TokenDispatcher::plan(const int* expert, int64_t T, int k) {
-  return plan(kernels::from_host(ctx_, expert, {T * k}, DType::i32), T, k);
+DispatchPlan TokenDispatcher::plan(const std::vector<int>& expert, int64_t T, int k) {
+  TRIDENT_CHECK(int64_t(expert.size()) == T * k, "dispatch plan: expert must hold T*k values");
+  return plan(kernels::from_host(ctx_, expert.data(), {T * k}, DType::i32), T, k);
 }
 
-void TokenDispatcher::dispatch(const DispatchPlan& p, const float* x, float* expert_in, int64_t d) {
-  transport_->dispatch(p, SendRows{x, p.send_token.data<int64_t>()}, expert_in, d);
+void TokenDispatcher::dispatch(const DispatchPlan& p, const Tensor& x, const Tensor& expert_in) {
+  TRIDENT_CHECK(row_width(x, p.T, "x") == row_width(expert_in, p.received(), "expert_in"),
+                "ep: x and expert_in differ in width");
+  transport_->dispatch(p, SendRows{x, p.send_token}, expert_in);
 }
 
-void TokenDispatcher::dispatch_rows(const DispatchPlan& p, const float* rows, float* expert_in,
-                                    int64_t d) {
-  transport_->dispatch(p, SendRows{rows, nullptr}, expert_in, d);
+void TokenDispatcher::dispatch_rows(const DispatchPlan& p, const Tensor& rows,
+                                    const Tensor& expert_in) {
+  TRIDENT_CHECK(
+      row_width(rows, p.sent(), "rows") == row_width(expert_in, p.received(), "expert_in"),
+      "ep: rows and expert_in differ in width");
+  transport_->dispatch(p, SendRows{rows, Tensor()}, expert_in);
 }
 
-void TokenDispatcher::combine(const DispatchPlan& p, const float* expert_side, const float* weight,
-                              float* y, int64_t d, KeptRows* keep) {
-  unpermute(p, transport_->gather_back(p, expert_side, d, keep), weight, y, d);
+void TokenDispatcher::combine(const DispatchPlan& p, const Tensor& expert_side,
+                              const Tensor& weight, const Tensor& y, KeptRows* keep) {
+  row_width(expert_side, p.received(), "expert_side");
+  unpermute(p, transport_->gather_back(p, expert_side, keep), weight, y);
 }
 
-void TokenDispatcher::combine_backward(const DispatchPlan& p, const float* expert_side,
-                                       const float* dy, const float* weight, float* drows,
-                                       float* dweight, int64_t d, KeptRows* keep) {
-  unpermute_backward(p, transport_->gather_back(p, expert_side, d, keep), dy, weight, drows,
-                     dweight, d);
+void TokenDispatcher::combine_backward(const DispatchPlan& p, const Tensor& expert_side,
+                                       const Tensor& dy, const Tensor& weight, const Tensor& drows,
+                                       const Tensor& dweight, KeptRows* keep) {
+  row_width(expert_side, p.received(), "expert_side");
+  unpermute_backward(p, transport_->gather_back(p, expert_side, keep), dy, weight, drows, dweight);
 }
 
 std::unique_ptr<ForwardRows> TokenDispatcher::dispatch_forward(const DispatchPlan& p,
-                                                               const float* x, int64_t d) {
-  return transport_->dispatch_forward(p, x, d);
+                                                               const Tensor& x) {
+  row_width(x, p.T, "x");
+  return transport_->dispatch_forward(p, x);
 }
 
-void TokenDispatcher::combine_forward(const DispatchPlan& p, ForwardRows& rows, const float* weight,
-                                      float* y, int64_t d) {
-  transport_->return_forward(p, rows, d);
-  unpermute(p, rows.returned(), weight, y, d);
+void TokenDispatcher::combine_forward(const DispatchPlan& p, ForwardRows& rows,
+                                      const Tensor& weight, const Tensor& y) {
+  transport_->return_forward(p, rows);
+  unpermute(p, rows.returned(), weight, y);
 }
 
 void TokenDispatcher::combine_backward(const DispatchPlan& p, const ForwardRows& rows,
-                                       const float* dy, const float* weight, float* drows,
-                                       float* dweight, int64_t d) {
-  unpermute_backward(p, rows.returned(), dy, weight, drows, dweight, d);
+                                       const Tensor& dy, const Tensor& weight, const Tensor& drows,
+                                       const Tensor& dweight) {
+  unpermute_backward(p, rows.returned(), dy, weight, drows, dweight);
 }
 
 void TokenDispatcher::set_profiler(prof::Sink* sink) {

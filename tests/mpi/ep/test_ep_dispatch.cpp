@@ -7,9 +7,9 @@
 #include <thread>
 
 #include "../../unit/ep/ep_test_util.hpp"
+#include "ep_fixtures.hpp"
 #include "ep_mesh.hpp"
 #include "trident/core/tensor.hpp"
-#include "trident/kernels/moe.hpp"
 #include "trident/parallel/ep/moe_layer.hpp"
 #include "trident/parallel/ep/token_dispatcher.hpp"
 #include "trident/parallel/ep/transport.hpp"
@@ -17,6 +17,9 @@
 using namespace trident;
 using namespace trident::ep;
 using trident::eptest::randn;
+using trident::testing::block_row;
+using trident::testing::host_flat;
+using trident::testing::host_rows;
 
 namespace {
 
@@ -27,22 +30,22 @@ void identity_round_trip(TokenDispatcher& disp, const std::vector<int>& expert,
                          int k, int64_t d, std::vector<float>& y, std::vector<float>& dx,
                          DispatchPlan& plan, prof::Recorder& forward) {
   disp.set_profiler(&forward);  // the forward's transfers only
-  plan = disp.plan(expert.data(), T, k);
+  plan = disp.plan(expert, T, k);
   const int64_t S = plan.sent(), R = plan.received();
   std::vector<float> at_expert(R * d);
-  disp.dispatch(plan, x.data(), at_expert.data(), d);
+  disp.dispatch(plan, host_rows(x, d), host_rows(at_expert, d));
   std::vector<float> w(T * k, 1.0f / float(k));
   y.assign(T * d, -1.0f);
   KeptRows keep;
-  disp.combine(plan, at_expert.data(), w.data(), y.data(), d, &keep);
+  disp.combine(plan, host_rows(at_expert, d), host_flat(w), host_rows(y, d), &keep);
   disp.set_profiler(nullptr);
   // Backward: the combine's gradient travels like a dispatch, and back.
   std::vector<float> drows(S * d), dw(T * k), dexp(R * d);
-  disp.combine_backward(plan, at_expert.data(), dy.data(), w.data(), drows.data(), dw.data(), d,
-                        &keep);
-  disp.dispatch_rows(plan, drows.data(), dexp.data(), d);
+  disp.combine_backward(plan, host_rows(at_expert, d), host_rows(dy, d), host_flat(w),
+                        host_rows(drows, d), host_flat(dw), &keep);
+  disp.dispatch_rows(plan, host_rows(drows, d), host_rows(dexp, d));
   dx.assign(T * d, -1.0f);
-  disp.combine(plan, dexp.data(), nullptr, dx.data(), d);
+  disp.combine(plan, host_rows(dexp, d), Tensor(), host_rows(dx, d));
 }
 
 const char* const kTransports[] = {"alltoallv", "shm"};
@@ -155,13 +158,14 @@ TEST_CASE("forwards in flight keep their rows until released, slots are reused",
                    uint64_t(j) * (E / k)) %
                   E);
       f.x = randn("slots_x", T * d, 1.0f, (uint64_t(rank) << 24) + uint64_t(i) * 1000);
-      f.plan = disp.plan(expert.data(), T, k);
-      f.rows = disp.dispatch_forward(f.plan, f.x.data(), d);
+      f.plan = disp.plan(expert, T, k);
+      f.rows = disp.dispatch_forward(f.plan, host_rows(f.x, d));
       const int64_t R = f.plan.received();
       // The expert: out = 2 * in. The combine of weights 1/2 gives 2 x, exactly.
-      for (int64_t i2 = 0; i2 < R * d; ++i2) f.rows->out()[i2] = 2.0f * f.rows->in()[i2];
+      Tensor out = f.rows->out();
+      for (int64_t i2 = 0; i2 < R * d; ++i2) out[i2] = 2.0f * f.rows->in()[i2];
       std::vector<float> w(T * k, 0.5f), y(T * d, -1.0f);
-      disp.combine_forward(f.plan, *f.rows, w.data(), y.data(), d);
+      disp.combine_forward(f.plan, *f.rows, host_flat(w), host_rows(y, d));
       int64_t bad = 0;
       for (int64_t i2 = 0; i2 < T * d; ++i2) bad += y[i2] != 2.0f * f.x[i2];
       CHECK(bad == 0);
@@ -171,12 +175,12 @@ TEST_CASE("forwards in flight keep their rows until released, slots are reused",
     // forwards came after.
     auto check_visit = [&](Fwd& f) {
       int64_t bad = 0;
-      const kernels::RowSource& rows = f.rows->returned();
+      const kernels::RowBlocks& rows = f.rows->returned();
       for (int64_t t = 0; t < f.plan.T; ++t)
         for (int j = 0; j < k; ++j)
           for (int c = 0; c < d; ++c)
-            bad +=
-                rows.row(f.plan.row_of.data<int64_t>()[t * k + j], d)[c] != 2.0f * f.x[t * d + c];
+            bad += block_row(rows, f.plan.row_of.data<int64_t>()[t * k + j], d)[c] !=
+                   2.0f * f.x[t * d + c];
       CHECK(bad == 0);
     };
     INFO("transport " << tr << " rank " << rank);
@@ -210,7 +214,7 @@ TEST_CASE("shm: a dispatch leaves alone the rows peers still read from the last 
   TokenDispatcher planner(mesh.ep_comm.get(), E, EpTransportChoice::alltoallv);
   const auto plan_of = [&](int64_t T) {
     const std::vector<int> expert(size_t(T), 1);
-    return planner.plan(expert.data(), T, 1);
+    return planner.plan(expert, T, 1);
   };
   const DispatchPlan a = plan_of(8), b = plan_of(32 * W);
   const auto xa = randn("overlap_a", a.T * d, 1.0f, uint64_t(rank) << 20);
@@ -220,13 +224,13 @@ TEST_CASE("shm: a dispatch leaves alone the rows peers still read from the last 
   // its rows 0.3 s after the others, who go on to their next dispatch.
   const auto round_trip = [&](const DispatchPlan& p, const std::vector<float>& x, bool slow) {
     std::vector<float> expert_side(size_t(p.received() * d));
-    shm->dispatch(p, SendRows{x.data(), p.send_token.data<int64_t>()}, expert_side.data(), d);
-    const kernels::RowSource back = shm->gather_back(p, expert_side.data(), d, nullptr);
+    shm->dispatch(p, SendRows{host_rows(x, d), p.send_token}, host_rows(expert_side, d));
+    const kernels::RowBlocks back = shm->gather_back(p, host_rows(expert_side, d), nullptr);
     if (slow && rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
     bool same = true;
     for (int64_t i = 0; i < p.sent(); ++i) {
       const int64_t t = p.send_token.data<int64_t>()[i];
-      same = same && std::equal(x.begin() + t * d, x.begin() + (t + 1) * d, back.row(i, d));
+      same = same && std::equal(x.begin() + t * d, x.begin() + (t + 1) * d, block_row(back, i, d));
     }
     return same;
   };
@@ -256,11 +260,12 @@ TEST_CASE("past runtime.ep_shm_limit_mb the exchange falls back to alltoallv, sa
     const int64_t T = 6 + 10 * i;
     const auto expert = routing(i, T);
     x = randn("limit_x", T * d, 1.0f, (uint64_t(rank) << 20) + uint64_t(i));
-    plan = disp.plan(expert.data(), T, k);
-    rows = disp.dispatch_forward(plan, x.data(), d);
-    for (int64_t r = 0; r < plan.received() * d; ++r) rows->out()[r] = 2.0f * rows->in()[r];
+    plan = disp.plan(expert, T, k);
+    rows = disp.dispatch_forward(plan, host_rows(x, d));
+    Tensor out = rows->out();
+    for (int64_t r = 0; r < plan.received() * d; ++r) out[r] = 2.0f * rows->in()[r];
     std::vector<float> w(T * k, 0.5f), y(T * d);
-    disp.combine_forward(plan, *rows, w.data(), y.data(), d);
+    disp.combine_forward(plan, *rows, host_flat(w), host_rows(y, d));
     int64_t bad = 0;
     for (int64_t e = 0; e < T * d; ++e) bad += y[e] != 2.0f * x[e];
     return bad;
@@ -289,11 +294,11 @@ TEST_CASE("past runtime.ep_shm_limit_mb the exchange falls back to alltoallv, sa
     const DispatchPlan& p = f == &r0 ? p0 : p1;
     const std::vector<float>& x = f == &r0 ? x0 : x1;
     int64_t bad = 0;
-    const kernels::RowSource& rows = (*f)->returned();
+    const kernels::RowBlocks& rows = (*f)->returned();
     for (int64_t t = 0; t < p.T; ++t)
       for (int j = 0; j < k; ++j)
         for (int c = 0; c < d; ++c)
-          bad += rows.row(p.row_of.data<int64_t>()[t * k + j], d)[c] != 2.0f * x[t * d + c];
+          bad += block_row(rows, p.row_of.data<int64_t>()[t * k + j], d)[c] != 2.0f * x[t * d + c];
     CHECK(bad == 0);
   }
 }
@@ -303,14 +308,8 @@ TEST_CASE("capacity drops with ep equal the one-rank drops of each rank's tokens
   for (int ep : {1, 2, 4, 8}) {
     if (W % ep) continue;
     eptest::EpMesh mesh(ep, 1);
-    ModelConfig cfg;
-    cfg.d_model = 8;
-    cfg.ffn_hidden = 12;
-    cfg.n_experts = 8;
-    cfg.top_k = 2;
-    cfg.capacity_factor = 0.75;
-    cfg.init_std = 0.5;
-    cfg.aux_loss_coef = 0.02;
+    const ModelConfig cfg =
+        testing::moe_layer_config({.d_model = 8, .ffn = 12, .aux_loss = 0.02, .capacity = 0.75});
     const int d = cfg.d_model, T = 20;
     std::vector<int> sample(T, 0);
     // Reference: the all-local layer on each rank's tokens in turn; expert
@@ -324,8 +323,8 @@ TEST_CASE("capacity drops with ep equal the one-rank drops of each rank's tokens
       std::vector<float> y(T * d), dx(T * d);
       MoELayer::Cache c;
       MoEStats st;
-      ref.forward(x.data(), T, sample, 1, y.data(), c, st);
-      ref.backward(dy.data(), dx.data(), c, 1.0f);
+      ref.forward(host_rows(x, d), sample, 1, host_rows(y, d), c, st);
+      ref.backward(host_rows(dy, d), host_rows(dx, d), c, 1.0f);
       dropped_ref += st.dropped;
       if (r == rank) y_ref = y, dx_ref = dx;
     }
@@ -335,8 +334,8 @@ TEST_CASE("capacity drops with ep equal the one-rank drops of each rank's tokens
     std::vector<float> y(T * d), dx(T * d);
     MoELayer::Cache c;
     MoEStats st;
-    layer.forward(x.data(), T, sample, 1, y.data(), c, st);
-    layer.backward(dy.data(), dx.data(), c, 1.0f);
+    layer.forward(host_rows(x, d), sample, 1, host_rows(y, d), c, st);
+    layer.backward(host_rows(dy, d), host_rows(dx, d), c, 1.0f);
     INFO("ep " << ep << " rank " << rank);
     CHECK(c.routing.capacity == 4);  // ceil(0.75 * 20 * 2 / 8)
     for (auto v : st.tokens_per_expert) CHECK(v <= 4);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../../unit/ep/ep_test_util.hpp"
+#include "ep_fixtures.hpp"
 #include "ep_mesh.hpp"
 #include "trident/core/overlap.hpp"
 #include "trident/parallel/ep/moe_layer.hpp"
@@ -46,8 +47,8 @@ class MoeStage final : public pp::PipelineStage {
     }
     k.y.assign(k.x.size(), 0.0f);
     ep::MoEStats stats;
-    layers_[size_t(chunk)]->forward(k.x.data(), kTokens, std::vector<int>(kTokens, 0), 1,
-                                    k.y.data(), k.cache, stats);
+    layers_[size_t(chunk)]->forward(testing::host_rows(k.x, d_), std::vector<int>(kTokens, 0), 1,
+                                    testing::host_rows(k.y, d_), k.cache, stats);
     if (chunk == 0) {
       std::memcpy(output.ptr(), k.y.data(), sizeof(float) * k.y.size());
     } else {
@@ -56,9 +57,9 @@ class MoeStage final : public pp::PipelineStage {
   }
   void backward(int chunk, int mb, const Tensor& grad_output, Tensor& grad_input, bool) override {
     Kept& k = kept_.at({chunk, mb});
-    const float* dy = chunk == 1 ? k.y.data() : grad_output.ptr();
+    const Tensor dy = chunk == 1 ? testing::host_rows(k.y, d_) : grad_output.reshape({kTokens, d_});
     std::vector<float> dx(k.x.size());
-    layers_[size_t(chunk)]->backward(dy, dx.data(), k.cache, 0.0f);
+    layers_[size_t(chunk)]->backward(dy, testing::host_rows(dx, d_), k.cache, 0.0f);
     if (chunk == 1) std::memcpy(grad_input.ptr(), dx.data(), sizeof(float) * dx.size());
     kept_.erase({chunk, mb});
   }
@@ -89,12 +90,7 @@ struct Run {
 };
 
 Run run(const pp::Schedule& lowered, Communicator& ep, EpTransportChoice transport, bool overlap) {
-  ModelConfig cfg;
-  cfg.d_model = 16;
-  cfg.ffn_hidden = 24;
-  cfg.n_experts = 4;
-  cfg.top_k = 2;
-  cfg.init_std = 0.4;
+  const ModelConfig cfg = testing::moe_layer_config({.experts = 4, .init_std = 0.4});
   MoeStage stage(cfg, &ep, transport);
   pp::ExecOptions options;
   options.overlap_pairs = overlap;

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "../../unit/ep/ep_test_util.hpp"
+#include "ep_fixtures.hpp"
 #include "ep_mesh.hpp"
 #include "trident/core/tensor.hpp"
 #include "trident/parallel/ep/moe_layer.hpp"
@@ -13,6 +14,7 @@
 using namespace trident;
 using namespace trident::ep;
 using trident::eptest::randn;
+using trident::testing::host_rows;
 
 namespace {
 
@@ -29,16 +31,13 @@ void run_case(const Case& cs, int ep, const char* transport) {
   const int W = testing::world_size(), rank = testing::world_rank();
   const int cp = W % 2 == 0 ? 2 : 1, dp = W / cp;
   eptest::EpMesh mesh(ep, cp);
-  ModelConfig cfg;
-  cfg.d_model = 16;
-  cfg.ffn_hidden = 24;
-  cfg.n_experts = 8;
-  cfg.top_k = cs.top_k;
-  cfg.router = *parse_config_name<RouterScoring>(cs.router);
-  cfg.norm_topk = cs.norm_topk;
-  cfg.aux_loss_coef = 0.05;
-  cfg.z_loss_coef = 0.01;
-  cfg.init_std = 0.4;
+  const ModelConfig cfg =
+      testing::moe_layer_config({.top_k = cs.top_k,
+                                 .init_std = 0.4,
+                                 .aux_loss = 0.05,
+                                 .z_loss = 0.01,
+                                 .router = *parse_config_name<RouterScoring>(cs.router),
+                                 .norm_topk = cs.norm_topk});
   const int d = cfg.d_model, E = cfg.n_experts, k = cfg.top_k;
   // Each rank: 2 samples x 5 tokens (its cp slice of 2 samples of 5*cp tokens).
   const int per_sample = 5, T = 2 * per_sample, Tg = T * W;
@@ -61,8 +60,8 @@ void run_case(const Case& cs, int ep, const char* transport) {
   std::vector<float> yg(xg.size()), dxg(xg.size());
   MoELayer::Cache rc;
   MoEStats rs;
-  ref.forward(xg.data(), Tg, sample_g, 2 * dp, yg.data(), rc, rs);
-  ref.backward(dyg.data(), dxg.data(), rc, daux);
+  ref.forward(host_rows(xg, d), sample_g, 2 * dp, host_rows(yg, d), rc, rs);
+  ref.backward(host_rows(dyg, d), host_rows(dxg, d), rc, daux);
 
   MoELayer layer(cfg, 2, mesh.ep_comm.get(), mesh.cp_comm.get(),
                  *parse_config_name<EpTransportChoice>(transport));
@@ -75,8 +74,8 @@ void run_case(const Case& cs, int ep, const char* transport) {
   std::vector<float> y(T * d), dx(T * d);
   MoELayer::Cache c;
   MoEStats st;
-  layer.forward(xg.data() + off, T, sample, 2, y.data(), c, st);
-  layer.backward(dyg.data() + off, dx.data(), c, daux);
+  layer.forward(host_rows(xg, int64_t(rank) * T, T, d), sample, 2, host_rows(y, d), c, st);
+  layer.backward(host_rows(dyg, int64_t(rank) * T, T, d), host_rows(dx, d), c, daux);
 
   INFO("case " << cs.name << " ep " << ep << " cp " << cp << " transport " << transport << " rank "
                << rank);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 
+#include "ep_fixtures.hpp"
 #include "ep_test_util.hpp"
 #include "kernel_ctx.hpp"
 #include "trident/core/tensor.hpp"
@@ -18,30 +19,25 @@
 using namespace trident;
 using namespace trident::ep;
 using trident::eptest::randn;
+using trident::testing::host_flat;
+using trident::testing::host_rows;
 
 namespace {
 ModelConfig small_cfg(int E, int k) {
-  ModelConfig c;
-  c.d_model = 6;
-  c.ffn_hidden = 10;
-  c.n_experts = E;
-  c.top_k = k;
-  c.aux_loss_coef = 0.1;
-  c.z_loss_coef = 0.01;
-  c.init_std = 0.5;
-  return c;
+  return testing::moe_layer_config(
+      {.d_model = 6, .ffn = 10, .experts = E, .top_k = k, .aux_loss = 0.1, .z_loss = 0.01});
 }
 
 // Identity experts: y = x; backward dx = dy.
 struct IdentityExperts : ExpertBlockFn {
-  int64_t d;
-  explicit IdentityExperts(int64_t dd) : d(dd) {}
-  void forward(int, const float* x, int64_t rows, float* y, float*, float*) override {
-    std::copy(x, x + rows * d, y);
+  void forward(int, const Tensor& x, const Tensor& y, const Tensor&, const Tensor&) override {
+    REQUIRE(x.shape() == y.shape());
+    std::copy(x.values().begin(), x.values().end(), y.values().begin());
   }
-  void backward(int, const float*, const float*, const float*, const float* dy, int64_t rows,
-                float* dx) override {
-    std::copy(dy, dy + rows * d, dx);
+  void backward(int, const Tensor&, const Tensor&, const Tensor&, const Tensor& dy,
+                const Tensor& dx) override {
+    REQUIRE(dy.shape() == dx.shape());
+    std::copy(dy.values().begin(), dy.values().end(), dx.values().begin());
   }
 };
 
@@ -51,8 +47,9 @@ std::vector<float> run_layer(MoELayer& layer, const std::vector<float>& x,
   std::vector<float> y(x.size()), dx(x.size());
   MoELayer::Cache c;
   MoEStats st;
-  layer.forward(x.data(), T, std::vector<int>(size_t(T), 0), 1, y.data(), c, st);
-  layer.backward(dy.data(), dx.data(), c, 1.0f);
+  const int64_t d = int64_t(x.size()) / T;
+  layer.forward(host_rows(x, d), std::vector<int>(size_t(T), 0), 1, host_rows(y, d), c, st);
+  layer.backward(host_rows(dy, d), host_rows(dx, d), c, 1.0f);
   std::vector<float> out = y;
   out.insert(out.end(), dx.begin(), dx.end());
   for (Param* p : layer.params())
@@ -65,7 +62,8 @@ double layer_objective(MoELayer& layer, const std::vector<float>& x, int T,
   std::vector<float> y(x.size());
   MoELayer::Cache c;
   MoEStats st;
-  layer.forward(x.data(), T, sample, 2, y.data(), c, st);
+  const int64_t d = int64_t(x.size()) / T;
+  layer.forward(host_rows(x, d), sample, 2, host_rows(y, d), c, st);
   return eptest::dot(y, g) + daux * (st.aux_loss_sum + st.z_loss_sum);
 }
 }  // namespace
@@ -80,8 +78,8 @@ TEST_CASE("one-expert top-1 MoE equals the dense SwiGLU MLP, forward and backwar
   std::vector<float> y(T * d), dx(T * d);
   MoELayer::Cache c;
   MoEStats st;
-  layer.forward(x.data(), T, sample, 1, y.data(), c, st);
-  layer.backward(dy.data(), dx.data(), c, 1.0f);
+  layer.forward(host_rows(x, d), sample, 1, host_rows(y, d), c, st);
+  layer.backward(host_rows(dy, d), host_rows(dx, d), c, 1.0f);
 
   Param &wg = layer.expert_param(0, 0), &wu = layer.expert_param(0, 1),
         &wd = layer.expert_param(0, 2);
@@ -116,8 +114,8 @@ TEST_CASE("MoE layer gradients match finite differences", "[moe]") {
     std::vector<float> y(T * d), dx(T * d);
     MoELayer::Cache c;
     MoEStats st;
-    layer.forward(x.data(), T, sample, 2, y.data(), c, st);
-    layer.backward(g.data(), dx.data(), c, float(daux));
+    layer.forward(host_rows(x, d), sample, 2, host_rows(y, d), c, st);
+    layer.backward(host_rows(g, d), host_rows(dx, d), c, float(daux));
     // Directional derivatives along random directions: fp32 forward, so a
     // step of 1e-2 and a loose tolerance; a wrong term is off by O(1).
     const float eps = 1e-2f;
@@ -150,7 +148,7 @@ TEST_CASE("identity experts with weights 1/k round-trip the input, forward and b
   MoELayer layer(cfg, 0, nullptr, nullptr);
   // Zero router: p = 1/8, renormalised top-2 weights are exactly 1/2.
   layer.router_weight().value.zero();
-  IdentityExperts id(cfg.d_model);
+  IdentityExperts id;
   layer.set_expert_fn(&id);
   const int T = 7, d = cfg.d_model;
   auto x = randn("id_x", T * d), dy = randn("id_dy", T * d);
@@ -158,8 +156,8 @@ TEST_CASE("identity experts with weights 1/k round-trip the input, forward and b
   std::vector<float> y(T * d), dx(T * d);
   MoELayer::Cache c;
   MoEStats st;
-  layer.forward(x.data(), T, sample, 1, y.data(), c, st);
-  layer.backward(dy.data(), dx.data(), c, 0.0f);
+  layer.forward(host_rows(x, d), sample, 1, host_rows(y, d), c, st);
+  layer.backward(host_rows(dy, d), host_rows(dx, d), c, 0.0f);
   CHECK(y == x);
   // The router's part of dx is dlogits·Wᵀ with W = 0.
   CHECK(dx == dy);
@@ -179,7 +177,7 @@ TEST_CASE("capacity drops leave a zero expert output, dropless keeps T*k copies"
   std::vector<float> y(T * d);
   MoELayer::Cache c;
   MoEStats st;
-  layer.forward(x.data(), T, sample, 1, y.data(), c, st);
+  layer.forward(host_rows(x, d), sample, 1, host_rows(y, d), c, st);
   CHECK(st.dropped == 7);
   CHECK(st.tokens_per_expert == std::vector<int64_t>{1, 0, 0, 0});
   for (int t = 1; t < T; ++t)
@@ -190,7 +188,7 @@ TEST_CASE("capacity drops leave a zero expert output, dropless keeps T*k copies"
 
   auto cfg2 = small_cfg(4, 2);
   MoELayer dropless(cfg2, 0, nullptr, nullptr);
-  dropless.forward(x.data(), T, sample, 1, y.data(), c, st);
+  dropless.forward(host_rows(x, d), sample, 1, host_rows(y, d), c, st);
   int64_t total = 0;
   for (auto v : st.tokens_per_expert) total += v;
   CHECK(total == T * 2);
@@ -278,4 +276,33 @@ TEST_CASE("bf16 expert weights: staged = fp32 on the rounded weights, native wit
     WARN("SKIP native: this CPU has no AVX512-BF16 (the staged comparison ran)");
   }
   kernels::cpu::set_bf16_mode(kernels::cpu::Bf16Mode::automatic);
+}
+
+TEST_CASE("the dispatcher and the layer refuse rows of the wrong shape, naming them", "[moe]") {
+  TokenDispatcher disp(nullptr, 4);
+  const int64_t T = 3, d = 4;
+  const DispatchPlan p = disp.plan(std::vector<int>{0, 2, 3}, T, 1);
+  std::vector<float> x(T * d, 1.0f), short_rows((T - 1) * d), y(T * d), w(T, 1.0f);
+  CHECK_THROWS_WITH(disp.dispatch(p, host_rows(x, d), host_rows(short_rows, d)),
+                    Catch::Contains("expert_in") && Catch::Contains("3 rows"));
+  std::vector<float> expert_side(T * d);
+  disp.dispatch(p, host_rows(x, d), host_rows(expert_side, d));
+  CHECK_THROWS_WITH(disp.combine(p, host_rows(expert_side, d), host_flat(y), host_rows(y, d)),
+                    Catch::Contains("weight"));
+  CHECK_THROWS_WITH(
+      disp.combine(p, host_rows(expert_side, d), host_flat(w), host_rows(short_rows, d)),
+      Catch::Contains("y "));
+  disp.combine(p, host_rows(expert_side, d), host_flat(w), host_rows(y, d));
+  CHECK(y == x);
+
+  MoELayer layer(small_cfg(4, 2), 0, nullptr, nullptr);
+  std::vector<float> wide(T * 7), out(T * 7);
+  MoELayer::Cache c;
+  MoEStats st;
+  CHECK_THROWS_WITH(
+      layer.forward(host_rows(wide, 7), std::vector<int>(T, 0), 1, host_rows(out, 7), c, st),
+      Catch::Contains("sample_of_token has 3 entries for x [3, 7] (rows of d 6)"));
+  const Tensor sample = Tensor::empty({T}, cpu_allocator(), DType::i32);
+  CHECK_THROWS_WITH(layer.forward(host_rows(wide, 7), sample, 1, host_rows(out, 7), c, st),
+                    Catch::Contains("MoELayer: x and y must be f32 [T, 6], got x [3, 7]"));
 }

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
+#include "ep_fixtures.hpp"
 #include "ep_test_util.hpp"
 #include "trident/core/error.hpp"
 #include "trident/kernels/moe.hpp"
@@ -13,6 +14,8 @@
 using namespace trident;
 using namespace trident::ep;
 using trident::eptest::randn;
+using trident::testing::host_flat;
+using trident::testing::host_rows;
 
 namespace {
 
@@ -39,7 +42,7 @@ double objective(const Router& router, const std::vector<float>& logits, int T,
                  const std::vector<int>& sample, int n_samples, const std::vector<float>& a,
                  double daux) {
   Routing r;
-  router.route(kernels::Ctx{}, logits.data(), T, sample, n_samples, nullptr, r);
+  router.route(kernels::Ctx{}, host_flat(logits), sample, n_samples, nullptr, r);
   double j = 0;
   for (size_t i = 0; i < size_t(r.weight.numel()); ++i)
     if (r.expert.data<int32_t>()[i] >= 0) j += double(a[i]) * r.weight.data<float>()[i];
@@ -57,7 +60,7 @@ TEST_CASE("uniform router probabilities give aux loss exactly coef per sample", 
   std::vector<float> logits(T * 8, 0.0f);  // x·W with W = 0: every p = 1/8
   std::vector<int> sample = {0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1};
   Routing r;
-  router.route(kernels::Ctx{}, logits.data(), T, sample, 2, nullptr, r);
+  router.route(kernels::Ctx{}, host_flat(logits), sample, 2, nullptr, r);
   CHECK(r.aux_share == Approx(2 * 0.01).epsilon(1e-14));
 }
 
@@ -74,7 +77,7 @@ TEST_CASE("aux loss equals coef*E*sum f_i P_i per sample, z-loss its definition"
     auto logits = randn("auxlogits", T * E);
     std::vector<int> sample = {1, 0, 1, 0, 0, 1, 1, 1, 0, 1};
     Routing r;
-    router.route(kernels::Ctx{}, logits.data(), T, sample, 2, nullptr, r);
+    router.route(kernels::Ctx{}, host_flat(logits), sample, 2, nullptr, r);
     double aux = 0, z = 0;
     for (int s = 0; s < 2; ++s) {
       std::vector<double> f(E, 0), P(E, 0);
@@ -120,7 +123,7 @@ TEST_CASE("softmax top-k weights are renormalised over the chosen k when asked",
   for (bool norm : {true, false}) {
     o.norm_topk = norm;
     Routing r;
-    Router(o).route(kernels::Ctx{}, logits.data(), T, sample, 1, nullptr, r);
+    Router(o).route(kernels::Ctx{}, host_flat(logits), sample, 1, nullptr, r);
     for (int t = 0; t < T; ++t) {
       double s = 0;
       for (int j = 0; j < 3; ++j) s += r.weight.data<float>()[t * 3 + j];
@@ -152,9 +155,9 @@ TEST_CASE("router gradients match finite differences", "[router]") {
         router.bias() = {0.01f, -0.02f, 0.f, 0.03f, 0.f, -0.01f};
       auto logits = ladder_logits(T, E, "fd");
       Routing r;
-      router.route(kernels::Ctx{}, logits.data(), T, sample, 2, nullptr, r);
+      router.route(kernels::Ctx{}, host_flat(logits), sample, 2, nullptr, r);
       std::vector<float> dl(T * E);
-      router.backward(kernels::Ctx{}, r, a.data(), float(daux), dl.data());
+      router.backward(kernels::Ctx{}, r, host_flat(a), float(daux), host_rows(dl, E));
       const float eps = 2e-3f;
       double worst = 0;
       for (int i = 0; i < T * E; ++i) {
@@ -186,20 +189,20 @@ TEST_CASE("capacity keeps the highest weights per expert and reports drops", "[r
   for (int t = 5; t < 8; ++t) logits[t * E + (t - 4)] = 3.0f;
   std::vector<int> sample(T, 0);
   Routing r;
-  Router(o).route(kernels::Ctx{}, logits.data(), T, sample, 1, nullptr, r);
+  Router(o).route(kernels::Ctx{}, host_flat(logits), sample, 1, nullptr, r);
   CHECK(r.capacity == 2);
   CHECK(ints(r.expert) == std::vector<int>{-1, -1, -1, 0, 0, 1, 2, 3});
   CHECK(r.dropped == 3);
   // Equal weights (top-1, renormalised: all 1): the lower tokens stay.
   o.norm_topk = true;
   o.capacity_factor = 0.5;  // ceil(0.5*8/4) = 1
-  Router(o).route(kernels::Ctx{}, logits.data(), T, sample, 1, nullptr, r);
+  Router(o).route(kernels::Ctx{}, host_flat(logits), sample, 1, nullptr, r);
   CHECK(r.capacity == 1);
   CHECK(ints(r.expert) == std::vector<int>{0, -1, -1, -1, -1, 1, 2, 3});
   CHECK(r.dropped == 4);
   // Dropless: nothing dropped whatever the skew.
   o.capacity_factor = 0.0;
-  Router(o).route(kernels::Ctx{}, logits.data(), T, sample, 1, nullptr, r);
+  Router(o).route(kernels::Ctx{}, host_flat(logits), sample, 1, nullptr, r);
   CHECK(r.dropped == 0);
   CHECK(ints(r.expert) == ints(r.chosen));
 }
@@ -221,7 +224,7 @@ TEST_CASE("sigmoid_bias update moves a skewed router toward balance", "[router]"
   std::vector<int> sample(T, 0);
   auto imbalance = [&]() {
     Routing r;
-    router.route(kernels::Ctx{}, logits.data(), T, sample, 1, nullptr, r);
+    router.route(kernels::Ctx{}, host_flat(logits), sample, 1, nullptr, r);
     std::vector<int64_t> load(E, 0);
     for (int e : ints(r.chosen)) load[e]++;
     int64_t mx = *std::max_element(load.begin(), load.end());
@@ -235,7 +238,7 @@ TEST_CASE("sigmoid_bias update moves a skewed router toward balance", "[router]"
   CHECK(last < 1.5);
   // The bias never changes the weights: they stay sigmoid scores of the chosen.
   Routing r;
-  router.route(kernels::Ctx{}, logits.data(), T, sample, 1, nullptr, r);
+  router.route(kernels::Ctx{}, host_flat(logits), sample, 1, nullptr, r);
   for (int t = 0; t < 4; ++t) {
     double s0 = 1.0 / (1.0 + std::exp(-logits[t * E + r.chosen.data<int32_t>()[t * 2]]));
     double s1 = 1.0 / (1.0 + std::exp(-logits[t * E + r.chosen.data<int32_t>()[t * 2 + 1]]));

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """scripts/check-layering.py on a made-up tree: a tree that keeps the
 layering passes; a model file, a parallel header or a public kernels header
-that includes a pointer header fails, named with its line; the benches'
-exception and the NCCL communicator's are honoured and go no further; a
+that includes a pointer header fails, named with its line; the bench
+engine's exception and the NCCL communicator's are honoured and go no further; a
 public header missing from the tree is an input error (exit 2)."""
 import os
 import shutil
@@ -57,7 +57,6 @@ def clean_tree(root):
     write(root, os.path.join(KERNELS, "cuda", "check.hpp"), "#pragma once\n")
     write(root, "src/model/layer.cpp", inc("functional.hpp") + "int f() { return 0; }\n")
     write(root, "include/trident/parallel/ring.hpp", inc("types/shape.hpp"))
-    write(root, "src/bench/moe.cpp", inc("ops.hpp") + inc("cuda/check.hpp"))
     write(root, "src/bench/engine.cpp", inc("attention.hpp"))
     write(root, "src/comm/nccl/comm.cpp", inc("cuda/check.hpp"))
 
@@ -100,7 +99,7 @@ def run_checks(root):
     check(rc == 1 and "src/bench/ring.cpp:2: includes trident/kernels/attention.hpp" in out
           and "src/bench/engine.cpp:4: includes trident/kernels/gemm.hpp" in out
           and "2 include(s) break" in out,
-          "the benches' exceptions hold for moe.cpp and engine.cpp's attention.hpp only "
+          "the bench exception holds for engine.cpp's attention.hpp only "
           "(rc=%d) %s" % (rc, out))
     os.remove(os.path.join(root, "src/bench/ring.cpp"))
     write(root, "src/bench/engine.cpp", inc("attention.hpp"))
@@ -110,6 +109,18 @@ def run_checks(root):
     check(rc == 1 and "src/comm/nccl/more.cpp:2: includes trident/kernels/gemm.hpp" in out,
           "the NCCL communicator may include cuda/check.hpp only (rc=%d) %s" % (rc, out))
     os.remove(os.path.join(root, "src/comm/nccl/more.cpp"))
+
+    write(root, "src/bench/moe.cpp", inc("moe.hpp"))
+    write(root, "src/bench/attention.cpp", inc("gemm.hpp"))
+    write(root, "src/bench/engine_more.cpp", inc("attention.hpp"))
+    rc, out = lint(root)
+    check(rc == 1 and "src/bench/moe.cpp:2: includes trident/kernels/moe.hpp" in out
+          and "src/bench/attention.cpp:2: includes trident/kernels/gemm.hpp" in out
+          and "src/bench/engine_more.cpp:2" in out and "3 include(s) break" in out,
+          "the bench exceptions hold for the files they name only (rc=%d) %s" % (rc, out))
+    os.remove(os.path.join(root, "src/bench/moe.cpp"))
+    os.remove(os.path.join(root, "src/bench/attention.cpp"))
+    os.remove(os.path.join(root, "src/bench/engine_more.cpp"))
 
     rc, out = lint(root)
     check(rc == 0, "the tree passes again with the violations gone (rc=%d) %s" % (rc, out))

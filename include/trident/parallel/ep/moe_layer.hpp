@@ -45,13 +45,17 @@ struct MoEStats {
 };
 
 // The experts' computation on each row block they receive: the layer's
-// SwiGLU experts (kernels::swiglu_*) unless set_expert_fn names another.
+// SwiGLU experts (functional.hpp's swiglu_*) unless set_expert_fn names
+// another. The tensors are views of one block of the expert side, on the
+// layer's device: x, y, dy, dx [rows, d]; gate, up [rows, f] (forward
+// writes y, gate and up; backward writes dx and accumulates the weight
+// gradients).
 struct ExpertBlockFn {
   virtual ~ExpertBlockFn() = default;
-  virtual void forward(int local_expert, const float* x, int64_t rows, float* y, float* gate,
-                       float* up) = 0;
-  virtual void backward(int local_expert, const float* x, const float* gate, const float* up,
-                        const float* dy, int64_t rows, float* dx) = 0;
+  virtual void forward(int local_expert, const Tensor& x, const Tensor& y, const Tensor& gate,
+                       const Tensor& up) = 0;
+  virtual void backward(int local_expert, const Tensor& x, const Tensor& gate, const Tensor& up,
+                        const Tensor& dy, const Tensor& dx) = 0;
 };
 
 class MoELayer {
@@ -72,9 +76,10 @@ class MoELayer {
 
   struct Cache {
     int n_samples = 0;
-    // [T, d]: forward's input, not copied (as the dense FFN keeps its own);
-    // the caller keeps it alive and unchanged until backward.
-    const float* x = nullptr;
+    // [T, d]: forward's input, a handle on the caller's tensor, not a copy
+    // (as the dense FFN keeps its own); the caller keeps its elements
+    // unchanged until backward (and borrowed memory alive).
+    Tensor x;
     Routing routing;  // routing.logits: router_logits [T, E] for activation capture
     DispatchPlan plan;
     std::unique_ptr<ForwardRows> rows;  // expert side: inputs and outputs [R, d] each
@@ -82,20 +87,22 @@ class MoELayer {
     const Tensor& router_logits() const { return routing.logits; }  // on the layer's device
   };
 
-  // x, y: [T, d]; sample_of_token [T] in [0, n_samples). The cache refers to
-  // x until backward (see Cache::x). y is overwritten
-  // with the expert mixture. token_index [T]: each token's index in the
-  // micro-batch that the cp group shares, as one rank holds it (see
-  // Router::route); nullptr: t.
-  void forward(const float* x, int64_t T, const Tensor& sample_of_token, int n_samples, float* y,
+  // x, y: f32 [T, d] on the layer's device (T = numel / d; a caller with
+  // raw buffers wraps them with Tensor::borrow); sample_of_token i32 [T] in
+  // [0, n_samples). The cache refers to x until backward (see Cache::x). y
+  // is overwritten with the expert mixture. token_index i64 [T]: each
+  // token's index in the micro-batch that the cp group shares, as one rank
+  // holds it (see Router::route); nullptr: t.
+  void forward(const Tensor& x, const Tensor& sample_of_token, int n_samples, const Tensor& y,
                Cache& cache, MoEStats& stats, const Tensor* token_index = nullptr);
-  // The same with the index data in host arrays (tests and benchmarks):
+  // The same with the index data on the host (tests and benchmarks):
   // uploaded to the layer's device first.
-  void forward(const float* x, int64_t T, const std::vector<int>& sample_of_token, int n_samples,
-               float* y, Cache& cache, MoEStats& stats, const int64_t* token_index = nullptr);
+  void forward(const Tensor& x, const std::vector<int>& sample_of_token, int n_samples,
+               const Tensor& y, Cache& cache, MoEStats& stats,
+               const std::vector<int64_t>* token_index = nullptr);
   // dy [T, d] -> dx [T, d] (overwritten); gradients ACCUMULATE into the
   // params. daux_scale: d(total loss) / d(aux_loss_sum + z_loss_sum).
-  void backward(const float* dy, float* dx, Cache& cache, float daux_scale);
+  void backward(const Tensor& dy, const Tensor& dx, Cache& cache, float daux_scale);
   // Selective recompute: release the experts' gate and up activations
   // ([R, f] each) after the forward, and compute them again before the
   // backward by running the experts on the kept expert-side rows (the same
@@ -124,8 +131,9 @@ class MoELayer {
   const Tensor& expert_gemm_weight(int local_expert, int which);
 
  private:
-  void run_experts_forward(Cache& c, float* out);
-  void run_experts_backward(Cache& c, const float* dout, float* din);
+  // The experts on each (source, expert) chunk of the expert side [R, d].
+  void run_experts_forward(Cache& c, const Tensor& out);
+  void run_experts_backward(Cache& c, const Tensor& dout, const Tensor& din);
 
   kernels::Ctx ctx_;
   int d_, f_, E_, k_, L_, first_;

@@ -85,20 +85,18 @@ class Router {
   void route(const kernels::Ctx& ctx, const Tensor& logits, const Tensor& sample_of_token,
              int n_samples, Communicator* cp, Routing& r,
              const Tensor* token_index = nullptr) const;
-  // The same from host arrays (tests and benchmarks): uploaded to ctx's
-  // device first.
-  void route(const kernels::Ctx& ctx, const float* logits, int64_t T,
-             const std::vector<int>& sample_of_token, int n_samples, Communicator* cp, Routing& r,
-             const int64_t* token_index = nullptr) const;
+  // The same with the index data on the host (tests and benchmarks): T =
+  // sample_of_token.size(); logits f32 [T, E] on the host or ctx's device;
+  // all uploaded to ctx's device first.
+  void route(const kernels::Ctx& ctx, const Tensor& logits, const std::vector<int>& sample_of_token,
+             int n_samples, Communicator* cp, Routing& r,
+             const std::vector<int64_t>* token_index = nullptr) const;
 
   // dweight [T*k] (gradient of the loss w.r.t. the weights; 0 for dropped
   // copies) and daux_scale (gradient w.r.t. the returned aux + z shares)
   // -> dlogits [T, E], overwritten; both on ctx's device.
   void backward(const kernels::Ctx& ctx, const Routing& r, const Tensor& dweight, float daux_scale,
                 const Tensor& dlogits) const;
-  // The same on the caller's memory (on ctx's device).
-  void backward(const kernels::Ctx& ctx, const Routing& r, const float* dweight, float daux_scale,
-                float* dlogits) const;
 
   // sigmoid_bias: bias_i += rate * sign(mean(load) - load_i); load = copies
   // per expert summed over the whole global batch. No-op for softmax.

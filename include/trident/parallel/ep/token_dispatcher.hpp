@@ -13,8 +13,10 @@
 //
 // The permutation is an index plan (DispatchPlan) computed once per routing;
 // permute and unpermute are then the MoE row ops on tensors
-// (kernels/functional.hpp; semantics in kernels/moe.hpp), run on views of
-// the buffers (Tensor::borrow, src/parallel/ep/row_views.hpp). How rows
+// (kernels/functional.hpp: gather_rows, combine_rows). Every call takes and
+// returns tensors; the transports' buffers (shared windows, send and
+// receive buffers) appear as tensor views of them (Tensor::borrow,
+// src/parallel/ep/row_views.hpp). How rows
 // travel is a Transport (transport.hpp), chosen once at construction from
 // runtime.ep_transport: local (ep = 1), alltoallv or shm; all give the same
 // results bit for bit.
@@ -23,8 +25,8 @@
 // (ForwardRows); the other transfers (dispatch, dispatch_rows, combine: the
 // backward's) are transient. Backward uses the same primitives: the
 // gradient of the combine travels like a dispatch (dispatch_rows), the
-// gradient of the dispatch comes back like a combine (combine with weights
-// nullptr).
+// gradient of the dispatch comes back like a combine (combine with an empty
+// weight).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -37,7 +39,6 @@
 #include "trident/core/tensor.hpp"
 #include "trident/kernels/context.hpp"
 #include "trident/kernels/functional.hpp"
-#include "trident/kernels/types/row_source.hpp"
 
 namespace trident::ep {
 
@@ -88,20 +89,23 @@ struct KeptRows {
 // The expert-side rows of one forward: inputs [R, d] as dispatched and the
 // experts' outputs [R, d], alive until destroyed (after the backward), and
 // once combine_forward has brought them back, this rank's copies' output
-// rows in send order (returned()). Made by a Transport.
+// rows in send order (returned(): one block [S, d], or one block per
+// expert where the rows stay where the experts wrote them). Made by a
+// Transport; the tensors are views of its buffers (shared windows under
+// shm), valid while this object lives.
 class ForwardRows {
  public:
   virtual ~ForwardRows() = default;
   ForwardRows(const ForwardRows&) = delete;
   ForwardRows& operator=(const ForwardRows&) = delete;
-  float* in() { return in_; }
-  float* out() { return out_; }
-  const kernels::RowSource& returned() const;
+  const Tensor& in() const { return in_; }
+  const Tensor& out() const { return out_; }
+  const kernels::RowBlocks& returned() const;
 
  protected:
   ForwardRows() = default;
-  float *in_ = nullptr, *out_ = nullptr;
-  kernels::RowSource returned_;
+  Tensor in_, out_;  // [R, d] each
+  kernels::RowBlocks returned_;
   bool back_ = false;  // returned_ is valid
 };
 
@@ -129,26 +133,31 @@ class TokenDispatcher {
   // (t, j), -1 for a dropped copy. The per-expert counts come to the host
   // (one small copy); the index data stays on the device.
   DispatchPlan plan(const Tensor& expert, int64_t T, int k);
-  // The same from a host array (tests and benchmarks): uploaded first.
-  DispatchPlan plan(const int* expert, int64_t T, int k);
+  // The same from host values (tests and benchmarks): uploaded first.
+  DispatchPlan plan(const std::vector<int>& expert, int64_t T, int k);
 
-  // Dispatch: the rows x[send_token[r]] (x: [T, d]) to the expert side
-  // expert_in [R, d] in chunk layout. Collective over ep.
-  void dispatch(const DispatchPlan& p, const float* x, float* expert_in, int64_t d);
-  // The same for rows already in send order (rows [S, d]).
-  void dispatch_rows(const DispatchPlan& p, const float* rows, float* expert_in, int64_t d);
-  // y[t] = sum_j weight[t*k+j] * row(t, j) (weight nullptr: 1), in j order,
-  // row(t, j) being copy (t, j)'s row of expert_side [R, d]: the combine,
-  // and with weight nullptr the backward of the dispatch. keep: the rows
-  // that came back are left there in send order, and a later call given
-  // the same filled keep reads them without communicating (on every rank
-  // alike, so still in step). Collective over ep otherwise.
-  void combine(const DispatchPlan& p, const float* expert_side, const float* weight, float* y,
-               int64_t d, KeptRows* keep = nullptr);
-  // Backward of combine (kernels::combine_rows_backward on the rows that
-  // come back): drows [S, d] in send order, dweight [T*k]. Same keep rules.
-  void combine_backward(const DispatchPlan& p, const float* expert_side, const float* dy,
-                        const float* weight, float* drows, float* dweight, int64_t d,
+  // Every tensor below is f32 on the dispatcher's device, rows of d = the
+  // last dimension (x, y, dy: [T, d]; expert_in, expert_side: [R, d];
+  // rows, drows: [S, d]; weight, dweight: [T*k], weight empty: all 1).
+  // A caller that holds raw buffers wraps them with Tensor::borrow.
+
+  // Dispatch: the rows x[send_token[r]] to the expert side expert_in in
+  // chunk layout. Collective over ep.
+  void dispatch(const DispatchPlan& p, const Tensor& x, const Tensor& expert_in);
+  // The same for rows already in send order.
+  void dispatch_rows(const DispatchPlan& p, const Tensor& rows, const Tensor& expert_in);
+  // y[t] = sum_j weight[t*k+j] * row(t, j), in j order, row(t, j) being
+  // copy (t, j)'s row of expert_side: the combine, and with an empty weight
+  // the backward of the dispatch. keep: the rows that came back are left
+  // there in send order, and a later call given the same filled keep reads
+  // them without communicating (on every rank alike, so still in step).
+  // Collective over ep otherwise.
+  void combine(const DispatchPlan& p, const Tensor& expert_side, const Tensor& weight,
+               const Tensor& y, KeptRows* keep = nullptr);
+  // Backward of combine (functional.hpp's combine_rows_backward on the rows
+  // that come back): drows in send order, dweight. Same keep rules.
+  void combine_backward(const DispatchPlan& p, const Tensor& expert_side, const Tensor& dy,
+                        const Tensor& weight, const Tensor& drows, const Tensor& dweight,
                         KeptRows* keep = nullptr);
 
   // The layer's forward: dispatch into rows that live until the backward
@@ -156,11 +165,11 @@ class TokenDispatcher {
   // them back, and the backward reads them again with combine_backward().
   // dispatch_forward and combine_forward are collective over ep;
   // combine_backward on ForwardRows is not.
-  std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const float* x, int64_t d);
-  void combine_forward(const DispatchPlan& p, ForwardRows& rows, const float* weight, float* y,
-                       int64_t d);
-  void combine_backward(const DispatchPlan& p, const ForwardRows& rows, const float* dy,
-                        const float* weight, float* drows, float* dweight, int64_t d);
+  std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const Tensor& x);
+  void combine_forward(const DispatchPlan& p, ForwardRows& rows, const Tensor& weight,
+                       const Tensor& y);
+  void combine_backward(const DispatchPlan& p, const ForwardRows& rows, const Tensor& dy,
+                        const Tensor& weight, const Tensor& drows, const Tensor& dweight);
 
   // Spans and counters of every later call go to sink (nullptr: none).
   void set_profiler(prof::Sink* sink);
@@ -177,16 +186,12 @@ class TokenDispatcher {
   const std::string& transport_reason() const;
 
  private:
-  // The unpermute (kernels::combine_rows) of rows that came back, and its
-  // backward, on views of the caller's buffers.
-  void unpermute(const DispatchPlan& p, const kernels::RowSource& rows, const float* weight,
-                 float* y, int64_t d);
-  void unpermute_backward(const DispatchPlan& p, const kernels::RowSource& rows, const float* dy,
-                          const float* weight, float* drows, float* dweight, int64_t d);
-  // The rows [S, d] of a transport's RowSource as the tensor ops read them.
-  kernels::RowBlocks blocks(const DispatchPlan& p, const kernels::RowSource& src, int64_t d) const;
-  // weight [T*k] at w (nullptr: an empty tensor, weights 1).
-  Tensor weights(const DispatchPlan& p, const float* w) const;
+  // The unpermute (functional.hpp's combine_rows) of rows that came back,
+  // and its backward.
+  void unpermute(const DispatchPlan& p, const kernels::RowBlocks& rows, const Tensor& weight,
+                 const Tensor& y);
+  void unpermute_backward(const DispatchPlan& p, const kernels::RowBlocks& rows, const Tensor& dy,
+                          const Tensor& weight, const Tensor& drows, const Tensor& dweight);
 
   Communicator* ep_;
   int n_experts_, ep_size_, ep_rank_;

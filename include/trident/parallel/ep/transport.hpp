@@ -42,11 +42,12 @@
 
 namespace trident::ep {
 
-// Rows in send order as a transport reads them: row i is
-// base[index[i]] (a permute from the token rows) or base[i] (index nullptr).
+// Rows in send order as a transport reads them: row i is rows[index[i]]
+// (a permute from the token rows [T, d]; index i64 [S] on the transport's
+// device) or rows[i] (index empty: rows [S, d] already in send order).
 struct SendRows {
-  const float* base = nullptr;
-  const int64_t* index = nullptr;
+  Tensor rows;
+  Tensor index;
 };
 
 // An exchange that a start_* call posted. wait() completes it: the rows are
@@ -93,37 +94,40 @@ class Transport {
   // nothing a peer did before it is still in progress.
   virtual void synced() {}
 
-  // Local step: the rows of the send order, contiguous [S, d] (src.base
+  // Every row tensor is f32 [n, d] on the transport's device; d is the
+  // last dimension. The implementations move the bytes behind the views
+  // (MPI or NCCL buffers, shared windows); nothing here takes a pointer.
+
+  // Local step: the rows of the send order, contiguous [S, d] (src.rows
   // itself when it has no index, else gathered into a buffer of the
   // transport's, valid until the next permute). The same for every
   // transport.
-  const float* permute(const DispatchPlan& p, const SendRows& src, int64_t d);
-  // Exchange step: posts the rows of the send order (contiguous, from
-  // permute) to the expert side expert_in [R, d] (chunk layout).
-  virtual std::unique_ptr<Exchange> start_dispatch(const DispatchPlan& p, const float* rows,
-                                                   float* expert_in, int64_t d) = 0;
+  Tensor permute(const DispatchPlan& p, const SendRows& src);
+  // Exchange step: posts the rows of the send order (contiguous [S, d],
+  // from permute) to the expert side expert_in [R, d] (chunk layout).
+  virtual std::unique_ptr<Exchange> start_dispatch(const DispatchPlan& p, const Tensor& rows,
+                                                   const Tensor& expert_in) = 0;
 
   // Exchange step back: posts the expert side's rows [R, d] to their
   // sources; once waited for, back [S, d] holds this rank's copies' rows in
   // send order (for the unpermute).
-  virtual std::unique_ptr<Exchange> start_return(const DispatchPlan& p, const float* expert_side,
-                                                 float* back, int64_t d) = 0;
+  virtual std::unique_ptr<Exchange> start_return(const DispatchPlan& p, const Tensor& expert_side,
+                                                 const Tensor& back) = 0;
 
   // permute, start_dispatch, overlap::in_flight(), wait. Collective over ep.
-  virtual void dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in,
-                        int64_t d) = 0;
-  // The rows of expert_side [R, d] that belong to this rank's copies, as a
-  // source in send order, valid until the next call on this transport (or,
-  // with keep, as long as keep). Collective over ep unless keep is filled.
-  virtual kernels::RowSource gather_back(const DispatchPlan& p, const float* expert_side, int64_t d,
+  virtual void dispatch(const DispatchPlan& p, const SendRows& src, const Tensor& expert_in) = 0;
+  // The rows of expert_side [R, d] that belong to this rank's copies, in
+  // send order (one block [S, d], or one per expert where they lie in
+  // shared memory), valid until the next call on this transport (or, with
+  // keep, as long as keep). Collective over ep unless keep is filled.
+  virtual kernels::RowBlocks gather_back(const DispatchPlan& p, const Tensor& expert_side,
                                          KeptRows* keep) = 0;
 
-  // A forward that keeps its rows: x's rows dispatched into rows.in().
-  virtual std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const float* x,
-                                                        int64_t d) = 0;
+  // A forward that keeps its rows: x's rows [T, d] dispatched into rows.in().
+  virtual std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const Tensor& x) = 0;
   // After the experts wrote rows.out(): brings them back (rows.returned()).
   // Collective over ep.
-  virtual void return_forward(const DispatchPlan& p, ForwardRows& rows, int64_t d) = 0;
+  virtual void return_forward(const DispatchPlan& p, ForwardRows& rows) = 0;
 
  protected:
   explicit Transport(const kernels::Ctx& ctx) : ctx_(ctx) {}

@@ -21,50 +21,50 @@ class AlltoallvTransport final : public Transport {
   AlltoallvTransport(Communicator& ep, const kernels::Ctx& ctx) : Transport(ctx), ep_(ep) {}
   EpTransport kind() const override { return EpTransport::alltoallv; }
 
-  std::unique_ptr<Exchange> start_dispatch(const DispatchPlan& p, const float* rows,
-                                           float* expert_in, int64_t d) override {
-    return post(p, rows, expert_in, true, d);
+  std::unique_ptr<Exchange> start_dispatch(const DispatchPlan& p, const Tensor& rows,
+                                           const Tensor& expert_in) override {
+    return post(p, rows.ptr(), expert_in.data<float>(), true, rows.dim(-1));
   }
 
-  std::unique_ptr<Exchange> start_return(const DispatchPlan& p, const float* expert_side,
-                                         float* back, int64_t d) override {
-    return post(p, expert_side, back, false, d);
+  std::unique_ptr<Exchange> start_return(const DispatchPlan& p, const Tensor& expert_side,
+                                         const Tensor& back) override {
+    return post(p, expert_side.ptr(), back.data<float>(), false, back.dim(-1));
   }
 
-  void dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in, int64_t d) override {
+  void dispatch(const DispatchPlan& p, const SendRows& src, const Tensor& expert_in) override {
     const double t0 = stamp();
-    const float* rows = permute(p, src, d);
+    const Tensor rows = permute(p, src);
     const double t1 = stamp();
-    finish(*start_dispatch(p, rows, expert_in, d));
+    finish(*start_dispatch(p, rows, expert_in));
     if (sink_) sink_->span(prof::Span{"ep.permute", -1, -1, -1, t0, t1});
     span("ep.dispatch", t1);
-    count("ep.bytes", double(p.sent()) * double(d) * kRowBytes);
+    count("ep.bytes", double(p.sent()) * double(rows.dim(-1)) * kRowBytes);
   }
 
-  kernels::RowSource gather_back(const DispatchPlan& p, const float* expert_side, int64_t d,
+  kernels::RowBlocks gather_back(const DispatchPlan& p, const Tensor& expert_side,
                                  KeptRows* keep) override {
-    if (keep && keep->filled) return kernels::RowSource(keep->rows.ptr());
-    const int64_t S = p.sent();
+    const int64_t S = p.sent(), d = expert_side.dim(-1);
+    if (keep && keep->filled) return first_rows(keep->rows, S, d);
     Tensor& back = keep ? keep->rows : back_;
     kernels::reserve(ctx_, back, S * d);
     if (keep) keep->filled = true;
+    const Tensor rows = first_rows(back, S, d);
     const double t0 = stamp();
-    finish(*start_return(p, expert_side, back.ptr(), d));
+    finish(*start_return(p, expert_side, rows));
     span("ep.return", t0);
     count("ep.bytes", double(p.received()) * double(d) * kRowBytes);
-    return kernels::RowSource(back.ptr());
-  }
-
-  std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const float* x,
-                                                int64_t d) override {
-    auto rows = std::make_unique<OwnedRows>(pool_, size_t(p.received() * d), size_t(p.sent() * d));
-    dispatch(p, SendRows{x, p.send_token.data<int64_t>()}, rows->in(), d);
     return rows;
   }
 
-  void return_forward(const DispatchPlan& p, ForwardRows& rows, int64_t d) override {
+  std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const Tensor& x) override {
+    auto rows = std::make_unique<OwnedRows>(pool_, p.received(), p.sent(), x.dim(-1));
+    dispatch(p, SendRows{x, p.send_token}, rows->in());
+    return rows;
+  }
+
+  void return_forward(const DispatchPlan& p, ForwardRows& rows) override {
     auto& own = static_cast<OwnedRows&>(rows);
-    own.set_returned(gather_back(p, own.out(), d, &own.kept));
+    own.set_returned(gather_back(p, own.out(), &own.kept));
   }
 
  private:

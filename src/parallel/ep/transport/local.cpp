@@ -2,6 +2,7 @@
 // side is the send order and a transfer is the permutation alone.
 #include "../row_views.hpp"
 #include "owned_rows.hpp"
+#include "trident/kernels/functional.hpp"
 #include "trident/parallel/ep/transport.hpp"
 
 namespace trident::ep {
@@ -12,47 +13,49 @@ class LocalTransport final : public Transport {
   explicit LocalTransport(const kernels::Ctx& ctx) : Transport(ctx) {}
   EpTransport kind() const override { return EpTransport::local; }
 
-  void dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in, int64_t d) override {
+  void dispatch(const DispatchPlan& p, const SendRows& src, const Tensor& expert_in) override {
     const double t0 = stamp();
-    if (src.index) {
-      gather_send_rows(ctx_, src.base, p.T, src.index, p.sent(), expert_in, d);
+    if (src.index.empty()) {
+      copy(src.rows, expert_in);
     } else {
-      copy(src.base, expert_in, p.sent() * d);
+      kernels::gather_rows(ctx_, src.rows, src.index, expert_in);
     }
     span("ep.permute", t0);
   }
 
   // Nothing travels: the exchange is a copy, complete when posted.
-  std::unique_ptr<Exchange> start_dispatch(const DispatchPlan& p, const float* rows,
-                                           float* expert_in, int64_t d) override {
-    copy(rows, expert_in, p.sent() * d);
+  std::unique_ptr<Exchange> start_dispatch(const DispatchPlan&, const Tensor& rows,
+                                           const Tensor& expert_in) override {
+    copy(rows, expert_in);
     return std::make_unique<DeferredExchange>(nullptr);
   }
-  std::unique_ptr<Exchange> start_return(const DispatchPlan& p, const float* expert_side,
-                                         float* back, int64_t d) override {
-    copy(expert_side, back, p.sent() * d);
+  std::unique_ptr<Exchange> start_return(const DispatchPlan&, const Tensor& expert_side,
+                                         const Tensor& back) override {
+    copy(expert_side, back);
     return std::make_unique<DeferredExchange>(nullptr);
   }
 
-  kernels::RowSource gather_back(const DispatchPlan&, const float* expert_side, int64_t,
+  kernels::RowBlocks gather_back(const DispatchPlan&, const Tensor& expert_side,
                                  KeptRows*) override {
-    return kernels::RowSource(expert_side);
+    return kernels::RowBlocks(expert_side);
   }
 
-  std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const float* x,
-                                                int64_t d) override {
-    auto rows = std::make_unique<OwnedRows>(pool_, size_t(p.received() * d), 0);
-    dispatch(p, SendRows{x, p.send_token.data<int64_t>()}, rows->in(), d);
+  std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const Tensor& x) override {
+    auto rows = std::make_unique<OwnedRows>(pool_, p.received(), 0, x.dim(-1));
+    dispatch(p, SendRows{x, p.send_token}, rows->in());
     return rows;
   }
 
-  void return_forward(const DispatchPlan&, ForwardRows& rows, int64_t) override {
+  void return_forward(const DispatchPlan&, ForwardRows& rows) override {
     auto& own = static_cast<OwnedRows&>(rows);
-    own.set_returned(kernels::RowSource(own.out()));
+    own.set_returned(kernels::RowBlocks(own.out()));
   }
 
  private:
-  void copy(const float* from, float* to, int64_t n) { copy_floats(ctx_, from, to, n); }
+  // Same-size row tensors (the send order is the expert side here).
+  void copy(const Tensor& from, const Tensor& to) {
+    copy_floats(ctx_, from.ptr(), to.data<float>(), to.numel());
+  }
 
   std::shared_ptr<BufferPool> pool_ = std::make_shared<BufferPool>(ctx_);
 };

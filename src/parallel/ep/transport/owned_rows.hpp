@@ -35,21 +35,22 @@ class BufferPool {
 
 class OwnedRows : public ForwardRows {
  public:
-  OwnedRows(std::shared_ptr<BufferPool> pool, size_t in_out_floats, size_t kept_floats)
+  // in() and out(): rows [R, d] each; kept: room for S rows of d (0: none).
+  OwnedRows(std::shared_ptr<BufferPool> pool, int64_t R, int64_t S, int64_t d)
       : pool_(std::move(pool)) {
-    own_in_ = pool_->take(in_out_floats);
-    own_out_ = pool_->take(in_out_floats);
-    if (kept_floats > 0) kept.rows = pool_->take(kept_floats);
-    in_ = own_in_.empty() ? nullptr : own_in_.ptr();
-    out_ = own_out_.empty() ? nullptr : own_out_.ptr();
+    own_in_ = pool_->take(size_t(R * d));
+    own_out_ = pool_->take(size_t(R * d));
+    if (S > 0) kept.rows = pool_->take(size_t(S * d));
+    in_ = own_in_.view(0, {R, d});
+    out_ = own_out_.view(0, {R, d});
   }
   ~OwnedRows() override {
     pool_->recycle(std::move(own_in_));
     pool_->recycle(std::move(own_out_));
     pool_->recycle(std::move(kept.rows));
   }
-  void set_returned(const kernels::RowSource& s) {
-    returned_ = s;
+  void set_returned(kernels::RowBlocks s) {
+    returned_ = std::move(s);
     back_ = true;
   }
   KeptRows kept;  // alltoallv: the rows back on the source

@@ -15,6 +15,7 @@
 #include "../row_views.hpp"
 #include "trident/comm/shared_window.hpp"
 #include "trident/core/error.hpp"
+#include "trident/kernels/functional.hpp"
 #include "trident/kernels/tensor_ops.hpp"
 #include "trident/parallel/ep/transport.hpp"
 
@@ -40,6 +41,16 @@ std::vector<const float*> outbox_bases(const SharedWindow& w, const DispatchPlan
   return base;
 }
 
+// This rank's copies' rows [S, d] at `base` (outbox_bases): one block per
+// expert, as the unpermute reads them where they lie.
+kernels::RowBlocks outbox_blocks(const kernels::Ctx& ctx, const std::vector<const float*>& base,
+                                 const DispatchPlan& p, int64_t d) {
+  std::vector<Tensor> blocks;
+  for (int g = 0; g < p.n_experts; ++g)
+    blocks.push_back(row_view(ctx, base[size_t(g)], p.tokens_per_expert[size_t(g)], d));
+  return kernels::RowBlocks(std::move(blocks), p.expert_first);
+}
+
 // Writes this rank's send rows into each expert's place on its rank: the
 // inbox of w, or `own` for this rank's experts (nullptr: its inbox too).
 void write_rows(const kernels::Ctx& ctx, const DispatchPlan& p, const SendRows& src,
@@ -52,10 +63,10 @@ void write_rows(const kernels::Ctx& ctx, const DispatchPlan& p, const SendRows& 
       const int64_t first = p.expert_first[g], n = p.tokens_per_expert[g];
       if (n == 0) continue;
       float* dst = box + p.expert_at[g] * d;
-      if (src.index) {
-        gather_send_rows(ctx, src.base, p.T, src.index + first, n, dst, d);
+      if (!src.index.empty()) {
+        kernels::gather_rows(ctx, src.rows, src.index.view(first, {n}), row_view(ctx, dst, n, d));
       } else {
-        std::memcpy(dst, src.base + first * d, kRowBytes * size_t(n * d));
+        std::memcpy(dst, src.rows.ptr() + first * d, kRowBytes * size_t(n * d));
       }
     }
   }
@@ -65,25 +76,22 @@ void write_rows(const kernels::Ctx& ctx, const DispatchPlan& p, const SendRows& 
 class SlotPool;
 class ShmRows final : public ForwardRows {
  public:
-  ShmRows(std::shared_ptr<SlotPool> pool, int slot, float* in, float* out, int n_experts)
-      : pool_(std::move(pool)), slot_(slot), first_(size_t(n_experts) + 1) {
-    in_ = in;
-    out_ = out;
+  // in, out: the inbox and the outbox [R, d] of this rank's block.
+  ShmRows(std::shared_ptr<SlotPool> pool, int slot, Tensor in, Tensor out)
+      : pool_(std::move(pool)), slot_(slot) {
+    in_ = std::move(in);
+    out_ = std::move(out);
   }
   ~ShmRows() override;
   int slot() const { return slot_; }
-  void set_returned(std::vector<const float*> base, const std::vector<int64_t>& first) {
-    base_ = std::move(base);
-    std::copy(first.begin(), first.end(), first_.begin());
-    returned_ = kernels::RowSource(base_.data(), first_.data(), int(base_.size()));
+  void set_returned(kernels::RowBlocks rows) {
+    returned_ = std::move(rows);
     back_ = true;
   }
 
  private:
   std::shared_ptr<SlotPool> pool_;
   int slot_;
-  std::vector<const float*> base_;
-  std::vector<int64_t> first_;
 };
 
 // Shared slots for forwards that keep their rows. A slot is busy from
@@ -134,16 +142,15 @@ class ShmTransport final : public Transport {
     slots_->settle();
   }
 
-  std::unique_ptr<Exchange> start_dispatch(const DispatchPlan& p, const float* rows,
-                                           float* expert_in, int64_t d) override;
-  std::unique_ptr<Exchange> start_return(const DispatchPlan& p, const float* expert_side,
-                                         float* back, int64_t d) override;
-  void dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in, int64_t d) override;
-  kernels::RowSource gather_back(const DispatchPlan& p, const float* expert_side, int64_t d,
+  std::unique_ptr<Exchange> start_dispatch(const DispatchPlan& p, const Tensor& rows,
+                                           const Tensor& expert_in) override;
+  std::unique_ptr<Exchange> start_return(const DispatchPlan& p, const Tensor& expert_side,
+                                         const Tensor& back) override;
+  void dispatch(const DispatchPlan& p, const SendRows& src, const Tensor& expert_in) override;
+  kernels::RowBlocks gather_back(const DispatchPlan& p, const Tensor& expert_side,
                                  KeptRows* keep) override;
-  std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const float* x,
-                                                int64_t d) override;
-  void return_forward(const DispatchPlan& p, ForwardRows& rows, int64_t d) override;
+  std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const Tensor& x) override;
+  void return_forward(const DispatchPlan& p, ForwardRows& rows) override;
 
  private:
   // Whether window w holds (or was grown to hold) an inbox and an outbox of
@@ -269,17 +276,18 @@ std::unique_ptr<Exchange> ShmTransport::post_dispatch(const DispatchPlan& p, con
   });
 }
 
-std::unique_ptr<Exchange> ShmTransport::start_dispatch(const DispatchPlan& p, const float* rows,
-                                                       float* expert_in, int64_t d) {
-  if (!fit(window_, p, d)) return fallback_->start_dispatch(p, rows, expert_in, d);
-  return post_dispatch(p, SendRows{rows, nullptr}, expert_in, d);
+std::unique_ptr<Exchange> ShmTransport::start_dispatch(const DispatchPlan& p, const Tensor& rows,
+                                                       const Tensor& expert_in) {
+  const int64_t d = rows.dim(-1);
+  if (!fit(window_, p, d)) return fallback_->start_dispatch(p, rows, expert_in);
+  return post_dispatch(p, SendRows{rows, Tensor()}, expert_in.data<float>(), d);
 }
 
-void ShmTransport::dispatch(const DispatchPlan& p, const SendRows& src, float* expert_in,
-                            int64_t d) {
-  if (!fit(window_, p, d)) return fallback_->dispatch(p, src, expert_in, d);
+void ShmTransport::dispatch(const DispatchPlan& p, const SendRows& src, const Tensor& expert_in) {
+  const int64_t d = expert_in.dim(-1);
+  if (!fit(window_, p, d)) return fallback_->dispatch(p, src, expert_in);
   const double t0 = stamp();
-  finish(*post_dispatch(p, src, expert_in, d));
+  finish(*post_dispatch(p, src, expert_in.data<float>(), d));
   span("ep.dispatch", t0);
   count("ep.bytes", double(p.sent()) * double(kRowBytes) * double(d));
 }
@@ -311,10 +319,12 @@ void ShmTransport::copy_back(const DispatchPlan& p, float* back, int64_t d) cons
 }
 
 std::unique_ptr<Exchange> ShmTransport::start_return(const DispatchPlan& p,
-                                                     const float* expert_side, float* back,
-                                                     int64_t d) {
-  if (!fit(window_, p, d)) return fallback_->start_return(p, expert_side, back, d);
-  auto posted = std::shared_ptr<Exchange>(post_return(p, expert_side, d));
+                                                     const Tensor& expert_side,
+                                                     const Tensor& back_rows) {
+  const int64_t d = back_rows.dim(-1);
+  if (!fit(window_, p, d)) return fallback_->start_return(p, expert_side, back_rows);
+  float* back = back_rows.data<float>();
+  auto posted = std::shared_ptr<Exchange>(post_return(p, expert_side.ptr(), d));
   return std::make_unique<DeferredExchange>([this, posted, &p, back, d] {
     posted->wait();
     copy_back(p, back, d);
@@ -322,41 +332,43 @@ std::unique_ptr<Exchange> ShmTransport::start_return(const DispatchPlan& p,
 }
 
 // The rows back where they lie (copied into keep when asked).
-kernels::RowSource ShmTransport::gather_back(const DispatchPlan& p, const float* expert_side,
-                                             int64_t d, KeptRows* keep) {
-  if (keep && keep->filled) return kernels::RowSource(keep->rows.ptr());
-  if (!fit(window_, p, d)) return fallback_->gather_back(p, expert_side, d, keep);
+kernels::RowBlocks ShmTransport::gather_back(const DispatchPlan& p, const Tensor& expert_side,
+                                             KeptRows* keep) {
+  const int64_t d = expert_side.dim(-1);
+  if (keep && keep->filled) return first_rows(keep->rows, p.sent(), d);
+  if (!fit(window_, p, d)) return fallback_->gather_back(p, expert_side, keep);
   const double t0 = stamp();
-  finish(*post_return(p, expert_side, d));
-  kernels::RowSource source(bases_.data(), p.expert_first.data(), p.n_experts);
+  finish(*post_return(p, expert_side.ptr(), d));
+  kernels::RowBlocks source = outbox_blocks(ctx_, bases_, p, d);
   if (keep) {
     kernels::reserve(ctx_, keep->rows, p.sent() * d);
     keep->filled = true;
-    copy_back(p, keep->rows.ptr(), d);
-    source = kernels::RowSource(keep->rows.ptr());
+    copy_back(p, keep->rows.data<float>(), d);
+    source = first_rows(keep->rows, p.sent(), d);
   }
   span("ep.return", t0);
   count("ep.bytes", double(p.received()) * double(kRowBytes) * double(d));
   return source;
 }
 
-std::unique_ptr<ForwardRows> ShmTransport::dispatch_forward(const DispatchPlan& p, const float* x,
-                                                            int64_t d) {
-  if (fell_back_) return fallback_->dispatch_forward(p, x, d);
+std::unique_ptr<ForwardRows> ShmTransport::dispatch_forward(const DispatchPlan& p,
+                                                            const Tensor& x) {
+  if (fell_back_) return fallback_->dispatch_forward(p, x);
+  const int64_t d = x.dim(-1);
   // The lowest free slot (the same on every rank), grown if this step needs more.
   const double t0 = stamp();
   const int s = slots_->lowest_free();
   SlotPool::Slot& slot = slots_->slots[size_t(s)];
-  if (!fit(slot.window, p, d)) return fallback_->dispatch_forward(p, x, d);
+  if (!fit(slot.window, p, d)) return fallback_->dispatch_forward(p, x);
   slot.state = SlotPool::State::busy;
   SharedWindow& w = *slot.window;
   const int me = p.ep_rank;
   const int64_t R = p.received();
-  write_rows(ctx_, p, SendRows{x, p.send_token.data<int64_t>()}, w, nullptr, d);
+  write_rows(ctx_, p, SendRows{x, p.send_token}, w, nullptr, d);
   DeferredExchange written([&] { fence(w); });
   finish(written);
-  auto rows =
-      std::make_unique<ShmRows>(slots_, s, inbox_of(w, me), inbox_of(w, me) + R * d, p.n_experts);
+  auto rows = std::make_unique<ShmRows>(slots_, s, row_view(ctx_, inbox_of(w, me), R, d),
+                                        row_view(ctx_, inbox_of(w, me) + R * d, R, d));
   const double row_bytes = double(kRowBytes) * double(d);
   account(double(p.sent() - p.send_rows[me]) * row_bytes);
   span("ep.dispatch", t0);
@@ -366,14 +378,15 @@ std::unique_ptr<ForwardRows> ShmTransport::dispatch_forward(const DispatchPlan& 
 
 // Every expert's outputs are in its outbox after the fence; the source reads
 // its rows there, where they lie, for the combine and again for the backward.
-void ShmTransport::return_forward(const DispatchPlan& p, ForwardRows& rows, int64_t d) {
+void ShmTransport::return_forward(const DispatchPlan& p, ForwardRows& rows) {
   auto* mine = dynamic_cast<ShmRows*>(&rows);
-  if (!mine) return fallback_->return_forward(p, rows, d);
+  if (!mine) return fallback_->return_forward(p, rows);
+  const int64_t d = rows.out().dim(-1);
   const double t0 = stamp();
   SharedWindow& w = *slots_->slots.at(size_t(mine->slot())).window;
   DeferredExchange written([&] { fence(w); });  // the experts wrote their outbox
   finish(written);
-  mine->set_returned(outbox_bases(w, p, d), p.expert_first);
+  mine->set_returned(outbox_blocks(ctx_, outbox_bases(w, p, d), p, d));
   const double row_bytes = double(kRowBytes) * double(d);
   account(double(p.received() - p.recv_rows[p.ep_rank]) * row_bytes);
   span("ep.return", t0);

@@ -10,10 +10,14 @@
 
 namespace trident::ep {
 
-void gather_send_rows(const kernels::Ctx& ctx, const float* x, int64_t T, const int64_t* index,
-                      int64_t n, float* out, int64_t d) {
-  kernels::gather_rows(ctx, row_view(ctx, x, T, d), view_of(ctx, index, {n}, DType::i64),
-                       row_view(ctx, out, n, d));
+int64_t row_width(const Tensor& t, int64_t n, const char* what) {
+  TRIDENT_CHECK(t.ndim() >= 1 && t.dtype() == DType::f32,
+                std::string("ep: ") + what + " must be f32 rows, got " + t.shape_str());
+  const int64_t d = t.dim(-1);
+  TRIDENT_CHECK(t.numel() == n * d, std::string("ep: ") + what + " " + t.shape_str() +
+                                        " does not hold " + std::to_string(n) + " rows of " +
+                                        std::to_string(d));
+  return d;
 }
 
 void copy_floats(const kernels::Ctx& ctx, const float* from, float* to, int64_t n) {
@@ -26,11 +30,13 @@ void copy_floats(const kernels::Ctx& ctx, const float* from, float* to, int64_t 
   kernels::copy(ctx, dst, src);
 }
 
-const float* Transport::permute(const DispatchPlan& p, const SendRows& src, int64_t d) {
-  if (!src.index) return src.base;
+Tensor Transport::permute(const DispatchPlan& p, const SendRows& src) {
+  if (src.index.empty() && p.sent() == src.rows.dim(0)) return src.rows;
+  const int64_t d = src.rows.dim(-1);
   kernels::reserve(ctx_, send_, p.sent() * d);
-  gather_send_rows(ctx_, src.base, p.T, src.index, p.sent(), send_.ptr(), d);
-  return send_.ptr();
+  Tensor rows = first_rows(send_, p.sent(), d);
+  kernels::gather_rows(ctx_, src.rows, src.index, rows);
+  return rows;
 }
 
 void Transport::finish(Exchange& x) {
