@@ -11,6 +11,7 @@
 #include "trident/kernels/cpu_bf16.hpp"
 #include "trident/kernels/functional.hpp"
 #include "trident/kernels/moe_backends.hpp"
+#include "trident/kernels/router.hpp"
 #include "trident/kernels/tensor_ops.hpp"
 #ifdef TRIDENT_HAVE_CUDA
 #include "trident/kernels/cuda/op_rows.hpp"
