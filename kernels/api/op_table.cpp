@@ -11,6 +11,7 @@
 #include "trident/kernels/cpu_bf16.hpp"
 #include "trident/kernels/functional.hpp"
 #include "trident/kernels/moe_backends.hpp"
+#include "trident/kernels/router.hpp"
 #include "trident/kernels/tensor_ops.hpp"
 #ifdef TRIDENT_HAVE_CUDA
 #include "trident/kernels/cuda/op_rows.hpp"
@@ -19,10 +20,10 @@
 namespace trident::kernels {
 namespace {
 
-// What the long form's row bodies (op_list.inc) share: combine_rows's
-// source, the RowSource the functional entry described (OpCall::param) or
-// else tensor 0 (possibly staged); the router's loss terms from tensors
-// i, i + 1, i + 2 (sample, f, inv_tokens) and the call's RouterArgs.
+// What the row bodies of op_list.inc share: combine_rows's source, the
+// RowSource the functional entry described (OpCall::param) or else tensor 0
+// (possibly staged); the router's loss terms from tensors i, i + 1, i + 2
+// (sample, f, inv_tokens) and the call's RouterArgs.
 RowSource row_source(const OpCall& a) { return a.param ? a.par<RowSource>() : RowSource(a.f32(0)); }
 RouterLossTerms loss_terms(const OpCall& a, int i) {
   const auto& p = a.par<RouterArgs>();
@@ -30,26 +31,23 @@ RouterLossTerms loss_terms(const OpCall& a, int i) {
           p.z_coef};
 }
 
-// The f32 rows of one backend: f32_rows.inc's, then the long form's bodies.
-#define TRIDENT_ROW(name, gpu_test, ...) \
+// The f32 rows of one backend: op_list.inc's row bodies, with `be` naming
+// the backend.
+#define TRIDENT_OP(name, roles, names, gpu_test, ...) \
   void name(const Ctx& c, OpCall& a) { __VA_ARGS__ }
-#define TRIDENT_OP(name, roles, names, ...) __VA_OPT__(TRIDENT_ROW(name, __VA_ARGS__))
 
 namespace cpu_rows {
 namespace be = ::trident::kernels::cpu;
-#include "f32_rows.inc"
 #include "trident/kernels/op_list.inc"
 }  // namespace cpu_rows
 
 #ifdef TRIDENT_HAVE_CUDA
 namespace cuda_rows {
 namespace be = ::trident::kernels::cuda;
-#include "f32_rows.inc"
 #include "trident/kernels/op_list.inc"
 }  // namespace cuda_rows
 #endif
 #undef TRIDENT_OP
-#undef TRIDENT_ROW
 
 // The f32 rows of one backend, one per op, in op_list.inc's order.
 #define TRIDENT_OP(name, roles, names, ...) {Op::name, DEVICE, DType::f32, &NS::name},

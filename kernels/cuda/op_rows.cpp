@@ -66,15 +66,12 @@ void attention_backward_bf16_row(const Ctx& ctx, OpCall& c) {
                           bf(c, 5), c.f32(6), c.f32(7), c.f32(8));
 }
 
-#define ROW_f32(op)
-#define ROW_bf16(op) {Op::op, DeviceType::cuda, DType::bf16, &op##_bf16_row},
-#define TRIDENT_CUDA_ROW(op, dtype, test) ROW_##dtype(op)
+#define TRIDENT_CUDA_ROW(op, dtype, test) \
+  {Op::op, DeviceType::cuda, DType::dtype, &op##_##dtype##_row},
 constexpr OpRow kRows[] = {
 #include "trident/kernels/cuda_rows.inc"
 };
 #undef TRIDENT_CUDA_ROW
-#undef ROW_bf16
-#undef ROW_f32
 
 }  // namespace
 

@@ -28,7 +28,7 @@
 
 #include "trident/core/tensor.hpp"
 #include "trident/kernels/context.hpp"
-#include "trident/kernels/router.hpp"
+#include "trident/kernels/types/router.hpp"
 
 namespace trident::kernels {
 
