@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <fstream>
 #include <sstream>
 
 #include "trident/comm/backend.hpp"
@@ -180,6 +181,17 @@ Communicator& mesh_group(BenchJob& job, const std::string& name) {
                                      : nullptr;
   if (!g) throw InputError("--group " + name + ": must be one of world, cp, pp, dp, dpcp, ep");
   return *g;
+}
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos && colon + 2 <= line.size()) return line.substr(colon + 2);
+    }
+  return "unknown CPU";
 }
 
 }  // namespace trident::bench

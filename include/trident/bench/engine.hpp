@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "trident/comm/comm.hpp"
+#include "trident/core/clock.hpp"
 #include "trident/core/config.hpp"
 #include "trident/core/tensor.hpp"
 #include "trident/io/bench_report.hpp"
@@ -155,5 +156,30 @@ struct HostJob {
   std::unique_ptr<Communicator> group;  // all ranks as one group of `kind`
 };
 HostJob open_host_job(CommKind kind, const char* name, double timeout_s);
+
+// ---- one process's kernels: timing and the host named -------------------
+
+// Best (smallest) wall and CPU time of the calling thread over reps calls of
+// f, each taken independently; the CPU time is not inflated by time slices
+// lost to other processes on a loaded host.
+struct BestTimes {
+  double wall_s = 1e300, cpu_s = 1e300;
+};
+template <class F>
+BestTimes time_best(int reps, F&& f) {
+  BestTimes b;
+  for (int r = 0; r < reps; ++r) {
+    const double w0 = now_s(), c0 = thread_cpu_s();
+    f();
+    const double c1 = thread_cpu_s(), w1 = now_s();
+    b.wall_s = w1 - w0 < b.wall_s ? w1 - w0 : b.wall_s;
+    b.cpu_s = c1 - c0 < b.cpu_s ? c1 - c0 : b.cpu_s;
+  }
+  return b;
+}
+
+// The CPU's model name ("AMD EPYC 9R14 96-Core Processor"; /proc/cpuinfo's
+// first "model name", "unknown CPU" where there is none), for table notes.
+std::string cpu_model_name();
 
 }  // namespace trident::bench
