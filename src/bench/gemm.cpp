@@ -110,23 +110,10 @@ struct Operands {
   std::vector<float> a_val, b_val;
 };
 
-Tensor drawn(const kernels::Ctx& ctx, const std::vector<int64_t>& shape, const char* stream,
-             DType dtype, std::vector<float>& values) {
-  values.assign(size_t(Tensor::numel_of(shape)), 0.0f);
-  rng::fill_normal(values.data(), int64_t(values.size()), rng::hash_name(stream), 0, 1.0f);
-  Tensor f = kernels::from_host(ctx, values.data(), shape, DType::f32);
-  if (dtype == DType::f32) return f;
-  Tensor t = kernels::empty(ctx, shape, dtype);
-  kernels::convert(ctx, f, t);
-  kernels::convert(ctx, t, f);  // the values t holds
-  std::copy_n(f.data<float>(), values.size(), values.begin());
-  return t;
-}
-
 Operands operands(const kernels::Ctx& ctx, const GemmForm& f, DType dtype) {
   Operands o;
-  o.a = drawn(ctx, f.a_shape, "bench.gemm.a", dtype, o.a_val);
-  o.b = drawn(ctx, f.b_shape, "bench.gemm.b", dtype, o.b_val);
+  o.a = drawn_tensor(ctx, f.a_shape, "bench.gemm.a", dtype, o.a_val);
+  o.b = drawn_tensor(ctx, f.b_shape, "bench.gemm.b", dtype, o.b_val);
   o.c = kernels::zeros(ctx, f.c_shape);
   return o;
 }

@@ -182,4 +182,11 @@ BestTimes time_best(int reps, F&& f) {
 // first "model name", "unknown CPU" where there is none), for table notes.
 std::string cpu_model_name();
 
+// A host tensor of `shape` and `dtype` (f32 or bf16) drawn from the normal
+// stream `stream` (rounded to nearest even for bf16), on ctx's host device;
+// values: the f32 numbers it holds (bf16 widens exactly), for an fp64
+// reference of the rounded inputs.
+Tensor drawn_tensor(const kernels::Ctx& ctx, const std::vector<int64_t>& shape, const char* stream,
+                    DType dtype, std::vector<float>& values);
+
 }  // namespace trident::bench
