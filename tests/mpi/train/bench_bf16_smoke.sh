@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `trident bench gemm` and `trident bench step` end to end (one process each):
+# `trident bench gemm`, `trident bench step` and `trident bench attention
+# --dtype f32,bf16` end to end (one process each):
 # every row checked (#wrong = 0, the exit code), the HDF5 file holds the
 # printed tables, the bf16 rows name the path this host runs (native only
 # where /proc/cpuinfo has avx512_bf16; TRIDENT_CPU_BF16=staged names staged
@@ -50,7 +51,7 @@ with h5py.File(path, "r") as f:
     assert cols == lines[head].split()[1:], (cols, lines[head])
     assert int(g.attrs["rows"]) == len(rows) > 0, (g.attrs["rows"], len(rows))
     assert (g["#wrong"][:] == 0).all(), g["#wrong"][:]
-    dt = [x.decode() for x in g[cols[cols.index("path") - 1] if name == "gemm" else "precision"][:]]
+    dt = [x.decode() for x in g["dtype" if "dtype" in cols else "precision"][:]]
     paths = [x.decode() for x in g["path"][:]]
     for d, p, row in zip(dt, paths, rows):
         assert d in row and p in row, (d, p, row)
@@ -85,6 +86,14 @@ grep -q '# steps not finite or not applied in total: 0 (OK)' "$tmp/s.out" ||
   { echo "FAIL step verdict"; cat "$tmp/s.out"; fail=1; }
 check_table "$tmp/s.out" "$tmp/s.h5" step precision "$want"
 
+timeout 120 "$bin" bench attention --seq 64,100 --head-dim 16 --heads 2 --mask causal,full \
+  --dtype f32,bf16 --reps 1 --output "$tmp/a.h5" >"$tmp/a.out" 2>&1
+rc=$?
+if [[ $rc -ne 0 ]]; then echo "FAIL bench attention --dtype rc=$rc"; cat "$tmp/a.out"; fail=1; fi
+check_table "$tmp/a.out" "$tmp/a.h5" attention_dtype mask "$want"
+[[ $(grep -cE '^ +(causal|full) +(64|100) +16 +(f32|bf16) ' "$tmp/a.out") -eq 8 ]] ||
+  { echo "FAIL attention_dtype: not 8 rows"; cat "$tmp/a.out"; fail=1; }
+
 # Input errors: one line naming the flag, exit 2.
 expect_one_line_error() {
   expect_input_error "$@"
@@ -96,5 +105,6 @@ expect_one_line_error "--reps" "$bin" bench gemm --sizes 8 --reps 0
 expect_one_line_error "--sizes" "$bin" bench gemm
 expect_one_line_error "--sizes" "$bin" bench gemm --sizes 8,-1
 expect_one_line_error "--precision fp16" "$bin" bench step "$tmp/tiny.toml" --precision fp16
+expect_one_line_error "--dtype f16" "$bin" bench attention --seq 64 --head-dim 16 --dtype f16
 expect_one_line_error "--steps" "$bin" bench step "$tmp/tiny.toml" --steps 0
 exit $fail
