@@ -73,6 +73,25 @@ for layer in "wq,wo" "wk,wv" "ffn gate,up" "ffn down" "lm_head" "40\\^3"; do
   done
 done
 
+# A peer's rows beside trident's (share/trident/benchmarks/bench_table.py, the
+# torch-*.py scripts' --bench-h5): appended run by run, read by trident-analyze.
+TRIDENT_SOURCE_DIR=${TRIDENT_SOURCE_DIR:?} "$py" - "$tmp/g.h5" <<'PY' || { echo "FAIL bench_table.py"; fail=1; }
+import os, sys
+src = os.environ["TRIDENT_SOURCE_DIR"]
+sys.path[:0] = [src + "/share/trident/benchmarks", src + "/share/trident/analysis"]
+from bench_table import add_table
+from trident_analyze.bench import read_bench
+cols = ["precision", "path", "steps", "cpu_s", "GFLOP/s"]
+for p in ("fp32", "bf16"):
+    add_table(sys.argv[1], "torch_step", "peer", cols, [[p, "torch", 4, 1.5, 80.0]], ["a note"])
+b = read_bench(sys.argv[1])
+t = b["tables"]["torch_step"]
+assert t["columns"] == cols and [r[0] for r in t["rows"]] == ["fp32", "bf16"], t
+assert t["rows"][0][2:] == [4, 1.5, 80.0] and t["notes"] == ["a note"], t
+assert len(b["tables"]["gemm"]["rows"]) == 36
+print("ok   bench_table.py: torch_step beside gemm, 2 rows appended")
+PY
+
 TRIDENT_CPU_BF16=staged timeout 120 "$bin" bench gemm --sizes 24 --ops forward --reps 1 \
   --output "$tmp/gs.h5" >"$tmp/gs.out" 2>&1 || { echo "FAIL gemm staged"; cat "$tmp/gs.out"; fail=1; }
 want_staged="staged (no AVX512-BF16)"
