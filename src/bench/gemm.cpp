@@ -86,6 +86,9 @@ std::vector<LinearShape> cases_of(const Config& cfg, const GemmBenchOptions& o) 
   if (o.reps < 1) throw InputError("--reps " + std::to_string(o.reps) + ": must be >= 1");
   if (o.threads < 1) throw InputError("--threads " + std::to_string(o.threads) + ": must be >= 1");
   if (o.tokens < 0) throw InputError("--tokens " + std::to_string(o.tokens) + ": must be >= 1");
+  if (o.tokens && !o.use_config)
+    throw InputError("--tokens " + std::to_string(o.tokens) +
+                     ": needs a config (the model's shapes)");
   for (const std::string& d : o.dtypes)
     if (d != "f32" && d != "bf16")
       throw InputError("--dtype " + d + ": must be f32 or bf16 (comma-separated)");

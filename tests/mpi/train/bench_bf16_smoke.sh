@@ -123,6 +123,7 @@ expect_one_line_error "--ops" "$bin" bench gemm --sizes 8 --ops fwd
 expect_one_line_error "--reps" "$bin" bench gemm --sizes 8 --reps 0
 expect_one_line_error "--sizes" "$bin" bench gemm
 expect_one_line_error "--sizes" "$bin" bench gemm --sizes 8,-1
+expect_one_line_error "--tokens 16: needs a config" "$bin" bench gemm --sizes 8 --tokens 16
 expect_one_line_error "--precision fp16" "$bin" bench step "$tmp/tiny.toml" --precision fp16
 expect_one_line_error "--dtype f16" "$bin" bench attention --seq 64 --head-dim 16 --dtype f16
 expect_one_line_error "--steps" "$bin" bench step "$tmp/tiny.toml" --steps 0
