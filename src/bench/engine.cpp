@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
-#include <fstream>
 #include <sstream>
 
 #include "trident/comm/backend.hpp"
@@ -13,9 +12,7 @@
 #include "trident/core/error.hpp"
 #include "trident/core/rng.hpp"
 #include "trident/kernels/attention.hpp"
-#include "trident/kernels/functional.hpp"
 #include "trident/kernels/staging.hpp"
-#include "trident/kernels/tensor_ops.hpp"
 #include "trident/train/run.hpp"
 
 namespace trident::bench {
@@ -183,30 +180,6 @@ Communicator& mesh_group(BenchJob& job, const std::string& name) {
                                      : nullptr;
   if (!g) throw InputError("--group " + name + ": must be one of world, cp, pp, dp, dpcp, ep");
   return *g;
-}
-
-std::string cpu_model_name() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos && colon + 2 <= line.size()) return line.substr(colon + 2);
-    }
-  return "unknown CPU";
-}
-
-Tensor drawn_tensor(const kernels::Ctx& ctx, const std::vector<int64_t>& shape, const char* stream,
-                    DType dtype, std::vector<float>& values) {
-  values.assign(size_t(Tensor::numel_of(shape)), 0.0f);
-  rng::fill_normal(values.data(), int64_t(values.size()), rng::hash_name(stream), 0, 1.0f);
-  Tensor f = kernels::from_host(ctx, values.data(), shape, DType::f32);
-  if (dtype == DType::f32) return f;
-  Tensor t = kernels::empty(ctx, shape, dtype);
-  kernels::convert(ctx, f, t);
-  kernels::convert(ctx, t, f);  // the values t holds
-  std::copy_n(f.data<float>(), values.size(), values.begin());
-  return t;
 }
 
 }  // namespace trident::bench

@@ -157,7 +157,8 @@ struct HostJob {
 };
 HostJob open_host_job(CommKind kind, const char* name, double timeout_s);
 
-// ---- one process's kernels: timing and the host named -------------------
+// ---- one process's kernels: timing, the host named, drawn tensors ---------
+// (src/bench/engine_host.cpp)
 
 // Best (smallest) wall and CPU time of the calling thread over reps calls of
 // f, each taken independently; the CPU time is not inflated by time slices
