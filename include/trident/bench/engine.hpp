@@ -14,6 +14,9 @@
 //   - the job: the communicators and the device chosen from a config as
 //     `trident run` chooses them (BenchJob), with device buffers;
 //   - the report: tables printed on rank 0 and written to HDF5 (io/bench_report).
+//   - one process's kernels: the best wall and thread CPU time of a call, the
+//     CPU's model name, tensors drawn in f32 or bf16 with the values they hold
+//     (time_best, cpu_model_name, drawn_tensor).
 // share/trident/design.md, "Adding a benchmark", is the recipe.
 #pragma once
 #include <cstdint>
@@ -125,38 +128,6 @@ size_t parse_size(const std::string& flag, const std::string& text);
 // The items of a comma-separated value.
 std::vector<std::string> split_list(const std::string& list);
 
-// ---- the job ---------------------------------------------------------------
-
-// The communicators and the device of a benchmark run, made from a config
-// exactly as `trident run` makes them: topology, mesh groups on runtime.comm's
-// backend (MPI, or NCCL), the rank's device from runtime.backend, and MPI
-// groups staging device buffers through the host as the trainer's do.
-struct BenchJob {
-  std::unique_ptr<Communicator> job;  // MPI world (control)
-  std::unique_ptr<Communicators> comms;
-  // Every rank as one group on runtime.comm's backend: what "world" means to
-  // a benchmark (comms->world stays on MPI, the control communicator).
-  std::unique_ptr<Communicator> all;
-  std::unique_ptr<kernels::DeviceContext> device;  // where the benchmark's buffers live
-
-  Communicator& world() { return *comms->world; }
-  const kernels::Ctx& ctx() const { return device->ctx(); }
-};
-// Collective over MPI's world; cfg already checked (train::check_config).
-BenchJob open_job(const Config& cfg);
-// The group named world (BenchJob::all), cp, pp, dp, dpcp or ep.
-Communicator& mesh_group(BenchJob& job, const std::string& name);
-
-// The job of a benchmark of host code (ring attention's, the pipeline
-// executor's, the MoE dispatcher's CPU paths, which compute on host memory
-// and take no config): MPI's world and one group of all its ranks on MPI,
-// the one backend that moves host buffers. Collective over MPI's world.
-struct HostJob {
-  std::unique_ptr<Communicator> world;  // MPI's world (control, gathers)
-  std::unique_ptr<Communicator> group;  // all ranks as one group of `kind`
-};
-HostJob open_host_job(CommKind kind, const char* name, double timeout_s);
-
 // ---- one process's kernels: timing, the host named, drawn tensors ---------
 // (src/bench/engine_host.cpp)
 
@@ -189,5 +160,37 @@ std::string cpu_model_name();
 // reference of the rounded inputs.
 Tensor drawn_tensor(const kernels::Ctx& ctx, const std::vector<int64_t>& shape, const char* stream,
                     DType dtype, std::vector<float>& values);
+
+// ---- the job ---------------------------------------------------------------
+
+// The communicators and the device of a benchmark run, made from a config
+// exactly as `trident run` makes them: topology, mesh groups on runtime.comm's
+// backend (MPI, or NCCL), the rank's device from runtime.backend, and MPI
+// groups staging device buffers through the host as the trainer's do.
+struct BenchJob {
+  std::unique_ptr<Communicator> job;  // MPI world (control)
+  std::unique_ptr<Communicators> comms;
+  // Every rank as one group on runtime.comm's backend: what "world" means to
+  // a benchmark (comms->world stays on MPI, the control communicator).
+  std::unique_ptr<Communicator> all;
+  std::unique_ptr<kernels::DeviceContext> device;  // where the benchmark's buffers live
+
+  Communicator& world() { return *comms->world; }
+  const kernels::Ctx& ctx() const { return device->ctx(); }
+};
+// Collective over MPI's world; cfg already checked (train::check_config).
+BenchJob open_job(const Config& cfg);
+// The group named world (BenchJob::all), cp, pp, dp, dpcp or ep.
+Communicator& mesh_group(BenchJob& job, const std::string& name);
+
+// The job of a benchmark of host code (ring attention's, the pipeline
+// executor's, the MoE dispatcher's CPU paths, which compute on host memory
+// and take no config): MPI's world and one group of all its ranks on MPI,
+// the one backend that moves host buffers. Collective over MPI's world.
+struct HostJob {
+  std::unique_ptr<Communicator> world;  // MPI's world (control, gathers)
+  std::unique_ptr<Communicator> group;  // all ranks as one group of `kind`
+};
+HostJob open_host_job(CommKind kind, const char* name, double timeout_s);
 
 }  // namespace trident::bench
