@@ -19,6 +19,9 @@ class BenchAttentionCommand : public Command {
     app->add_option("--reps", o_.reps, "Timed repetitions per row (best is reported)");
     app->add_option("--sgemm-size", o_.sgemm_n, "Square sgemm size for the ceiling");
     app->add_option("--output", o_.output, "Write the table to this HDF5 file");
+    app->add_option("--dtype", dtypes_,
+                    "Element types through the tensor ops, comma-separated: f32,bf16 (by CPU "
+                    "time; the table attention_dtype instead of the float32 one)");
   }
 
   bool needs_mpi() const override { return false; }
@@ -32,6 +35,10 @@ class BenchAttentionCommand : public Command {
       o_.causal.push_back(m == "causal");
     }
     o_.command_line = command_line();
+    if (!dtypes_.empty()) {
+      o_.dtypes = split_list("--dtype", dtypes_);
+      return bench::run_attention_dtype_bench(o_);
+    }
     return bench::run_attention_bench(o_);
   }
 
@@ -39,6 +46,7 @@ class BenchAttentionCommand : public Command {
   std::string seq_ = "1024,2048,4096,8192";
   std::string head_dim_ = "64,128";
   std::string masks_ = "full,causal";
+  std::string dtypes_;
   bench::AttentionBenchOptions o_;
 };
 

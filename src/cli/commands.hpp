@@ -32,6 +32,8 @@ std::unique_ptr<Command> add_bench_ring(CLI::App& bench);       // ring attentio
 std::unique_ptr<Command> add_bench_schedule(CLI::App& bench);   // pipeline executor (mpirun)
 std::unique_ptr<Command> add_bench_moe(CLI::App& bench);        // dispatch/combine (mpirun)
 std::unique_ptr<Command> add_bench_comm(CLI::App& bench);       // collectives (mpirun)
+std::unique_ptr<Command> add_bench_gemm(CLI::App& bench);       // linear GEMMs f32/bf16 (one rank)
+std::unique_ptr<Command> add_bench_step(CLI::App& bench);       // training step f32/bf16 (one rank)
 
 // `trident convert hf | to-hf`: Hugging Face models in and out (one process).
 std::unique_ptr<Command> add_convert_hf(CLI::App& convert);

@@ -105,13 +105,16 @@ std::vector<std::unique_ptr<Command>> add_commands(CLI::App& app) {
   cmds.push_back(add_topo_command(app));
   cmds.push_back(add_plan_command(app));
   cmds.push_back(add_schedule_command(app));
-  auto* bench = app.add_subcommand("bench", "Benchmarks: attention | ring | schedule | moe | comm");
+  auto* bench = app.add_subcommand(
+      "bench", "Benchmarks: attention | ring | schedule | moe | comm | gemm | step");
   bench->require_subcommand(1);
   cmds.push_back(add_bench_attention(*bench));
   cmds.push_back(add_bench_ring(*bench));
   cmds.push_back(add_bench_schedule(*bench));
   cmds.push_back(add_bench_moe(*bench));
   cmds.push_back(add_bench_comm(*bench));
+  cmds.push_back(add_bench_gemm(*bench));
+  cmds.push_back(add_bench_step(*bench));
   auto* convert = app.add_subcommand("convert", "Hugging Face models in and out: hf | to-hf");
   convert->require_subcommand(1);
   cmds.push_back(add_convert_hf(*convert));
@@ -159,12 +162,13 @@ Command* chosen_command(CLI::App& app, const std::vector<std::unique_ptr<Command
   const std::string leaf = path.empty() ? "" : path.back()->get_name();
   const bool under_bench = path.size() == 2 && path.front()->get_name() == "bench";
   const bool under_convert = path.size() == 2 && path.front()->get_name() == "convert";
-  if (under_convert) return cmds[size_t(leaf == "hf" ? 9 : 10)].get();
-  if (leaf == "eval" && path.size() == 1) return cmds[11].get();
+  if (under_convert) return cmds[size_t(leaf == "hf" ? 11 : 12)].get();
+  if (leaf == "eval" && path.size() == 1) return cmds[13].get();
   static const char* top_names[] = {"run", "topo", "plan", "schedule"};
-  static const char* bench_names[] = {"attention", "ring", "schedule", "moe", "comm"};
+  static const char* bench_names[] = {"attention", "ring", "schedule", "moe",
+                                      "comm",      "gemm", "step"};
   if (under_bench) {
-    for (int i = 0; i < 5; ++i)
+    for (int i = 0; i < 7; ++i)
       if (leaf == bench_names[i]) return cmds[size_t(4 + i)].get();
   } else {
     for (int i = 0; i < 4; ++i)

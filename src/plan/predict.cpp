@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "trident/model/flops.hpp"
 #include "trident/parallel/pp/generators.hpp"
 #include "trident/parallel/pp/simulator.hpp"
 
@@ -275,23 +276,10 @@ ActionTimes action_times(const Config& cfg, const MeshPlan& p, const ClusterShap
 
 namespace {
 
-// FLOPs of one step's model math: 3 x the forward (backward = 2 x forward),
-// every routed copy once (no imbalance), causal attention pairs only.
+// FLOPs of one step's model math (model/flops.hpp: the formula bench step
+// shares).
 double model_flops_per_step(const Config& cfg, const MeshPlan& p) {
-  const ModelConfig& mc = cfg.model;
-  const double d = mc.d_model, HD = double(mc.n_heads) * mc.head_dim(),
-               KD = double(mc.n_kv_heads) * mc.head_dim(), S = cfg.data.seq_len;
-  double per_token = 0;  // forward matmul FLOPs per token
-  for (int l = 0; l < mc.n_layers; ++l) {
-    per_token += 2 * d * (2 * HD + 2 * KD);
-    per_token += mc.is_moe_layer(l)
-                     ? 2 * d * mc.n_experts + 6.0 * mc.top_k * d * mc.expert_ffn_hidden()
-                     : 6 * d * mc.ffn_hidden;
-  }
-  per_token += 2 * d * mc.vocab_size;
-  const double sequences = double(p.global_batch());
-  const double attention = mc.n_layers * (S * (S + 1) / 2) * 4 * HD;  // per sequence, forward
-  return 3 * sequences * (S * per_token + attention);
+  return model::step_model_flops(cfg, double(p.global_batch()));
 }
 
 // What the overlapped slots hide: the makespan with them run serially less

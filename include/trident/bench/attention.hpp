@@ -20,10 +20,20 @@ struct AttentionBenchOptions {
   int64_t sgemm_n = 2048;
   std::string output;        // HDF5 file, "" none
   std::string command_line;  // recorded in the file
+  // --dtype: "f32", "bf16" (empty: the float32 table above). Given, the
+  // table attention_dtype instead: the attention through the tensor ops on
+  // tensors of each element type (bf16: the CPU's native bf16 attention on
+  // AVX512-BF16, else the staged path, named), forward and forward +
+  // backward by the calling thread's CPU time and wall time, each row set
+  // beside the f32 row of its shape; outputs spot-checked against the fp64
+  // attention of the rounded inputs (1e-4 f32, 1e-2 bf16).
+  std::vector<std::string> dtypes;
 };
 
 // Throws InputError naming the flag for a bad value; prints the table and the
 // verdict; returns the exit code.
 int run_attention_bench(const AttentionBenchOptions& opt);
+// The same for opt.dtypes (src/bench/attention_dtype.cpp).
+int run_attention_dtype_bench(const AttentionBenchOptions& opt);
 
 }  // namespace trident::bench

@@ -14,6 +14,9 @@
 //   - the job: the communicators and the device chosen from a config as
 //     `trident run` chooses them (BenchJob), with device buffers;
 //   - the report: tables printed on rank 0 and written to HDF5 (io/bench_report).
+//   - one process's kernels: the best wall and thread CPU time of a call, the
+//     CPU's model name, tensors drawn in f32 or bf16 with the values they hold
+//     (time_best, cpu_model_name, drawn_tensor).
 // share/trident/design.md, "Adding a benchmark", is the recipe.
 #pragma once
 #include <cstdint>
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "trident/comm/comm.hpp"
+#include "trident/core/clock.hpp"
 #include "trident/core/config.hpp"
 #include "trident/core/tensor.hpp"
 #include "trident/io/bench_report.hpp"
@@ -123,6 +127,39 @@ void write_report(const std::string& path, const std::vector<BenchTable>& tables
 size_t parse_size(const std::string& flag, const std::string& text);
 // The items of a comma-separated value.
 std::vector<std::string> split_list(const std::string& list);
+
+// ---- one process's kernels: timing, the host named, drawn tensors ---------
+// (src/bench/engine_host.cpp)
+
+// Best (smallest) wall and CPU time of the calling thread over reps calls of
+// f, each taken independently; the CPU time is not inflated by time slices
+// lost to other processes on a loaded host.
+struct BestTimes {
+  double wall_s = 1e300, cpu_s = 1e300;
+};
+template <class F>
+BestTimes time_best(int reps, F&& f) {
+  BestTimes b;
+  for (int r = 0; r < reps; ++r) {
+    const double w0 = now_s(), c0 = thread_cpu_s();
+    f();
+    const double c1 = thread_cpu_s(), w1 = now_s();
+    b.wall_s = w1 - w0 < b.wall_s ? w1 - w0 : b.wall_s;
+    b.cpu_s = c1 - c0 < b.cpu_s ? c1 - c0 : b.cpu_s;
+  }
+  return b;
+}
+
+// The CPU's model name ("AMD EPYC 9R14 96-Core Processor"; /proc/cpuinfo's
+// first "model name", "unknown CPU" where there is none), for table notes.
+std::string cpu_model_name();
+
+// A host tensor of `shape` and `dtype` (f32 or bf16) drawn from the normal
+// stream `stream` (rounded to nearest even for bf16), on ctx's host device;
+// values: the f32 numbers it holds (bf16 widens exactly), for an fp64
+// reference of the rounded inputs.
+Tensor drawn_tensor(const kernels::Ctx& ctx, const std::vector<int64_t>& shape, const char* stream,
+                    DType dtype, std::vector<float>& values);
 
 // ---- the job ---------------------------------------------------------------
 

@@ -7,6 +7,10 @@
 # /tmp/torchenv/bin/torchpy from /work/shared/tools/torch-env.sh) PyTorch
 # eager's fp32 and autocast-bf16 step of the same model on the same core
 # (torch-moe-bench.py) beside them.
+# `trident bench step CONFIG --precision fp32,bf16` measures the same in one
+# process (the variants alternating step by step, a table and an HDF5 bench
+# file; staged and native there are two runs, TRIDENT_CPU_BF16 being a
+# process setting): cpu-2026-12-05-bf16.md, "The same through trident bench".
 #
 #   share/trident/benchmarks/cpu-bf16.sh BINARY [CONFIG] [RUNS] [STEPS] [OUTDIR]
 #

@@ -19,7 +19,11 @@ as cpu-efficiency.sh's (3 x forward, causal pairs), so the two GFLOP/s
 figures compare.
 
     OMP_NUM_THREADS=1 taskset -c 1 python3 torch-moe-bench.py [--config TOML] [--steps N] [--first F]
-        [--precision fp32|bf16]
+        [--precision fp32|bf16] [--bench-h5 FILE.h5]
+
+--bench-h5 adds the run's row to the table torch_step of a trident bench file
+(`trident bench step CONFIG --output FILE.h5`; bench_table.py), so that
+`trident-analyze bench FILE.h5` prints it beside trident's step table.
 
 A config with model.n_experts = 0 trains the dense model (a SwiGLU FFN in
 every layer). --precision bf16 runs the forward under torch.autocast on the
@@ -32,6 +36,7 @@ notes: the PyPI wheel with the CUDA stub libraries imports on a CPU host).
 """
 import argparse
 import math
+import os
 import statistics
 import sys
 import time
@@ -139,6 +144,25 @@ def matmul_gflops(n=2048):
     return 2 * n ** 3 / best / 1e9
 
 
+def add_bench_row(args, flops, med, med_cpu, loss):
+    """--bench-h5: this run's row in the table torch_step of a trident bench
+    file (`trident bench step --output FILE.h5`; bench_table.py), with the
+    columns of trident's step table, so that `trident-analyze bench` prints both."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_table import add_table
+    path = f"torch {torch.__version__} eager" + (" autocast bf16" if args.precision == "bf16" else "")
+    add_table(args.bench_h5, "torch_step",
+              f"PyTorch eager training step of {os.path.basename(args.config)}, 1 thread "
+              "(torch-moe-bench.py)",
+              ["precision", "path", "steps", "cpu_s", "wall_s", "cpu_GFLOP/s", "wall_GFLOP/s",
+               "loss_last"],
+              [[args.precision, path, args.steps - args.first, med_cpu, med, flops / med_cpu / 1e9,
+                flops / med / 1e9, loss]],
+              [f"medians of steps {args.first}-{args.steps - 1}; FLOPs per step "
+               f"{flops / 1e9:.2f} G (model_flops.py, the count of trident bench step); loss_last: "
+               "on PyTorch's own random tokens and initialisation, not comparable to trident's"])
+
+
 def main():
     here = __file__.rsplit("/", 1)[0]
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -148,6 +172,7 @@ def main():
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                     help="bf16: the forward under torch.autocast('cpu', torch.bfloat16), "
                          "fp32 master weights (PyTorch's mixed precision on the CPU)")
+    ap.add_argument("--bench-h5", help="add the run's row to this trident bench file (torch_step)")
     args = ap.parse_args()
     if not 0 <= args.first < args.steps:
         print("torch-moe-bench.py: --first must be in [0, --steps)", file=sys.stderr)
@@ -186,6 +211,8 @@ def main():
           f"cpu {med_cpu:.3f} s (steps {args.first}-"
           f"{args.steps - 1}), {flops / med / 1e9:.1f} GFLOP/s; torch.matmul 2048^3 {ceil:.1f} GFLOP/s; "
           f"ratio {flops / med / 1e9 / ceil:.3f}")
+    if args.bench_h5:
+        add_bench_row(args, flops, med, med_cpu, total)
     return 0
 
 

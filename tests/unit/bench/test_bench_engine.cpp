@@ -1,9 +1,11 @@
 // The benchmark engine (trident/bench/engine.hpp): rows drawn at global
 // positions agree whichever rank draws them, the spot check counts a row off
 // by more than its tolerance (and a NaN row), sizes parse or name the flag,
-// the verdict's exit code, and the reductions over ranks per iteration.
+// the verdict's exit code, the reductions over ranks per iteration, tensors
+// drawn in f32 or bf16 with the values they hold, and the best-of timer.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "trident/bench/engine.hpp"
@@ -99,4 +101,41 @@ TEST_CASE("RankSeries reduces each iteration over the ranks") {
   CHECK(s.at(1, 0) == 5);
   CHECK(s.slowest_per_iteration() == std::vector<double>{5, 30});
   CHECK(s.median_per_iteration() == std::vector<double>{3, 20});
+}
+
+TEST_CASE("drawn_tensor holds the values it reports: f32 as drawn, bf16 rounded") {
+  const kernels::DeviceContext host(Device::cpu());
+  std::vector<float> f32_values, bf16_values;
+  const Tensor f = bench::drawn_tensor(host.ctx(), {3, 5}, "test.drawn", DType::f32, f32_values);
+  const Tensor b = bench::drawn_tensor(host.ctx(), {3, 5}, "test.drawn", DType::bf16, bf16_values);
+  REQUIRE(f.dtype() == DType::f32);
+  REQUIRE(b.dtype() == DType::bf16);
+  REQUIRE(f32_values.size() == 15);
+  REQUIRE(bf16_values.size() == 15);
+  bool any_rounded = false;
+  for (size_t i = 0; i < 15; ++i) {
+    CHECK(f.data<float>()[i] == f32_values[i]);
+    // bf16: the f32 pattern's upper half, widened exactly, within 2^-8 relative
+    uint32_t bits = 0;
+    std::memcpy(&bits, &bf16_values[i], sizeof bits);
+    CHECK((bits & 0xffffu) == 0);
+    CHECK(uint16_t(bits >> 16) == b.data<uint16_t>()[i]);
+    CHECK(std::fabs(bf16_values[i] - f32_values[i]) <= std::ldexp(std::fabs(f32_values[i]), -8));
+    any_rounded = any_rounded || bf16_values[i] != f32_values[i];
+  }
+  CHECK(any_rounded);
+}
+
+TEST_CASE("time_best keeps the smallest wall and CPU time of its calls") {
+  int calls = 0;
+  volatile double sink = 0;
+  const bench::BestTimes t = bench::time_best(3, [&] {
+    ++calls;
+    for (int i = 0; i < 200000 / calls; ++i) sink = sink + std::sqrt(double(i));
+  });
+  CHECK(calls == 3);
+  CHECK(t.wall_s > 0);
+  CHECK(t.cpu_s >= 0);
+  CHECK(t.wall_s < 1.0);
+  CHECK(bench::cpu_model_name().size() > 0);
 }
