@@ -159,39 +159,43 @@ void panel_kv_grads(Backward& b, int64_t jt, int64_t p, int ns) {
   if (keys > 24) kv_grads<8>(b, jt, p, 24, keys - 24, t0, np);
 }
 
-// dQ += scale dS K for the strips of the tile at key jt (query rows from i0,
-// `rows` of them; dq at the block's first row and head).
-TRIDENT_ATTN_TARGET void tile_dq(const Backward& b, float* dq, int64_t jt, int rows, int ns) {
-  for (int st = 0; st < ns; ++st) {
-    if (b.ph[st] <= b.pl[st]) continue;
-    const int64_t pl = b.pl[st], np = (b.ph[st] - pl) * (kW / 2);
-    const int n = std::min(kRb, rows - st * kRb);
-    for (int64_t dn = 0; dn < b.Dn; ++dn) {
-      __m512 acc[kRb][2];
-      zero_tile(acc);
-      dot_tile<kRb, kLdDs>(b.dsr + int64_t(st) * kRb * kLdDs + pl * (kW / 2), 1,
-                           b.kp + dn * b.kp_stride + (jt / 2 + pl * (kW / 2)) * kW, np, acc);
-      add_tile(acc, dq + int64_t(st) * kRb * b.ldq + dn * kW, b.ldq, n,
-               std::min<int64_t>(kW, b.s->D - dn * kW), b.s->scale);
-    }
+// dQ += scale dS K for strip st of the tile at key jt, from its dS rows
+// while they are in the first-level cache (dq at the strip's first row and
+// the head; n of its rows inside the block).
+TRIDENT_ATTN_TARGET void strip_dq(const Backward& b, int st, float* dq, int64_t jt, int n) {
+  const int64_t pl = b.pl[st], np = (b.ph[st] - pl) * (kW / 2);
+  for (int64_t dn = 0; dn < b.Dn; ++dn) {
+    __m512 acc[kRb][2];
+    zero_tile(acc);
+    dot_tile<kRb, kLdDs>(b.dsr + int64_t(st) * kRb * kLdDs + pl * (kW / 2), 1,
+                         b.kp + dn * b.kp_stride + (jt / 2 + pl * (kW / 2)) * kW, np, acc);
+    add_tile(acc, dq + dn * kW, b.ldq, n, std::min<int64_t>(kW, b.s->D - dn * kW), b.s->scale);
   }
 }
 
-// The tile of keys [jt, jt + jn) of the block (rows from i0 of head h):
-// each strip's panels, then dV and dK per key panel, then dQ.
+// The key panels [pl, ph) of the tile at jt that strip st computes: those
+// that hold a key one of its rows sees.
+void strip_panels(Backward& b, int st, int64_t jt, int64_t jn) {
+  int64_t lo = jt + jn, hi = jt;
+  for (int64_t row = int64_t(st) * kRb; row < int64_t(st + 1) * kRb; ++row)
+    if (b.b[row] > b.a[row]) lo = std::min(lo, b.a[row]), hi = std::max(hi, b.b[row]);
+  lo = std::max(lo, jt), hi = std::min(hi, jt + jn);
+  b.pl[st] = hi > lo ? (lo - jt) / kW : 0;
+  b.ph[st] = hi > lo ? (hi - jt + kW - 1) / kW : 0;
+}
+
+// The tile of keys [jt, jt + jn) of the block (rows from i0 of head h): per
+// strip its panels' P and dS and its dQ, then dV and dK per key panel.
 void backward_tile(Backward& b, int h, int64_t i0, int rows, int64_t jt, int64_t jn) {
   const int ns = (rows + kRb - 1) / kRb;
   for (int st = 0; st < ns; ++st) {
-    int64_t lo = jt + jn, hi = jt;
-    for (int64_t row = int64_t(st) * kRb; row < int64_t(st + 1) * kRb; ++row)
-      if (b.b[row] > b.a[row]) lo = std::min(lo, b.a[row]), hi = std::max(hi, b.b[row]);
-    lo = std::max(lo, jt), hi = std::min(hi, jt + jn);
-    b.pl[st] = hi > lo ? (lo - jt) / kW : 0;
-    b.ph[st] = hi > lo ? (hi - jt + kW - 1) / kW : 0;
+    strip_panels(b, st, jt, jn);
+    if (b.ph[st] <= b.pl[st]) continue;
     for (int64_t p = b.pl[st]; p < b.ph[st]; ++p) strip_panel(b, st, jt, p);
+    const int64_t row0 = i0 + int64_t(st) * kRb;
+    strip_dq(b, st, b.dq + row0 * b.ldq + int64_t(h) * b.s->D, jt, std::min(kRb, rows - st * kRb));
   }
   for (int64_t p = 0; p < jn / kW; ++p) panel_kv_grads(b, jt, p, ns);
-  tile_dq(b, b.dq + i0 * b.ldq + int64_t(h) * b.s->D, jt, rows, ns);
 }
 
 // The query block of `rows` rows at i0 of head h: its packs, lse, delta and

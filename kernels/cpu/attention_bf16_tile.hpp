@@ -17,6 +17,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define TRIDENT_ATTN_BF16 1
@@ -39,11 +40,11 @@ inline int64_t pairs_of(int64_t n) { return (n + 1) / 2; }
 inline int64_t round32(int64_t n) { return (n + kW - 1) / kW * kW; }
 inline int64_t panels_of(int64_t n) { return (n + kW - 1) / kW; }
 
-// The word of the bf16 row x (n values) holding x[2p] and x[2p + 1] (zero
-// past n); 2p < n.
-inline uint32_t row_word(const uint16_t* x, int64_t n, int64_t p) {
-  const uint32_t lo = x[2 * p];
-  return 2 * p + 1 < n ? lo | uint32_t(x[2 * p + 1]) << 16 : lo;
+// Words [0, pairs_of(D)) of the bf16 row x (D values), word p holding x[2p]
+// and x[2p + 1] (zero past D), to d[p * step].
+inline void row_words(const uint16_t* x, int64_t D, uint32_t* d, int64_t step) {
+  for (int64_t p = 0; p < D / 2; ++p) std::memcpy(d + p * step, x + 2 * p, sizeof(uint32_t));
+  if (D % 2) d[(D / 2) * step] = x[D - 1];
 }
 
 // Rows [0, n) of x (row j at x + j * ld, D values) as B panels of a product
@@ -54,23 +55,33 @@ inline void pack_rows_as_columns(const uint16_t* x, int64_t ld, int64_t n, int64
   const int64_t Dp = pairs_of(D);
   for (int64_t j = 0; j < round32(n); ++j) {
     uint32_t* d = dst + (j / kW) * Dp * kW + j % kW;
-    for (int64_t p = 0; p < Dp; ++p) d[p * kW] = j < n ? row_word(x + j * ld, D, p) : 0u;
+    if (j < n)
+      row_words(x + j * ld, D, d, kW);
+    else
+      for (int64_t p = 0; p < Dp; ++p) d[p * kW] = 0u;
   }
 }
 
 // Rows [0, n) of x as B panels of a product over the rows: panel c / 32 of
 // the D columns at dst + (c / 32) * stride, word (pair t, column c) = (x[2t][c],
 // x[2t + 1][c]) at t * 32 + c % 32 for t < np; rows past n, columns past D zero.
-inline void pack_row_pairs(const uint16_t* x, int64_t ld, int64_t n, int64_t D, int64_t np,
-                           int64_t stride, uint32_t* dst) {
-  const int64_t cols = panels_of(D) * kW;
+TRIDENT_ATTN_TARGET inline void pack_row_pairs(const uint16_t* x, int64_t ld, int64_t n, int64_t D,
+                                               int64_t np, int64_t stride, uint32_t* dst) {
+  // word k of the low half: (x[k], y[k]) for k < 16; of the high half, k + 16
+  alignas(64) static constexpr uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                                   37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                                   11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  const __m512i lo = _mm512_load_si512(kLo), hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
   for (int64_t t = 0; t < np; ++t) {
-    const uint16_t* r0 = 2 * t < n ? x + 2 * t * ld : nullptr;
-    const uint16_t* r1 = 2 * t + 1 < n ? x + (2 * t + 1) * ld : nullptr;
-    for (int64_t c = 0; c < cols; ++c) {
-      uint32_t w = 0;
-      if (c < D && r0) w = r0[c] | (r1 ? uint32_t(r1[c]) << 16 : 0u);
-      dst[(c / kW) * stride + t * kW + c % kW] = w;
+    for (int64_t c = 0; c < D; c += kW) {
+      const __mmask32 m = D - c >= kW ? ~__mmask32(0) : __mmask32((1u << (D - c)) - 1);
+      const __m512i x0 =
+          2 * t < n ? _mm512_maskz_loadu_epi16(m, x + 2 * t * ld + c) : _mm512_setzero_si512();
+      const __m512i x1 = 2 * t + 1 < n ? _mm512_maskz_loadu_epi16(m, x + (2 * t + 1) * ld + c)
+                                       : _mm512_setzero_si512();
+      uint32_t* d = dst + (c / kW) * stride + t * kW;
+      _mm512_storeu_si512(d, _mm512_permutex2var_epi16(x0, lo, x1));
+      _mm512_storeu_si512(d + 16, _mm512_permutex2var_epi16(x0, hi, x1));
     }
   }
 }
@@ -82,8 +93,19 @@ inline void pack_strips(const uint16_t* x, int64_t ld, int64_t n, int64_t D, int
   const int64_t Dp = pairs_of(D), m = (n + R - 1) / R * R;
   for (int64_t i = 0; i < m; ++i) {
     uint32_t* d = dst + (i / R) * Dp * R + i % R;
-    for (int64_t p = 0; p < Dp; ++p) d[p * R] = i < n ? row_word(x + i * ld, D, p) : 0u;
+    if (i < n)
+      row_words(x + i * ld, D, d, R);
+    else
+      for (int64_t p = 0; p < Dp; ++p) d[p * R] = 0u;
   }
+}
+
+// Asks for the lines of `rows` bf16 rows of D values (row i at x + i * ld)
+// ahead of their packing.
+inline void prefetch_rows(const uint16_t* x, int64_t ld, int64_t rows, int64_t D) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t c = 0; c < D; c += 32)
+      _mm_prefetch(reinterpret_cast<const char*>(x + i * ld + c), _MM_HINT_T0);
 }
 
 // The columns [c0, c0 + 32) that lie in [a, b), as bits.
