@@ -48,6 +48,7 @@ struct Forward {
   float *S = nullptr, *acc = nullptr;
   float m[kR] = {}, l[kR] = {};
   int64_t a[kR] = {}, b[kR] = {};
+  int64_t fa = 0, fb = 0;  // the keys every row of the strip sees
 };
 
 // S = scale Q·Kᵀ for the strip and the keys [c0, c1) (whole panels), -inf
@@ -55,11 +56,12 @@ struct Forward {
 TRIDENT_ATTN_TARGET void strip_scores(Forward& f, int64_t c0, int64_t c1) {
   const __m512 sc = _mm512_set1_ps(f.s->scale), ninf = _mm512_set1_ps(kNegInf);
   for (int64_t j = c0; j < c1; j += kW) {
+    const bool full = f.fa <= j && j + kW <= f.fb;  // no row masks a key of the panel
     __m512 acc[kR][2];
     zero_tile(acc);
     dot_tile<kR, 1>(f.qs, kR, f.kt + (j / kW) * f.kt_panel, f.Dp, acc);
     for (int r = 0; r < kR; ++r) {
-      const uint32_t mk = col_mask(f.a[r], f.b[r], j);
+      const uint32_t mk = full ? ~0u : col_mask(f.a[r], f.b[r], j);
       float* srow = f.S + r * kLdS + (j - c0);
       _mm512_storeu_ps(srow, _mm512_mask_mul_ps(ninf, __mmask16(mk), acc[r][0], sc));
       _mm512_storeu_ps(srow + 16, _mm512_mask_mul_ps(ninf, __mmask16(mk >> 16), acc[r][1], sc));
@@ -136,10 +138,12 @@ void forward_strip(Forward& f, const uint16_t* q, F32OrBf16 out, float* lse, int
   prefetch_rows(q + kR * f.ldq, f.ldq, std::min<int64_t>(kR, s.Tq - i0 - kR),
                 s.D);  // the next strip
   int64_t lo = s.Tk, hi = 0;
+  f.fa = 0, f.fb = s.Tk;
   for (int r = 0; r < kR; ++r) {
     f.a[r] = f.b[r] = 0;
     if (r < rows) attn_row_keys(s, i0 + r, 0, s.Tk, &f.a[r], &f.b[r]);
     if (f.b[r] > f.a[r]) lo = std::min(lo, f.a[r]), hi = std::max(hi, f.b[r]);
+    f.fa = std::max(f.fa, f.a[r]), f.fb = std::min(f.fb, f.b[r]);
     f.m[r] = kNegInf;
     f.l[r] = 0.0f;
   }

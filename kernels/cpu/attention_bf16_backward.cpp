@@ -56,6 +56,7 @@ struct Backward {
   float lse[kBq] = {}, delta[kBq] = {};
   int64_t a[kBq] = {}, b[kBq] = {};
   int64_t pl[kStrips] = {}, ph[kStrips] = {};
+  int64_t fa[kStrips] = {}, fb[kStrips] = {};  // the keys every row of a strip sees
 };
 
 // 16 bf16 values widened to f32.
@@ -82,9 +83,9 @@ TRIDENT_ATTN_TARGET float dot_bf16(const uint16_t* x, const uint16_t* y, int64_t
 
 // Row r's P and dS for one S/dP tile row: exp(scale S - lse) where the key
 // is visible (mask), else 0, and P (dP - delta).
-TRIDENT_ATTN_INLINE void probs_grads(const Backward& b, int64_t row, int64_t col0, __m512 (&s)[2],
-                                     __m512 (&dp)[2]) {
-  const uint32_t mk = col_mask(b.a[row], b.b[row], col0);
+TRIDENT_ATTN_INLINE void probs_grads(const Backward& b, int64_t row, int64_t col0, bool full,
+                                     __m512 (&s)[2], __m512 (&dp)[2]) {
+  const uint32_t mk = full ? ~0u : col_mask(b.a[row], b.b[row], col0);
   const __m512 sc = _mm512_set1_ps(b.s->scale), l = _mm512_set1_ps(b.lse[row]);
   const __m512 dl = _mm512_set1_ps(b.delta[row]);
   for (int v = 0; v < 2; ++v) {
@@ -98,6 +99,7 @@ TRIDENT_ATTN_INLINE void probs_grads(const Backward& b, int64_t row, int64_t col
 // as Pᵀ's and dSᵀ's row pairs.
 TRIDENT_ATTN_TARGET void strip_panel(Backward& b, int st, int64_t jt, int64_t p) {
   const int64_t J = jt / kW + p;
+  const bool full = b.fa[st] <= J * kW && (J + 1) * kW <= b.fb[st];  // no row masks a key
   __m512 s[kRb][2], dp[kRb][2];
   zero_tile(s);
   zero_tile(dp);
@@ -106,7 +108,7 @@ TRIDENT_ATTN_TARGET void strip_panel(Backward& b, int st, int64_t jt, int64_t p)
 #pragma GCC unroll 6
   for (int r = 0; r < kRb; ++r) {
     const int64_t row = int64_t(st) * kRb + r;
-    probs_grads(b, row, J * kW, s[r], dp[r]);
+    probs_grads(b, row, J * kW, full, s[r], dp[r]);
     _mm512_storeu_si512(b.dsr + row * kLdDs + p * (kW / 2), bf16_row(dp[r][0], dp[r][1]));
   }
 #pragma GCC unroll 3
@@ -177,8 +179,11 @@ TRIDENT_ATTN_TARGET void strip_dq(const Backward& b, int st, float* dq, int64_t 
 // that hold a key one of its rows sees.
 void strip_panels(Backward& b, int st, int64_t jt, int64_t jn) {
   int64_t lo = jt + jn, hi = jt;
-  for (int64_t row = int64_t(st) * kRb; row < int64_t(st + 1) * kRb; ++row)
+  b.fa[st] = 0, b.fb[st] = b.s->Tk;
+  for (int64_t row = int64_t(st) * kRb; row < int64_t(st + 1) * kRb; ++row) {
     if (b.b[row] > b.a[row]) lo = std::min(lo, b.a[row]), hi = std::max(hi, b.b[row]);
+    b.fa[st] = std::max(b.fa[st], b.a[row]), b.fb[st] = std::min(b.fb[st], b.b[row]);
+  }
   lo = std::max(lo, jt), hi = std::min(hi, jt + jn);
   b.pl[st] = hi > lo ? (lo - jt) / kW : 0;
   b.ph[st] = hi > lo ? (hi - jt + kW - 1) / kW : 0;
