@@ -137,8 +137,8 @@ void forward_strip(Forward& f, const uint16_t* q, F32OrBf16 out, float* lse, int
                    int rows) {
   const AttnShape& s = *f.s;
   pack_strips(q, f.ldq, rows, s.D, kR, f.qs);
-  prefetch_rows(q + kR * f.ldq, f.ldq, std::min<int64_t>(kR, s.Tq - i0 - kR),
-                s.D);  // the next strip
+  if (i0 + kR < s.Tq)  // the next strip's rows, while this one computes
+    prefetch_rows(q + kR * f.ldq, f.ldq, std::min<int64_t>(kR, s.Tq - i0 - kR), s.D);
   int64_t lo = s.Tk, hi = 0;
   f.fa = 0, f.fb = s.Tk;
   for (int r = 0; r < kR; ++r) {

@@ -40,6 +40,17 @@ inline int64_t pairs_of(int64_t n) { return (n + 1) / 2; }
 inline int64_t round32(int64_t n) { return (n + kW - 1) / kW * kW; }
 inline int64_t panels_of(int64_t n) { return (n + kW - 1) / kW; }
 
+// Asks for the lines of `rows` bf16 rows of D values (row i at x + i * ld)
+// ahead of their packing.
+inline void prefetch_rows(const uint16_t* x, int64_t ld, int64_t rows, int64_t D) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t c = 0; c < D; c += 32)
+      _mm_prefetch(reinterpret_cast<const char*>(x + i * ld + c), _MM_HINT_T0);
+}
+
+// How many rows ahead of the one they copy the packing loops ask for.
+constexpr int64_t kAhead = 8;
+
 // Words [0, pairs_of(D)) of the bf16 row x (D values), word p holding x[2p]
 // and x[2p + 1] (zero past D), to d[p * step].
 inline void row_words(const uint16_t* x, int64_t D, uint32_t* d, int64_t step) {
@@ -55,6 +66,7 @@ inline void pack_rows_as_columns(const uint16_t* x, int64_t ld, int64_t n, int64
   const int64_t Dp = pairs_of(D);
   for (int64_t j = 0; j < round32(n); ++j) {
     uint32_t* d = dst + (j / kW) * Dp * kW + j % kW;
+    if (j + kAhead < n) prefetch_rows(x + (j + kAhead) * ld, ld, 1, D);
     if (j < n)
       row_words(x + j * ld, D, d, kW);
     else
@@ -93,19 +105,12 @@ inline void pack_strips(const uint16_t* x, int64_t ld, int64_t n, int64_t D, int
   const int64_t Dp = pairs_of(D), m = (n + R - 1) / R * R;
   for (int64_t i = 0; i < m; ++i) {
     uint32_t* d = dst + (i / R) * Dp * R + i % R;
+    if (i + kAhead < n) prefetch_rows(x + (i + kAhead) * ld, ld, 1, D);
     if (i < n)
       row_words(x + i * ld, D, d, R);
     else
       for (int64_t p = 0; p < Dp; ++p) d[p * R] = 0u;
   }
-}
-
-// Asks for the lines of `rows` bf16 rows of D values (row i at x + i * ld)
-// ahead of their packing.
-inline void prefetch_rows(const uint16_t* x, int64_t ld, int64_t rows, int64_t D) {
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t c = 0; c < D; c += 32)
-      _mm_prefetch(reinterpret_cast<const char*>(x + i * ld + c), _MM_HINT_T0);
 }
 
 // The columns [c0, c0 + 32) that lie in [a, b), as bits.
