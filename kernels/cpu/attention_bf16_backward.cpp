@@ -141,8 +141,12 @@ TRIDENT_ATTN_TARGET void kv_grads(const Backward& b, int64_t jt, int64_t p, int 
   }
 }
 
-// dV and dK of the tile's key panel p: the strips that computed it (those
-// between that did not: zeros), its keys in register tiles of 12, 12 and 8.
+// dV and dK of the tile's key panel p: the strips that computed it, its keys
+// in register tiles of 12, 12 and 8. Those strips are consecutive (each
+// row's keys are one interval whose ends do not decrease from row to row,
+// AttnShape's documents being non-decreasing); a strip between them that
+// did not compute the panel, which that rules out, would read zeros rather
+// than another tile's P and dS.
 void panel_kv_grads(Backward& b, int64_t jt, int64_t p, int ns) {
   int first = -1, last = -1;
   for (int st = 0; st < ns; ++st)
