@@ -265,7 +265,8 @@ struct AttnCase {
 
 // Odd lengths, one and several query blocks and key tiles, GQA, causal and
 // full; a window; documents; queries after their keys (a ring step) and
-// queries that see no key (keys after them: lse -inf).
+// queries that see no key (keys after them: lse -inf); head_dim 128 over
+// more keys than one chunk of the forward.
 std::vector<AttnCase> attention_cases() {
   return {AttnCase{77, 77, 2, 1, 24, true},
           AttnCase{77, 77, 2, 2, 24, false},
@@ -274,7 +275,8 @@ std::vector<AttnCase> attention_cases() {
           AttnCase{333, 333, 4, 2, 32, true, 100},
           AttnCase{400, 400, 2, 1, 64, true, 0, 97},
           AttnCase{100, 300, 2, 1, 32, true, 0, 0, 200, 0},
-          AttnCase{120, 200, 2, 2, 32, true, 0, 0, 0, 50}};
+          AttnCase{120, 200, 2, 2, 32, true, 0, 0, 0, 50},
+          AttnCase{130, 700, 2, 1, 128, false}};
 }
 
 // The document ids of a case's queries and keys, kept for its shape.
