@@ -151,7 +151,9 @@ TRIDENT_ATTN_INLINE void add_tile(const __m512 (&acc)[R][2], float* c, int64_t l
   const uint32_t bits = cols >= kW ? ~0u : (1u << cols) - 1;
   const __mmask16 m0 = __mmask16(bits), m1 = __mmask16(bits >> 16);
   const __m512 al = _mm512_set1_ps(alpha);
-  for (int r = 0; r < rows; ++r) {
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r) {  // unrolled: the accumulators stay in registers
+    if (r >= rows) break;
     float* row = c + r * ldc;
     _mm512_mask_storeu_ps(row, m0, _mm512_fmadd_ps(al, acc[r][0], _mm512_maskz_loadu_ps(m0, row)));
     _mm512_mask_storeu_ps(row + 16, m1,
