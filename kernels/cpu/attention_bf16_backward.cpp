@@ -46,7 +46,7 @@ constexpr int64_t kTPanel = kBq / 2 * kW;  // words per key panel of Pᵀ and dS
 // [pl, ph) (of the tile) each strip computed.
 struct Backward {
   const AttnShape* s = nullptr;
-  const uint16_t *q = nullptr, *k = nullptr, *v = nullptr, *out = nullptr, *dout = nullptr;
+  const uint16_t *q = nullptr, *out = nullptr, *dout = nullptr;  // K and V: packed per kv head
   const float* lse_all = nullptr;
   float *dq = nullptr, *dk = nullptr, *dv = nullptr;
   int64_t ldq = 0, ldkv = 0, Dp = 0, Dn = 0, kt_panel = 0, kp_stride = 0;
@@ -250,7 +250,7 @@ void attention_backward_bf16(const Ctx& ctx, const AttnShape& s, const AttnBf16G
   TRIDENT_CHECK(bf16_units().avx512_bf16, "attention_backward_bf16: this CPU has no AVX512-BF16");
   Backward b;
   b.s = &s;
-  b.q = g.q, b.k = g.k, b.v = g.v, b.out = g.out, b.dout = g.dout, b.lse_all = g.lse;
+  b.q = g.q, b.out = g.out, b.dout = g.dout, b.lse_all = g.lse;
   b.dq = g.dq, b.dk = g.dk, b.dv = g.dv;
   b.ldq = int64_t(s.H) * s.D, b.ldkv = int64_t(s.Hkv) * s.D;
   b.Dp = pairs_of(s.D), b.Dn = panels_of(s.D);
