@@ -258,18 +258,42 @@ struct AttnCase {
   int64_t Tq, Tk;
   int H, Hkv, D;
   bool causal;
+  int64_t window = 0;  // > 0: a sliding window
+  int64_t doc = 0;     // > 0: a new document every `doc` positions
+  int64_t q_pos0 = 0, k_pos0 = 0;
 };
 
-// Odd lengths, one and several query blocks and key tiles, GQA, causal and full.
+// Odd lengths, one and several query blocks and key tiles, GQA, causal and
+// full; a window; documents; queries after their keys (a ring step) and
+// queries that see no key (keys after them: lse -inf); head_dim 128 over
+// more keys than one chunk of the forward.
 std::vector<AttnCase> attention_cases() {
-  return {AttnCase{77, 77, 2, 1, 24, true}, AttnCase{77, 77, 2, 2, 24, false},
-          AttnCase{601, 601, 4, 2, 40, true}, AttnCase{301, 555, 2, 1, 33, false}};
+  return {AttnCase{77, 77, 2, 1, 24, true},
+          AttnCase{77, 77, 2, 2, 24, false},
+          AttnCase{601, 601, 4, 2, 40, true},
+          AttnCase{301, 555, 2, 1, 33, false},
+          AttnCase{333, 333, 4, 2, 32, true, 100},
+          AttnCase{400, 400, 2, 1, 64, true, 0, 97},
+          AttnCase{100, 300, 2, 1, 32, true, 0, 0, 200, 0},
+          AttnCase{120, 200, 2, 2, 32, true, 0, 0, 0, 50},
+          AttnCase{130, 700, 2, 1, 128, false}};
 }
 
-kernels::AttnShape attn_shape(const AttnCase& c) {
+// The document ids of a case's queries and keys, kept for its shape.
+struct AttnDocs {
+  std::vector<int32_t> q, k;
+};
+
+kernels::AttnShape attn_shape(const AttnCase& c, AttnDocs& docs) {
   kernels::AttnShape s;
   s.Tq = c.Tq, s.Tk = c.Tk, s.H = c.H, s.Hkv = c.Hkv, s.D = c.D, s.causal = c.causal;
   s.scale = 1.0f / std::sqrt(float(c.D));
+  s.window = c.window, s.q_pos0 = c.q_pos0, s.k_pos0 = c.k_pos0;
+  if (c.doc > 0) {
+    for (int64_t i = 0; i < c.Tq; ++i) docs.q.push_back(int32_t((c.q_pos0 + i) / c.doc));
+    for (int64_t j = 0; j < c.Tk; ++j) docs.k.push_back(int32_t((c.k_pos0 + j) / c.doc));
+    s.q_doc = docs.q.data(), s.k_doc = docs.k.data();
+  }
   return s;
 }
 
@@ -314,9 +338,11 @@ TEST_CASE("native bf16 attention agrees with the fp32 attention of the rounded i
           "[cpu_bf16]") {
   need_bf16_units();
   for (const AttnCase& sh : attention_cases()) {
-    const kernels::AttnShape s = attn_shape(sh);
+    AttnDocs docs;
+    const kernels::AttnShape s = attn_shape(sh, docs);
     INFO("Tq " << s.Tq << " Tk " << s.Tk << " H " << s.H << "/" << s.Hkv << " D " << s.D
-               << (s.causal ? " causal" : " full"));
+               << (s.causal ? " causal" : " full") << " window " << s.window << " doc " << sh.doc
+               << " q_pos0 " << s.q_pos0 << " k_pos0 " << s.k_pos0);
     const AttnInputs in = attn_inputs(s);
     const std::vector<Tensor>& bf = in.bf;
     const std::vector<Tensor>& wide = in.wide;
@@ -353,9 +379,11 @@ TEST_CASE("native bf16 attention backward agrees with the fp32 backward", "[cpu_
   need_bf16_units();
   const auto& ctx = test::kernel_ctx();
   for (const AttnCase& sh : attention_cases()) {
-    const kernels::AttnShape s = attn_shape(sh);
+    AttnDocs docs;
+    const kernels::AttnShape s = attn_shape(sh, docs);
     INFO("Tq " << s.Tq << " Tk " << s.Tk << " H " << s.H << "/" << s.Hkv << " D " << s.D
-               << (s.causal ? " causal" : " full"));
+               << (s.causal ? " causal" : " full") << " window " << s.window << " doc " << sh.doc
+               << " q_pos0 " << s.q_pos0 << " k_pos0 " << s.k_pos0);
     const AttnInputs in = attn_inputs(s);
     const AttnRun fwd = run_attention(s, in.wide, cpu::Bf16Mode::staged);
     Tensor out_bf = Tensor::empty(fwd.out.shape(), cpu_allocator(), DType::bf16);
@@ -452,33 +480,62 @@ TEST_CASE("bf16 GEMM rate against sgemm", "[.bench]") {
   SUCCEED();
 }
 
-// Not a test (hidden, as above): the attention's forward and forward +
-// backward per call, the fp32 kernel on f32 tensors against the native bf16
-// kernel on bf16 ones, by CPU time: the dense benchmark model's shape (one
-// micro-batch: 512 tokens, 8 heads over 4 kv heads, head_dim 32, causal) and
-// head_dim 64 and 128.
-TEST_CASE("bf16 attention rate against the fp32 attention", "[.bench]") {
-  need_bf16_units();
-  std::printf(
-      "| shape | fwd fp32 (ms) | fwd bf16 (ms) | fwd+bwd fp32 (ms) | fwd+bwd bf16 (ms) |\n"
-      "|---|---|---|---|---|\n");
-  for (const AttnCase& c : {AttnCase{512, 512, 8, 4, 32, true}, AttnCase{512, 512, 4, 4, 64, true},
-                            AttnCase{2048, 2048, 1, 1, 128, true}}) {
-    const kernels::AttnShape s = attn_shape(c);
-    const AttnInputs in = attn_inputs(s);
-    double ms[2][2];
+namespace {
+
+// The best CPU times (ms) of the forward and of the backward of shape s,
+// the fp32 kernel on f32 tensors (v = 0) and the native bf16 kernel on bf16
+// ones (v = 1), over `rounds` rounds that alternate the two.
+void attention_times(const kernels::AttnShape& s, int rounds, double (&ms)[2][2]) {
+  const AttnInputs in = attn_inputs(s);
+  std::vector<AttnRun> fwd;
+  std::vector<Tensor> dout;
+  for (int v = 0; v < 2; ++v) {  // the outputs and dO the backward reads, and a warm-up
+    const std::vector<Tensor>& qkv = v == 0 ? in.wide : in.bf;
+    fwd.push_back(run_attention(s, qkv, v == 0 ? cpu::Bf16Mode::staged : cpu::Bf16Mode::native));
+    dout.push_back(Tensor::empty(fwd[size_t(v)].out.shape(), cpu_allocator(), qkv[0].dtype()));
+    kernels::convert(test::kernel_ctx(), fwd[size_t(v)].out, dout.back());
+    ms[v][0] = ms[v][1] = 1e30;
+  }
+  for (int r = 0; r < rounds; ++r)
     for (int v = 0; v < 2; ++v) {
       const std::vector<Tensor>& qkv = v == 0 ? in.wide : in.bf;
       const cpu::Bf16Mode mode = v == 0 ? cpu::Bf16Mode::staged : cpu::Bf16Mode::native;
-      AttnRun fwd = run_attention(s, qkv, mode);
-      const Tensor dout = Tensor::empty(fwd.out.shape(), cpu_allocator(), qkv[0].dtype());
-      kernels::convert(test::kernel_ctx(), fwd.out, dout);
-      ms[v][0] = 1e3 * best_seconds(3, [&] { fwd = run_attention(s, qkv, mode); });
-      ms[v][1] = ms[v][0] +
-                 1e3 * best_seconds(3, [&] { attn_grads(s, qkv, fwd.out, fwd.lse, dout, mode); });
+      const AttnRun& f = fwd[size_t(v)];
+      double t0 = cpu_seconds();
+      run_attention(s, qkv, mode);
+      ms[v][0] = std::min(ms[v][0], 1e3 * (cpu_seconds() - t0));
+      t0 = cpu_seconds();
+      attn_grads(s, qkv, f.out, f.lse, dout[size_t(v)], mode);
+      ms[v][1] = std::min(ms[v][1], 1e3 * (cpu_seconds() - t0));
     }
-    std::printf("| T %lld, H %d/%d, D %d%s | %.2f | %.2f | %.2f | %.2f |\n", (long long)s.Tq, s.H,
-                s.Hkv, s.D, s.causal ? ", causal" : "", ms[0][0], ms[1][0], ms[0][1], ms[1][1]);
+}
+
+}  // namespace
+
+// Not a test (hidden, as above): the attention's forward and forward +
+// backward per call, the fp32 kernel on f32 tensors against the native bf16
+// kernel on bf16 ones, by CPU time, best of TRIDENT_BENCH_ROUNDS (default
+// 7) rounds that alternate the two: the dense benchmark model's shape (one
+// micro-batch: 512 tokens, 8 heads over 4 kv heads, head_dim 32, causal),
+// head_dim 64 and 128, and the first full.
+TEST_CASE("bf16 attention rate against the fp32 attention", "[.bench]") {
+  need_bf16_units();
+  const char* env = std::getenv("TRIDENT_BENCH_ROUNDS");
+  const int rounds = env ? std::max(1, std::atoi(env)) : 7;
+  std::printf(
+      "| shape | fwd fp32 (ms) | fwd bf16 (ms) | fwd+bwd fp32 (ms) | fwd+bwd bf16 (ms) | fwd "
+      "fp32/bf16 | fwd+bwd fp32/bf16 |\n|---|---|---|---|---|---|---|\n");
+  for (const AttnCase& c :
+       {AttnCase{512, 512, 8, 4, 32, true}, AttnCase{512, 512, 4, 4, 64, true},
+        AttnCase{2048, 2048, 1, 1, 128, true}, AttnCase{512, 512, 8, 4, 32, false}}) {
+    AttnDocs docs;
+    const kernels::AttnShape s = attn_shape(c, docs);
+    double ms[2][2];
+    attention_times(s, rounds, ms);
+    const double fb[2] = {ms[0][0] + ms[0][1], ms[1][0] + ms[1][1]};
+    std::printf("| T %lld, H %d/%d, D %d%s | %.2f | %.2f | %.2f | %.2f | %.2fx | %.2fx |\n",
+                (long long)s.Tq, s.H, s.Hkv, s.D, s.causal ? ", causal" : ", full", ms[0][0],
+                ms[1][0], fb[0], fb[1], ms[0][0] / ms[1][0], fb[0] / fb[1]);
   }
   SUCCEED();
 }
