@@ -122,10 +122,10 @@ double packing_bytes(const Config& cfg, const Shapes& s, bool last) {
   return double(kernels::gemm_bf16_buffer_bytes(int64_t(n), int64_t(wide)));
 }
 
-// The SwiGLU backward's scratch, in rows x hidden floats: h and dh (fp32);
-// with bf16 also gate and up widened to f32 (swiglu_bf16.cpp; the forward
-// asks for 3: gate, up and h).
-double swiglu_scratch(const Shapes& s) { return s.bf16 ? 4 : 2; }
+// The SwiGLU's largest scratch, in rows x hidden floats: fp32, the
+// backward's h and dh; bf16 (swiglu_bf16.cpp), the forward's gate and up in
+// f32 and h in bf16 (the backward: dh in f32, h or d(gate) and d(up) in bf16).
+double swiglu_scratch(const Shapes& s) { return s.bf16 ? 2.5 : 2; }
 
 // FFN block: x (the attention's output), h, rstd, then the dense SwiGLU's
 // gate and up, or the MoE layer's cache (routing, plan, expert-side rows and

@@ -219,8 +219,8 @@ TEST_CASE("memory of a rank equals the hand count") {
 
 TEST_CASE("memory: bf16 keeps a copy of each GEMM weight and the native GEMM's buffers") {
   // train.precision = "bf16": 2 bytes per weight a GEMM reads (wq, wk, wv,
-  // wo, the FFN's three, the head) with the parameters; the SwiGLU backward's
-  // scratch of 4 T x f floats (h, dh, gate and up widened); the packing
+  // wo, the FFN's three, the head) with the parameters; the SwiGLU's scratch
+  // of 2.5 T x f floats (gate and up f32, h bf16); the packing
   // buffers in the workspace, outside the allocator. Moments, gradients and a
   // single checkpoint's gathered copies stay the fp32 masters'.
   Config c = dense_config();
@@ -240,7 +240,7 @@ TEST_CASE("memory: bf16 keeps a copy of each GEMM weight and the native GEMM's b
   CHECK(bf16.activations == fp32.activations);  // the gathered checkpoint: fp32 m and v
   const double packing = double(kernels::gemm_bf16_buffer_bytes(int64_t(f), 0));
   CHECK(fp32.workspace == 4 * 2 * T * f);
-  CHECK(bf16.workspace == 4 * 4 * T * f + packing);
+  CHECK(bf16.workspace == 4 * 2.5 * T * f + packing);
   CHECK(bf16.untracked == fp32.untracked + packing);
 }
 
