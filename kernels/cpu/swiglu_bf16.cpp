@@ -1,6 +1,9 @@
 // SwiGLU on the native bf16 GEMM (cpu_bf16.hpp): the f32 kernel's steps
 // (swiglu.cpp) with each linear layer on gemm_bf16, the gating in f32 on
-// the same element-wise passes.
+// the same element-wise functions. What a GEMM reads next (h, d(gate),
+// d(up)) is rounded to bf16 in the gating's pass, chunk by chunk, instead of
+// kept in f32 and rounded as the GEMM packs it (the same bits, half the
+// bytes written and read twice); gate and up are widened chunk by chunk.
 #include <algorithm>
 
 #include "scratch.hpp"
@@ -11,64 +14,110 @@
 namespace trident::kernels::cpu {
 namespace {
 
+// The gating passes run over chunks of kChunk elements (a multiple of the
+// vector loops' widths, so every element takes the same code path as in one
+// call over all n: the same bits), in f32 on the stack, and write bf16.
+constexpr size_t kChunk = 1024;
+
 // A [rows, cols] operand by rows (trans: stored [cols, rows]).
 Bf16Operand op(const F32OrBf16& t, bool trans, int64_t ld) { return {t.p, t.f32, trans, ld}; }
 Bf16Operand op(const float* p, int64_t ld) { return {p, true, false, ld}; }
+Bf16Operand op(const uint16_t* p, bool trans, int64_t ld) { return {p, false, trans, ld}; }
 
-// src (n floats) into out: copied, or rounded to bf16.
-void store(const float* src, int64_t n, F32OrBf16 out) {
+// src (n floats) into out at element i: copied, or rounded to bf16.
+void store(const float* src, size_t n, F32OrBf16 out, size_t i) {
   if (out.f32)
-    std::copy_n(src, n, static_cast<float*>(out.p));
+    std::copy_n(src, n, static_cast<float*>(out.p) + i);
   else
-    round_bf16(src, n, static_cast<uint16_t*>(out.p));
+    round_bf16(src, int64_t(n), static_cast<uint16_t*>(out.p) + i);
 }
 
-// t as f32: itself, or widened into buf.
-const float* wide(const Ctx& ctx, F32OrBf16 t, int64_t n, float* buf) {
-  if (t.f32) return static_cast<const float*>(t.p);
-  cpu::from_bf16(ctx, static_cast<const uint16_t*>(t.p), n, buf);
+// Elements [i, i + n) of t as f32: a pointer into it, or widened into buf.
+const float* wide(const Ctx& ctx, F32OrBf16 t, size_t i, size_t n, float* buf) {
+  if (t.f32) return static_cast<const float*>(t.p) + i;
+  cpu::from_bf16(ctx, static_cast<const uint16_t*>(t.p) + i, int64_t(n), buf);
   return buf;
+}
+
+// Forward, one pass: h = silu(g) u rounded to bf16 into h16; g and u (f32)
+// stored into gate and up.
+void gate_forward(const float* g, const float* u, size_t n, uint16_t* h16, F32OrBf16 gate,
+                  F32OrBf16 up) {
+  float h[kChunk];
+  for (size_t i = 0; i < n; i += kChunk) {
+    const size_t m = std::min(kChunk, n - i);
+    gated(g + i, u + i, h, m);
+    round_bf16(h, int64_t(m), h16 + i);
+    store(g + i, m, gate, i);
+    store(u + i, m, up, i);
+  }
+}
+
+// Backward's first pass: h = silu(gate) up, rounded to bf16.
+void gate_again(const Ctx& ctx, F32OrBf16 gate, F32OrBf16 up, size_t n, uint16_t* h16) {
+  float g[kChunk], u[kChunk], h[kChunk];
+  for (size_t i = 0; i < n; i += kChunk) {
+    const size_t m = std::min(kChunk, n - i);
+    gated(wide(ctx, gate, i, m, g), wide(ctx, up, i, m, u), h, m);
+    round_bf16(h, int64_t(m), h16 + i);
+  }
+}
+
+// Backward's second pass: from dh = dL/dh, d(gate) and d(up) rounded to bf16.
+void gate_backward(const Ctx& ctx, F32OrBf16 gate, F32OrBf16 up, float* dh, size_t n,
+                   uint16_t* dgate16, uint16_t* dup16) {
+  float g[kChunk], u[kChunk], dg[kChunk];
+  for (size_t i = 0; i < n; i += kChunk) {
+    const size_t m = std::min(kChunk, n - i);
+    gated_backward(wide(ctx, gate, i, m, g), wide(ctx, up, i, m, u), dh + i, dg, m);
+    round_bf16(dg, int64_t(m), dgate16 + i);
+    round_bf16(dh + i, int64_t(m), dup16 + i);
+  }
 }
 
 }  // namespace
 
+// g and u f32 (2n), h bf16 (n / 2 floats' room).
 void swiglu_forward_bf16(const Ctx& ctx, const SwigluBf16& s, F32OrBf16 y, F32OrBf16 gate,
                          F32OrBf16 up) {
   if (s.T == 0) return;
   const int64_t T = s.T, d = s.d, f = s.f, n = T * f;
-  Scratch scratch(ctx, size_t(3 * n));
-  float *g = scratch.take(size_t(n)), *u = scratch.take(size_t(n)), *h = scratch.take(size_t(n));
+  Scratch scratch(ctx, size_t(2 * n + (n + 1) / 2));
+  float *g = scratch.take(size_t(n)), *u = scratch.take(size_t(n));
+  auto* h = reinterpret_cast<uint16_t*>(scratch.take(size_t((n + 1) / 2)));
   gemm_bf16(T, f, d, 1.0f, op(s.x, false, d), op(s.w_gate, true, d), 0.0f, g, f);
   gemm_bf16(T, f, d, 1.0f, op(s.x, false, d), op(s.w_up, true, d), 0.0f, u, f);
-  gated(g, u, h, size_t(n));
+  gate_forward(g, u, size_t(n), h, gate, up);
   if (y.f32)
-    gemm_bf16(T, d, f, 1.0f, op(h, f), op(s.w_down, true, f), 0.0f, static_cast<float*>(y.p), d);
+    gemm_bf16(T, d, f, 1.0f, op(h, false, f), op(s.w_down, true, f), 0.0f, static_cast<float*>(y.p),
+              d);
   else
-    gemm_bf16_out(T, d, f, 1.0f, op(h, f), op(s.w_down, true, f), static_cast<uint16_t*>(y.p), d);
-  store(g, n, gate);
-  store(u, n, up);
+    gemm_bf16_out(T, d, f, 1.0f, op(h, false, f), op(s.w_down, true, f),
+                  static_cast<uint16_t*>(y.p), d);
 }
 
+// dh f32 (n), h then d(gate) bf16 and d(up) bf16 (n / 2 floats' room each):
+// the same bits as gating in f32 and rounding as the GEMMs pack.
 void swiglu_backward_bf16(const Ctx& ctx, const SwigluBf16& s, F32OrBf16 gate, F32OrBf16 up,
                           const float* dy, float* dx, float* dw_gate, float* dw_up,
                           float* dw_down) {
   if (s.T == 0) return;
-  const int64_t T = s.T, d = s.d, f = s.f, n = T * f;
-  Scratch scratch(ctx, size_t(4 * n));
-  float *h = scratch.take(size_t(n)), *dh = scratch.take(size_t(n));
-  const float* g = wide(ctx, gate, n, scratch.take(size_t(n)));
-  const float* u = wide(ctx, up, n, scratch.take(size_t(n)));
-  gated(g, u, h, size_t(n));
+  const int64_t T = s.T, d = s.d, f = s.f, n = T * f, half = (n + 1) / 2;
+  Scratch scratch(ctx, size_t(n + 2 * half));
+  float* dh = scratch.take(size_t(n));
+  auto* h = reinterpret_cast<uint16_t*>(scratch.take(size_t(half)));
+  auto* dup = reinterpret_cast<uint16_t*>(scratch.take(size_t(half)));
+  gate_again(ctx, gate, up, size_t(n), h);
   // dWd += dyᵀ·h ; dh = dy·Wd
-  gemm_bf16(d, f, T, 1.0f, {dy, true, true, d}, op(h, f), 1.0f, dw_down, f);
+  gemm_bf16(d, f, T, 1.0f, {dy, true, true, d}, op(h, false, f), 1.0f, dw_down, f);
   gemm_bf16(T, f, d, 1.0f, op(dy, d), op(s.w_down, false, f), 0.0f, dh, f);
-  // h takes d(gate), dh becomes d(up) in place
-  gated_backward(g, u, dh, h, size_t(n));
-  gemm_bf16(f, d, T, 1.0f, {h, true, true, f}, op(s.x, false, d), 1.0f, dw_gate, d);
-  gemm_bf16(f, d, T, 1.0f, {dh, true, true, f}, op(s.x, false, d), 1.0f, dw_up, d);
+  uint16_t* dgate = h;  // h is read by now
+  gate_backward(ctx, gate, up, dh, size_t(n), dgate, dup);
+  gemm_bf16(f, d, T, 1.0f, op(dgate, true, f), op(s.x, false, d), 1.0f, dw_gate, d);
+  gemm_bf16(f, d, T, 1.0f, op(dup, true, f), op(s.x, false, d), 1.0f, dw_up, d);
   if (dx) {
-    gemm_bf16(T, d, f, 1.0f, op(h, f), op(s.w_gate, false, d), 0.0f, dx, d);
-    gemm_bf16(T, d, f, 1.0f, op(dh, f), op(s.w_up, false, d), 1.0f, dx, d);
+    gemm_bf16(T, d, f, 1.0f, op(dgate, false, f), op(s.w_gate, false, d), 0.0f, dx, d);
+    gemm_bf16(T, d, f, 1.0f, op(dup, false, f), op(s.w_up, false, d), 1.0f, dx, d);
   }
 }
 

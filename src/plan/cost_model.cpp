@@ -8,6 +8,7 @@
 
 #include "trident/core/error.hpp"
 #include "trident/kernels/types/attention.hpp"
+#include "trident/kernels/types/gemm_bf16.hpp"
 #include "trident/model/transformer.hpp"
 #include "trident/parallel/cp/config_rules.hpp"
 #include "trident/parallel/pp/generators.hpp"
@@ -23,8 +24,9 @@ constexpr double kAttnBackward = 2.5;  // attention backward / forward FLOPs (P 
 // Shapes of one micro-batch on one rank.
 struct Shapes {
   double T, d, H, Hkv, D, f, fe, E, k, V, mbs, R;  // fe: each expert's hidden size
-  bool shm;  // the MoE exchange goes through the node's shared-memory slots
-  Shapes(const Config& cfg, const MeshPlan& p) {
+  bool shm;   // the MoE exchange goes through the node's shared-memory slots
+  bool bf16;  // train.precision = "bf16"
+  Shapes(const Config& cfg, const MeshPlan& p) : bf16(cfg.train.precision == Precision::bf16) {
     const ModelConfig& m = cfg.model;
     mbs = p.micro_batch_size;
     T = mbs * double(cfg.data.seq_len) / p.cp;
@@ -105,6 +107,26 @@ LayerHold recompute_layer(const Shapes& s, Recompute mode, bool moe, const Chunk
   return h;
 }
 
+// The widest FFN GEMM output of the model: the dense hidden size, the experts'.
+double moe_ffn_width(const Config& cfg, const Shapes& s) {
+  return cfg.model.n_experts > 0 ? std::max(s.f, s.fe) : s.f;
+}
+
+// The native bf16 GEMM's buffers after the chunk's GEMMs (bf16 only): op(B)
+// at most as wide as a layer's projections and FFN or the head; bf16 q, k,
+// v and dout made past one K block (K = d > 512) go through an f32 result.
+double packing_bytes(const Config& cfg, const Shapes& s, bool last) {
+  if (!s.bf16) return 0;
+  const double n = std::max({s.d, s.H * s.D, moe_ffn_width(cfg, s), last ? s.V : 0.0});
+  const double wide = s.d > 512 ? s.T * s.H * s.D : 0.0;
+  return double(kernels::gemm_bf16_buffer_bytes(int64_t(n), int64_t(wide)));
+}
+
+// The SwiGLU's largest scratch, in rows x hidden floats: fp32, the
+// backward's h and dh; bf16 (swiglu_bf16.cpp), the forward's gate and up in
+// f32 and h in bf16 (the backward: dh in f32, h or d(gate) and d(up) in bf16).
+double swiglu_scratch(const Shapes& s) { return s.bf16 ? 2.5 : 2; }
+
 // FFN block: x (the attention's output), h, rstd, then the dense SwiGLU's
 // gate and up, or the MoE layer's cache (routing, plan, expert-side rows and
 // gate/up; its input is the block's h).
@@ -130,12 +152,12 @@ void add_ffn_layer(const Shapes& s, bool moe, ChunkCost& c) {
         c.tracked.transient_b, kFloat * (s.T * s.k * s.d + s.T * s.k + 2 * s.R * s.d + s.T * s.E));
     // one expert's rows from one source rank through the SwiGLU backward
     const double rows = s.T * s.k / s.E * moe_imbalance(s.T * s.k, int(s.E));
-    c.workspace = std::max(c.workspace, kFloat * 2 * rows * s.fe);
+    c.workspace = std::max(c.workspace, kFloat * swiglu_scratch(s) * rows * s.fe);
   } else {
     gemm = 6 * s.T * s.d * s.f;
     mem += kFloat * 3 * s.T * s.f;
     c.tracked.cache += kFloat * 2 * s.T * s.f;
-    c.workspace = std::max(c.workspace, kFloat * 2 * s.T * s.f);  // SwiGLU backward: h, dh
+    c.workspace = std::max(c.workspace, kFloat * swiglu_scratch(s) * s.T * s.f);
   }
   // The SwiGLU and MoE kernels compute input and weight gradients in one
   // pass, so B carries both whether or not the schedule splits backward.
@@ -370,13 +392,16 @@ std::vector<LayerHold> add_layers(const Config& cfg, const MeshPlan& p, const Sh
       c.moe_reruns += moe ? 1 : 0;
     }
     c.params += attn_params;
+    c.gemm_params += 2 * s.H * s.D * s.d + 2 * s.Hkv * s.D * s.d;  // wq, wk, wv, wo
     if (moe) {
       c.moe_layers += 1;
       const double experts = (s.E / p.ep) * 3 * s.d * s.fe;
-      c.params += s.E * s.d + experts;
+      c.params += s.E * s.d + experts;  // the router reads its fp32 weight
       c.expert_params += experts;
+      c.gemm_params += experts;
     } else {
       c.params += 3 * s.d * s.f;
+      c.gemm_params += 3 * s.d * s.f;
     }
   }
   return holds;
@@ -415,6 +440,7 @@ ChunkCost chunk_cost(const Config& cfg, const MeshPlan& p, int vs) {
     c.f.memory_bytes += kFloat * 2 * s.T * s.d;  // embedding gather
     c.b.memory_bytes += kFloat * 2 * s.T * s.d;
     c.params += s.V * s.d;
+    c.gemm_params += cfg.model.tie_embeddings ? s.V * s.d : 0;  // the tied head's weight
   }
   if (c.last) {
     const double head = 2 * s.T * s.d * s.V;
@@ -422,6 +448,7 @@ ChunkCost chunk_cost(const Config& cfg, const MeshPlan& p, int vs) {
     c.b += Work{head, 0, kFloat * 2 * s.T * s.d};
     c.w += Work{head, 0, 0};
     c.params += s.d + (cfg.model.tie_embeddings ? 0 : s.V * s.d);  // tied: the embedding's
+    c.gemm_params += cfg.model.tie_embeddings ? 0 : s.V * s.d;
     // x_final, h_final and dlogits; a split backward keeps h_final and dlogits for W
     c.tracked.cache += kFloat * (2 * s.T * s.d + s.T + s.T * s.V);
     c.tracked.stash += kFloat * (s.T * s.d + s.T * s.V);
@@ -432,6 +459,7 @@ ChunkCost chunk_cost(const Config& cfg, const MeshPlan& p, int vs) {
     c.tracked.cache += kFloat * s.T * s.d;
   }
   add_transients(s, holds, c);
+  c.packing = packing_bytes(cfg, s, c.last);
   kernels::AttnShape probe;
   probe.D = s.D;
   c.workspace = std::max(c.workspace, double(kernels::attention_workspace_bytes(probe, true)));
@@ -475,14 +503,16 @@ namespace {
 MemoryEstimate static_memory(const Config& cfg, const MeshPlan& p, int pp_rank) {
   const Shapes s(cfg, p);
   MemoryEstimate m;
-  double expert = 0, work = 0;
+  double expert = 0, work = 0, copies = 0, packing = 0;
   int layers = 0;
   const pp::Placement place = placement_of(p);
   for (int stage : place.stages.at(size_t(pp_rank))) {
     const ChunkCost cc = chunk_cost(cfg, p, stage);
     m.params += kFloat * cc.params;
     expert += kFloat * cc.expert_params;
+    copies += s.bf16 ? 2 * cc.gemm_params : 0;  // the bf16 copies of the GEMM weights
     work = std::max(work, cc.workspace);
+    packing = std::max(packing, cc.packing);
     layers += cc.layers;
   }
   m.grads = m.params;
@@ -492,7 +522,10 @@ MemoryEstimate static_memory(const Config& cfg, const MeshPlan& p, int pp_rank) 
   m.optimizer = 2 * m.params;
   if (p.sharding == OptimizerSharding::dp)
     m.optimizer = 2 * ((m.params - expert) / (p.dp * p.cp) + expert / (p.dp * p.cp / p.ep));
-  m.workspace = work;
+  m.workspace = work + packing;
+  m.untracked = packing;
+  m.params += copies;
+  m.param_copies = copies;
   double comm = 0;
   // every layer's ring keeps its backward's five K/V-sized buffers (current,
   // next, partial dK/dV, sending, arriving) of one sample
@@ -512,7 +545,8 @@ MemoryEstimate static_memory(const Config& cfg, const MeshPlan& p, int pp_rank) 
 // holds the larger of the two, counted with the activations. A sharded one
 // writes each slice where it lies: nothing is copied.
 double checkpoint_copies(const Config& cfg, const MemoryEstimate& m) {
-  return cfg.output.checkpoint_format == CheckpointFormat::single ? 2 * m.params : 0.0;
+  const double master = m.params - m.param_copies;
+  return cfg.output.checkpoint_format == CheckpointFormat::single ? 2 * master : 0.0;
 }
 
 // Async saves stage the rank's share of the state (parameters and both
@@ -521,7 +555,7 @@ double checkpoint_copies(const Config& cfg, const MemoryEstimate& m) {
 double checkpoint_staging(const Config& cfg, const MeshPlan& p, const MemoryEstimate& m) {
   if (!cfg.output.checkpoint_async || cfg.output.checkpoint_format != CheckpointFormat::sharded)
     return 0.0;
-  const double share = 3 * m.params / std::max(1, p.dp * p.cp);
+  const double share = 3 * (m.params - m.param_copies) / std::max(1, p.dp * p.cp);
   return std::min(share, double(cfg.output.checkpoint_staging_mb) * 1048576.0);
 }
 

@@ -121,11 +121,17 @@ struct ChunkCost {
   double boundary_bytes = 0;           // hidden states sent to the next stage
   double params = 0;                   // parameters this rank holds for the chunk
   double expert_params = 0;            // of which expert weights (reduced over replicas)
+  // Of params, the weights GEMMs read: train.precision = "bf16" keeps a bf16
+  // copy of each (model::GemmPrecision), counted with the parameters.
+  double gemm_params = 0;
   // Activation memory: what tensors hold (the device allocator counts it) and
   // what the code keeps in host vectors outside it (the MoE layer's routing,
   // rows and expert activations).
   ChunkMemory tracked, untracked;
   double workspace = 0;  // largest scratch one kernel of the chunk asks the workspace for
+  // The native bf16 GEMM's packing buffers (kept per thread, host vectors
+  // outside the allocator; bf16 only): cpu-kernels.md#native-bf16.
+  double packing = 0;
 };
 
 // Expected most-loaded rank's routed rows over the mean (>= 1): with N
@@ -144,6 +150,7 @@ ChunkCost chunk_cost(const Config& cfg, const MeshPlan& plan, int virtual_stage)
 // Memory of one rank, bytes.
 struct MemoryEstimate {
   double params = 0, grads = 0, optimizer = 0;  // fp32 weights, grads, AdamW m and v
+  double param_copies = 0;  // of params: the GEMM weights' bf16 copies (train.precision bf16)
   double activations = 0;   // peak of in-flight caches plus the running action's temporaries
   double comm_buffers = 0;  // ring K/V buffers, MoE send rows (boundary tensors: activations)
   double workspace = 0;     // the kernels' scratch and the gradient-reduction packing buffer

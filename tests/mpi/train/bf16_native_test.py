@@ -6,16 +6,22 @@ each, in fp32, in bf16 on the staged path (TRIDENT_CPU_BF16=staged) and in
 bf16 on the native path (TRIDENT_CPU_BF16=native): the native run is not the
 staged run (its GEMMs ran on the bf16 units), every step's loss and gradient
 norm of both stay within the documented bf16 tolerance of fp32
-(gpu.md#bf16), and the native run trains. A bad TRIDENT_CPU_BF16 is one line and exit code 2.
+(gpu.md#bf16), and the native run trains. The planner's memory model holds the bf16 copies
+of the GEMM weights: `trident plan`'s parameter bytes equal each run's
+peak_parameters_bytes (fp32 masters, plus 2 bytes per GEMM weight under bf16).
+A bad TRIDENT_CPU_BF16 is one line and exit code 2.
 Exits 77 (ctest: skipped) on a CPU without AVX512-BF16."""
 import os
 import sys
 import tempfile
 
+import json
+import subprocess
+
 import h5py
 import numpy as np
 
-from mpirun_cli import check, launch, verdict
+from mpirun_cli import BIN, check, launch, verdict
 
 SRC = os.environ["TRIDENT_SOURCE_DIR"]
 QUICKSTART = os.path.join(SRC, "share/trident/examples/quickstart.toml")
@@ -38,9 +44,46 @@ def steps(path):
         return f["metrics/steps"][:]
 
 
+def parameter_bytes(path):
+    with h5py.File(path, "r") as f:
+        return int(f["/ranks/summary"][()]["peak_parameters_bytes"][0])
+
+
+def planned_parameter_bytes(prec, extra):
+    """trident plan's parameter bytes for the run's own one-rank mesh."""
+    out = subprocess.run([BIN, "plan", QUICKSTART, "--set", "train.precision=" + prec, "--nodes", "1",
+                          "--devices-per-node", "1", "--machine",
+                          os.path.join(SRC, "share/trident/machines/h100-sxm.toml"), "--format", "json"]
+                         + ONE_RANK[:6] + extra, capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        return "trident plan exit %d: %s" % (out.returncode, out.stderr[-300:])
+    return int(json.loads(out.stdout)["prediction"]["memory_bytes"]["params"])
+
+
+def check_planned_memory(model, extra, measured):
+    """The planner's parameters (bf16 copies included) against each run's:
+    the copies (bf16 - fp32) exactly; the whole within 1e-4 (the planner does
+    not count the MoE router's bias nor the parameter store's range padding:
+    32 floats in this MoE model, none in the dense one)."""
+    planned = {"fp32": planned_parameter_bytes("fp32", extra),
+               "bf16": planned_parameter_bytes("bf16", extra)}
+    if not all(isinstance(v, int) for v in planned.values()):
+        check(False, "%s: trident plan runs (%s)" % (model, planned))
+        return
+    copies = planned["bf16"] - planned["fp32"]
+    for name, prec in (("fp32", "fp32"), ("staged", "bf16"), ("native", "bf16")):
+        rel = abs(planned[prec] - measured[name]) / measured[name]
+        check(rel <= 1e-4, "%s %s: the planner's parameter bytes %d within 1e-4 of the run's %d"
+              % (model, name, planned[prec], measured[name]))
+        if prec == "bf16":
+            check(measured[name] - measured["fp32"] == copies > 0,
+                  "%s %s: the bf16 weight copies, %d bytes, are the planner's %d"
+                  % (model, name, measured[name] - measured["fp32"], copies))
+
+
 def compare(d, model, extra):
     """fp32, staged and native bf16 runs of one model; False: a run failed."""
-    runs = {}
+    runs, params = {}, {}
     for name, prec, mode in (("fp32", "fp32", "auto"), ("staged", "bf16", "staged"),
                              ("native", "bf16", "native")):
         out = os.path.join(d, "%s-%s.h5" % (model, name))
@@ -53,6 +96,8 @@ def compare(d, model, extra):
         if rc != 0:
             return False
         runs[name] = steps(out)
+        params[name] = parameter_bytes(out)
+    check_planned_memory(model, extra, params)
     a, s, n = runs["fp32"], runs["staged"], runs["native"]
     check(len(a) == len(s) == len(n) == STEPS, "%s: every run has %d steps" % (model, STEPS))
     diff = np.abs(n["loss"] - s["loss"]) / np.abs(s["loss"])

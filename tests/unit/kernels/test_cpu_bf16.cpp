@@ -164,16 +164,23 @@ TEST_CASE("K = 0 scales C by beta; M or N = 0 touches nothing", "[cpu_bf16]") {
 
 TEST_CASE("the bf16 output is the f32 result rounded to nearest even", "[cpu_bf16]") {
   need_bf16_units();
-  const int64_t M = 19, N = 45, K = 77;
-  const std::vector<uint16_t> A = rounded(randn(size_t(M * K), 4)),
-                              B = rounded(randn(size_t(N * K), 5));
-  std::vector<float> C(size_t(M * N));
-  std::vector<uint16_t> Cb(size_t(M * N));
-  cpu::gemm_bf16(M, N, K, 1.0f, {A.data(), false, false, K}, {B.data(), false, true, K}, 0.0f,
-                 C.data(), N);
-  cpu::gemm_bf16_out(M, N, K, 1.0f, {A.data(), false, false, K}, {B.data(), false, true, K},
-                     Cb.data(), N);
-  REQUIRE(Cb == rounded(C));
+  // one K block (the tiles round as they store) and three (rounded after)
+  for (const int64_t K : {77, 1200}) {
+    const int64_t M = 19, N = 45;
+    const std::vector<uint16_t> A = rounded(randn(size_t(M * K), 4)),
+                                B = rounded(randn(size_t(N * K), 5));
+    std::vector<float> C(size_t(M * N));
+    std::vector<uint16_t> Cb(size_t(M * (N + 3)), 0x1234), packed;  // row stride N + 3
+    cpu::gemm_bf16(M, N, K, -0.75f, {A.data(), false, false, K}, {B.data(), false, true, K}, 0.0f,
+                   C.data(), N);
+    cpu::gemm_bf16_out(M, N, K, -0.75f, {A.data(), false, false, K}, {B.data(), false, true, K},
+                       Cb.data(), N + 3);
+    for (int64_t i = 0; i < M; ++i) {
+      packed.insert(packed.end(), Cb.begin() + i * (N + 3), Cb.begin() + i * (N + 3) + N);
+      for (int64_t j = N; j < N + 3; ++j) REQUIRE(Cb[size_t(i * (N + 3) + j)] == 0x1234);
+    }
+    REQUIRE(packed == rounded(C));
+  }
   // round_bf16 (the vector rounding) is to_bf16's, ties, NaN and infinities too
   std::vector<float> x = randn(100, 6);
   x[3] = 1.00390625f;  // 1 + 2^-8: a tie, rounds down to the even 1

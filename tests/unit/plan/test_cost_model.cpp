@@ -8,6 +8,7 @@
 
 #include "tiny_config.hpp"
 #include "trident/kernels/attention.hpp"
+#include "trident/kernels/types/gemm_bf16.hpp"
 #include "trident/model/transformer.hpp"
 #include "trident/parallel/pp/generators.hpp"
 #include "trident/plan/cost_model.hpp"
@@ -214,6 +215,33 @@ TEST_CASE("memory of a rank equals the hand count") {
   MeshPlan cp2 = serial_plan(c);
   cp2.cp = 2;
   CHECK(memory_of_rank(c, cp2, 0, s).comm_buffers == 4 * 2 * 5 * 2 * 8 * 4);
+}
+
+TEST_CASE("memory: bf16 keeps a copy of each GEMM weight and the native GEMM's buffers") {
+  // train.precision = "bf16": 2 bytes per weight a GEMM reads (wq, wk, wv,
+  // wo, the FFN's three, the head) with the parameters; the SwiGLU's scratch
+  // of 2.5 T x f floats (gate and up f32, h bf16); the packing
+  // buffers in the workspace, outside the allocator. Moments, gradients and a
+  // single checkpoint's gathered copies stay the fp32 masters'.
+  Config c = dense_config();
+  c.model.ffn_hidden = 16384;  // the SwiGLU's scratch outweighs the attention's
+  c.output.checkpoint_format = CheckpointFormat::single;
+  const MeshPlan p = serial_plan(c);
+  const pp::Schedule s = pp::lower(pp::make_schedule("1f1b", 1, 4, 1));
+  const MemoryEstimate fp32 = memory_of_rank(c, p, 0, s);
+  c.train.precision = Precision::bf16;
+  const MemoryEstimate bf16 = memory_of_rank(c, p, 0, s);
+  const double d = 8, f = 16384, V = c.model.vocab_size, T = 2 * 16, layers = c.model.n_layers;
+  const double gemm_weights = layers * (2 * 8 * d + 2 * 4 * d + 3 * d * f) + V * d;
+  CHECK(bf16.param_copies == 2 * gemm_weights);
+  CHECK(bf16.params == fp32.params + 2 * gemm_weights);
+  CHECK(bf16.grads == fp32.grads);
+  CHECK(bf16.optimizer == fp32.optimizer);
+  CHECK(bf16.activations == fp32.activations);  // the gathered checkpoint: fp32 m and v
+  const double packing = double(kernels::gemm_bf16_buffer_bytes(int64_t(f), 0));
+  CHECK(fp32.workspace == 4 * 2 * T * f);
+  CHECK(bf16.workspace == 4 * 2.5 * T * f + packing);
+  CHECK(bf16.untracked == fp32.untracked + packing);
 }
 
 TEST_CASE("memory: the checkpoint at the run's end by format") {
