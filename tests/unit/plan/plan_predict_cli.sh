@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `trident plan --machine` and `--search`: a prediction in text and JSON, a
 # mesh that does not fit --memory-gb refused with exit 2, a search at 1024
-# nodes x 8 devices in under 10 s whose choices all map, and bad machine files
+# nodes x 8 devices in under 10 s of CPU time whose choices all map, and bad machine files
 # and impossible searches refused with exit 2 and one line.
 set -euo pipefail
 bin=${TRIDENT_BIN:?TRIDENT_BIN must point at the trident executable}
@@ -50,19 +50,22 @@ expect_input_error() {  # expect_input_error SUBSTRING ARGS...
 expect_input_error "--memory-gb: the mesh pp=2 vpp=1 cp=2 ep=2 dp=2 1f1b zigzag mbs=2 m=4 needs" \
   "$quick" --nodes 2 --devices-per-node 4 --machine "$h100" --memory-gb 0.001
 
-# --- search at 1024 nodes x 8 devices: under 10 s, every choice legal ---
+# --- search at 1024 nodes x 8 devices: under 10 s of CPU time, every choice
+# legal. CPU time (user + system of the process), not wall: on a loaded
+# shared host the wall clock measures the other processes too (10.6 s wall
+# seen once at load 15). ---
 big=(--nodes 1024 --devices-per-node 8 --machine "$h100" --set model.n_layers=32
      --set model.n_experts=64 --set data.seq_len=4096)
-start=$(date +%s.%N)
-"$bin" plan "$quick" "${big[@]}" --search --top 10 --format json >"$tmp/s.json"
-end=$(date +%s.%N)
-python3 - "$tmp/s.json" "$start" "$end" <<'PY'
-import json, sys
+python3 - "$tmp/s.json" "$bin" plan "$quick" "${big[@]}" --search --top 10 --format json <<'PY'
+import json, resource, subprocess, sys
+with open(sys.argv[1], "w") as out:
+    subprocess.run(sys.argv[2:], stdout=out, check=True)
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+cpu = ru.ru_utime + ru.ru_stime
 r = json.load(open(sys.argv[1]))
-wall = float(sys.argv[3]) - float(sys.argv[2])
 print(f"search 1024x8: {r['candidates']} candidates, {r['legal']} legal, {r['simulated']} simulated, "
-      f"{r['seconds']:.2f} s in the search, {wall:.2f} s wall")
-assert wall < 10, wall
+      f"{r['seconds']:.2f} s in the search (wall), {cpu:.2f} s CPU time")
+assert cpu < 10, cpu
 best = r["best"]
 assert len(best) == 10
 assert all(best[i]["step_time_s"] <= best[i + 1]["step_time_s"] * 1.001 for i in range(9))  # ties: 0.1%
