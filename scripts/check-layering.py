@@ -40,7 +40,8 @@ PUBLIC = {
     "types/": "the parameter and shape types the ops take (no kernel)",
     "host_device.hpp": "TRIDENT_HD, which the types' shared arithmetic carries",
     "backend.hpp": "the rank's device and its DeviceContext",
-    "blas.hpp": "the host BLAS's process settings (threads, names)",
+    "blas.hpp": "the host BLAS's process settings (threads, names) and the CPU's bf16 path, "
+                "chosen per process at run time (bench step alternates staged and native)",
     "staging.hpp": "the DeviceStaging of a Ctx's device, for host transports",
     "buffer_uses.hpp": "device buffers in use by a communicator's pending operations",
     "attention_tiles.hpp": "the CPU kernel's tile plan (integers), which the cp document "

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "trident/core/error.hpp"
+#include "trident/kernels/blas.hpp"
 #include "trident/kernels/cpu_bf16.hpp"
 #include "trident/kernels/gemm.hpp"
 
@@ -52,6 +53,8 @@ Bf16Units detect() { return {}; }  // not x86-64: no AVX512-BF16
 
 // -1: not resolved yet; else int(Bf16Mode) with automatic resolved away.
 std::atomic<int> g_native{-1};
+// Whether the path was chosen by kernels::set_cpu_bf16_path (named so).
+std::atomic<bool> g_chosen{false};
 
 bool resolve(Bf16Mode mode) {
   if (mode == Bf16Mode::staged) return false;
@@ -193,7 +196,8 @@ void set_bf16_mode(Bf16Mode mode) { g_native.store(resolve(mode) ? 1 : 0); }
 
 std::string bf16_path() {
   if (bf16_native()) return "native (AVX512-BF16)";
-  return bf16_units().avx512_bf16 ? "staged (TRIDENT_CPU_BF16=staged)" : "staged (no AVX512-BF16)";
+  if (!bf16_units().avx512_bf16) return "staged (no AVX512-BF16)";
+  return g_chosen.load() ? "staged (chosen at run time)" : "staged (TRIDENT_CPU_BF16=staged)";
 }
 
 std::span<const OpRow> bf16_rows() { return kRows; }
@@ -203,5 +207,22 @@ std::span<const OpRow> bf16_rows() { return kRows; }
 namespace trident::kernels {
 
 std::string cpu_bf16_kernels() { return cpu::bf16_path(); }
+
+void set_cpu_bf16_path(const std::string& path) {
+  using cpu::Bf16Mode;
+  Bf16Mode mode = Bf16Mode::automatic;
+  if (path.empty())
+    mode = cpu::bf16_mode_from_env();
+  else if (path == "staged")
+    mode = Bf16Mode::staged;
+  else if (path == "native")
+    mode = Bf16Mode::native;
+  else if (path != "auto")
+    throw InputError("CPU bf16 path '" + path + "': expected staged, native, auto or empty");
+  if (mode == Bf16Mode::native && !cpu::bf16_units().avx512_bf16)
+    throw InputError("CPU bf16 path native: this CPU has no AVX512-BF16 (vdpbf16ps)");
+  cpu::set_bf16_mode(mode);
+  cpu::g_chosen.store(!path.empty());
+}
 
 }  // namespace trident::kernels

@@ -15,7 +15,8 @@ class BenchStepCommand : public Command {
     app->add_option("--set", sets_, "Override a config key: section.key=value (repeatable)")
         ->allow_extra_args(false);
     app->add_option("--precision", precisions_,
-                    "train.precision of each variant, comma-separated: fp32,bf16");
+                    "Variants, comma-separated: fp32, bf16 (TRIDENT_CPU_BF16's CPU path), "
+                    "bf16_staged, bf16_native (that CPU path, alternating in one process)");
     app->add_option("--steps", o_.steps, "Timed steps per variant (after one untimed step)");
     app->add_option("--threads", o_.threads, "BLAS threads");
     app->add_option("--output", o_.output, "Write the table to this HDF5 file");
@@ -40,7 +41,9 @@ class BenchStepCommand : public Command {
 
 std::unique_ptr<Command> add_bench_step(CLI::App& parent) {
   auto* app = parent.add_subcommand(
-      "step", "Training step of a model in fp32 and bf16, alternating (one process)");
+      "step",
+      "Training step of a one-rank model in fp32 and bf16 (staged, native), alternating "
+      "(one process)");
   return std::make_unique<BenchStepCommand>(app);
 }
 }  // namespace trident::cli

@@ -26,7 +26,11 @@ struct Shapes {
   double T, d, H, Hkv, D, f, fe, E, k, V, mbs, R;  // fe: each expert's hidden size
   bool shm;   // the MoE exchange goes through the node's shared-memory slots
   bool bf16;  // train.precision = "bf16"
-  Shapes(const Config& cfg, const MeshPlan& p) : bf16(cfg.train.precision == Precision::bf16) {
+  // bytes per value of the activations a GEMM reads (model::GemmPrecision::
+  // activation: bf16 tensors under bf16; the rest of the step's stay fp32)
+  double act;
+  Shapes(const Config& cfg, const MeshPlan& p)
+      : bf16(cfg.train.precision == Precision::bf16), act(bf16 ? 2 : kFloat) {
     const ModelConfig& m = cfg.model;
     mbs = p.micro_batch_size;
     T = mbs * double(cfg.data.seq_len) / p.cp;
@@ -48,7 +52,8 @@ struct Shapes {
 
 // Attention block: the cache x (its input, shared with whoever made it), h1,
 // rstd, q, k, v, o, lse; a split backward keeps o, h1, the incoming gradient
-// and dq, dk, dv for W.
+// and dq, dk, dv for W. h1, q, k, v and o are the GEMMs' activations (bf16
+// under bf16: s.act); x, rstd, lse and the gradients stay fp32.
 void add_attention_layer(const Shapes& s, double pairs, ChunkCost& c) {
   const double proj = 2 * s.T * s.d * (2 * s.H * s.D + 2 * s.Hkv * s.D);
   const double core = s.mbs * pairs * 4 * s.H * s.D;
@@ -57,8 +62,9 @@ void add_attention_layer(const Shapes& s, double pairs, ChunkCost& c) {
   c.b += Work{proj, kAttnBackward * core, 2 * mem};
   c.w += Work{proj, 0, 0};
   const double qkv = 2 * s.T * s.H * s.D + 2 * s.T * s.Hkv * s.D;  // q, o and k, v (or grads)
-  c.tracked.cache += kFloat * (2 * s.T * s.d + s.T + qkv + s.T * s.H);
-  c.tracked.stash += kFloat * (2 * s.T * s.d + qkv);
+  const double o = s.T * s.H * s.D;
+  c.tracked.cache += kFloat * (s.T * s.d + s.T + s.T * s.H) + s.act * (s.T * s.d + qkv);
+  c.tracked.stash += kFloat * (s.T * s.d + qkv - o) + s.act * (s.T * s.d + o);
 }
 
 // What one layer holds between its F and its B, by phase of its backward
@@ -95,10 +101,12 @@ LayerHold recompute_layer(const Shapes& s, Recompute mode, bool moe, const Chunk
     c.b += layer.f;
   } else if (mode == Recompute::selective) {
     // the SwiGLU's rows and hidden size: the experts' (R, fe) or the tokens' (T, f)
+    // h1, and the FFN's h with gate and up: bf16 under bf16 (s.act) but for
+    // the MoE layer's, which stay fp32
     const double rows = moe ? s.R : s.T, f = moe ? s.fe : s.f;
-    const double gate_up = kFloat * 2 * rows * f;
-    h.attn_refill = Td;
-    h.ffn_refill = Td + gate_up;
+    const double ffn_act = moe ? kFloat : s.act;
+    h.attn_refill = s.act * s.T * s.d;
+    h.ffn_refill = ffn_act * (s.T * s.d + 2 * rows * f);
     h.kept -= h.attn_refill + h.ffn_refill;
     h.ffn_kept -= h.ffn_refill;
     c.b.memory_bytes += 2 * 2 * Td;  // the norms: read x, write the output
@@ -129,10 +137,12 @@ double swiglu_scratch(const Shapes& s) { return s.bf16 ? 2.5 : 2; }
 
 // FFN block: x (the attention's output), h, rstd, then the dense SwiGLU's
 // gate and up, or the MoE layer's cache (routing, plan, expert-side rows and
-// gate/up; its input is the block's h).
+// gate/up; its input is the block's h). The dense FFN's h, gate and up are
+// bf16 under bf16 (s.act); the MoE layer's are fp32 (ep::MoELayer takes f32
+// rows).
 void add_ffn_layer(const Shapes& s, bool moe, ChunkCost& c) {
   double gemm, mem = kFloat * 7 * s.T * s.d;
-  c.tracked.cache += kFloat * (2 * s.T * s.d + s.T);
+  c.tracked.cache += kFloat * (s.T * s.d + s.T) + (moe ? kFloat : s.act) * s.T * s.d;
   if (moe) {
     gemm = 2 * s.T * s.d * s.E + 6 * s.R * s.d * s.fe;
     mem += kFloat * (2 * s.T * s.E + 4 * s.T * s.k * s.d + 3 * s.R * s.fe);
@@ -156,7 +166,7 @@ void add_ffn_layer(const Shapes& s, bool moe, ChunkCost& c) {
   } else {
     gemm = 6 * s.T * s.d * s.f;
     mem += kFloat * 3 * s.T * s.f;
-    c.tracked.cache += kFloat * 2 * s.T * s.f;
+    c.tracked.cache += s.act * 2 * s.T * s.f;
     c.workspace = std::max(c.workspace, kFloat * swiglu_scratch(s) * s.T * s.f);
   }
   // The SwiGLU and MoE kernels compute input and weight gradients in one
@@ -189,7 +199,8 @@ void add_transients(const Shapes& s, const std::vector<LayerHold>& layers, Chunk
     const double refill = h.attn_refill + h.ffn_refill;
     f_peak = std::max(f_peak, below + refill + h.moe_f);
     const double ffn_phase = refill + 3 * Td + h.moe_b;
-    const double attn_phase = h.attn_refill - h.ffn_kept + 4 * Td + dqkv;
+    // dy, dh1, dx and dout (a GEMM's activation: bf16 under bf16)
+    const double attn_phase = h.attn_refill - h.ffn_kept + (3 + s.act / kFloat) * Td + dqkv;
     const double rerun = h.reruns_forward ? refill + Td + h.moe_f : 0;
     b_peak = std::max(b_peak, below + std::max({ffn_phase, attn_phase, rerun}));
     refill_untracked = std::max(refill_untracked, h.untracked_refill);
@@ -397,6 +408,7 @@ std::vector<LayerHold> add_layers(const Config& cfg, const MeshPlan& p, const Sh
       c.moe_layers += 1;
       const double experts = (s.E / p.ep) * 3 * s.d * s.fe;
       c.params += s.E * s.d + experts;  // the router reads its fp32 weight
+      c.buffers += 2 * s.E;             // the router's bias: value and gradient
       c.expert_params += experts;
       c.gemm_params += experts;
     } else {
@@ -449,11 +461,12 @@ ChunkCost chunk_cost(const Config& cfg, const MeshPlan& p, int vs) {
     c.w += Work{head, 0, 0};
     c.params += s.d + (cfg.model.tie_embeddings ? 0 : s.V * s.d);  // tied: the embedding's
     c.gemm_params += cfg.model.tie_embeddings ? 0 : s.V * s.d;
-    // x_final, h_final and dlogits; a split backward keeps h_final and dlogits for W
-    c.tracked.cache += kFloat * (2 * s.T * s.d + s.T + s.T * s.V);
-    c.tracked.stash += kFloat * (s.T * s.d + s.T * s.V);
+    // x_final, h_final (bf16 under bf16) and dlogits; a split backward keeps
+    // h_final and dlogits for W
+    c.tracked.cache += kFloat * (s.T * s.d + s.T + s.T * s.V) + s.act * s.T * s.d;
+    c.tracked.stash += s.act * s.T * s.d + kFloat * s.T * s.V;
     // B computes the head's weight gradient first, then frees h_final and dlogits
-    c.tracked.freed_early = kFloat * (s.T * s.d + s.T * s.V);
+    c.tracked.freed_early = s.act * s.T * s.d + kFloat * s.T * s.V;
   } else {
     // the output the executor sends on, held until the send is seen complete
     c.tracked.cache += kFloat * s.T * s.d;
@@ -503,7 +516,7 @@ namespace {
 MemoryEstimate static_memory(const Config& cfg, const MeshPlan& p, int pp_rank) {
   const Shapes s(cfg, p);
   MemoryEstimate m;
-  double expert = 0, work = 0, copies = 0, packing = 0;
+  double expert = 0, work = 0, copies = 0, packing = 0, buffers = 0;
   int layers = 0;
   const pp::Placement place = placement_of(p);
   for (int stage : place.stages.at(size_t(pp_rank))) {
@@ -511,6 +524,7 @@ MemoryEstimate static_memory(const Config& cfg, const MeshPlan& p, int pp_rank) 
     m.params += kFloat * cc.params;
     expert += kFloat * cc.expert_params;
     copies += s.bf16 ? 2 * cc.gemm_params : 0;  // the bf16 copies of the GEMM weights
+    buffers += kFloat * cc.buffers;
     work = std::max(work, cc.workspace);
     packing = std::max(packing, cc.packing);
     layers += cc.layers;
@@ -524,8 +538,9 @@ MemoryEstimate static_memory(const Config& cfg, const MeshPlan& p, int pp_rank) 
     m.optimizer = 2 * ((m.params - expert) / (p.dp * p.cp) + expert / (p.dp * p.cp / p.ep));
   m.workspace = work + packing;
   m.untracked = packing;
-  m.params += copies;
+  m.params += copies + buffers;
   m.param_copies = copies;
+  m.buffers = buffers;
   double comm = 0;
   // every layer's ring keeps its backward's five K/V-sized buffers (current,
   // next, partial dK/dV, sending, arriving) of one sample
@@ -545,7 +560,7 @@ MemoryEstimate static_memory(const Config& cfg, const MeshPlan& p, int pp_rank) 
 // holds the larger of the two, counted with the activations. A sharded one
 // writes each slice where it lies: nothing is copied.
 double checkpoint_copies(const Config& cfg, const MemoryEstimate& m) {
-  const double master = m.params - m.param_copies;
+  const double master = m.params - m.param_copies - m.buffers;
   return cfg.output.checkpoint_format == CheckpointFormat::single ? 2 * master : 0.0;
 }
 
@@ -555,7 +570,7 @@ double checkpoint_copies(const Config& cfg, const MemoryEstimate& m) {
 double checkpoint_staging(const Config& cfg, const MeshPlan& p, const MemoryEstimate& m) {
   if (!cfg.output.checkpoint_async || cfg.output.checkpoint_format != CheckpointFormat::sharded)
     return 0.0;
-  const double share = 3 * (m.params - m.param_copies) / std::max(1, p.dp * p.cp);
+  const double share = 3 * (m.params - m.param_copies - m.buffers) / std::max(1, p.dp * p.cp);
   return std::min(share, double(cfg.output.checkpoint_staging_mb) * 1048576.0);
 }
 

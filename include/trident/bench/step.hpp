@@ -8,10 +8,12 @@
 // config and seed) and alternate step by step after one untimed step each, so
 // that a change of the host's load touches them alike; each still runs steps
 // 0, 1, ... N in order, so its losses are those of `trident run` on the same
-// config. bf16 runs whatever the CPU's bf16 path is in this process (native on
-// AVX512-BF16, else staged; TRIDENT_CPU_BF16 picks it for the whole process:
-// the path is a process setting of the kernels, so staged and native are two
-// runs), named in the table.
+// config. bf16 runs the CPU bf16 path TRIDENT_CPU_BF16 chooses (auto: native
+// on AVX512-BF16, else staged); bf16_staged and bf16_native run that path,
+// chosen before each of the variant's steps (kernels::set_cpu_bf16_path), so
+// that staged and native alternate in one process. The table names each
+// variant's path. The config must be one rank's (parallel.pp, cp, ep = 1 and
+// a topology of one device, if any): else one line, InputError.
 //
 // Checked: every step's loss and gradient norm are finite and its update
 // applied (the trainer's guard); a step that is not counts in #wrong and
@@ -28,11 +30,12 @@
 namespace trident::bench {
 
 struct StepBenchOptions {
-  std::vector<std::string> precisions{"fp32", "bf16"};  // train.precision of each variant
-  int steps = 4;                                        // timed steps per variant
-  int threads = 1;                                      // BLAS threads
-  std::string output;                                   // HDF5 file, "" none
-  std::string command_line;                             // recorded in the file
+  // each variant: fp32, bf16 (TRIDENT_CPU_BF16's path), bf16_staged, bf16_native
+  std::vector<std::string> precisions{"fp32", "bf16"};
+  int steps = 4;             // timed steps per variant
+  int threads = 1;           // BLAS threads
+  std::string output;        // HDF5 file, "" none
+  std::string command_line;  // recorded in the file
 };
 
 // cfg: loaded; checked here for one rank. Throws InputError naming the flag

@@ -20,5 +20,17 @@ std::string blas_kernels();
 // TRIDENT_CPU_BF16: a bad value, or "native" on a CPU without AVX512-BF16,
 // throws InputError.
 std::string cpu_bf16_kernels();
+// Chooses the CPU's bf16 path of this process from now on, as
+// TRIDENT_CPU_BF16 does at start-up (its values): "staged" (every bf16 op
+// widens, runs the f32 kernel and rounds: the reference bits), "native" (the
+// AVX512-BF16 kernels), "auto" (native where the CPU has AVX512-BF16), or ""
+// (back to what TRIDENT_CPU_BF16 says). Every bf16 op reads the path when it
+// runs, so a benchmark may alternate paths between steps in one process
+// (`trident bench step --precision bf16_staged,bf16_native`); set it between
+// ops, not while another thread runs one. Throws InputError for another
+// value, or "native" on a CPU without AVX512-BF16 (nothing changed then).
+// cpu_bf16_kernels() names a staged path chosen here "staged (chosen at run
+// time)".
+void set_cpu_bf16_path(const std::string& path);
 
 }  // namespace trident::kernels

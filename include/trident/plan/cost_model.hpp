@@ -124,6 +124,10 @@ struct ChunkCost {
   // Of params, the weights GEMMs read: train.precision = "bf16" keeps a bf16
   // copy of each (model::GemmPrecision), counted with the parameters.
   double gemm_params = 0;
+  // Floats beside the parameters, outside the store and the optimizer: each
+  // MoE layer's router bias (a buffer the checkpoint saves), its value and
+  // the gradient tensor its Param was built with (2 E).
+  double buffers = 0;
   // Activation memory: what tensors hold (the device allocator counts it) and
   // what the code keeps in host vectors outside it (the MoE layer's routing,
   // rows and expert activations).
@@ -151,6 +155,7 @@ ChunkCost chunk_cost(const Config& cfg, const MeshPlan& plan, int virtual_stage)
 struct MemoryEstimate {
   double params = 0, grads = 0, optimizer = 0;  // fp32 weights, grads, AdamW m and v
   double param_copies = 0;  // of params: the GEMM weights' bf16 copies (train.precision bf16)
+  double buffers = 0;       // of params: the MoE routers' bias buffers (ChunkCost::buffers)
   double activations = 0;   // peak of in-flight caches plus the running action's temporaries
   double comm_buffers = 0;  // ring K/V buffers, MoE send rows (boundary tensors: activations)
   double workspace = 0;     // the kernels' scratch and the gradient-reduction packing buffer

@@ -4,8 +4,10 @@
 # every row checked (#wrong = 0, the exit code), the HDF5 file holds the
 # printed tables, the bf16 rows name the path this host runs (native only
 # where /proc/cpuinfo has avx512_bf16; TRIDENT_CPU_BF16=staged names staged
-# everywhere), and bad flags are input errors (exit 2, one line). Sizes are
-# tiny: this checks behaviour, not speed.
+# everywhere), bench step's bf16_staged and bf16_native variants alternate in
+# one process and each names its own path (bf16_native only on AVX512-BF16;
+# elsewhere it is an input error), and bad flags are input errors (exit 2,
+# one line). Sizes are tiny: this checks behaviour, not speed.
 source "$(dirname "${BASH_SOURCE[0]}")/../../support/bench_smoke.sh"
 export OPENBLAS_NUM_THREADS=1
 cat >"$tmp/tiny.toml" <<'TOML'
@@ -31,13 +33,14 @@ warmup_steps = 2
 TOML
 if grep -qw avx512_bf16 /proc/cpuinfo; then want="native (AVX512-BF16)"; else want="staged (no AVX512-BF16)"; fi
 
-# check_table OUT FILE TABLE FIRST_COLUMN BF16_PATH: the printed rows of TABLE
-# (those after its header line) are the file's, every #wrong is 0, and every
-# bf16 row's path is BF16_PATH.
+# check_table OUT FILE TABLE FIRST_COLUMN BF16_PATH [STAGED_PATH]: the printed
+# rows of TABLE (those after its header line) are the file's, every #wrong is
+# 0, every bf16 row's path is BF16_PATH, a bf16_staged row's STAGED_PATH and a
+# bf16_native row's native.
 check_table() {
-  "$py" - "$@" <<'PY' || fail=1
+  "$py" - "${@:1:5}" "${6:-}" <<'PY' || fail=1
 import sys, h5py
-out, path, name, first, bf16_path = sys.argv[1:]
+out, path, name, first, bf16_path, staged_path = sys.argv[1:]
 lines = open(out).read().splitlines()
 head = next(i for i, l in enumerate(lines) if l.startswith("#") and l.split()[1:2] == [first])
 rows = []
@@ -57,8 +60,18 @@ with h5py.File(path, "r") as f:
         assert d in row and p in row, (d, p, row)
         if d == "bf16":
             assert p == bf16_path, (p, bf16_path)
+        if d == "bf16_staged":
+            assert p == staged_path, (p, staged_path)
+        if d == "bf16_native":
+            assert p == "native (AVX512-BF16)", p
 print("ok   " + name + ": %d rows, file = printed" % len(rows))
 PY
+}
+
+# Input errors: one line naming the flag, exit 2.
+expect_one_line_error() {
+  expect_input_error "$@"
+  [[ $(wc -l <"$tmp/err") -eq 1 ]] || { echo "FAIL more than one line: ${*:2}"; cat "$tmp/err"; fail=1; }
 }
 
 timeout 120 "$bin" bench gemm "$tmp/tiny.toml" --sizes 40 --reps 1 --output "$tmp/g.h5" >"$tmp/g.out" 2>&1
@@ -105,6 +118,20 @@ grep -q '# steps not finite or not applied in total: 0 (OK)' "$tmp/s.out" ||
   { echo "FAIL step verdict"; cat "$tmp/s.out"; fail=1; }
 check_table "$tmp/s.out" "$tmp/s.h5" step precision "$want"
 
+# Staged and native bf16 alternating in one process (kernels::set_cpu_bf16_path).
+if grep -qw avx512_bf16 /proc/cpuinfo; then
+  variants=fp32,bf16_staged,bf16_native,bf16; chosen="staged (chosen at run time)"
+else
+  variants=fp32,bf16_staged,bf16; chosen="staged (no AVX512-BF16)"
+  expect_one_line_error "--precision bf16_native: " "$bin" bench step "$tmp/tiny.toml" \
+    --precision fp32,bf16_native
+fi
+timeout 180 "$bin" bench step "$tmp/tiny.toml" --steps 2 --precision $variants \
+  --output "$tmp/sp.h5" >"$tmp/sp.out" 2>&1 || { echo "FAIL bench step $variants"; cat "$tmp/sp.out"; fail=1; }
+check_table "$tmp/sp.out" "$tmp/sp.h5" step precision "$want" "$chosen"
+[[ $(grep -cE '^ +(fp32|bf16|bf16_staged|bf16_native) ' "$tmp/sp.out") -eq $(tr , '\n' <<<"$variants" | wc -l) ]] ||
+  { echo "FAIL bench step: not one row per variant ($variants)"; cat "$tmp/sp.out"; fail=1; }
+
 timeout 120 "$bin" bench attention --seq 64,100 --head-dim 16 --heads 2 --mask causal,full \
   --dtype f32,bf16 --reps 1 --output "$tmp/a.h5" >"$tmp/a.out" 2>&1
 rc=$?
@@ -113,11 +140,6 @@ check_table "$tmp/a.out" "$tmp/a.h5" attention_dtype mask "$want"
 [[ $(grep -cE '^ +(causal|full) +(64|100) +16 +(f32|bf16) ' "$tmp/a.out") -eq 8 ]] ||
   { echo "FAIL attention_dtype: not 8 rows"; cat "$tmp/a.out"; fail=1; }
 
-# Input errors: one line naming the flag, exit 2.
-expect_one_line_error() {
-  expect_input_error "$@"
-  [[ $(wc -l <"$tmp/err") -eq 1 ]] || { echo "FAIL more than one line: ${*:2}"; cat "$tmp/err"; fail=1; }
-}
 expect_one_line_error "--dtype f16" "$bin" bench gemm --sizes 8 --dtype f32,f16
 expect_one_line_error "--ops" "$bin" bench gemm --sizes 8 --ops fwd
 expect_one_line_error "--reps" "$bin" bench gemm --sizes 8 --reps 0
@@ -127,4 +149,6 @@ expect_one_line_error "--tokens 16: needs a config" "$bin" bench gemm --sizes 8 
 expect_one_line_error "--precision fp16" "$bin" bench step "$tmp/tiny.toml" --precision fp16
 expect_one_line_error "--dtype f16" "$bin" bench attention --seq 64 --head-dim 16 --dtype f16
 expect_one_line_error "--steps" "$bin" bench step "$tmp/tiny.toml" --steps 0
+expect_one_line_error "bench step runs the model on one rank" "$bin" bench step \
+  "${TRIDENT_SOURCE_DIR:?}/share/trident/examples/quickstart.toml" --steps 1
 exit $fail

@@ -116,6 +116,9 @@ TEST_CASE("the cost model's parameter count is the model's") {
     double numel = 0;
     for (Param* p : stage.params()) numel += double(p->value.numel());
     CHECK(chunk_cost(c, serial_plan(c), 0).params == numel);
+    // beside them, the MoE layer's router bias (E floats and its Param's
+    // gradient), in the parameter bytes (train_bf16_native: to the byte)
+    CHECK(chunk_cost(c, serial_plan(c), 0).buffers == (experts ? 2 * experts : 0));
   }
   CHECK(chunk_cost(dense_config(), serial_plan(dense_config()), 0).params == 1704);
 }
@@ -237,11 +240,38 @@ TEST_CASE("memory: bf16 keeps a copy of each GEMM weight and the native GEMM's b
   CHECK(bf16.params == fp32.params + 2 * gemm_weights);
   CHECK(bf16.grads == fp32.grads);
   CHECK(bf16.optimizer == fp32.optimizer);
-  CHECK(bf16.activations == fp32.activations);  // the gathered checkpoint: fp32 m and v
+  CHECK(bf16.activations < fp32.activations);  // bf16 activations (the case below)
   const double packing = double(kernels::gemm_bf16_buffer_bytes(int64_t(f), 0));
   CHECK(fp32.workspace == 4 * 2 * T * f);
   CHECK(bf16.workspace == 4 * 2.5 * T * f + packing);
   CHECK(bf16.untracked == fp32.untracked + packing);
+}
+
+TEST_CASE("memory: bf16 stores the activations its GEMMs read in bf16") {
+  // model::GemmPrecision::activation: under bf16, h1, q, k, v, o, the dense
+  // FFN's h, gate and up and the head's h are 2 bytes a value; x, rstd, lse,
+  // the gradients, the logits and the MoE layer's tensors stay fp32. The cache
+  // and the split backward's stash against fp32's, by hand (d=8, H=2, Hkv=1,
+  // D=4, f=16, V=32, T=32, 2 layers: dense, then with moe_every=2 the second
+  // one MoE, whose h, gate and up do not change).
+  for (int experts : {0, 4}) {
+    Config c = dense_config();
+    c.model.n_experts = experts;
+    c.model.top_k = 2;
+    c.model.moe_every = 2;
+    const MeshPlan p = serial_plan(c);
+    const ChunkCost fp32 = chunk_cost(c, p, 0);
+    c.train.precision = Precision::bf16;
+    const ChunkCost bf16 = chunk_cost(c, p, 0);
+    const double T = 32, d = 8, f = 16, qkvo = 2 * T * 2 * 4 + 2 * T * 1 * 4;
+    const double attn = T * d + qkvo, dense_ffn = T * d + 2 * T * f, head = T * d;
+    const double halved = 2 * attn + (experts ? 1 : 2) * dense_ffn + head;  // values
+    CHECK(fp32.tracked.cache - bf16.tracked.cache == 2 * halved);
+    // the stash: h1 and o per layer, and the head's h
+    CHECK(fp32.tracked.stash - bf16.tracked.stash == 2 * (2 * (T * d + T * 2 * 4) + head));
+    CHECK(fp32.tracked.freed_early - bf16.tracked.freed_early == 2 * head);
+    CHECK(fp32.untracked.cache == bf16.untracked.cache);
+  }
 }
 
 TEST_CASE("memory: the checkpoint at the run's end by format") {
