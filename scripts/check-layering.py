@@ -30,8 +30,8 @@ in the list that does not exist (so the list cannot rot).
 import argparse
 import json
 import os
-import shlex
 import re
+import shlex
 import sys
 
 SUFFIXES = (".cpp", ".hpp", ".h", ".cc", ".cu", ".cuh", ".inc")
@@ -164,6 +164,7 @@ def private_in_src(root, commands_file):
     and the number of src/ files the compile commands hold."""
     with open(commands_file, encoding="utf-8") as f:
         entries = json.load(f)
+    root = os.path.realpath(root)
     private = os.path.realpath(os.path.join(root, "kernels", "include"))
     found, n_src = [], 0
     for e in entries:
