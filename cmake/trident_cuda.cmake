@@ -18,7 +18,9 @@ function(trident_cuda_kernels target core)
   file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${TRIDENT_ROOT}/kernels/cuda/*.cu
        ${TRIDENT_ROOT}/kernels/cuda/*.cpp)
   add_library(${target} STATIC ${srcs})
-  target_include_directories(${target} PUBLIC ${TRIDENT_ROOT}/include)
+  # kernels/include: the internal headers, PRIVATE (see the main CMakeLists.txt)
+  target_include_directories(${target} PUBLIC ${TRIDENT_ROOT}/include
+                             PRIVATE ${TRIDENT_ROOT}/kernels/include)
   # cuBLAS is dlopen'ed (kernels/cuda/cublas_api.cpp), not linked: see there.
   target_link_libraries(${target} PUBLIC ${core} CUDA::cudart ${CMAKE_DL_LIBS})
   target_compile_definitions(${target} PUBLIC TRIDENT_HAVE_CUDA=1)

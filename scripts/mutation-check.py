@@ -88,10 +88,12 @@ mutation("C6", "caught", "simulator bubble = busy share", "src/parallel/pp/simul
          "rr.bubble_fraction = res.makespan > 0 ? 1.0 - rr.busy / res.makespan : 0.0;",
          "rr.bubble_fraction = res.makespan > 0 ? rr.busy / res.makespan : 0.0;",
          ["test_pp_schedule"], "^test_pp_schedule$")
-mutation("C7", "caught", "router softmax gradient sign", "include/trident/kernels/router_token.hpp",
+mutation("C7", "caught", "router softmax gradient sign",
+         "kernels/include/trident/kernels/router_token.hpp",
          "dl[e] = static_cast<float>(p[e] * (dp[e] - dot));",
          "dl[e] = static_cast<float>(p[e] * (dp[e] + dot));", ["test_ep_unit"], EP_UNIT)
-mutation("C8", "caught", "router norm_topk gradient", "include/trident/kernels/router_token.hpp",
+mutation("C8", "caught", "router norm_topk gradient",
+         "kernels/include/trident/kernels/router_token.hpp",
          "for (int j = 0; j < k; ++j) dp[c[j]] += (dw[j] - dot) / S;",
          "for (int j = 0; j < k; ++j) dp[c[j]] += dw[j] / S;", ["test_ep_unit"], EP_UNIT)
 mutation("C9", "caught", "combine backward drops the routing weight", "kernels/cpu/moe.cpp",
@@ -144,11 +146,12 @@ mutation("N6", "new", "weight decay on the embedding", "src/model/transformer.cp
 mutation("N7", "new", "RoPE second half rotated the wrong way", "kernels/cpu/rope.cpp",
          "v[i + half] = a * s[i] + b * c[i];", "v[i + half] = -a * s[i] + b * c[i];",
          ["trident"], "^train_reference_step$")
-mutation("N8", "new", "z-loss gradient without its factor 2", "include/trident/kernels/router_token.hpp",
+mutation("N8", "new", "z-loss gradient without its factor 2",
+         "kernels/include/trident/kernels/router_token.hpp",
          "terms.z_coef * 2.0 * lt * terms.inv_tokens[s];", "terms.z_coef * lt * terms.inv_tokens[s];",
          ["trident"], "^train_reference_step$")
 mutation("N9", "new", "aux-loss gradient without its factor E",
-         "include/trident/kernels/router_token.hpp",
+         "kernels/include/trident/kernels/router_token.hpp",
          "const double aux = double(daux_scale) * terms.aux_coef * E * terms.inv_tokens[s];",
          "const double aux = double(daux_scale) * terms.aux_coef * terms.inv_tokens[s];",
          ["trident"], "^train_reference_step$")

@@ -39,6 +39,7 @@
 #include "trident/core/error.hpp"
 #include "trident/kernels/attention_tiles.hpp"
 #include "trident/kernels/backends.hpp"
+#include "trident/kernels/reference.hpp"
 #include "vector_math.hpp"
 
 // The softmax loops are a sizeable share of the forward's time next to the

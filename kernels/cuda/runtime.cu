@@ -1,5 +1,5 @@
 // Device discovery, the stream-ordered allocator, streams, events and the
-// StreamContext of include/trident/kernels/cuda/runtime.hpp.
+// StreamContext of kernels/include/trident/kernels/cuda/runtime.hpp.
 #include <cstdint>
 
 #include "trident/kernels/buffer_uses.hpp"

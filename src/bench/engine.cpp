@@ -11,7 +11,7 @@
 #include "trident/comm/process.hpp"
 #include "trident/core/error.hpp"
 #include "trident/core/rng.hpp"
-#include "trident/kernels/attention.hpp"
+#include "trident/kernels/reference.hpp"
 #include "trident/kernels/staging.hpp"
 #include "trident/kernels/tensor_ops.hpp"
 #include "trident/train/run.hpp"

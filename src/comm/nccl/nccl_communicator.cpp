@@ -17,7 +17,7 @@
 #include "trident/comm/p2p_plan.hpp"
 #include "trident/core/error.hpp"
 #include "trident/kernels/buffer_uses.hpp"
-#include "trident/kernels/cuda/check.hpp"
+#include "trident/kernels/cuda_check.hpp"
 
 namespace trident {
 

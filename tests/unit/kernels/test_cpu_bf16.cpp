@@ -1,4 +1,4 @@
-// The CPU's native bf16 path (include/trident/kernels/cpu_bf16.hpp): the
+// The CPU's native bf16 path (kernels/include/trident/kernels/cpu_bf16.hpp): the
 // bf16 GEMM against an fp64 sum of the bf16-rounded inputs (every layout of
 // A and B, f32 or bf16 operands, tails of M, N and K, K odd and past a K
 // block, alpha and beta, nothing written outside C), its bf16 output, the

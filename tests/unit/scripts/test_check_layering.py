@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
 """scripts/check-layering.py on a made-up tree: a tree that keeps the
 layering passes; a model file, a parallel header or a public kernels header
-that includes a pointer header fails, named with its line; the bench
-engine's exception and the NCCL communicator's are honoured and go no further; a
-public header missing from the tree is an input error (exit 2)."""
+that includes a pointer header fails, named with its line, and so do the
+bench engine and the NCCL communicator (no exception is left: they include
+the public reference.hpp and cuda_check.hpp); a header the public list does
+not name in the public folder, or one it names in the private folder, fails;
+with --compile-commands, a src/ file compiled with the private folder on its
+include path fails (a kernels/ file may have it); a public header missing
+from the tree, or a missing private folder, is an input error (exit 2)."""
+import json
 import os
 import shutil
 import subprocess
@@ -14,6 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 SCRIPT = os.path.join(ROOT, "scripts", "check-layering.py")
 KERNELS = os.path.join("include", "trident", "kernels")
+PRIVATE = os.path.join("kernels", "include", "trident", "kernels")
 
 failures = []
 
@@ -42,8 +48,9 @@ def inc(header):
 
 
 def clean_tree(root):
-    """Every public header, the pointer headers, and callers that keep the
-    layering (the benches and the NCCL communicator use their exceptions)."""
+    """Every public header, the pointer headers in the private folder, and
+    callers that keep the layering (the bench engine and the NCCL
+    communicator with their public headers)."""
     rc, out = lint(root, "--list-public")
     assert rc == 0, out
     for name in out.split():
@@ -53,24 +60,24 @@ def clean_tree(root):
             write(root, os.path.join(KERNELS, name), "#pragma once\n")
     write(root, os.path.join(KERNELS, "functional.hpp"),
           inc("context.hpp") + '#include "trident/kernels/types/shape.hpp"\n')
-    write(root, os.path.join(KERNELS, "ops.hpp"), inc("types/shape.hpp"))
-    write(root, os.path.join(KERNELS, "cuda", "check.hpp"), "#pragma once\n")
+    write(root, os.path.join(PRIVATE, "ops.hpp"), inc("types/shape.hpp"))
+    write(root, os.path.join(PRIVATE, "cuda", "check.hpp"), inc("cuda_check.hpp"))
     write(root, "src/model/layer.cpp", inc("functional.hpp") + "int f() { return 0; }\n")
     write(root, "include/trident/parallel/ring.hpp", inc("types/shape.hpp"))
-    write(root, "src/bench/engine.cpp", inc("attention.hpp"))
-    write(root, "src/comm/nccl/comm.cpp", inc("cuda/check.hpp"))
+    write(root, "src/bench/engine.cpp", inc("reference.hpp"))
+    write(root, "src/comm/nccl/comm.cpp", inc("cuda_check.hpp"))
 
 
 def run_checks(root):
     clean_tree(root)
     rc, out = lint(root)
-    check(rc == 0 and "0 include(s) break" in out,
-          "a tree that keeps the layering passes, exceptions included (rc=%d) %s" % (rc, out))
+    check(rc == 0 and "0 include(s) or header(s) break" in out,
+          "a tree that keeps the layering passes (rc=%d) %s" % (rc, out))
 
     write(root, "src/model/bad.cpp", "// ops\n#include <cstdint>\n" + inc("ops.hpp"))
     rc, out = lint(root)
     check(rc == 1 and "src/model/bad.cpp:4: includes trident/kernels/ops.hpp" in out
-          and "1 include(s) break" in out,
+          and "1 include(s) or header(s) break" in out,
           "a model file including ops.hpp fails, named with its line (rc=%d) %s" % (rc, out))
     os.remove(os.path.join(root, "src/model/bad.cpp"))
 
@@ -87,51 +94,81 @@ def run_checks(root):
           "functional.hpp including a pointer header fails (rc=%d) %s" % (rc, out))
     write(root, os.path.join(KERNELS, "functional.hpp"), inc("context.hpp"))
 
-    write(root, "src/model/cuda_user.cpp", inc("cuda/check.hpp"))
+    write(root, "src/comm/nccl/more.cpp", inc("cuda/check.hpp"))
+    write(root, "src/bench/engine.cpp", inc("reference.hpp") + inc("attention.hpp"))
     rc, out = lint(root)
-    check(rc == 1 and "src/model/cuda_user.cpp:2: includes trident/kernels/cuda/check.hpp" in out,
-          "the NCCL communicator's exception holds in src/comm/nccl only (rc=%d) %s" % (rc, out))
-    os.remove(os.path.join(root, "src/model/cuda_user.cpp"))
-
-    write(root, "src/bench/ring.cpp", inc("attention.hpp"))
-    write(root, "src/bench/engine.cpp", inc("attention.hpp") + inc("gemm.hpp"))
-    rc, out = lint(root)
-    check(rc == 1 and "src/bench/ring.cpp:2: includes trident/kernels/attention.hpp" in out
-          and "src/bench/engine.cpp:4: includes trident/kernels/gemm.hpp" in out
-          and "2 include(s) break" in out,
-          "the bench exception holds for engine.cpp's attention.hpp only "
-          "(rc=%d) %s" % (rc, out))
-    os.remove(os.path.join(root, "src/bench/ring.cpp"))
-    write(root, "src/bench/engine.cpp", inc("attention.hpp"))
-
-    write(root, "src/comm/nccl/more.cpp", inc("gemm.hpp"))
-    rc, out = lint(root)
-    check(rc == 1 and "src/comm/nccl/more.cpp:2: includes trident/kernels/gemm.hpp" in out,
-          "the NCCL communicator may include cuda/check.hpp only (rc=%d) %s" % (rc, out))
+    check(rc == 1 and "src/comm/nccl/more.cpp:2: includes trident/kernels/cuda/check.hpp" in out
+          and "src/bench/engine.cpp:4: includes trident/kernels/attention.hpp" in out
+          and "2 include(s) or header(s) break" in out,
+          "no exception is left: the NCCL communicator and the bench engine include "
+          "public headers only (rc=%d) %s" % (rc, out))
     os.remove(os.path.join(root, "src/comm/nccl/more.cpp"))
+    write(root, "src/bench/engine.cpp", inc("reference.hpp"))
 
-    write(root, "src/bench/moe.cpp", inc("moe.hpp"))
-    write(root, "src/bench/attention.cpp", inc("gemm.hpp"))
-    write(root, "src/bench/engine_more.cpp", inc("attention.hpp"))
+    write(root, os.path.join(KERNELS, "gemm.hpp"), "#pragma once\n")
     rc, out = lint(root)
-    check(rc == 1 and "src/bench/moe.cpp:2: includes trident/kernels/moe.hpp" in out
-          and "src/bench/attention.cpp:2: includes trident/kernels/gemm.hpp" in out
-          and "src/bench/engine_more.cpp:2" in out and "3 include(s) break" in out,
-          "the bench exceptions hold for the files they name only (rc=%d) %s" % (rc, out))
-    os.remove(os.path.join(root, "src/bench/moe.cpp"))
-    os.remove(os.path.join(root, "src/bench/attention.cpp"))
-    os.remove(os.path.join(root, "src/bench/engine_more.cpp"))
+    check(rc == 1 and "include/trident/kernels/gemm.hpp: a kernels header in the public folder"
+          in out and "kernels/include/trident/kernels/" in out,
+          "an unlisted header in the public folder fails, saying where it goes (rc=%d) %s"
+          % (rc, out))
+    os.remove(os.path.join(root, KERNELS, "gemm.hpp"))
+
+    write(root, os.path.join(PRIVATE, "blas.hpp"), "#pragma once\n")
+    rc, out = lint(root)
+    check(rc == 1 and "kernels/include/trident/kernels/blas.hpp: a public header in the private "
+          "folder" in out, "a public header in the private folder fails (rc=%d) %s" % (rc, out))
+    os.remove(os.path.join(root, PRIVATE, "blas.hpp"))
 
     rc, out = lint(root)
     check(rc == 0, "the tree passes again with the violations gone (rc=%d) %s" % (rc, out))
+
+    compile_commands_checks(root)
 
     os.remove(os.path.join(root, KERNELS, "blas.hpp"))
     rc, out = lint(root)
     check(rc == 2 and "blas.hpp" in out and out.count("\n") == 1,
           "a public header that does not exist: one line, exit 2 (rc=%d) %s" % (rc, out))
 
+    shutil.rmtree(os.path.join(root, "kernels"))
+    rc, out = lint(root)
+    check(rc == 2 and "kernels/include/trident/kernels/" in out and out.count("\n") == 1,
+          "a tree without the private folder: one line, exit 2 (rc=%d) %s" % (rc, out))
+
     print("%d check(s) failed" % len(failures) if failures else "all checks passed")
     return 1 if failures else 0
+
+
+def compile_commands_checks(root):
+    """--compile-commands: src/ files must not have kernels/include on their path."""
+    build = os.path.join(root, "build")
+    commands = os.path.join(build, "compile_commands.json")
+
+    def entry(path, *dirs):
+        flags = " ".join("-I%s" % d for d in dirs)
+        return {"directory": build, "file": os.path.join(root, path),
+                "command": "c++ %s -c %s" % (flags, os.path.join(root, path))}
+
+    def write_commands(*entries):
+        os.makedirs(build, exist_ok=True)
+        with open(commands, "w", encoding="utf-8") as f:
+            json.dump(list(entries), f)
+
+    write_commands(entry("src/model/layer.cpp", "../include"),
+                   entry("kernels/cpu/gemm.cpp", "../include", "../kernels/include"))
+    rc, out = lint(root, "--compile-commands", commands)
+    check(rc == 0, "compile commands where only kernels/ has the private folder pass "
+          "(rc=%d) %s" % (rc, out))
+    write_commands(entry("src/model/layer.cpp", "../include"),
+                   entry("src/bench/engine.cpp", "../include", "../kernels/include/"))
+    rc, out = lint(root, "--compile-commands", commands)
+    check(rc == 1 and "src/bench/engine.cpp: compiled with the private include folder" in out
+          and "layer.cpp" not in out,
+          "a src/ file compiled with the private folder fails (rc=%d) %s" % (rc, out))
+    write_commands(entry("kernels/cpu/gemm.cpp", "../kernels/include"))
+    rc, out = lint(root, "--compile-commands", commands)
+    check(rc == 2 and "no file of" in out,
+          "compile commands without a src/ file: exit 2 (rc=%d) %s" % (rc, out))
+    shutil.rmtree(build)
 
 
 def main():

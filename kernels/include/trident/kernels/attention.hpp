@@ -20,7 +20,8 @@
 //
 // The shape (AttnShape), its mask rules (which pairs are visible, with
 // causal masks, packed documents and sliding windows) and its host-side
-// counts are in kernels/types/attention.hpp.
+// counts are in kernels/types/attention.hpp; the fp64 reference of one row,
+// attention_reference_row, in the public kernels/reference.hpp.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -62,12 +63,5 @@ void attention_backward(const Ctx& ctx, const AttnShape& s, const float* q, cons
 // without NaN.
 void merge_partial_attention(const Ctx& ctx, int64_t n_rows, int D, float* out, float* lse,
                              const float* out_b, const float* lse_b);
-
-// The plain definition for one query row i and head h, accumulated in fp64
-// over the whole score row: writes out_row [D], returns the row's LSE (-inf
-// when no key is visible). O(Tk * D); the benches use it for spot checks.
-// Host memory only (q_doc / k_doc included).
-double attention_reference_row(const AttnShape& s, const float* q, const float* k, const float* v,
-                               int64_t i, int h, double* out_row);
 
 }  // namespace trident::kernels
