@@ -296,7 +296,8 @@ struct Problem {
   PackSource a, b;
   float* c;
   int64_t ldc;
-  uint16_t* c16 = nullptr;  // a bf16 C (one K block, beta 0), else c
+  uint16_t* c16 = nullptr;             // a bf16 C (one K block, beta 0), else c
+  const uint32_t* b_packed = nullptr;  // op(B) already packed (pack_bf16_b), else packed here
 };
 
 // Buffers kept per thread: a call allocates only when it is the largest yet.
@@ -310,7 +311,8 @@ Buffers& buffers() {
 }
 
 // The row blocks of one K block (pairs [p0, p0 + np)) against packed B.
-void row_blocks(const Problem& pr, int64_t p0, int64_t np, float beta, Buffers& buf) {
+void row_blocks(const Problem& pr, int64_t p0, int64_t np, float beta, const uint32_t* bpack,
+                Buffers& buf) {
   const int64_t col_panels = (pr.N + kNr - 1) / kNr;
   for (int64_t i0 = 0; i0 < pr.M; i0 += kMc) {
     const int64_t mrows = std::min(kMc, pr.M - i0);
@@ -318,7 +320,7 @@ void row_blocks(const Problem& pr, int64_t p0, int64_t np, float beta, Buffers& 
     buf.apack.resize(size_t(row_panels * np * kMr));
     pack(pr.a, i0, mrows, p0, np, kMr, buf.apack.data());
     for (int64_t jb = 0; jb < col_panels; ++jb) {
-      const uint32_t* b = buf.bpack.data() + jb * np * kNr;
+      const uint32_t* b = bpack + jb * np * kNr;
       const int cols = int(std::min<int64_t>(kNr, pr.N - jb * kNr));
       for (int64_t ib = 0; ib < row_panels; ++ib) {
         const int rows = int(std::min<int64_t>(kMr, mrows - ib * kMr));
@@ -331,14 +333,20 @@ void row_blocks(const Problem& pr, int64_t p0, int64_t np, float beta, Buffers& 
   }
 }
 
+// op(B) packed for every K block in turn, or read where pr.b_packed holds
+// all of them (pack_bf16_b: the same words, so the same sums).
 void run(const Problem& pr, Buffers& buf) {
   const int64_t pairs = (pr.K + 1) / 2;
   const int64_t col_panels = (pr.N + kNr - 1) / kNr;
   for (int64_t p0 = 0; p0 < pairs || p0 == 0; p0 += kKcPairs) {
     const int64_t np = std::min(kKcPairs, pairs - p0);
-    buf.bpack.resize(size_t(std::max<int64_t>(col_panels * np * kNr, 1)));
-    pack(pr.b, 0, pr.N, p0, np, kNr, buf.bpack.data());
-    row_blocks(pr, p0, np, p0 == 0 ? pr.beta : 1.0f, buf);
+    const uint32_t* bpack = pr.b_packed ? pr.b_packed + col_panels * kNr * p0 : nullptr;
+    if (!bpack) {
+      buf.bpack.resize(size_t(std::max<int64_t>(col_panels * np * kNr, 1)));
+      pack(pr.b, 0, pr.N, p0, np, kNr, buf.bpack.data());
+      bpack = buf.bpack.data();
+    }
+    row_blocks(pr, p0, np, p0 == 0 ? pr.beta : 1.0f, bpack, buf);
     if (pairs == 0) break;
   }
 }
@@ -354,8 +362,21 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A, Bf16
   Buffers& buf = buffers();
   // stored A [M, K] or (trans) [K, M]; B [K, N] or (trans) [N, K]
   const PackSource a{A.p, A.ld, A.f32, A.trans, K}, b{B.p, B.ld, B.f32, !B.trans, K};
-  const Problem pr{M, N, K, alpha, beta, a, b, C, ldc};
+  const Problem pr{M, N, K, alpha, beta, a, b, C, ldc, nullptr, B.packed};
   run(pr, buf);
+}
+
+int64_t bf16_packed_words(int64_t N, int64_t K) {
+  return (N + kNr - 1) / kNr * kNr * ((K + 1) / 2);
+}
+
+// Each K block's panels where run() would pack them, one after the other.
+void pack_bf16_b(int64_t N, int64_t K, Bf16Operand B, uint32_t* dst) {
+  TRIDENT_CHECK(bf16_units().avx512_bf16, "pack_bf16_b: this CPU has no AVX512-BF16");
+  const PackSource b{B.p, B.ld, B.f32, !B.trans, K};
+  const int64_t pairs = (K + 1) / 2, col_panels = (N + kNr - 1) / kNr;
+  for (int64_t p0 = 0; p0 < pairs; p0 += kKcPairs)
+    pack(b, 0, N, p0, std::min(kKcPairs, pairs - p0), kNr, dst + col_panels * kNr * p0);
 }
 
 void round_bf16(const float* x, int64_t n, uint16_t* y) { round_row(x, n, y); }
@@ -368,9 +389,10 @@ void gemm_bf16_out(int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A, 
   TRIDENT_CHECK(bf16_units().avx512_bf16, "gemm_bf16: this CPU has no AVX512-BF16");
   Buffers& buf = buffers();
   const PackSource a{A.p, A.ld, A.f32, A.trans, K}, b{B.p, B.ld, B.f32, !B.trans, K};
-  if ((K + 1) / 2 <= kKcPairs) return run({M, N, K, alpha, 0.0f, a, b, nullptr, ldc, C}, buf);
+  if ((K + 1) / 2 <= kKcPairs)
+    return run({M, N, K, alpha, 0.0f, a, b, nullptr, ldc, C, B.packed}, buf);
   buf.wide.resize(size_t(M * N));
-  run({M, N, K, alpha, 0.0f, a, b, buf.wide.data(), N}, buf);
+  run({M, N, K, alpha, 0.0f, a, b, buf.wide.data(), N, nullptr, B.packed}, buf);
   for (int64_t i = 0; i < M; ++i) round_row(buf.wide.data() + i * N, N, C + i * ldc);
 }
 
@@ -384,6 +406,10 @@ void round_bf16(const float* x, int64_t n, uint16_t* y) {
 }
 void gemm_bf16_out(int64_t, int64_t, int64_t, float, Bf16Operand, Bf16Operand, uint16_t*, int64_t) {
   throw Error("gemm_bf16: needs an x86-64 CPU with AVX512-BF16");
+}
+int64_t bf16_packed_words(int64_t, int64_t) { return 0; }
+void pack_bf16_b(int64_t, int64_t, Bf16Operand, uint32_t*) {
+  throw Error("pack_bf16_b: needs an x86-64 CPU with AVX512-BF16");
 }
 
 #endif
@@ -400,8 +426,12 @@ size_t gemm_bf16_buffer_bytes(int64_t max_n, int64_t max_wide) {
   const int64_t apack = (kMc + kMr - 1) / kMr * kMr * kKcPairs;
   return size_t(4 * (bpack + apack + max_wide));
 }
+size_t gemm_bf16_packed_weight_bytes(int64_t out, int64_t in) {
+  return size_t(4 * (cpu::bf16_packed_words(out, in) + cpu::bf16_packed_words(in, out)));
+}
 #else
 size_t gemm_bf16_buffer_bytes(int64_t, int64_t) { return 0; }  // no native bf16 GEMM here
+size_t gemm_bf16_packed_weight_bytes(int64_t, int64_t) { return 0; }
 #endif
 
 }  // namespace trident::kernels

@@ -23,6 +23,13 @@ constexpr size_t kChunk = 1024;
 Bf16Operand op(const F32OrBf16& t, bool trans, int64_t ld) { return {t.p, t.f32, trans, ld}; }
 Bf16Operand op(const float* p, int64_t ld) { return {p, true, false, ld}; }
 Bf16Operand op(const uint16_t* p, bool trans, int64_t ld) { return {p, false, trans, ld}; }
+// Weight i (gate, up, down) as op(B): Wᵀ (trans) or W, with its packed form
+// where it has one.
+Bf16Operand weight(const SwigluBf16& s, int i, bool trans) {
+  const F32OrBf16& w = i == 0 ? s.w_gate : i == 1 ? s.w_up : s.w_down;
+  const Bf16PackedWeight& p = s.packed[i];
+  return {w.p, w.f32, trans, i < 2 ? s.d : s.f, trans ? p.nt : p.nn};
+}
 
 // src (n floats) into out at element i: copied, or rounded to bf16.
 void store(const float* src, size_t n, F32OrBf16 out, size_t i) {
@@ -85,15 +92,15 @@ void swiglu_forward_bf16(const Ctx& ctx, const SwigluBf16& s, F32OrBf16 y, F32Or
   Scratch scratch(ctx, size_t(2 * n + (n + 1) / 2));
   float *g = scratch.take(size_t(n)), *u = scratch.take(size_t(n));
   auto* h = reinterpret_cast<uint16_t*>(scratch.take(size_t((n + 1) / 2)));
-  gemm_bf16(T, f, d, 1.0f, op(s.x, false, d), op(s.w_gate, true, d), 0.0f, g, f);
-  gemm_bf16(T, f, d, 1.0f, op(s.x, false, d), op(s.w_up, true, d), 0.0f, u, f);
+  gemm_bf16(T, f, d, 1.0f, op(s.x, false, d), weight(s, 0, true), 0.0f, g, f);
+  gemm_bf16(T, f, d, 1.0f, op(s.x, false, d), weight(s, 1, true), 0.0f, u, f);
   gate_forward(g, u, size_t(n), h, gate, up);
   if (y.f32)
-    gemm_bf16(T, d, f, 1.0f, op(h, false, f), op(s.w_down, true, f), 0.0f, static_cast<float*>(y.p),
+    gemm_bf16(T, d, f, 1.0f, op(h, false, f), weight(s, 2, true), 0.0f, static_cast<float*>(y.p),
               d);
   else
-    gemm_bf16_out(T, d, f, 1.0f, op(h, false, f), op(s.w_down, true, f),
-                  static_cast<uint16_t*>(y.p), d);
+    gemm_bf16_out(T, d, f, 1.0f, op(h, false, f), weight(s, 2, true), static_cast<uint16_t*>(y.p),
+                  d);
 }
 
 // dh f32 (n), h then d(gate) bf16 and d(up) bf16 (n / 2 floats' room each):
@@ -110,14 +117,14 @@ void swiglu_backward_bf16(const Ctx& ctx, const SwigluBf16& s, F32OrBf16 gate, F
   gate_again(ctx, gate, up, size_t(n), h);
   // dWd += dyᵀ·h ; dh = dy·Wd
   gemm_bf16(d, f, T, 1.0f, {dy, true, true, d}, op(h, false, f), 1.0f, dw_down, f);
-  gemm_bf16(T, f, d, 1.0f, op(dy, d), op(s.w_down, false, f), 0.0f, dh, f);
+  gemm_bf16(T, f, d, 1.0f, op(dy, d), weight(s, 2, false), 0.0f, dh, f);
   uint16_t* dgate = h;  // h is read by now
   gate_backward(ctx, gate, up, dh, size_t(n), dgate, dup);
   gemm_bf16(f, d, T, 1.0f, op(dgate, true, f), op(s.x, false, d), 1.0f, dw_gate, d);
   gemm_bf16(f, d, T, 1.0f, op(dup, true, f), op(s.x, false, d), 1.0f, dw_up, d);
   if (dx) {
-    gemm_bf16(T, d, f, 1.0f, op(dgate, false, f), op(s.w_gate, false, d), 0.0f, dx, d);
-    gemm_bf16(T, d, f, 1.0f, op(dup, false, f), op(s.w_up, false, d), 1.0f, dx, d);
+    gemm_bf16(T, d, f, 1.0f, op(dgate, false, f), weight(s, 0, false), 0.0f, dx, d);
+    gemm_bf16(T, d, f, 1.0f, op(dup, false, f), weight(s, 1, false), 1.0f, dx, d);
   }
 }
 
