@@ -77,6 +77,19 @@ TRIDENT_BF16_TARGET void round_row(const float* x, int64_t n, uint16_t* y) {
   for (; i < n; ++i) y[i] = round_to_bf16(x[i]);
 }
 
+// x[0:n] widened to f32, sixteen at a time.
+TRIDENT_BF16_TARGET void widen_row(const uint16_t* x, int64_t n, float* y) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
+    _mm512_storeu_si512(y + i, _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  for (; i < n; ++i) {
+    const uint32_t u = uint32_t(x[i]) << 16;
+    std::memcpy(y + i, &u, sizeof u);
+  }
+}
+
 // The packing of one operand, bf16 or f32 (rounded to bf16 as it is
 // packed): `outer` is the index of op(A)'s rows or op(B)'s columns (the
 // panel's width), k the depth. k_major: element (outer, k) at p[k * ld +
@@ -398,6 +411,8 @@ void pack_bf16_b(int64_t N, int64_t K, Bf16Operand B, uint32_t* dst) {
 
 void round_bf16(const float* x, int64_t n, uint16_t* y) { round_row(x, n, y); }
 
+void widen_bf16(const uint16_t* x, int64_t n, float* y) { widen_row(x, n, y); }
+
 // One K block (K <= 512): each tile rounds its sums as it stores them;
 // else the f32 result in a scratch kept per thread, rounded row by row.
 void gemm_bf16_out(int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A, Bf16Operand B,
@@ -420,6 +435,12 @@ void gemm_bf16(int64_t, int64_t, int64_t, float, Bf16Operand, Bf16Operand, float
 }
 void round_bf16(const float* x, int64_t n, uint16_t* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = round_to_bf16(x[i]);
+}
+void widen_bf16(const uint16_t* x, int64_t n, float* y) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t u = uint32_t(x[i]) << 16;
+    std::memcpy(y + i, &u, sizeof u);
+  }
 }
 void gemm_bf16_out(int64_t, int64_t, int64_t, float, Bf16Operand, Bf16Operand, uint16_t*, int64_t) {
   throw Error("gemm_bf16: needs an x86-64 CPU with AVX512-BF16");

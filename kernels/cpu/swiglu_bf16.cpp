@@ -40,9 +40,9 @@ void store(const float* src, size_t n, F32OrBf16 out, size_t i) {
 }
 
 // Elements [i, i + n) of t as f32: a pointer into it, or widened into buf.
-const float* wide(const Ctx& ctx, F32OrBf16 t, size_t i, size_t n, float* buf) {
+const float* wide(F32OrBf16 t, size_t i, size_t n, float* buf) {
   if (t.f32) return static_cast<const float*>(t.p) + i;
-  cpu::from_bf16(ctx, static_cast<const uint16_t*>(t.p) + i, int64_t(n), buf);
+  widen_bf16(static_cast<const uint16_t*>(t.p) + i, int64_t(n), buf);
   return buf;
 }
 
@@ -61,22 +61,22 @@ void gate_forward(const float* g, const float* u, size_t n, uint16_t* h16, F32Or
 }
 
 // Backward's first pass: h = silu(gate) up, rounded to bf16.
-void gate_again(const Ctx& ctx, F32OrBf16 gate, F32OrBf16 up, size_t n, uint16_t* h16) {
+void gate_again(F32OrBf16 gate, F32OrBf16 up, size_t n, uint16_t* h16) {
   float g[kChunk], u[kChunk], h[kChunk];
   for (size_t i = 0; i < n; i += kChunk) {
     const size_t m = std::min(kChunk, n - i);
-    gated(wide(ctx, gate, i, m, g), wide(ctx, up, i, m, u), h, m);
+    gated(wide(gate, i, m, g), wide(up, i, m, u), h, m);
     round_bf16(h, int64_t(m), h16 + i);
   }
 }
 
 // Backward's second pass: from dh = dL/dh, d(gate) and d(up) rounded to bf16.
-void gate_backward(const Ctx& ctx, F32OrBf16 gate, F32OrBf16 up, float* dh, size_t n,
-                   uint16_t* dgate16, uint16_t* dup16) {
+void gate_backward(F32OrBf16 gate, F32OrBf16 up, float* dh, size_t n, uint16_t* dgate16,
+                   uint16_t* dup16) {
   float g[kChunk], u[kChunk], dg[kChunk];
   for (size_t i = 0; i < n; i += kChunk) {
     const size_t m = std::min(kChunk, n - i);
-    gated_backward(wide(ctx, gate, i, m, g), wide(ctx, up, i, m, u), dh + i, dg, m);
+    gated_backward(wide(gate, i, m, g), wide(up, i, m, u), dh + i, dg, m);
     round_bf16(dg, int64_t(m), dgate16 + i);
     round_bf16(dh + i, int64_t(m), dup16 + i);
   }
@@ -114,12 +114,12 @@ void swiglu_backward_bf16(const Ctx& ctx, const SwigluBf16& s, F32OrBf16 gate, F
   float* dh = scratch.take(size_t(n));
   auto* h = reinterpret_cast<uint16_t*>(scratch.take(size_t(half)));
   auto* dup = reinterpret_cast<uint16_t*>(scratch.take(size_t(half)));
-  gate_again(ctx, gate, up, size_t(n), h);
+  gate_again(gate, up, size_t(n), h);
   // dWd += dyᵀ·h ; dh = dy·Wd
   gemm_bf16(d, f, T, 1.0f, {dy, true, true, d}, op(h, false, f), 1.0f, dw_down, f);
   gemm_bf16(T, f, d, 1.0f, op(dy, d), weight(s, 2, false), 0.0f, dh, f);
   uint16_t* dgate = h;  // h is read by now
-  gate_backward(ctx, gate, up, dh, size_t(n), dgate, dup);
+  gate_backward(gate, up, dh, size_t(n), dgate, dup);
   gemm_bf16(f, d, T, 1.0f, op(dgate, true, f), op(s.x, false, d), 1.0f, dw_gate, d);
   gemm_bf16(f, d, T, 1.0f, op(dup, true, f), op(s.x, false, d), 1.0f, dw_up, d);
   if (dx) {

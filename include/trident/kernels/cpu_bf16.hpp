@@ -72,6 +72,8 @@ struct Bf16PackedWeight {
 // y[0:n] = x[0:n] rounded to bf16 (nearest even, as to_bf16), sixteen at a
 // time; needs bf16_units().avx512_bf16.
 void round_bf16(const float* x, int64_t n, uint16_t* y);
+// y[0:n] = x[0:n] widened to f32 (exact), sixteen at a time; the same.
+void widen_bf16(const uint16_t* x, int64_t n, float* y);
 
 // A tensor argument of the native kernels: f32 or bf16 data (nullptr:
 // absent).

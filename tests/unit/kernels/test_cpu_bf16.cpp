@@ -193,6 +193,11 @@ TEST_CASE("the bf16 output is the f32 result rounded to nearest even", "[cpu_bf1
   std::vector<uint16_t> y(x.size());
   cpu::round_bf16(x.data(), int64_t(x.size()), y.data());
   REQUIRE(y == rounded(x));
+  // widen_bf16 (the vector widening) is from_bf16's, bit for bit
+  std::vector<float> w(y.size()), ref(y.size());
+  cpu::widen_bf16(y.data(), int64_t(y.size()), w.data());
+  kernels::cpu::from_bf16(test::kernel_ctx(), y.data(), int64_t(y.size()), ref.data());
+  REQUIRE(std::memcmp(w.data(), ref.data(), w.size() * sizeof(float)) == 0);
 }
 
 TEST_CASE("the native rows agree with the staged rows within bf16 rounding", "[cpu_bf16]") {
