@@ -18,12 +18,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "trident/core/error.hpp"
 #include "trident/kernels/blas.hpp"
 #include "trident/kernels/cpu_bf16.hpp"
 #include "trident/kernels/gemm.hpp"
+#include "trident/kernels/types/gemm_bf16.hpp"
 
 namespace trident::kernels::cpu {
 namespace {
@@ -64,6 +67,29 @@ bool resolve(Bf16Mode mode) {
   return bf16_units().avx512_bf16;
 }
 
+// The packed weights alive (PackedBf16Weight), by their bf16 copy's data:
+// its shape [out, in] and both forms.
+struct PackedEntry {
+  int64_t out, in;
+  Bf16PackedWeight forms;
+};
+std::mutex g_packed_mutex;
+std::unordered_map<const void*, PackedEntry>& packed_weights() {
+  static std::unordered_map<const void*, PackedEntry> m;
+  return m;
+}
+
+// The packed forms of a bf16 weight t [out, in], if it has them.
+Bf16PackedWeight packed_forms(const Tensor& t) {
+  if (t.dtype() != DType::bf16 || t.ndim() != 2) return {};
+  const std::lock_guard lock(g_packed_mutex);
+  const auto it = packed_weights().find(t.data<uint16_t>());
+  if (it == packed_weights().end() || it->second.out != t.shape()[0] ||
+      it->second.in != t.shape()[1])
+    return {};
+  return it->second.forms;
+}
+
 // Whether call's tensors `idx` are nonempty f32 or bf16 (the native GEMM
 // takes either, rounding f32 when it packs).
 bool dense(const OpCall& c, std::initializer_list<int> idx) {
@@ -85,7 +111,9 @@ Bf16Operand operand(const OpCall& c, int i, bool trans, int64_t ld) {
 void linear_forward_row(const Ctx& ctx, OpCall& c) {  // y = x wᵀ
   if (!bf16_native() || !dense(c, {0, 1, 2})) return run_staged(ctx, c);
   const int64_t T = c.n[0], in = c.n[1], out = c.n[2];
-  const Bf16Operand x = operand(c, 0, false, in), w = operand(c, 1, true, in);
+  const Bf16Operand x = operand(c, 0, false, in);
+  Bf16Operand w = operand(c, 1, true, in);
+  w.packed = packed_forms(c.t[1]).nt;
   if (c.t[2].dtype() == DType::f32)
     gemm_bf16(T, out, in, 1.0f, x, w, 0.0f, c.f32(2), out);
   else
@@ -97,7 +125,9 @@ void linear_backward_input_row(const Ctx& ctx, OpCall& c) {  // dx = dy w + beta
   const bool dx_f32 = c.t[2].dtype() == DType::f32;
   if (!dx_f32 && c.f != 0.0f) return run_staged(ctx, c);  // a bf16 dx that is read
   const int64_t T = c.n[0], in = c.n[1], out = c.n[2];
-  const Bf16Operand dy = operand(c, 0, false, out), w = operand(c, 1, false, in);
+  const Bf16Operand dy = operand(c, 0, false, out);
+  Bf16Operand w = operand(c, 1, false, in);
+  w.packed = packed_forms(c.t[1]).nn;
   if (dx_f32)
     gemm_bf16(T, in, out, 1.0f, dy, w, c.f, c.f32(2), in);
   else
@@ -119,7 +149,9 @@ F32OrBf16 arg(const OpCall& c, int i) {
 }
 
 SwigluBf16 swiglu_args(const OpCall& c, int x, int wg) {
-  return {c.n[0], c.n[1], c.n[2], arg(c, x), arg(c, wg), arg(c, wg + 1), arg(c, wg + 2)};
+  SwigluBf16 s{c.n[0], c.n[1], c.n[2], arg(c, x), arg(c, wg), arg(c, wg + 1), arg(c, wg + 2)};
+  for (int i = 0; i < 3; ++i) s.packed[i] = packed_forms(c.t[size_t(wg + i)]);
+  return s;
 }
 
 void swiglu_forward_row(const Ctx& ctx, OpCall& c) {
@@ -223,6 +255,38 @@ void set_cpu_bf16_path(const std::string& path) {
     throw InputError("CPU bf16 path native: this CPU has no AVX512-BF16 (vdpbf16ps)");
   cpu::set_bf16_mode(mode);
   cpu::g_chosen.store(!path.empty());
+}
+
+}  // namespace trident::kernels
+
+namespace trident::kernels {
+
+// Packed only where the native rows will read it: a CPU tensor while native
+// bf16 is on (a later switch to staged leaves the forms unread).
+PackedBf16Weight::PackedBf16Weight(const Ctx& ctx, const Tensor& w16) {
+  if (!ctx.device.is_cpu() || w16.dtype() != DType::bf16 || w16.ndim() != 2 || w16.numel() == 0 ||
+      !cpu::bf16_native())
+    return;
+  w_ = w16;
+  const int64_t out = w16.shape()[0], in = w16.shape()[1];
+  nt_.resize(size_t(cpu::bf16_packed_words(out, in)));
+  nn_.resize(size_t(cpu::bf16_packed_words(in, out)));
+  const std::lock_guard lock(cpu::g_packed_mutex);
+  cpu::packed_weights()[w16.data<uint16_t>()] = {out, in, {nt_.data(), nn_.data()}};
+}
+
+PackedBf16Weight::~PackedBf16Weight() {
+  if (nt_.empty()) return;
+  const std::lock_guard lock(cpu::g_packed_mutex);
+  cpu::packed_weights().erase(w_.data<uint16_t>());
+}
+
+void PackedBf16Weight::refresh() {
+  if (nt_.empty()) return;
+  const int64_t out = w_.shape()[0], in = w_.shape()[1];
+  const uint16_t* w = w_.data<uint16_t>();
+  cpu::pack_bf16_b(out, in, {w, false, true, in}, nt_.data());   // op(B) = Wᵀ: [K = in, N = out]
+  cpu::pack_bf16_b(in, out, {w, false, false, in}, nn_.data());  // op(B) = W: [K = out, N = in]
 }
 
 }  // namespace trident::kernels

@@ -23,6 +23,13 @@ constexpr size_t kChunk = 1024;
 Bf16Operand op(const F32OrBf16& t, bool trans, int64_t ld) { return {t.p, t.f32, trans, ld}; }
 Bf16Operand op(const float* p, int64_t ld) { return {p, true, false, ld}; }
 Bf16Operand op(const uint16_t* p, bool trans, int64_t ld) { return {p, false, trans, ld}; }
+// Weight i (gate, up, down) as op(B): Wᵀ (trans) or W, with its packed form
+// where it has one.
+Bf16Operand weight(const SwigluBf16& s, int i, bool trans) {
+  const F32OrBf16& w = i == 0 ? s.w_gate : i == 1 ? s.w_up : s.w_down;
+  const Bf16PackedWeight& p = s.packed[i];
+  return {w.p, w.f32, trans, i < 2 ? s.d : s.f, trans ? p.nt : p.nn};
+}
 
 // src (n floats) into out at element i: copied, or rounded to bf16.
 void store(const float* src, size_t n, F32OrBf16 out, size_t i) {
@@ -33,9 +40,9 @@ void store(const float* src, size_t n, F32OrBf16 out, size_t i) {
 }
 
 // Elements [i, i + n) of t as f32: a pointer into it, or widened into buf.
-const float* wide(const Ctx& ctx, F32OrBf16 t, size_t i, size_t n, float* buf) {
+const float* wide(F32OrBf16 t, size_t i, size_t n, float* buf) {
   if (t.f32) return static_cast<const float*>(t.p) + i;
-  cpu::from_bf16(ctx, static_cast<const uint16_t*>(t.p) + i, int64_t(n), buf);
+  widen_bf16(static_cast<const uint16_t*>(t.p) + i, int64_t(n), buf);
   return buf;
 }
 
@@ -54,22 +61,22 @@ void gate_forward(const float* g, const float* u, size_t n, uint16_t* h16, F32Or
 }
 
 // Backward's first pass: h = silu(gate) up, rounded to bf16.
-void gate_again(const Ctx& ctx, F32OrBf16 gate, F32OrBf16 up, size_t n, uint16_t* h16) {
+void gate_again(F32OrBf16 gate, F32OrBf16 up, size_t n, uint16_t* h16) {
   float g[kChunk], u[kChunk], h[kChunk];
   for (size_t i = 0; i < n; i += kChunk) {
     const size_t m = std::min(kChunk, n - i);
-    gated(wide(ctx, gate, i, m, g), wide(ctx, up, i, m, u), h, m);
+    gated(wide(gate, i, m, g), wide(up, i, m, u), h, m);
     round_bf16(h, int64_t(m), h16 + i);
   }
 }
 
 // Backward's second pass: from dh = dL/dh, d(gate) and d(up) rounded to bf16.
-void gate_backward(const Ctx& ctx, F32OrBf16 gate, F32OrBf16 up, float* dh, size_t n,
-                   uint16_t* dgate16, uint16_t* dup16) {
+void gate_backward(F32OrBf16 gate, F32OrBf16 up, float* dh, size_t n, uint16_t* dgate16,
+                   uint16_t* dup16) {
   float g[kChunk], u[kChunk], dg[kChunk];
   for (size_t i = 0; i < n; i += kChunk) {
     const size_t m = std::min(kChunk, n - i);
-    gated_backward(wide(ctx, gate, i, m, g), wide(ctx, up, i, m, u), dh + i, dg, m);
+    gated_backward(wide(gate, i, m, g), wide(up, i, m, u), dh + i, dg, m);
     round_bf16(dg, int64_t(m), dgate16 + i);
     round_bf16(dh + i, int64_t(m), dup16 + i);
   }
@@ -85,15 +92,15 @@ void swiglu_forward_bf16(const Ctx& ctx, const SwigluBf16& s, F32OrBf16 y, F32Or
   Scratch scratch(ctx, size_t(2 * n + (n + 1) / 2));
   float *g = scratch.take(size_t(n)), *u = scratch.take(size_t(n));
   auto* h = reinterpret_cast<uint16_t*>(scratch.take(size_t((n + 1) / 2)));
-  gemm_bf16(T, f, d, 1.0f, op(s.x, false, d), op(s.w_gate, true, d), 0.0f, g, f);
-  gemm_bf16(T, f, d, 1.0f, op(s.x, false, d), op(s.w_up, true, d), 0.0f, u, f);
+  gemm_bf16(T, f, d, 1.0f, op(s.x, false, d), weight(s, 0, true), 0.0f, g, f);
+  gemm_bf16(T, f, d, 1.0f, op(s.x, false, d), weight(s, 1, true), 0.0f, u, f);
   gate_forward(g, u, size_t(n), h, gate, up);
   if (y.f32)
-    gemm_bf16(T, d, f, 1.0f, op(h, false, f), op(s.w_down, true, f), 0.0f, static_cast<float*>(y.p),
+    gemm_bf16(T, d, f, 1.0f, op(h, false, f), weight(s, 2, true), 0.0f, static_cast<float*>(y.p),
               d);
   else
-    gemm_bf16_out(T, d, f, 1.0f, op(h, false, f), op(s.w_down, true, f),
-                  static_cast<uint16_t*>(y.p), d);
+    gemm_bf16_out(T, d, f, 1.0f, op(h, false, f), weight(s, 2, true), static_cast<uint16_t*>(y.p),
+                  d);
 }
 
 // dh f32 (n), h then d(gate) bf16 and d(up) bf16 (n / 2 floats' room each):
@@ -107,17 +114,17 @@ void swiglu_backward_bf16(const Ctx& ctx, const SwigluBf16& s, F32OrBf16 gate, F
   float* dh = scratch.take(size_t(n));
   auto* h = reinterpret_cast<uint16_t*>(scratch.take(size_t(half)));
   auto* dup = reinterpret_cast<uint16_t*>(scratch.take(size_t(half)));
-  gate_again(ctx, gate, up, size_t(n), h);
+  gate_again(gate, up, size_t(n), h);
   // dWd += dyᵀ·h ; dh = dy·Wd
   gemm_bf16(d, f, T, 1.0f, {dy, true, true, d}, op(h, false, f), 1.0f, dw_down, f);
-  gemm_bf16(T, f, d, 1.0f, op(dy, d), op(s.w_down, false, f), 0.0f, dh, f);
+  gemm_bf16(T, f, d, 1.0f, op(dy, d), weight(s, 2, false), 0.0f, dh, f);
   uint16_t* dgate = h;  // h is read by now
-  gate_backward(ctx, gate, up, dh, size_t(n), dgate, dup);
+  gate_backward(gate, up, dh, size_t(n), dgate, dup);
   gemm_bf16(f, d, T, 1.0f, op(dgate, true, f), op(s.x, false, d), 1.0f, dw_gate, d);
   gemm_bf16(f, d, T, 1.0f, op(dup, true, f), op(s.x, false, d), 1.0f, dw_up, d);
   if (dx) {
-    gemm_bf16(T, d, f, 1.0f, op(dgate, false, f), op(s.w_gate, false, d), 0.0f, dx, d);
-    gemm_bf16(T, d, f, 1.0f, op(dup, false, f), op(s.w_up, false, d), 1.0f, dx, d);
+    gemm_bf16(T, d, f, 1.0f, op(dgate, false, f), weight(s, 0, false), 0.0f, dx, d);
+    gemm_bf16(T, d, f, 1.0f, op(dup, false, f), weight(s, 1, false), 1.0f, dx, d);
   }
 }
 

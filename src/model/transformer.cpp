@@ -88,7 +88,10 @@ void run_task(const kernels::Ctx& ctx_, WeightGradTask& t) {
 }  // namespace
 
 void GemmPrecision::add(const Param& p) {
-  if (bf16_) copies_.try_emplace(&p, kernels::empty(ctx_, p.value.shape(), DType::bf16));
+  if (!bf16_ || copies_.count(&p)) return;
+  const Tensor& copy =
+      copies_.emplace(&p, kernels::empty(ctx_, p.value.shape(), DType::bf16)).first->second;
+  packed_.emplace(&p, std::make_unique<kernels::PackedBf16Weight>(ctx_, copy));
 }
 
 const Tensor& GemmPrecision::weight(const Param& p) const {
@@ -100,7 +103,10 @@ const Tensor& GemmPrecision::weight(const Param& p) const {
 }
 
 void GemmPrecision::refresh() {
-  for (auto& [param, copy] : copies_) kernels::convert(ctx_, param->value, copy);
+  for (auto& [param, copy] : copies_) {
+    kernels::convert(ctx_, param->value, copy);
+    packed_.at(param)->refresh();
+  }
 }
 
 Tensor GemmPrecision::activation(std::vector<int64_t> shape) const {

@@ -516,7 +516,10 @@ namespace {
 MemoryEstimate static_memory(const Config& cfg, const MeshPlan& p, int pp_rank) {
   const Shapes s(cfg, p);
   MemoryEstimate m;
-  double expert = 0, work = 0, copies = 0, packing = 0, buffers = 0;
+  double expert = 0, work = 0, copies = 0, packing = 0, buffers = 0, packed = 0;
+  // PackedBf16Weight: 4 bytes a weight (its columns a multiple of 32) where
+  // the native bf16 GEMM is built, host vectors outside the allocator
+  const double packed_per_weight = double(kernels::gemm_bf16_packed_weight_bytes(32, 32)) / 1024;
   int layers = 0;
   const pp::Placement place = placement_of(p);
   for (int stage : place.stages.at(size_t(pp_rank))) {
@@ -525,6 +528,7 @@ MemoryEstimate static_memory(const Config& cfg, const MeshPlan& p, int pp_rank) 
     expert += kFloat * cc.expert_params;
     copies += s.bf16 ? 2 * cc.gemm_params : 0;  // the bf16 copies of the GEMM weights
     buffers += kFloat * cc.buffers;
+    packed += s.bf16 ? packed_per_weight * cc.gemm_params : 0;  // and their packed forms
     work = std::max(work, cc.workspace);
     packing = std::max(packing, cc.packing);
     layers += cc.layers;
@@ -541,6 +545,8 @@ MemoryEstimate static_memory(const Config& cfg, const MeshPlan& p, int pp_rank) 
   m.params += copies + buffers;
   m.param_copies = copies;
   m.buffers = buffers;
+  m.packed_weights = packed;
+  m.untracked += packed;
   double comm = 0;
   // every layer's ring keeps its backward's five K/V-sized buffers (current,
   // next, partial dK/dV, sending, arriving) of one sample

@@ -441,8 +441,9 @@ std::string prediction_text(const Prediction& p, double limit) {
   o << "  memory (pp rank " << p.memory_pp_rank << "): " << gb(m.total()) << " = params "
     << gb(m.params) << " + grads " << gb(m.grads) << " + optimizer " << gb(m.optimizer)
     << " + activations " << gb(m.activations) << " (" << p.peak_inflight << " in flight) + buffers "
-    << gb(m.comm_buffers) << " + workspace " << gb(m.workspace) << "\n        (allocator "
-    << gb(m.allocator()) << ", outside it " << gb(m.untracked) << ")";
+    << gb(m.comm_buffers) << " + workspace " << gb(m.workspace)
+    << (m.packed_weights > 0 ? " + packed bf16 weights " + gb(m.packed_weights) : "")
+    << "\n        (allocator " << gb(m.allocator()) << ", outside it " << gb(m.untracked) << ")";
   if (limit > 0) o << "; limit " << gb(limit) << (m.total() <= limit ? ", fits" : ", DOES NOT FIT");
   o << "\n";
   for (const PolicyEffect& e : p.policy_effects) {

@@ -14,6 +14,7 @@
 #include "trident/core/config.hpp"
 #include "trident/core/param.hpp"
 #include "trident/core/tensor.hpp"
+#include "trident/kernels/types/gemm_bf16.hpp"
 #include "trident/model/transformer.hpp"
 
 namespace trident::model {
@@ -40,6 +41,8 @@ class GemmPrecision {
   kernels::Ctx ctx_;
   bool bf16_;
   std::unordered_map<const Param*, Tensor> copies_;  // by master (every expert's too)
+  // Each copy packed for the CPU's native bf16 GEMM (empty elsewhere), repacked by refresh().
+  std::unordered_map<const Param*, std::unique_ptr<kernels::PackedBf16Weight>> packed_;
 };
 
 // The packed documents of one sequence on this rank: each local token's

@@ -159,11 +159,14 @@ struct MemoryEstimate {
   double activations = 0;   // peak of in-flight caches plus the running action's temporaries
   double comm_buffers = 0;  // ring K/V buffers, MoE send rows (boundary tensors: activations)
   double workspace = 0;     // the kernels' scratch and the gradient-reduction packing buffer
+  // The bf16 copies packed for the CPU's native bf16 GEMM (PackedBf16Weight,
+  // train.precision bf16; host vectors, untracked)
+  double packed_weights = 0;
   // Of the above, bytes held outside the device allocator (host vectors and
   // buffers that are not tensors): the allocator's peak is total - untracked.
   double untracked = 0;
   double total() const {
-    return params + grads + optimizer + activations + comm_buffers + workspace;
+    return params + grads + optimizer + activations + comm_buffers + workspace + packed_weights;
   }
   double allocator() const { return total() - untracked; }
 };

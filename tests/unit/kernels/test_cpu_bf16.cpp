@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <memory>
 #include <vector>
 
 #include "kernel_ctx.hpp"
@@ -23,6 +24,7 @@
 #include "trident/kernels/cpu_bf16.hpp"
 #include "trident/kernels/functional.hpp"
 #include "trident/kernels/tensor_ops.hpp"
+#include "trident/kernels/types/gemm_bf16.hpp"
 
 using namespace trident;
 namespace cpu = kernels::cpu;
@@ -191,6 +193,11 @@ TEST_CASE("the bf16 output is the f32 result rounded to nearest even", "[cpu_bf1
   std::vector<uint16_t> y(x.size());
   cpu::round_bf16(x.data(), int64_t(x.size()), y.data());
   REQUIRE(y == rounded(x));
+  // widen_bf16 (the vector widening) is from_bf16's, bit for bit
+  std::vector<float> w(y.size()), ref(y.size());
+  cpu::widen_bf16(y.data(), int64_t(y.size()), w.data());
+  kernels::cpu::from_bf16(test::kernel_ctx(), y.data(), int64_t(y.size()), ref.data());
+  REQUIRE(std::memcmp(w.data(), ref.data(), w.size() * sizeof(float)) == 0);
 }
 
 TEST_CASE("the native rows agree with the staged rows within bf16 rounding", "[cpu_bf16]") {
@@ -232,6 +239,64 @@ TEST_CASE("the native rows agree with the staged rows within bf16 rounding", "[c
     // relative each), the staged row keeps them f32
     REQUIRE(err <= 2e-2 * scale);
     if (t == 5) REQUIRE(err <= 1e-5 * scale);  // both bf16 x bf16: only the order differs
+  }
+}
+
+TEST_CASE("weights packed once (PackedBf16Weight) give the per-call packing's bits", "[cpu_bf16]") {
+  need_bf16_units();
+  const auto& ctx = test::kernel_ctx();
+  cpu::set_bf16_mode(cpu::Bf16Mode::native);
+  // f odd and past a K block (w_down's forward, w_gate's dx), d not a multiple of 32
+  const int64_t T = 21, d = 48, f = 1031;
+  auto bf16_of = [&](std::vector<int64_t> shape, uint64_t key) {
+    Tensor x(shape);
+    rng::fill_normal(x.ptr(), x.numel(), key, 0, 1.0f);
+    Tensor b = Tensor::empty(shape, cpu_allocator(), DType::bf16);
+    kernels::convert(ctx, x, b);
+    return b;
+  };
+  const Tensor x = bf16_of({T, d}, 17), wg = bf16_of({f, d}, 18), wu = bf16_of({f, d}, 19),
+               wd = bf16_of({d, f}, 20);
+  auto run = [&] {
+    Tensor y({T, d}), dx({T, d}), dwg({f, d}), dwu({f, d}), dwd({d, f}), dy({T, d});
+    rng::fill_normal(dy.ptr(), dy.numel(), 21, 0, 1.0f);
+    for (Tensor* g : {&dwg, &dwu, &dwd}) std::fill_n(g->ptr(), g->numel(), 0.0f);
+    Tensor gate = Tensor::empty({T, f}, cpu_allocator(), DType::bf16);
+    Tensor up = Tensor::empty({T, f}, cpu_allocator(), DType::bf16);
+    kernels::swiglu_forward(ctx, x, wg, wu, wd, y, gate, up);
+    kernels::swiglu_backward(ctx, x, gate, up, dy, wg, wu, wd, dx, dwg, dwu, dwd);
+    Tensor lin({T, f}), lin_dx({T, d}), dlin({T, f});
+    rng::fill_normal(dlin.ptr(), dlin.numel(), 22, 0, 1.0f);
+    kernels::linear_forward(ctx, x, wg, lin);
+    kernels::linear_backward_input(ctx, dlin, wg, lin_dx, 0.0f);
+    return std::vector<Tensor>{y, dx, dwg, dwu, dwd, lin, lin_dx};
+  };
+  const auto plain = run();
+  std::vector<std::unique_ptr<kernels::PackedBf16Weight>> packs;
+  for (const Tensor* w : {&wg, &wu, &wd}) {
+    packs.push_back(std::make_unique<kernels::PackedBf16Weight>(ctx, *w));
+    REQUIRE(packs.back()->bytes() == kernels::gemm_bf16_packed_weight_bytes(w->dim(0), w->dim(1)));
+    packs.back()->refresh();
+  }
+  const auto packed = run();
+  // the rows read the packed form: a weight written without refresh() keeps its old product
+  Tensor w2 = bf16_of({f, d}, 23), y2({T, f}), y3({T, f});
+  kernels::PackedBf16Weight pack2(ctx, w2);
+  pack2.refresh();
+  kernels::linear_forward(ctx, x, w2, y2);
+  std::memcpy(w2.data<uint16_t>(), wg.data<uint16_t>(), wg.bytes());
+  kernels::linear_forward(ctx, x, w2, y3);
+  REQUIRE(std::memcmp(y2.ptr(), y3.ptr(), y2.bytes()) == 0);
+  pack2.refresh();
+  kernels::linear_forward(ctx, x, w2, y3);
+  REQUIRE(std::memcmp(plain[5].ptr(), y3.ptr(), y3.bytes()) == 0);
+  packs.clear();  // unregistered: the next calls pack again
+  const auto again = run();
+  cpu::set_bf16_mode(cpu::Bf16Mode::automatic);
+  for (size_t t = 0; t < plain.size(); ++t) {
+    INFO("output " << t << " (y, dx, dw_gate, dw_up, dw_down, linear y, linear dx)");
+    REQUIRE(std::memcmp(plain[t].ptr(), packed[t].ptr(), plain[t].bytes()) == 0);
+    REQUIRE(std::memcmp(plain[t].ptr(), again[t].ptr(), plain[t].bytes()) == 0);
   }
 }
 

@@ -224,8 +224,8 @@ TEST_CASE("memory: bf16 keeps a copy of each GEMM weight and the native GEMM's b
   // train.precision = "bf16": 2 bytes per weight a GEMM reads (wq, wk, wv,
   // wo, the FFN's three, the head) with the parameters; the SwiGLU's scratch
   // of 2.5 T x f floats (gate and up f32, h bf16); the packing
-  // buffers in the workspace, outside the allocator. Moments, gradients and a
-  // single checkpoint's gathered copies stay the fp32 masters'.
+  // buffers in the workspace and the packed weights, outside the allocator. Moments, gradients and
+  // a single checkpoint's gathered copies stay the fp32 masters'.
   Config c = dense_config();
   c.model.ffn_hidden = 16384;  // the SwiGLU's scratch outweighs the attention's
   c.output.checkpoint_format = CheckpointFormat::single;
@@ -244,7 +244,14 @@ TEST_CASE("memory: bf16 keeps a copy of each GEMM weight and the native GEMM's b
   const double packing = double(kernels::gemm_bf16_buffer_bytes(int64_t(f), 0));
   CHECK(fp32.workspace == 4 * 2 * T * f);
   CHECK(bf16.workspace == 4 * 2.5 * T * f + packing);
-  CHECK(bf16.untracked == fp32.untracked + packing);
+  // the copies packed for the native GEMM (PackedBf16Weight): 4 bytes a weight, untracked
+  const double packed =
+      double(kernels::gemm_bf16_packed_weight_bytes(32, 32)) / 1024 * gemm_weights;
+  CHECK(fp32.packed_weights == 0);
+  CHECK(bf16.packed_weights == packed);
+  CHECK(bf16.untracked == fp32.untracked + packing + packed);
+  CHECK(bf16.total() ==
+        fp32.total() + bf16.params - fp32.params + bf16.workspace - fp32.workspace + packed);
 }
 
 TEST_CASE("memory: bf16 stores the activations its GEMMs read in bf16") {

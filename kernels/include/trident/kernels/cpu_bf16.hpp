@@ -52,15 +52,28 @@ struct Bf16Operand {
   bool f32 = false;    // p holds floats, rounded to bf16 when packed
   bool trans = false;  // stored transposed (see above)
   int64_t ld = 0;
+  const uint32_t* packed = nullptr;  // B only: op(B) as pack_bf16_b left it (p not read)
 };
 void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A, Bf16Operand B,
                float beta, float* C, int64_t ldc);
 void gemm_bf16_out(int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A, Bf16Operand B,
                    uint16_t* C, int64_t ldc);
 
+// op(B) (K x N) in the words gemm_bf16 would pack it into, all K blocks in
+// turn (bf16_packed_words(N, K) of them): given as B.packed, no call packs it.
+int64_t bf16_packed_words(int64_t N, int64_t K);
+void pack_bf16_b(int64_t N, int64_t K, Bf16Operand B, uint32_t* dst);
+// A weight W [out, in] packed both ways (PackedBf16Weight): as op(B) = Wᵀ
+// (nt, y = x Wᵀ) and op(B) = W (nn, dx = dy W); null where not packed.
+struct Bf16PackedWeight {
+  const uint32_t *nt = nullptr, *nn = nullptr;
+};
+
 // y[0:n] = x[0:n] rounded to bf16 (nearest even, as to_bf16), sixteen at a
 // time; needs bf16_units().avx512_bf16.
 void round_bf16(const float* x, int64_t n, uint16_t* y);
+// y[0:n] = x[0:n] widened to f32 (exact), sixteen at a time; the same.
+void widen_bf16(const uint16_t* x, int64_t n, float* y);
 
 // A tensor argument of the native kernels: f32 or bf16 data (nullptr:
 // absent).
@@ -76,6 +89,7 @@ struct F32OrBf16 {
 struct SwigluBf16 {
   int64_t T, d, f;
   F32OrBf16 x, w_gate, w_up, w_down;
+  Bf16PackedWeight packed[3] = {};  // of w_gate, w_up, w_down
 };
 void swiglu_forward_bf16(const Ctx& ctx, const SwigluBf16& s, F32OrBf16 y, F32OrBf16 gate,
                          F32OrBf16 up);
