@@ -1,8 +1,8 @@
 // `trident bench moe`: MoE dispatch and combine through TokenDispatcher (ep =
 // all ranks), with each transport (alltoallv, shm), against a plain
-// all-to-all-v of the same bytes on the same group in the same run, for balanced and skewed
-// routing, the time split into count exchange, permute, transfer, expert
-// compute and combine; a verified pass first (#wrong: combined elements and
+// all-to-all-v of the same bytes on the same group in the same run, for
+// balanced and skewed routing, the time split into count exchange, permute,
+// transfer, expert compute and combine; a verified pass first (#wrong: combined elements and
 // the ep counters' bytes). src/bench/moe.cpp says how.
 #pragma once
 #include <string>
