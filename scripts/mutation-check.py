@@ -98,9 +98,10 @@ mutation("C8", "caught", "router norm_topk gradient",
          "for (int j = 0; j < k; ++j) dp[c[j]] += dw[j] / S;", ["test_ep_unit"], EP_UNIT)
 mutation("C9", "caught", "combine backward drops the routing weight", "kernels/cpu/moe.cpp",
          "dst[c] = wi * dyt[c];", "dst[c] = dyt[c];", ["test_ep_unit"], EP_UNIT)
-mutation("C10", "caught", "capacity tie-break: higher token first", "src/parallel/ep/router.cpp",
-         "if (x.token != y.token) return x.token < y.token;",
-         "if (x.token != y.token) return x.token > y.token;", ["test_ep_unit", "test_ep_capacity_cp"],
+mutation("C10", "caught", "capacity tie-break: higher token first", "kernels/cpu/router.cpp",
+         "if (token[a / k] != token[b / k]) return token[a / k] < token[b / k];",
+         "if (token[a / k] != token[b / k]) return token[a / k] > token[b / k];",
+         ["test_ep_unit", "test_ep_capacity_cp"],
          EP_UNIT[:-2] + "|test_ep_capacity_cp_np4)$")
 mutation("C11", "caught", "expert grad norm counted on every replica", "src/parallel/dp/grad_reduce.cpp",
          "const bool expert_owner = !expert_replica || expert_replica->rank() == 0;",

@@ -97,4 +97,14 @@ Tensor from_host(const Ctx& ctx, const void* host, std::vector<int64_t> shape, D
   return t;
 }
 
+void synchronize(const Ctx& ctx, double timeout_s) {
+  if (!ctx.device.is_cuda()) return;
+#ifdef TRIDENT_HAVE_CUDA
+  cuda::synchronize(ctx, timeout_s, "work on " + ctx.device.str() + "'s stream");
+#else
+  (void)timeout_s;
+  throw Error("kernels: " + ctx.device.str() + " in a build without CUDA");
+#endif
+}
+
 }  // namespace trident::kernels

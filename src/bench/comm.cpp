@@ -239,9 +239,9 @@ Timing measure_placement(const CommCase& c, Communicator& g, Communicator& world
   t.wrong = wrong;
   for (int i = 0; i < o.warmup; ++i) run_once(c, g, ctx, b, n, in_place);
   world.barrier();
-  const double t0 = now_s();
+  const double t0 = device_now_s(ctx);
   for (int i = 0; i < o.iters; ++i) run_once(c, g, ctx, b, n, in_place);
-  t.time_s = (now_s() - t0) / o.iters;
+  t.time_s = (device_now_s(ctx) - t0) / o.iters;
   world.allreduce_max(&t.time_s, 1);
   return t;
 }

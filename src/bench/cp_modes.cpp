@@ -82,7 +82,7 @@ class ModeCase {
   void iterate(Communicator& world) {
     work_.clear();
     world.barrier();
-    const double t0 = now_s();
+    const double t0 = device_now_s(ctx_);
     if (ring_) {
       ring_->forward(q_, k_, v_, opt_.heads, opt_.kv_heads, opt_.head_dim, out_, lse_);
       ring_->backward(q_, k_, v_, out_, lse_, do_, opt_.heads, opt_.kv_heads, opt_.head_dim, dq_,
@@ -91,7 +91,7 @@ class ModeCase {
       uly_->forward(q_, k_, v_, out_, lse_);
       uly_->backward(q_, k_, v_, out_, lse_, do_, dq_, dk_, dv_);
     }
-    wall.push_back(now_s() - t0);
+    wall.push_back(device_now_s(ctx_) - t0);
     compute.push_back(work_.seconds("ring.forward") + work_.seconds("ring.backward"));
     compute_cpu.push_back(work_.counter("ring.compute_cpu_s"));
     a2a.push_back(work_.seconds("ulysses.alltoall"));
@@ -131,7 +131,7 @@ class ModeCase {
     if (send_buf_.numel() < floats)
       send_buf_ = kernels::zeros(ctx_, {floats}), recv_buf_ = kernels::zeros(ctx_, {floats});
     const int next = (replay_->rank() + 1) % r, prev = (replay_->rank() - 1 + r) % r;
-    const double t0 = now_s();
+    const double t0 = device_now_s(ctx_);
     for (int m = 0; m < 3 * r - 2; ++m) {
       replay_->begin_group();
       Request rr = replay_->irecv(recv_buf_.data_ptr(), block, prev, kTagReplay);
@@ -140,7 +140,7 @@ class ModeCase {
       replay_->wait(rr);
       replay_->wait(sr);
     }
-    return now_s() - t0;
+    return device_now_s(ctx_) - t0;
   }
 
   CpMode mode_;

@@ -33,10 +33,6 @@ std::vector<int64_t> all_positions(int64_t seq) {
   return p;
 }
 
-Tensor host_view(std::vector<float>& v) {
-  return Tensor::borrow(v.data(), {int64_t(v.size())}, Device::cpu());
-}
-
 void SpotCheck::add(const float* got, const double* ref, int64_t n) {
   double num = 0, den = 0;
   for (int64_t d = 0; d < n; ++d) {
@@ -66,6 +62,11 @@ double clock_s(clockid_t id) {
 
 double process_cpu_s() { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
 double thread_cpu_s() { return clock_s(CLOCK_THREAD_CPUTIME_ID); }
+
+double device_now_s(const kernels::Ctx& ctx) {
+  kernels::synchronize(ctx);
+  return now_s();
+}
 
 std::vector<double> RankSeries::slowest_per_iteration() const {
   std::vector<double> out(size_t(iters), 0.0);
@@ -161,13 +162,6 @@ BenchJob open_job(const Config& cfg) {
   for (auto* g : {&b.all, &c.world, &c.cp, &c.pp, &c.dp, &c.dpcp, &c.ep, &c.expert_replica})
     if (*g) (*g)->set_compute_stream(b.ctx().stream);
   return b;
-}
-
-HostJob open_host_job(CommKind kind, const char* name, double timeout_s) {
-  HostJob j;
-  j.world = world_communicator(timeout_s);
-  j.group = comm_group(*j.world, CommBackend::mpi, 0, j.world->rank(), kind, name, timeout_s);
-  return j;
 }
 
 Communicator& mesh_group(BenchJob& job, const std::string& name) {

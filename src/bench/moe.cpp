@@ -1,11 +1,15 @@
 // `trident bench moe`: MoE dispatch and combine through TokenDispatcher (ep =
 // all ranks), with each transport (alltoallv, shm), against a plain
-// MPI all-to-all-v of the same bytes in the same run, for balanced and skewed
-// routing, with the time split into count exchange, permute, transfer,
-// expert compute and combine. Before timing, one pass
-// with identity experts checks every combined element against the local
-// weighted sum of the token's copies (#wrong), and the bytes the ep counters
-// saw against the routed copies; a mismatch makes the exit code 1.
+// all-to-all-v of the same bytes on the same communicator in the same run,
+// for balanced and skewed routing, with the time split into count exchange,
+// permute, transfer, expert compute and combine. The job comes from the
+// config (bench::open_job): ep is every rank as one group on runtime.comm's
+// backend (split off job.all as a group of kind ep), and every buffer lives
+// on runtime.backend's device.
+// Before timing, one pass with identity experts checks every combined
+// element against the local weighted sum of the token's copies (#wrong),
+// and the bytes the ep group's counters saw against the routed copies; a
+// mismatch makes the exit code 1.
 #include "trident/bench/moe.hpp"
 
 #include <algorithm>
@@ -13,9 +17,9 @@
 #include <sstream>
 
 #include "trident/bench/engine.hpp"
-#include "trident/comm/backend.hpp"
 #include "trident/comm/comm.hpp"
 #include "trident/comm/process.hpp"
+#include "trident/core/config.hpp"
 #include "trident/core/error.hpp"
 #include "trident/core/rng.hpp"
 #include "trident/io/bench_report.hpp"
@@ -57,8 +61,8 @@ std::vector<int> make_routing(bool skewed, int64_t T, int E, int k, int rank) {
   return expert;
 }
 
-// What every routing and transport is measured on (host tensors): this
-// rank's token rows x [T, d], the routing weights [T*k], and the local
+// What every routing and transport is measured on (on the job's device):
+// this rank's token rows x [T, d], the routing weights [T*k], and the local
 // experts' SwiGLU weights (ffn > 0): wg, wu [L, f, d] and wd [L, d, f].
 struct MoeInputs {
   Tensor x, weight, wg, wu, wd;
@@ -68,26 +72,33 @@ struct MoeInputs {
   }
 };
 
-MoeInputs make_inputs(int rank, int64_t T, int64_t d, int64_t f, int k, int L) {
+// numel(shape) normal numbers of stream `key` (from element `first` on,
+// scaled by `scale`) on ctx's device.
+Tensor normal_tensor(const kernels::Ctx& ctx, std::vector<int64_t> shape, const char* key,
+                     uint64_t first, float scale) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  std::vector<float> v(static_cast<size_t>(n));
+  rng::fill_normal(v.data(), n, rng::hash_name(key), first, scale);
+  return kernels::from_host(ctx, v.data(), std::move(shape), DType::f32);
+}
+
+MoeInputs make_inputs(const kernels::Ctx& ctx, int rank, int64_t T, int64_t d, int64_t f, int k,
+                      int L) {
   MoeInputs in;
-  in.x = Tensor::empty({T, d});
-  in.weight = Tensor::empty({T * k});
-  rng::fill_normal(in.x.ptr(), T * d, rng::hash_name("bench.moe.x"), uint64_t(rank) * T * d, 1.0f);
+  in.x = normal_tensor(ctx, {T, d}, "bench.moe.x", uint64_t(rank) * T * d, 1.0f);
+  std::vector<float> weight(static_cast<size_t>(T * k));
   for (int64_t t = 0; t < T; ++t) {
     float s = 0;
     for (int j = 0; j < k; ++j)
-      s += in.weight[t * k + j] = 0.1f + rng::uniform(rng::hash_name("bench.moe.w"), t * k + j);
-    for (int j = 0; j < k; ++j) in.weight[t * k + j] /= s;
+      s += weight[t * k + j] = 0.1f + rng::uniform(rng::hash_name("bench.moe.w"), t * k + j);
+    for (int j = 0; j < k; ++j) weight[t * k + j] /= s;
   }
+  in.weight = kernels::from_host(ctx, weight.data(), {T * k}, DType::f32);
   if (f > 0) {
-    auto normal = [&](std::vector<int64_t> shape, const char* key) {
-      Tensor w = Tensor::empty(std::move(shape));
-      rng::fill_normal(w.ptr(), w.numel(), rng::hash_name(key), 0, 0.02f);
-      return w;
-    };
-    in.wg = normal({L, f, d}, "bench.moe.wg");
-    in.wu = normal({L, f, d}, "bench.moe.wu");
-    in.wd = normal({L, d, f}, "bench.moe.wd");
+    in.wg = normal_tensor(ctx, {L, f, d}, "bench.moe.wg", 0, 0.02f);
+    in.wu = normal_tensor(ctx, {L, f, d}, "bench.moe.wu", 0, 0.02f);
+    in.wd = normal_tensor(ctx, {L, d, f}, "bench.moe.wd", 0, 0.02f);
   }
   return in;
 }
@@ -113,19 +124,23 @@ std::vector<double> slowest_rank_medians(Communicator& world, std::vector<double
 
 class MoeBench {
  public:
-  explicit MoeBench(const MoeBenchOptions& o) : o_(o) {}
+  MoeBench(const Config& cfg, const MoeBenchOptions& o) : cfg_(cfg), o_(o) {}
 
   int run() {
-    const int W = comm_world_size(), rank = comm_world_rank();
-    check_options(W);
+    check_options(comm_world_size());
     kernels::set_blas_threads(1);
 
-    HostJob job = open_host_job(CommKind::ep, "ep", 300.0);
-    auto world_group =
-        comm_group(*job.world, CommBackend::mpi, 0, rank, CommKind::world, "world", 300.0);
-    Communicator &ep = *job.group, &world = *world_group;
+    BenchJob job = open_job(cfg_);
+    ctx_ = &job.ctx();
+    Communicator& world = job.world();
+    const int W = world.size(), rank = world.rank();
+    // ep: every rank on runtime.comm's backend (job.all's), a group of kind
+    // ep so that its traffic is counted as the trainer's ep group's is.
+    const std::unique_ptr<Communicator> ep_group = job.all->split(0, rank, CommKind::ep, "ep");
+    ep_group->set_compute_stream(ctx_->stream);
+    Communicator& ep = *ep_group;
     const int E = o_.experts, k = o_.top_k;
-    const MoeInputs in = make_inputs(rank, o_.tokens, o_.hidden, o_.ffn, k, E / W);
+    const MoeInputs in = make_inputs(*ctx_, rank, o_.tokens, o_.hidden, o_.ffn, k, E / W);
 
     BenchTable main_t = main_table(W), split_t = split_table();
     const std::vector<std::string> transports = transports_to_measure(ep, W, main_t);
@@ -139,11 +154,8 @@ class MoeBench {
         add_rows(name, tr, r, main_t, split_t);
       }
     }
-    if (rank == 0) {
-      std::fputs(main_t.format().c_str(), stdout);
-      std::fputs("\n", stdout);
-      std::fputs(split_t.format().c_str(), stdout);
-    }
+    print_table(main_t, rank);
+    print_table(split_t, rank);
     verdict.print(rank);
     write_report(o_.output, {main_t, split_t}, rank, o_.command_line);
     world.barrier();
@@ -183,7 +195,7 @@ class MoeBench {
     BenchTable t;
     t.name = "moe";
     std::ostringstream title;
-    title << "MoE dispatch + combine vs MPI all-to-all-v of the same bytes: " << W
+    title << "MoE dispatch + combine vs a raw all-to-all-v of the same bytes: " << W
           << " ranks (ep), d " << o_.hidden << ", " << o_.tokens << " tokens/rank, top-" << o_.top_k
           << " of " << o_.experts << " experts, "
           << (o_.ffn > 0 ? "SwiGLU experts f " + std::to_string(o_.ffn)
@@ -195,7 +207,8 @@ class MoeBench {
                  "raw_GB/s",    "overhead_%", "imbalance",   "#wrong"};
     t.notes.push_back(
         "dispatch = count exchange + permute + transfer; combine = transfer back + weighted "
-        "un-permute; raw = MPI all-to-all-v forward + reverse of the same counts");
+        "un-permute; raw = all-to-all-v forward + reverse of the same counts on the same ep "
+        "group (every rank, runtime.comm's backend)");
     t.notes.push_back(
         "alltoallv: rows gathered into a send buffer, all-to-all-v both ways as one message per "
         "(source, expert) block (rows land in expert order), then the weighted sum; shm: sources "
@@ -221,11 +234,14 @@ class MoeBench {
   }
 
   // --transport all: alltoallv, and shm where the ranks can share memory
-  // (else a note on the table says why not).
+  // and the rows are on the host (else a note on the table says why not).
   std::vector<std::string> transports_to_measure(Communicator& ep, int W, BenchTable& t) const {
+    if (o_.transport == "shm" && !ctx_->device.is_cpu() && W > 1)
+      throw InputError("--transport shm: the rows are on " + ctx_->device.str() +
+                       ", shm's windows in host memory (runtime.backend); use alltoallv or all");
     if (o_.transport != "all") return {o_.transport};
     std::vector<std::string> transports = {"alltoallv"};
-    TokenDispatcher probe(&ep, o_.experts, EpTransportChoice::automatic);
+    TokenDispatcher probe(&ep, o_.experts, EpTransportChoice::automatic, 0, *ctx_);
     if (W == 1 || probe.transport() == ep::EpTransport::shm)
       transports.push_back("shm");
     else
@@ -253,14 +269,14 @@ class MoeBench {
   // copy, timed as expert compute like the SwiGLU. Returns the seconds.
   double run_experts(const DispatchPlan& plan, ep::ForwardRows& rows, bool identity,
                      const MoeInputs& in, Tensor& gate, Tensor& up) const {
-    const kernels::Ctx ctx;
+    const kernels::Ctx& ctx = *ctx_;
     const int64_t f = o_.ffn, R = plan.received();
     const int L = o_.experts / plan.ep_size;
-    const double t0 = now_s();
+    const double t0 = device_now_s(ctx);
     if (f == 0 || identity) {
       Tensor out = rows.out();
       kernels::copy(ctx, out, rows.in());
-      return now_s() - t0;
+      return device_now_s(ctx) - t0;
     }
     kernels::reserve(ctx, gate, R * f);
     kernels::reserve(ctx, up, R * f);
@@ -272,22 +288,24 @@ class MoeBench {
                                 rows.out().rows(off, off + n), gate.view(off * f, {n, f}),
                                 up.view(off * f, {n, f}));
       }
-    return now_s() - t0;
+    return device_now_s(ctx) - t0;
   }
 
   // The verified pass (identity experts): wrong elements of y against the
   // weighted sum of the token's own copies computed here without any
-  // communication, and wrong byte counts (the ep counters count bytes that
-  // leave the rank: both transfers and the count exchange, an all-gather of
-  // E counts, and one int when the shm blocks grow).
+  // communication (both brought to the host to compare), and wrong byte
+  // counts (the ep group's counters count bytes that leave the rank: both
+  // transfers and the count exchange, an all-gather of E counts, and one
+  // int when the shm blocks grow).
   int64_t count_wrong(const DispatchPlan& plan, const Tensor& send, const Tensor& y,
                       const MoeInputs& in, double ep_bytes, int growths) const {
     const int64_t T = o_.tokens, d = o_.hidden, S = plan.sent(), R = plan.received();
     const int k = o_.top_k, rank = plan.ep_rank;
-    const Tensor local = Tensor::empty({T, d});
-    kernels::combine_rows(kernels::Ctx{}, send, plan.row_of, in.weight, k, local);
+    const Tensor local = kernels::empty(*ctx_, {T, d});
+    kernels::combine_rows(*ctx_, send, plan.row_of, in.weight, k, local);
+    const Tensor want = kernels::to_host(*ctx_, local), got = kernels::to_host(*ctx_, y);
     int64_t wrong = 0;
-    for (int64_t i = 0; i < local.numel(); ++i) wrong += local[i] != y[i];
+    for (int64_t i = 0; i < want.numel(); ++i) wrong += want[i] != got[i];
     const double off_rank =
         double(S - plan.send_rows[rank] + R - plan.recv_rows[rank]) * double(d) * sizeof(float);
     const double control = double(o_.experts) * sizeof(int64_t) + double(growths) * sizeof(int);
@@ -296,43 +314,63 @@ class MoeBench {
     return wrong;
   }
 
-  // The same bytes through a plain all-to-all-v of rows, both ways; rows
-  // arrive source-major, as MPI delivers them. Returns (forward, reverse) seconds.
+  // The same bytes through a plain all-to-all-v of rows on the ep group,
+  // both ways, device buffers (recv, back: grown as needed); rows arrive
+  // source-major, as MPI delivers them. Returns (forward, reverse) seconds.
   std::pair<double, double> raw_alltoallv(Communicator& ep, Communicator& world,
                                           const DispatchPlan& plan, const Tensor& send,
-                                          std::vector<float>& recv,
-                                          std::vector<float>& back) const {
+                                          Tensor& recv, Tensor& back) const {
     const int W = plan.ep_size;
     const size_t row_bytes = size_t(o_.hidden) * sizeof(float);
     std::vector<int64_t> rd(size_t(W), 0);
     for (int r = 1; r < W; ++r) rd[size_t(r)] = rd[size_t(r - 1)] + plan.recv_rows[size_t(r - 1)];
-    recv.resize(size_t(plan.received() * o_.hidden));
-    back.resize(size_t(plan.sent() * o_.hidden));
+    kernels::reserve(*ctx_, recv, plan.received() * o_.hidden);
+    kernels::reserve(*ctx_, back, plan.sent() * o_.hidden);
     world.barrier();
-    double t0 = now_s();
-    ep.alltoallv(send.ptr(), plan.send_rows, plan.send_displ, recv.data(), plan.recv_rows, rd,
-                 row_bytes);
-    const double fwd = now_s() - t0;
-    t0 = now_s();
-    ep.alltoallv(recv.data(), plan.recv_rows, rd, back.data(), plan.send_rows, plan.send_displ,
-                 row_bytes);
-    return {fwd, now_s() - t0};
+    double t0 = device_now_s(*ctx_);
+    ep.alltoallv(send.data_ptr(), plan.send_rows, plan.send_displ, recv.data_ptr(), plan.recv_rows,
+                 rd, row_bytes);
+    const double fwd = device_now_s(*ctx_) - t0;
+    t0 = device_now_s(*ctx_);
+    ep.alltoallv(recv.data_ptr(), plan.recv_rows, rd, back.data_ptr(), plan.send_rows,
+                 plan.send_displ, row_bytes);
+    return {fwd, device_now_s(*ctx_) - t0};
+  }
+
+  // The seconds of one timed iteration in measure()'s kCols order, from the
+  // dispatcher's spans (tm), the expert compute and the raw all-to-all-v.
+  static void add_iteration(std::vector<double>& per_iter, const prof::Recorder& tm,
+                            double expert_s, double raw_fwd, double raw_rev) {
+    const double count_s = tm.seconds("ep.count"), permute = tm.seconds("ep.permute");
+    const double a2a_dispatch = tm.seconds("ep.dispatch"), a2a_combine = tm.seconds("ep.return");
+    const double combine_s = tm.seconds("ep.combine");
+    const double v[kCols] = {count_s,
+                             permute,
+                             a2a_dispatch,
+                             expert_s,
+                             a2a_combine,
+                             combine_s,
+                             raw_fwd,
+                             raw_rev,
+                             count_s + permute + a2a_dispatch,
+                             a2a_combine + combine_s,
+                             raw_fwd + raw_rev};
+    per_iter.insert(per_iter.end(), v, v + kCols);
   }
 
   // One routing through one transport: a verified pass with identity
   // experts, then warm-up and timed iterations, each followed by the raw
-  // MPI all-to-all-v of the same counts. Times: slowest rank, median over iterations.
+  // all-to-all-v of the same counts. Times: slowest rank, median over iterations.
   Result measure(Communicator& ep, Communicator& world, const std::string& transport,
                  const std::vector<int>& expert, const MoeInputs& in) {
     const int64_t T = o_.tokens, d = o_.hidden;
     const int k = o_.top_k;
-    const kernels::Ctx ctx;
+    const kernels::Ctx& ctx = *ctx_;
     TokenDispatcher disp(&ep, o_.experts, *parse_config_name<EpTransportChoice>(transport), 0, ctx);
     prof::Recorder tm(false);  // the phases of one iteration (cleared before each)
     disp.set_profiler(&tm);
-    std::vector<float> recv, back;
-    Tensor send_buffer, gate, up;
-    const Tensor y = Tensor::empty({T, d});
+    Tensor send_buffer, gate, up, recv, back;
+    const Tensor y = kernels::empty(ctx, {T, d});
     std::vector<double> per_iter;  // [iters, kCols] seconds, this rank
     int64_t wrong = 0;
     DispatchPlan plan;
@@ -362,22 +400,7 @@ class MoeBench {
         continue;
       }
       const auto [raw_fwd, raw_rev] = raw_alltoallv(ep, world, plan, send, recv, back);
-      if (!timed) continue;
-      const double count_s = tm.seconds("ep.count"), permute = tm.seconds("ep.permute");
-      const double a2a_dispatch = tm.seconds("ep.dispatch"), a2a_combine = tm.seconds("ep.return");
-      const double combine_s = tm.seconds("ep.combine");
-      const double v[kCols] = {count_s,
-                               permute,
-                               a2a_dispatch,
-                               expert_s,
-                               a2a_combine,
-                               combine_s,
-                               raw_fwd,
-                               raw_rev,
-                               count_s + permute + a2a_dispatch,
-                               a2a_combine + combine_s,
-                               raw_fwd + raw_rev};
-      per_iter.insert(per_iter.end(), v, v + kCols);
+      if (timed) add_iteration(per_iter, tm, expert_s, raw_fwd, raw_rev);
     }
     return summarise(world, plan, slowest_rank_medians(world, per_iter, o_.iters), wrong);
   }
@@ -403,11 +426,15 @@ class MoeBench {
     return res;
   }
 
+  const Config& cfg_;
   const MoeBenchOptions& o_;
+  const kernels::Ctx* ctx_ = nullptr;  // the job's device (run())
 };
 
 }  // namespace
 
-int run_moe_bench(const MoeBenchOptions& opt) { return MoeBench(opt).run(); }
+int run_moe_bench(const Config& cfg, const MoeBenchOptions& opt) {
+  return MoeBench(cfg, opt).run();
+}
 
 }  // namespace trident::bench

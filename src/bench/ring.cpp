@@ -95,9 +95,9 @@ class OneRankJob {
     world.barrier();
     if (!run_here) return NAN;
     if (!data_) data_ = std::make_unique<AttentionData>(ctx_, all_positions(seq_), h_);
-    const double t0 = now_s();
+    const double t0 = device_now_s(ctx_);
     data_->run(one_, h_);
-    return now_s() - t0;
+    return device_now_s(ctx_) - t0;
   }
 
  private:
@@ -174,7 +174,8 @@ class RingRecorder : public prof::Recorder {
 struct LayoutCase {
   LayoutCase(const kernels::Ctx& ctx, Communicator* comm, cp::Layout l, bool causal, int64_t seq,
              const Heads& heads, ComputeLock* lock)
-      : layout(l),
+      : dev(ctx),
+        layout(l),
         ring(comm, l, causal, seq, ctx),
         h(heads),
         data(ctx, ring.positions(), heads),
@@ -186,9 +187,9 @@ struct LayoutCase {
   void iterate(Communicator& world) {
     work.clear();
     world.barrier();
-    const double t0 = now_s(), c0 = process_cpu_s();
+    const double t0 = device_now_s(dev), c0 = process_cpu_s();
     data.run(ring, h);
-    walls.push_back(now_s() - t0);
+    walls.push_back(device_now_s(dev) - t0);
     cpus.push_back(process_cpu_s() - c0);
     computes.push_back(work.compute_s());
     compute_cpus.push_back(work.counter("ring.compute_cpu_s"));
@@ -211,6 +212,7 @@ struct LayoutCase {
     *wrong += double(check.wrong);
   }
 
+  const kernels::Ctx& dev;  // where the ring's buffers live (the timers wait for it)
   cp::Layout layout;
   cp::RingAttention ring;
   Heads h;

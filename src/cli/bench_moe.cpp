@@ -2,6 +2,9 @@
 // (src/bench/moe.cpp measures; trident/bench/moe.hpp says what).
 #include "commands.hpp"
 #include "trident/bench/moe.hpp"
+#include "trident/comm/process.hpp"
+#include "trident/core/config.hpp"
+#include "trident/train/check_config.hpp"
 
 namespace trident::cli {
 namespace {
@@ -9,6 +12,11 @@ namespace {
 class BenchMoeCommand : public Command {
  public:
   explicit BenchMoeCommand(CLI::App* app) {
+    app->add_option("config", config_path_,
+                    "Config file (TOML): runtime.backend (the buffers' device) and runtime.comm "
+                    "(the ep group's backend; ep = every rank); none: on the host, over MPI");
+    app->add_option("--set", sets_, "Override a config key: section.key=value (repeatable)")
+        ->allow_extra_args(false);
     app->add_option("--hidden", o_.hidden, "Hidden size d (floats per token row)");
     app->add_option("--tokens", o_.tokens, "Tokens per rank");
     app->add_option("--experts", o_.experts, "Experts (a multiple of the number of ranks)");
@@ -25,11 +33,15 @@ class BenchMoeCommand : public Command {
   bool needs_mpi() const override { return true; }
 
   int run() override {
+    Config cfg = load_config(config_path_, sets_);
+    train::check_config(cfg, comm_world_size());
     o_.command_line = command_line();
-    return bench::run_moe_bench(o_);
+    return bench::run_moe_bench(cfg, o_);
   }
 
  private:
+  std::string config_path_;
+  std::vector<std::string> sets_;
   bench::MoeBenchOptions o_;
 };
 

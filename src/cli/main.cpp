@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -98,28 +100,39 @@ void blocking_call_expired(const std::string& message) {
   comm_exit_now(1);  // not reached: the error path of a rank failing alone ends the process
 }
 
-// Every command, in the order chosen_command's name tables follow.
-std::vector<std::unique_ptr<Command>> add_commands(CLI::App& app) {
-  std::vector<std::unique_ptr<Command>> cmds;
-  cmds.push_back(add_run_command(app));
-  cmds.push_back(add_topo_command(app));
-  cmds.push_back(add_plan_command(app));
-  cmds.push_back(add_schedule_command(app));
+// Every command under the path of the subcommand it registered ("run",
+// "bench moe", "convert hf"): chosen_command finds the parsed subcommand's
+// Command by that name, whatever order the commands are added in.
+using Commands = std::map<std::string, std::unique_ptr<Command>>;
+
+// make(parent) registers one subcommand under parent (path `prefix`, "" at
+// the top) and returns its Command, filed under the subcommand's name.
+void add(Commands& cmds, CLI::App& parent, const std::string& prefix,
+         std::unique_ptr<Command> (*make)(CLI::App&)) {
+  const auto every = [](CLI::App*) { return true; };
+  const size_t before = parent.get_subcommands(every).size();
+  std::unique_ptr<Command> cmd = make(parent);
+  const std::vector<CLI::App*> subs = parent.get_subcommands(every);
+  if (subs.size() != before + 1) throw Error("cli: a command registered no subcommand of its own");
+  const std::string name =
+      prefix.empty() ? subs.back()->get_name() : prefix + " " + subs.back()->get_name();
+  if (!cmds.emplace(name, std::move(cmd)).second) throw Error("cli: two commands named " + name);
+}
+
+Commands add_commands(CLI::App& app) {
+  Commands cmds;
+  for (auto make : {add_run_command, add_topo_command, add_plan_command, add_schedule_command})
+    add(cmds, app, "", make);
   auto* bench = app.add_subcommand(
       "bench", "Benchmarks: attention | ring | schedule | moe | comm | gemm | step");
   bench->require_subcommand(1);
-  cmds.push_back(add_bench_attention(*bench));
-  cmds.push_back(add_bench_ring(*bench));
-  cmds.push_back(add_bench_schedule(*bench));
-  cmds.push_back(add_bench_moe(*bench));
-  cmds.push_back(add_bench_comm(*bench));
-  cmds.push_back(add_bench_gemm(*bench));
-  cmds.push_back(add_bench_step(*bench));
+  for (auto make : {add_bench_attention, add_bench_ring, add_bench_schedule, add_bench_moe,
+                    add_bench_comm, add_bench_gemm, add_bench_step})
+    add(cmds, *bench, "bench", make);
   auto* convert = app.add_subcommand("convert", "Hugging Face models in and out: hf | to-hf");
   convert->require_subcommand(1);
-  cmds.push_back(add_convert_hf(*convert));
-  cmds.push_back(add_convert_to_hf(*convert));
-  cmds.push_back(add_eval_command(app));
+  for (auto make : {add_convert_hf, add_convert_to_hf}) add(cmds, *convert, "convert", make);
+  add(cmds, app, "", add_eval_command);
   return cmds;
 }
 
@@ -148,33 +161,19 @@ std::optional<int> parse(CLI::App& app, int* argc, char*** argv) {
   return std::nullopt;
 }
 
-// The chosen command is the one whose subcommand was parsed; each Command
-// remembers its CLI::App and reports selection through run() only when
-// chosen, so find it by asking the parser. nullptr: none.
-Command* chosen_command(CLI::App& app, const std::vector<std::unique_ptr<Command>>& cmds) {
-  std::vector<CLI::App*> path;
-  for (CLI::App* a = &app; a;) {
+// The chosen command is the one whose subcommand was parsed: the path of
+// parsed subcommands from the top, names joined by spaces, is its key in
+// cmds. nullptr: none.
+Command* chosen_command(CLI::App& app, const Commands& cmds) {
+  std::string path;
+  for (CLI::App* a = &app;;) {
     auto subs = a->get_subcommands();
     if (subs.empty()) break;
     a = subs.front();
-    path.push_back(a);
+    path += (path.empty() ? "" : " ") + a->get_name();
   }
-  const std::string leaf = path.empty() ? "" : path.back()->get_name();
-  const bool under_bench = path.size() == 2 && path.front()->get_name() == "bench";
-  const bool under_convert = path.size() == 2 && path.front()->get_name() == "convert";
-  if (under_convert) return cmds[size_t(leaf == "hf" ? 11 : 12)].get();
-  if (leaf == "eval" && path.size() == 1) return cmds[13].get();
-  static const char* top_names[] = {"run", "topo", "plan", "schedule"};
-  static const char* bench_names[] = {"attention", "ring", "schedule", "moe",
-                                      "comm",      "gemm", "step"};
-  if (under_bench) {
-    for (int i = 0; i < 7; ++i)
-      if (leaf == bench_names[i]) return cmds[size_t(4 + i)].get();
-  } else {
-    for (int i = 0; i < 4; ++i)
-      if (leaf == top_names[i]) return cmds[size_t(i)].get();
-  }
-  return nullptr;
+  const auto it = cmds.find(path);
+  return it == cmds.end() ? nullptr : it->second.get();
 }
 
 // Runs the command, with the communication runtime when it needs one.
@@ -214,7 +213,7 @@ int main(int argc, char** argv) {
   CLI::App app{"trident: long-context MoE training across a cluster (CP x PP x EP)", "trident"};
   app.set_version_flag("--version", std::string("trident ") + TRIDENT_VERSION);
   app.require_subcommand(1);
-  const std::vector<std::unique_ptr<Command>> cmds = add_commands(app);
+  const Commands cmds = add_commands(app);
   if (const std::optional<int> rc = parse(app, &argc, &argv)) return *rc;
   Command* chosen = chosen_command(app, cmds);
   if (!chosen) {

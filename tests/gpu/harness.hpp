@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "random.hpp"
 #include "trident/kernels/cuda/ops.hpp"
 #include "trident/kernels/cuda/runtime.hpp"
 
@@ -86,8 +87,9 @@ constexpr double kBf16AttentionRounded = kBf16Rounded + kBf16PRounding;
 // its first pass (u), and P in each (2u).
 constexpr double kBf16Resumed = kBf16Rounded + kBf16Stored + 2 * kBf16PRounding;
 
-// Deterministic random data: normal(0, scale), seeded by name.
-std::vector<float> randn(size_t n, const std::string& name, float scale = 1.0f);
+// Deterministic random data: normal(0, scale) keyed by name, the counter
+// RNG's draws that the other tests take (tests/support/random.hpp).
+using trident::testing::randn;
 
 // Rounds to bf16 and back (what the GPU sees of a bf16 input).
 std::vector<float> round_bf16(const std::vector<float>& x);

@@ -112,14 +112,6 @@ double check_increment(const std::string& what, const std::vector<float>& got,
   return rel;
 }
 
-std::vector<float> randn(size_t n, const std::string& name, float scale) {
-  std::mt19937_64 gen(std::hash<std::string>{}(name));
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> x(n);
-  for (auto& v : x) v = dist(gen);
-  return x;
-}
-
 std::vector<cuda::Bf16> to_bits(const std::vector<float>& x) {
   std::vector<cuda::Bf16> out(x.size());
   for (size_t i = 0; i < x.size(); ++i) {

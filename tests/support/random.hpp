@@ -13,25 +13,32 @@
 
 namespace trident::testing {
 
-// n normal floats times `scale`, keyed by `key`.
-inline std::vector<float> randn(int64_t n, uint64_t key, float scale = 1.0f) {
+// n normal floats times `scale`, keyed by `key`, from element `offset` of
+// its stream on (a rank's slice of a longer tensor).
+inline std::vector<float> randn(int64_t n, uint64_t key, float scale = 1.0f, uint64_t offset = 0) {
   std::vector<float> x(static_cast<size_t>(n));
-  rng::fill_normal(x.data(), n, key, 0, scale);
+  rng::fill_normal(x.data(), n, key, offset, scale);
   return x;
 }
 
 // The same keyed by a name (rng::hash_name).
-inline std::vector<float> randn(int64_t n, const std::string& name, float scale = 1.0f) {
-  return randn(n, rng::hash_name(name), scale);
+inline std::vector<float> randn(int64_t n, const std::string& name, float scale = 1.0f,
+                                uint64_t offset = 0) {
+  return randn(n, rng::hash_name(name), scale, offset);
 }
 
-// A host f32 tensor of `shape` holding randn(numel, name, scale): the same
-// elements as the vector of that name.
+// A host f32 tensor of `shape` holding randn(numel, key, scale): the same
+// elements as the vector of that key.
+inline Tensor random_tensor(std::vector<int64_t> shape, uint64_t key, float scale = 1.0f) {
+  Tensor t(std::move(shape));
+  rng::fill_normal(t.ptr(), t.numel(), key, 0, scale);
+  return t;
+}
+
+// The same keyed by a name.
 inline Tensor random_tensor(std::vector<int64_t> shape, const std::string& name,
                             float scale = 1.0f) {
-  Tensor t(std::move(shape));
-  rng::fill_normal(t.ptr(), t.numel(), rng::hash_name(name), 0, scale);
-  return t;
+  return random_tensor(std::move(shape), rng::hash_name(name), scale);
 }
 
 }  // namespace trident::testing

@@ -5,8 +5,9 @@
 //     numbers whichever rank draws them (rows_at);
 //   - the reference spot check: output rows against the fp64 definition
 //     (SpotCheck, check_attention_row);
-//   - the timers: wall time from core/clock (now_s), CPU time of the process
-//     or the calling thread;
+//   - the timers: wall time from core/clock (now_s; device_now_s after the
+//     device's stream has finished), CPU time of the process or the calling
+//     thread;
 //   - the measurement plumbing: every rank's per-iteration values gathered
 //     and reduced per iteration (RankSeries), a table's fixed parts (TableSpec);
 //   - the verdict: "# wrong ... in total: N (OK|FAILED)", the error line and
@@ -44,9 +45,6 @@ std::vector<float> rows_at(const std::vector<int64_t>& positions, int64_t row_el
                            const char* name);
 // 0, 1, ..., seq - 1.
 std::vector<int64_t> all_positions(int64_t seq);
-// v as a host tensor of v.size() f32, for the tensor calls of the layers a
-// bench drives (Tensor::borrow: nothing is copied, and v must outlive it).
-Tensor host_view(std::vector<float>& v);
 
 // ---- reference spot check --------------------------------------------------
 
@@ -71,6 +69,12 @@ void check_attention_row(SpotCheck& check, const kernels::AttnShape& s, const fl
 double process_cpu_s();
 // CPU time of the calling thread (not inflated by waiting for a core), seconds.
 double thread_cpu_s();
+// now_s() once the work enqueued on ctx's stream has finished
+// (kernels::synchronize): the clock a timed loop over device buffers reads,
+// before and after the work, so that on a GPU the time covers the kernels
+// and copies, not only their launches (the host and the emulated device
+// have nothing to wait for).
+double device_now_s(const kernels::Ctx& ctx);
 
 // ---- measurements over ranks -----------------------------------------------
 
@@ -182,16 +186,6 @@ struct BenchJob {
 BenchJob open_job(const Config& cfg);
 // The group named world (BenchJob::all), cp, pp, dp, dpcp or ep.
 Communicator& mesh_group(BenchJob& job, const std::string& name);
-
-// The job of a benchmark of host code (ring attention's, the pipeline
-// executor's, the MoE dispatcher's CPU paths, which compute on host memory
-// and take no config): MPI's world and one group of all its ranks on MPI,
-// the one backend that moves host buffers. Collective over MPI's world.
-struct HostJob {
-  std::unique_ptr<Communicator> world;  // MPI's world (control, gathers)
-  std::unique_ptr<Communicator> group;  // all ranks as one group of `kind`
-};
-HostJob open_host_job(CommKind kind, const char* name, double timeout_s);
 
 // ---- device buffers and sharded attention ----------------------------------
 

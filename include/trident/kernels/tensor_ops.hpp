@@ -33,4 +33,12 @@ Tensor to_host(const Ctx& ctx, const Tensor& src);
 // (numel(shape) elements of `dtype`): the one explicit upload of index data.
 Tensor from_host(const Ctx& ctx, const void* host, std::vector<int64_t> shape, DType dtype);
 
+// Returns when every op enqueued on ctx's stream so far has finished: what
+// a wall-clock timer reads after the work it times (a GPU runs ops after
+// the call that enqueued them). CUDA: the stream's work waited for, polled
+// for at most timeout_s (TimeoutError past it), and an error it raised
+// thrown; the host and the emulated device run an op to its end within
+// the call, so there is nothing to wait for.
+void synchronize(const Ctx& ctx, double timeout_s = 300.0);
+
 }  // namespace trident::kernels

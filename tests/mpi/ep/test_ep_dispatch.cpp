@@ -16,10 +16,10 @@
 
 using namespace trident;
 using namespace trident::ep;
-using trident::eptest::randn;
 using trident::testing::block_row;
 using trident::testing::host_flat;
 using trident::testing::host_rows;
+using trident::testing::randn;
 
 namespace {
 
@@ -65,8 +65,8 @@ TEST_CASE("identity experts round-trip tokens exactly; bytes equal the routed co
         expert[t * k + j] = int((rng::below(rng::hash_name("route"), uint64_t(rank * 1000 + t), E) +
                                  uint64_t(j) * (E / k)) %
                                 E);
-    auto x = randn("rt_x", T * d, 1.0f, uint64_t(rank) << 20);
-    auto dy = randn("rt_dy", T * d, 1.0f, uint64_t(rank) << 20);
+    auto x = randn(T * d, "rt_x", 1.0f, uint64_t(rank) << 20);
+    auto dy = randn(T * d, "rt_dy", 1.0f, uint64_t(rank) << 20);
     for (const char* tr : kTransports) {
       TokenDispatcher disp(mesh.ep_comm.get(), E, *parse_config_name<EpTransportChoice>(tr));
       std::vector<float> y, dx;
@@ -116,8 +116,8 @@ TEST_CASE("every token on the last rank's expert: other ranks and experts receiv
   const int E = 2 * W, d = 8, k = 1;
   const int64_t T = 9;
   std::vector<int> expert(T, E - 1);
-  auto x = randn("one_x", T * d, 1.0f, uint64_t(rank) << 20);
-  auto dy = randn("one_dy", T * d, 1.0f, uint64_t(rank) << 20);
+  auto x = randn(T * d, "one_x", 1.0f, uint64_t(rank) << 20);
+  auto dy = randn(T * d, "one_dy", 1.0f, uint64_t(rank) << 20);
   for (const char* tr : kTransports) {
     TokenDispatcher disp(mesh.ep_comm.get(), E, *parse_config_name<EpTransportChoice>(tr));
     std::vector<float> y, dx;
@@ -157,7 +157,7 @@ TEST_CASE("forwards in flight keep their rows until released, slots are reused",
               int((rng::below(rng::hash_name("slots"), uint64_t(i * 7919 + rank * 131 + t), E) +
                    uint64_t(j) * (E / k)) %
                   E);
-      f.x = randn("slots_x", T * d, 1.0f, (uint64_t(rank) << 24) + uint64_t(i) * 1000);
+      f.x = randn(T * d, "slots_x", 1.0f, (uint64_t(rank) << 24) + uint64_t(i) * 1000);
       f.plan = disp.plan(expert, T, k);
       f.rows = disp.dispatch_forward(f.plan, host_rows(f.x, d));
       const int64_t R = f.plan.received();
@@ -217,8 +217,8 @@ TEST_CASE("shm: a dispatch leaves alone the rows peers still read from the last 
     return planner.plan(expert, T, 1);
   };
   const DispatchPlan a = plan_of(8), b = plan_of(32 * W);
-  const auto xa = randn("overlap_a", a.T * d, 1.0f, uint64_t(rank) << 20);
-  const auto xb = randn("overlap_b", b.T * d, 1.0f, uint64_t(rank) << 20);
+  const auto xa = randn(a.T * d, "overlap_a", 1.0f, uint64_t(rank) << 20);
+  const auto xb = randn(b.T * d, "overlap_b", 1.0f, uint64_t(rank) << 20);
   std::unique_ptr<Transport> shm = make_shm_transport(*mesh.ep_comm, 0, kernels::Ctx{});
   // Identity experts: each copy comes back as it went. `slow`: rank 1 reads
   // its rows 0.3 s after the others, who go on to their next dispatch.
@@ -259,7 +259,7 @@ TEST_CASE("past runtime.ep_shm_limit_mb the exchange falls back to alltoallv, sa
                  DispatchPlan& plan, std::vector<float>& x) {
     const int64_t T = 6 + 10 * i;
     const auto expert = routing(i, T);
-    x = randn("limit_x", T * d, 1.0f, (uint64_t(rank) << 20) + uint64_t(i));
+    x = randn(T * d, "limit_x", 1.0f, (uint64_t(rank) << 20) + uint64_t(i));
     plan = disp.plan(expert, T, k);
     rows = disp.dispatch_forward(plan, host_rows(x, d));
     Tensor out = rows->out();
@@ -318,8 +318,8 @@ TEST_CASE("capacity drops with ep equal the one-rank drops of each rank's tokens
     std::vector<float> y_ref, dx_ref;
     int64_t dropped_ref = 0;
     for (int r = 0; r < W; ++r) {
-      auto x = randn("cap_x", T * d, 1.0f, uint64_t(r) << 20);
-      auto dy = randn("cap_dy", T * d, 1.0f, uint64_t(r) << 20);
+      auto x = randn(T * d, "cap_x", 1.0f, uint64_t(r) << 20);
+      auto dy = randn(T * d, "cap_dy", 1.0f, uint64_t(r) << 20);
       std::vector<float> y(T * d), dx(T * d);
       MoELayer::Cache c;
       MoEStats st;
@@ -329,8 +329,8 @@ TEST_CASE("capacity drops with ep equal the one-rank drops of each rank's tokens
       if (r == rank) y_ref = y, dx_ref = dx;
     }
     MoELayer layer(cfg, 1, mesh.ep_comm.get(), nullptr);
-    auto x = randn("cap_x", T * d, 1.0f, uint64_t(rank) << 20);
-    auto dy = randn("cap_dy", T * d, 1.0f, uint64_t(rank) << 20);
+    auto x = randn(T * d, "cap_x", 1.0f, uint64_t(rank) << 20);
+    auto dy = randn(T * d, "cap_dy", 1.0f, uint64_t(rank) << 20);
     std::vector<float> y(T * d), dx(T * d);
     MoELayer::Cache c;
     MoEStats st;

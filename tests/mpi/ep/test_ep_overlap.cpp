@@ -40,8 +40,8 @@ class MoeStage final : public pp::PipelineStage {
   void forward(int chunk, int mb, const Tensor& input, Tensor& output) override {
     Kept& k = kept_[{chunk, mb}];
     if (chunk == 0) {
-      k.x = eptest::randn("overlap_x" + std::to_string(mb), int64_t(kTokens) * d_, 1.0f,
-                          uint64_t(testing::world_rank()) * 100000);
+      k.x = testing::randn(int64_t(kTokens) * d_, "overlap_x" + std::to_string(mb), 1.0f,
+                           uint64_t(testing::world_rank()) * 100000);
     } else {
       k.x.assign(input.ptr(), input.ptr() + input.numel());
     }

@@ -13,8 +13,8 @@
 
 using namespace trident;
 using namespace trident::ep;
-using trident::eptest::randn;
 using trident::testing::host_rows;
+using trident::testing::randn;
 
 namespace {
 
@@ -44,8 +44,8 @@ void run_case(const Case& cs, int ep, const char* transport) {
   const float daux = 0.37f;
 
   // The global token set, in rank order; sample ids global (dp group * 2 + s).
-  auto xg = randn("ep_parity_x", int64_t(Tg) * d);
-  auto dyg = randn("ep_parity_dy", int64_t(Tg) * d);
+  auto xg = randn(int64_t(Tg) * d, "ep_parity_x");
+  auto dyg = randn(int64_t(Tg) * d, "ep_parity_dy");
   std::vector<int> sample_g(Tg);
   for (int r = 0; r < W; ++r)
     for (int t = 0; t < T; ++t) sample_g[r * T + t] = (r / cp) * 2 + t / per_sample;

@@ -4,25 +4,14 @@
 #include <cstring>
 #include <map>
 
+#include "counting_allocator.hpp"
 #include "trident/core/error.hpp"
 #include "trident/core/param_store.hpp"
 
 using namespace trident;
+using trident::testing::CountingAllocator;
 
 namespace {
-
-class CountingAllocator final : public Allocator {
- public:
-  void* allocate(size_t bytes) override {
-    count_alloc(bytes);
-    return bytes ? ::operator new(bytes) : nullptr;
-  }
-  void deallocate(void* p, size_t bytes) noexcept override {
-    if (p) ::operator delete(p);
-    count_free(bytes);
-  }
-  Device device() const override { return Device::cpu(); }
-};
 
 void host_copy(Tensor& dst, const Tensor& src) {
   REQUIRE(dst.numel() == src.numel());

@@ -6,31 +6,15 @@
 #include <string>
 #include <vector>
 
+#include "counting_allocator.hpp"
 #include "random.hpp"
 #include "trident/core/error.hpp"
 #include "trident/core/tensor.hpp"
 #include "trident/kernels/tensor_ops.hpp"
 
 using namespace trident;
+using trident::testing::CountingAllocator;
 using trident::testing::random_tensor;
-
-namespace {
-
-// Counts like the host allocator, but on its own, so the figures are exact.
-class CountingAllocator final : public Allocator {
- public:
-  void* allocate(size_t bytes) override {
-    count_alloc(bytes);
-    return bytes ? ::operator new(bytes) : nullptr;
-  }
-  void deallocate(void* p, size_t bytes) noexcept override {
-    if (p) ::operator delete(p);
-    count_free(bytes);
-  }
-  Device device() const override { return Device::cpu(); }
-};
-
-}  // namespace
 
 TEST_CASE("copies share storage; the last handle frees it into its allocator") {
   CountingAllocator a;

@@ -11,7 +11,7 @@
 #include "trident/kernels/swiglu.hpp"
 
 using namespace trident;
-using trident::eptest::randn;
+using trident::testing::randn;
 
 namespace {
 // y = (silu(x Wgᵀ) * (x Wuᵀ)) Wdᵀ in double (weights [out, in]), loss = sum(y * g).
@@ -45,8 +45,8 @@ std::vector<double> to_d(const std::vector<float>& v) { return {v.begin(), v.end
 
 TEST_CASE("swiglu forward matches the double reference", "[swiglu]") {
   const int T = 7, d = 12, f = 20;
-  auto x = randn("x", T * d), wg = randn("wg", d * f, 0.3f), wu = randn("wu", d * f, 0.3f),
-       wd = randn("wd", f * d, 0.3f), g = randn("g", T * d);
+  auto x = randn(T * d, "x"), wg = randn(d * f, "wg", 0.3f), wu = randn(d * f, "wu", 0.3f),
+       wd = randn(f * d, "wd", 0.3f), g = randn(T * d, "g");
   std::vector<float> y(T * d), gate(T * f), up(T * f);
   kernels::swiglu_forward(test::kernel_ctx(), x.data(), T, d, f, wg.data(), wu.data(), wd.data(),
                           y.data(), gate.data(), up.data());
@@ -58,8 +58,8 @@ TEST_CASE("swiglu forward matches the double reference", "[swiglu]") {
 
 TEST_CASE("swiglu backward matches finite differences and accumulates", "[swiglu]") {
   const int T = 5, d = 8, f = 12;
-  auto x = randn("bx", T * d), wg = randn("bwg", d * f, 0.4f), wu = randn("bwu", d * f, 0.4f),
-       wd = randn("bwd", f * d, 0.4f), g = randn("bg", T * d);
+  auto x = randn(T * d, "bx"), wg = randn(d * f, "bwg", 0.4f), wu = randn(d * f, "bwu", 0.4f),
+       wd = randn(f * d, "bwd", 0.4f), g = randn(T * d, "bg");
   std::vector<float> y(T * d), gate(T * f), up(T * f), dx(T * d);
   std::vector<float> dwg(d * f, 0.f), dwu(d * f, 0.f), dwd(f * d, 0.f);
   kernels::swiglu_forward(test::kernel_ctx(), x.data(), T, d, f, wg.data(), wu.data(), wd.data(),
@@ -112,7 +112,7 @@ TEST_CASE("combine and scatter-add are the adjoints of each other", "[moe]") {
   const int T = 6, k = 2, d = 5;
   std::vector<int64_t> row = {3, 0, -1, 5, 1, 2, 4, -1, 6, 7, 8, 9};
   const int S = 10;
-  auto rows = randn("rows", S * d), w = randn("w", T * k), dy = randn("dy", T * d);
+  auto rows = randn(S * d, "rows"), w = randn(T * k, "w"), dy = randn(T * d, "dy");
   std::vector<float> y(T * d), drows(S * d, 0.f), dw(T * k);
   const kernels::Ctx ctx;
   kernels::combine_rows(ctx, rows.data(), d, row.data(), w.data(), T, k, y.data());
@@ -126,7 +126,7 @@ TEST_CASE("combine and scatter-add are the adjoints of each other", "[moe]") {
       for (int c = 0; c < d; ++c) expect += double(dy[(i / k) * d + c]) * rows[row[i] * d + c];
     CHECK(dw[i] == Approx(expect).epsilon(1e-5).margin(1e-6));
   }
-  auto x = randn("gx", T * d);
+  auto x = randn(T * d, "gx");
   std::vector<int64_t> src(S);
   for (int i = 0; i < T * k; ++i)
     if (row[i] >= 0) src[row[i]] = i / k;

@@ -16,7 +16,7 @@
 #include "trident/kernels/tensor_ops.hpp"
 
 using namespace trident;
-using trident::eptest::randn;
+using trident::testing::randn;
 
 namespace {
 
@@ -42,7 +42,7 @@ struct Routed {
   static constexpr int64_t T = 11;
   static constexpr int E = 4, k = 2, n_samples = 2;
   kernels::RouterDims dims{T, E, k, kernels::RouterScore::softmax, true};
-  Tensor logits = host(randn("mf_logits", T* E, 2.0f), {T, E});
+  Tensor logits = host(randn(T * E, "mf_logits", 2.0f), {T, E});
   Tensor probs = Tensor({T, E}), lse = Tensor({T}), weight = Tensor({T * k});
   Tensor chosen = typed({T * k}, DType::i32), sample = typed({T}, DType::i32);
   Tensor stats = typed({n_samples, E + 1}, DType::f64);
@@ -90,7 +90,7 @@ TEST_CASE("router ops on tensors equal their pointer forms bit for bit", "[route
   kernels::router_losses(kCpu, r.dims, r.tensors(), tshares);
   CHECK(same_bits(tshares, shares));
 
-  const Tensor dweight = host(randn("mf_dweight", n), {n});
+  const Tensor dweight = host(randn(n, "mf_dweight"), {n});
   std::vector<float> dlogits(static_cast<size_t>(T * r.E));
   const kernels::RouterSaved saved{r.logits.ptr(), probs.data(), lse.data(), chosen.data(),
                                    weight.data()};
@@ -139,7 +139,7 @@ TEST_CASE("MoE row ops on tensors equal their pointer forms, blocks equal one bu
   REQUIRE(same_bits(row_of, prow.data()));
   REQUIRE(same_bits(send_token, psend.data()));
 
-  const Tensor x = host(randn("mf_x", T * d), {T, d});
+  const Tensor x = host(randn(T * d, "mf_x"), {T, d});
   Tensor rows({S, d});
   kernels::gather_rows(kCpu, x, send_token, rows);
   std::vector<float> prows(static_cast<size_t>(S * d));
@@ -165,7 +165,7 @@ TEST_CASE("MoE row ops on tensors equal their pointer forms, blocks equal one bu
   kernels::combine_rows(kCpu, kernels::RowBlocks(blocks, first), row_of, r.weight, r.k, yb);
   CHECK(same_bits(yb, py.data()));
 
-  const Tensor dy = host(randn("mf_dy", T * d), {T, d});
+  const Tensor dy = host(randn(T * d, "mf_dy"), {T, d});
   Tensor drows({S, d}), dweight({n});
   kernels::combine_rows_backward(kCpu, kernels::RowBlocks(blocks, first), dy, row_of, r.weight, r.k,
                                  drows, dweight);
@@ -187,8 +187,8 @@ TEST_CASE("MoE row ops stage bf16 rows through the f32 row", "[moe]") {
   const int64_t T = 6, k = 2, d = 4, S = 9;
   Tensor row_of = typed({T * k}, DType::i64);
   for (int64_t i = 0; i < T * k; ++i) row_of.data<int64_t>()[i] = i % 4 == 3 ? -1 : (i * 5) % S;
-  const Tensor rows32 = host(randn("mf_b_rows", S * d), {S, d});
-  const Tensor w32 = host(randn("mf_b_w", T * k), {T * k});
+  const Tensor rows32 = host(randn(S * d, "mf_b_rows"), {S, d});
+  const Tensor w32 = host(randn(T * k, "mf_b_w"), {T * k});
   Tensor rows16 = typed({S, d}, DType::bf16), w16 = typed({T * k}, DType::bf16);
   kernels::convert(ctx, rows32, rows16);
   kernels::convert(ctx, w32, w16);

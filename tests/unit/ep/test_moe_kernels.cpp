@@ -11,7 +11,7 @@
 #include "trident/kernels/router.hpp"
 
 using namespace trident;
-using trident::eptest::randn;
+using trident::testing::randn;
 
 namespace {
 const kernels::Ctx kCpu{};
@@ -20,7 +20,7 @@ const kernels::Ctx kCpu{};
 TEST_CASE("router_scores: softmax and sigmoid with logsumexp, against double", "[router]") {
   const int64_t T = 7;
   const int E = 6;
-  auto logits = randn("rk_logits", T * E, 2.0f);
+  auto logits = randn(T * E, "rk_logits", 2.0f);
   for (auto score : {kernels::RouterScore::softmax, kernels::RouterScore::sigmoid}) {
     kernels::RouterDims dims{T, E, 2, score, true};
     std::vector<float> p(T * E), lse(T);
@@ -64,7 +64,7 @@ TEST_CASE("router_load and router_losses: the Switch aux loss and z-loss by defi
           "[router]") {
   const int64_t T = 9;
   const int E = 5, k = 2, n_samples = 2;
-  auto logits = randn("rk_loss", T * E);
+  auto logits = randn(T * E, "rk_loss");
   std::vector<int> sample = {0, 1, 1, 0, 0, 1, 0, 1, 1};
   kernels::RouterDims dims{T, E, k, kernels::RouterScore::softmax, true};
   std::vector<float> p(T * E), lse(T), w(T * k);
@@ -110,7 +110,7 @@ TEST_CASE("unpermute from segments equals unpermute from one buffer, and its bac
   const int64_t T = 5, d = 7, S = 8;
   const int k = 2;
   std::vector<int64_t> row = {4, 0, 7, -1, 1, 5, 2, 6, 3, -1};
-  auto rows = randn("seg_rows", S * d), w = randn("seg_w", T * k), dy = randn("seg_dy", T * d);
+  auto rows = randn(S * d, "seg_rows"), w = randn(T * k, "seg_w"), dy = randn(T * d, "seg_dy");
   std::vector<int64_t> first = {0, 3, 3, 8};
   std::vector<std::vector<float>> seg(3);
   std::vector<const float*> base(3);

@@ -18,9 +18,9 @@
 
 using namespace trident;
 using namespace trident::ep;
-using trident::eptest::randn;
 using trident::testing::host_flat;
 using trident::testing::host_rows;
+using trident::testing::randn;
 
 namespace {
 ModelConfig small_cfg(int E, int k) {
@@ -73,7 +73,7 @@ TEST_CASE("one-expert top-1 MoE equals the dense SwiGLU MLP, forward and backwar
   cfg.z_loss_coef = 0.0;  // z-loss would give the router a gradient of its own
   MoELayer layer(cfg, 0, nullptr, nullptr);
   const int T = 9, d = cfg.d_model, f = cfg.ffn_hidden;
-  auto x = randn("dense_x", T * d), dy = randn("dense_dy", T * d);
+  auto x = randn(T * d, "dense_x"), dy = randn(T * d, "dense_dy");
   std::vector<int> sample(T, 0);
   std::vector<float> y(T * d), dx(T * d);
   MoELayer::Cache c;
@@ -108,7 +108,7 @@ TEST_CASE("MoE layer gradients match finite differences", "[moe]") {
     cfg.router = *parse_config_name<RouterScoring>(scoring);
     MoELayer layer(cfg, 3, nullptr, nullptr);
     const int T = 6, d = cfg.d_model;
-    auto x = randn("fd_x", T * d), g = randn("fd_g", T * d);
+    auto x = randn(T * d, "fd_x"), g = randn(T * d, "fd_g");
     std::vector<int> sample = {0, 0, 1, 1, 0, 1};
     const double daux = 0.9;
     std::vector<float> y(T * d), dx(T * d);
@@ -120,7 +120,7 @@ TEST_CASE("MoE layer gradients match finite differences", "[moe]") {
     // step of 1e-2 and a loose tolerance; a wrong term is off by O(1).
     const float eps = 1e-2f;
     auto directional = [&](std::span<float> v, std::span<const float> grad, const char* what) {
-      auto dir = randn(std::string("dir_") + what, int64_t(v.size()));
+      auto dir = randn(int64_t(v.size()), std::string("dir_") + what);
       const std::vector<float> saved(v.begin(), v.end());
       for (size_t i = 0; i < v.size(); ++i) v[i] = saved[i] + eps * dir[i];
       double lp = layer_objective(layer, x, T, sample, g, daux);
@@ -151,7 +151,7 @@ TEST_CASE("identity experts with weights 1/k round-trip the input, forward and b
   IdentityExperts id;
   layer.set_expert_fn(&id);
   const int T = 7, d = cfg.d_model;
-  auto x = randn("id_x", T * d), dy = randn("id_dy", T * d);
+  auto x = randn(T * d, "id_x"), dy = randn(T * d, "id_dy");
   std::vector<int> sample(T, 0);
   std::vector<float> y(T * d), dx(T * d);
   MoELayer::Cache c;
@@ -172,7 +172,7 @@ TEST_CASE("capacity drops leave a zero expert output, dropless keeps T*k copies"
   MoELayer layer(cfg, 0, nullptr, nullptr);
   layer.router_weight().value.zero();  // all tokens tie onto expert 0
   const int T = 8, d = cfg.d_model;
-  auto x = randn("cap_x", T * d);
+  auto x = randn(T * d, "cap_x");
   std::vector<int> sample(T, 0);
   std::vector<float> y(T * d);
   MoELayer::Cache c;
@@ -234,7 +234,7 @@ TEST_CASE("bf16 expert weights: staged = fp32 on the rounded weights, native wit
   cfg.d_model = 40;
   cfg.ffn_hidden = 520;
   const int T = 700, d = cfg.d_model;
-  const auto x = randn("bf16_x", T * d), dy = randn("bf16_dy", T * d);
+  const auto x = randn(T * d, "bf16_x"), dy = randn(T * d, "bf16_dy");
   auto with_copies = [&](MoELayer& layer, std::map<const Param*, Tensor>& copies) {
     for (int e = 0; e < layer.local_experts(); ++e)
       for (int w = 0; w < 3; ++w) {

@@ -13,9 +13,9 @@
 
 using namespace trident;
 using namespace trident::ep;
-using trident::eptest::randn;
 using trident::testing::host_flat;
 using trident::testing::host_rows;
+using trident::testing::randn;
 
 namespace {
 
@@ -28,7 +28,7 @@ std::vector<int> ints(const Tensor& t) {
 // so a finite-difference step never changes the top-k.
 std::vector<float> ladder_logits(int T, int E, const std::string& key) {
   std::vector<float> l(size_t(T) * E);
-  auto noise = randn(key, T * E, 0.03f);
+  auto noise = randn(T * E, key, 0.03f);
   for (int t = 0; t < T; ++t) {
     std::vector<int> order(E);
     for (int e = 0; e < E; ++e) order[e] = e;
@@ -74,7 +74,7 @@ TEST_CASE("aux loss equals coef*E*sum f_i P_i per sample, z-loss its definition"
     o.z_loss_coef = 0.002;
     Router router(o);
     const int T = 10, E = 6, k = 2;
-    auto logits = randn("auxlogits", T * E);
+    auto logits = randn(T * E, "auxlogits");
     std::vector<int> sample = {1, 0, 1, 0, 0, 1, 1, 1, 0, 1};
     Routing r;
     router.route(kernels::Ctx{}, host_flat(logits), sample, 2, nullptr, r);
@@ -118,7 +118,7 @@ TEST_CASE("softmax top-k weights are renormalised over the chosen k when asked",
   o.n_experts = 5;
   o.top_k = 3;
   const int T = 4;
-  auto logits = randn("norm", T * 5);
+  auto logits = randn(T * 5, "norm");
   std::vector<int> sample(T, 0);
   for (bool norm : {true, false}) {
     o.norm_topk = norm;
@@ -139,7 +139,7 @@ TEST_CASE("softmax top-k weights are renormalised over the chosen k when asked",
 TEST_CASE("router gradients match finite differences", "[router]") {
   const int T = 8, E = 6, k = 2;
   std::vector<int> sample = {0, 0, 1, 1, 1, 0, 1, 0};
-  auto a = randn("dw", T * k);
+  auto a = randn(T * k, "dw");
   const double daux = 0.7;
   for (auto scoring : {RouterScoring::softmax, RouterScoring::sigmoid_bias}) {
     for (bool norm : {true, false}) {
@@ -216,7 +216,7 @@ TEST_CASE("sigmoid_bias update moves a skewed router toward balance", "[router]"
   Router router(o);
   const int T = 256, E = 8;
   // Skewed: experts 0 and 1 get a large head start on every token.
-  auto logits = randn("skew", T * E, 0.5f);
+  auto logits = randn(T * E, "skew", 0.5f);
   for (int t = 0; t < T; ++t) {
     logits[t * E + 0] += 2.0f;
     logits[t * E + 1] += 1.5f;
@@ -262,7 +262,7 @@ TEST_CASE("the device plan kernels: capacity places, counts and the stable exper
   const kernels::Ctx ctx{};
   const int E = 6, k = 2, ranks = 3;
   const int64_t T = 40, n = T * k, N = n * ranks;
-  auto w = randn("capacity weights", N);
+  auto w = randn(N, "capacity weights");
   std::vector<int> chosen(N);
   std::vector<int64_t> token(T * ranks);
   for (int64_t i = 0; i < N; ++i) {

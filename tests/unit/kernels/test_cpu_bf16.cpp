@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernel_ctx.hpp"
+#include "random.hpp"
 #include "trident/core/error.hpp"
 #include "trident/core/rng.hpp"
 #include "trident/kernels/backends.hpp"
@@ -27,6 +28,7 @@
 #include "trident/kernels/types/gemm_bf16.hpp"
 
 using namespace trident;
+using trident::testing::randn;
 namespace cpu = kernels::cpu;
 
 namespace {
@@ -35,12 +37,6 @@ void need_bf16_units() {
   if (cpu::bf16_units().avx512_bf16) return;
   std::printf("SKIP: this CPU has no AVX512-BF16 (vdpbf16ps): only the staged bf16 path runs\n");
   std::exit(77);
-}
-
-std::vector<float> randn(size_t n, uint64_t key) {
-  std::vector<float> v(n);
-  rng::fill_normal(v.data(), int64_t(n), key, 0, 1.0f);
-  return v;
 }
 
 float widen(uint16_t h) {

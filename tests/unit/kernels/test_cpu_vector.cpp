@@ -7,19 +7,15 @@
 #include <vector>
 
 #include "kernel_ctx.hpp"
+#include "random.hpp"
 #include "trident/core/rng.hpp"
 #include "trident/kernels/ops.hpp"
 #include "trident/kernels/swiglu.hpp"
 
 using namespace trident;
+using trident::testing::randn;
 
 namespace {
-
-std::vector<float> randn(size_t n, uint64_t key, float s = 1.0f) {
-  std::vector<float> v(n);
-  rng::fill_normal(v.data(), int64_t(n), key, 0, s);
-  return v;
-}
 
 double rel_l2(const std::vector<float>& a, const std::vector<double>& ref) {
   double num = 0, den = 0;

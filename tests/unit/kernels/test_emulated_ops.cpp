@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernel_ctx.hpp"
+#include "random.hpp"
 #include "trident/core/emulated.hpp"
 #include "trident/core/rng.hpp"
 #include "trident/kernels/attention.hpp"
@@ -25,18 +26,13 @@
 #include "trident/kernels/tensor_ops.hpp"
 
 using namespace trident;
+using trident::testing::random_tensor;
 
 namespace {
 
 const kernels::Ctx& emulated_ctx() {
   static kernels::DeviceContext device(Device::emulated());
   return device.ctx();
-}
-
-Tensor randn(std::vector<int64_t> shape, const char* name) {
-  Tensor t(std::move(shape));
-  rng::fill_normal(t.ptr(), t.numel(), rng::hash_name(name), 0, 1.0f);
-  return t;
 }
 
 bool same_bits(const Tensor& a, const Tensor& b) {
@@ -58,7 +54,7 @@ TEST_CASE("an emulated DeviceContext makes tensors in the arena", "[emulated]") 
 
 TEST_CASE("host <-> emulated copies are exact and explicit", "[emulated]") {
   const kernels::Ctx& dev = emulated_ctx();
-  const Tensor x = randn({7, 9}, "emul.copy");
+  const Tensor x = random_tensor({7, 9}, "emul.copy");
   Tensor d = kernels::clone(dev, x);
   CHECK(d.device() == Device::emulated());
   Tensor d2 = kernels::empty(dev, {7, 9});
@@ -76,7 +72,7 @@ TEST_CASE("ops on the emulated device equal the host's bit for bit", "[emulated]
   const kernels::Ctx& host = test::kernel_ctx();
   const kernels::Ctx& dev = emulated_ctx();
   const int64_t M = 37, N = 29, K = 41;
-  const Tensor a = randn({M, K}, "emul.a"), b = randn({K, N}, "emul.b");
+  const Tensor a = random_tensor({M, K}, "emul.a"), b = random_tensor({K, N}, "emul.b");
   Tensor c_host(std::vector<int64_t>{M, N});
   kernels::sgemm(host, false, false, M, N, K, 1.0f, a.ptr(), K, b.ptr(), N, 0.0f, c_host.ptr(), N);
   const Tensor a_d = kernels::clone(dev, a), b_d = kernels::clone(dev, b);
@@ -92,8 +88,9 @@ TEST_CASE("ops on the emulated device equal the host's bit for bit", "[emulated]
   s.D = 16;
   s.scale = 0.25f;
   s.causal = true;
-  const Tensor q = randn({s.Tq, s.H, s.D}, "emul.q"), k = randn({s.Tk, s.Hkv, s.D}, "emul.k"),
-               v = randn({s.Tk, s.Hkv, s.D}, "emul.v");
+  const Tensor q = random_tensor({s.Tq, s.H, s.D}, "emul.q"),
+               k = random_tensor({s.Tk, s.Hkv, s.D}, "emul.k"),
+               v = random_tensor({s.Tk, s.Hkv, s.D}, "emul.v");
   Tensor out_h(std::vector<int64_t>{s.Tq, s.H, s.D}), lse_h(std::vector<int64_t>{s.H, s.Tq});
   kernels::attention_forward(host, s, q.ptr(), k.ptr(), v.ptr(), out_h.ptr(), lse_h.ptr());
   const Tensor q_d = kernels::clone(dev, q), k_d = kernels::clone(dev, k),
@@ -111,7 +108,7 @@ TEST_CASE("ops on the emulated device equal the host's bit for bit", "[emulated]
   dims.T = 33;
   dims.E = 8;
   dims.k = 2;
-  const Tensor logits = randn({dims.T, dims.E}, "emul.logits");
+  const Tensor logits = random_tensor({dims.T, dims.E}, "emul.logits");
   Tensor probs_h(std::vector<int64_t>{dims.T, dims.E}), lse_rh(std::vector<int64_t>{dims.T});
   kernels::router_scores(host, dims, logits.ptr(), probs_h.ptr(), lse_rh.ptr());
   const Tensor logits_d = kernels::clone(dev, logits);

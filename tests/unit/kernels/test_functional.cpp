@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernel_ctx.hpp"
+#include "random.hpp"
 #include "trident/core/error.hpp"
 #include "trident/core/rng.hpp"
 #include "trident/kernels/attention.hpp"
@@ -18,14 +19,9 @@
 #include "trident/kernels/tensor_ops.hpp"
 
 using namespace trident;
+using trident::testing::random_tensor;
 
 namespace {
-
-Tensor randn(std::vector<int64_t> shape, uint64_t key, float s = 1.0f) {
-  Tensor t(std::move(shape));
-  rng::fill_normal(t.ptr(), t.numel(), key, 0, s);
-  return t;
-}
 
 uint32_t bits(float f) {
   uint32_t u;
@@ -79,7 +75,7 @@ TEST_CASE("f32 -> bf16 rounds to nearest even, keeps NaN and infinities", "[func
   xs.push_back(from_bits(0x3f818000u));  // halfway between 0x3f81 and 0x3f82: to 0x3f82
   xs.push_back(from_bits(0x3f808001u));  // just above halfway: up
   xs.push_back(from_bits(0x7f7fffffu));  // the largest float rounds up to infinity
-  Tensor r = randn({64}, 17, 10.0f);
+  Tensor r = random_tensor({64}, 17, 10.0f);
   for (int64_t i = 0; i < r.numel(); ++i) xs.push_back(r[i]);
   Tensor x({int64_t(xs.size())});
   for (size_t i = 0; i < xs.size(); ++i) x[int64_t(i)] = xs[i];
@@ -111,13 +107,13 @@ TEST_CASE("f32 -> bf16 rounds to nearest even, keeps NaN and infinities", "[func
 TEST_CASE("tensor ops equal the pointer ops bit for bit in f32", "[functional]") {
   const auto& ctx = test::kernel_ctx();
   const int64_t T = 37, d = 24, f = 40, V = 19;
-  Tensor x = randn({T, d}, 1), w = randn({f, d}, 2, 0.2f);
+  Tensor x = random_tensor({T, d}, 1), w = random_tensor({f, d}, 2, 0.2f);
   Tensor y1({T, f}), y2({T, f});
   kernels::linear_forward(ctx, x, w, y1);
   kernels::linear_forward(ctx, x.ptr(), w.ptr(), T, d, f, y2.ptr());
   REQUIRE(std::memcmp(y1.ptr(), y2.ptr(), y1.bytes()) == 0);
 
-  Tensor dy = randn({T, f}, 3), dx1({T, d}), dx2({T, d}), dw1({f, d}), dw2({f, d});
+  Tensor dy = random_tensor({T, f}, 3), dx1({T, d}), dx2({T, d}), dw1({f, d}), dw2({f, d});
   kernels::linear_backward_input(ctx, dy, w, dx1);
   kernels::linear_backward_input(ctx, dy.ptr(), w.ptr(), T, d, f, dx2.ptr());
   kernels::linear_backward_weight(ctx, dy, x, dw1);
@@ -125,14 +121,15 @@ TEST_CASE("tensor ops equal the pointer ops bit for bit in f32", "[functional]")
   REQUIRE(std::memcmp(dx1.ptr(), dx2.ptr(), dx1.bytes()) == 0);
   REQUIRE(std::memcmp(dw1.ptr(), dw2.ptr(), dw1.bytes()) == 0);
 
-  Tensor wg = randn({f, d}, 4, 0.2f), wu = randn({f, d}, 5, 0.2f), wd = randn({d, f}, 6, 0.2f);
+  Tensor wg = random_tensor({f, d}, 4, 0.2f), wu = random_tensor({f, d}, 5, 0.2f),
+         wd = random_tensor({d, f}, 6, 0.2f);
   Tensor o1({T, d}), o2({T, d}), g1({T, f}), g2({T, f}), u1({T, f}), u2({T, f});
   kernels::swiglu_forward(ctx, x, wg, wu, wd, o1, g1, u1);
   kernels::swiglu_forward(ctx, x.ptr(), T, d, f, wg.ptr(), wu.ptr(), wd.ptr(), o2.ptr(), g2.ptr(),
                           u2.ptr());
   REQUIRE(std::memcmp(o1.ptr(), o2.ptr(), o1.bytes()) == 0);
 
-  Tensor table = randn({V, d}, 7);
+  Tensor table = random_tensor({V, d}, 7);
   Tensor ids = Tensor::empty({T}, cpu_allocator(), DType::i32);
   for (int64_t t = 0; t < T; ++t) ids.data<int32_t>()[t] = int32_t((t * 7) % V);
   Tensor e1({T, d}), e2({T, d});
@@ -140,7 +137,7 @@ TEST_CASE("tensor ops equal the pointer ops bit for bit in f32", "[functional]")
   kernels::embedding_forward(ctx, table.ptr(), ids.data<int32_t>(), T, d, e2.ptr());
   REQUIRE(std::memcmp(e1.ptr(), e2.ptr(), e1.bytes()) == 0);
 
-  Tensor logits = randn({T, V}, 8), dl1({T, V}), dl2({T, V});
+  Tensor logits = random_tensor({T, V}, 8), dl1({T, V}), dl2({T, V});
   const double l1 = kernels::cross_entropy(ctx, logits, ids, 0.25f, dl1);
   const double l2 =
       kernels::cross_entropy(ctx, logits.ptr(), ids.data<int32_t>(), T, V, 0.25f, dl2.ptr());
@@ -152,7 +149,7 @@ TEST_CASE("a bf16 tensor is staged: inputs widened, outputs rounded to nearest e
           "[functional][bf16]") {
   const auto& ctx = test::kernel_ctx();
   const int64_t T = 29, d = 16, f = 24;
-  Tensor x = randn({T, d}, 11), w = randn({f, d}, 12, 0.3f);
+  Tensor x = random_tensor({T, d}, 11), w = random_tensor({f, d}, 12, 0.3f);
   // bf16 x and w, bf16 y: the f32 GEMM of the rounded inputs, rounded.
   Tensor xb = to_bf16_tensor(x), wb = to_bf16_tensor(w);
   Tensor yb = Tensor::empty({T, f}, cpu_allocator(), DType::bf16);
@@ -169,7 +166,7 @@ TEST_CASE("a bf16 tensor is staged: inputs widened, outputs rounded to nearest e
   REQUIRE(rel_l2_diff(to_f32_tensor(yb), y32) < 1e-2);
 
   // An accumulating output in bf16 is widened before the kernel adds to it.
-  Tensor dy = randn({T, f}, 13), dwb = to_bf16_tensor(randn({f, d}, 14));
+  Tensor dy = random_tensor({T, f}, 13), dwb = to_bf16_tensor(random_tensor({f, d}, 14));
   Tensor dw_want = to_f32_tensor(dwb);
   kernels::linear_backward_weight(ctx, dy, x, dwb);
   kernels::linear_backward_weight(ctx, dy, x, dw_want);
@@ -179,13 +176,13 @@ TEST_CASE("a bf16 tensor is staged: inputs widened, outputs rounded to nearest e
 
 TEST_CASE("tensor ops name the tensor that breaks their contract", "[functional]") {
   const auto& ctx = test::kernel_ctx();
-  Tensor x = randn({4, 8}, 1), w = randn({6, 8}, 2), y({4, 5});
+  Tensor x = random_tensor({4, 8}, 1), w = random_tensor({6, 8}, 2), y({4, 5});
   REQUIRE_THROWS_WITH(kernels::linear_forward(ctx, x, w, y),
                       Catch::Contains("linear_forward: y [4, 5] f32 should hold 24 elements"));
-  Tensor x_bad = randn({4, 7}, 1);
+  Tensor x_bad = random_tensor({4, 7}, 1);
   REQUIRE_THROWS_WITH(kernels::linear_forward(ctx, x_bad, w, Tensor({4, 6})),
                       Catch::Contains("is not a whole number of rows of 8"));
-  Tensor table = randn({10, 8}, 3), out({4, 8});
+  Tensor table = random_tensor({10, 8}, 3), out({4, 8});
   Tensor ids64 = Tensor::empty({4}, cpu_allocator(), DType::i64);
   REQUIRE_THROWS_WITH(kernels::embedding_forward(ctx, table, ids64, out),
                       Catch::Contains("ids [4] i64 should be i32"));
@@ -205,14 +202,15 @@ TEST_CASE("the ring's resume and the step guard's range sums as tensor ops", "[f
   s.Tq = 21, s.Tk = 13, s.H = 4, s.Hkv = 2, s.D = 8;
   s.scale = 1.0f / std::sqrt(8.0f);
   s.causal = true, s.q_pos0 = 13, s.k_pos0 = 0;
-  Tensor q = randn({s.Tq, s.H, s.D}, 21), k = randn({s.Tk, s.Hkv, s.D}, 22),
-         v = randn({s.Tk, s.Hkv, s.D}, 23);
+  Tensor q = random_tensor({s.Tq, s.H, s.D}, 21), k = random_tensor({s.Tk, s.Hkv, s.D}, 22),
+         v = random_tensor({s.Tk, s.Hkv, s.D}, 23);
   Tensor o1({s.Tq, s.H, s.D}), l1({s.Tq, s.H}), o2({s.Tq, s.H, s.D}), l2({s.Tq, s.H});
   kernels::attention_forward(ctx, s, q, k, v, o1, l1);
   kernels::attention_forward(ctx, s, q, k, v, o2, l2);
   kernels::AttnShape later = s;
   later.k_pos0 = 13, later.Tk = 21;
-  Tensor k2 = randn({later.Tk, s.Hkv, s.D}, 24), v2 = randn({later.Tk, s.Hkv, s.D}, 25);
+  Tensor k2 = random_tensor({later.Tk, s.Hkv, s.D}, 24),
+         v2 = random_tensor({later.Tk, s.Hkv, s.D}, 25);
   kernels::attention_forward_resume(ctx, later, q, k2, v2, o1, l1);
   kernels::attention_forward_resume(ctx, later, q.ptr(), k2.ptr(), v2.ptr(), o2.ptr(), l2.ptr());
   REQUIRE(std::memcmp(o1.ptr(), o2.ptr(), o1.bytes()) == 0);
@@ -223,7 +221,7 @@ TEST_CASE("the ring's resume and the step guard's range sums as tensor ops", "[f
 
   // Range sums into f64, from i64 ranges: the pointer form's, and a bf16 x
   // staged to f32 sums what its f32 widening sums.
-  Tensor x = randn({50}, 26);
+  Tensor x = random_tensor({50}, 26);
   Tensor ranges = Tensor::empty({6}, cpu_allocator(), DType::i64);
   const int64_t r[] = {0, 10, 10, 10, 12, 50};
   std::memcpy(ranges.data<int64_t>(), r, sizeof r);

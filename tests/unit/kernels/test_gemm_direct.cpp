@@ -13,17 +13,13 @@
 
 #include "gemm_direct.hpp"
 #include "kernel_ctx.hpp"
+#include "random.hpp"
 #include "trident/core/rng.hpp"
 
 using namespace trident;
+using trident::testing::randn;
 
 namespace {
-
-std::vector<float> randn(size_t n, uint64_t key) {
-  std::vector<float> v(n);
-  rng::fill_normal(v.data(), int64_t(n), key, 0, 1.0f);
-  return v;
-}
 
 // The shapes (M, N, K) of the panel and row-pass tests: 1 x 1, one whole
 // 8 x 32 tile, row, column and depth tails, an attention tile, K = 0.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernel_ctx.hpp"
+#include "random.hpp"
 #include "trident/core/error.hpp"
 #include "trident/core/rng.hpp"
 #include "trident/kernels/backend.hpp"
@@ -16,14 +17,9 @@
 #include "trident/kernels/swiglu.hpp"
 
 using namespace trident;
+using trident::testing::randn;
 
 namespace {
-
-std::vector<float> randn(size_t n, const char* name, float s = 1.0f) {
-  std::vector<float> v(n);
-  rng::fill_normal(v.data(), int64_t(n), rng::hash_name(name), 0, s);
-  return v;
-}
 
 // AdamW (decoupled decay, bias-corrected moments) in fp64, the textbook form.
 struct AdamWReference {

@@ -4,18 +4,12 @@
 #include <vector>
 
 #include "kernel_ctx.hpp"
+#include "random.hpp"
 #include "trident/core/rng.hpp"
 #include "trident/kernels/ops.hpp"
 
 using namespace trident;
-
-namespace {
-std::vector<float> randn(size_t n, uint64_t key, float s = 1.0f) {
-  std::vector<float> v(n);
-  rng::fill_normal(v.data(), int64_t(n), key, 0, s);
-  return v;
-}
-}  // namespace
+using trident::testing::randn;
 
 TEST_CASE("rmsnorm backward matches finite differences", "[ops]") {
   const int64_t T = 3, d = 8;
