@@ -481,13 +481,14 @@ std::string prediction_json(const Prediction& p) {
     << ", \"params\": " << e.params << ", \"grads\": " << e.grads
     << ", \"optimizer\": " << e.optimizer << ", \"activations\": " << e.activations
     << ", \"comm_buffers\": " << e.comm_buffers << ", \"workspace\": " << e.workspace
-    << ", \"allocator\": " << e.allocator() << ", \"untracked\": " << e.untracked
-    << ", \"pp_rank\": " << p.memory_pp_rank << ", \"per_pp_rank\": {\"total\": ["
-    << join(p.rank_total) << "], \"allocator\": [" << join(p.rank_allocator)
-    << "]}}, \"peak_inflight\": " << p.peak_inflight << ", \"moe_imbalance\": " << p.moe_imbalance
-    << ", \"recompute\": \"" << config_name(m.recompute)
-    << "\", \"recompute_layers\": " << m.recompute_layers << ", \"optimizer_sharding\": \""
-    << config_name(m.sharding) << "\", \"grad_bucket_mb\": " << m.grad_bucket_mb
+    << ", \"packed_weights\": " << e.packed_weights << ", \"allocator\": " << e.allocator()
+    << ", \"untracked\": " << e.untracked << ", \"pp_rank\": " << p.memory_pp_rank
+    << ", \"per_pp_rank\": {\"total\": [" << join(p.rank_total) << "], \"allocator\": ["
+    << join(p.rank_allocator) << "]}}, \"peak_inflight\": " << p.peak_inflight
+    << ", \"moe_imbalance\": " << p.moe_imbalance << ", \"recompute\": \""
+    << config_name(m.recompute) << "\", \"recompute_layers\": " << m.recompute_layers
+    << ", \"optimizer_sharding\": \"" << config_name(m.sharding)
+    << "\", \"grad_bucket_mb\": " << m.grad_bucket_mb
     << ", \"dp_reduction_s\": " << p.dp_reduction_s << ", \"pp_layout\": [";
   for (size_t i = 0; i < m.pp_layout.size(); ++i) o << (i ? ", " : "") << m.pp_layout[i];
   o << "]";

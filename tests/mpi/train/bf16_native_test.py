@@ -74,7 +74,7 @@ def planned_memory_bytes(prec, extra):
         return "trident plan exit %d: %s" % (out.returncode, out.stderr[-300:])
     m = json.loads(out.stdout)["prediction"]["memory_bytes"]
     return {"params": int(m["params"]), "activations": int(m["activations"]),
-            "scratch": int(m["workspace"] - m["untracked"])}
+            "scratch": int(m["workspace"] - (m["untracked"] - m["packed_weights"]))}
 
 
 def check_planned_memory(model, extra, measured):

@@ -250,8 +250,9 @@ TEST_CASE("memory: bf16 keeps a copy of each GEMM weight and the native GEMM's b
   CHECK(fp32.packed_weights == 0);
   CHECK(bf16.packed_weights == packed);
   CHECK(bf16.untracked == fp32.untracked + packing + packed);
-  CHECK(bf16.total() ==
-        fp32.total() + bf16.params - fp32.params + bf16.workspace - fp32.workspace + packed);
+  CHECK(bf16.comm_buffers == fp32.comm_buffers);
+  CHECK(bf16.total() == fp32.total() + bf16.params - fp32.params + bf16.activations -
+                            fp32.activations + bf16.workspace - fp32.workspace + packed);
 }
 
 TEST_CASE("memory: bf16 stores the activations its GEMMs read in bf16") {
