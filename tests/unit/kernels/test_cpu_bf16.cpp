@@ -99,6 +99,15 @@ void check(const Case& c) {
   REQUIRE(worst <= 1.0);
 }
 
+// A bf16 tensor of standard normal values (drawn in f32 by key, rounded).
+Tensor normal_bf16(const kernels::Ctx& ctx, std::vector<int64_t> shape, uint64_t key) {
+  Tensor x(shape);
+  rng::fill_normal(x.ptr(), x.numel(), key, 0, 1.0f);
+  Tensor b = Tensor::empty(shape, cpu_allocator(), DType::bf16);
+  kernels::convert(ctx, x, b);
+  return b;
+}
+
 }  // namespace
 
 TEST_CASE("TRIDENT_CPU_BF16 takes staged, native or auto; anything else is one clear error",
@@ -201,11 +210,7 @@ TEST_CASE("the native rows agree with the staged rows within bf16 rounding", "[c
   const auto& ctx = test::kernel_ctx();
   const int64_t T = 40, d = 48, f = 72;
   auto bf16_of = [&](std::vector<int64_t> shape, uint64_t key) {
-    Tensor x(shape);
-    rng::fill_normal(x.ptr(), x.numel(), key, 0, 1.0f);
-    Tensor b = Tensor::empty(shape, cpu_allocator(), DType::bf16);
-    kernels::convert(ctx, x, b);
-    return b;
+    return normal_bf16(ctx, std::move(shape), key);
   };
   const Tensor x = bf16_of({T, d}, 7), wg = bf16_of({f, d}, 8), wu = bf16_of({f, d}, 9),
                wd = bf16_of({d, f}, 10);
@@ -245,11 +250,7 @@ TEST_CASE("weights packed once (PackedBf16Weight) give the per-call packing's bi
   // f odd and past a K block (w_down's forward, w_gate's dx), d not a multiple of 32
   const int64_t T = 21, d = 48, f = 1031;
   auto bf16_of = [&](std::vector<int64_t> shape, uint64_t key) {
-    Tensor x(shape);
-    rng::fill_normal(x.ptr(), x.numel(), key, 0, 1.0f);
-    Tensor b = Tensor::empty(shape, cpu_allocator(), DType::bf16);
-    kernels::convert(ctx, x, b);
-    return b;
+    return normal_bf16(ctx, std::move(shape), key);
   };
   const Tensor x = bf16_of({T, d}, 17), wg = bf16_of({f, d}, 18), wu = bf16_of({f, d}, 19),
                wd = bf16_of({d, f}, 20);
