@@ -66,15 +66,7 @@ class ModeCase {
     // The ring of the replay: same members as the attention's ring.
     const int r = group.rank();
     replay_ = group.split(r % u_, r / u_, CommKind::cp, "cp_replay");
-    const int64_t T = int64_t(positions_.size()), qrow = int64_t(o.heads) * o.head_dim,
-                  kvrow = int64_t(o.kv_heads) * o.head_dim;
-    q_ = device_rows_at(ctx, positions_, qrow, "ring.q");
-    k_ = device_rows_at(ctx, positions_, kvrow, "ring.k");
-    v_ = device_rows_at(ctx, positions_, kvrow, "ring.v");
-    do_ = device_rows_at(ctx, positions_, qrow, "ring.do");
-    out_ = kernels::empty(ctx, {T, qrow}), lse_ = kernels::empty(ctx, {T, int64_t(o.heads)});
-    dq_ = kernels::empty(ctx, {T, qrow}), dk_ = kernels::empty(ctx, {T, kvrow});
-    dv_ = kernels::empty(ctx, {T, kvrow});
+    t_ = AttentionTensors(ctx, positions_, o.heads, o.kv_heads, o.head_dim);
   }
 
   // One forward + backward after a barrier of world (MPI's), then the
@@ -84,12 +76,12 @@ class ModeCase {
     world.barrier();
     const double t0 = device_now_s(ctx_);
     if (ring_) {
-      ring_->forward(q_, k_, v_, opt_.heads, opt_.kv_heads, opt_.head_dim, out_, lse_);
-      ring_->backward(q_, k_, v_, out_, lse_, do_, opt_.heads, opt_.kv_heads, opt_.head_dim, dq_,
-                      dk_, dv_);
+      ring_->forward(t_.q, t_.k, t_.v, opt_.heads, opt_.kv_heads, opt_.head_dim, t_.out, t_.lse);
+      ring_->backward(t_.q, t_.k, t_.v, t_.out, t_.lse, t_.dout, opt_.heads, opt_.kv_heads,
+                      opt_.head_dim, t_.dq, t_.dk, t_.dv);
     } else {
-      uly_->forward(q_, k_, v_, out_, lse_);
-      uly_->backward(q_, k_, v_, out_, lse_, do_, dq_, dk_, dv_);
+      uly_->forward(t_.q, t_.k, t_.v, t_.out, t_.lse);
+      uly_->backward(t_.q, t_.k, t_.v, t_.out, t_.lse, t_.dout, t_.dq, t_.dk, t_.dv);
     }
     wall.push_back(device_now_s(ctx_) - t0);
     compute.push_back(work_.seconds("ring.forward") + work_.seconds("ring.backward"));
@@ -107,7 +99,7 @@ class ModeCase {
     const kernels::AttnShape s{
         1, seq, opt_.heads, opt_.kv_heads, D, 1.0f / std::sqrt(float(D)), opt_.causal, 0, 0};
     SpotCheck check;
-    check_sharded_rows(check, ctx_, s, positions_, {0, int64_t(positions_.size()) - 1}, out_,
+    check_sharded_rows(check, ctx_, s, positions_, {0, int64_t(positions_.size()) - 1}, t_.out,
                        "ring.q", "ring.k", "ring.v");
     *worst = std::max(*worst, check.worst);
     *wrong += double(check.wrong);
@@ -152,7 +144,7 @@ class ModeCase {
   std::unique_ptr<Communicator> replay_;
   prof::Recorder work_{false};
   std::vector<int64_t> positions_;
-  Tensor q_, k_, v_, do_, out_, lse_, dq_, dk_, dv_;
+  AttentionTensors t_;
   Tensor send_buf_, recv_buf_;
 };
 

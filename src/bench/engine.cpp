@@ -187,6 +187,18 @@ Tensor device_rows_at(const kernels::Ctx& ctx, const std::vector<int64_t>& posit
   return kernels::from_host(ctx, x.data(), {int64_t(positions.size()), row_elems}, DType::f32);
 }
 
+AttentionTensors::AttentionTensors(const kernels::Ctx& ctx, const std::vector<int64_t>& positions,
+                                   int64_t H, int64_t Hkv, int64_t D) {
+  const int64_t T = int64_t(positions.size()), q_row = H * D, kv_row = Hkv * D;
+  q = device_rows_at(ctx, positions, q_row, "ring.q");
+  k = device_rows_at(ctx, positions, kv_row, "ring.k");
+  v = device_rows_at(ctx, positions, kv_row, "ring.v");
+  dout = device_rows_at(ctx, positions, q_row, "ring.do");
+  out = kernels::empty(ctx, {T, q_row}), lse = kernels::empty(ctx, {T, H});
+  dq = kernels::empty(ctx, {T, q_row}), dk = kernels::empty(ctx, {T, kv_row});
+  dv = kernels::empty(ctx, {T, kv_row});
+}
+
 void check_sharded_rows(SpotCheck& check, const kernels::Ctx& ctx, kernels::AttnShape s,
                         const std::vector<int64_t>& positions, const std::vector<int64_t>& rows,
                         const Tensor& out, const char* q_name, const char* k_name,

@@ -63,23 +63,14 @@ struct Heads {
 
 // One sequence's attention inputs and outputs at the given positions, on
 // ctx's device.
-struct AttentionData {
-  AttentionData(const kernels::Ctx& ctx, const std::vector<int64_t>& pos, const Heads& h) {
-    const int64_t T = int64_t(pos.size()), q_row = int64_t(h.H) * h.D,
-                  kv_row = int64_t(h.Hkv) * h.D;
-    q = device_rows_at(ctx, pos, q_row, "ring.q"), k = device_rows_at(ctx, pos, kv_row, "ring.k");
-    v = device_rows_at(ctx, pos, kv_row, "ring.v"),
-    dout = device_rows_at(ctx, pos, q_row, "ring.do");
-    out = kernels::empty(ctx, {T, q_row}), lse = kernels::empty(ctx, {T, int64_t(h.H)});
-    dq = kernels::empty(ctx, {T, q_row}), dk = kernels::empty(ctx, {T, kv_row});
-    dv = kernels::empty(ctx, {T, kv_row});
-  }
+struct AttentionData : AttentionTensors {
+  AttentionData(const kernels::Ctx& ctx, const std::vector<int64_t>& pos, const Heads& h)
+      : AttentionTensors(ctx, pos, h.H, h.Hkv, h.D) {}
   // Forward then backward through ring.
   void run(cp::RingAttention& ring, const Heads& h) {
     ring.forward(q, k, v, h.H, h.Hkv, h.D, out, lse);
     ring.backward(q, k, v, out, lse, dout, h.H, h.Hkv, h.D, dq, dk, dv);
   }
-  Tensor q, k, v, dout, out, lse, dq, dk, dv;
 };
 
 // The one-rank reference: forward+backward over the whole sequence with no

@@ -63,17 +63,11 @@ struct Measured {
 
 // The ring's inputs and outputs at this rank's positions, on ctx's device,
 // and the documents of those positions (on the device and the host).
-struct RingData {
+struct RingData : AttentionTensors {
   RingData(const kernels::Ctx& ctx, const std::vector<int64_t>& pos, const RingDocsOptions& o,
-           const std::vector<int32_t>& docs) {
-    const int64_t T = int64_t(pos.size()), q_row = int64_t(o.heads) * o.head_dim,
-                  kv_row = int64_t(o.kv_heads) * o.head_dim;
-    q = device_rows_at(ctx, pos, q_row, "ring.q"), k = device_rows_at(ctx, pos, kv_row, "ring.k");
-    v = device_rows_at(ctx, pos, kv_row, "ring.v"),
-    dout = device_rows_at(ctx, pos, q_row, "ring.do");
-    out = kernels::empty(ctx, {T, q_row}), lse = kernels::empty(ctx, {T, int64_t(o.heads)});
-    dq = kernels::empty(ctx, {T, q_row}), dk = kernels::empty(ctx, {T, kv_row});
-    dv = kernels::empty(ctx, {T, kv_row});
+           const std::vector<int32_t>& docs)
+      : AttentionTensors(ctx, pos, o.heads, o.kv_heads, o.head_dim) {
+    const int64_t T = int64_t(pos.size());
     for (int64_t p : pos)
       if (!docs.empty()) local_docs.push_back(docs[size_t(p)]);
     if (!docs.empty()) device_docs = kernels::from_host(ctx, local_docs.data(), {T}, DType::i32);
@@ -84,7 +78,7 @@ struct RingData {
     if (local_docs.empty()) return {};
     return {device_docs.data<int32_t>(), local_docs.data(), own.empty() ? nullptr : &own};
   }
-  Tensor q, k, v, dout, out, lse, dq, dk, dv, device_docs;
+  Tensor device_docs;
   std::vector<int32_t> local_docs;
 };
 

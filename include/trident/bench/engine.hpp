@@ -195,6 +195,17 @@ Tensor to_device(const kernels::Ctx& ctx, const std::vector<float>& v);
 Tensor device_rows_at(const kernels::Ctx& ctx, const std::vector<int64_t>& positions,
                       int64_t row_elems, const char* name);
 
+// A sharded attention's inputs and outputs at `positions`, on ctx's device:
+// q, k, v and dout drawn by rows_at ("ring.q", "ring.k", "ring.v",
+// "ring.do": the names check_sharded_rows reads back), out, lse, dq, dk, dv
+// allocated; H query heads, Hkv kv heads of D.
+struct AttentionTensors {
+  AttentionTensors() = default;
+  AttentionTensors(const kernels::Ctx& ctx, const std::vector<int64_t>& positions, int64_t H,
+                   int64_t Hkv, int64_t D);
+  Tensor q, k, v, dout, out, lse, dq, dk, dv;
+};
+
 // The output of an attention sharded over ranks, checked row by row against
 // the fp64 definition over the whole sequence: local rows `rows` (head 0) of
 // out [T_local, H, D] (on ctx's device), whose global positions are
