@@ -16,6 +16,18 @@
 #include "trident/kernels/tensor_ops.hpp"
 
 namespace trident::bench {
+
+kernels::AttnShape attention_row_shape(const AttentionBenchOptions& o, bool causal, int64_t D,
+                                       int64_t T) {
+  kernels::AttnShape s;
+  s.Tq = s.Tk = T;
+  s.H = s.Hkv = o.heads;
+  s.D = int(D);
+  s.scale = 1.0f / std::sqrt(float(D));
+  s.causal = causal;
+  return s;
+}
+
 namespace {
 
 // f32 normal values from the stream `name`, on ctx's device.
@@ -66,12 +78,7 @@ std::vector<BenchCell> measure_row(const AttentionBenchOptions& o, bool causal, 
                                    int64_t T, Verdict& verdict) {
   const kernels::DeviceContext host(Device::cpu());  // the kernels as training runs them
   const kernels::Ctx& ctx = host.ctx();
-  kernels::AttnShape s;
-  s.Tq = s.Tk = T;
-  s.H = s.Hkv = o.heads;
-  s.D = int(D);
-  s.scale = 1.0f / std::sqrt(float(D));
-  s.causal = causal;
+  const kernels::AttnShape s = attention_row_shape(o, causal, D, T);
   const std::vector<int64_t> shape = {T, o.heads, D};
   const Tensor q = normal(ctx, shape, "bench.attention.q"),
                k = normal(ctx, shape, "bench.attention.k");

@@ -82,16 +82,6 @@ AttnMeasured measure_dtype(const kernels::Ctx& ctx, const kernels::AttnShape& s,
   return m;
 }
 
-kernels::AttnShape shape_of(const AttentionBenchOptions& o, bool causal, int64_t D, int64_t T) {
-  kernels::AttnShape s;
-  s.Tq = s.Tk = T;
-  s.H = s.Hkv = o.heads;
-  s.D = int(D);
-  s.scale = 1.0f / std::sqrt(float(D));
-  s.causal = causal;
-  return s;
-}
-
 std::vector<std::string> dtype_notes(const AttentionBenchOptions& o) {
   return {"host: " + cpu_model_name() + "; BLAS: " + kernels::blas_kernels() +
               "; bf16 attention and GEMMs: " + kernels::cpu_bf16_kernels(),
@@ -149,7 +139,7 @@ int run_attention_dtype_bench(const AttentionBenchOptions& o) {
   for (bool causal : o.causal)
     for (int64_t D : o.head_dims)
       for (int64_t T : o.seqs) {
-        add_rows(t, host.ctx(), o, shape_of(o, causal, D, T), verdict);
+        add_rows(t, host.ctx(), o, attention_row_shape(o, causal, D, T), verdict);
         std::fprintf(stderr, "  done: %s seq %lld head_dim %lld\n", causal ? "causal" : "full",
                      static_cast<long long>(T), static_cast<long long>(D));
       }

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "trident/kernels/types/attention.hpp"
+
 namespace trident::bench {
 
 struct AttentionBenchOptions {
@@ -35,5 +37,9 @@ struct AttentionBenchOptions {
 int run_attention_bench(const AttentionBenchOptions& opt);
 // The same for opt.dtypes (src/bench/attention_dtype.cpp).
 int run_attention_dtype_bench(const AttentionBenchOptions& opt);
+// The shape of one row of either table: T queries and keys, opt.heads query
+// and kv heads of D, scale 1/sqrt(D), causal or full.
+kernels::AttnShape attention_row_shape(const AttentionBenchOptions& opt, bool causal, int64_t D,
+                                       int64_t T);
 
 }  // namespace trident::bench
