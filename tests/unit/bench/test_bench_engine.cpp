@@ -10,8 +10,8 @@
 
 #include "trident/bench/engine.hpp"
 #include "trident/core/error.hpp"
-#include "trident/kernels/attention.hpp"
 #include "trident/kernels/backend.hpp"
+#include "trident/kernels/functional.hpp"
 
 using namespace trident;
 
@@ -59,7 +59,12 @@ TEST_CASE("check_attention_row holds the CPU kernel to the fp64 definition") {
   const auto v = bench::rows_at(bench::all_positions(s.Tk), s.H * s.D, "t.v");
   std::vector<float> out(static_cast<size_t>(n)), lse(static_cast<size_t>(s.Tq * s.H));
   const kernels::DeviceContext host(Device::cpu());
-  kernels::attention_forward(host.ctx(), s, q.data(), k.data(), v.data(), out.data(), lse.data());
+  const auto on_host = [](auto& buf, std::vector<int64_t> shape) {
+    return Tensor::borrow(const_cast<float*>(buf.data()), std::move(shape), Device::cpu());
+  };
+  kernels::attention_forward(host.ctx(), s, on_host(q, {s.Tq, s.H, s.D}),
+                             on_host(k, {s.Tk, s.Hkv, s.D}), on_host(v, {s.Tk, s.Hkv, s.D}),
+                             on_host(out, {s.Tq, s.H, s.D}), on_host(lse, {s.Tq, s.H}));
   bench::SpotCheck c;
   for (int64_t i : {int64_t(0), int64_t(7), int64_t(15)})
     for (int h : {0, 1})
