@@ -35,6 +35,7 @@ namespace {
 using namespace attn16;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr double kLn2 = 0.693147180559945309;
 constexpr int kR = 12;                     // query rows of a strip (the register tile's)
 constexpr int64_t kChunk = 512;            // keys per step of the online softmax
 constexpr int64_t kLdS = kChunk + 16;      // row stride of the strip's scores (floats)
@@ -53,10 +54,10 @@ struct Forward {
   int64_t fa = 0, fb = 0;  // the keys every row of the strip sees
 };
 
-// S = scale Q·Kᵀ for the strip and the keys [c0, c1) (whole panels), -inf
-// outside each row's keys.
+// S = scale log2(e) Q·Kᵀ (log2 units) for the strip and the keys [c0, c1)
+// (whole panels), -inf outside each row's keys.
 TRIDENT_ATTN_TARGET void strip_scores(Forward& f, int64_t c0, int64_t c1) {
-  const __m512 sc = _mm512_set1_ps(f.s->scale), ninf = _mm512_set1_ps(kNegInf);
+  const __m512 sc = _mm512_set1_ps(f.s->scale * kLog2e), ninf = _mm512_set1_ps(kNegInf);
   for (int64_t j = c0; j < c1; j += kW) {
     const bool full = f.fa <= j && j + kW <= f.fb;  // no row masks a key of the panel
     __m512 acc[kR][2];
@@ -72,9 +73,9 @@ TRIDENT_ATTN_TARGET void strip_scores(Forward& f, int64_t c0, int64_t c1) {
   }
 }
 
-// Row r's step of the online softmax over n scores (a multiple of 32): its
-// new max, P = exp(s - m) rounded to bf16 into its P row, its sum rescaled
-// and added to, its accumulator rescaled.
+// Row r's step of the online softmax over n scores (a multiple of 32, log2
+// units): its new max, P = 2^(s - m) rounded to bf16 into its P row, its sum
+// rescaled and added to, its accumulator rescaled (not when the max stayed).
 TRIDENT_ATTN_TARGET void row_softmax(Forward& f, int r, int64_t n) {
   const float* srow = f.S + r * kLdS;
   uint32_t* prow = f.P + r * kLdP;
@@ -85,12 +86,12 @@ TRIDENT_ATTN_TARGET void row_softmax(Forward& f, int r, int64_t n) {
     std::fill(prow, prow + n / 2, 0u);
     return;
   }
-  const float alpha = f.m[r] == m_new ? 1.0f : std::exp(f.m[r] - m_new);  // exp(-inf) = 0
+  const float alpha = f.m[r] == m_new ? 1.0f : std::exp2(f.m[r] - m_new);  // 2^-inf = 0
   const __m512 mv = _mm512_set1_ps(m_new);
   __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
   for (int64_t j = 0; j < n; j += kW) {
-    const __m512 e0 = exp_nonpos(_mm512_sub_ps(_mm512_loadu_ps(srow + j), mv));
-    const __m512 e1 = exp_nonpos(_mm512_sub_ps(_mm512_loadu_ps(srow + j + 16), mv));
+    const __m512 e0 = exp2_fast(_mm512_sub_ps(_mm512_loadu_ps(srow + j), mv));
+    const __m512 e1 = exp2_fast(_mm512_sub_ps(_mm512_loadu_ps(srow + j + 16), mv));
     sum0 = _mm512_add_ps(sum0, e0);
     sum1 = _mm512_add_ps(sum1, e1);
     _mm512_storeu_si512(prow + j / 2, bf16_row(e0, e1));
@@ -115,8 +116,8 @@ TRIDENT_ATTN_TARGET void strip_pv(Forward& f, int64_t c0, int64_t c1) {
   }
 }
 
-// out = acc / l (f32, or rounded to bf16) and lse = m + log l for the
-// strip's rows; a fully masked row: zero output, lse -inf.
+// out = acc / l (f32, or rounded to bf16) and lse = m ln 2 + log l (m in
+// log2 units) for the strip's rows; a fully masked row: zero output, lse -inf.
 void finish_strip(Forward& f, F32OrBf16 out, float* lse, int h, int64_t i0, int rows) {
   const int64_t D = f.s->D;
   for (int r = 0; r < rows; ++r) {
@@ -128,7 +129,8 @@ void finish_strip(Forward& f, F32OrBf16 out, float* lse, int h, int64_t i0, int 
       std::copy_n(arow, D, static_cast<float*>(out.p) + o);
     else
       round_bf16(arow, D, static_cast<uint16_t*>(out.p) + o);
-    lse[(i0 + r) * f.s->H + h] = f.l[r] > 0.0f ? f.m[r] + std::log(f.l[r]) : kNegInf;
+    lse[(i0 + r) * f.s->H + h] =
+        f.l[r] > 0.0f ? float(double(f.m[r]) * kLn2 + std::log(double(f.l[r]))) : kNegInf;
   }
 }
 
