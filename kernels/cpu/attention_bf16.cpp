@@ -97,7 +97,7 @@ TRIDENT_ATTN_TARGET void row_softmax(Forward& f, int r, int64_t n) {
     _mm512_storeu_si512(prow + j / 2, bf16_row(e0, e1));
   }
   f.l[r] = f.l[r] * alpha + _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1));
-  if (alpha != 1.0f) {
+  if (alpha != 1.0f && f.m[r] != kNegInf) {  // the first step: the accumulator is zero
     float* arow = f.acc + r * f.Dn * kW;
     const __m512 av = _mm512_set1_ps(alpha);
     for (int64_t d = 0; d < f.Dn * kW; d += 16)

@@ -83,16 +83,20 @@ TRIDENT_ATTN_TARGET float dot_bf16(const uint16_t* x, const uint16_t* y, int64_t
 }
 
 // Row r's P and dS for one S/dP tile row (dP from -delta, so dP - delta):
-// 2^(scale log2(e) S - lse log2(e)) where the key is visible (mask), else
-// 0, and P (dP - delta).
+// 2^(scale log2(e) S - lse log2(e)) where the key is visible (the mask, when
+// not every key of the panel is), else 0, and P (dP - delta).
 TRIDENT_ATTN_INLINE void probs_grads(const Backward& b, int64_t row, int64_t col0, bool full,
                                      __m512 (&s)[2], __m512 (&dp)[2]) {
-  const uint32_t mk = full ? ~0u : col_mask(b.a[row], b.b[row], col0);
   const __m512 sc = _mm512_set1_ps(b.s->scale * kLog2e), l = _mm512_set1_ps(b.lse2[row]);
-  for (int v = 0; v < 2; ++v) {
-    s[v] = _mm512_maskz_mov_ps(__mmask16(mk >> (16 * v)), exp2_fast(_mm512_fmsub_ps(s[v], sc, l)));
-    dp[v] = _mm512_mul_ps(s[v], dp[v]);
+  s[0] = exp2_fast(_mm512_fmsub_ps(s[0], sc, l));
+  s[1] = exp2_fast(_mm512_fmsub_ps(s[1], sc, l));
+  if (!full) {
+    const uint32_t mk = col_mask(b.a[row], b.b[row], col0);
+    s[0] = _mm512_maskz_mov_ps(__mmask16(mk), s[0]);
+    s[1] = _mm512_maskz_mov_ps(__mmask16(mk >> 16), s[1]);
   }
+  dp[0] = _mm512_mul_ps(s[0], dp[0]);
+  dp[1] = _mm512_mul_ps(s[1], dp[1]);
 }
 
 // The register tile of strip st (rows st kRb ...) and the tile's key panel
