@@ -169,7 +169,8 @@ void forward_strip(Forward& f, const uint16_t* q, F32OrBf16 out, float* lse, int
 void attention_forward_bf16(const Ctx& ctx, const AttnShape& s, const uint16_t* q,
                             const uint16_t* k, const uint16_t* v, F32OrBf16 out, float* lse) {
   check_attn_shape(s);
-  TRIDENT_CHECK(bf16_units().avx512_bf16, "attention_forward_bf16: this CPU has no AVX512-BF16");
+  TRIDENT_CHECK(bf16_units().avx512_bf16 && __builtin_cpu_supports("avx512dq"),
+                "attention_forward_bf16: this CPU has no AVX512-BF16 (with AVX512-DQ)");
   Forward f;
   f.s = &s;
   f.ldq = int64_t(s.H) * s.D, f.ldkv = int64_t(s.Hkv) * s.D;

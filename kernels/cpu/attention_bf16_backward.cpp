@@ -254,7 +254,8 @@ void take_buffers(Backward& b, Scratch& scratch, int64_t kt_words, int64_t kp_wo
 
 void attention_backward_bf16(const Ctx& ctx, const AttnShape& s, const AttnBf16Grad& g) {
   check_attn_shape(s);
-  TRIDENT_CHECK(bf16_units().avx512_bf16, "attention_backward_bf16: this CPU has no AVX512-BF16");
+  TRIDENT_CHECK(bf16_units().avx512_bf16 && __builtin_cpu_supports("avx512dq"),
+                "attention_backward_bf16: this CPU has no AVX512-BF16 (with AVX512-DQ)");
   Backward b;
   b.s = &s;
   b.q = g.q, b.out = g.out, b.dout = g.dout, b.lse_all = g.lse;

@@ -401,8 +401,8 @@ std::vector<Tensor> attn_grads(const kernels::AttnShape& s, const std::vector<Te
 
 #ifdef TRIDENT_ATTN_BF16
 // The native attention's exponential (attn16::exp2_fast, P = 2^(s - m) in
-// log2 units) against the fp64 2^x: within 2e-7 relative (its polynomial
-// 1.5e-7, then fp32) on a fine grid of [-126, 1] and at both sides of every
+// log2 units) against the fp64 2^x: within 3e-6 relative (its polynomial
+// 2.6e-6, then fp32; bf16's P is 2^-9) on a fine grid of [-126, 1] and at both sides of every
 // integer (where its reduction switches), tails of vectors included; 0
 // (never a denormal) below -126, for very negative inputs and for the -inf
 // of a masked score; NaN kept.
@@ -428,7 +428,7 @@ TEST_CASE("the native attention's exp2 over its whole input range", "[cpu_bf16]"
     not_normal += std::fpclassify(y[i]) != FP_NORMAL;
   }
   CAPTURE(worst, not_normal);
-  REQUIRE(worst <= 2e-7);
+  REQUIRE(worst <= 3e-6);
   REQUIRE(not_normal == 0);
   for (size_t i = live; i + 1 < x.size(); ++i) {
     INFO("x " << x[i]);
