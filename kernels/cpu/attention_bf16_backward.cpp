@@ -35,6 +35,7 @@ using namespace attn16;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr double kLog2e_d = 1.44269504088896341;  // lse to log2 units
+
 constexpr int kRb = 6;                     // query rows of the S/dP register tile
 constexpr int64_t kBq = 192;               // query rows per block
 constexpr int64_t kBk = 256;               // keys per tile
@@ -54,7 +55,8 @@ struct Backward {
   uint32_t *kt = nullptr, *vt = nullptr, *kp = nullptr;                   // Kᵀ, Vᵀ, K
   uint32_t *qs = nullptr, *dos = nullptr, *qp = nullptr, *dop = nullptr;  // Q, dO
   uint32_t *pt = nullptr, *dst = nullptr, *dsr = nullptr;                 // Pᵀ, dSᵀ, dS
-  float lse[kBq] = {}, lse2[kBq] = {}, delta[kBq] = {};  // lse2: lse log2(e)
+  // the block's rows: lse, lse log2(e) (P's exponent), delta = rowsum(dO O)
+  float lse[kBq] = {}, lse2[kBq] = {}, delta[kBq] = {};
   int64_t a[kBq] = {}, b[kBq] = {};
   int64_t pl[kStrips] = {}, ph[kStrips] = {};
   int64_t fa[kStrips] = {}, fb[kStrips] = {};  // the keys every row of a strip sees

@@ -24,8 +24,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #define TRIDENT_ATTN_BF16 1
 #include <immintrin.h>
-#define TRIDENT_ATTN_TARGET \
-  __attribute__((target("avx512f,avx512bw,avx512dq,avx512bf16,fma")))
+#define TRIDENT_ATTN_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512bf16,fma")))
 #define TRIDENT_ATTN_INLINE TRIDENT_ATTN_TARGET inline __attribute__((always_inline))
 
 // GCC 12's AVX-512 intrinsics (broadcasts, conversions) start from an
