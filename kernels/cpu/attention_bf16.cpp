@@ -8,11 +8,11 @@
 // (attention_bf16_tile.hpp), GQA's query heads reading their kv head's
 // packs. The queries go in strips of kR rows, the register tile's height:
 // per chunk of up to kChunk keys, the strip's scores (kR x 32 tiles, masked
-// to -inf outside each row's keys as they are stored), then per row its max,
-// exponentials, sum and P in bf16, then P·V: 37 KiB of scores and P, read
-// back from the first- and second-level caches (256 keys per chunk measured
-// 3-6% slower at head_dim 32 on Zen 4). The backward is
-// attention_bf16_backward.cpp.
+// to -inf outside each row's keys as they are stored, each row's max taken
+// on the way), then per row its exponentials, sum and P in bf16, then
+// P·V: 37 KiB of scores and P, read back from the first- and second-level
+// caches (256 keys per chunk measured 3-6% slower at head_dim 32 on Zen 4).
+// The backward is attention_bf16_backward.cpp.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -51,13 +51,17 @@ struct Forward {
   float *S = nullptr, *acc = nullptr;
   float m[kR] = {}, l[kR] = {};
   int64_t a[kR] = {}, b[kR] = {};
-  int64_t fa = 0, fb = 0;  // the keys every row of the strip sees
+  int64_t fa = 0, fb = 0;             // the keys every row of the strip sees
+  alignas(64) float mx[kR][16] = {};  // per row, lane-wise max of the chunk's scores
 };
 
 // S = scale log2(e) Q·Kᵀ (log2 units) for the strip and the keys [c0, c1)
-// (whole panels), -inf outside each row's keys.
+// (whole panels), -inf outside each row's keys, and each row's lane-wise
+// max of them (mx) as they are stored.
 TRIDENT_ATTN_TARGET void strip_scores(Forward& f, int64_t c0, int64_t c1) {
   const __m512 sc = _mm512_set1_ps(f.s->scale * kLog2e), ninf = _mm512_set1_ps(kNegInf);
+  float* const S = f.S;
+  for (int r = 0; r < kR; ++r) _mm512_store_ps(f.mx[r], ninf);
   for (int64_t j = c0; j < c1; j += kW) {
     const bool full = f.fa <= j && j + kW <= f.fb;  // no row masks a key of the panel
     __m512 acc[kR][2];
@@ -66,9 +70,12 @@ TRIDENT_ATTN_TARGET void strip_scores(Forward& f, int64_t c0, int64_t c1) {
 #pragma GCC unroll 12
     for (int r = 0; r < kR; ++r) {  // unrolled: the accumulators stay in registers
       const uint32_t mk = full ? ~0u : col_mask(f.a[r], f.b[r], j);
-      float* srow = f.S + r * kLdS + (j - c0);
-      _mm512_storeu_ps(srow, _mm512_mask_mul_ps(ninf, __mmask16(mk), acc[r][0], sc));
-      _mm512_storeu_ps(srow + 16, _mm512_mask_mul_ps(ninf, __mmask16(mk >> 16), acc[r][1], sc));
+      float* srow = S + r * kLdS + (j - c0);
+      const __m512 s0 = _mm512_mask_mul_ps(ninf, __mmask16(mk), acc[r][0], sc);
+      const __m512 s1 = _mm512_mask_mul_ps(ninf, __mmask16(mk >> 16), acc[r][1], sc);
+      _mm512_storeu_ps(srow, s0);
+      _mm512_storeu_ps(srow + 16, s1);
+      _mm512_store_ps(f.mx[r], _mm512_max_ps(_mm512_load_ps(f.mx[r]), _mm512_max_ps(s0, s1)));
     }
   }
 }
@@ -79,9 +86,7 @@ TRIDENT_ATTN_TARGET void strip_scores(Forward& f, int64_t c0, int64_t c1) {
 TRIDENT_ATTN_TARGET void row_softmax(Forward& f, int r, int64_t n) {
   const float* srow = f.S + r * kLdS;
   uint32_t* prow = f.P + r * kLdP;
-  __m512 mx = _mm512_set1_ps(kNegInf);
-  for (int64_t j = 0; j < n; j += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(srow + j));
-  const float m_new = std::max(f.m[r], _mm512_reduce_max_ps(mx));
+  const float m_new = std::max(f.m[r], _mm512_reduce_max_ps(_mm512_load_ps(f.mx[r])));
   if (m_new == kNegInf) {  // nothing visible yet: the row stays empty
     std::fill(prow, prow + n / 2, 0u);
     return;
