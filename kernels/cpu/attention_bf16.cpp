@@ -8,11 +8,11 @@
 // (attention_bf16_tile.hpp), GQA's query heads reading their kv head's
 // packs. The queries go in strips of kR rows, the register tile's height:
 // per chunk of up to kChunk keys, the strip's scores (kR x 32 tiles, masked
-// to -inf outside each row's keys as they are stored), then per row its max,
-// exponentials, sum and P in bf16, then P·V: 37 KiB of scores and P, read
-// back from the first- and second-level caches (256 keys per chunk measured
-// 3-6% slower at head_dim 32 on Zen 4). The backward is
-// attention_bf16_backward.cpp.
+// to -inf outside each row's keys as they are stored, each row's max taken
+// on the way), then per row its exponentials, sum and P in bf16, then
+// P·V: 37 KiB of scores and P, read back from the first- and second-level
+// caches (256 keys per chunk measured 3-6% slower at head_dim 32 on Zen 4).
+// The backward is attention_bf16_backward.cpp.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -35,6 +35,7 @@ namespace {
 using namespace attn16;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr double kLn2 = 0.693147180559945309;
 constexpr int kR = 12;                     // query rows of a strip (the register tile's)
 constexpr int64_t kChunk = 512;            // keys per step of the online softmax
 constexpr int64_t kLdS = kChunk + 16;      // row stride of the strip's scores (floats)
@@ -50,13 +51,17 @@ struct Forward {
   float *S = nullptr, *acc = nullptr;
   float m[kR] = {}, l[kR] = {};
   int64_t a[kR] = {}, b[kR] = {};
-  int64_t fa = 0, fb = 0;  // the keys every row of the strip sees
+  int64_t fa = 0, fb = 0;             // the keys every row of the strip sees
+  alignas(64) float mx[kR][16] = {};  // per row, lane-wise max of the chunk's scores
 };
 
-// S = scale Q·Kᵀ for the strip and the keys [c0, c1) (whole panels), -inf
-// outside each row's keys.
+// S = scale log2(e) Q·Kᵀ (log2 units) for the strip and the keys [c0, c1)
+// (whole panels), -inf outside each row's keys, and each row's lane-wise
+// max of them (mx) as they are stored.
 TRIDENT_ATTN_TARGET void strip_scores(Forward& f, int64_t c0, int64_t c1) {
-  const __m512 sc = _mm512_set1_ps(f.s->scale), ninf = _mm512_set1_ps(kNegInf);
+  const __m512 sc = _mm512_set1_ps(f.s->scale * kLog2e), ninf = _mm512_set1_ps(kNegInf);
+  float* const S = f.S;
+  for (int r = 0; r < kR; ++r) _mm512_store_ps(f.mx[r], ninf);
   for (int64_t j = c0; j < c1; j += kW) {
     const bool full = f.fa <= j && j + kW <= f.fb;  // no row masks a key of the panel
     __m512 acc[kR][2];
@@ -65,38 +70,39 @@ TRIDENT_ATTN_TARGET void strip_scores(Forward& f, int64_t c0, int64_t c1) {
 #pragma GCC unroll 12
     for (int r = 0; r < kR; ++r) {  // unrolled: the accumulators stay in registers
       const uint32_t mk = full ? ~0u : col_mask(f.a[r], f.b[r], j);
-      float* srow = f.S + r * kLdS + (j - c0);
-      _mm512_storeu_ps(srow, _mm512_mask_mul_ps(ninf, __mmask16(mk), acc[r][0], sc));
-      _mm512_storeu_ps(srow + 16, _mm512_mask_mul_ps(ninf, __mmask16(mk >> 16), acc[r][1], sc));
+      float* srow = S + r * kLdS + (j - c0);
+      const __m512 s0 = _mm512_mask_mul_ps(ninf, __mmask16(mk), acc[r][0], sc);
+      const __m512 s1 = _mm512_mask_mul_ps(ninf, __mmask16(mk >> 16), acc[r][1], sc);
+      _mm512_storeu_ps(srow, s0);
+      _mm512_storeu_ps(srow + 16, s1);
+      _mm512_store_ps(f.mx[r], _mm512_max_ps(_mm512_load_ps(f.mx[r]), _mm512_max_ps(s0, s1)));
     }
   }
 }
 
-// Row r's step of the online softmax over n scores (a multiple of 32): its
-// new max, P = exp(s - m) rounded to bf16 into its P row, its sum rescaled
-// and added to, its accumulator rescaled.
+// Row r's step of the online softmax over n scores (a multiple of 32, log2
+// units): its new max, P = 2^(s - m) rounded to bf16 into its P row, its sum
+// rescaled and added to, its accumulator rescaled (not when the max stayed).
 TRIDENT_ATTN_TARGET void row_softmax(Forward& f, int r, int64_t n) {
   const float* srow = f.S + r * kLdS;
   uint32_t* prow = f.P + r * kLdP;
-  __m512 mx = _mm512_set1_ps(kNegInf);
-  for (int64_t j = 0; j < n; j += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(srow + j));
-  const float m_new = std::max(f.m[r], _mm512_reduce_max_ps(mx));
+  const float m_new = std::max(f.m[r], _mm512_reduce_max_ps(_mm512_load_ps(f.mx[r])));
   if (m_new == kNegInf) {  // nothing visible yet: the row stays empty
     std::fill(prow, prow + n / 2, 0u);
     return;
   }
-  const float alpha = f.m[r] == m_new ? 1.0f : std::exp(f.m[r] - m_new);  // exp(-inf) = 0
+  const float alpha = f.m[r] == m_new ? 1.0f : std::exp2(f.m[r] - m_new);  // 2^-inf = 0
   const __m512 mv = _mm512_set1_ps(m_new);
   __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
   for (int64_t j = 0; j < n; j += kW) {
-    const __m512 e0 = exp_nonpos(_mm512_sub_ps(_mm512_loadu_ps(srow + j), mv));
-    const __m512 e1 = exp_nonpos(_mm512_sub_ps(_mm512_loadu_ps(srow + j + 16), mv));
+    const __m512 e0 = exp2_fast(_mm512_sub_ps(_mm512_loadu_ps(srow + j), mv));
+    const __m512 e1 = exp2_fast(_mm512_sub_ps(_mm512_loadu_ps(srow + j + 16), mv));
     sum0 = _mm512_add_ps(sum0, e0);
     sum1 = _mm512_add_ps(sum1, e1);
     _mm512_storeu_si512(prow + j / 2, bf16_row(e0, e1));
   }
   f.l[r] = f.l[r] * alpha + _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1));
-  if (alpha != 1.0f) {
+  if (alpha != 1.0f && f.m[r] != kNegInf) {  // the first step: the accumulator is zero
     float* arow = f.acc + r * f.Dn * kW;
     const __m512 av = _mm512_set1_ps(alpha);
     for (int64_t d = 0; d < f.Dn * kW; d += 16)
@@ -115,8 +121,8 @@ TRIDENT_ATTN_TARGET void strip_pv(Forward& f, int64_t c0, int64_t c1) {
   }
 }
 
-// out = acc / l (f32, or rounded to bf16) and lse = m + log l for the
-// strip's rows; a fully masked row: zero output, lse -inf.
+// out = acc / l (f32, or rounded to bf16) and lse = m ln 2 + log l (m in
+// log2 units) for the strip's rows; a fully masked row: zero output, lse -inf.
 void finish_strip(Forward& f, F32OrBf16 out, float* lse, int h, int64_t i0, int rows) {
   const int64_t D = f.s->D;
   for (int r = 0; r < rows; ++r) {
@@ -128,7 +134,8 @@ void finish_strip(Forward& f, F32OrBf16 out, float* lse, int h, int64_t i0, int 
       std::copy_n(arow, D, static_cast<float*>(out.p) + o);
     else
       round_bf16(arow, D, static_cast<uint16_t*>(out.p) + o);
-    lse[(i0 + r) * f.s->H + h] = f.l[r] > 0.0f ? f.m[r] + std::log(f.l[r]) : kNegInf;
+    lse[(i0 + r) * f.s->H + h] =
+        f.l[r] > 0.0f ? float(double(f.m[r]) * kLn2 + std::log(double(f.l[r]))) : kNegInf;
   }
 }
 
@@ -167,7 +174,8 @@ void forward_strip(Forward& f, const uint16_t* q, F32OrBf16 out, float* lse, int
 void attention_forward_bf16(const Ctx& ctx, const AttnShape& s, const uint16_t* q,
                             const uint16_t* k, const uint16_t* v, F32OrBf16 out, float* lse) {
   check_attn_shape(s);
-  TRIDENT_CHECK(bf16_units().avx512_bf16, "attention_forward_bf16: this CPU has no AVX512-BF16");
+  TRIDENT_CHECK(bf16_units().avx512_bf16 && __builtin_cpu_supports("avx512dq"),
+                "attention_forward_bf16: this CPU has no AVX512-BF16 (with AVX512-DQ)");
   Forward f;
   f.s = &s;
   f.ldq = int64_t(s.H) * s.D, f.ldkv = int64_t(s.Hkv) * s.D;

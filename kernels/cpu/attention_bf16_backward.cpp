@@ -34,6 +34,8 @@ namespace {
 using namespace attn16;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr double kLog2e_d = 1.44269504088896341;  // lse to log2 units
+
 constexpr int kRb = 6;                     // query rows of the S/dP register tile
 constexpr int64_t kBq = 192;               // query rows per block
 constexpr int64_t kBk = 256;               // keys per tile
@@ -53,7 +55,8 @@ struct Backward {
   uint32_t *kt = nullptr, *vt = nullptr, *kp = nullptr;                   // Kᵀ, Vᵀ, K
   uint32_t *qs = nullptr, *dos = nullptr, *qp = nullptr, *dop = nullptr;  // Q, dO
   uint32_t *pt = nullptr, *dst = nullptr, *dsr = nullptr;                 // Pᵀ, dSᵀ, dS
-  float lse[kBq] = {}, delta[kBq] = {};
+  // the block's rows: lse, lse log2(e) (P's exponent), delta = rowsum(dO O)
+  float lse[kBq] = {}, lse2[kBq] = {}, delta[kBq] = {};
   int64_t a[kBq] = {}, b[kBq] = {};
   int64_t pl[kStrips] = {}, ph[kStrips] = {};
   int64_t fa[kStrips] = {}, fb[kStrips] = {};  // the keys every row of a strip sees
@@ -81,17 +84,21 @@ TRIDENT_ATTN_TARGET float dot_bf16(const uint16_t* x, const uint16_t* y, int64_t
   return sum;
 }
 
-// Row r's P and dS for one S/dP tile row: exp(scale S - lse) where the key
-// is visible (mask), else 0, and P (dP - delta).
+// Row r's P and dS for one S/dP tile row (dP from -delta, so dP - delta):
+// 2^(scale log2(e) S - lse log2(e)) where the key is visible (the mask, when
+// not every key of the panel is), else 0, and P (dP - delta).
 TRIDENT_ATTN_INLINE void probs_grads(const Backward& b, int64_t row, int64_t col0, bool full,
                                      __m512 (&s)[2], __m512 (&dp)[2]) {
-  const uint32_t mk = full ? ~0u : col_mask(b.a[row], b.b[row], col0);
-  const __m512 sc = _mm512_set1_ps(b.s->scale), l = _mm512_set1_ps(b.lse[row]);
-  const __m512 dl = _mm512_set1_ps(b.delta[row]);
-  for (int v = 0; v < 2; ++v) {
-    s[v] = _mm512_maskz_mov_ps(__mmask16(mk >> (16 * v)), exp_nonpos(_mm512_fmsub_ps(s[v], sc, l)));
-    dp[v] = _mm512_mul_ps(s[v], _mm512_sub_ps(dp[v], dl));
+  const __m512 sc = _mm512_set1_ps(b.s->scale * kLog2e), l = _mm512_set1_ps(b.lse2[row]);
+  s[0] = exp2_fast(_mm512_fmsub_ps(s[0], sc, l));
+  s[1] = exp2_fast(_mm512_fmsub_ps(s[1], sc, l));
+  if (!full) {
+    const uint32_t mk = col_mask(b.a[row], b.b[row], col0);
+    s[0] = _mm512_maskz_mov_ps(__mmask16(mk), s[0]);
+    s[1] = _mm512_maskz_mov_ps(__mmask16(mk >> 16), s[1]);
   }
+  dp[0] = _mm512_mul_ps(s[0], dp[0]);
+  dp[1] = _mm512_mul_ps(s[1], dp[1]);
 }
 
 // The register tile of strip st (rows st kRb ...) and the tile's key panel
@@ -102,7 +109,8 @@ TRIDENT_ATTN_TARGET void strip_panel(Backward& b, int st, int64_t jt, int64_t p)
   const bool full = b.fa[st] <= J * kW && (J + 1) * kW <= b.fb[st];  // no row masks a key
   __m512 s[kRb][2], dp[kRb][2];
   zero_tile(s);
-  zero_tile(dp);
+#pragma GCC unroll 6
+  for (int r = 0; r < kRb; ++r) dp[r][0] = dp[r][1] = _mm512_set1_ps(-b.delta[st * kRb + r]);
   dot_tile<kRb, 1>(b.qs + st * b.Dp * kRb, kRb, b.kt + J * b.kt_panel, b.Dp, s);
   dot_tile<kRb, 1>(b.dos + st * b.Dp * kRb, kRb, b.vt + J * b.kt_panel, b.Dp, dp);
 #pragma GCC unroll 6
@@ -222,6 +230,7 @@ void backward_block(Backward& b, int h, int64_t i0, int rows) {
     if (r >= rows) continue;
     const int64_t o = off + r * b.ldq;
     b.lse[r] = b.lse_all[(i0 + r) * s.H + h];
+    b.lse2[r] = float(double(b.lse[r]) * kLog2e_d);
     b.delta[r] = dot_bf16(b.out + o, b.dout + o, s.D);
     if (b.lse[r] != kNegInf) attn_row_keys(s, i0 + r, 0, s.Tk, &b.a[r], &b.b[r]);
     if (b.b[r] > b.a[r]) lo = std::min(lo, b.a[r]), hi = std::max(hi, b.b[r]);
@@ -247,7 +256,8 @@ void take_buffers(Backward& b, Scratch& scratch, int64_t kt_words, int64_t kp_wo
 
 void attention_backward_bf16(const Ctx& ctx, const AttnShape& s, const AttnBf16Grad& g) {
   check_attn_shape(s);
-  TRIDENT_CHECK(bf16_units().avx512_bf16, "attention_backward_bf16: this CPU has no AVX512-BF16");
+  TRIDENT_CHECK(bf16_units().avx512_bf16 && __builtin_cpu_supports("avx512dq"),
+                "attention_backward_bf16: this CPU has no AVX512-BF16 (with AVX512-DQ)");
   Backward b;
   b.s = &s;
   b.q = g.q, b.out = g.out, b.dout = g.dout, b.lse_all = g.lse;

@@ -13,7 +13,9 @@
 //   dO rows (pack_strips: RS = 1, ps = R), P or dS by rows (RS the row
 //   stride, ps = 1), Pᵀ or dSᵀ in key panels (RS = 1, ps = 32).
 // Host only, x86-64 with GCC or Clang (TRIDENT_ATTN_BF16); callers check
-// bf16_units().avx512_bf16 before running any of it.
+// bf16_units().avx512_bf16 and AVX512-DQ (every AVX512-BF16 CPU so far has
+// it: Cooper Lake, Sapphire Rapids and later, Zen 4 and 5) before running
+// any of it.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -22,7 +24,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #define TRIDENT_ATTN_BF16 1
 #include <immintrin.h>
-#define TRIDENT_ATTN_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16,fma")))
+#define TRIDENT_ATTN_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512bf16,fma")))
 #define TRIDENT_ATTN_INLINE TRIDENT_ATTN_TARGET inline __attribute__((always_inline))
 
 // GCC 12's AVX-512 intrinsics (broadcasts, conversions) start from an
@@ -161,26 +163,35 @@ TRIDENT_ATTN_INLINE void add_tile(const __m512 (&acc)[R][2], float* c, int64_t l
   }
 }
 
-// exp(x) for x <= 0 (a little above 0 is fine too) in fp32: x = n ln2 + r
-// with |r| <= ln2 / 2, e^r by its degree-6 Taylor polynomial (truncation
-// below 1.3e-7 relative), times 2^n by vscalefps; 0 below -87 and for -inf,
-// NaN kept.
-TRIDENT_ATTN_INLINE __m512 exp_nonpos(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-87.0f);
-  const __mmask16 live = __mmask16(~_mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ));
-  const __m512 xc = _mm512_max_ps(lo, x);  // NaN: the second operand, x
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  // ln2 as 0.693359375 (exact in fp32) - 2.12194440e-4
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.0f / 720.0f), r, _mm512_set1_ps(1.0f / 120.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_maskz_scalef_ps(live, p, n);
+// log2(e): the kernels keep the scores in log2 units (the scale times
+// log2(e) folded into the product's scaling), so that each exponential is a
+// power of two.
+constexpr float kLog2e = 1.44269504088896341f;
+
+// 2^x in fp32, for the softmax's x <= 0 (any x works): x = n + f with n =
+// floor(x) and f = x - floor(x) in [0, 1) (vreduceps), 2^f by its degree-4
+// minimax polynomial (relative error below 2.7e-6 in fp32, against the 2^-9
+// of the bf16 P it feeds), times 2^n by vscalefps (which takes floor(x)
+// itself). 0 below -126 (no denormals) and for -inf (a masked score); NaN
+// kept. Seven instructions against the thirteen of exp with a
+// two-constant ln2 reduction and a degree-6 Taylor polynomial.
+TRIDENT_ATTN_INLINE __m512 exp2_fast(__m512 x) {
+  const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);
+  const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.353416778e-02f), f, _mm512_set1_ps(5.201146007e-02f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.414427549e-01f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.930038333e-01f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.000002623e+00f));
+  return _mm512_maskz_scalef_ps(live, p, x);
+}
+
+// y[i] = exp2_fast(x[i]) for i < n: the kernels' exponential, callable
+// from code built without AVX-512 (the tests).
+TRIDENT_ATTN_TARGET inline void exp2_fast_rows(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(y + i, m, exp2_fast(_mm512_maskz_loadu_ps(m, x + i)));
+  }
 }
 
 // 32 values (x, then y) rounded to bf16 (nearest even), in order: the bf16

@@ -14,9 +14,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <limits>
 #include <memory>
 #include <vector>
 
+#include "attention_bf16_tile.hpp"
 #include "kernel_ctx.hpp"
 #include "random.hpp"
 #include "trident/core/error.hpp"
@@ -396,6 +398,45 @@ std::vector<Tensor> attn_grads(const kernels::AttnShape& s, const std::vector<Te
 }
 
 }  // namespace
+
+#ifdef TRIDENT_ATTN_BF16
+// The native attention's exponential (attn16::exp2_fast, P = 2^(s - m) in
+// log2 units) against the fp64 2^x: within 3e-6 relative (its polynomial
+// 2.6e-6, then fp32; bf16's P is 2^-9) on a fine grid of [-126, 1] and at both sides of every
+// integer (where its reduction switches), tails of vectors included; 0
+// (never a denormal) below -126, for very negative inputs and for the -inf
+// of a masked score; NaN kept.
+TEST_CASE("the native attention's exp2 over its whole input range", "[cpu_bf16]") {
+  need_bf16_units();
+  std::vector<float> x;
+  for (int i = 0; i <= 127 * 4096; ++i) x.push_back(-126.0f + float(i) / 4096.0f);
+  for (int n = -126; n <= 1; ++n)
+    for (const float d : {-1e-6f, -1e-7f, 0.0f, 1e-7f, 1e-6f}) x.push_back(float(n) + d);
+  x.push_back(0.0f), x.push_back(-0.0f), x.push_back(1e-30f), x.push_back(-1e-30f);
+  const size_t live = x.size();
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  for (const float v : {-126.001f, -127.0f, -149.5f, -200.0f, -1e6f, -1e30f, -3.4e38f, -kInf})
+    x.push_back(v);
+  x.push_back(std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> y(x.size(), 7.0f);
+  cpu::attn16::exp2_fast_rows(x.data(), y.data(), int64_t(x.size()));
+  double worst = 0;
+  size_t not_normal = 0;
+  for (size_t i = 0; i < live; ++i) {
+    const double ref = std::exp2(double(x[i]));
+    worst = std::max(worst, std::fabs(double(y[i]) - ref) / ref);
+    not_normal += std::fpclassify(y[i]) != FP_NORMAL;
+  }
+  CAPTURE(worst, not_normal);
+  REQUIRE(worst <= 3e-6);
+  REQUIRE(not_normal == 0);
+  for (size_t i = live; i + 1 < x.size(); ++i) {
+    INFO("x " << x[i]);
+    REQUIRE(y[i] == 0.0f);
+  }
+  REQUIRE(std::isnan(y.back()));
+}
+#endif
 
 // Native attention against the fp32 kernel on the same bf16-rounded inputs:
 // the products of two bf16 values are exact in fp32, so S differs only in
