@@ -11,6 +11,18 @@
 namespace trident::kernels::cpu {
 namespace {
 
+// y[0:d] += w * x[0:d] and y[0:d] = w * x[0:d], one multiply and one add an
+// element in every variant (vector_math.hpp: no FMA), so the bits of the
+// scalar loops; x and y do not overlap.
+TRIDENT_CPU_CLONES void add_scaled(float w, const float* x, int64_t d, float* y) {
+  TRIDENT_SIMD
+  for (int64_t c = 0; c < d; ++c) y[c] += w * x[c];
+}
+TRIDENT_CPU_CLONES void scaled(float w, const float* x, int64_t d, float* y) {
+  TRIDENT_SIMD
+  for (int64_t c = 0; c < d; ++c) y[c] = w * x[c];
+}
+
 // y[t] = sum over kept slots j of w[t*k + j] * rows[row[t*k + j]] (w
 // nullptr: 1), slots in order; the combine and the permute's backward.
 void weighted_sum(const RowSource& rows, int64_t d, const int64_t* row, const float* weight,
@@ -22,8 +34,7 @@ void weighted_sum(const RowSource& rows, int64_t d, const int64_t* row, const fl
       const int64_t r = row[t * k + j];
       if (r < 0) continue;
       const float wj = weight ? weight[t * k + j] : 1.0f;
-      const float* src = rows.row(r, d);
-      for (int64_t c = 0; c < d; ++c) yt[c] += wj * src[c];
+      add_scaled(wj, rows.row(r, d), d, yt);
     }
   }
 }
@@ -52,9 +63,7 @@ void combine_rows_backward(const Ctx&, const RowSource& rows, const float* dy, i
         dweight[i] = 0.0f;
         continue;
       }
-      float* dst = drows + r * d;
-      const float wi = weight[i];
-      for (int64_t c = 0; c < d; ++c) dst[c] = wi * dyt[c];
+      scaled(weight[i], dyt, d, drows + r * d);
       dweight[i] = static_cast<float>(dot_d(dyt, rows.row(r, d), d));
     }
   }

@@ -18,8 +18,9 @@ struct MoEState : FfnState {
 class MoEFeedForward : public FeedForward {
  public:
   // The experts' weights are GEMM weights of `precision` (bf16 copies under
-  // train.precision = "bf16", refreshed with the dense ones); the router's
-  // small GEMM reads its fp32 weight.
+  // train.precision = "bf16", refreshed with the dense ones), and their
+  // input rows and saved gate and up are bf16 there too; the router's small
+  // GEMM reads its fp32 weight and the normed x in f32.
   MoEFeedForward(const kernels::Ctx& ctx, const Config& cfg, int layer, const StageComms& comms,
                  GemmPrecision& precision)
       : ctx_(ctx),
@@ -28,9 +29,11 @@ class MoEFeedForward : public FeedForward {
     for (int l = 0; l < layer; ++l) moe_index_ += cfg.model.is_moe_layer(l) ? 1 : 0;
     for (int e = 0; e < layer_.local_experts(); ++e)
       for (int w = 0; w < 3; ++w) precision.add(layer_.expert_param(e, w));
-    if (precision.bf16())
+    if (precision.bf16()) {
       layer_.set_gemm_weights(
           [&precision](const Param& p) -> const Tensor& { return precision.weight(p); });
+      layer_.set_expert_activations(DType::bf16);  // as the dense FFN's
+    }
   }
   std::vector<Param*> params() override { return layer_.params(); }
   void forward(const MicroBatch& mb, const Tensor& x, const Tensor& y, FfnCache& c,

@@ -24,8 +24,9 @@ constexpr double kAttnBackward = 2.5;  // attention backward / forward FLOPs (P 
 // Shapes of one micro-batch on one rank.
 struct Shapes {
   double T, d, H, Hkv, D, f, fe, E, k, V, mbs, R;  // fe: each expert's hidden size
-  bool shm;   // the MoE exchange goes through the node's shared-memory slots
-  bool bf16;  // train.precision = "bf16"
+  bool shm;       // the MoE exchange goes through the node's shared-memory slots
+  bool ep_local;  // ep = 1: the expert side is the send order (the row gradients not copied)
+  bool bf16;      // train.precision = "bf16"
   // bytes per value of the activations a GEMM reads (model::GemmPrecision::
   // activation: bf16 tensors under bf16; the rest of the step's stay fp32)
   double act;
@@ -47,6 +48,7 @@ struct Shapes {
     R = E > 0 ? T * k * moe_imbalance(T * k * p.ep, p.ep) : 0;
     // ep lies inside a node, where the automatic choice is the shm transport
     shm = p.ep > 1 && cfg.runtime.ep_transport != EpTransportChoice::alltoallv;
+    ep_local = p.ep <= 1;
   }
 };
 
@@ -102,11 +104,11 @@ LayerHold recompute_layer(const Shapes& s, Recompute mode, bool moe, const Chunk
   } else if (mode == Recompute::selective) {
     // the SwiGLU's rows and hidden size: the experts' (R, fe) or the tokens' (T, f)
     // h1, and the FFN's h with gate and up: bf16 under bf16 (s.act) but for
-    // the MoE layer's, which stay fp32
+    // the MoE layer's h, which stays fp32 (its experts' gate and up are bf16)
     const double rows = moe ? s.R : s.T, f = moe ? s.fe : s.f;
-    const double ffn_act = moe ? kFloat : s.act;
+    const double h_act = moe ? kFloat : s.act;
     h.attn_refill = s.act * s.T * s.d;
-    h.ffn_refill = ffn_act * (s.T * s.d + 2 * rows * f);
+    h.ffn_refill = h_act * s.T * s.d + s.act * 2 * rows * f;
     h.kept -= h.attn_refill + h.ffn_refill;
     h.ffn_kept -= h.ffn_refill;
     c.b.memory_bytes += 2 * 2 * Td;  // the norms: read x, write the output
@@ -138,8 +140,10 @@ double swiglu_scratch(const Shapes& s) { return s.bf16 ? 2.5 : 2; }
 // FFN block: x (the attention's output), h, rstd, then the dense SwiGLU's
 // gate and up, or the MoE layer's cache (routing, plan, expert-side rows and
 // gate/up; its input is the block's h). The dense FFN's h, gate and up are
-// bf16 under bf16 (s.act); the MoE layer's are fp32 (ep::MoELayer takes f32
-// rows).
+// bf16 under bf16 (s.act); the MoE layer's h and exchanged rows are fp32
+// (ep::MoELayer takes f32 rows), its experts' gate and up bf16, and under
+// bf16 it keeps a bf16 copy of the expert side's input rows
+// (MoELayer::set_expert_activations).
 void add_ffn_layer(const Shapes& s, bool moe, ChunkCost& c) {
   double gemm, mem = kFloat * 7 * s.T * s.d;
   c.tracked.cache += kFloat * (s.T * s.d + s.T) + (moe ? kFloat : s.act) * s.T * s.d;
@@ -152,14 +156,18 @@ void add_ffn_layer(const Shapes& s, bool moe, ChunkCost& c) {
     // lse; chosen, expert and weight of each copy) and the dispatch plan's
     // row_of and send_token (i64); the input is the block's h, already counted
     const double in_out = kFloat * 2 * s.R * s.d, kept = kFloat * s.T * s.k * s.d;
-    c.tracked.cache += kFloat * 2 * s.R * s.fe + (s.shm ? kept : in_out) +
+    const double bf16_in = s.bf16 ? s.act * s.R * s.d : 0.0;
+    c.tracked.cache += s.act * 2 * s.R * s.fe + bf16_in + (s.shm ? kept : in_out) +
                        kFloat * (2 * s.T * s.E + s.T) + kIndex * 3 * s.T * s.k + 8 * 2 * s.T * s.k;
     c.untracked.cache += s.shm ? in_out : 0;
     // the MoE phase's temporaries (add_transients adds the block's): forward
-    // the router logits; backward the row and weight gradients and dlogits
+    // the router logits; backward the row and weight gradients (the expert
+    // side's own copy of the rows' unless ep = 1) and dlogits
+    const double expert_side = s.ep_local ? 1 : 2;
     c.tracked.transient_f = std::max(c.tracked.transient_f, kFloat * s.T * s.E);
-    c.tracked.transient_b = std::max(
-        c.tracked.transient_b, kFloat * (s.T * s.k * s.d + s.T * s.k + 2 * s.R * s.d + s.T * s.E));
+    c.tracked.transient_b =
+        std::max(c.tracked.transient_b,
+                 kFloat * (s.T * s.k * s.d + s.T * s.k + expert_side * s.R * s.d + s.T * s.E));
     // one expert's rows from one source rank through the SwiGLU backward
     const double rows = s.T * s.k / s.E * moe_imbalance(s.T * s.k, int(s.E));
     c.workspace = std::max(c.workspace, kFloat * swiglu_scratch(s) * rows * s.fe);

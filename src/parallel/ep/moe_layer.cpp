@@ -120,9 +120,26 @@ const Tensor& MoELayer::expert_gemm_weight(int local_expert, int which) {
   return gemm_weight_ ? gemm_weight_(p) : p.value;
 }
 
+void MoELayer::set_expert_activations(DType dtype) {
+  TRIDENT_CHECK(
+      dtype == DType::f32 || dtype == DType::bf16,
+      std::string("MoELayer: expert activations must be f32 or bf16, not ") + dtype_name(dtype));
+  act_ = dtype;
+}
+
+// The experts' input rows in their dtype: the dispatched rows themselves, or
+// a bf16 copy of them (one rounding pass, where every GEMM that reads them
+// would round them again as it packs them).
+Tensor MoELayer::expert_inputs(const Tensor& rows) const {
+  if (act_ == DType::f32) return rows;
+  Tensor x = kernels::empty(ctx_, rows.shape(), act_);
+  kernels::convert(ctx_, rows, x);
+  return x;
+}
+
 void MoELayer::run_experts_forward(Cache& c, const Tensor& out) {
   const DispatchPlan& p = c.plan;
-  const Tensor& in = c.rows->in();
+  const Tensor& in = c.expert_x;
   for (int e = 0; e < L_; ++e) {
     for (int r = 0; r < p.ep_size; ++r) {
       const int64_t rows = p.chunk_rows[r * L_ + e], off = p.chunk_offset[r * L_ + e];
@@ -150,8 +167,9 @@ void MoELayer::forward(const Tensor& x, const Tensor& sample_of_token, int n_sam
   c.plan = dispatcher_.plan(c.routing.expert, T, k_);
   const int64_t R = c.plan.received();
   c.rows = dispatcher_.dispatch_forward(c.plan, c.x);
-  c.gate = kernels::empty(ctx_, {R, f_});
-  c.up = kernels::empty(ctx_, {R, f_});
+  c.expert_x = expert_inputs(c.rows->in());
+  c.gate = kernels::empty(ctx_, {R, f_}, act_);
+  c.up = kernels::empty(ctx_, {R, f_}, act_);
   run_experts_forward(c, c.rows->out());
   dispatcher_.combine_forward(c.plan, *c.rows, c.routing.weight, out);
 
@@ -182,7 +200,7 @@ void MoELayer::forward(const Tensor& x, const std::vector<int>& sample_of_token,
 // in source order, so that the weight gradients add up in a fixed order.
 void MoELayer::run_experts_backward(Cache& c, const Tensor& dout, const Tensor& din) {
   const DispatchPlan& p = c.plan;
-  const Tensor& in = c.rows->in();
+  const Tensor& in = c.expert_x;
   for (int e = 0; e < L_; ++e) {
     for (int r = 0; r < p.ep_size; ++r) {
       const int64_t rows = p.chunk_rows[r * L_ + e], off = p.chunk_offset[r * L_ + e];
@@ -205,8 +223,7 @@ void MoELayer::backward(const Tensor& dy, const Tensor& dx, Cache& c, float daux
   Tensor drows = kernels::empty(ctx_, {S, d_});
   Tensor dweight = kernels::empty(ctx_, {T, k_});
   dispatcher_.combine_backward(p, *c.rows, dy_rows, c.routing.weight, drows, dweight);
-  Tensor dout = kernels::empty(ctx_, {R, d_});
-  dispatcher_.dispatch_rows(p, drows, dout);
+  Tensor dout = dispatcher_.to_expert_side(p, drows);
   Tensor din = kernels::empty(ctx_, {R, d_});
   run_experts_backward(c, dout, din);
   // Backward of the dispatch: each token's copies summed back.
@@ -217,6 +234,7 @@ void MoELayer::backward(const Tensor& dy, const Tensor& dx, Cache& c, float daux
   kernels::linear_backward_weight(ctx_, dlogits, c.x, router_w_.grad);
   kernels::linear_backward_input(ctx_, dlogits, router_w_.value, dx_rows, 1.0f);
   c.rows.reset();  // after the backward's transfers: no peer reads these rows any more
+  c.expert_x = Tensor();
 }
 
 void MoELayer::drop_expert_activations(Cache& c) {
@@ -226,8 +244,8 @@ void MoELayer::drop_expert_activations(Cache& c) {
 
 void MoELayer::recompute_expert_activations(Cache& c) {
   const int64_t R = c.plan.received();
-  c.gate = kernels::empty(ctx_, {R, f_});
-  c.up = kernels::empty(ctx_, {R, f_});
+  c.gate = kernels::empty(ctx_, {R, f_}, act_);
+  c.up = kernels::empty(ctx_, {R, f_}, act_);
   Tensor discarded = kernels::empty(ctx_, {R, d_});  // the experts' outputs, kept in rows
   run_experts_forward(c, discarded);
 }

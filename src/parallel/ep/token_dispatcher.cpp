@@ -191,6 +191,14 @@ void TokenDispatcher::dispatch_rows(const DispatchPlan& p, const Tensor& rows,
   transport_->dispatch(p, SendRows{rows, Tensor()}, expert_in);
 }
 
+Tensor TokenDispatcher::to_expert_side(const DispatchPlan& p, const Tensor& rows) {
+  const int64_t d = row_width(rows, p.sent(), "rows");
+  if (transport_->kind() == EpTransport::local) return rows.reshape({p.sent(), d});
+  Tensor expert_in = kernels::empty(ctx_, {p.received(), d});
+  dispatch_rows(p, rows, expert_in);
+  return expert_in;
+}
+
 void TokenDispatcher::combine(const DispatchPlan& p, const Tensor& expert_side,
                               const Tensor& weight, const Tensor& y, KeptRows* keep) {
   row_width(expert_side, p.received(), "expert_side");

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <map>
+#include <utility>
 
 #include "ep_fixtures.hpp"
 #include "ep_test_util.hpp"
@@ -65,6 +66,19 @@ double layer_objective(MoELayer& layer, const std::vector<float>& x, int T,
   const int64_t d = int64_t(x.size()) / T;
   layer.forward(host_rows(x, d), sample, 2, host_rows(y, d), c, st);
   return eptest::dot(y, g) + daux * (st.aux_loss_sum + st.z_loss_sum);
+}
+
+// The layer's experts on bf16 copies of their weights (set_gemm_weights),
+// kept in copies.
+void with_copies(MoELayer& layer, std::map<const Param*, Tensor>& copies) {
+  const auto& ctx = test::kernel_ctx();
+  for (int e = 0; e < layer.local_experts(); ++e)
+    for (int w = 0; w < 3; ++w) {
+      const Param& p = layer.expert_param(e, w);
+      copies[&p] = kernels::empty(ctx, p.value.shape(), DType::bf16);
+      kernels::convert(ctx, p.value, copies[&p]);
+    }
+  layer.set_gemm_weights([&copies](const Param& p) -> const Tensor& { return copies.at(&p); });
 }
 }  // namespace
 
@@ -235,15 +249,6 @@ TEST_CASE("bf16 expert weights: staged = fp32 on the rounded weights, native wit
   cfg.ffn_hidden = 520;
   const int T = 700, d = cfg.d_model;
   const auto x = randn(T * d, "bf16_x"), dy = randn(T * d, "bf16_dy");
-  auto with_copies = [&](MoELayer& layer, std::map<const Param*, Tensor>& copies) {
-    for (int e = 0; e < layer.local_experts(); ++e)
-      for (int w = 0; w < 3; ++w) {
-        const Param& p = layer.expert_param(e, w);
-        copies[&p] = kernels::empty(ctx, p.value.shape(), DType::bf16);
-        kernels::convert(ctx, p.value, copies[&p]);
-      }
-    layer.set_gemm_weights([&copies](const Param& p) -> const Tensor& { return copies.at(&p); });
-  };
   MoELayer fp32(cfg, 0, nullptr, nullptr), rounded(cfg, 0, nullptr, nullptr);
   std::map<const Param*, Tensor> copies;
   for (int e = 0; e < rounded.local_experts(); ++e)
@@ -276,6 +281,47 @@ TEST_CASE("bf16 expert weights: staged = fp32 on the rounded weights, native wit
     WARN("SKIP native: this CPU has no AVX512-BF16 (the staged comparison ran)");
   }
   kernels::cpu::set_bf16_mode(kernels::cpu::Bf16Mode::automatic);
+}
+
+// train.precision = "bf16" also makes the experts' input rows and their
+// saved gate and up bf16 (set_expert_activations). Native, the rows are
+// rounded once on the expert side where the GEMMs rounded them as they
+// packed them: the forward's output keeps its bits; the backward reads gate
+// and up rounded (as the dense FFN's), within the bf16 tolerance. Staged,
+// within the same tolerance of the f32 rows.
+TEST_CASE("bf16 expert activations: native forward bits kept, gradients within bf16", "[moe]") {
+  auto cfg = small_cfg(4, 2);
+  cfg.d_model = 40;
+  cfg.ffn_hidden = 520;
+  const int T = 700, d = cfg.d_model;
+  const auto x = randn(T * d, "bf16_act_x"), dy = randn(T * d, "bf16_act_dy");
+  auto run_both = [&](kernels::cpu::Bf16Mode mode) {
+    kernels::cpu::set_bf16_mode(mode);
+    MoELayer f32_rows(cfg, 0, nullptr, nullptr), bf16_rows(cfg, 0, nullptr, nullptr);
+    std::map<const Param*, Tensor> copies_a, copies_b;
+    with_copies(f32_rows, copies_a);
+    with_copies(bf16_rows, copies_b);
+    bf16_rows.set_expert_activations(DType::bf16);
+    return std::pair{run_layer(f32_rows, x, dy, T), run_layer(bf16_rows, x, dy, T)};
+  };
+  const auto [staged_a, staged_b] = run_both(kernels::cpu::Bf16Mode::staged);
+  REQUIRE(staged_a.size() == staged_b.size());
+  CHECK(staged_a != staged_b);  // the rows were rounded
+  CHECK(rel_l2_diff(staged_b.data(), staged_a.data(), int64_t(staged_a.size())) < 1e-2);
+  if (kernels::cpu::bf16_units().avx512_bf16) {
+    const auto [native_a, native_b] = run_both(kernels::cpu::Bf16Mode::native);
+    const size_t y_end = size_t(T) * size_t(d);
+    CHECK(std::equal(native_a.begin(), native_a.begin() + y_end, native_b.begin()));  // y
+    CHECK(native_a != native_b);  // gate and up were kept rounded
+    const double err = rel_l2_diff(native_b.data(), native_a.data(), int64_t(native_a.size()));
+    INFO("bf16 rows against f32 rows, native, relative L2 " << err);
+    CHECK(err < 1e-2);
+  } else {
+    WARN("SKIP native: this CPU has no AVX512-BF16 (the staged comparison ran)");
+  }
+  kernels::cpu::set_bf16_mode(kernels::cpu::Bf16Mode::automatic);
+  MoELayer layer(cfg, 0, nullptr, nullptr);
+  CHECK_THROWS_WITH(layer.set_expert_activations(DType::i32), Catch::Contains("f32 or bf16"));
 }
 
 TEST_CASE("the dispatcher and the layer refuse rows of the wrong shape, naming them", "[moe]") {

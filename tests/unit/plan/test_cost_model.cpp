@@ -257,11 +257,13 @@ TEST_CASE("memory: bf16 keeps a copy of each GEMM weight and the native GEMM's b
 
 TEST_CASE("memory: bf16 stores the activations its GEMMs read in bf16") {
   // model::GemmPrecision::activation: under bf16, h1, q, k, v, o, the dense
-  // FFN's h, gate and up and the head's h are 2 bytes a value; x, rstd, lse,
-  // the gradients, the logits and the MoE layer's tensors stay fp32. The cache
-  // and the split backward's stash against fp32's, by hand (d=8, H=2, Hkv=1,
-  // D=4, f=16, V=32, T=32, 2 layers: dense, then with moe_every=2 the second
-  // one MoE, whose h, gate and up do not change).
+  // FFN's h, gate and up, the experts' gate and up and the head's h are 2
+  // bytes a value, and the MoE layer keeps a bf16 copy of its expert-side
+  // input rows (2 bytes a value more); x, rstd, lse, the gradients, the
+  // logits and the MoE layer's other tensors stay fp32. The cache and the
+  // split backward's stash against fp32's, by hand (d=8, H=2, Hkv=1, D=4,
+  // f=16, V=32, T=32, 2 layers: dense, then with moe_every=2 the second one
+  // MoE, whose h does not change; its R = T k = 64 expert-side rows).
   for (int experts : {0, 4}) {
     Config c = dense_config();
     c.model.n_experts = experts;
@@ -273,7 +275,9 @@ TEST_CASE("memory: bf16 stores the activations its GEMMs read in bf16") {
     const ChunkCost bf16 = chunk_cost(c, p, 0);
     const double T = 32, d = 8, f = 16, qkvo = 2 * T * 2 * 4 + 2 * T * 1 * 4;
     const double attn = T * d + qkvo, dense_ffn = T * d + 2 * T * f, head = T * d;
-    const double halved = 2 * attn + (experts ? 1 : 2) * dense_ffn + head;  // values
+    const double R = T * 2, experts_ffn = 2 * R * f - R * d;  // halved gate, up; the bf16 rows
+    const double halved =
+        2 * attn + (experts ? 1 : 2) * dense_ffn + (experts ? experts_ffn : 0) + head;  // values
     CHECK(fp32.tracked.cache - bf16.tracked.cache == 2 * halved);
     // the stash: h1 and o per layer, and the head's h
     CHECK(fp32.tracked.stash - bf16.tracked.stash == 2 * (2 * (T * d + T * 2 * 4) + head));

@@ -83,7 +83,8 @@ class MoELayer {
     Routing routing;  // routing.logits: router_logits [T, E] for activation capture
     DispatchPlan plan;
     std::unique_ptr<ForwardRows> rows;  // expert side: inputs and outputs [R, d] each
-    Tensor gate, up;                    // expert side: [R, f] each
+    Tensor expert_x;  // expert side: the experts' inputs [R, d], rows->in() or its bf16 copy
+    Tensor gate, up;  // expert side: [R, f] each, of the experts' activation dtype
     const Tensor& router_logits() const { return routing.logits; }  // on the layer's device
   };
 
@@ -129,11 +130,19 @@ class MoELayer {
   using GemmWeightFn = std::function<const Tensor&(const Param&)>;
   void set_gemm_weights(GemmWeightFn fn) { gemm_weight_ = std::move(fn); }
   const Tensor& expert_gemm_weight(int local_expert, int which);
+  // The dtype of what the SwiGLU experts read and keep: their input rows
+  // (rounded once as they arrive on the expert side, the rounding the bf16
+  // GEMMs would apply as they pack them) and their saved gate and up
+  // activations. f32 (the default) or, under train.precision = "bf16",
+  // bf16 as the dense FFN's activations (model/blocks.hpp, GemmPrecision).
+  // The router, the exchanges and the combine stay f32.
+  void set_expert_activations(DType dtype);
 
  private:
   // The experts on each (source, expert) chunk of the expert side [R, d].
   void run_experts_forward(Cache& c, const Tensor& out);
   void run_experts_backward(Cache& c, const Tensor& dout, const Tensor& din);
+  Tensor expert_inputs(const Tensor& rows) const;
 
   kernels::Ctx ctx_;
   int d_, f_, E_, k_, L_, first_;
@@ -146,6 +155,7 @@ class MoELayer {
   std::unique_ptr<ExpertBlockFn> swiglu_;  // the SwiGLU experts over experts_
   ExpertBlockFn* expert_fn_;               // what runs: swiglu_ or set_expert_fn's
   GemmWeightFn gemm_weight_;               // set_gemm_weights's, or empty
+  DType act_ = DType::f32;                 // set_expert_activations's
 };
 
 }  // namespace trident::ep

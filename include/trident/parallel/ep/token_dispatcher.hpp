@@ -146,6 +146,10 @@ class TokenDispatcher {
   void dispatch(const DispatchPlan& p, const Tensor& x, const Tensor& expert_in);
   // The same for rows already in send order.
   void dispatch_rows(const DispatchPlan& p, const Tensor& rows, const Tensor& expert_in);
+  // rows [S, d] in send order on the expert side [R, d]: dispatch_rows into
+  // a new tensor, or, where the send order is the expert side (the local
+  // transport: ep = 1), rows itself (nothing is copied). Collective over ep.
+  Tensor to_expert_side(const DispatchPlan& p, const Tensor& rows);
   // y[t] = sum_j weight[t*k+j] * row(t, j), in j order, row(t, j) being
   // copy (t, j)'s row of expert_side: the combine, and with an empty weight
   // the backward of the dispatch. keep: the rows that came back are left
