@@ -15,7 +15,7 @@
 #define TRIDENT_BF16_NATIVE 1
 #include <immintrin.h>
 #define TRIDENT_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
-#define TRIDENT_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define TRIDENT_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,prfchw")))
 
 namespace trident::kernels::cpu::vec {
 
