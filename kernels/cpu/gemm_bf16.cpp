@@ -18,8 +18,9 @@
 // pairs by sixteen rows at a time, a k-major one interleaves two rows sixteen
 // values at a time, reading every row once per K block; an f32 operand is
 // rounded to bf16 (nearest even, as round_to_bf16) as it is loaded, with no
-// separate rounding pass or bf16 copy of it. A bf16 C of one K block is
-// rounded by the tiles as they store it.
+// separate rounding pass or bf16 copy of it (vcvtne2ps2bf16, a denormal as
+// round_to_bf16 rounds it: bf16_vector.hpp). A bf16 C of one K block is
+// rounded by the tiles as they store it; each tile prefetches its C lines.
 #include "trident/kernels/types/gemm_bf16.hpp"
 
 #include <algorithm>
