@@ -45,6 +45,7 @@ Bf16Units detect() {
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return u;
   // AVX-512 F, BW and VL (the packing's 16-bit loads), as every CPU with AVX512-BF16 has
   const bool avx512f = (b & (1u << 16)) && (b & (1u << 30)) && (b & (1u << 31));
+  u.avx512 = avx512f;
   u.amx_bf16 = (d & (1u << 22)) && (d & (1u << 24));  // AMX-BF16 and AMX-TILE
   if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return u;
   u.avx512_bf16 = avx512f && (a & (1u << 5));

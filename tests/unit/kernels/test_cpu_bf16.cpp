@@ -207,6 +207,55 @@ TEST_CASE("the bf16 output is the f32 result rounded to nearest even", "[cpu_bf1
   REQUIRE(std::memcmp(w.data(), ref.data(), w.size() * sizeof(float)) == 0);
 }
 
+// Round to nearest even on the bit pattern, a NaN made quiet: the rule of
+// to_bf16, written out here as the reference of the vector conversions.
+uint16_t nearest_even(uint32_t u) {
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) return uint16_t((u >> 16) | 0x40u);
+  const uint32_t low = u & 0xffffu, high = u >> 16;
+  return uint16_t(high + ((low > 0x8000u || (low == 0x8000u && (high & 1u))) ? 1u : 0u));
+}
+
+TEST_CASE("the vector bf16 conversions give the scalar rounding's bits for every input",
+          "[cpu_bf16]") {
+  // every special value: zeros, denormals (vcvtneps2bf16 flushes them), the
+  // largest float, infinities, quiet and signalling NaNs with payloads,
+  // ties to even up and down, just under and over a tie, a carry into the
+  // exponent and into infinity
+  const std::vector<uint32_t> special = {
+      0x00000000u, 0x80000000u, 0x00000001u, 0x80000001u, 0x007fffffu, 0x807fffffu, 0x00008000u,
+      0x00018000u, 0x0000ffffu, 0x00400000u, 0x00800000u, 0x7f7fffffu, 0xff7fffffu, 0x7f7f8000u,
+      0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff800001u, 0x7fa5a5a5u,
+      0x7fbfffffu, 0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x3f808001u, 0x3fffffffu, 0xbf808000u};
+  std::vector<uint32_t> bits(4099);  // random bit patterns: every class of float
+  for (size_t i = 0; i < bits.size(); ++i) bits[i] = uint32_t(rng::bits(481, i));
+  for (size_t i = 0; i < bits.size(); i += 37) bits[i] = special[(i / 37) % special.size()];
+  bits.insert(bits.end(), special.begin(), special.end());  // a run of them, some vectors all special
+  std::vector<float> x(bits.size());
+  std::memcpy(x.data(), bits.data(), bits.size() * sizeof(float));
+  std::vector<uint16_t> want(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) want[i] = nearest_even(bits[i]);
+  for (const auto how : {cpu::Bf16Convert::scalar, cpu::Bf16Convert::avx512,
+                         cpu::Bf16Convert::avx512_bf16}) {
+    for (const size_t from : {size_t(0), size_t(5), size_t(16)}) {  // every tail and alignment
+      CAPTURE(int(how), from);
+      const int64_t n = int64_t(x.size() - from);
+      std::vector<uint16_t> y(static_cast<size_t>(n));
+      cpu::round_bf16_with(how, x.data() + from, n, y.data());
+      REQUIRE(y == std::vector<uint16_t>(want.begin() + int64_t(from), want.end()));
+      std::vector<float> w(static_cast<size_t>(n));
+      cpu::widen_bf16_with(how, y.data(), n, w.data());
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t u;
+        std::memcpy(&u, &w[size_t(i)], sizeof u);
+        REQUIRE(u == uint32_t(y[size_t(i)]) << 16);
+      }
+    }
+  }
+  std::vector<uint16_t> y(x.size(), 0);  // the ops' to_bf16 too
+  kernels::cpu::to_bf16(test::kernel_ctx(), x.data(), int64_t(x.size()), y.data());
+  REQUIRE(y == want);
+}
+
 TEST_CASE("the native rows agree with the staged rows within bf16 rounding", "[cpu_bf16]") {
   need_bf16_units();
   const auto& ctx = test::kernel_ctx();

@@ -16,6 +16,7 @@ namespace trident::kernels::cpu {
 
 // What this CPU has for bf16 arithmetic (cpuid, read once).
 struct Bf16Units {
+  bool avx512 = false;       // AVX-512 F, BW and VL (Skylake-SP, Zen 4+)
   bool avx512_bf16 = false;  // vdpbf16ps, vcvtne2ps2bf16 (Cooper Lake, Sapphire Rapids, Zen 4+)
   bool amx_bf16 = false;     // AMX tiles (Sapphire Rapids+); detected, not used yet
 };
@@ -69,11 +70,18 @@ struct Bf16PackedWeight {
   const uint32_t *nt = nullptr, *nn = nullptr;
 };
 
-// y[0:n] = x[0:n] rounded to bf16 (nearest even, as to_bf16), sixteen at a
-// time; needs bf16_units().avx512_bf16.
+// y[0:n] = x[0:n] rounded to bf16 (nearest even, as to_bf16: the same bits
+// for every input, NaN, infinities and denormals included) and y[0:n] =
+// x[0:n] widened to f32 (exact), with the fastest way this CPU has
+// (bf16_convert.cpp): vcvtne2ps2bf16 (AVX512-BF16), AVX-512F integer
+// arithmetic, or one value at a time. The _with forms take the way (tests);
+// one the CPU lacks falls back to the next.
+enum class Bf16Convert { scalar, avx512, avx512_bf16 };
+Bf16Convert bf16_convert_best();
 void round_bf16(const float* x, int64_t n, uint16_t* y);
-// y[0:n] = x[0:n] widened to f32 (exact), sixteen at a time; the same.
 void widen_bf16(const uint16_t* x, int64_t n, float* y);
+void round_bf16_with(Bf16Convert how, const float* x, int64_t n, uint16_t* y);
+void widen_bf16_with(Bf16Convert how, const uint16_t* x, int64_t n, float* y);
 
 // A tensor argument of the native kernels: f32 or bf16 data (nullptr:
 // absent).
