@@ -120,11 +120,14 @@ struct RowArgs {
   const float* row = nullptr;
   const float* p = nullptr;
   int64_t ldp = 0;
-  // prefetch B's row k + GemmParams::prefetch at row k (tile, below): that
-  // many rows of B in floats, set for a row-major B, whose rows lie a row of
-  // B apart; 0 for panels, whose rows follow each other and which the
-  // hardware prefetcher finds by itself
-  int64_t prefetch_b = 0;
+  // prefetch B's row k + prefetch_rows at row k (tile, below): set for a
+  // row-major B, whose rows lie a row of B apart; not for panels, whose rows
+  // follow each other and which the hardware prefetcher finds by itself.
+  // (The distance as one int64_t field in place of the flag changed how GCC
+  // allocated the tile's registers: it kept B's vectors on the stack and
+  // the own kernel ran at half its rate.)
+  bool prefetch_b = false;
+  int32_t prefetch_rows = 0;  // GemmParams::prefetch
 };
 
 // The tile's start: its C lines prefetched, its accumulators zero.
@@ -146,14 +149,14 @@ TRIDENT_AVX512 inline __attribute__((always_inline)) void tile_start(const float
 template <int MR, int NV, bool TRANS>
 TRIDENT_AVX512 inline __attribute__((always_inline)) void tile_accumulate(
     int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, __mmask16 last,
-    int64_t prefetch_b, __m512 (&c)[MR][NV]) {
+    bool prefetch_b, int64_t distance, __m512 (&c)[MR][NV]) {
   for (int64_t k = 0; k < K; ++k) {
     const float* b = B + k * ldb;
     // a prefetch never faults: past B's last row it is only wasted
     if (prefetch_b) {
-      _mm_prefetch(reinterpret_cast<const char*>(b + prefetch_b), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(b + distance), _MM_HINT_T0);
       if constexpr (NV == 2)
-        _mm_prefetch(reinterpret_cast<const char*>(b + prefetch_b + 16), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(b + distance + 16), _MM_HINT_T0);
     }
     __m512 bv[NV];
 #pragma GCC unroll 2
@@ -222,7 +225,7 @@ TRIDENT_AVX512 inline __attribute__((always_inline)) void tile(int64_t K, float 
                                                                __mmask16 last, RowArgs ra) {
   __m512 c[MR][NV];
   tile_start<MR, NV>(C, ldc, c);
-  tile_accumulate<MR, NV, TRANS>(K, A, lda, B, ldb, last, ra.prefetch_b, c);
+  tile_accumulate<MR, NV, TRANS>(K, A, lda, B, ldb, last, ra.prefetch_b, ra.prefetch_rows * ldb, c);
   const __m512 al = _mm512_set1_ps(alpha), be = _mm512_set1_ps(beta);
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
@@ -295,7 +298,8 @@ TRIDENT_AVX512 void gemm_avx512(bool a_trans, int64_t M, int64_t N, int64_t K, f
   const int64_t mc = gp.mc > 0 ? gp.mc : M;
   const int kind = a_trans ? 1 : 0;
   RowArgs ra;
-  ra.prefetch_b = gp.prefetch * ldb;
+  ra.prefetch_b = gp.prefetch > 0;
+  ra.prefetch_rows = int32_t(gp.prefetch);
   for (int64_t m0 = 0; m0 < M; m0 += mc) {
     const int64_t mb = std::min(mc, M - m0);
     const float* a = a_trans ? A + m0 : A + m0 * lda;
