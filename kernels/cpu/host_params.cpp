@@ -233,7 +233,7 @@ GemmParams derive_gemm_params(const HostCaches& c) {
 }
 
 std::string format_gemm_params(const GemmParams& p) {
-  const std::string direct = p.direct_bytes % (1 << 10) == 0
+  const std::string direct = p.direct_bytes != 0 && p.direct_bytes % (1 << 10) == 0
                                  ? std::to_string(p.direct_bytes >> 10) + "K"
                                  : std::to_string(p.direct_bytes);
   return "direct=" + direct + ",kc=" + std::to_string(p.kc) + ",mc=" + std::to_string(p.mc) +
