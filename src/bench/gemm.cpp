@@ -230,8 +230,9 @@ SweepTables sweep_tables(const GemmBenchOptions& o) {
   const std::vector<std::string> all = table_notes(o);
   // the host, the parameters and the ops of bench gemm's notes (not its bf16 ones)
   std::vector<std::string> notes = {all[0], all[1], all[3]};
-  notes.push_back("cpu_GFLOP/s = 2 M N K / the best of " + std::to_string(o.reps) +
-                  " calls' thread CPU time; max_err: as bench gemm's (above 1e-4 counts in #wrong)");
+  notes.push_back(
+      "cpu_GFLOP/s = 2 M N K / the best of " + std::to_string(o.reps) +
+      " calls' thread CPU time; max_err: as bench gemm's (above 1e-4 counts in #wrong)");
   notes.push_back(
       "variants: sgemm = direct=0 (the BLAS for every shape); in use = the parameters above; own "
       "= trident's kernel forced (direct=4096M,kc=65536) with one key moved; vs_sgemm: "
