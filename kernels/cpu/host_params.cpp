@@ -108,9 +108,8 @@ HostInfo detect_host() {
 #ifdef TRIDENT_HOST_CPUID
   h.vendor = cpuid_vendor();
   h.model = cpuid_brand();
-  if (h.caches.l1d == 0 || h.caches.l2 == 0)
-    h.caches = cpuid_caches(h.vendor == "AuthenticAMD" ? 0x8000001Du : 4u);
 #endif
+  if (h.caches.l1d == 0 || h.caches.l2 == 0) h.caches = read_cpuid_caches();
   if (h.caches.l1d == 0 || h.caches.l2 == 0) h.caches = HostCaches{0, 0, 0, 0, 0, "defaults"};
   return h;
 }
@@ -202,6 +201,14 @@ HostCaches read_sysfs_caches(const std::string& root) {
   }
   c.source = "sysfs";
   return c;
+}
+
+HostCaches read_cpuid_caches() {
+#ifdef TRIDENT_HOST_CPUID
+  return cpuid_caches(cpuid_vendor() == "AuthenticAMD" ? 0x8000001Du : 4u);
+#else
+  return HostCaches{0, 0, 0, 0, 0, "cpuid"};
+#endif
 }
 
 const HostInfo& host_info() {

@@ -35,6 +35,10 @@ struct HostInfo {
 // coherency_line_size,ways_of_associativity}); source "sysfs", or l1d = 0
 // where no level-1 data cache is listed there.
 HostCaches read_sysfs_caches(const std::string& root);
+// The caches cpuid's deterministic cache leaf lists (4 on Intel,
+// 0x8000001D on AMD); source "cpuid", or l1d = 0 where it lists none (or on
+// a CPU without cpuid).
+HostCaches read_cpuid_caches();
 // This CPU: sysfs (/sys/devices/system/cpu/cpu0/cache), else cpuid's cache
 // leaves, else the Zen 4 sizes the constants were tuned on (source
 // "defaults"); read once.

@@ -140,6 +140,23 @@ TEST_CASE("the caches are read from sysfs's layout", "[host_params]") {
   CHECK(cpu::read_sysfs_caches((root / "absent").string()).l1d == 0);
 }
 
+TEST_CASE("cpuid's cache leaf agrees with sysfs on this host", "[host_params]") {
+  const cpu::HostCaches sys = cpu::read_sysfs_caches("/sys/devices/system/cpu/cpu0/cache");
+  const cpu::HostCaches id = cpu::read_cpuid_caches();
+  if (sys.l1d == 0 || id.l1d == 0) {
+    WARN("SKIP: sysfs (L1d " << sys.l1d << ") or cpuid (L1d " << id.l1d
+                             << ") lists no caches here, so they cannot be compared");
+    return;
+  }
+  // the fallback gives the rules the same inputs as sysfs (L3: cpuid's is the
+  // whole cache, sysfs's too; both as the rules do not read it)
+  CHECK(id.l1d == sys.l1d);
+  CHECK(id.l1d_ways == sys.l1d_ways);
+  CHECK(id.l2 == sys.l2);
+  CHECK(id.line == sys.line);
+  CHECK(cpu::derive_gemm_params(id) == cpu::derive_gemm_params(sys));
+}
+
 TEST_CASE("this host's parameters are the rules' for its caches", "[host_params]") {
   const cpu::HostInfo& h = cpu::host_info();
   INFO(h.model << " (" << h.vendor << "): L1d " << h.caches.l1d << " " << h.caches.l1d_ways
