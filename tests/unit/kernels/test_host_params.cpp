@@ -148,8 +148,8 @@ TEST_CASE("cpuid's cache leaf agrees with sysfs on this host", "[host_params]") 
                              << ") lists no caches here, so they cannot be compared");
     return;
   }
-  // the fallback gives the rules the same inputs as sysfs (L3: cpuid's is the
-  // whole cache, sysfs's too; both as the rules do not read it)
+  // the fallback gives the rules the same inputs as sysfs (L3 not compared:
+  // the rules do not read it)
   CHECK(id.l1d == sys.l1d);
   CHECK(id.l1d_ways == sys.l1d_ways);
   CHECK(id.l2 == sys.l2);
