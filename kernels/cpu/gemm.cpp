@@ -1,5 +1,7 @@
 // GEMM entry point: OpenBLAS when available, a reference loop otherwise.
+#include "host_params.hpp"
 #include "trident/kernels/backends.hpp"
+#include "trident/kernels/blas.hpp"
 
 #ifdef TRIDENT_HAVE_BLAS
 #include <cblas.h>
@@ -32,6 +34,25 @@ std::string blas_kernels() {
 #else
   return "none (reference loops)";
 #endif
+}
+
+std::string cpu_gemm_host() {
+  const cpu::HostInfo& h = cpu::host_info();
+  const cpu::HostCaches& c = h.caches;
+  const auto kib = [](int64_t b) { return b > 0 ? std::to_string(b >> 10) + "K" : "?"; };
+  return (h.model.empty() ? "unknown CPU" : h.model) + " (" +
+         (h.vendor.empty() ? "vendor unknown" : h.vendor) + "); L1d " + kib(c.l1d) + " " +
+         std::to_string(c.l1d_ways) + "-way, L2 " + kib(c.l2) + ", L3 " + kib(c.l3) + ", line " +
+         std::to_string(c.line) + " (" + c.source + ")";
+}
+
+std::string cpu_gemm_params() { return cpu::format_gemm_params(cpu::gemm_params()); }
+
+bool cpu_gemm_params_derived() { return !cpu::gemm_params_overridden(); }
+
+void set_cpu_gemm_params(const std::string& text) {
+  cpu::reset_gemm_params();
+  if (!text.empty()) cpu::set_gemm_params(cpu::parse_gemm_params(text, cpu::gemm_params()));
 }
 
 }  // namespace trident::kernels

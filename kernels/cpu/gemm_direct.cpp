@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "host_params.hpp"
 #include "trident/core/error.hpp"
 #include "trident/kernels/backends.hpp"
 
@@ -27,10 +28,10 @@ namespace {
 constexpr int kMR = 8;  // rows of the register tile
 constexpr int kNV = 2;  // 16-float vectors across its columns
 constexpr int64_t kNR = 16 * kNV;
-// How many rows of B ahead of the one in use the tile prefetches (below).
-constexpr int64_t kPrefetchB = 8;
-// gemm_direct_nt's panel holds K x kNR floats: up to this K it is native.
-constexpr int64_t kNtMaxK = 1024;
+// How many rows of B ahead of the one in use the tile prefetches (below),
+// gemm_direct's row block, gemm_direct_nt's largest K (its panel holds K x
+// kNR floats) and its rows per share of the next block's prefetch: the host
+// parameters (host_params.hpp, read once per process from the caches).
 
 // GCC 12's AVX-512 intrinsics (shuffles, min, max, scalef) start from an
 // "undefined" register that -W(maybe-)uninitialized reports when they are
@@ -119,10 +120,14 @@ struct RowArgs {
   const float* row = nullptr;
   const float* p = nullptr;
   int64_t ldp = 0;
-  // prefetch B's rows ahead (tile, below): set for a row-major B, whose rows
-  // lie a row of B apart; not for panels, whose rows follow each other and
-  // which the hardware prefetcher finds by itself
+  // prefetch B's row k + prefetch_rows at row k (tile, below): set for a
+  // row-major B, whose rows lie a row of B apart; not for panels, whose rows
+  // follow each other and which the hardware prefetcher finds by itself.
+  // (The distance as one int64_t field in place of the flag changed how GCC
+  // allocated the tile's registers: it kept B's vectors on the stack and
+  // the own kernel ran at half its rate.)
   bool prefetch_b = false;
+  int32_t prefetch_rows = 0;  // GemmParams::prefetch
 };
 
 // The tile's start: its C lines prefetched, its accumulators zero.
@@ -144,14 +149,14 @@ TRIDENT_AVX512 inline __attribute__((always_inline)) void tile_start(const float
 template <int MR, int NV, bool TRANS>
 TRIDENT_AVX512 inline __attribute__((always_inline)) void tile_accumulate(
     int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, __mmask16 last,
-    bool prefetch_b, __m512 (&c)[MR][NV]) {
+    bool prefetch_b, int64_t distance, __m512 (&c)[MR][NV]) {
   for (int64_t k = 0; k < K; ++k) {
     const float* b = B + k * ldb;
     // a prefetch never faults: past B's last row it is only wasted
     if (prefetch_b) {
-      _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchB * ldb), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(b + distance), _MM_HINT_T0);
       if constexpr (NV == 2)
-        _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchB * ldb + 16), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(b + distance + 16), _MM_HINT_T0);
     }
     __m512 bv[NV];
 #pragma GCC unroll 2
@@ -210,7 +215,8 @@ TRIDENT_AVX512 inline __attribute__((always_inline)) void tile_store_vector(__m5
 // the benchmark model's step 0.90x as long (cpu-2026-12-04-zen5.md);
 // prefetching A as well made it slower there, and so did B's prefetch in
 // the attention's GEMMs, whose B is in panels (1.08x its fwd + bwd time at
-// seq 4096, head_dim 128), so those tiles go without it.
+// seq 4096, head_dim 128), so those tiles go without it. The distance is
+// the host's (GemmParams::prefetch): 8 rows as measured above, and on Zen 4.
 template <int MR, int NV, bool TRANS, int EPI = kPlain>
 TRIDENT_AVX512 inline __attribute__((always_inline)) void tile(int64_t K, float alpha,
                                                                const float* A, int64_t lda,
@@ -219,7 +225,7 @@ TRIDENT_AVX512 inline __attribute__((always_inline)) void tile(int64_t K, float 
                                                                __mmask16 last, RowArgs ra) {
   __m512 c[MR][NV];
   tile_start<MR, NV>(C, ldc, c);
-  tile_accumulate<MR, NV, TRANS>(K, A, lda, B, ldb, last, ra.prefetch_b, c);
+  tile_accumulate<MR, NV, TRANS>(K, A, lda, B, ldb, last, ra.prefetch_b, ra.prefetch_rows * ldb, c);
   const __m512 al = _mm512_set1_ps(alpha), be = _mm512_set1_ps(beta);
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
@@ -283,19 +289,27 @@ constexpr std::array<std::array<TileFn, kMR>, kNV> kRest[4] = {
 // Column blocks outside, row tiles inside: one block's K x 32 slice of B is
 // read by every row tile while it is in the first-level cache, and A (the
 // smaller re-read when the row tile is 8 rows and the block 32 columns)
-// comes from the second level.
+// comes from the second level. With a row block (GemmParams::mc, 0 on the
+// hosts measured so far) the column blocks run over mc rows of A at a time,
+// which keeps that block of A in L2; every element of C is the same chain.
 TRIDENT_AVX512 void gemm_avx512(bool a_trans, int64_t M, int64_t N, int64_t K, float alpha,
                                 const float* A, int64_t lda, const float* B, int64_t ldb,
-                                float beta, float* C, int64_t ldc) {
-  for (int64_t n0 = 0; n0 < N; n0 += kNR) {
-    const int64_t nw = std::min(kNR, N - n0);
-    const int nv = int((nw + 15) / 16);
-    const __mmask16 last = __mmask16((1u << (nw - 16 * (nv - 1))) - 1u);
-    const int kind = a_trans ? 1 : 0;
-    RowArgs ra;
-    ra.prefetch_b = true;
-    kStrips[kind][nv - 1](M, K, alpha, A, lda, B + n0, ldb, beta, C + n0, ldc, last, ra,
-                          kRest[kind][nv - 1].data());
+                                float beta, float* C, int64_t ldc, const GemmParams& gp) {
+  const int64_t mc = gp.mc > 0 ? gp.mc : M;
+  const int kind = a_trans ? 1 : 0;
+  RowArgs ra;
+  ra.prefetch_b = gp.prefetch > 0;
+  ra.prefetch_rows = int32_t(gp.prefetch);
+  for (int64_t m0 = 0; m0 < M; m0 += mc) {
+    const int64_t mb = std::min(mc, M - m0);
+    const float* a = a_trans ? A + m0 : A + m0 * lda;
+    for (int64_t n0 = 0; n0 < N; n0 += kNR) {
+      const int64_t nw = std::min(kNR, N - n0);
+      const int nv = int((nw + 15) / 16);
+      const __mmask16 last = __mmask16((1u << (nw - 16 * (nv - 1))) - 1u);
+      kStrips[kind][nv - 1](mb, K, alpha, a, lda, B + n0, ldb, beta, C + m0 * ldc + n0, ldc, last,
+                            ra, kRest[kind][nv - 1].data());
+    }
   }
 }
 
@@ -384,15 +398,15 @@ TRIDENT_AVX512 void transpose_panels_avx512(const float* x, int64_t ld, int64_t 
 // first- or second-level cache while every row tile of A reads it. The
 // weights of an MoE expert are read once per micro-batch and come from
 // beyond the caches, so the next block's rows are asked for while this
-// block's row tiles run: a share of them before each kNtRows rows. (Asked
+// block's row tiles run: a share of them before each nt_rows rows
+// (GemmParams::nt_rows, 16 on the hosts measured so far). (Asked
 // for all at once, the loop stalled on the outstanding misses: on a Zen 5
 // core, with 96 cold 256 x 512 weights in turn, the GEMMs ran at 244-257
 // GFLOP/s spread and 230-236 at once; in the training step the two were
 // the same within the noise.)
-constexpr int64_t kNtRows = 16;
 TRIDENT_AVX512 void gemm_nt_avx512(int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                                    int64_t lda, const float* W, int64_t ldw, float beta, float* C,
-                                   int64_t ldc, float* panel) {
+                                   int64_t ldc, float* panel, int64_t nt_rows) {
   for (int64_t n0 = 0; n0 < N; n0 += kNR) {
     const int64_t nw = std::min(kNR, N - n0);
     transpose_panels_avx512(W + n0 * ldw, ldw, nw, K, panel, K * kPanel);
@@ -402,12 +416,12 @@ TRIDENT_AVX512 void gemm_nt_avx512(int64_t M, int64_t N, int64_t K, float alpha,
     const char* next = reinterpret_cast<const char*>(W + (n0 + kNR) * ldw);
     const int64_t lines =
         n0 + kNR < N ? ((std::min(kNR, N - n0 - kNR) - 1) * ldw + K) * 4 / 64 + 1 : 0;
-    const int64_t chunks = (M + kNtRows - 1) / kNtRows, per = (lines + chunks - 1) / chunks;
+    const int64_t chunks = (M + nt_rows - 1) / nt_rows, per = (lines + chunks - 1) / chunks;
     int64_t line = 0;
-    for (int64_t m0 = 0; m0 < M; m0 += kNtRows) {
+    for (int64_t m0 = 0; m0 < M; m0 += nt_rows) {
       for (const int64_t end = std::min(lines, line + per); line < end; ++line)
         _mm_prefetch(next + 64 * line, _MM_HINT_T0);
-      kStrips[0][nv - 1](std::min(kNtRows, M - m0), K, alpha, A + m0 * lda, lda, panel, kPanel,
+      kStrips[0][nv - 1](std::min(nt_rows, M - m0), K, alpha, A + m0 * lda, lda, panel, kPanel,
                          beta, C + m0 * ldc + n0, ldc, last, RowArgs{}, kRest[0][nv - 1].data());
     }
   }
@@ -433,7 +447,7 @@ void gemm_direct(const Ctx& ctx, bool a_trans, int64_t M, int64_t N, int64_t K, 
   if (M == 0 || N == 0) return;
 #ifdef TRIDENT_GEMM_AVX512
   if (gemm_direct_native()) {
-    gemm_avx512(a_trans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    gemm_avx512(a_trans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, gemm_params());
     return;
   }
 #endif
@@ -444,12 +458,14 @@ void gemm_direct_nt(const Ctx& ctx, int64_t M, int64_t N, int64_t K, float alpha
                     int64_t lda, const float* W, int64_t ldw, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
 #ifdef TRIDENT_GEMM_AVX512
-  if (gemm_direct_native() && K <= kNtMaxK) {
-    // one panel per thread, grown to the largest K seen (at most 128 KiB): the
-    // call may run inside another kernel's use of the workspace (SwiGLU's)
+  const GemmParams& gp = gemm_params();
+  if (gemm_direct_native() && K <= gp.kc) {
+    // one panel per thread, grown to the largest K seen (at most kc x 128
+    // bytes: 128 KiB at Zen 4's kc 1024): the call may run inside another
+    // kernel's use of the workspace (SwiGLU's)
     static thread_local std::vector<float> panel;
     if (panel.size() < size_t(K * kPanel)) panel.resize(size_t(K * kPanel));
-    gemm_nt_avx512(M, N, K, alpha, A, lda, W, ldw, beta, C, ldc, panel.data());
+    gemm_nt_avx512(M, N, K, alpha, A, lda, W, ldw, beta, C, ldc, panel.data(), gp.nt_rows);
     return;
   }
 #endif

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "gemm_direct.hpp"
+#include "host_params.hpp"
 #include "trident/kernels/backends.hpp"
 #include "vector_math.hpp"
 
@@ -20,10 +21,11 @@ namespace {
 // from the first-level cache, and asks for the next 32 rows meanwhile. In
 // the benchmark model's step its GEMMs ran at 1.03x OpenBLAS's rate (whose
 // packing reads the same cold weights; cpu-2026-12-04-zen5.md).
-constexpr int64_t kDirectMaxFloats = int64_t(1) << 18;  // 1 MiB per operand
-
+// The bound is the host's (GemmParams::direct: its L2, 1 MiB per operand on
+// Zen 4 and Zen 5; host_params.hpp).
 bool direct_fits(int64_t a_floats, int64_t b_floats) {
-  return gemm_direct_native() && a_floats <= kDirectMaxFloats && b_floats <= kDirectMaxFloats;
+  const int64_t max_floats = gemm_params().direct_bytes / int64_t(sizeof(float));
+  return gemm_direct_native() && a_floats <= max_floats && b_floats <= max_floats;
 }
 
 }  // namespace

@@ -168,11 +168,23 @@ Measured measure(const kernels::Ctx& ctx, GemmOp op, const GemmForm& f, DType dt
   return m;
 }
 
+// The host, its caches and the fp32 GEMMs' parameters, as printed above the
+// tables and kept in their notes.
+std::string host_line() {
+  return "host: " + kernels::cpu_gemm_host() + "; BLAS: " + kernels::blas_kernels();
+}
+std::string params_line() {
+  return std::string("fp32 GEMM parameters: ") + kernels::cpu_gemm_params() +
+         (kernels::cpu_gemm_params_derived() ? " (derived from the caches)"
+                                             : " (TRIDENT_CPU_GEMM_BLOCKS)");
+}
+
 std::vector<std::string> table_notes(const GemmBenchOptions& o) {
-  return {"host: " + cpu_model_name() + "; BLAS: " + kernels::blas_kernels() +
-              "; bf16 GEMMs: " + kernels::cpu_bf16_kernels(),
+  return {host_line() + "; bf16 GEMMs: " + kernels::cpu_bf16_kernels(),
+          params_line(),
           "f32: the f32 linear op training runs (trident's direct GEMM where both operands fit "
-          "1 MiB on an AVX-512 host, else the BLAS's sgemm); bf16: operands a and b bf16 "
+          "the parameters' direct bytes on an AVX-512 host, else the BLAS's sgemm); bf16: operands "
+          "a and b bf16 "
           "tensors, the output f32 (the weight gradient's dtype in training)",
           "ops: forward y[T,out] = x w^T (M T, N out, K in); input_grad dx = dy w (M T, N in, "
           "K out); weight_grad dw += dy^T x (M out, N in, K T)",
@@ -184,13 +196,123 @@ std::vector<std::string> table_notes(const GemmBenchOptions& o) {
           "inputs); above 1e-4 counts in #wrong"};
 }
 
+// --sweep's variants of one op: sgemm alone (direct=0), the parameters in
+// use, then trident's own kernel forced (direct and kc beyond any operand)
+// with one parameter moved at a time: nt_rows for the forward (its panel is
+// prefetched by rows of A), the prefetch distance and the row block for the
+// backward's two GEMMs (B read by rows).
+struct SweepVariant {
+  std::string label, text;
+};
+std::vector<SweepVariant> sweep_variants(GemmOp op) {
+  const std::string own = "direct=4096M,kc=65536";
+  std::vector<SweepVariant> v = {{"sgemm", "direct=0"}, {"in use", ""}, {"own", own}};
+  const auto add = [&](const char* key, std::initializer_list<int> values) {
+    for (int x : values) {
+      const std::string kv = std::string(key) + "=" + std::to_string(x);
+      v.push_back({"own " + kv, own + "," + kv});
+    }
+  };
+  if (op == GemmOp::forward) {
+    add("nt_rows", {8, 16, 32, 64});
+  } else {
+    add("prefetch", {0, 4, 8, 12, 16, 24});
+    add("mc", {64, 128, 256, 512});
+  }
+  return v;
+}
+
+struct SweepTables {
+  BenchTable all, best;
+};
+
+SweepTables sweep_tables(const GemmBenchOptions& o) {
+  const std::vector<std::string> all = table_notes(o);
+  // the host, the parameters and the ops of bench gemm's notes (not its bf16 ones)
+  std::vector<std::string> notes = {all[0], all[1], all[3]};
+  notes.push_back(
+      "cpu_GFLOP/s = 2 M N K / the best of " + std::to_string(o.reps) +
+      " calls' thread CPU time; max_err: as bench gemm's (above 1e-4 counts in #wrong)");
+  notes.push_back(
+      "variants: sgemm = direct=0 (the BLAS for every shape); in use = the parameters above; own "
+      "= trident's kernel forced (direct=4096M,kc=65536) with one key moved; vs_sgemm: "
+      "cpu_GFLOP/s / the sgemm row's (cpu-kernels.md#host-parameters)");
+  const std::string threads =
+      std::to_string(o.threads) + " BLAS thread(s), best of " + std::to_string(o.reps);
+  return {TableSpec{"gemm_sweep",
+                    "f32 GEMM parameters swept per layer and op, " + threads,
+                    {"layer", "op", "M", "N", "K", "variant", "params", "cpu_ms", "cpu_GFLOP/s",
+                     "vs_sgemm", "max_err", "#wrong"},
+                    notes}
+              .make(),
+          TableSpec{"gemm_sweep_best",
+                    "The fastest variant per layer and op against sgemm and the parameters in use",
+                    {"layer", "op", "M", "N", "K", "fastest", "params", "cpu_GFLOP/s", "vs_sgemm",
+                     "in_use_vs_sgemm", "vs_in_use"},
+                    notes}
+              .make()};
+}
+
+// Every variant of one layer's op measured (on fresh operands, checked), its
+// rows added to t.all and the fastest to t.best.
+void sweep_op(const kernels::Ctx& ctx, const LinearShape& s, GemmOp op, const GemmBenchOptions& o,
+              SweepTables& t, Verdict& verdict) {
+  const GemmForm f = form_of(op, s);
+  const double flop = 2.0 * double(f.M) * double(f.N) * double(f.K);
+  const char* op_name = kOpNames[int(op)];
+  double sgemm_rate = 0, in_use_rate = 0, best_rate = 0;
+  std::string best_label, best_params;
+  for (const SweepVariant& v : sweep_variants(op)) {
+    kernels::set_cpu_gemm_params(v.text);
+    const Measured m = measure(ctx, op, f, DType::f32, o.reps);
+    const double rate = flop / m.t.cpu_s / 1e9;
+    if (v.label == "sgemm") sgemm_rate = rate;
+    if (v.label == "in use") in_use_rate = rate;
+    if (rate > best_rate) {
+      best_rate = rate;
+      best_label = v.label;
+      best_params = kernels::cpu_gemm_params();
+    }
+    verdict.add(m.check.wrong);
+    t.all.add_row({s.name, op_name, static_cast<long long>(f.M), static_cast<long long>(f.N),
+                   static_cast<long long>(f.K), v.label, kernels::cpu_gemm_params(),
+                   m.t.cpu_s * 1e3, rate, rate / sgemm_rate, m.check.worst, m.check.wrong});
+  }
+  kernels::set_cpu_gemm_params("");
+  t.best.add_row({s.name, op_name, static_cast<long long>(f.M), static_cast<long long>(f.N),
+                  static_cast<long long>(f.K), best_label, best_params, best_rate,
+                  best_rate / sgemm_rate, in_use_rate / sgemm_rate, best_rate / in_use_rate});
+}
+
+int run_sweep(const kernels::Ctx& ctx, const std::vector<LinearShape>& cases,
+              const GemmBenchOptions& o) {
+  Verdict verdict("wrong rows in total");
+  SweepTables t = sweep_tables(o);
+  for (const LinearShape& s : cases)
+    for (const std::string& op_name : o.ops) {
+      const auto op = GemmOp(std::find(std::begin(kOpNames), std::end(kOpNames), op_name) -
+                             std::begin(kOpNames));
+      sweep_op(ctx, s, op, o, t, verdict);
+      std::fprintf(stderr, "  swept: %s %s\n", s.name.c_str(), op_name.c_str());
+    }
+  print_table(t.all, 0);
+  print_table(t.best, 0);
+  verdict.print(0);
+  verdict.print_error(0, "bench gemm --sweep", "wrong output rows");
+  write_report(o.output, {t.all, t.best}, 0, o.command_line);
+  return verdict.exit_code();
+}
+
 }  // namespace
 
 int run_gemm_bench(const Config& cfg, const GemmBenchOptions& o) {
   const std::vector<LinearShape> cases = cases_of(cfg, o);
   kernels::set_blas_threads(o.threads);
+  // TRIDENT_CPU_GEMM_BLOCKS read now: a bad value is one line and exit 2
+  std::printf("# %s\n# %s\n", host_line().c_str(), params_line().c_str());
   const kernels::DeviceContext host(Device::cpu());
   const kernels::Ctx& ctx = host.ctx();
+  if (o.sweep) return run_sweep(ctx, cases, o);
   Verdict verdict("wrong rows in total");
   BenchTable t =
       TableSpec{"gemm",

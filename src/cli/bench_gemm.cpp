@@ -24,6 +24,9 @@ class BenchGemmCommand : public Command {
     app->add_option("--reps", o_.reps, "Timed calls per row (the best is reported)");
     app->add_option("--threads", o_.threads, "BLAS threads");
     app->add_option("--output", o_.output, "Write the table to this HDF5 file");
+    app->add_flag("--sweep", o_.sweep,
+                  "f32: time each op under a grid of the fp32 GEMMs' block sizes and prefetch "
+                  "distances against sgemm (cpu-kernels.md#host-parameters)");
   }
 
   bool needs_mpi() const override { return false; }

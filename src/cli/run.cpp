@@ -48,6 +48,8 @@ int RunCommand::run() {
   kernels::set_blas_threads(1);
   // TRIDENT_CPU_BF16 read now: a bad value is one line and exit 2 before any output
   const std::string bf16_kernels = kernels::cpu_bf16_kernels();
+  // and TRIDENT_CPU_GEMM_BLOCKS (the fp32 GEMMs' parameters), the same way
+  (void)kernels::cpu_gemm_params();
 
   Config cfg = load_config(config_, sets_);
   if (!output_.empty()) cfg.output.file = output_;

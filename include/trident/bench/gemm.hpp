@@ -11,6 +11,12 @@
 // column; each is set beside the f32 op of the same shape (the host's sgemm or
 // trident's direct GEMM, the one training runs) as a ratio of CPU-time rates.
 //
+// Every run prints the host (CPU model, caches, BLAS kernels) and the fp32
+// GEMMs' parameters first. With --sweep (f32 only) each layer's ops are timed
+// under a grid of parameters around those in use (sgemm alone, trident's own
+// kernel with one parameter moved at a time) and the fastest per op is set
+// beside sgemm (tables gemm_sweep, gemm_sweep_best).
+//
 // Checked: every row's output is compared on a few rows with the fp64 sum of
 // the inputs it was given (for bf16 the rounded inputs: bf16 tensors widen
 // exactly); a row off by more than the tolerance in relative L2 counts in
@@ -31,6 +37,9 @@ struct GemmBenchOptions {
   std::vector<std::string> dtypes{"f32", "bf16"};
   std::vector<std::string> ops{"forward", "input_grad", "weight_grad"};
   int reps = 3, threads = 1;
+  // f32 only: every layer's ops under a grid of the fp32 GEMMs' parameters
+  // (tables gemm_sweep and gemm_sweep_best; cpu-kernels.md#host-parameters)
+  bool sweep = false;
   std::string output;        // HDF5 file, "" none
   std::string command_line;  // recorded in the file
 };

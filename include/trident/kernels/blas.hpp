@@ -33,4 +33,20 @@ std::string cpu_bf16_kernels();
 // time)".
 void set_cpu_bf16_path(const std::string& path);
 
+// The CPU the fp32 GEMMs were set up for and its caches, as read at start-up
+// ("AMD EPYC 9454 (AuthenticAMD); L1d 32K 8-way, L2 1024K, L3 32768K, line
+// 64 (sysfs)"; cpu-kernels.md#host-parameters).
+std::string cpu_gemm_host();
+// The fp32 GEMMs' parameters in use ("direct=1024K,kc=1024,mc=0,prefetch=8,
+// nt_rows=16"). The first call reads TRIDENT_CPU_GEMM_BLOCKS: a bad value
+// throws InputError naming it and the rule.
+std::string cpu_gemm_params();
+// Whether they are the rules' (false: TRIDENT_CPU_GEMM_BLOCKS set them).
+bool cpu_gemm_params_derived();
+// The start-up parameters with the keys of `text` (TRIDENT_CPU_GEMM_BLOCKS's
+// form, "prefetch=12,mc=64") replaced, from now on; "" goes back to the
+// start-up's. For measuring (`trident bench gemm --sweep`): between ops, not
+// while another thread runs one. Throws InputError for a bad key or value.
+void set_cpu_gemm_params(const std::string& text);
+
 }  // namespace trident::kernels
