@@ -17,8 +17,9 @@ struct MoEState : FfnState {
 
 class MoEFeedForward : public FeedForward {
  public:
-  // The experts' weights are GEMM weights of `precision` (bf16 copies under
-  // train.precision = "bf16", refreshed with the dense ones); the router's
+  // The experts' weights are GEMM weights of `precision` (bf16 copies or
+  // packed masters under train.precision = "bf16", refreshed with the dense
+  // ones); the router's
   // small GEMM reads its fp32 weight.
   MoEFeedForward(const kernels::Ctx& ctx, const Config& cfg, int layer, const StageComms& comms,
                  GemmPrecision& precision)
@@ -30,7 +31,8 @@ class MoEFeedForward : public FeedForward {
       for (int w = 0; w < 3; ++w) precision.add(layer_.expert_param(e, w));
     if (precision.bf16())
       layer_.set_gemm_weights(
-          [&precision](const Param& p) -> const Tensor& { return precision.weight(p); });
+          [&precision](const Param& p) -> const Tensor& { return precision.weight(p); },
+          [&precision](const Param& p) { return precision.packed(p); });
   }
   std::vector<Param*> params() override { return layer_.params(); }
   void forward(const MicroBatch& mb, const Tensor& x, const Tensor& y, FfnCache& c,

@@ -45,7 +45,7 @@ class SwigluExperts final : public ExpertBlockFn {
                const Tensor& up) override {
     kernels::swiglu_forward(ctx_, x, layer_.expert_gemm_weight(e, 0),
                             layer_.expert_gemm_weight(e, 1), layer_.expert_gemm_weight(e, 2), y,
-                            gate, up);
+                            gate, up, layer_.expert_packed_weights(e));
   }
   void backward(int e, const Tensor& x, const Tensor& gate, const Tensor& up, const Tensor& dy,
                 const Tensor& dx) override {
@@ -53,7 +53,7 @@ class SwigluExperts final : public ExpertBlockFn {
           &wd = layer_.expert_param(e, 2);
     kernels::swiglu_backward(ctx_, x, gate, up, dy, layer_.expert_gemm_weight(e, 0),
                              layer_.expert_gemm_weight(e, 1), layer_.expert_gemm_weight(e, 2), dx,
-                             wg.grad, wu.grad, wd.grad);
+                             wg.grad, wu.grad, wd.grad, layer_.expert_packed_weights(e));
   }
 
  private:
@@ -118,6 +118,13 @@ Param& MoELayer::expert_param(int local_expert, int which) {
 const Tensor& MoELayer::expert_gemm_weight(int local_expert, int which) {
   const Param& p = expert_param(local_expert, which);
   return gemm_weight_ ? gemm_weight_(p) : p.value;
+}
+
+kernels::SwigluPacked MoELayer::expert_packed_weights(int local_expert) {
+  if (!packed_weight_) return {};
+  return {packed_weight_(expert_param(local_expert, 0)),
+          packed_weight_(expert_param(local_expert, 1)),
+          packed_weight_(expert_param(local_expert, 2))};
 }
 
 void MoELayer::run_experts_forward(Cache& c, const Tensor& out) {

@@ -27,6 +27,7 @@
 #include "trident/core/param.hpp"
 #include "trident/core/tensor.hpp"
 #include "trident/kernels/context.hpp"
+#include "trident/kernels/types/gemm_bf16.hpp"
 #include "trident/parallel/ep/router.hpp"
 #include "trident/parallel/ep/token_dispatcher.hpp"
 
@@ -123,12 +124,19 @@ class MoELayer {
   // Replaces the SwiGLU experts (nullptr: back to SwiGLU). Not owned.
   void set_expert_fn(ExpertBlockFn* fn) { expert_fn_ = fn ? fn : swiglu_.get(); }
   // What the SwiGLU experts' GEMMs read for an expert weight: under
-  // train.precision = "bf16" the model's bf16 copy of it (model/blocks.hpp,
-  // GemmPrecision, which keeps it current), so that the op table's bf16 rows
-  // run them; unset: the fp32 value. Masters and weight gradients stay fp32.
+  // train.precision = "bf16" the model's bf16 copy of it, or its master with
+  // its packed form (model/blocks.hpp, GemmPrecision, which keeps them
+  // current), so that the op table's bf16 rows run them; unset: the fp32
+  // value and no packed form. Masters and weight gradients stay fp32.
   using GemmWeightFn = std::function<const Tensor&(const Param&)>;
-  void set_gemm_weights(GemmWeightFn fn) { gemm_weight_ = std::move(fn); }
+  using PackedWeightFn = std::function<const kernels::PackedBf16Weight*(const Param&)>;
+  void set_gemm_weights(GemmWeightFn fn, PackedWeightFn packed = {}) {
+    gemm_weight_ = std::move(fn);
+    packed_weight_ = std::move(packed);
+  }
   const Tensor& expert_gemm_weight(int local_expert, int which);
+  // The packed forms of an expert's three weights (the SwiGLU's operand).
+  kernels::SwigluPacked expert_packed_weights(int local_expert);
 
  private:
   // The experts on each (source, expert) chunk of the expert side [R, d].
@@ -146,6 +154,7 @@ class MoELayer {
   std::unique_ptr<ExpertBlockFn> swiglu_;  // the SwiGLU experts over experts_
   ExpertBlockFn* expert_fn_;               // what runs: swiglu_ or set_expert_fn's
   GemmWeightFn gemm_weight_;               // set_gemm_weights's, or empty
+  PackedWeightFn packed_weight_;           // the same
 };
 
 }  // namespace trident::ep
