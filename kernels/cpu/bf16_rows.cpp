@@ -276,8 +276,6 @@ PackedBf16Weight::PackedBf16Weight(const Ctx& ctx, const Tensor& w)
   nn_.resize(size_t(cpu::bf16_packed_words(in, out)));
 }
 
-// An f32 weight is rounded to bf16 as it is packed (the GEMM's rounding,
-// that of kernels::convert): the words of its bf16 copy.
 void PackedBf16Weight::refresh(const Tensor& w) {
   TRIDENT_CHECK(w.shape() == w_.shape() && w.dtype() == w_.dtype(),
                 "PackedBf16Weight::refresh: " + w.shape_str() + " " + dtype_name(w.dtype()) +
@@ -287,6 +285,8 @@ void PackedBf16Weight::refresh(const Tensor& w) {
   refresh();
 }
 
+// An f32 weight is rounded to bf16 as it is packed (the GEMM's rounding,
+// that of kernels::convert): the words of its bf16 copy.
 void PackedBf16Weight::refresh() {
   if (nt_.empty()) return;
   const int64_t out = w_.shape()[0], in = w_.shape()[1];
