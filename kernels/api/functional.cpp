@@ -7,6 +7,7 @@
 #include "trident/kernels/functional.hpp"
 
 #include <algorithm>
+#include <array>
 #include <initializer_list>
 #include <string>
 
@@ -74,6 +75,19 @@ OpCall call_of(const Ctx& ctx, Op op, std::initializer_list<Tensor> tensors) {
   return c;
 }
 
+// packed must be w's own packed form (its shape, dtype and buffer) when
+// given: one line naming both otherwise.
+void check_packed(const char* op, const char* what, const Tensor& w,
+                  const PackedBf16Weight* packed) {
+  if (packed == nullptr) return;
+  const Tensor& src = packed->source();
+  const bool same_shape = src.shape() == w.shape() && src.dtype() == w.dtype();
+  if (same_shape && (w.numel() == 0 || src.data_ptr() == w.data_ptr())) return;
+  throw Error(std::string("kernels::") + op + ": packed " + what + " is the packed form of " +
+              (same_shape ? "another tensor " : "") + describe(src) + ", not of " + what + " " +
+              describe(w));
+}
+
 double run(const Ctx& ctx, OpCall c) {
   run_op(ctx, c);
   return c.result;
@@ -100,24 +114,29 @@ void convert(const Ctx& ctx, const Tensor& src, const Tensor& dst) {
   }
 }
 
-void linear_forward(const Ctx& ctx, const Tensor& x, const Tensor& w, const Tensor& y) {
+void linear_forward(const Ctx& ctx, const Tensor& x, const Tensor& w, const Tensor& y,
+                    const PackedBf16Weight* packed) {
   TRIDENT_CHECK(w.ndim() == 2, "kernels::linear_forward: w " + describe(w) + " is not [out, in]");
+  check_packed("linear_forward", "w", w, packed);
   const int64_t out = w.dim(0), in = w.dim(1), T = rows_of("linear_forward", "x", x, in);
   check_numel("linear_forward", "y", y, T * out);
   OpCall c = call_of(ctx, Op::linear_forward, {x, w, y});
   c.n = {T, in, out};
+  c.packed = {packed};
   run(ctx, c);
 }
 
 void linear_backward_input(const Ctx& ctx, const Tensor& dy, const Tensor& w, const Tensor& dx,
-                           float beta) {
+                           float beta, const PackedBf16Weight* packed) {
   TRIDENT_CHECK(w.ndim() == 2,
                 "kernels::linear_backward_input: w " + describe(w) + " is not [out, in]");
+  check_packed("linear_backward_input", "w", w, packed);
   const int64_t out = w.dim(0), in = w.dim(1), T = rows_of("linear_backward_input", "dy", dy, out);
   check_numel("linear_backward_input", "dx", dx, T * in);
   OpCall c = call_of(ctx, Op::linear_backward_input, {dy, w, dx});
   c.n = {T, in, out};
   c.f = beta;
+  c.packed = {packed};
   run(ctx, c);
 }
 
@@ -214,8 +233,23 @@ double cross_entropy(const Ctx& ctx, const Tensor& logits, const Tensor& targets
   return run(ctx, c);
 }
 
+namespace {
+
+// The SwiGLU's packed weights, each checked against its weight.
+std::array<const PackedBf16Weight*, 3> swiglu_packed(const char* op, const Tensor& w_gate,
+                                                     const Tensor& w_up, const Tensor& w_down,
+                                                     const SwigluPacked& p) {
+  check_packed(op, "w_gate", w_gate, p.w_gate);
+  check_packed(op, "w_up", w_up, p.w_up);
+  check_packed(op, "w_down", w_down, p.w_down);
+  return {p.w_gate, p.w_up, p.w_down};
+}
+
+}  // namespace
+
 void swiglu_forward(const Ctx& ctx, const Tensor& x, const Tensor& w_gate, const Tensor& w_up,
-                    const Tensor& w_down, const Tensor& y, const Tensor& gate, const Tensor& up) {
+                    const Tensor& w_down, const Tensor& y, const Tensor& gate, const Tensor& up,
+                    const SwigluPacked& packed) {
   TRIDENT_CHECK(w_gate.ndim() == 2,
                 "kernels::swiglu_forward: w_gate " + describe(w_gate) + " is not [f, d]");
   const int64_t f = w_gate.dim(0), d = w_gate.dim(1), T = rows_of("swiglu_forward", "x", x, d);
@@ -226,13 +260,14 @@ void swiglu_forward(const Ctx& ctx, const Tensor& x, const Tensor& w_gate, const
   check_numel("swiglu_forward", "up", up, T * f);
   OpCall c = call_of(ctx, Op::swiglu_forward, {x, w_gate, w_up, w_down, y, gate, up});
   c.n = {T, d, f};
+  c.packed = swiglu_packed("swiglu_forward", w_gate, w_up, w_down, packed);
   run(ctx, c);
 }
 
 void swiglu_backward(const Ctx& ctx, const Tensor& x, const Tensor& gate, const Tensor& up,
                      const Tensor& dy, const Tensor& w_gate, const Tensor& w_up,
                      const Tensor& w_down, const Tensor& dx, const Tensor& dw_gate,
-                     const Tensor& dw_up, const Tensor& dw_down) {
+                     const Tensor& dw_up, const Tensor& dw_down, const SwigluPacked& packed) {
   TRIDENT_CHECK(w_gate.ndim() == 2,
                 "kernels::swiglu_backward: w_gate " + describe(w_gate) + " is not [f, d]");
   const int64_t f = w_gate.dim(0), d = w_gate.dim(1), T = rows_of("swiglu_backward", "x", x, d);
@@ -246,6 +281,7 @@ void swiglu_backward(const Ctx& ctx, const Tensor& x, const Tensor& gate, const 
   OpCall c = call_of(ctx, Op::swiglu_backward,
                      {x, gate, up, dy, w_gate, w_up, w_down, dx, dw_gate, dw_up, dw_down});
   c.n = {T, d, f};
+  c.packed = swiglu_packed("swiglu_backward", w_gate, w_up, w_down, packed);
   run(ctx, c);
 }
 

@@ -13,6 +13,7 @@
 #include "trident/kernels/moe_backends.hpp"
 #include "trident/kernels/router.hpp"
 #include "trident/kernels/tensor_ops.hpp"
+#include "trident/kernels/types/gemm_bf16.hpp"
 #ifdef TRIDENT_HAVE_CUDA
 #include "trident/kernels/cuda/op_rows.hpp"
 #endif
@@ -171,6 +172,8 @@ std::string op_arg_name(Op op, int i) {
 std::span<const OpRow> op_rows() { return table(); }
 
 DType call_dtype(const OpCall& call) {
+  for (const PackedBf16Weight* w : call.packed)
+    if (w != nullptr && w->has_forms()) return DType::bf16;
   const char* roles = op_roles(call.op);
   for (size_t i = 0; roles[i]; ++i) {
     const Tensor& t = call.t[i];

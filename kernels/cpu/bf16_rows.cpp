@@ -18,14 +18,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 
 #include "trident/core/error.hpp"
+#include "trident/kernels/backends.hpp"
 #include "trident/kernels/blas.hpp"
 #include "trident/kernels/cpu_bf16.hpp"
 #include "trident/kernels/gemm.hpp"
+#include "trident/kernels/tensor_ops.hpp"
 #include "trident/kernels/types/gemm_bf16.hpp"
 
 namespace trident::kernels::cpu {
@@ -68,27 +68,26 @@ bool resolve(Bf16Mode mode) {
   return bf16_units().avx512_bf16;
 }
 
-// The packed weights alive (PackedBf16Weight), by their bf16 copy's data:
-// its shape [out, in] and both forms.
-struct PackedEntry {
-  int64_t out, in;
-  Bf16PackedWeight forms;
-};
-std::mutex g_packed_mutex;
-std::unordered_map<const void*, PackedEntry>& packed_weights() {
-  static std::unordered_map<const void*, PackedEntry> m;
-  return m;
+// The packed forms of call c's weight k (OpCall::packed), if it has them.
+Bf16PackedWeight packed_forms(const OpCall& c, int k) {
+  const PackedBf16Weight* p = c.packed[size_t(k)];
+  if (p == nullptr || !p->has_forms()) return {};
+  return {p->nt(), p->nn()};
 }
 
-// The packed forms of a bf16 weight t [out, in], if it has them.
-Bf16PackedWeight packed_forms(const Tensor& t) {
-  if (t.dtype() != DType::bf16 || t.ndim() != 2) return {};
-  const std::lock_guard lock(g_packed_mutex);
-  const auto it = packed_weights().find(t.data<uint16_t>());
-  if (it == packed_weights().end() || it->second.out != t.shape()[0] ||
-      it->second.in != t.shape()[1])
-    return {};
-  return it->second.forms;
+// The staged row of c, where a weight (tensors `weights`, in OpCall::packed's
+// order) with a packed form is f32 rounded to bf16 first: the packed operand
+// stands for the weight as rounded, as the native rows read it.
+void staged(const Ctx& ctx, const OpCall& c, std::initializer_list<int> weights) {
+  OpCall s = c;
+  int k = 0;
+  for (int i : weights) {
+    const Tensor& w = c.t[size_t(i)];
+    if (packed_forms(c, k++).nt == nullptr || w.dtype() != DType::f32 || w.numel() == 0) continue;
+    s.t[size_t(i)] = empty(ctx, w.shape(), DType::bf16);
+    cpu::to_bf16(ctx, w.data<float>(), w.numel(), s.t[size_t(i)].data<uint16_t>());
+  }
+  run_staged(ctx, s);
 }
 
 // Whether call's tensors `idx` are nonempty f32 or bf16 (the native GEMM
@@ -110,11 +109,11 @@ Bf16Operand operand(const OpCall& c, int i, bool trans, int64_t ld) {
 }
 
 void linear_forward_row(const Ctx& ctx, OpCall& c) {  // y = x wᵀ
-  if (!bf16_native() || !dense(c, {0, 1, 2})) return run_staged(ctx, c);
+  if (!bf16_native() || !dense(c, {0, 1, 2})) return staged(ctx, c, {1});
   const int64_t T = c.n[0], in = c.n[1], out = c.n[2];
   const Bf16Operand x = operand(c, 0, false, in);
   Bf16Operand w = operand(c, 1, true, in);
-  w.packed = packed_forms(c.t[1]).nt;
+  w.packed = packed_forms(c, 0).nt;
   if (c.t[2].dtype() == DType::f32)
     gemm_bf16(T, out, in, 1.0f, x, w, 0.0f, c.f32(2), out);
   else
@@ -122,13 +121,13 @@ void linear_forward_row(const Ctx& ctx, OpCall& c) {  // y = x wᵀ
 }
 
 void linear_backward_input_row(const Ctx& ctx, OpCall& c) {  // dx = dy w + beta dx
-  if (!bf16_native() || !dense(c, {0, 1, 2})) return run_staged(ctx, c);
+  if (!bf16_native() || !dense(c, {0, 1, 2})) return staged(ctx, c, {1});
   const bool dx_f32 = c.t[2].dtype() == DType::f32;
-  if (!dx_f32 && c.f != 0.0f) return run_staged(ctx, c);  // a bf16 dx that is read
+  if (!dx_f32 && c.f != 0.0f) return staged(ctx, c, {1});  // a bf16 dx that is read
   const int64_t T = c.n[0], in = c.n[1], out = c.n[2];
   const Bf16Operand dy = operand(c, 0, false, out);
   Bf16Operand w = operand(c, 1, false, in);
-  w.packed = packed_forms(c.t[1]).nn;
+  w.packed = packed_forms(c, 0).nn;
   if (dx_f32)
     gemm_bf16(T, in, out, 1.0f, dy, w, c.f, c.f32(2), in);
   else
@@ -151,12 +150,13 @@ F32OrBf16 arg(const OpCall& c, int i) {
 
 SwigluBf16 swiglu_args(const OpCall& c, int x, int wg) {
   SwigluBf16 s{c.n[0], c.n[1], c.n[2], arg(c, x), arg(c, wg), arg(c, wg + 1), arg(c, wg + 2)};
-  for (int i = 0; i < 3; ++i) s.packed[i] = packed_forms(c.t[size_t(wg + i)]);
+  for (int i = 0; i < 3; ++i) s.packed[i] = packed_forms(c, i);
   return s;
 }
 
 void swiglu_forward_row(const Ctx& ctx, OpCall& c) {
-  if (!bf16_native() || c.n[0] == 0 || !dense(c, {0, 1, 2, 3, 4, 5, 6})) return run_staged(ctx, c);
+  if (!bf16_native() || c.n[0] == 0 || !dense(c, {0, 1, 2, 3, 4, 5, 6}))
+    return staged(ctx, c, {1, 2, 3});
   swiglu_forward_bf16(ctx, swiglu_args(c, 0, 1), arg(c, 4), arg(c, 5), arg(c, 6));
 }
 
@@ -166,7 +166,7 @@ void swiglu_backward_row(const Ctx& ctx, OpCall& c) {
                          c.t[8].dtype() == DType::f32 && c.t[9].dtype() == DType::f32 &&
                          c.t[10].dtype() == DType::f32;
   if (!bf16_native() || c.n[0] == 0 || !dense(c, {0, 1, 2, 3, 4, 5, 6, 8, 9, 10}) || !f32_grads)
-    return run_staged(ctx, c);
+    return staged(ctx, c, {4, 5, 6});
   swiglu_backward_bf16(ctx, swiglu_args(c, 0, 4), arg(c, 1), arg(c, 2), c.f32(3), c.f32(7),
                        c.f32(8), c.f32(9), c.f32(10));
 }
@@ -262,32 +262,40 @@ void set_cpu_bf16_path(const std::string& path) {
 
 namespace trident::kernels {
 
+bool cpu_bf16_packs_weights() { return cpu::bf16_native(); }
+
 // Packed only where the native rows will read it: a CPU tensor while native
-// bf16 is on (a later switch to staged leaves the forms unread).
-PackedBf16Weight::PackedBf16Weight(const Ctx& ctx, const Tensor& w16) {
-  if (!ctx.device.is_cpu() || w16.dtype() != DType::bf16 || w16.ndim() != 2 || w16.numel() == 0 ||
-      !cpu::bf16_native())
+// bf16 is on (a later switch to staged leaves the forms unread, the staged
+// row rounding the weight instead).
+PackedBf16Weight::PackedBf16Weight(const Ctx& ctx, const Tensor& w)
+    : w_(Tensor::borrow(w.data_ptr(), w.shape(), w.device(), w.dtype())) {
+  const bool float_data = w.dtype() == DType::f32 || w.dtype() == DType::bf16;
+  if (!ctx.device.is_cpu() || !float_data || w.ndim() != 2 || w.numel() == 0 || !cpu::bf16_native())
     return;
-  w_ = w16;
-  const int64_t out = w16.shape()[0], in = w16.shape()[1];
+  const int64_t out = w.shape()[0], in = w.shape()[1];
   nt_.resize(size_t(cpu::bf16_packed_words(out, in)));
   nn_.resize(size_t(cpu::bf16_packed_words(in, out)));
-  const std::lock_guard lock(cpu::g_packed_mutex);
-  cpu::packed_weights()[w16.data<uint16_t>()] = {out, in, {nt_.data(), nn_.data()}};
 }
 
-PackedBf16Weight::~PackedBf16Weight() {
-  if (nt_.empty()) return;
-  const std::lock_guard lock(cpu::g_packed_mutex);
-  cpu::packed_weights().erase(w_.data<uint16_t>());
+void PackedBf16Weight::refresh(const Tensor& w) {
+  TRIDENT_CHECK(w.shape() == w_.shape() && w.dtype() == w_.dtype(),
+                "PackedBf16Weight::refresh: " + w.shape_str() + " " + dtype_name(w.dtype()) +
+                    " is not the weight's shape and dtype, " + w_.shape_str() + " " +
+                    dtype_name(w_.dtype()));
+  w_ = Tensor::borrow(w.data_ptr(), w.shape(), w.device(), w.dtype());
+  refresh();
 }
 
+// An f32 weight is rounded to bf16 as it is packed (the GEMM's rounding,
+// that of kernels::convert): the words of its bf16 copy.
 void PackedBf16Weight::refresh() {
   if (nt_.empty()) return;
   const int64_t out = w_.shape()[0], in = w_.shape()[1];
-  const uint16_t* w = w_.data<uint16_t>();
-  cpu::pack_bf16_b(out, in, {w, false, true, in}, nt_.data());   // op(B) = Wᵀ: [K = in, N = out]
-  cpu::pack_bf16_b(in, out, {w, false, false, in}, nn_.data());  // op(B) = W: [K = out, N = in]
+  const bool f32 = w_.dtype() == DType::f32;
+  const void* w = f32 ? static_cast<const void*>(w_.data<float>())
+                      : static_cast<const void*>(w_.data<uint16_t>());
+  cpu::pack_bf16_b(out, in, {w, f32, true, in}, nt_.data());   // op(B) = Wᵀ: [K = in, N = out]
+  cpu::pack_bf16_b(in, out, {w, f32, false, in}, nn_.data());  // op(B) = W: [K = out, N = in]
 }
 
 }  // namespace trident::kernels

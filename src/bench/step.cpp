@@ -134,11 +134,13 @@ int run_step_bench(const Config& cfg, const StepBenchOptions& o) {
     vs.push_back({p, precision_named(p).bf16_path, nullptr, {}, {}, 0, 0});
     if (c.train.precision == Precision::bf16) use_path(vs.back());  // native on a CPU without it
   }
-  kernels::set_cpu_bf16_path("");
   kernels::set_blas_threads(o.threads);
-  for (size_t i = 0; i < vs.size(); ++i)
+  for (size_t i = 0; i < vs.size(); ++i) {  // built on its path (bf16 copies or packed weights)
+    use_path(vs[i]);
     vs[i].trainer =
         std::make_unique<train::Trainer>(variant_config(cfg, vs[i].precision), train::TrainComms{});
+  }
+  kernels::set_cpu_bf16_path("");
   for (Variant& v : vs) run_step(v, 0, false);  // first touches of the buffers
   for (int64_t s = 1; s <= o.steps; ++s)
     for (Variant& v : vs) run_step(v, s, true);

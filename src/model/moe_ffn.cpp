@@ -17,10 +17,10 @@ struct MoEState : FfnState {
 
 class MoEFeedForward : public FeedForward {
  public:
-  // The experts' weights are GEMM weights of `precision` (bf16 copies under
-  // train.precision = "bf16", refreshed with the dense ones), and their
-  // input rows and saved gate and up are bf16 there too; the router's small
-  // GEMM reads its fp32 weight and the normed x in f32.
+  // The experts' weights are GEMM weights of `precision` (bf16 copies or
+  // packed masters under train.precision = "bf16", refreshed with the dense
+  // ones), and their input rows and saved gate and up are bf16 there too;
+  // the router's small GEMM reads its fp32 weight and the normed x in f32.
   MoEFeedForward(const kernels::Ctx& ctx, const Config& cfg, int layer, const StageComms& comms,
                  GemmPrecision& precision)
       : ctx_(ctx),
@@ -31,7 +31,8 @@ class MoEFeedForward : public FeedForward {
       for (int w = 0; w < 3; ++w) precision.add(layer_.expert_param(e, w));
     if (precision.bf16()) {
       layer_.set_gemm_weights(
-          [&precision](const Param& p) -> const Tensor& { return precision.weight(p); });
+          [&precision](const Param& p) -> const Tensor& { return precision.weight(p); },
+          [&precision](const Param& p) { return precision.packed(p); });
       layer_.set_expert_activations(DType::bf16);  // as the dense FFN's
     }
   }

@@ -88,25 +88,30 @@ void run_task(const kernels::Ctx& ctx_, WeightGradTask& t) {
 }  // namespace
 
 void GemmPrecision::add(const Param& p) {
-  if (!bf16_ || copies_.count(&p)) return;
-  const Tensor& copy =
-      copies_.emplace(&p, kernels::empty(ctx_, p.value.shape(), DType::bf16)).first->second;
-  packed_.emplace(&p, std::make_unique<kernels::PackedBf16Weight>(ctx_, copy));
+  if (!bf16_ || copies_.count(&p) || packed_.count(&p)) return;
+  auto packed = std::make_unique<kernels::PackedBf16Weight>(ctx_, p.value);
+  if (packed->has_forms())
+    packed_.emplace(&p, std::move(packed));
+  else
+    copies_.emplace(&p, kernels::empty(ctx_, p.value.shape(), DType::bf16));
 }
 
 const Tensor& GemmPrecision::weight(const Param& p) const {
-  if (!bf16_) return p.value;
+  if (!bf16_ || packed_.count(&p)) return p.value;
   const auto it = copies_.find(&p);
   if (it == copies_.end())
     throw Error("GemmPrecision: " + p.name + " was not registered as a GEMM weight");
   return it->second;
 }
 
+const kernels::PackedBf16Weight* GemmPrecision::packed(const Param& p) const {
+  const auto it = packed_.find(&p);
+  return it == packed_.end() ? nullptr : it->second.get();
+}
+
 void GemmPrecision::refresh() {
-  for (auto& [param, copy] : copies_) {
-    kernels::convert(ctx_, param->value, copy);
-    packed_.at(param)->refresh();
-  }
+  for (auto& [param, copy] : copies_) kernels::convert(ctx_, param->value, copy);
+  for (auto& [param, packed] : packed_) packed->refresh(param->value);
 }
 
 Tensor GemmPrecision::activation(std::vector<int64_t> shape) const {
@@ -199,15 +204,15 @@ struct AttentionBlock {
     if (qk_norm) {
       c.q_in = kernels::empty(ctx_, {T, H * D});
       c.k_in = kernels::empty(ctx_, {T, Hkv * D});
-      kernels::linear_forward(ctx_, c.h1, lp.weight(wq), c.q_in);
-      kernels::linear_forward(ctx_, c.h1, lp.weight(wk), c.k_in);
+      kernels::linear_forward(ctx_, c.h1, lp.weight(wq), c.q_in, lp.packed(wq));
+      kernels::linear_forward(ctx_, c.h1, lp.weight(wk), c.k_in, lp.packed(wk));
       head_norm_forward(q_norm, c.q_in, c.q, c.q_rstd);
       head_norm_forward(k_norm, c.k_in, c.k, c.k_rstd);
     } else {
-      kernels::linear_forward(ctx_, c.h1, lp.weight(wq), c.q);
-      kernels::linear_forward(ctx_, c.h1, lp.weight(wk), c.k);
+      kernels::linear_forward(ctx_, c.h1, lp.weight(wq), c.q, lp.packed(wq));
+      kernels::linear_forward(ctx_, c.h1, lp.weight(wk), c.k, lp.packed(wk));
     }
-    kernels::linear_forward(ctx_, c.h1, lp.weight(wv), c.v);
+    kernels::linear_forward(ctx_, c.h1, lp.weight(wv), c.v, lp.packed(wv));
     for (int64_t s = 0; s < mb.n_samples; ++s) {
       const Tensor pos = rope_positions(mb, s);
       kernels::rope_forward(ctx_, seq(c.q, s, Ls), pos, D, freqs);
@@ -241,7 +246,7 @@ struct AttentionBlock {
         keep("attn_out", c.o, H * D);
       }
     }
-    kernels::linear_forward(ctx_, c.o, lp.weight(wo), y);
+    kernels::linear_forward(ctx_, c.o, lp.weight(wo), y, lp.packed(wo));
     kernels::add_inplace(ctx_, y, x);
   }
 
@@ -261,7 +266,7 @@ struct AttentionBlock {
                 std::vector<WeightGradTask>* deferred) {
     const int64_t T = mb.tokens_total(), Ls = mb.local_seq;
     Tensor dout = lp.activation({T, H * D});
-    kernels::linear_backward_input(ctx_, dy, lp.weight(wo), dout);
+    kernels::linear_backward_input(ctx_, dy, lp.weight(wo), dout, 0.0f, lp.packed(wo));
     Tensor dq = kernels::empty(ctx_, {T, H * D}), dk = kernels::empty(ctx_, {T, Hkv * D}),
            dv = kernels::empty(ctx_, {T, Hkv * D});
     for (int64_t s = 0; s < mb.n_samples; ++s)
@@ -283,9 +288,9 @@ struct AttentionBlock {
       dk = std::move(dk_in);
     }
     Tensor dh1 = kernels::empty(ctx_, {T, d});
-    kernels::linear_backward_input(ctx_, dq, lp.weight(wq), dh1);
-    kernels::linear_backward_input(ctx_, dk, lp.weight(wk), dh1, 1.0f);
-    kernels::linear_backward_input(ctx_, dv, lp.weight(wv), dh1, 1.0f);
+    kernels::linear_backward_input(ctx_, dq, lp.weight(wq), dh1, 0.0f, lp.packed(wq));
+    kernels::linear_backward_input(ctx_, dk, lp.weight(wk), dh1, 1.0f, lp.packed(wk));
+    kernels::linear_backward_input(ctx_, dv, lp.weight(wv), dh1, 1.0f, lp.packed(wv));
     kernels::rmsnorm_backward(ctx_, dh1, c.x, norm.value, c.rstd, dx, norm.grad);
     kernels::add_inplace(ctx_, dx, dy);
     std::vector<WeightGradTask> tasks;
@@ -397,11 +402,12 @@ class DenseSwiGLU : public FeedForward {
     c.gate = lp_.activation({T, f_});
     c.up = lp_.activation({T, f_});
     kernels::swiglu_forward(ctx_, x, lp_.weight(w_gate_), lp_.weight(w_up_), lp_.weight(w_down_), y,
-                            c.gate, c.up);
+                            c.gate, c.up, packed());
   }
   void backward(const Tensor& dy, const Tensor& dx, FfnCache& c, float) override {
     kernels::swiglu_backward(ctx_, c.x, c.gate, c.up, dy, lp_.weight(w_gate_), lp_.weight(w_up_),
-                             lp_.weight(w_down_), dx, w_gate_.grad, w_up_.grad, w_down_.grad);
+                             lp_.weight(w_down_), dx, w_gate_.grad, w_up_.grad, w_down_.grad,
+                             packed());
   }
   void drop(FfnCache& c) override {
     c.gate = Tensor();
@@ -415,10 +421,12 @@ class DenseSwiGLU : public FeedForward {
     c.up = lp_.activation({T, f_});
     const Tensor discarded = kernels::empty(ctx_, {T, d_});
     kernels::swiglu_forward(ctx_, c.x, lp_.weight(w_gate_), lp_.weight(w_up_), lp_.weight(w_down_),
-                            discarded, c.gate, c.up);
+                            discarded, c.gate, c.up, packed());
   }
 
  private:
+  kernels::SwigluPacked packed() const { return lp_.packed(w_gate_, w_up_, w_down_); }
+
   kernels::Ctx ctx_;
   GemmPrecision& lp_;
   int64_t d_, f_;
@@ -548,7 +556,8 @@ class Chunk {
     Tensor dy;
     if (last_) {
       Tensor dh = kernels::empty(ctx_, {T, d_});
-      kernels::linear_backward_input(ctx_, c.dlogits, st_.precision_.weight(*head_), dh);
+      kernels::linear_backward_input(ctx_, c.dlogits, st_.precision_.weight(*head_), dh, 0.0f,
+                                     st_.precision_.packed(*head_));
       dy = kernels::empty(ctx_, {T, d_});
       kernels::rmsnorm_backward(ctx_, dh, c.x_final, final_norm_.value, c.rstd_final, dy,
                                 final_norm_.grad);
@@ -637,7 +646,8 @@ class Chunk {
     kernels::rmsnorm_forward(ctx_, c.x_final, final_norm_.value, float(st_.cfg_.model.norm_eps),
                              c.h_final, c.rstd_final);
     Tensor logits = kernels::empty(ctx_, {T, V_});
-    kernels::linear_forward(ctx_, c.h_final, st_.precision_.weight(*head_), logits);
+    kernels::linear_forward(ctx_, c.h_final, st_.precision_.weight(*head_), logits,
+                            st_.precision_.packed(*head_));
     if (st_.capture_ && st_.capture_->logits) capture_logits(mb, logits);
     c.dlogits = kernels::empty(ctx_, {T, V_});
     st_.loss_sum_ +=

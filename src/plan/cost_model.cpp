@@ -525,18 +525,22 @@ MemoryEstimate static_memory(const Config& cfg, const MeshPlan& p, int pp_rank) 
   const Shapes s(cfg, p);
   MemoryEstimate m;
   double expert = 0, work = 0, copies = 0, packing = 0, buffers = 0, packed = 0;
-  // PackedBf16Weight: 4 bytes a weight (its columns a multiple of 32) where
-  // the native bf16 GEMM is built, host vectors outside the allocator
-  const double packed_per_weight = double(kernels::gemm_bf16_packed_weight_bytes(32, 32)) / 1024;
+  // A GEMM weight under bf16: a bf16 copy (2 bytes, with the parameters), or
+  // on the native CPU path its master packed (PackedBf16Weight: 4 bytes, its
+  // columns a multiple of 32; host vectors outside the allocator) and no copy
+  const bool packs = s.bf16 && kernels::cpu_bf16_packs_weights();
+  const double copy_per_weight = s.bf16 && !packs ? 2 : 0;
+  const double packed_per_weight =
+      packs ? double(kernels::gemm_bf16_packed_weight_bytes(32, 32)) / 1024 : 0;
   int layers = 0;
   const pp::Placement place = placement_of(p);
   for (int stage : place.stages.at(size_t(pp_rank))) {
     const ChunkCost cc = chunk_cost(cfg, p, stage);
     m.params += kFloat * cc.params;
     expert += kFloat * cc.expert_params;
-    copies += s.bf16 ? 2 * cc.gemm_params : 0;  // the bf16 copies of the GEMM weights
+    copies += copy_per_weight * cc.gemm_params;
     buffers += kFloat * cc.buffers;
-    packed += s.bf16 ? packed_per_weight * cc.gemm_params : 0;  // and their packed forms
+    packed += packed_per_weight * cc.gemm_params;
     work = std::max(work, cc.workspace);
     packing = std::max(packing, cc.packing);
     layers += cc.layers;

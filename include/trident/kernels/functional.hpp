@@ -35,6 +35,7 @@
 #include "trident/kernels/context.hpp"
 #include "trident/kernels/types/adamw.hpp"
 #include "trident/kernels/types/attention.hpp"
+#include "trident/kernels/types/gemm_bf16.hpp"
 #include "trident/kernels/types/rope.hpp"
 #include "trident/kernels/types/router.hpp"
 
@@ -45,9 +46,14 @@ namespace trident::kernels {
 void convert(const Ctx& ctx, const Tensor& src, const Tensor& dst);
 
 // ---- linear: w [out, in]; x [T, in] (any leading shape), y [T, out] ----
-void linear_forward(const Ctx& ctx, const Tensor& x, const Tensor& w, const Tensor& y);
+// packed: w's packed form (PackedBf16Weight of w itself, else an Error), or
+// null. One with forms makes the call bf16 (w as rounded to bf16, whatever
+// w's dtype): the CPU's native rows read it instead of packing w, and a row
+// that cannot use it rounds w (the same bits). The other rows ignore it.
+void linear_forward(const Ctx& ctx, const Tensor& x, const Tensor& w, const Tensor& y,
+                    const PackedBf16Weight* packed = nullptr);
 void linear_backward_input(const Ctx& ctx, const Tensor& dy, const Tensor& w, const Tensor& dx,
-                           float beta = 0.0f);
+                           float beta = 0.0f, const PackedBf16Weight* packed = nullptr);
 void linear_backward_weight(const Ctx& ctx, const Tensor& dy, const Tensor& x, const Tensor& dw);
 
 // ---- RMSNorm over the last dimension d = w.numel(); rstd [T] ----
@@ -72,12 +78,14 @@ double cross_entropy(const Ctx& ctx, const Tensor& logits, const Tensor& targets
                      const Tensor& dlogits);
 
 // ---- SwiGLU FFN: x [T, d], w_gate/w_up [f, d], w_down [d, f], gate/up [T, f] ----
+// packed: the weights' packed forms, each as linear's packed (above).
 void swiglu_forward(const Ctx& ctx, const Tensor& x, const Tensor& w_gate, const Tensor& w_up,
-                    const Tensor& w_down, const Tensor& y, const Tensor& gate, const Tensor& up);
+                    const Tensor& w_down, const Tensor& y, const Tensor& gate, const Tensor& up,
+                    const SwigluPacked& packed = {});
 void swiglu_backward(const Ctx& ctx, const Tensor& x, const Tensor& gate, const Tensor& up,
                      const Tensor& dy, const Tensor& w_gate, const Tensor& w_up,
                      const Tensor& w_down, const Tensor& dx, const Tensor& dw_gate,
-                     const Tensor& dw_up, const Tensor& dw_down);
+                     const Tensor& dw_up, const Tensor& dw_down, const SwigluPacked& packed = {});
 
 // ---- attention of the shape s: q/out/dq/dout [Tq, H, D], k/v/dk/dv
 // [Tk, Hkv, D], lse [Tq, H] f32 ----

@@ -20,19 +20,29 @@
 namespace trident::model {
 
 // What the GEMMs and attention of a stage read (train.precision): under
-// fp32 the master weights and f32 activations; under bf16, bf16 copies of
-// the weights that GEMMs read (refreshed from the fp32 masters by refresh(),
-// at each step's start) and bf16 activations wherever a GEMM or attention
-// reads them. Everything else stays f32 (config-reference.md, precision).
+// fp32 the master weights and f32 activations; under bf16, the weights that
+// GEMMs read as bf16 (refreshed from the fp32 masters by refresh(), at each
+// step's start) and bf16 activations wherever a GEMM or attention reads
+// them. Everything else stays f32 (config-reference.md, precision).
+// A bf16 weight is either a bf16 copy of its master, or, on the CPU's
+// native bf16 path, its master packed for the native GEMM (rounded as it is
+// packed: the copy's words) with no copy, the ops taking the packed form
+// beside the master (functional.hpp's packed operand; planner.md).
 class GemmPrecision {
  public:
   GemmPrecision(const kernels::Ctx& ctx, Precision p) : ctx_(ctx), bf16_(p == Precision::bf16) {}
   bool bf16() const { return bf16_; }
-  // Registers a weight that GEMMs read (its copy is made under bf16).
+  // Registers a weight that GEMMs read (its copy or packed form is made under bf16).
   void add(const Param& p);
   // The tensor a GEMM reads for p: p.value, or its bf16 copy.
   const Tensor& weight(const Param& p) const;
-  // Converts every registered master weight into its copy (bf16 only).
+  // p's packed form, to pass with weight(p) (null: none, the ops pack as they go).
+  const kernels::PackedBf16Weight* packed(const Param& p) const;
+  // p's packed forms as a SwiGLU takes them.
+  kernels::SwigluPacked packed(const Param& gate, const Param& up, const Param& down) const {
+    return {packed(gate), packed(up), packed(down)};
+  }
+  // Converts every registered master weight into its copy or packed form (bf16 only).
   void refresh();
   // A new activation that a GEMM or attention reads: bf16 under bf16.
   Tensor activation(std::vector<int64_t> shape) const;
@@ -41,7 +51,7 @@ class GemmPrecision {
   kernels::Ctx ctx_;
   bool bf16_;
   std::unordered_map<const Param*, Tensor> copies_;  // by master (every expert's too)
-  // Each copy packed for the CPU's native bf16 GEMM (empty elsewhere), repacked by refresh().
+  // The masters packed for the CPU's native bf16 GEMM (those with forms; no copy then).
   std::unordered_map<const Param*, std::unique_ptr<kernels::PackedBf16Weight>> packed_;
 };
 

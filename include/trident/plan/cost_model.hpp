@@ -122,7 +122,8 @@ struct ChunkCost {
   double params = 0;                   // parameters this rank holds for the chunk
   double expert_params = 0;            // of which expert weights (reduced over replicas)
   // Of params, the weights GEMMs read: train.precision = "bf16" keeps a bf16
-  // copy of each (model::GemmPrecision), counted with the parameters.
+  // copy of each (model::GemmPrecision), counted with the parameters, or on
+  // the native CPU path its packed form instead (MemoryEstimate).
   double gemm_params = 0;
   // Floats beside the parameters, outside the store and the optimizer: each
   // MoE layer's router bias (a buffer the checkpoint saves), its value and
@@ -154,13 +155,16 @@ ChunkCost chunk_cost(const Config& cfg, const MeshPlan& plan, int virtual_stage)
 // Memory of one rank, bytes.
 struct MemoryEstimate {
   double params = 0, grads = 0, optimizer = 0;  // fp32 weights, grads, AdamW m and v
-  double param_copies = 0;  // of params: the GEMM weights' bf16 copies (train.precision bf16)
+  // of params: the GEMM weights' bf16 copies (train.precision bf16; none
+  // where the native CPU path packs them: kernels::cpu_bf16_packs_weights)
+  double param_copies = 0;
   double buffers = 0;       // of params: the MoE routers' bias buffers (ChunkCost::buffers)
   double activations = 0;   // peak of in-flight caches plus the running action's temporaries
   double comm_buffers = 0;  // ring K/V buffers, MoE send rows (boundary tensors: activations)
   double workspace = 0;     // the kernels' scratch and the gradient-reduction packing buffer
-  // The bf16 copies packed for the CPU's native bf16 GEMM (PackedBf16Weight,
-  // train.precision bf16; host vectors, untracked)
+  // The GEMM weights packed for the CPU's native bf16 GEMM in place of the
+  // copies (PackedBf16Weight, train.precision bf16 where
+  // kernels::cpu_bf16_packs_weights; host vectors, untracked)
   double packed_weights = 0;
   // Of the above, bytes held outside the device allocator (host vectors and
   // buffers that are not tensors): the allocator's peak is total - untracked.

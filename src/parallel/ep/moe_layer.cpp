@@ -45,7 +45,7 @@ class SwigluExperts final : public ExpertBlockFn {
                const Tensor& up) override {
     kernels::swiglu_forward(ctx_, x, layer_.expert_gemm_weight(e, 0),
                             layer_.expert_gemm_weight(e, 1), layer_.expert_gemm_weight(e, 2), y,
-                            gate, up);
+                            gate, up, layer_.expert_packed_weights(e));
   }
   void backward(int e, const Tensor& x, const Tensor& gate, const Tensor& up, const Tensor& dy,
                 const Tensor& dx) override {
@@ -53,7 +53,7 @@ class SwigluExperts final : public ExpertBlockFn {
           &wd = layer_.expert_param(e, 2);
     kernels::swiglu_backward(ctx_, x, gate, up, dy, layer_.expert_gemm_weight(e, 0),
                              layer_.expert_gemm_weight(e, 1), layer_.expert_gemm_weight(e, 2), dx,
-                             wg.grad, wu.grad, wd.grad);
+                             wg.grad, wu.grad, wd.grad, layer_.expert_packed_weights(e));
   }
 
  private:
@@ -135,6 +135,13 @@ Tensor MoELayer::expert_inputs(const Tensor& rows) const {
   Tensor x = kernels::empty(ctx_, rows.shape(), act_);
   kernels::convert(ctx_, rows, x);
   return x;
+}
+
+kernels::SwigluPacked MoELayer::expert_packed_weights(int local_expert) {
+  if (!packed_weight_) return {};
+  return {packed_weight_(expert_param(local_expert, 0)),
+          packed_weight_(expert_param(local_expert, 1)),
+          packed_weight_(expert_param(local_expert, 2))};
 }
 
 void MoELayer::run_experts_forward(Cache& c, const Tensor& out) {

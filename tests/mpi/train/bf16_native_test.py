@@ -7,9 +7,12 @@ bf16 on the native path (TRIDENT_CPU_BF16=native): the native run is not the
 staged run (its GEMMs ran on the bf16 units), every step's loss and gradient
 norm of both stay within the documented bf16 tolerance of fp32
 (gpu.md#bf16), and the native run trains. The planner's memory model holds the bf16 copies
-of the GEMM weights: `trident plan`'s parameter bytes equal each run's
-peak_parameters_bytes (fp32 masters and the MoE routers' bias buffers, plus
-2 bytes per GEMM weight under bf16), and its activation bytes follow what
+of the GEMM weights: `trident plan`'s parameter bytes, planned under the
+run's TRIDENT_CPU_BF16, equal each run's peak_parameters_bytes (fp32 masters
+and the MoE routers' bias buffers, plus 2 bytes per GEMM weight on the staged
+bf16 path; none on the native path, which packs the masters instead of
+copying them: planner.md, so its parameter bytes are the fp32 run's), and
+its activation bytes follow what
 the run stores per precision (bf16 h1, q, k, v, o and the dense FFN's h,
 gate and up under bf16): the run's peak_activations_bytes lies between the
 planner's activations and its activations plus the kernels' scratch
@@ -44,6 +47,7 @@ ONE_RANK = ["--set", "parallel.pp=1", "--set", "parallel.cp=1", "--set", "parall
             "--set", "topology.nodes=1", "--set", "topology.devices_per_node=1",
             "--set", "topology.nvlink_domain=1"]
 MODELS = (("dense", ["--set", "model.n_experts=0"]), ("MoE", []))
+RUNS = (("fp32", "fp32", "auto"), ("staged", "bf16", "staged"), ("native", "bf16", "native"))
 
 
 def has_avx512_bf16():
@@ -64,12 +68,14 @@ def memory_bytes(path):
                 "activations": int(s["peak_activations_bytes"][0])}
 
 
-def planned_memory_bytes(prec, extra):
-    """trident plan's parameter and activation bytes for the run's own one-rank mesh."""
+def planned_memory_bytes(prec, mode, extra):
+    """trident plan's parameter and activation bytes for the run's own one-rank mesh and CPU
+    bf16 path."""
     out = subprocess.run([BIN, "plan", QUICKSTART, "--set", "train.precision=" + prec, "--nodes", "1",
                           "--devices-per-node", "1", "--machine",
                           os.path.join(SRC, "share/trident/machines/h100-sxm.toml"), "--format", "json"]
-                         + ONE_RANK[:6] + extra, capture_output=True, text=True, timeout=60)
+                         + ONE_RANK[:6] + extra, capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, TRIDENT_CPU_BF16=mode))
     if out.returncode != 0:
         return "trident plan exit %d: %s" % (out.returncode, out.stderr[-300:])
     m = json.loads(out.stdout)["prediction"]["memory_bytes"]
@@ -81,13 +87,12 @@ def check_planned_memory(model, extra, measured):
     """The planner's memory against each run's: parameters (bf16 copies and
     the routers' bias buffers included) equal to the byte; activations within
     ACT_RTOL."""
-    planned = {"fp32": planned_memory_bytes("fp32", extra),
-               "bf16": planned_memory_bytes("bf16", extra)}
+    planned = {name: planned_memory_bytes(prec, mode, extra) for name, prec, mode in RUNS}
     if not all(isinstance(v, dict) for v in planned.values()):
         check(False, "%s: trident plan runs (%s)" % (model, planned))
         return
-    for name, prec in (("fp32", "fp32"), ("staged", "bf16"), ("native", "bf16")):
-        p, m = planned[prec], measured[name]
+    for name in planned:
+        p, m = planned[name], measured[name]
         check(p["params"] == m["params"], "%s %s: the planner's parameter bytes %d are the run's %d"
               % (model, name, p["params"], m["params"]))
         low, high = p["activations"], p["activations"] + p["scratch"]
@@ -104,8 +109,7 @@ def check_planned_memory(model, extra, measured):
 def compare(d, model, extra):
     """fp32, staged and native bf16 runs of one model; False: a run failed."""
     runs, memory = {}, {}
-    for name, prec, mode in (("fp32", "fp32", "auto"), ("staged", "bf16", "staged"),
-                             ("native", "bf16", "native")):
+    for name, prec, mode in RUNS:
         out = os.path.join(d, "%s-%s.h5" % (model, name))
         rc, _, err, secs = launch(1, [QUICKSTART, "--set", "train.steps=%d" % STEPS,
                                       "--set", "train.precision=" + prec,
@@ -118,6 +122,10 @@ def compare(d, model, extra):
         runs[name] = steps(out)
         memory[name] = memory_bytes(out)
     check_planned_memory(model, extra, memory)
+    check(memory["native"]["params"] == memory["fp32"]["params"] < memory["staged"]["params"],
+          "%s: the native run keeps no bf16 weight copy: its parameter bytes %d are the fp32 run's "
+          "%d, below the staged run's %d" % (model, memory["native"]["params"],
+                                             memory["fp32"]["params"], memory["staged"]["params"]))
     a, s, n = runs["fp32"], runs["staged"], runs["native"]
     check(len(a) == len(s) == len(n) == STEPS, "%s: every run has %d steps" % (model, STEPS))
     diff = np.abs(n["loss"] - s["loss"]) / np.abs(s["loss"])

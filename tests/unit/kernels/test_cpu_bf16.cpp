@@ -294,58 +294,87 @@ TEST_CASE("the native rows agree with the staged rows within bf16 rounding", "[c
   }
 }
 
-TEST_CASE("weights packed once (PackedBf16Weight) give the per-call packing's bits", "[cpu_bf16]") {
+namespace {
+
+// The SwiGLU's forward and backward and a linear layer's two GEMMs on the
+// weights w (gate, up, down) with their packed forms pk (null: none), x and
+// the gradients drawn by key: y, dx, dw_gate, dw_up, dw_down, linear y,
+// linear dx.
+std::vector<Tensor> run_ffn(const Tensor& x, const std::array<Tensor, 3>& w,
+                            const kernels::SwigluPacked& pk) {
+  const auto& ctx = test::kernel_ctx();
+  const int64_t T = x.dim(0), f = w[0].dim(0), d = w[0].dim(1);
+  Tensor y({T, d}), dx({T, d}), dwg({f, d}), dwu({f, d}), dwd({d, f}), dy({T, d});
+  rng::fill_normal(dy.ptr(), dy.numel(), 21, 0, 1.0f);
+  for (Tensor* g : {&dwg, &dwu, &dwd}) std::fill_n(g->ptr(), g->numel(), 0.0f);
+  Tensor gate = Tensor::empty({T, f}, cpu_allocator(), DType::bf16);
+  Tensor up = Tensor::empty({T, f}, cpu_allocator(), DType::bf16);
+  kernels::swiglu_forward(ctx, x, w[0], w[1], w[2], y, gate, up, pk);
+  kernels::swiglu_backward(ctx, x, gate, up, dy, w[0], w[1], w[2], dx, dwg, dwu, dwd, pk);
+  Tensor lin({T, f}), lin_dx({T, d}), dlin({T, f});
+  rng::fill_normal(dlin.ptr(), dlin.numel(), 22, 0, 1.0f);
+  kernels::linear_forward(ctx, x, w[0], lin, pk.w_gate);
+  kernels::linear_backward_input(ctx, dlin, w[0], lin_dx, 0.0f, pk.w_gate);
+  return {y, dx, dwg, dwu, dwd, lin, lin_dx};
+}
+
+// Each weight of w packed (refreshed), and the three as a SwiGLU takes them.
+struct Packs {
+  std::vector<std::unique_ptr<kernels::PackedBf16Weight>> w;
+  kernels::SwigluPacked swiglu() const { return {w[0].get(), w[1].get(), w[2].get()}; }
+};
+Packs packs_of(const std::array<Tensor, 3>& w) {
+  Packs p;
+  for (const Tensor& t : w) {
+    p.w.push_back(std::make_unique<kernels::PackedBf16Weight>(test::kernel_ctx(), t));
+    REQUIRE(p.w.back()->has_forms());
+    REQUIRE(p.w.back()->bytes() == kernels::gemm_bf16_packed_weight_bytes(t.dim(0), t.dim(1)));
+    p.w.back()->refresh();
+  }
+  return p;
+}
+
+void require_same_bits(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  for (size_t t = 0; t < a.size(); ++t) {
+    INFO("output " << t << " (y, dx, dw_gate, dw_up, dw_down, linear y, linear dx)");
+    REQUIRE(std::memcmp(a[t].ptr(), b[t].ptr(), a[t].bytes()) == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the packed weight operand gives the per-call packing's bits", "[cpu_bf16]") {
   need_bf16_units();
   const auto& ctx = test::kernel_ctx();
   cpu::set_bf16_mode(cpu::Bf16Mode::native);
   // f odd and past a K block (w_down's forward, w_gate's dx), d not a multiple of 32
   const int64_t T = 21, d = 48, f = 1031;
-  auto bf16_of = [&](std::vector<int64_t> shape, uint64_t key) {
-    return normal_bf16(ctx, std::move(shape), key);
-  };
-  const Tensor x = bf16_of({T, d}, 17), wg = bf16_of({f, d}, 18), wu = bf16_of({f, d}, 19),
-               wd = bf16_of({d, f}, 20);
-  auto run = [&] {
-    Tensor y({T, d}), dx({T, d}), dwg({f, d}), dwu({f, d}), dwd({d, f}), dy({T, d});
-    rng::fill_normal(dy.ptr(), dy.numel(), 21, 0, 1.0f);
-    for (Tensor* g : {&dwg, &dwu, &dwd}) std::fill_n(g->ptr(), g->numel(), 0.0f);
-    Tensor gate = Tensor::empty({T, f}, cpu_allocator(), DType::bf16);
-    Tensor up = Tensor::empty({T, f}, cpu_allocator(), DType::bf16);
-    kernels::swiglu_forward(ctx, x, wg, wu, wd, y, gate, up);
-    kernels::swiglu_backward(ctx, x, gate, up, dy, wg, wu, wd, dx, dwg, dwu, dwd);
-    Tensor lin({T, f}), lin_dx({T, d}), dlin({T, f});
-    rng::fill_normal(dlin.ptr(), dlin.numel(), 22, 0, 1.0f);
-    kernels::linear_forward(ctx, x, wg, lin);
-    kernels::linear_backward_input(ctx, dlin, wg, lin_dx, 0.0f);
-    return std::vector<Tensor>{y, dx, dwg, dwu, dwd, lin, lin_dx};
-  };
-  const auto plain = run();
-  std::vector<std::unique_ptr<kernels::PackedBf16Weight>> packs;
-  for (const Tensor* w : {&wg, &wu, &wd}) {
-    packs.push_back(std::make_unique<kernels::PackedBf16Weight>(ctx, *w));
-    REQUIRE(packs.back()->bytes() == kernels::gemm_bf16_packed_weight_bytes(w->dim(0), w->dim(1)));
-    packs.back()->refresh();
+  const Tensor x = normal_bf16(ctx, {T, d}, 17);
+  // fp32 masters and their bf16 copies (kernels::convert's rounding)
+  std::array<Tensor, 3> master{Tensor({f, d}), Tensor({f, d}), Tensor({d, f})}, copy;
+  for (size_t i = 0; i < 3; ++i) {
+    rng::fill_normal(master[i].ptr(), master[i].numel(), 18 + i, 0, 1.0f);
+    copy[i] = Tensor::empty(master[i].shape(), cpu_allocator(), DType::bf16);
+    kernels::convert(ctx, master[i], copy[i]);
   }
-  const auto packed = run();
-  // the rows read the packed form: a weight written without refresh() keeps its old product
-  Tensor w2 = bf16_of({f, d}, 23), y2({T, f}), y3({T, f});
-  kernels::PackedBf16Weight pack2(ctx, w2);
-  pack2.refresh();
-  kernels::linear_forward(ctx, x, w2, y2);
-  std::memcpy(w2.data<uint16_t>(), wg.data<uint16_t>(), wg.bytes());
-  kernels::linear_forward(ctx, x, w2, y3);
-  REQUIRE(std::memcmp(y2.ptr(), y3.ptr(), y2.bytes()) == 0);
-  pack2.refresh();
-  kernels::linear_forward(ctx, x, w2, y3);
-  REQUIRE(std::memcmp(plain[5].ptr(), y3.ptr(), y3.bytes()) == 0);
-  packs.clear();  // unregistered: the next calls pack again
-  const auto again = run();
+  const auto plain = run_ffn(x, copy, {});
+  Packs of_copy = packs_of(copy), of_master = packs_of(master);
+  // the copies packed, and the masters packed (rounded as they are packed): the same words
+  require_same_bits(plain, run_ffn(x, copy, of_copy.swiglu()));
+  require_same_bits(plain, run_ffn(x, master, of_master.swiglu()));
+  // the rows read the packed form: a master written without refresh() keeps its old product
+  std::fill_n(master[0].ptr(), master[0].numel(), 0.0f);
+  require_same_bits(plain, run_ffn(x, master, of_master.swiglu()));
+  of_master.w[0]->refresh();
+  Tensor lin({T, f});
+  kernels::linear_forward(ctx, x, master[0], lin, of_master.w[0].get());
+  for (int64_t i = 0; i < lin.numel(); ++i) REQUIRE(lin.ptr()[i] == 0.0f);
+  // the staged row with the packed masters rounds them first: its bits on the copies
+  rng::fill_normal(master[0].ptr(), master[0].numel(), 18, 0, 1.0f);
+  of_master.w[0]->refresh();
+  cpu::set_bf16_mode(cpu::Bf16Mode::staged);
+  require_same_bits(run_ffn(x, copy, {}), run_ffn(x, master, of_master.swiglu()));
   cpu::set_bf16_mode(cpu::Bf16Mode::automatic);
-  for (size_t t = 0; t < plain.size(); ++t) {
-    INFO("output " << t << " (y, dx, dw_gate, dw_up, dw_down, linear y, linear dx)");
-    REQUIRE(std::memcmp(plain[t].ptr(), packed[t].ptr(), plain[t].bytes()) == 0);
-    REQUIRE(std::memcmp(plain[t].ptr(), again[t].ptr(), plain[t].bytes()) == 0);
-  }
 }
 
 namespace {

@@ -194,6 +194,31 @@ TEST_CASE("tensor ops name the tensor that breaks their contract", "[functional]
                       Catch::Contains("x [32] i32 should be float data (f32 or bf16)"));
 }
 
+TEST_CASE("a packed weight operand that is not the weight's own is one clear error",
+          "[functional][bf16]") {
+  // on every CPU: the check precedes the rows (a PackedBf16Weight has forms
+  // only on the native bf16 path; the operand is checked either way)
+  const auto& ctx = test::kernel_ctx();
+  const int64_t T = 4, d = 8, f = 6;
+  Tensor x = random_tensor({T, d}, 1), wg = random_tensor({f, d}, 2), wu = random_tensor({f, d}, 3),
+         wd = random_tensor({d, f}, 4), y({T, d}), gate({T, f}), up({T, f}), lin({T, f});
+  const kernels::PackedBf16Weight pg(ctx, wg), pu(ctx, wu),
+      pd(ctx, wd);  // never refreshed: refused first
+  REQUIRE_THROWS_WITH(kernels::linear_forward(ctx, x, wg, lin, &pd),
+                      "kernels::linear_forward: packed w is the packed form of [8, 6] f32, not of "
+                      "w [6, 8] f32");
+  REQUIRE_THROWS_WITH(kernels::linear_backward_input(ctx, lin, wg, x, 0.0f, &pu),
+                      Catch::Contains("packed w is the packed form of another tensor [6, 8] f32"));
+  REQUIRE_THROWS_WITH(
+      kernels::swiglu_forward(ctx, x, wg, wu, wd, y, gate, up, {&pg, &pu, &pu}),
+      Catch::Contains("swiglu_forward: packed w_down is the packed form of [6, 8]"));
+  Tensor dx({T, d}), dwg({f, d}), dwu({f, d}), dwd({d, f});
+  REQUIRE_THROWS_WITH(kernels::swiglu_backward(ctx, x, gate, up, y, wg, wu, wd, dx, dwg, dwu, dwd,
+                                               {&pu, nullptr, nullptr}),
+                      Catch::Contains("swiglu_backward: packed w_gate is the packed form of "
+                                      "another tensor"));
+}
+
 TEST_CASE("the ring's resume and the step guard's range sums as tensor ops", "[functional]") {
   const auto& ctx = test::kernel_ctx();
   // Two key sets: a forward over the first, resumed over the second, equals

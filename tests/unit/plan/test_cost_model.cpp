@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <string>
 
 #include "tiny_config.hpp"
 #include "trident/kernels/attention.hpp"
+#include "trident/kernels/blas.hpp"
 #include "trident/kernels/types/gemm_bf16.hpp"
 #include "trident/model/transformer.hpp"
 #include "trident/parallel/pp/generators.hpp"
@@ -222,9 +224,10 @@ TEST_CASE("memory of a rank equals the hand count") {
 
 TEST_CASE("memory: bf16 keeps a copy of each GEMM weight and the native GEMM's buffers") {
   // train.precision = "bf16": 2 bytes per weight a GEMM reads (wq, wk, wv,
-  // wo, the FFN's three, the head) with the parameters; the SwiGLU's scratch
-  // of 2.5 T x f floats (gate and up f32, h bf16); the packing
-  // buffers in the workspace and the packed weights, outside the allocator. Moments, gradients and
+  // wo, the FFN's three, the head) with the parameters, or on the native
+  // CPU path no copy and the weights packed, 4 bytes each outside the
+  // allocator; the SwiGLU's scratch of 2.5 T x f floats (gate and up f32,
+  // h bf16); the packing buffers in the workspace. Moments, gradients and
   // a single checkpoint's gathered copies stay the fp32 masters'.
   Config c = dense_config();
   c.model.ffn_hidden = 16384;  // the SwiGLU's scratch outweighs the attention's
@@ -233,26 +236,35 @@ TEST_CASE("memory: bf16 keeps a copy of each GEMM weight and the native GEMM's b
   const pp::Schedule s = pp::lower(pp::make_schedule("1f1b", 1, 4, 1));
   const MemoryEstimate fp32 = memory_of_rank(c, p, 0, s);
   c.train.precision = Precision::bf16;
-  const MemoryEstimate bf16 = memory_of_rank(c, p, 0, s);
   const double d = 8, f = 16384, V = c.model.vocab_size, T = 2 * 16, layers = c.model.n_layers;
   const double gemm_weights = layers * (2 * 8 * d + 2 * 4 * d + 3 * d * f) + V * d;
-  CHECK(bf16.param_copies == 2 * gemm_weights);
-  CHECK(bf16.params == fp32.params + 2 * gemm_weights);
-  CHECK(bf16.grads == fp32.grads);
-  CHECK(bf16.optimizer == fp32.optimizer);
-  CHECK(bf16.activations < fp32.activations);  // bf16 activations (the case below)
   const double packing = double(kernels::gemm_bf16_buffer_bytes(int64_t(f), 0));
-  CHECK(fp32.workspace == 4 * 2 * T * f);
-  CHECK(bf16.workspace == 4 * 2.5 * T * f + packing);
-  // the copies packed for the native GEMM (PackedBf16Weight): 4 bytes a weight, untracked
   const double packed =
       double(kernels::gemm_bf16_packed_weight_bytes(32, 32)) / 1024 * gemm_weights;
+  CHECK(fp32.workspace == 4 * 2 * T * f);
   CHECK(fp32.packed_weights == 0);
-  CHECK(bf16.packed_weights == packed);
-  CHECK(bf16.untracked == fp32.untracked + packing + packed);
-  CHECK(bf16.comm_buffers == fp32.comm_buffers);
-  CHECK(bf16.total() == fp32.total() + bf16.params - fp32.params + bf16.activations -
-                            fp32.activations + bf16.workspace - fp32.workspace + packed);
+  kernels::set_cpu_bf16_path("auto");
+  const bool native = kernels::cpu_bf16_packs_weights();
+  for (const std::string path : {"staged", "native"}) {
+    if (path == "native" && !native) continue;  // no AVX512-BF16: staged only
+    INFO("CPU bf16 path " << path);
+    kernels::set_cpu_bf16_path(path);
+    const MemoryEstimate bf16 = memory_of_rank(c, p, 0, s);
+    const double copies = path == "native" ? 0 : 2 * gemm_weights;
+    const double forms = copies == 0 ? packed : 0;
+    CHECK(bf16.param_copies == copies);
+    CHECK(bf16.params == fp32.params + copies);
+    CHECK(bf16.grads == fp32.grads);
+    CHECK(bf16.optimizer == fp32.optimizer);
+    CHECK(bf16.activations < fp32.activations);  // bf16 activations (the case below)
+    CHECK(bf16.workspace == 4 * 2.5 * T * f + packing);
+    CHECK(bf16.packed_weights == forms);
+    CHECK(bf16.untracked == fp32.untracked + packing + forms);
+    CHECK(bf16.comm_buffers == fp32.comm_buffers);
+    CHECK(bf16.total() == fp32.total() + copies + bf16.activations - fp32.activations +
+                              bf16.workspace - fp32.workspace + forms);
+  }
+  kernels::set_cpu_bf16_path("");
 }
 
 TEST_CASE("memory: bf16 stores the activations its GEMMs read in bf16") {

@@ -27,6 +27,7 @@
 #include "trident/core/param.hpp"
 #include "trident/core/tensor.hpp"
 #include "trident/kernels/context.hpp"
+#include "trident/kernels/types/gemm_bf16.hpp"
 #include "trident/parallel/ep/router.hpp"
 #include "trident/parallel/ep/token_dispatcher.hpp"
 
@@ -124,11 +125,16 @@ class MoELayer {
   // Replaces the SwiGLU experts (nullptr: back to SwiGLU). Not owned.
   void set_expert_fn(ExpertBlockFn* fn) { expert_fn_ = fn ? fn : swiglu_.get(); }
   // What the SwiGLU experts' GEMMs read for an expert weight: under
-  // train.precision = "bf16" the model's bf16 copy of it (model/blocks.hpp,
-  // GemmPrecision, which keeps it current), so that the op table's bf16 rows
-  // run them; unset: the fp32 value. Masters and weight gradients stay fp32.
+  // train.precision = "bf16" the model's bf16 copy of it, or its master with
+  // its packed form (model/blocks.hpp, GemmPrecision, which keeps them
+  // current), so that the op table's bf16 rows run them; unset: the fp32
+  // value and no packed form. Masters and weight gradients stay fp32.
   using GemmWeightFn = std::function<const Tensor&(const Param&)>;
-  void set_gemm_weights(GemmWeightFn fn) { gemm_weight_ = std::move(fn); }
+  using PackedWeightFn = std::function<const kernels::PackedBf16Weight*(const Param&)>;
+  void set_gemm_weights(GemmWeightFn fn, PackedWeightFn packed = {}) {
+    gemm_weight_ = std::move(fn);
+    packed_weight_ = std::move(packed);
+  }
   const Tensor& expert_gemm_weight(int local_expert, int which);
   // The dtype of what the SwiGLU experts read and keep: their input rows
   // (rounded once as they arrive on the expert side, the rounding the bf16
@@ -137,6 +143,8 @@ class MoELayer {
   // bf16 as the dense FFN's activations (model/blocks.hpp, GemmPrecision).
   // The router, the exchanges and the combine stay f32.
   void set_expert_activations(DType dtype);
+  // The packed forms of an expert's three weights (the SwiGLU's operand).
+  kernels::SwigluPacked expert_packed_weights(int local_expert);
 
  private:
   // The experts on each (source, expert) chunk of the expert side [R, d].
@@ -155,6 +163,7 @@ class MoELayer {
   std::unique_ptr<ExpertBlockFn> swiglu_;  // the SwiGLU experts over experts_
   ExpertBlockFn* expert_fn_;               // what runs: swiglu_ or set_expert_fn's
   GemmWeightFn gemm_weight_;               // set_gemm_weights's, or empty
+  PackedWeightFn packed_weight_;           // set_gemm_weights's, or empty
   DType act_ = DType::f32;                 // set_expert_activations's
 };
 

@@ -16,7 +16,9 @@
 //
 // The call's dtype is f32 when every float tensor is f32, else the dtype of
 // the first float tensor that is not (so a bf16 tensor anywhere picks the
-// bf16 row, which stages what its kernel does not take natively).
+// bf16 row, which stages what its kernel does not take natively); a call
+// with a packed weight (OpCall::packed, one with forms) is bf16: the packed
+// form is the weight rounded to bf16.
 //
 // Internal to kernels/ (and its tests): model and parallel code call
 // functional.hpp.
@@ -31,6 +33,8 @@
 #include "trident/kernels/types/router.hpp"
 
 namespace trident::kernels {
+
+class PackedBf16Weight;  // types/gemm_bf16.hpp
 
 enum class Op : uint8_t {
 #define TRIDENT_OP(name, roles, names, ...) name,
@@ -54,6 +58,10 @@ struct OpCall {
   float f = 0.0f;               // the scalar (eps, beta, scale, value)
   const void* param = nullptr;  // the parameter struct (AttnShape, RopeFreqs, AdamWArgs, ...)
   double result = 0.0;          // what the op returns (cross_entropy, sum_squares)
+  // The packed forms of the call's weights (linear: w; SwiGLU: w_gate, w_up,
+  // w_down), each that weight's own (functional.cpp checks it) or null: the
+  // CPU's native bf16 rows read them, every other row ignores them.
+  std::array<const PackedBf16Weight*, 3> packed{};
 
   // Tensor i's elements (nullptr when it is empty).
   float* f32(int i) const { return t[size_t(i)].numel() ? t[size_t(i)].data<float>() : nullptr; }
