@@ -47,8 +47,12 @@ Bf16Units detect() {
   const bool avx512f = (b & (1u << 16)) && (b & (1u << 30)) && (b & (1u << 31));
   u.avx512 = avx512f;
   u.amx_bf16 = (d & (1u << 22)) && (d & (1u << 24));  // AMX-BF16 and AMX-TILE
+  // The native path's vector exp (vreduceps, vscalefps) needs AVX-512 DQ
+  // too, which every CPU with AVX512-BF16 so far has: one without it takes
+  // the staged path rather than failing in the attention's own check.
+  const bool avx512dq = b & (1u << 17);
   if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return u;
-  u.avx512_bf16 = avx512f && (a & (1u << 5));
+  u.avx512_bf16 = avx512f && avx512dq && (a & (1u << 5));
   return u;
 }
 #else
