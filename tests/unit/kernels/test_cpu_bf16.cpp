@@ -210,7 +210,8 @@ TEST_CASE("the bf16 output is the f32 result rounded to nearest even", "[cpu_bf1
 // Round to nearest even on the bit pattern, a NaN made quiet: the rule of
 // to_bf16, written out here as the reference of the vector conversions.
 uint16_t nearest_even(uint32_t u) {
-  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) return uint16_t((u >> 16) | 0x40u);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0)
+    return uint16_t((u >> 16) | 0x40u);
   const uint32_t low = u & 0xffffu, high = u >> 16;
   return uint16_t(high + ((low > 0x8000u || (low == 0x8000u && (high & 1u))) ? 1u : 0u));
 }
@@ -229,13 +230,14 @@ TEST_CASE("the vector bf16 conversions give the scalar rounding's bits for every
   std::vector<uint32_t> bits(4099);  // random bit patterns: every class of float
   for (size_t i = 0; i < bits.size(); ++i) bits[i] = uint32_t(rng::bits(481, i));
   for (size_t i = 0; i < bits.size(); i += 37) bits[i] = special[(i / 37) % special.size()];
-  bits.insert(bits.end(), special.begin(), special.end());  // a run of them, some vectors all special
+  bits.insert(bits.end(), special.begin(),
+              special.end());  // a run of them, some vectors all special
   std::vector<float> x(bits.size());
   std::memcpy(x.data(), bits.data(), bits.size() * sizeof(float));
   std::vector<uint16_t> want(bits.size());
   for (size_t i = 0; i < bits.size(); ++i) want[i] = nearest_even(bits[i]);
-  for (const auto how : {cpu::Bf16Convert::scalar, cpu::Bf16Convert::avx512,
-                         cpu::Bf16Convert::avx512_bf16}) {
+  for (const auto how :
+       {cpu::Bf16Convert::scalar, cpu::Bf16Convert::avx512, cpu::Bf16Convert::avx512_bf16}) {
     for (const size_t from : {size_t(0), size_t(5), size_t(16)}) {  // every tail and alignment
       CAPTURE(int(how), from);
       const int64_t n = int64_t(x.size() - from);

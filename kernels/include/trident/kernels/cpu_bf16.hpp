@@ -16,9 +16,10 @@ namespace trident::kernels::cpu {
 
 // What this CPU has for bf16 arithmetic (cpuid, read once).
 struct Bf16Units {
-  bool avx512 = false;       // AVX-512 F, BW and VL (Skylake-SP, Zen 4+)
-  bool avx512_bf16 = false;  // vdpbf16ps, vcvtne2ps2bf16, with AVX-512 DQ (Cooper Lake, SPR, Zen 4+)
-  bool amx_bf16 = false;     // AMX tiles (Sapphire Rapids+); detected, not used yet
+  bool avx512 = false;  // AVX-512 F, BW and VL (Skylake-SP, Zen 4+)
+  bool avx512_bf16 =
+      false;              // vdpbf16ps, vcvtne2ps2bf16, with AVX-512 DQ (Cooper Lake, SPR, Zen 4+)
+  bool amx_bf16 = false;  // AMX tiles (Sapphire Rapids+); detected, not used yet
 };
 Bf16Units bf16_units();
 
