@@ -136,32 +136,38 @@ int64_t value_of(const std::string& item, const std::string& key, const std::str
   return sized ? v << (value.back() == 'K' ? 10 : 20) : v;
 }
 
+// The override's keys: the field each sets and the values it takes (min to
+// max, a multiple of `step`), with the rule its error names.
+struct OverrideKey {
+  const char* key;
+  int64_t GemmParams::*field;
+  int64_t min, max, step;
+  const char* rule;
+};
+constexpr OverrideKey kOverrideKeys[] = {
+    {"direct", &GemmParams::direct_bytes, 0, int64_t(1) << 32, 1,
+     "direct must be 0 (sgemm always) to 4096M"},
+    {"kc", &GemmParams::kc, 1, 65536, 1, "kc must be 1 to 65536"},
+    {"mc", &GemmParams::mc, 0, int64_t(1) << 20, kRowTile,
+     "mc must be 0 (no row block) or a multiple of 8 up to 1048576"},
+    {"prefetch", &GemmParams::prefetch, 0, 64, 1, "prefetch must be 0 (none) to 64 rows"},
+    {"nt_rows", &GemmParams::nt_rows, kRowTile, 4096, kRowTile,
+     "nt_rows must be a multiple of 8 from 8 to 4096"},
+};
+
 // One "key=value" of the override applied to p.
 void apply_item(const std::string& item, GemmParams& p) {
   const size_t eq = item.find('=');
   if (eq == std::string::npos) refuse(item, "expected key=value");
   const std::string key = item.substr(0, eq);
-  if (key != "direct" && key != "kc" && key != "mc" && key != "prefetch" && key != "nt_rows")
-    refuse(item, "unknown key");
-  const int64_t v = value_of(item, key, item.substr(eq + 1));
-  if (key == "direct") {
-    if (v > (int64_t(1) << 32)) refuse(item, "direct must be 0 (sgemm always) to 4096M");
-    p.direct_bytes = v;
-  } else if (key == "kc") {
-    if (v < 1 || v > 65536) refuse(item, "kc must be 1 to 65536");
-    p.kc = v;
-  } else if (key == "mc") {
-    if (v % kRowTile != 0 || v > (int64_t(1) << 20))
-      refuse(item, "mc must be 0 (no row block) or a multiple of 8 up to 1048576");
-    p.mc = v;
-  } else if (key == "prefetch") {
-    if (v > 64) refuse(item, "prefetch must be 0 (none) to 64 rows");
-    p.prefetch = v;
-  } else {  // nt_rows
-    if (v < kRowTile || v % kRowTile != 0 || v > 4096)
-      refuse(item, "nt_rows must be a multiple of 8 from 8 to 4096");
-    p.nt_rows = v;
+  for (const OverrideKey& k : kOverrideKeys) {
+    if (key != k.key) continue;
+    const int64_t v = value_of(item, key, item.substr(eq + 1));
+    if (v < k.min || v > k.max || v % k.step != 0) refuse(item, k.rule);
+    p.*k.field = v;
+    return;
   }
+  refuse(item, "unknown key");
 }
 
 struct ParamsState {
