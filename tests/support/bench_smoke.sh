@@ -9,6 +9,28 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
 
+# The tiny dense model the one-process bench smokes run (bench gemm, step,
+# attention): $tmp/tiny.toml, with any further sections from stdin.
+write_tiny_config() {
+  { cat <<'TOML'
+[model]
+vocab_size = 64
+d_model = 32
+n_layers = 2
+n_heads = 4
+n_kv_heads = 2
+ffn_hidden = 96
+n_experts = 0
+
+[data]
+task = "recall"
+seq_len = 32
+micro_batch_size = 2
+num_microbatches = 2
+TOML
+    cat; } >"$tmp/tiny.toml"
+}
+
 # check_h5 FILE: runs the Python on stdin with the open file as `f`, after
 # checking that it is a trident bench file.
 check_h5() {

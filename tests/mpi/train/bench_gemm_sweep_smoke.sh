@@ -7,22 +7,7 @@
 # exit 2, before anything is measured. Tiny sizes: behaviour, not speed.
 source "$(dirname "${BASH_SOURCE[0]}")/../../support/bench_smoke.sh"
 export OPENBLAS_NUM_THREADS=1
-cat >"$tmp/tiny.toml" <<'TOML'
-[model]
-vocab_size = 64
-d_model = 32
-n_layers = 2
-n_heads = 4
-n_kv_heads = 2
-ffn_hidden = 96
-n_experts = 0
-
-[data]
-task = "recall"
-seq_len = 32
-micro_batch_size = 2
-num_microbatches = 2
-TOML
+write_tiny_config </dev/null
 
 timeout 120 "$bin" bench gemm "$tmp/tiny.toml" --sweep --reps 1 --output "$tmp/s.h5" >"$tmp/s.out" 2>&1
 rc=$?
