@@ -415,7 +415,10 @@ struct AttnCase {
 // Odd lengths, one and several query blocks and key tiles, GQA, causal and
 // full; a window; documents; queries after their keys (a ring step) and
 // queries that see no key (keys after them: lse -inf); head_dim 128 over
-// more keys than one chunk of the forward.
+// more keys than one chunk of the forward; causal strips and windows whose
+// ends fall at every offset of the 16- and 32-key panels (queries 37
+// positions after their keys; a window of 21: the kernels skip the halves
+// of a panel that no row of a strip sees, and would drop a key there).
 std::vector<AttnCase> attention_cases() {
   return {AttnCase{77, 77, 2, 1, 24, true},
           AttnCase{77, 77, 2, 2, 24, false},
@@ -425,7 +428,9 @@ std::vector<AttnCase> attention_cases() {
           AttnCase{400, 400, 2, 1, 64, true, 0, 97},
           AttnCase{100, 300, 2, 1, 32, true, 0, 0, 200, 0},
           AttnCase{120, 200, 2, 2, 32, true, 0, 0, 0, 50},
-          AttnCase{130, 700, 2, 1, 128, false}};
+          AttnCase{130, 700, 2, 1, 128, false},
+          AttnCase{45, 93, 1, 1, 32, true, 0, 0, 37, 0},
+          AttnCase{250, 250, 2, 1, 32, true, 21, 0, 5, 0}};
 }
 
 // The document ids of a case's queries and keys, kept for its shape.
