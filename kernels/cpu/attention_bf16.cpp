@@ -52,12 +52,15 @@ struct Forward {
   float m[kR] = {}, l[kR] = {};
   int64_t a[kR] = {}, b[kR] = {};
   int64_t fa = 0, fb = 0;             // the keys every row of the strip sees
+  int64_t lo = 0, hi = 0;             // the keys some row of the strip sees
   alignas(64) float mx[kR][16] = {};  // per row, lane-wise max of the chunk's scores
 };
 
 // S = scale log2(e) Q·Kᵀ (log2 units) for the strip and the keys [c0, c1)
 // (whole panels), -inf outside each row's keys, and each row's lane-wise
-// max of them (mx) as they are stored.
+// max of them (mx) as they are stored. A panel's half that no row sees
+// (past the causal diagonal, before a window) is not computed: its scores
+// are -inf as the mask makes them.
 TRIDENT_ATTN_TARGET void strip_scores(Forward& f, int64_t c0, int64_t c1) {
   const __m512 sc = _mm512_set1_ps(f.s->scale * kLog2e), ninf = _mm512_set1_ps(kNegInf);
   float* const S = f.S;
@@ -66,7 +69,8 @@ TRIDENT_ATTN_TARGET void strip_scores(Forward& f, int64_t c0, int64_t c1) {
     const bool full = f.fa <= j && j + kW <= f.fb;  // no row masks a key of the panel
     __m512 acc[kR][2];
     zero_tile(acc);
-    dot_tile<kR, 1>(f.qs, kR, f.kt + (j / kW) * f.kt_panel, f.Dp, acc);
+    dot_tile_half<kR, 1>(panel_half(f.lo, f.hi, j), f.qs, kR, f.kt + (j / kW) * f.kt_panel, f.Dp,
+                         acc);
 #pragma GCC unroll 12
     for (int r = 0; r < kR; ++r) {  // unrolled: the accumulators stay in registers
       const uint32_t mk = full ? ~0u : col_mask(f.a[r], f.b[r], j);
@@ -111,12 +115,15 @@ TRIDENT_ATTN_TARGET void row_softmax(Forward& f, int r, int64_t n) {
   f.m[r] = m_new;
 }
 
-// acc += P·V for the strip's P over the keys [c0, c1).
+// acc += P·V for the strip's P over the keys [c0, c1), from the key pair
+// of the strip's first key to that of its last (P is 0 outside: the pairs
+// skipped would add only zeros).
 TRIDENT_ATTN_TARGET void strip_pv(Forward& f, int64_t c0, int64_t c1) {
+  const int64_t p0 = (std::max(c0, f.lo) - c0) / 2, p1 = (std::min(c1, f.hi) - c0 + 1) / 2;
   for (int64_t dn = 0; dn < f.Dn; ++dn) {
     __m512 acc[kR][2];
     zero_tile(acc);
-    dot_tile<kR, kLdP>(f.P, 1, f.vp + dn * f.v_stride + (c0 / 2) * kW, (c1 - c0) / 2, acc);
+    dot_tile<kR, kLdP>(f.P + p0, 1, f.vp + dn * f.v_stride + (c0 / 2 + p0) * kW, p1 - p0, acc);
     add_tile(acc, f.acc + dn * kW, f.Dn * kW, kR, kW, 1.0f);
   }
 }
@@ -158,6 +165,7 @@ void forward_strip(Forward& f, const uint16_t* q, F32OrBf16 out, float* lse, int
     f.l[r] = 0.0f;
   }
   std::fill(f.acc, f.acc + kR * f.Dn * kW, 0.0f);
+  f.lo = lo, f.hi = hi;
   for (int64_t c0 = lo / kW * kW; c0 < hi; c0 += kChunk) {
     const int64_t c1 = std::min(c0 + kChunk, round32(hi));
     strip_scores(f, c0, c1);

@@ -60,6 +60,7 @@ struct Backward {
   int64_t a[kBq] = {}, b[kBq] = {};
   int64_t pl[kStrips] = {}, ph[kStrips] = {};
   int64_t fa[kStrips] = {}, fb[kStrips] = {};  // the keys every row of a strip sees
+  int64_t lo[kStrips] = {}, hi[kStrips] = {};  // those some row sees, in the tile
 };
 
 // 16 bf16 values widened to f32.
@@ -103,16 +104,18 @@ TRIDENT_ATTN_INLINE void probs_grads(const Backward& b, int64_t row, int64_t col
 
 // The register tile of strip st (rows st kRb ...) and the tile's key panel
 // p (keys jt + 32 p ...): S and dP, then P and dS, stored as dS's rows and
-// as Pᵀ's and dSᵀ's row pairs.
+// as Pᵀ's and dSᵀ's row pairs. A half of the panel that no row of the strip
+// sees is not computed: the mask makes its P and dS 0.
 TRIDENT_ATTN_TARGET void strip_panel(Backward& b, int st, int64_t jt, int64_t p) {
   const int64_t J = jt / kW + p;
   const bool full = b.fa[st] <= J * kW && (J + 1) * kW <= b.fb[st];  // no row masks a key
+  const int half = panel_half(b.lo[st], b.hi[st], J * kW);
   __m512 s[kRb][2], dp[kRb][2];
   zero_tile(s);
 #pragma GCC unroll 6
   for (int r = 0; r < kRb; ++r) dp[r][0] = dp[r][1] = _mm512_set1_ps(-b.delta[st * kRb + r]);
-  dot_tile<kRb, 1>(b.qs + st * b.Dp * kRb, kRb, b.kt + J * b.kt_panel, b.Dp, s);
-  dot_tile<kRb, 1>(b.dos + st * b.Dp * kRb, kRb, b.vt + J * b.kt_panel, b.Dp, dp);
+  dot_tile_half<kRb, 1>(half, b.qs + st * b.Dp * kRb, kRb, b.kt + J * b.kt_panel, b.Dp, s);
+  dot_tile_half<kRb, 1>(half, b.dos + st * b.Dp * kRb, kRb, b.vt + J * b.kt_panel, b.Dp, dp);
 #pragma GCC unroll 6
   for (int r = 0; r < kRb; ++r) {
     const int64_t row = int64_t(st) * kRb + r;
@@ -129,13 +132,29 @@ TRIDENT_ATTN_TARGET void strip_panel(Backward& b, int st, int64_t jt, int64_t p)
   }
 }
 
+// The row pairs of [t0, t0 + np) of the block from the first to the last
+// that holds a row seeing one of the keys [k0, k1) (the others' P and dS of
+// those keys are 0); np 0 when none does.
+void rows_for_keys(const Backward& b, int64_t k0, int64_t k1, int64_t& t0, int64_t& np) {
+  const auto sees = [&](int64_t row) {
+    return b.a[row] < k1 && b.b[row] > k0 && b.a[row] < b.b[row];
+  };
+  int64_t r0 = 2 * t0, r1 = 2 * (t0 + np);
+  while (r0 < r1 && !sees(r0)) ++r0;
+  while (r1 > r0 && !sees(r1 - 1)) --r1;
+  t0 = r0 / 2, np = r1 > r0 ? (r1 + 1) / 2 - t0 : 0;
+}
+
 // dV += Pᵀ dO and dK += scale dSᵀ Q for R keys of key panel p (from key
-// k0 of the panel, `keys` of them inside Tk), over the row pairs [t0, t0 +
-// np) of the block.
+// k0 of the panel, `keys` of them inside Tk), over the row pairs of [t0, t0 +
+// np) of the block that see them.
 template <int R>
 TRIDENT_ATTN_TARGET void kv_grads(const Backward& b, int64_t jt, int64_t p, int k0, int keys,
                                   int64_t t0, int64_t np) {
-  const int64_t key = jt + p * kW + k0, at = p * kTPanel + t0 * kW + k0;
+  const int64_t key = jt + p * kW + k0;
+  rows_for_keys(b, key, key + keys, t0, np);
+  if (np == 0) return;
+  const int64_t at = p * kTPanel + t0 * kW + k0;
   for (int64_t dn = 0; dn < b.Dn; ++dn) {
     const int64_t cols = std::min<int64_t>(kW, b.s->D - dn * kW);
     const int64_t c = key * b.ldkv + dn * kW;
@@ -177,12 +196,13 @@ void panel_kv_grads(Backward& b, int64_t jt, int64_t p, int ns) {
 // while they are in the first-level cache (dq at the strip's first row and
 // the head; n of its rows inside the block).
 TRIDENT_ATTN_TARGET void strip_dq(const Backward& b, int st, float* dq, int64_t jt, int n) {
-  const int64_t pl = b.pl[st], np = (b.ph[st] - pl) * (kW / 2);
+  // the key pairs from the strip's first key to its last (dS is 0 outside)
+  const int64_t pl = (b.lo[st] - jt) / 2, np = (b.hi[st] - jt + 1) / 2 - pl;
   for (int64_t dn = 0; dn < b.Dn; ++dn) {
     __m512 acc[kRb][2];
     zero_tile(acc);
-    dot_tile<kRb, kLdDs>(b.dsr + int64_t(st) * kRb * kLdDs + pl * (kW / 2), 1,
-                         b.kp + dn * b.kp_stride + (jt / 2 + pl * (kW / 2)) * kW, np, acc);
+    dot_tile<kRb, kLdDs>(b.dsr + int64_t(st) * kRb * kLdDs + pl, 1,
+                         b.kp + dn * b.kp_stride + (jt / 2 + pl) * kW, np, acc);
     add_tile(acc, dq + dn * kW, b.ldq, n, std::min<int64_t>(kW, b.s->D - dn * kW), b.s->scale);
   }
 }
@@ -197,6 +217,7 @@ void strip_panels(Backward& b, int st, int64_t jt, int64_t jn) {
     b.fa[st] = std::max(b.fa[st], b.a[row]), b.fb[st] = std::min(b.fb[st], b.b[row]);
   }
   lo = std::max(lo, jt), hi = std::min(hi, jt + jn);
+  b.lo[st] = lo, b.hi[st] = hi;
   b.pl[st] = hi > lo ? (lo - jt) / kW : 0;
   b.ph[st] = hi > lo ? (hi - jt + kW - 1) / kW : 0;
 }

@@ -128,22 +128,44 @@ TRIDENT_ATTN_INLINE void zero_tile(__m512 (&acc)[R][2]) {
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
 }
 
-// acc[r][v] += the sum over pairs p < np of a(r, p) · b(p, 16 v ... 16 v + 15):
-// A's word (r, p) at a[r * RS + p * ps], B a panel from its pair 0. Each
-// vdpbf16ps adds the two products of a pair to its fp32 lane.
-template <int R, int RS>
+// acc[r][v] += the sum over pairs p < np of a(r, p) · b(p, 16 v ... 16 v + 15)
+// for the vectors V0 <= v < V1 (both, or one half of the panel's 32 columns:
+// the causal diagonal's panels): A's word (r, p) at a[r * RS + p * ps], B a
+// panel from its pair 0. Each vdpbf16ps adds the two products of a pair to
+// its fp32 lane.
+template <int R, int RS, int V0 = 0, int V1 = 2>
 TRIDENT_ATTN_INLINE void dot_tile(const uint32_t* a, int64_t ps, const uint32_t* b, int64_t np,
                                   __m512 (&acc)[R][2]) {
   for (int64_t p = 0; p < np; ++p, a += ps, b += kW) {
-    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
-    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 16);
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + 16 * V0);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 16 * (V1 - 1));
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
       const __m512bh av = (__m512bh)_mm512_set1_epi32(int(a[r * RS]));
-      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
-      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+      if constexpr (V0 == 0) acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
+      if constexpr (V1 == 2) acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
     }
   }
+}
+
+// dot_tile over the whole panel (half 0), its first 16 columns (half 1:
+// the columns from 16 on are seen by no row) or its last 16 (half 2).
+template <int R, int RS>
+TRIDENT_ATTN_INLINE void dot_tile_half(int half, const uint32_t* a, int64_t ps, const uint32_t* b,
+                                       int64_t np, __m512 (&acc)[R][2]) {
+  if (half == 1)
+    dot_tile<R, RS, 0, 1>(a, ps, b, np, acc);
+  else if (half == 2)
+    dot_tile<R, RS, 1, 2>(a, ps, b, np, acc);
+  else
+    dot_tile<R, RS>(a, ps, b, np, acc);
+}
+
+// Which columns of the panel at key j the keys [lo, hi) reach, for
+// dot_tile_half: 1 when none from j + 16 on, 2 when none before j + 16,
+// else 0.
+inline int panel_half(int64_t lo, int64_t hi, int64_t j) {
+  return hi <= j + 16 ? 1 : lo >= j + 16 ? 2 : 0;
 }
 
 // c[r][0:cols] += alpha * acc[r] for r < rows (row r at c + r * ldc).

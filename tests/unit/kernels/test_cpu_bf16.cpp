@@ -417,17 +417,26 @@ struct AttnCase {
 // Odd lengths, one and several query blocks and key tiles, GQA, causal and
 // full; a window; documents; queries after their keys (a ring step) and
 // queries that see no key (keys after them: lse -inf); head_dim 128 over
-// more keys than one chunk of the forward.
+// more keys than one chunk of the forward; strips whose first and last
+// keys fall at every offset of the 16- and 32-key panels (queries 37 to 40
+// positions after their keys, causal, and with a window of 5, where a key
+// dropped is a fifth of a row): the kernels skip the halves of a panel, the
+// key pairs and the row pairs that no row of a strip sees, and would drop
+// a visible key there.
 std::vector<AttnCase> attention_cases() {
-  return {AttnCase{77, 77, 2, 1, 24, true},
-          AttnCase{77, 77, 2, 2, 24, false},
-          AttnCase{601, 601, 4, 2, 40, true},
-          AttnCase{301, 555, 2, 1, 33, false},
-          AttnCase{333, 333, 4, 2, 32, true, 100},
-          AttnCase{400, 400, 2, 1, 64, true, 0, 97},
-          AttnCase{100, 300, 2, 1, 32, true, 0, 0, 200, 0},
-          AttnCase{120, 200, 2, 2, 32, true, 0, 0, 0, 50},
-          AttnCase{130, 700, 2, 1, 128, false}};
+  std::vector<AttnCase> cases{AttnCase{77, 77, 2, 1, 24, true},
+                              AttnCase{77, 77, 2, 2, 24, false},
+                              AttnCase{601, 601, 4, 2, 40, true},
+                              AttnCase{301, 555, 2, 1, 33, false},
+                              AttnCase{333, 333, 4, 2, 32, true, 100},
+                              AttnCase{400, 400, 2, 1, 64, true, 0, 97},
+                              AttnCase{100, 300, 2, 1, 32, true, 0, 0, 200, 0},
+                              AttnCase{120, 200, 2, 2, 32, true, 0, 0, 0, 50},
+                              AttnCase{130, 700, 2, 1, 128, false},
+                              AttnCase{45, 93, 1, 1, 32, true, 0, 0, 37, 0}};
+  for (int64_t off = 0; off < 4; ++off)
+    cases.push_back(AttnCase{200, 240, 1, 1, 32, true, 5, 0, 37 + off, 0});
+  return cases;
 }
 
 // The document ids of a case's queries and keys, kept for its shape.
