@@ -21,6 +21,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "exp2_fast.hpp"
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #define TRIDENT_ATTN_BF16 1
 #include <immintrin.h>
@@ -185,36 +187,11 @@ TRIDENT_ATTN_INLINE void add_tile(const __m512 (&acc)[R][2], float* c, int64_t l
   }
 }
 
-// log2(e): the kernels keep the scores in log2 units (the scale times
-// log2(e) folded into the product's scaling), so that each exponential is a
-// power of two.
-constexpr float kLog2e = 1.44269504088896341f;
-
-// 2^x in fp32, for the softmax's x <= 0 (any x works): x = n + f with n =
-// floor(x) and f = x - floor(x) in [0, 1) (vreduceps), 2^f by its degree-4
-// minimax polynomial (relative error below 2.7e-6 in fp32, against the 2^-9
-// of the bf16 P it feeds), times 2^n by vscalefps (which takes floor(x)
-// itself). 0 below -126 (no denormals) and for -inf (a masked score); NaN
-// kept. Seven instructions against the thirteen of exp with a
-// two-constant ln2 reduction and a degree-6 Taylor polynomial.
-TRIDENT_ATTN_INLINE __m512 exp2_fast(__m512 x) {
-  const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);
-  const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.353416778e-02f), f, _mm512_set1_ps(5.201146007e-02f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.414427549e-01f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.930038333e-01f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.000002623e+00f));
-  return _mm512_maskz_scalef_ps(live, p, x);
-}
-
-// y[i] = exp2_fast(x[i]) for i < n: the kernels' exponential, callable
-// from code built without AVX-512 (the tests).
-TRIDENT_ATTN_TARGET inline void exp2_fast_rows(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
-    _mm512_mask_storeu_ps(y + i, m, exp2_fast(_mm512_maskz_loadu_ps(m, x + i)));
-  }
-}
+// kLog2e, exp2_fast and exp2_fast_rows (the softmax's exponential, the
+// scores kept in log2 units): exp2_fast.hpp, in the enclosing namespace.
+using cpu::exp2_fast;
+using cpu::exp2_fast_rows;
+using cpu::kLog2e;
 
 // 32 values (x, then y) rounded to bf16 (nearest even), in order: the bf16
 // row of a tile's 32 columns, 16 words.

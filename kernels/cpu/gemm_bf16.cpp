@@ -338,45 +338,79 @@ Buffers& buffers() {
   return b;
 }
 
-// The row blocks of one K block (pairs [p0, p0 + np)) against packed B.
-void row_blocks(const Problem& pr, int64_t p0, int64_t np, float beta, const uint32_t* bpack,
-                Buffers& buf) {
+// The tiles of rows [i0, i0 + mrows) of one K block (np pairs) from packed
+// A and B.
+void tiles(const Problem& pr, int64_t i0, int64_t mrows, int64_t np, float beta,
+           const uint32_t* apack, const uint32_t* bpack) {
   const int64_t col_panels = (pr.N + kNr - 1) / kNr;
-  for (int64_t i0 = 0; i0 < pr.M; i0 += kMc) {
-    const int64_t mrows = std::min(kMc, pr.M - i0);
-    const int64_t row_panels = (mrows + kMr - 1) / kMr;
-    buf.apack.resize(size_t(row_panels * np * kMr));
-    pack(pr.a, i0, mrows, p0, np, kMr, buf.apack.data());
-    for (int64_t jb = 0; jb < col_panels; ++jb) {
-      const uint32_t* b = bpack + jb * np * kNr;
-      const int cols = int(std::min<int64_t>(kNr, pr.N - jb * kNr));
-      for (int64_t ib = 0; ib < row_panels; ++ib) {
-        const int rows = int(std::min<int64_t>(kMr, mrows - ib * kMr));
-        const int64_t at = (i0 + ib * kMr) * pr.ldc + jb * kNr;
-        const TileOut o{
-            pr.c + at, pr.ldc, rows, cols, pr.alpha, beta, pr.c16 ? pr.c16 + at : nullptr};
-        tile(np, buf.apack.data() + ib * np * kMr, b, o);
-      }
+  const int64_t row_panels = (mrows + kMr - 1) / kMr;
+  for (int64_t jb = 0; jb < col_panels; ++jb) {
+    const uint32_t* b = bpack + jb * np * kNr;
+    const int cols = int(std::min<int64_t>(kNr, pr.N - jb * kNr));
+    for (int64_t ib = 0; ib < row_panels; ++ib) {
+      const int rows = int(std::min<int64_t>(kMr, mrows - ib * kMr));
+      const int64_t at = (i0 + ib * kMr) * pr.ldc + jb * kNr;
+      const TileOut o{
+          pr.c + at, pr.ldc, rows, cols, pr.alpha, beta, pr.c16 ? pr.c16 + at : nullptr};
+      tile(np, apack + ib * np * kMr, b, o);
     }
   }
 }
 
-// op(B) packed for every K block in turn, or read where pr.b_packed holds
-// all of them (pack_bf16_b: the same words, so the same sums).
-void run(const Problem& pr, Buffers& buf) {
-  const int64_t pairs = (pr.K + 1) / 2;
+// One or two products of one shape (count; gemm_bf16_pair): the second's
+// op(A) packed again only where it is not the first's (share_a).
+struct Products {
+  const Problem* pr;
+  int count;
+  bool share_a;
+};
+
+// The row blocks of one K block (pairs [p0, p0 + np)) against packed B
+// (bpack[q] for product q): each row block of op(A) packed once for both
+// products where they share it.
+void row_blocks(const Products& ps, int64_t p0, int64_t np, const uint32_t* const* bpack,
+                Buffers& buf) {
+  const int64_t M = ps.pr[0].M;
+  for (int64_t i0 = 0; i0 < M; i0 += kMc) {
+    const int64_t mrows = std::min(kMc, M - i0);
+    const int64_t row_panels = (mrows + kMr - 1) / kMr;
+    buf.apack.resize(size_t(row_panels * np * kMr));
+    for (int q = 0; q < ps.count; ++q) {
+      const Problem& pr = ps.pr[q];
+      if (q == 0 || !ps.share_a) pack(pr.a, i0, mrows, p0, np, kMr, buf.apack.data());
+      tiles(pr, i0, mrows, np, p0 == 0 ? pr.beta : 1.0f, buf.apack.data(), bpack[q]);
+    }
+  }
+}
+
+// op(B) of K block p0 (np pairs): read where pr.b_packed holds all of them
+// (pack_bf16_b: the same words, so the same sums), else packed into buf.
+const uint32_t* b_block(const Problem& pr, int64_t p0, int64_t np, Buffers& buf) {
   const int64_t col_panels = (pr.N + kNr - 1) / kNr;
+  if (pr.b_packed) return pr.b_packed + col_panels * kNr * p0;
+  buf.bpack.resize(size_t(std::max<int64_t>(col_panels * np * kNr, 1)));
+  pack(pr.b, 0, pr.N, p0, np, kNr, buf.bpack.data());
+  return buf.bpack.data();
+}
+
+// Every K block in turn: op(B) packed (at most one of the products' op(B)
+// is packed here: gemm_bf16_pair checks), then the row blocks.
+void run(const Products& ps, bool share_b, Buffers& buf) {
+  const Problem& pr = ps.pr[0];
+  const int64_t pairs = (pr.K + 1) / 2;
   for (int64_t p0 = 0; p0 < pairs || p0 == 0; p0 += kKcPairs) {
     const int64_t np = std::min(kKcPairs, pairs - p0);
-    const uint32_t* bpack = pr.b_packed ? pr.b_packed + col_panels * kNr * p0 : nullptr;
-    if (!bpack) {
-      buf.bpack.resize(size_t(std::max<int64_t>(col_panels * np * kNr, 1)));
-      pack(pr.b, 0, pr.N, p0, np, kNr, buf.bpack.data());
-      bpack = buf.bpack.data();
-    }
-    row_blocks(pr, p0, np, p0 == 0 ? pr.beta : 1.0f, bpack, buf);
+    const uint32_t* bpack[2] = {b_block(pr, p0, np, buf), nullptr};
+    if (ps.count == 2) bpack[1] = share_b ? bpack[0] : b_block(ps.pr[1], p0, np, buf);
+    row_blocks(ps, p0, np, bpack, buf);
     if (pairs == 0) break;
   }
+}
+
+void run(const Problem& pr, Buffers& buf) { run({&pr, 1, false}, false, buf); }
+
+bool same(const PackSource& x, const PackSource& y) {
+  return x.p == y.p && x.ld == y.ld && x.f32 == y.f32 && x.k_major == y.k_major && x.K == y.K;
 }
 
 #pragma GCC diagnostic pop
@@ -392,6 +426,25 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A, Bf16
   const PackSource a{A.p, A.ld, A.f32, A.trans, K}, b{B.p, B.ld, B.f32, !B.trans, K};
   const Problem pr{M, N, K, alpha, beta, a, b, C, ldc, nullptr, B.packed};
   run(pr, buf);
+}
+
+// Two products as one run where they share an operand and at most one
+// op(B) needs packing (else two calls): each C the bits of its own call.
+void gemm_bf16_pair(int64_t M, int64_t N, int64_t K, float alpha, const Bf16Product (&p)[2],
+                    float beta, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  TRIDENT_CHECK(bf16_units().avx512_bf16, "gemm_bf16: this CPU has no AVX512-BF16");
+  Problem pr[2];
+  for (int q = 0; q < 2; ++q) {
+    const Bf16Operand &A = p[q].A, &B = p[q].B;
+    const PackSource a{A.p, A.ld, A.f32, A.trans, K}, b{B.p, B.ld, B.f32, !B.trans, K};
+    pr[q] = {M, N, K, alpha, beta, a, b, p[q].C, ldc, nullptr, B.packed};
+  }
+  const bool share_a = same(pr[0].a, pr[1].a);
+  const bool share_b = pr[0].b_packed == pr[1].b_packed && same(pr[0].b, pr[1].b);
+  if ((share_a || share_b) && (share_b || pr[0].b_packed || pr[1].b_packed))
+    return run({pr, 2, share_a}, share_b, buffers());
+  for (const Problem& one : pr) run(one, buffers());
 }
 
 int64_t bf16_packed_words(int64_t N, int64_t K) {
@@ -428,6 +481,9 @@ void gemm_bf16(int64_t, int64_t, int64_t, float, Bf16Operand, Bf16Operand, float
   throw Error("gemm_bf16: needs an x86-64 CPU with AVX512-BF16");
 }
 void gemm_bf16_out(int64_t, int64_t, int64_t, float, Bf16Operand, Bf16Operand, uint16_t*, int64_t) {
+  throw Error("gemm_bf16: needs an x86-64 CPU with AVX512-BF16");
+}
+void gemm_bf16_pair(int64_t, int64_t, int64_t, float, const Bf16Product (&)[2], float, int64_t) {
   throw Error("gemm_bf16: needs an x86-64 CPU with AVX512-BF16");
 }
 int64_t bf16_packed_words(int64_t, int64_t) { return 0; }

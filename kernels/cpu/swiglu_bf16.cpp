@@ -1,11 +1,13 @@
 // SwiGLU on the native bf16 GEMM (cpu_bf16.hpp): the f32 kernel's steps
-// (swiglu.cpp) with each linear layer on gemm_bf16, the gating in f32 on
-// the same element-wise functions. What a GEMM reads next (h, d(gate),
-// d(up)) is rounded to bf16 in the gating's pass, chunk by chunk, instead of
-// kept in f32 and rounded as the GEMM packs it (the same bits, half the
-// bytes written and read twice); gate and up are widened chunk by chunk.
+// (swiglu.cpp) with each linear layer on gemm_bf16 (gate and up, and their
+// weight gradients, as gemm_bf16_pair: x packed once for both), the gating
+// in f32 with the sigmoid on exp2_fast (gated_fast, swiglu_gating.hpp). What a GEMM reads next (h,
+// d(gate), d(up)) is rounded to bf16 in the gating's pass, chunk by chunk, instead of kept in f32
+// and rounded as the GEMM packs it (the same bits, half the bytes written and read twice); gate and
+// up are widened chunk by chunk.
 #include <algorithm>
 
+#include "exp2_fast.hpp"
 #include "scratch.hpp"
 #include "swiglu_gating.hpp"
 #include "trident/kernels/backends.hpp"
@@ -53,7 +55,7 @@ void gate_forward(const float* g, const float* u, size_t n, uint16_t* h16, F32Or
   float h[kChunk];
   for (size_t i = 0; i < n; i += kChunk) {
     const size_t m = std::min(kChunk, n - i);
-    gated(g + i, u + i, h, m);
+    gated_fast(g + i, u + i, h, m);
     round_bf16(h, int64_t(m), h16 + i);
     store(g + i, m, gate, i);
     store(u + i, m, up, i);
@@ -65,7 +67,7 @@ void gate_again(F32OrBf16 gate, F32OrBf16 up, size_t n, uint16_t* h16) {
   float g[kChunk], u[kChunk], h[kChunk];
   for (size_t i = 0; i < n; i += kChunk) {
     const size_t m = std::min(kChunk, n - i);
-    gated(wide(gate, i, m, g), wide(up, i, m, u), h, m);
+    gated_fast(wide(gate, i, m, g), wide(up, i, m, u), h, m);
     round_bf16(h, int64_t(m), h16 + i);
   }
 }
@@ -76,13 +78,67 @@ void gate_backward(F32OrBf16 gate, F32OrBf16 up, float* dh, size_t n, uint16_t* 
   float g[kChunk], u[kChunk], dg[kChunk];
   for (size_t i = 0; i < n; i += kChunk) {
     const size_t m = std::min(kChunk, n - i);
-    gated_backward(wide(gate, i, m, g), wide(up, i, m, u), dh + i, dg, m);
+    gated_backward_fast(wide(gate, i, m, g), wide(up, i, m, u), dh + i, dg, m);
     round_bf16(dg, int64_t(m), dgate16 + i);
     round_bf16(dh + i, int64_t(m), dup16 + i);
   }
 }
 
 }  // namespace
+
+#ifdef TRIDENT_EXP2_FAST
+namespace {
+
+// s(a) = 1 / (1 + e^-a), e^-a = 2^(-a log2(e)): 1 where e^-a falls below
+// 2^-126, 0 where it overflows to +inf.
+TRIDENT_EXP2_INLINE __m512 sigmoid16(__m512 a) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 e = exp2_fast(_mm512_mul_ps(a, _mm512_set1_ps(-kLog2e)));
+  return _mm512_div_ps(one, _mm512_add_ps(one, e));
+}
+
+inline __mmask16 lanes(size_t left) {
+  return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+}
+
+}  // namespace
+
+// gated's h = a s(a) u, 16 lanes at a time.
+TRIDENT_EXP2_TARGET void gated_fast(const float* __restrict a, const float* __restrict u,
+                                    float* __restrict h, size_t n) {
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 m = lanes(n - i);
+    const __m512 x = _mm512_maskz_loadu_ps(m, a + i);
+    const __m512 silu = _mm512_mul_ps(x, sigmoid16(x));
+    _mm512_mask_storeu_ps(h + i, m, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(m, u + i)));
+  }
+}
+
+// gated_backward's d(gate) = g u s (1 + a (1 - s)) and d(up) = g a s.
+TRIDENT_EXP2_TARGET void gated_backward_fast(const float* __restrict a, const float* __restrict u,
+                                             float* __restrict g, float* __restrict dgate,
+                                             size_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 m = lanes(n - i);
+    const __m512 x = _mm512_maskz_loadu_ps(m, a + i), s = sigmoid16(x);
+    const __m512 gi = _mm512_maskz_loadu_ps(m, g + i);
+    const __m512 gus = _mm512_mul_ps(_mm512_mul_ps(gi, _mm512_maskz_loadu_ps(m, u + i)), s);
+    const __m512 tail = _mm512_fmadd_ps(x, _mm512_sub_ps(one, s), one);
+    _mm512_mask_storeu_ps(dgate + i, m, _mm512_mul_ps(gus, tail));
+    _mm512_mask_storeu_ps(g + i, m, _mm512_mul_ps(_mm512_mul_ps(gi, x), s));
+  }
+}
+#else
+void gated_fast(const float* __restrict a, const float* __restrict u, float* __restrict h,
+                size_t n) {
+  gated(a, u, h, n);
+}
+void gated_backward_fast(const float* __restrict a, const float* __restrict u, float* __restrict g,
+                         float* __restrict dgate, size_t n) {
+  gated_backward(a, u, g, dgate, n);
+}
+#endif
 
 // g and u f32 (2n), h bf16 (n / 2 floats' room).
 void swiglu_forward_bf16(const Ctx& ctx, const SwigluBf16& s, F32OrBf16 y, F32OrBf16 gate,
@@ -92,8 +148,11 @@ void swiglu_forward_bf16(const Ctx& ctx, const SwigluBf16& s, F32OrBf16 y, F32Or
   Scratch scratch(ctx, size_t(2 * n + (n + 1) / 2));
   float *g = scratch.take(size_t(n)), *u = scratch.take(size_t(n));
   auto* h = reinterpret_cast<uint16_t*>(scratch.take(size_t((n + 1) / 2)));
-  gemm_bf16(T, f, d, 1.0f, op(s.x, false, d), weight(s, 0, true), 0.0f, g, f);
-  gemm_bf16(T, f, d, 1.0f, op(s.x, false, d), weight(s, 1, true), 0.0f, u, f);
+  // g = x Wgᵀ and u = x Wuᵀ with x packed once
+  gemm_bf16_pair(
+      T, f, d, 1.0f,
+      {{op(s.x, false, d), weight(s, 0, true), g}, {op(s.x, false, d), weight(s, 1, true), u}},
+      0.0f, f);
   gate_forward(g, u, size_t(n), h, gate, up);
   if (y.f32)
     gemm_bf16(T, d, f, 1.0f, op(h, false, f), weight(s, 2, true), 0.0f, static_cast<float*>(y.p),
@@ -120,8 +179,11 @@ void swiglu_backward_bf16(const Ctx& ctx, const SwigluBf16& s, F32OrBf16 gate, F
   gemm_bf16(T, f, d, 1.0f, op(dy, d), weight(s, 2, false), 0.0f, dh, f);
   uint16_t* dgate = h;  // h is read by now
   gate_backward(gate, up, dh, size_t(n), dgate, dup);
-  gemm_bf16(f, d, T, 1.0f, op(dgate, true, f), op(s.x, false, d), 1.0f, dw_gate, d);
-  gemm_bf16(f, d, T, 1.0f, op(dup, true, f), op(s.x, false, d), 1.0f, dw_up, d);
+  // dWg += d(gate)ᵀ x and dWu += d(up)ᵀ x with x packed once
+  gemm_bf16_pair(f, d, T, 1.0f,
+                 {{op(dgate, true, f), op(s.x, false, d), dw_gate},
+                  {op(dup, true, f), op(s.x, false, d), dw_up}},
+                 1.0f, d);
   if (dx) {
     gemm_bf16(T, d, f, 1.0f, op(dgate, false, f), weight(s, 0, false), 0.0f, dx, d);
     gemm_bf16(T, d, f, 1.0f, op(dup, false, f), weight(s, 1, false), 1.0f, dx, d);

@@ -21,6 +21,7 @@
 #include "attention_bf16_tile.hpp"
 #include "kernel_ctx.hpp"
 #include "random.hpp"
+#include "swiglu_gating.hpp"
 #include "trident/core/error.hpp"
 #include "trident/core/rng.hpp"
 #include "trident/kernels/backends.hpp"
@@ -169,6 +170,58 @@ TEST_CASE("K = 0 scales C by beta; M or N = 0 touches nothing", "[cpu_bf16]") {
   cpu::gemm_bf16(2, 0, 3, 1.0f, {&one, false, false, 3}, {&one, false, false, 1}, 0.0f, C.data(),
                  2);
   REQUIRE(C == std::vector<float>{-0.5f, 1.0f, -2.0f, -4.0f});
+}
+
+namespace {
+
+std::vector<float> normals(size_t n, uint64_t key) {
+  std::vector<float> x(n);
+  rng::fill_normal(x.data(), int64_t(n), key, 0, 1.0f);
+  return x;
+}
+
+// gemm_bf16_pair against its two gemm_bf16 calls, bit for bit: op(A) shared
+// (A [M, K] f32, B_q [N, K] bf16, packed as given or not), or op(B) shared
+// (A_q [K, M] bf16 transposed, B [K, N] f32), beta 0 or 1.
+void check_pair(int64_t M, int64_t N, int64_t K, bool share_a, int packed, float beta) {
+  CAPTURE(M, N, K, share_a, packed, beta);
+  const auto a0 = normals(size_t(M * K), 1), a1 = normals(size_t(M * K), 2);
+  const auto b0 = rounded(normals(size_t(N * K), 3)), b1 = rounded(normals(size_t(N * K), 4));
+  const auto bf = normals(size_t(N * K), 5);
+  const auto t0 = rounded(a0), t1 = rounded(a1);
+  std::vector<uint32_t> p0(size_t(cpu::bf16_packed_words(N, K))), p1(p0.size());
+  cpu::Bf16Operand A[2], B[2];
+  for (int q = 0; q < 2; ++q) {
+    const auto& b = q == 0 ? b0 : b1;
+    A[q] = share_a ? cpu::Bf16Operand{a0.data(), true, false, K}
+                   : cpu::Bf16Operand{q == 0 ? t0.data() : t1.data(), false, true, M};
+    B[q] = share_a ? cpu::Bf16Operand{b.data(), false, true, K}
+                   : cpu::Bf16Operand{bf.data(), true, false, N};
+    if (share_a && (packed >> q & 1)) {
+      cpu::pack_bf16_b(N, K, B[q], q == 0 ? p0.data() : p1.data());
+      B[q].packed = q == 0 ? p0.data() : p1.data();
+    }
+  }
+  std::vector<float> c0 = normals(size_t(M * N), 6), c1 = normals(size_t(M * N), 7);
+  std::vector<float> d0 = c0, d1 = c1;
+  cpu::gemm_bf16(M, N, K, 0.5f, A[0], B[0], beta, c0.data(), N);
+  cpu::gemm_bf16(M, N, K, 0.5f, A[1], B[1], beta, c1.data(), N);
+  cpu::gemm_bf16_pair(M, N, K, 0.5f, {{A[0], B[0], d0.data()}, {A[1], B[1], d1.data()}}, beta, N);
+  REQUIRE(std::memcmp(c0.data(), d0.data(), c0.size() * 4) == 0);
+  REQUIRE(std::memcmp(c1.data(), d1.data(), c1.size() * 4) == 0);
+}
+
+}  // namespace
+
+// Its shapes: row and column tails, K odd and past one K block, M past one
+// row block (96), op(A) shared with 0, 1 or 2 packed op(B), op(B) shared.
+TEST_CASE("the paired bf16 GEMM gives each product's own bits", "[cpu_bf16]") {
+  need_bf16_units();
+  for (const auto& s : std::vector<std::array<int64_t, 3>>{{13, 33, 7}, {200, 70, 1100}})
+    for (const float beta : {0.0f, 1.0f}) {
+      for (int packed = 0; packed < 4; ++packed) check_pair(s[0], s[1], s[2], true, packed, beta);
+      check_pair(s[0], s[1], s[2], false, 0, beta);
+    }
 }
 
 TEST_CASE("the bf16 output is the f32 result rounded to nearest even", "[cpu_bf16]") {
@@ -526,6 +579,37 @@ TEST_CASE("the native attention's exp2 over its whole input range", "[cpu_bf16]"
   REQUIRE(std::isnan(y.back()));
 }
 #endif
+
+// The native SwiGLU's gating (gated_fast, gated_backward_fast: the sigmoid on
+// exp2_fast) against the f32 passes (libmvec's expf) on the same inputs:
+// h within 1e-5 relative, d(gate) within 1e-5 |g u| (1 + |a|) (its factor
+// 1 + a (1 - s) crosses 0), d(up) within 1e-5 relative; saturating inputs
+// (|a| up to 100: e^-a below 2^-126 or past fp32) give the same values;
+// every length's tail lanes, nothing written past n.
+TEST_CASE("the native SwiGLU gating agrees with the f32 gating", "[cpu_bf16]") {
+  need_bf16_units();
+  for (const size_t n : {size_t(1), size_t(15), size_t(16), size_t(17), size_t(1037)}) {
+    std::vector<float> a(n), u(n), g(n);
+    for (size_t i = 0; i < n; ++i)
+      a[i] = rng::uniform(4807, i) * 24.0f - 12.0f, u[i] = rng::normal(4808, i),
+      g[i] = rng::normal(4809, i);
+    const float edge[] = {-100.0f, -50.0f, -1.2785f, 0.0f, 50.0f, 100.0f};
+    for (size_t i = 0; i < std::size(edge) && i < n; ++i) a[n - 1 - i] = edge[i];
+    std::vector<float> h(n), hf(n + 1, 7.0f), dg(n), dgf(n + 1, 7.0f), du = g, duf = g;
+    duf.push_back(7.0f);
+    cpu::gated(a.data(), u.data(), h.data(), n);
+    cpu::gated_fast(a.data(), u.data(), hf.data(), n);
+    cpu::gated_backward(a.data(), u.data(), du.data(), dg.data(), n);
+    cpu::gated_backward_fast(a.data(), u.data(), duf.data(), dgf.data(), n);
+    for (size_t i = 0; i < n; ++i) {
+      INFO("n " << n << " a " << a[i]);
+      REQUIRE(std::fabs(hf[i] - h[i]) <= 1e-5f * std::fabs(h[i]));
+      REQUIRE(std::fabs(duf[i] - du[i]) <= 1e-5f * std::fabs(du[i]));
+      REQUIRE(std::fabs(dgf[i] - dg[i]) <= 1e-5f * std::fabs(g[i] * u[i]) * (1 + std::fabs(a[i])));
+    }
+    REQUIRE((hf[n] == 7.0f && dgf[n] == 7.0f && duf[n] == 7.0f));
+  }
+}
 
 // Native attention against the fp32 kernel on the same bf16-rounded inputs:
 // the products of two bf16 values are exact in fp32, so S differs only in

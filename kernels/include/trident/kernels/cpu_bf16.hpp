@@ -61,6 +61,19 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A, Bf16
 void gemm_bf16_out(int64_t M, int64_t N, int64_t K, float alpha, Bf16Operand A, Bf16Operand B,
                    uint16_t* C, int64_t ldc);
 
+// Two products of one shape, C_q = alpha * op(A_q) op(B_q) + beta * C_q
+// (q = 0, 1; C_0 and C_1 apart), each C the bits of its own gemm_bf16
+// call: where A_1 is A_0 (SwiGLU's gate and up from x) each block of op(A)
+// is packed once for both, where B_1 is B_0 (their weight gradients, x as
+// op(B)) each K block of op(B) (at most one op(B) unpacked: B.packed; else
+// two plain calls).
+struct Bf16Product {
+  Bf16Operand A, B;
+  float* C;
+};
+void gemm_bf16_pair(int64_t M, int64_t N, int64_t K, float alpha, const Bf16Product (&p)[2],
+                    float beta, int64_t ldc);
+
 // op(B) (K x N) in the words gemm_bf16 would pack it into, all K blocks in
 // turn (bf16_packed_words(N, K) of them): given as B.packed, no call packs it.
 int64_t bf16_packed_words(int64_t N, int64_t K);
