@@ -1,7 +1,8 @@
 // The CPU's native bf16 rows of the op table and the choice between them
 // and the staged row (cpu_bf16.hpp): the linear layers' three GEMMs, the
 // SwiGLU FFN's six and the attention's products on AVX512-BF16 (gemm_bf16.cpp,
-// swiglu_bf16.cpp, attention_bf16.cpp). A call runs the staged row when
+// swiglu_bf16.cpp, attention_bf16.cpp), and the gather of f32 rows into bf16
+// ones. A call runs the staged row when
 // native bf16 is off (TRIDENT_CPU_BF16=staged, or a CPU without AVX512-BF16) or its operands do not
 // fit the kernel (a bf16 output that is also read, a bf16 weight gradient).
 //
@@ -195,6 +196,19 @@ void attention_backward_row(const Ctx& ctx, OpCall& c) {  // bf16 q k v out dout
       {bf(0), bf(1), bf(2), bf(3), bf(5), c.f32(4), c.f32(6), c.f32(7), c.f32(8)});
 }
 
+// out[i] = x[src_row[i]] rounded to bf16, one pass (the MoE layer's expert
+// rows at ep = 1): the staged row's bits (an f32 gather, then the same
+// rounding), without its f32 copy of the rows. A bf16 x is the staged row's.
+void gather_rows_row(const Ctx& ctx, OpCall& c) {
+  const bool fits = c.t[0].dtype() == DType::f32 && c.t[2].dtype() == DType::bf16;
+  if (!bf16_native() || !fits) return run_staged(ctx, c);
+  const int64_t n = c.n[0], d = c.n[1];
+  const float* x = c.f32(0);
+  const int64_t* src = c.index<int64_t>(1);
+  uint16_t* out = c.t[2].data<uint16_t>();
+  for (int64_t i = 0; i < n; ++i) round_bf16(x + src[i] * d, d, out + i * d);
+}
+
 constexpr OpRow kRows[] = {
     {Op::linear_forward, DeviceType::cpu, DType::bf16, &linear_forward_row},
     {Op::linear_backward_input, DeviceType::cpu, DType::bf16, &linear_backward_input_row},
@@ -203,6 +217,7 @@ constexpr OpRow kRows[] = {
     {Op::swiglu_backward, DeviceType::cpu, DType::bf16, &swiglu_backward_row},
     {Op::attention_forward, DeviceType::cpu, DType::bf16, &attention_forward_row},
     {Op::attention_backward, DeviceType::cpu, DType::bf16, &attention_backward_row},
+    {Op::gather_rows, DeviceType::cpu, DType::bf16, &gather_rows_row},
 };
 
 }  // namespace

@@ -22,20 +22,35 @@ TRIDENT_CPU_CLONES void scaled(float w, const float* x, int64_t d, float* y) {
   TRIDENT_SIMD
   for (int64_t c = 0; c < d; ++c) y[c] = w * x[c];
 }
+// y[0:d] = 0 + w * x[0:d]: the bits of zero-filling y and adding w * x to
+// it (0 + -0 is +0, so the explicit zero is kept), in one pass over y.
+TRIDENT_CPU_CLONES void first_scaled(float w, const float* x, int64_t d, float* y) {
+  TRIDENT_SIMD
+  for (int64_t c = 0; c < d; ++c) y[c] = 0.0f + w * x[c];
+}
 
 // y[t] = sum over kept slots j of w[t*k + j] * rows[row[t*k + j]] (w
-// nullptr: 1), slots in order; the combine and the permute's backward.
+// nullptr: 1), slots in order from a zero row; the combine and the
+// permute's backward. The first kept slot writes the row (first_scaled:
+// the zero's bits without a pass that writes it), a token with none is
+// zero-filled.
 void weighted_sum(const RowSource& rows, int64_t d, const int64_t* row, const float* weight,
                   int64_t T, int k, float* y) {
   for (int64_t t = 0; t < T; ++t) {
     float* yt = y + t * d;
-    std::fill(yt, yt + d, 0.0f);
+    bool written = false;
     for (int j = 0; j < k; ++j) {
       const int64_t r = row[t * k + j];
       if (r < 0) continue;
       const float wj = weight ? weight[t * k + j] : 1.0f;
-      add_scaled(wj, rows.row(r, d), d, yt);
+      if (written) {
+        add_scaled(wj, rows.row(r, d), d, yt);
+      } else {
+        first_scaled(wj, rows.row(r, d), d, yt);
+        written = true;
+      }
     }
+    if (!written) std::fill(yt, yt + d, 0.0f);
   }
 }
 

@@ -137,6 +137,22 @@ Tensor MoELayer::expert_inputs(const Tensor& rows) const {
   return x;
 }
 
+// c.rows and the experts' inputs c.expert_x: under bf16 at ep = 1 the
+// token rows gathered straight into bf16 (one pass; the bits of the f32
+// gather and its rounding), elsewhere dispatched f32 and rounded after.
+void MoELayer::dispatch_inputs(Cache& c) {
+  if (act_ != DType::f32 && dispatcher_.transport() == EpTransport::local) {
+    Tensor x = kernels::empty(ctx_, {c.plan.received(), d_}, act_);
+    c.rows = dispatcher_.dispatch_forward_into(c.plan, c.x, x);
+    if (c.rows) {
+      c.expert_x = x;
+      return;
+    }
+  }
+  c.rows = dispatcher_.dispatch_forward(c.plan, c.x);
+  c.expert_x = expert_inputs(c.rows->in());
+}
+
 kernels::SwigluPacked MoELayer::expert_packed_weights(int local_expert) {
   if (!packed_weight_) return {};
   return {packed_weight_(expert_param(local_expert, 0)),
@@ -173,8 +189,7 @@ void MoELayer::forward(const Tensor& x, const Tensor& sample_of_token, int n_sam
 
   c.plan = dispatcher_.plan(c.routing.expert, T, k_);
   const int64_t R = c.plan.received();
-  c.rows = dispatcher_.dispatch_forward(c.plan, c.x);
-  c.expert_x = expert_inputs(c.rows->in());
+  dispatch_inputs(c);
   c.gate = kernels::empty(ctx_, {R, f_}, act_);
   c.up = kernels::empty(ctx_, {R, f_}, act_);
   run_experts_forward(c, c.rows->out());

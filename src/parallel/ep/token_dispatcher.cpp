@@ -218,6 +218,16 @@ std::unique_ptr<ForwardRows> TokenDispatcher::dispatch_forward(const DispatchPla
   return transport_->dispatch_forward(p, x);
 }
 
+std::unique_ptr<ForwardRows> TokenDispatcher::dispatch_forward_into(const DispatchPlan& p,
+                                                                    const Tensor& x,
+                                                                    const Tensor& expert_in) {
+  row_width(x, p.T, "x");
+  TRIDENT_CHECK(expert_in.ndim() == 2 && expert_in.dim(0) == p.received() &&
+                    expert_in.dim(1) == x.dim(-1),
+                "ep: expert_in " + expert_in.shape_str() + " is not [R, d] of x " + x.shape_str());
+  return transport_->dispatch_forward_into(p, x, expert_in);
+}
+
 void TokenDispatcher::combine_forward(const DispatchPlan& p, ForwardRows& rows,
                                       const Tensor& weight, const Tensor& y) {
   transport_->return_forward(p, rows);

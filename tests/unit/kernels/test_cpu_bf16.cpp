@@ -349,6 +349,33 @@ TEST_CASE("the native rows agree with the staged rows within bf16 rounding", "[c
   }
 }
 
+TEST_CASE("the native gather into bf16 rows gives the staged row's bits", "[cpu_bf16]") {
+  need_bf16_units();
+  const auto& ctx = test::kernel_ctx();
+  const int64_t T = 9, d = 37, n = 14;  // d: two vectors and a tail
+  Tensor x({T, d});
+  rng::fill_normal(x.ptr(), x.numel(), 21, 0, 3.0f);
+  x.ptr()[3] = -0.0f;
+  x.ptr()[5] = std::numeric_limits<float>::infinity();
+  std::vector<int64_t> src(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) src[size_t(i)] = (i * 5 + 2) % T;
+  const Tensor index = kernels::from_host(ctx, src.data(), {n}, DType::i64);
+  auto run = [&](cpu::Bf16Mode mode) {
+    cpu::set_bf16_mode(mode);
+    Tensor out = Tensor::empty({n, d}, cpu_allocator(), DType::bf16);
+    kernels::gather_rows(ctx, x, index, out);
+    const uint16_t* p = out.data<uint16_t>();
+    return std::vector<uint16_t>(p, p + out.numel());
+  };
+  const auto staged = run(cpu::Bf16Mode::staged), native = run(cpu::Bf16Mode::native);
+  cpu::set_bf16_mode(cpu::Bf16Mode::automatic);
+  std::vector<uint16_t> want(size_t(n * d));
+  for (int64_t i = 0; i < n; ++i)
+    cpu::to_bf16(ctx, x.ptr() + src[size_t(i)] * d, d, want.data() + i * d);
+  REQUIRE(staged == want);
+  REQUIRE(native == want);
+}
+
 namespace {
 
 // The SwiGLU's forward and backward and a linear layer's two GEMMs on the

@@ -151,6 +151,7 @@ class MoELayer {
   void run_experts_forward(Cache& c, const Tensor& out);
   void run_experts_backward(Cache& c, const Tensor& dout, const Tensor& din);
   Tensor expert_inputs(const Tensor& rows) const;
+  void dispatch_inputs(Cache& c);
 
   kernels::Ctx ctx_;
   int d_, f_, E_, k_, L_, first_;

@@ -170,6 +170,11 @@ class TokenDispatcher {
   // dispatch_forward and combine_forward are collective over ep;
   // combine_backward on ForwardRows is not.
   std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const Tensor& x);
+  // Where the send order is the expert side (ep = 1): x's rows gathered
+  // straight into expert_in [R, d] (f32 or bf16), rows.in() left unfilled;
+  // elsewhere nullptr (use dispatch_forward). Not collective.
+  std::unique_ptr<ForwardRows> dispatch_forward_into(const DispatchPlan& p, const Tensor& x,
+                                                     const Tensor& expert_in);
   void combine_forward(const DispatchPlan& p, ForwardRows& rows, const Tensor& weight,
                        const Tensor& y);
   void combine_backward(const DispatchPlan& p, const ForwardRows& rows, const Tensor& dy,

@@ -125,6 +125,14 @@ class Transport {
 
   // A forward that keeps its rows: x's rows [T, d] dispatched into rows.in().
   virtual std::unique_ptr<ForwardRows> dispatch_forward(const DispatchPlan& p, const Tensor& x) = 0;
+  // The same where the send order is the expert side (local: ep = 1):
+  // x's rows gathered straight into expert_in [R, d] (a bf16 expert_in is
+  // rounded as the rows are copied: one pass), and rows whose in() is left
+  // unfilled; nullptr from the transports whose rows travel f32.
+  virtual std::unique_ptr<ForwardRows> dispatch_forward_into(const DispatchPlan&, const Tensor&,
+                                                             const Tensor&) {
+    return nullptr;
+  }
   // After the experts wrote rows.out(): brings them back (rows.returned()).
   // Collective over ep.
   virtual void return_forward(const DispatchPlan& p, ForwardRows& rows) = 0;

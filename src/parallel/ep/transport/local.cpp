@@ -46,6 +46,15 @@ class LocalTransport final : public Transport {
     return rows;
   }
 
+  std::unique_ptr<ForwardRows> dispatch_forward_into(const DispatchPlan& p, const Tensor& x,
+                                                     const Tensor& expert_in) override {
+    auto rows = std::make_unique<OwnedRows>(pool_, p.received(), 0, x.dim(-1));
+    const double t0 = stamp();
+    kernels::gather_rows(ctx_, x, p.send_token, expert_in);
+    span("ep.permute", t0);
+    return rows;
+  }
+
   void return_forward(const DispatchPlan&, ForwardRows& rows) override {
     auto& own = static_cast<OwnedRows&>(rows);
     own.set_returned(kernels::RowBlocks(own.out()));
