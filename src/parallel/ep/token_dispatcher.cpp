@@ -222,9 +222,9 @@ std::unique_ptr<ForwardRows> TokenDispatcher::dispatch_forward_into(const Dispat
                                                                     const Tensor& x,
                                                                     const Tensor& expert_in) {
   row_width(x, p.T, "x");
-  TRIDENT_CHECK(expert_in.ndim() == 2 && expert_in.dim(0) == p.received() &&
-                    expert_in.dim(1) == x.dim(-1),
-                "ep: expert_in " + expert_in.shape_str() + " is not [R, d] of x " + x.shape_str());
+  TRIDENT_CHECK(
+      expert_in.ndim() == 2 && expert_in.dim(0) == p.received() && expert_in.dim(1) == x.dim(-1),
+      "ep: expert_in " + expert_in.shape_str() + " is not [R, d] of x " + x.shape_str());
   return transport_->dispatch_forward_into(p, x, expert_in);
 }
 

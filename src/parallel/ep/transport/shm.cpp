@@ -166,7 +166,7 @@ class ShmTransport final : public Transport {
     w.fence();
     synced();
   }
-  void account(double bytes) { ep_.counters().add(CommKind::ep, bytes, 0.0); }
+  void account(double bytes) { ep_.counters().add(ep_.kind(), bytes, 0.0); }
   // The halves of the transient transfers (window_ fits p): the writes,
   // and an exchange that fences and reads.
   std::unique_ptr<Exchange> post_dispatch(const DispatchPlan& p, const SendRows& src,
