@@ -527,8 +527,12 @@ MemoryEstimate static_memory(const Config& cfg, const MeshPlan& p, int pp_rank) 
   double expert = 0, work = 0, copies = 0, packing = 0, buffers = 0, packed = 0;
   // A GEMM weight under bf16: a bf16 copy (2 bytes, with the parameters), or
   // on the native CPU path its master packed (PackedBf16Weight: 4 bytes, its
-  // columns a multiple of 32; host vectors outside the allocator) and no copy
-  const bool packs = s.bf16 && kernels::cpu_bf16_packs_weights();
+  // columns a multiple of 32; host vectors outside the allocator) and no copy.
+  // Only a CPU run packs: runtime.backend "cuda" or "emulated" keeps copies
+  // ("automatic" is planned as the CPU run it is on a host without a GPU).
+  const bool cpu_run =
+      cfg.runtime.backend == Backend::cpu || cfg.runtime.backend == Backend::automatic;
+  const bool packs = s.bf16 && cpu_run && kernels::cpu_bf16_packs_weights();
   const double copy_per_weight = s.bf16 && !packs ? 2 : 0;
   const double packed_per_weight =
       packs ? double(kernels::gemm_bf16_packed_weight_bytes(32, 32)) / 1024 : 0;

@@ -264,6 +264,15 @@ TEST_CASE("memory: bf16 keeps a copy of each GEMM weight and the native GEMM's b
     CHECK(bf16.total() == fp32.total() + copies + bf16.activations - fp32.activations +
                               bf16.workspace - fp32.workspace + forms);
   }
+  // A run on another device keeps the copies whatever the CPU path (only
+  // the CPU packs: PackedBf16Weight packs CPU tensors).
+  for (const Backend b : {Backend::cuda, Backend::emulated}) {
+    Config g = c;
+    g.runtime.backend = b;
+    const MemoryEstimate bf16 = memory_of_rank(g, p, 0, s);
+    CHECK(bf16.param_copies == 2 * gemm_weights);
+    CHECK(bf16.packed_weights == 0);
+  }
   kernels::set_cpu_bf16_path("");
 }
 
