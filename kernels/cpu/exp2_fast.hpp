@@ -41,11 +41,17 @@ TRIDENT_EXP2_INLINE __m512 exp2_fast(__m512 x) {
   return _mm512_maskz_scalef_ps(live, p, x);
 }
 
+// The lanes of a 16-float vector that hold one of the `left` values still to
+// do (all 16 once left >= 16): the mask of a row's tail.
+inline __mmask16 lanes16(int64_t left) {
+  return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+}
+
 // y[i] = exp2_fast(x[i]) for i < n, callable from code built without
 // AVX-512 (the tests).
 TRIDENT_EXP2_TARGET inline void exp2_fast_rows(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+    const __mmask16 m = lanes16(n - i);
     _mm512_mask_storeu_ps(y + i, m, exp2_fast(_mm512_maskz_loadu_ps(m, x + i)));
   }
 }

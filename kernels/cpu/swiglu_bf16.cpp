@@ -97,17 +97,13 @@ TRIDENT_EXP2_INLINE __m512 sigmoid16(__m512 a) {
   return _mm512_div_ps(one, _mm512_add_ps(one, e));
 }
 
-inline __mmask16 lanes(size_t left) {
-  return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
-}
-
 }  // namespace
 
 // gated's h = a s(a) u, 16 lanes at a time.
 TRIDENT_EXP2_TARGET void gated_fast(const float* __restrict a, const float* __restrict u,
                                     float* __restrict h, size_t n) {
   for (size_t i = 0; i < n; i += 16) {
-    const __mmask16 m = lanes(n - i);
+    const __mmask16 m = lanes16(int64_t(n - i));
     const __m512 x = _mm512_maskz_loadu_ps(m, a + i);
     const __m512 silu = _mm512_mul_ps(x, sigmoid16(x));
     _mm512_mask_storeu_ps(h + i, m, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(m, u + i)));
@@ -120,7 +116,7 @@ TRIDENT_EXP2_TARGET void gated_backward_fast(const float* __restrict a, const fl
                                              size_t n) {
   const __m512 one = _mm512_set1_ps(1.0f);
   for (size_t i = 0; i < n; i += 16) {
-    const __mmask16 m = lanes(n - i);
+    const __mmask16 m = lanes16(int64_t(n - i));
     const __m512 x = _mm512_maskz_loadu_ps(m, a + i), s = sigmoid16(x);
     const __m512 gi = _mm512_maskz_loadu_ps(m, g + i);
     const __m512 gus = _mm512_mul_ps(_mm512_mul_ps(gi, _mm512_maskz_loadu_ps(m, u + i)), s);
